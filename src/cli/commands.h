@@ -1,0 +1,11 @@
+// cli/commands.h - one entry point per verb: int cmd_X(int argc, char **argv) returns the exit code.
+#ifndef DSC_CLI_COMMANDS_H
+#define DSC_CLI_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_not_built(const char *verb, int argc, char **argv);
+
+#endif

@@ -1,0 +1,32 @@
+# Shared helpers for the shell tests: expect exit codes and output, count results.
+# Needs $DSC (the dsc binary). Each test file ends with `finish`.
+pass=0
+failed=0
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+# expect CODE NEEDLE -- command...: run, check the exit code and that stdout+stderr has NEEDLE.
+expect() {
+  local code=$1 needle=$2
+  shift 3
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  if [ "$rc" -ne "$code" ]; then
+    echo "FAIL: $* -> exit $rc, expected $code"; echo "$out" | head -20; failed=$((failed+1)); return
+  fi
+  if [ -n "$needle" ] && ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL: $* -> output lacks '$needle'"; echo "$out" | head -20; failed=$((failed+1)); return
+  fi
+  pass=$((pass+1))
+}
+
+check() { # check DESCRIPTION -- command...: passes when the command succeeds
+  local what=$1
+  shift 2
+  if "$@"; then pass=$((pass+1)); else echo "FAIL: $what"; failed=$((failed+1)); fi
+}
+
+finish() {
+  echo "$pass passed, $failed failed"
+  [ "$failed" -eq 0 ]
+}
