@@ -1,4 +1,89 @@
-// cli/cmd_data.c - `dsc data` (placeholder until the data layer lands).
-#include "cli/commands.h" // cmd_data
+// cli/cmd_data.c - `dsc data prepare` (text -> token shards) and `dsc data default`.
+#include <stdbool.h> // bool
+#include <stdio.h>  // fprintf
+#include <stdlib.h> // calloc
+#include <string.h> // strcmp
 
-int cmd_data(int argc, char **argv) { return cmd_not_built("data", argc, argv); }
+#include "cli/args.h"     // cli_parse
+#include "cli/commands.h" // cmd_data
+#include "data/prepare.h" // dsc_data_prepare, dsc_data_default
+#include "dsc/status.h"   // dsc_last_error
+
+static int data_prepare(int argc, char **argv) {
+    const char *input = NULL, *tok = "byte", *out = NULL, *frac = NULL;
+    const cli_flag flags[] = {
+        {"--input", "FILE...", "text files, one document each (more may follow as arguments)", &input, NULL},
+        {"--tokenizer", "SPEC", "byte (default) or gpt2:DIR (DIR has vocab.json and merges.txt)", &tok, NULL},
+        {"--out", "DIR", "where train.bin, val.bin and dataset.json go", &out, NULL},
+        {"--val-fraction", "F", "share of the tokens kept for validation (default 0.05)", &frac, NULL},
+    };
+    const cli_verb v = {"data prepare",
+                        "dsc data prepare --input FILE [FILE...] --tokenizer byte|gpt2:DIR --out DIR "
+                        "[--val-fraction F]",
+                        "Tokenize text files into token shards (llm.c's .bin layout) that dsc "
+                        "train --data DIR reads.",
+                        flags, 4, 0, -1};
+    char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    int npos = 0, rc = pos && inputs ? cli_parse(&v, argc, argv, &npos, pos) : 2;
+    if (rc) {
+        rc = rc == 1 ? 0 : 2; // --help printed, or a usage error
+        goto done;
+    }
+    int n = 0;
+    if (input) inputs[n++] = input;
+    for (int i = 0; i < npos; i++) inputs[n++] = pos[i];
+    rc = 2;
+    if (!n || !out) {
+        fprintf(stderr, "dsc data prepare: need --input FILE and --out DIR; see --help\n");
+        goto done;
+    }
+    double f = 0.05;
+    if (frac && (!cli_double("--val-fraction", frac, &f) || f < 0 || f >= 1)) {
+        fprintf(stderr, "dsc data prepare: --val-fraction must be in [0, 1)\n");
+        goto done;
+    }
+    dsc_prepare_opts o = {.inputs = inputs, .ninputs = n, .tokenizer = tok, .out_dir = out,
+                          .val_fraction = f};
+    rc = 0;
+    if (dsc_data_prepare(&o) != DSC_OK) {
+        fprintf(stderr, "dsc data prepare: error: %s\n", dsc_last_error());
+        rc = 1;
+    }
+done:
+    free(pos);
+    free(inputs);
+    return rc;
+}
+
+static int data_default(int argc, char **argv) {
+    const char *out = NULL;
+    const cli_flag flags[] = {{"--out", "DIR", "where to write the data set", &out, NULL}};
+    const cli_verb v = {"data default", "dsc data default --out DIR",
+                        "Build the built-in default data set (byte-level tokens of the license "
+                        "texts every Debian system ships, or generated text) into DIR.",
+                        flags, 1, 0, 0};
+    char *pos[1];
+    int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!out) {
+        fprintf(stderr, "dsc data default: need --out DIR\n");
+        return 2;
+    }
+    if (dsc_data_default(out, NULL) != DSC_OK) {
+        fprintf(stderr, "dsc data default: error: %s\n", dsc_last_error());
+        return 1;
+    }
+    printf("default data written to %s\n", out);
+    return 0;
+}
+
+int cmd_data(int argc, char **argv) {
+    if (argc >= 1 && !strcmp(argv[0], "prepare")) return data_prepare(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "default")) return data_default(argc - 1, argv + 1);
+    bool help = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));
+    fprintf(help ? stdout : stderr,
+            "usage: dsc data prepare --input FILE [FILE...] --tokenizer byte|gpt2:DIR --out DIR "
+            "[--val-fraction F]\n       dsc data default --out DIR\n");
+    return help ? 0 : 2;
+}

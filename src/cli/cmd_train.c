@@ -1,4 +1,47 @@
-// cli/cmd_train.c - `dsc train` (placeholder until the engine lands).
-#include "cli/commands.h" // cmd_train
+// cli/cmd_train.c - `dsc train`: flags -> train_opts -> the trainer.
+#include <stdio.h> // fprintf
 
-int cmd_train(int argc, char **argv) { return cmd_not_built("train", argc, argv); }
+#include "cli/args.h"     // cli_parse, cli_int
+#include "cli/commands.h" // cmd_train
+#include "cli/train.h"    // dsc__train_run
+
+int cmd_train(int argc, char **argv) {
+    const char *steps = NULL, *seq = NULL, *seed = NULL, *every = NULL, *batches = NULL,
+               *sample = NULL, *threads = NULL;
+    train_opts o = {.model = "d4", .seq_len = 64, .max_steps = 200, .seed = 1337,
+                    .eval_every = 50, .eval_batches = 8, .sample_tokens = 120, .prompt = "The "};
+    const cli_flag flags[] = {
+        {"--config", "FILE", "DeepSpeed config (default: a built-in AdamW + cosine config)", &o.config, NULL},
+        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M (default d4)", &o.model, NULL},
+        {"--data", "DIR", "token shards: folder with train*.bin/val*.bin (default: built-in data)", &o.data, NULL},
+        {"--seq-len", "T", "tokens per sample (default 64)", &seq, NULL},
+        {"--max-steps", "N", "optimizer steps to run (default 200)", &steps, NULL},
+        {"--seed", "N", "seed of weights and data order (default 1337)", &seed, NULL},
+        {"--out", "RUN_DIR", "where metrics.jsonl goes (default runs/<time>)", &o.out, NULL},
+        {"--eval-every", "N", "validation loss every N steps, 0 = only at the end (default 50)", &every, NULL},
+        {"--eval-batches", "N", "micro-batches per validation (default 8)", &batches, NULL},
+        {"--init-weights", "FILE", "start from these weights (safetensors, Hugging Face GPT-2 names)", &o.init_weights, NULL},
+        {"--dump-grads", "FILE", "write the first step's gradients, inputs, targets and loss (safetensors)", &o.dump_grads, NULL},
+        {"--sample-tokens", "N", "tokens of the closing sample, 0 = none (default 120)", &sample, NULL},
+        {"--prompt", "TEXT", "start of the closing sample (default \"The \")", &o.prompt, NULL},
+        {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
+    };
+    const cli_verb v = {"train", "dsc train [--config FILE] [--model SPEC] [--data DIR] [flags]",
+                        "Train the reference GPT-2 through the engine. With no flags: a small "
+                        "model on the built-in default data. Writes RUN_DIR/metrics.jsonl (one "
+                        "JSON object per optimizer step) and prints progress every "
+                        "steps_per_print steps.",
+                        flags, (int)(sizeof flags / sizeof flags[0]), 0, 0};
+    char *pos[1];
+    int npos;
+    int rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (seq && !cli_int("--seq-len", seq, 1, 1 << 20, &o.seq_len)) return 2;
+    if (steps && !cli_int("--max-steps", steps, 0, 1LL << 40, &o.max_steps)) return 2;
+    if (seed && !cli_int("--seed", seed, 0, 1LL << 62, &o.seed)) return 2;
+    if (every && !cli_int("--eval-every", every, 0, 1LL << 40, &o.eval_every)) return 2;
+    if (batches && !cli_int("--eval-batches", batches, 0, 1 << 20, &o.eval_batches)) return 2;
+    if (sample && !cli_int("--sample-tokens", sample, 0, 1 << 20, &o.sample_tokens)) return 2;
+    if (threads && !cli_int("--threads", threads, 1, 4096, &o.threads)) return 2;
+    return dsc__train_run(&o);
+}

@@ -1,0 +1,92 @@
+// dsc/engine.h - the training engine: a config and a parameter table in, optimizer steps out.
+//
+// The engine does not know the model. The caller registers its parameters (name, shape, layer
+// group), then for every micro-batch: runs forward, calling dsc_gather(g) before it uses group g's
+// weights and dsc_release(g) after; runs backward scaled by dsc_backward_scale(), accumulating into
+// dsc_param_grad(), calling dsc_grads_ready(g) when group g's gradients are complete; then calls
+// dsc_step(). Every gradient_accumulation_steps micro-steps, dsc_step reduces the gradients,
+// unscales them, checks for overflow, clips, runs the optimizer and the LR schedule, and reports
+// what it did. The same calls serve one rank or many, ZeRO stages 0-3.
+#ifndef DSC_ENGINE_H
+#define DSC_ENGINE_H
+
+#include <stdbool.h> // bool
+#include <stdint.h>  // int64_t
+
+#include "dsc/config.h" // dsc_config
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsc_engine dsc_engine;
+
+#define DSC_PARAM_NAME_MAX 96
+#define DSC_PARAM_MAX_DIMS 4
+
+typedef struct dsc_param_desc {
+    const char *name; // copied
+    int ndim;
+    int64_t shape[DSC_PARAM_MAX_DIMS];
+    int group;        // layer group, 0 .. ngroups-1, in the order forward uses them
+} dsc_param_desc;
+
+typedef struct dsc_engine_opts {
+    // The configuration: exactly one of a parsed config, a file path, or a JSON text.
+    const dsc_config *config;
+    const char *config_path;
+    const char *config_json;
+    const dsc_param_desc *params; // copied
+    int nparams;
+    int rank, world_size;          // world_size 0: read RANK / WORLD_SIZE from the environment
+    dsc_config_warn_fn warn;       // config warnings (NULL: dsc's log)
+    void *warn_user;
+} dsc_engine_opts;
+
+dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *opts);
+void dsc_engine_destroy(dsc_engine *eng); // NULL ok
+
+const dsc_config *dsc_engine_config(const dsc_engine *eng); // resolved (batch triple filled in)
+int dsc_engine_rank(const dsc_engine *eng);
+int dsc_engine_world_size(const dsc_engine *eng);
+int dsc_engine_num_params(const dsc_engine *eng);
+int64_t dsc_engine_num_elements(const dsc_engine *eng); // parameters, all tensors
+
+// Parameter i as the model computes with it (borrowed; fp32 values, rounded to the 16-bit type
+// under fp16/bf16). Valid between dsc_gather and dsc_release of its group.
+float *dsc_param_data(dsc_engine *eng, int i);
+// Gradient accumulator of parameter i (borrowed): backward adds into it.
+float *dsc_param_grad(dsc_engine *eng, int i);
+// The fp32 master copy of parameter i (borrowed): write it to initialise or load weights, then
+// call dsc_params_updated.
+float *dsc_param_master(dsc_engine *eng, int i);
+dsc_status dsc_params_updated(dsc_engine *eng);
+
+dsc_status dsc_gather(dsc_engine *eng, int group);
+dsc_status dsc_release(dsc_engine *eng, int group);
+dsc_status dsc_grads_ready(dsc_engine *eng, int group);
+
+// What backward must multiply the mean loss by: loss scale / gradient_accumulation_steps.
+double dsc_backward_scale(const dsc_engine *eng);
+
+typedef struct dsc_step_info {
+    bool boundary;     // an optimizer step happened (false on the other micro-steps)
+    int64_t step;      // optimizer steps so far, this one included (DeepSpeed's global_steps)
+    bool skipped;      // fp16 overflow: nothing was applied
+    double lr;         // the learning rate this step used
+    double grad_norm;  // global norm of the unscaled gradient, before clipping
+    double loss_scale; // the loss scale this step's gradients carried
+    int64_t skipped_total;
+} dsc_step_info;
+
+dsc_status dsc_step(dsc_engine *eng, dsc_step_info *info);
+
+// The learning rate the next optimizer step will use.
+double dsc_engine_next_lr(const dsc_engine *eng);
+int64_t dsc_engine_global_steps(const dsc_engine *eng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,507 @@
+// cli/train.c - the reference trainer: GPT-2 through the engine on token shards.
+#include "cli/train.h"
+
+#include <cblas.h>    // cblas_sgemm (CPU peak for MFU)
+#include <errno.h>    // errno
+#include <jansson.h>  // json_* (dataset.json)
+#include <math.h>     // expf, logf
+#include <stdio.h>    // printf, fopen
+#include <stdlib.h>   // calloc, free, getenv
+#include <string.h>   // strcmp, strerror
+#include <sys/stat.h> // mkdir, stat
+#include <time.h>     // time, strftime
+#ifdef _OPENMP
+#include <omp.h> // omp_*
+#endif
+
+#include "base/status.h"                 // dsc__fail, DSC_TRY
+#include "base/time.h"                   // dsc_now
+#include "data/loader.h"                 // dsc_loader_*
+#include "data/prepare.h"                // dsc_data_default
+#include "data/tokenizer.h"              // dsc_tokenizer_*
+#include "dsc/engine.h"                  // dsc_engine_*
+#include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
+#include "engine/ckpt/safetensors.h"     // dsc_st_*
+#include "model/gpt2/gpt2.h"             // dsc_gpt2_*
+
+// The configuration used when --config is not given: AdamW with warm-up and cosine decay.
+static const char *default_config_fmt =
+    "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 1,"
+    " \"steps_per_print\": 20, \"gradient_clipping\": 1.0,"
+    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3, \"betas\": [0.9, 0.95],"
+    " \"eps\": 1e-8, \"weight_decay\": 0.01}},"
+    " \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": %lld,"
+    " \"total_num_steps\": %lld, \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.1}}}";
+
+typedef struct trainer {
+    const train_opts *o;
+    dsc_engine *eng;
+    dsc_gpt2 *model;
+    dsc_gpt2_config mc;
+    dsc_loader *train, *val;
+    dsc_tokenizer *tok;
+    int ntensors, B, T, gas, rank, world;
+    float **work, **grads; // per-tensor pointers into the engine's buffers
+    int32_t *in, *tg;      // (gas * B, T): one optimizer step's tokens (kept for --dump-grads)
+    FILE *metrics;
+    double peak_flops;     // measured CPU matrix-product throughput, for MFU
+    char data_dir[4096];
+} trainer;
+
+// ---- hooks: the model asks the engine for its parameters ----
+
+static dsc_status hook_gather(void *u, int g) { return dsc_gather(u, g); }
+static dsc_status hook_release(void *u, int g) { return dsc_release(u, g); }
+static dsc_status hook_ready(void *u, int g) { return dsc_grads_ready(u, g); }
+
+// ---- set-up ----
+
+static dsc_status mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
+    return DSC_OK;
+}
+
+// The built-in data lives in $DSC_DATA_HOME, else $XDG_CACHE_HOME/dsc, else ~/.cache/dsc.
+static dsc_status default_data(trainer *t) {
+    const char *home = getenv("DSC_DATA_HOME"), *xdg = getenv("XDG_CACHE_HOME");
+    char root[4000];
+    if (home && home[0]) snprintf(root, sizeof root, "%s", home);
+    else if (xdg && xdg[0]) snprintf(root, sizeof root, "%s/dsc", xdg);
+    else snprintf(root, sizeof root, "%s/.cache/dsc", getenv("HOME") ? getenv("HOME") : ".");
+    snprintf(t->data_dir, sizeof t->data_dir, "%s/default-data", root);
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/dataset.json", t->data_dir);
+    struct stat sb;
+    if (stat(probe, &sb) == 0) return DSC_OK;
+    DSC_TRY(mkdirs(t->data_dir));
+    printf("building the default data set in %s\n", t->data_dir);
+    return dsc_data_default(t->data_dir, NULL);
+}
+
+// dataset.json names the tokenizer; shards without one are taken as GPT-2 tokens (llm.c's).
+static dsc_status open_tokenizer(trainer *t, int *vocab) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/dataset.json", t->data_dir);
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    const char *spec = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
+    json_t *vs = j ? json_object_get(j, "vocab_size") : NULL;
+    *vocab = json_is_integer(vs) ? (int)json_integer_value(vs) : 50257;
+    // The tokenizer only serves the closing sample: without it (e.g. GPT-2 files moved away)
+    // training goes on and the sample is left out.
+    if (spec && dsc_tokenizer_create(&t->tok, spec) != DSC_OK) {
+        fprintf(stderr, "note: tokenizer %s unavailable (%s); no text sample at the end\n", spec,
+                dsc_last_error());
+        t->tok = NULL;
+    }
+    json_decref(j);
+    return DSC_OK;
+}
+
+static dsc_status open_data(trainer *t, int *vocab) {
+    const train_opts *o = t->o;
+    if (o->data) snprintf(t->data_dir, sizeof t->data_dir, "%s", o->data);
+    else DSC_TRY(default_data(t));
+    DSC_TRY(open_tokenizer(t, vocab));
+    dsc_loader_opts lo = {.path = t->data_dir, .split = "train", .T = t->T,
+                          .seed = (uint64_t)o->seed, .shuffle = true, .prefetch = 1};
+    DSC_TRY(dsc_loader_create(&t->train, &lo));
+    lo.split = "val";
+    lo.shuffle = false;
+    lo.prefetch = 0;
+    if (dsc_loader_create(&t->val, &lo) != DSC_OK) {
+        printf("note: no validation split in %s (%s); skipping validation\n", t->data_dir,
+               dsc_last_error());
+        t->val = NULL;
+    }
+    int maxtok = dsc_loader_max_token(t->train);
+    if (maxtok >= *vocab)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "data %s holds token id %d but the vocabulary has "
+                         "%d entries; fix vocab_size in dataset.json or prepare the data again",
+                         t->data_dir, maxtok, *vocab);
+    return DSC_OK;
+}
+
+static void print_warning(void *user, const char *msg) { fprintf(stderr, "warning: %s\n", msg); }
+
+static dsc_status build_engine(trainer *t) {
+    const train_opts *o = t->o;
+    dsc_engine_opts eo = {.warn = print_warning};
+    char json[1024];
+    if (o->config) {
+        eo.config_path = o->config;
+    } else {
+        // DeepSpeed warms up over at least 2 steps and needs total > warm-up.
+        long long warm = o->max_steps / 10 > 2 ? o->max_steps / 10 : 2;
+        long long total = o->max_steps > warm ? o->max_steps : warm + 1;
+        snprintf(json, sizeof json, default_config_fmt, warm, total);
+        eo.config_json = json;
+    }
+    t->ntensors = dsc_gpt2_num_tensors(&t->mc);
+    dsc_param_desc *pd = calloc((size_t)t->ntensors, sizeof *pd);
+    dsc_gpt2_tensor_info *info = calloc((size_t)t->ntensors, sizeof *info);
+    if (!pd || !info) {
+        free(pd);
+        free(info);
+        return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
+    }
+    for (int i = 0; i < t->ntensors; i++) {
+        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
+        pd[i] = (dsc_param_desc){.name = info[i].name, .ndim = info[i].ndim, .group = info[i].group};
+        for (int d = 0; d < info[i].ndim; d++) pd[i].shape[d] = info[i].shape[d];
+    }
+    eo.params = pd;
+    eo.nparams = t->ntensors;
+    dsc_status st = dsc_engine_create(&t->eng, &eo);
+    free(pd);
+    free(info);
+    return st;
+}
+
+// Load Hugging Face GPT-2 weights (F32, BF16 or F16) into the master copy.
+static dsc_status load_weights(trainer *t, const char *path) {
+    dsc_st_file *f;
+    DSC_TRY(dsc_st_open(&f, path));
+    dsc_status st = DSC_OK;
+    for (int i = 0; i < t->ntensors && st == DSC_OK; i++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&t->mc, i, &ti);
+        char alt[128];
+        snprintf(alt, sizeof alt, "transformer.%s", ti.name);
+        const dsc_st_tensor *x = dsc_st_find(f, ti.name);
+        if (!x) x = dsc_st_find(f, alt);
+        int64_t numel = 1;
+        for (int d = 0; x && d < x->ndim; d++) numel *= x->shape[d];
+        if (!x) {
+            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", path, ti.name);
+        } else if (numel != ti.numel || x->ndim != ti.ndim || x->shape[0] != ti.shape[0]) {
+            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
+                           "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "
+                           "and the vocabulary", path, ti.name, (long long)numel,
+                           (long long)x->shape[0], (long long)ti.numel, (long long)ti.shape[0]);
+        } else {
+            float *dst = dsc_param_master(t->eng, i);
+            if (!strcmp(x->dtype, "F32")) memcpy(dst, x->data, (size_t)numel * 4);
+            else if (!strcmp(x->dtype, "BF16")) dsc_bf16_to_fp32_n(dst, x->data, (size_t)numel);
+            else if (!strcmp(x->dtype, "F16")) dsc_fp16_to_fp32_n(dst, x->data, (size_t)numel);
+            else st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has dtype %s; "
+                                "F32, BF16 or F16 expected", path, ti.name, x->dtype);
+        }
+    }
+    dsc_st_close(f);
+    return st;
+}
+
+static dsc_status init_weights(trainer *t) {
+    float **master = calloc((size_t)t->ntensors, sizeof *master);
+    if (!master) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int i = 0; i < t->ntensors; i++) master[i] = dsc_param_master(t->eng, i);
+    dsc_gpt2_init_weights(&t->mc, master, (uint64_t)t->o->seed);
+    free(master);
+    if (t->o->init_weights) DSC_TRY(load_weights(t, t->o->init_weights));
+    DSC_TRY(dsc_params_updated(t->eng));
+    for (int i = 0; i < t->ntensors; i++) {
+        t->work[i] = dsc_param_data(t->eng, i);
+        t->grads[i] = dsc_param_grad(t->eng, i);
+    }
+    return DSC_OK;
+}
+
+// Matrix-product throughput of this machine with every thread busy: MFU's denominator on CPU.
+static double measure_cpu_peak(void) {
+    enum { N = 384, REPS = 4 };
+    double best = 0;
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    float *buf = calloc((size_t)nthreads * 3 * N * N, sizeof(float));
+    if (!buf) return 0;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = dsc_now();
+#pragma omp parallel
+        {
+            int id = 0;
+#ifdef _OPENMP
+            id = omp_get_thread_num();
+#endif
+            float *a = buf + (size_t)id * 3 * N * N, *b = a + N * N, *c = b + N * N;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N,
+                        0.0f, c, N);
+        }
+        double dt = dsc_now() - t0;
+        double rate = 2.0 * N * N * N * nthreads / dt;
+        if (rate > best) best = rate;
+    }
+    free(buf);
+    return best;
+}
+
+static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
+    if (t->o->out) {
+        snprintf(out, cap, "%s", t->o->out);
+    } else {
+        char stamp[64];
+        time_t now = time(NULL);
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(out, cap, "runs/%s", stamp);
+    }
+    DSC_TRY(mkdirs(out));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    t->metrics = fopen(path, "w");
+    if (!t->metrics) return dsc__fail(DSC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return DSC_OK;
+}
+
+// ---- the steps ----
+
+static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
+    int64_t first = ((step - 1) * t->gas + micro) * (int64_t)t->B * t->world + (int64_t)t->rank * t->B;
+    int32_t *in = t->in + (size_t)micro * t->B * t->T, *tg = t->tg + (size_t)micro * t->B * t->T;
+    DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
+    dsc_gpt2_hooks h = {t->eng, hook_gather, hook_release, hook_ready};
+    DSC_TRY(dsc_gpt2_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
+    return dsc_gpt2_backward(t->model, t->work, t->grads, (float)dsc_backward_scale(t->eng), &h);
+}
+
+static dsc_status evaluate(trainer *t, double *out) {
+    double sum = 0;
+    int n = 0;
+    int64_t avail = dsc_loader_num_samples(t->val) / t->B;
+    int64_t batches = t->o->eval_batches < avail ? t->o->eval_batches : avail;
+    dsc_gpt2_hooks h = {t->eng, hook_gather, hook_release, NULL};
+    for (int64_t b = 0; b < batches; b++) {
+        float loss;
+        DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
+        DSC_TRY(dsc_gpt2_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
+        sum += loss;
+        n++;
+    }
+    *out = n ? sum / n : NAN;
+    return DSC_OK;
+}
+
+// --dump-grads: this step's unscaled, accumulated gradients with Hugging Face names, its input and
+// target tokens, and its loss, so the step can be recomputed outside dsc.
+static dsc_status dump_grads(trainer *t, double loss) {
+    int n = t->ntensors;
+    dsc_st_tensor *ts = calloc((size_t)n + 2, sizeof *ts);
+    float **copies = calloc((size_t)n, sizeof *copies);
+    dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
+    dsc_status st = DSC_OK;
+    if (!ts || !copies || !info) {
+        st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+        goto done;
+    }
+    double inv = t->gas / dsc_backward_scale(t->eng); // = 1 / loss scale
+    for (int i = 0; i < n; i++) {
+        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
+        copies[i] = malloc((size_t)info[i].numel * sizeof(float));
+        if (!copies[i]) {
+            st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+            goto done;
+        }
+        for (int64_t k = 0; k < info[i].numel; k++) copies[i][k] = (float)(t->grads[i][k] * inv);
+        ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
+                                .data = copies[i], .nbytes = (size_t)info[i].numel * 4};
+        for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
+    }
+    size_t ntok = (size_t)t->gas * t->B * t->T;
+    ts[n] = (dsc_st_tensor){"inputs", "I32", 2, {(int64_t)t->gas * t->B, t->T}, t->in, ntok * 4};
+    ts[n + 1] = (dsc_st_tensor){"targets", "I32", 2, {(int64_t)t->gas * t->B, t->T}, t->tg, ntok * 4};
+    char sloss[64], sscale[64], sgas[32];
+    snprintf(sloss, sizeof sloss, "%.9g", loss);
+    snprintf(sscale, sizeof sscale, "%.9g", 1.0 / inv);
+    snprintf(sgas, sizeof sgas, "%d", t->gas);
+    const char *meta[] = {"loss", sloss, "step", "1", "loss_scale", sscale, "model", t->o->model,
+                          "gradient_accumulation_steps", sgas, "format", "dsc-dump-grads-1"};
+    st = dsc_st_write(t->o->dump_grads, ts, n + 2, meta, 6);
+done:
+    for (int i = 0; copies && i < n; i++) free(copies[i]);
+    free(copies);
+    free(ts);
+    free(info);
+    return st;
+}
+
+static void write_metrics(trainer *t, const dsc_step_info *si, double loss, double val,
+                          int64_t tokens, double tok_s, double elapsed) {
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.17g, \"grad_norm\": %.9g, "
+            "\"loss_scale\": %.17g, \"skipped\": %s, \"tokens\": %lld, \"tokens_per_s\": %.6g, "
+            "\"elapsed_s\": %.6f",
+            (long long)si->step, loss, si->lr, isfinite(si->grad_norm) ? si->grad_norm : -1.0,
+            si->loss_scale, si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
+    if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %.9g", val);
+    fprintf(t->metrics, "}\n");
+    fflush(t->metrics);
+}
+
+// Sample with temperature 0.8 from the 40 most likely tokens, seeded: a short text after training.
+static void sample_text(trainer *t) {
+    if (!t->tok || t->o->sample_tokens <= 0) return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (dsc_tokenizer_encode(t->tok, t->o->prompt, strlen(t->o->prompt), &ids, &n) != DSC_OK || !n)
+        return;
+    size_t cap = n + (size_t)t->o->sample_tokens;
+    int32_t *seq = malloc(cap * sizeof *seq);
+    float *probs = malloc((size_t)t->mc.vocab_size * sizeof *probs);
+    if (!seq || !probs) goto done;
+    memcpy(seq, ids, n * sizeof *seq);
+    uint64_t rng = (uint64_t)t->o->seed * 0x9E3779B97F4A7C15ull + 1;
+    dsc_gpt2_hooks h = {t->eng, hook_gather, hook_release, NULL};
+    for (size_t len = n; len < cap; len++) {
+        int T = len < (size_t)t->T ? (int)len : t->T;
+        if (dsc_gpt2_forward(t->model, t->work, seq + len - T, NULL, 1, T, &h, NULL) != DSC_OK) break;
+        const float *logits = dsc_gpt2_logits(t->model) + (size_t)(T - 1) * t->mc.vocab_size;
+        int V = t->mc.vocab_size;
+        float kth = -INFINITY; // the 40th largest logit
+        for (int k = 0; k < 40 && k < V; k++) {
+            float best = -INFINITY;
+            for (int v = 0; v < V; v++)
+                if (logits[v] > best && (k == 0 || logits[v] < kth)) best = logits[v];
+            kth = best;
+        }
+        double z = 0;
+        for (int v = 0; v < V; v++) z += probs[v] = logits[v] >= kth ? expf((logits[v] - kth) / 0.8f) : 0;
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        double u = (double)(rng >> 11) / 9007199254740992.0 * z, acc = 0;
+        int pick = V - 1;
+        for (int v = 0; v < V; v++)
+            if ((acc += probs[v]) > u) {
+                pick = v;
+                break;
+            }
+        seq[len] = pick;
+    }
+    char *text = NULL;
+    size_t tl = 0;
+    if (dsc_tokenizer_decode(t->tok, seq, cap, &text, &tl) == DSC_OK) {
+        printf("\nsample (temperature 0.8, top-40):\n----\n%.*s\n----\n", (int)tl, text);
+        free(text);
+    }
+done:
+    free(ids);
+    free(seq);
+    free(probs);
+}
+
+static void print_progress(const trainer *t, const dsc_step_info *si, double loss, double tok_s,
+                           double mfu) {
+    printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %7.4f | loss scale %g | %8.0f tok/s "
+           "| MFU %.1f%%%s\n",
+           (long long)si->step, t->o->max_steps, loss, si->lr, si->grad_norm, si->loss_scale,
+           tok_s, 100 * mfu, si->skipped ? " | skipped (overflow)" : "");
+    fflush(stdout);
+}
+
+static dsc_status train_loop(trainer *t) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
+    int64_t tokens_step = (int64_t)t->gas * t->B * t->T * t->world, tokens = 0;
+    double start = dsc_now(), first_loss = NAN, last_loss = NAN, val = NAN;
+    dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
+    for (int64_t step = 1; step <= t->o->max_steps; step++) {
+        double t0 = dsc_now(), loss_sum = 0;
+        dsc_step_info si;
+        for (int micro = 0; micro < t->gas; micro++) {
+            float loss;
+            DSC_TRY(micro_step(t, step, micro, &loss));
+            loss_sum += loss;
+            if (step == 1 && micro == t->gas - 1 && t->o->dump_grads)
+                DSC_TRY(dump_grads(t, loss_sum / t->gas));
+            DSC_TRY(dsc_step(t->eng, &si));
+        }
+        double dt = dsc_now() - t0, loss = loss_sum / t->gas;
+        tokens += tokens_step;
+        double tok_s = tokens_step / dt, mfu = t->peak_flops > 0 ? flops_tok * tok_s / t->peak_flops : 0;
+        if (step == 1) first_loss = loss;
+        last_loss = loss;
+        val = NAN;
+        bool eval_now = t->val && ((t->o->eval_every > 0 && step % t->o->eval_every == 0) ||
+                                   step == t->o->max_steps);
+        if (eval_now) DSC_TRY(evaluate(t, &val));
+        write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
+        if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps)
+            print_progress(t, &si, loss, tok_s, mfu);
+        if (!isnan(val)) printf("step %5lld | validation loss %.4f\n", (long long)step, val);
+    }
+    if (t->o->max_steps > 0)
+        printf("\ntrain loss %.4f -> %.4f over %lld steps (%.1f s)\n", first_loss, last_loss,
+               t->o->max_steps, dsc_now() - start);
+    return DSC_OK;
+}
+
+static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
+    const train_opts *o = t->o;
+#ifdef _OPENMP
+    if (o->threads > 0) omp_set_num_threads((int)o->threads);
+#endif
+    t->T = (int)o->seq_len;
+    int vocab;
+    DSC_TRY(open_data(t, &vocab));
+    DSC_TRY(dsc_gpt2_config_parse(o->model, vocab, t->T, &t->mc));
+    DSC_TRY(build_engine(t));
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    t->B = (int)cfg->train_micro_batch_size_per_gpu;
+    t->gas = (int)cfg->gradient_accumulation_steps;
+    t->rank = dsc_engine_rank(t->eng);
+    t->world = dsc_engine_world_size(t->eng);
+    DSC_TRY(dsc_gpt2_create(&t->model, &t->mc, t->B, t->T));
+    t->work = calloc((size_t)t->ntensors, sizeof *t->work);
+    t->grads = calloc((size_t)t->ntensors, sizeof *t->grads);
+    t->in = malloc((size_t)t->gas * t->B * t->T * sizeof *t->in);
+    t->tg = malloc((size_t)t->gas * t->B * t->T * sizeof *t->tg);
+    if (!t->work || !t->grads || !t->in || !t->tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    DSC_TRY(init_weights(t));
+    DSC_TRY(open_run_dir(t, run_dir, cap));
+    t->peak_flops = measure_cpu_peak();
+    printf("dsc train: model %s (%.2fM parameters, %d layers, %d heads, %d channels, vocab %d)\n",
+           o->model, dsc_gpt2_num_params(&t->mc) / 1e6, t->mc.n_layer, t->mc.n_head,
+           t->mc.n_embd, t->mc.vocab_size);
+    printf("data %s: %lld training tokens | T=%d, micro batch %d, accumulation %d, world %d, "
+           "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
+           t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
+           cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
+    printf("run dir %s | CPU matrix peak %.1f GFLOP/s (MFU's reference)\n", run_dir, t->peak_flops / 1e9);
+    return DSC_OK;
+}
+
+static void trainer_free(trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    dsc_gpt2_destroy(t->model);
+    dsc_engine_destroy(t->eng);
+    dsc_loader_destroy(t->train);
+    dsc_loader_destroy(t->val);
+    dsc_tokenizer_destroy(t->tok);
+    free(t->work);
+    free(t->grads);
+    free(t->in);
+    free(t->tg);
+}
+
+int dsc__train_run(const train_opts *o) {
+    trainer t = {.o = o};
+    char run_dir[4096];
+    dsc_status st = trainer_setup(&t, run_dir, sizeof run_dir);
+    if (st == DSC_OK) st = train_loop(&t);
+    if (st == DSC_OK) sample_text(&t);
+    trainer_free(&t);
+    if (st != DSC_OK) {
+        fprintf(stderr, "dsc train: error: %s\n", dsc_last_error());
+        return 1;
+    }
+    return 0;
+}

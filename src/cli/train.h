@@ -1,0 +1,21 @@
+// cli/train.h - the reference GPT-2 trainer behind `dsc train`.
+#ifndef DSC_CLI_TRAIN_H
+#define DSC_CLI_TRAIN_H
+
+#include <stdbool.h> // bool
+
+typedef struct train_opts {
+    const char *config;       // DeepSpeed config file; NULL = the built-in default
+    const char *model;        // model spec ("d4", "gpt2-124M", ...)
+    const char *data;         // data folder or shard; NULL = the built-in default data
+    const char *out;          // run directory
+    const char *init_weights; // safetensors with Hugging Face GPT-2 names, or NULL
+    const char *dump_grads;   // safetensors to write the first step's gradients to, or NULL
+    const char *prompt;       // text the closing sample starts from
+    long long seq_len, max_steps, seed, eval_every, eval_batches, sample_tokens, threads;
+} train_opts;
+
+// Run training; returns the process exit code (0 ok, 1 failure with the reason printed).
+int dsc__train_run(const train_opts *o);
+
+#endif

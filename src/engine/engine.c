@@ -1,0 +1,423 @@
+// engine/engine.c - parameter table, flat buffers, micro-steps and the optimizer step.
+#include "dsc/engine.h"
+
+#include <math.h>   // sqrt, isfinite
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // aligned_alloc, calloc, free, getenv, strtol
+#include <string.h> // memset, memcpy
+
+#include "base/log.h"                   // DSC_WARN, DSC_INFO
+#include "base/status.h"                // dsc__fail, DSC_TRY
+#include "dsc/half.h"                   // dsc_fp32_to_fp16, dsc_fp32_to_bf16
+#include "engine/optim/loss_scaler.h"   // dsc_loss_scaler_*
+#include "engine/optim/lr_schedule.h"   // dsc_sched_*
+#include "engine/optim/optim.h"         // dsc_opt_step, dsc_opt_sumsq
+#include "engine/sched_config.h"        // dsc__sched_params_from_config
+
+#define ALIGN_ELEMS 16 // each tensor starts on a 64-byte boundary of the flat buffers
+
+typedef enum precision { PREC_FP32, PREC_FP16, PREC_BF16 } precision;
+
+typedef struct param {
+    char name[DSC_PARAM_NAME_MAX];
+    int ndim;
+    int64_t shape[DSC_PARAM_MAX_DIMS];
+    int64_t numel;
+    int group;
+    size_t off; // element offset in the flat buffers
+} param;
+
+struct dsc_engine {
+    dsc_config cfg;
+    int rank, world;
+    int nparams, ngroups;
+    param *params;
+    int64_t numel; // sum of numel
+    size_t total;  // flat buffer length with alignment padding
+    float *master; // (total) fp32 master weights
+    float *work;   // (total) what the model computes with; == master in fp32
+    float *grad;   // (total) gradient accumulator
+    float *m, *v;  // (total) optimizer state (v unused by SGD and Lion)
+    precision prec;
+    dsc_opt_hparams hp;
+    dsc_sched_params sched;
+    bool has_sched;
+    dsc_loss_scaler scaler;
+    int64_t micro;          // micro-steps into the current accumulation
+    int64_t global_steps;   // optimizer steps attempted (DeepSpeed's global_steps)
+    int64_t applied_steps;  // steps applied (drives the LR schedule and Adam's bias correction)
+    int64_t skipped_steps;
+    unsigned char *gathered; // (ngroups) gather/release balance, to catch misuse
+    const char *inject;      // DSC_INJECT_OVERFLOW: step numbers forced to overflow (tests)
+};
+
+// ---- configuration -> optimizer, schedule, scaler ----
+
+static dsc_status optimizer_from_config(dsc_engine *e) {
+    const dsc_config *c = &e->cfg;
+    const char *t = c->optimizer.type[0] ? c->optimizer.type : "adamw";
+    dsc_opt_kind kind;
+    if (!strcmp(t, "adam")) kind = DSC_OPT_ADAM;
+    else if (!strcmp(t, "adamw")) kind = DSC_OPT_ADAMW;
+    else if (!strcmp(t, "sgd")) kind = DSC_OPT_SGD;
+    else if (!strcmp(t, "lion")) kind = DSC_OPT_LION;
+    else
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "optimizer.type \"%s\" is not implemented by dsc; "
+                         "use Adam, AdamW, SGD or Lion", t);
+    dsc_opt_hparams_defaults(kind, &e->hp);
+    // Only keys present in the file override the optimizer's own defaults.
+#define OVERRIDE(key, field, expr)                                                              \
+    if (dsc_config_given(c, "optimizer.params." key)) e->hp.field = (expr)
+    OVERRIDE("lr", lr, (float)c->optimizer.lr);
+    OVERRIDE("betas", beta1, (float)c->optimizer.betas[0]);
+    OVERRIDE("betas", beta2, (float)c->optimizer.betas[1]);
+    OVERRIDE("eps", eps, (float)c->optimizer.eps);
+    OVERRIDE("weight_decay", weight_decay, (float)c->optimizer.weight_decay);
+    OVERRIDE("adam_w_mode", adam_w_mode, c->optimizer.adam_w_mode);
+    OVERRIDE("bias_correction", bias_correction, c->optimizer.bias_correction);
+    OVERRIDE("momentum", momentum, (float)c->optimizer.momentum);
+    OVERRIDE("dampening", dampening, (float)c->optimizer.dampening);
+    OVERRIDE("nesterov", nesterov, c->optimizer.nesterov);
+#undef OVERRIDE
+    if (c->optimizer.amsgrad)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "optimizer.params.amsgrad = true is not supported "
+                         "(DeepSpeed's fused Adam rejects it too); remove it");
+    return dsc_opt_hparams_validate(&e->hp);
+}
+
+static dsc_status schedule_from_config(dsc_engine *e) {
+    const dsc_config *c = &e->cfg;
+    e->has_sched = c->scheduler.type[0] != '\0';
+    if (!e->has_sched) return DSC_OK;
+    dsc_sched_kind kind;
+    DSC_TRY(dsc_sched_kind_parse(c->scheduler.type, &kind));
+    dsc_sched_params_defaults(kind, &e->sched);
+    dsc__sched_params_from_config(&e->sched, c);
+    if (kind == DSC_SCHED_ONE_CYCLE && e->sched.cycle_momentum && e->hp.kind == DSC_OPT_SGD)
+        DSC_WARN("engine", "scheduler OneCycle: cycle_momentum does not apply to SGD (as in "
+                 "DeepSpeed); the momentum stays %g", e->hp.momentum);
+    return dsc_sched_validate(&e->sched);
+}
+
+static void scaler_from_config(dsc_engine *e) {
+    const dsc_config *c = &e->cfg;
+    if (e->prec != PREC_FP16) {
+        dsc_loss_scaler_init(&e->scaler, 1.0, 0, 1000, 1, false, 1.0); // static scale 1
+        return;
+    }
+    dsc_loss_scaler_init(&e->scaler, c->fp16.loss_scale, (int)c->fp16.initial_scale_power,
+                         (int)c->fp16.loss_scale_window, (int)c->fp16.hysteresis,
+                         c->fp16.consecutive_hysteresis, c->fp16.min_loss_scale);
+}
+
+// ---- creation ----
+
+static dsc_status world_from_env(dsc_engine *e, const dsc_engine_opts *o) {
+    e->rank = o->rank;
+    e->world = o->world_size;
+    if (e->world > 0) return DSC_OK;
+    const char *r = getenv("RANK"), *w = getenv("WORLD_SIZE");
+    e->rank = r ? (int)strtol(r, NULL, 10) : 0;
+    e->world = w ? (int)strtol(w, NULL, 10) : 1;
+    if (e->world < 1 || e->rank < 0 || e->rank >= e->world)
+        return dsc__fail(DSC_ERR_CONFIG, "RANK=%s WORLD_SIZE=%s: need 0 <= RANK < WORLD_SIZE",
+                         r ? r : "(unset)", w ? w : "(unset)");
+    if (e->world > 1)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "WORLD_SIZE=%d: this build of dsc trains on one "
+                         "rank only (multi-rank data parallelism is not built yet)", e->world);
+    return DSC_OK;
+}
+
+static dsc_status load_config(dsc_engine *e, const dsc_engine_opts *o) {
+    int given = (o->config != NULL) + (o->config_path != NULL) + (o->config_json != NULL);
+    if (given != 1)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_create: give exactly one of config, "
+                         "config_path, config_json (got %d)", given);
+    if (o->config) {
+        e->cfg = *o->config;
+        return dsc_config_resolve_batch(&e->cfg, e->world);
+    }
+    if (o->config_path)
+        return dsc_config_load_file(&e->cfg, o->config_path, e->world, o->warn, o->warn_user);
+    return dsc_config_load_string(&e->cfg, o->config_json, e->world, o->warn, o->warn_user);
+}
+
+static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
+    if (o->nparams <= 0 || !o->params)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_create: no parameters registered");
+    e->params = calloc((size_t)o->nparams, sizeof *e->params);
+    if (!e->params) return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
+    e->nparams = o->nparams;
+    size_t off = 0;
+    for (int i = 0; i < o->nparams; i++) {
+        const dsc_param_desc *d = &o->params[i];
+        param *p = &e->params[i];
+        if (!d->name || strlen(d->name) >= DSC_PARAM_NAME_MAX || d->ndim < 1 ||
+            d->ndim > DSC_PARAM_MAX_DIMS || d->group < 0)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "parameter %d (%s): bad name, rank or group", i,
+                             d->name ? d->name : "unnamed");
+        snprintf(p->name, sizeof p->name, "%s", d->name);
+        p->ndim = d->ndim;
+        p->numel = 1;
+        for (int k = 0; k < d->ndim; k++) {
+            if (d->shape[k] <= 0)
+                return dsc__fail(DSC_ERR_INVALID_ARG, "parameter %s: dimension %d is %lld", d->name,
+                                 k, (long long)d->shape[k]);
+            p->shape[k] = d->shape[k];
+            p->numel *= d->shape[k];
+        }
+        p->group = d->group;
+        p->off = off;
+        off += ((size_t)p->numel + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
+        e->numel += p->numel;
+        if (d->group + 1 > e->ngroups) e->ngroups = d->group + 1;
+    }
+    e->total = off;
+    return DSC_OK;
+}
+
+static float *alloc_floats(size_t n) {
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (p) memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+static dsc_status alloc_buffers(dsc_engine *e) {
+    e->master = alloc_floats(e->total);
+    e->work = e->prec == PREC_FP32 ? e->master : alloc_floats(e->total);
+    e->grad = alloc_floats(e->total);
+    e->m = alloc_floats(e->total);
+    e->v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW ? alloc_floats(e->total) : NULL;
+    e->gathered = calloc((size_t)e->ngroups, 1);
+    bool v_ok = e->v || !(e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW);
+    if (!e->master || !e->work || !e->grad || !e->m || !v_ok || !e->gathered)
+        return dsc__fail(DSC_ERR_OOM, "out of memory: %zu parameters need about %.1f MiB of "
+                         "weights, gradients and optimizer state", (size_t)e->numel,
+                         (double)e->total * 4 * 5 / (1 << 20));
+    return DSC_OK;
+}
+
+static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
+    DSC_TRY(world_from_env(e, o));
+    DSC_TRY(load_config(e, o));
+    e->prec = e->cfg.fp16.enabled ? PREC_FP16 : e->cfg.bf16.enabled ? PREC_BF16 : PREC_FP32;
+    if (e->cfg.zero_optimization.stage > 0 && e->world == 1)
+        DSC_INFO("engine", "ZeRO stage %lld on one rank: nothing to partition",
+                 (long long)e->cfg.zero_optimization.stage);
+    DSC_TRY(optimizer_from_config(e));
+    DSC_TRY(schedule_from_config(e));
+    scaler_from_config(e);
+    DSC_TRY(copy_params(e, o));
+    DSC_TRY(alloc_buffers(e));
+    e->inject = getenv("DSC_INJECT_OVERFLOW");
+    return DSC_OK;
+}
+
+dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *o) {
+    *out = NULL;
+    dsc_engine *e = calloc(1, sizeof *e);
+    if (!e) return dsc__fail(DSC_ERR_OOM, "out of memory creating the engine");
+    dsc_status st = engine_init(e, o);
+    if (st != DSC_OK) {
+        dsc_engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return DSC_OK;
+}
+
+void dsc_engine_destroy(dsc_engine *e) {
+    if (!e) return;
+    if (e->work != e->master) free(e->work);
+    free(e->master);
+    free(e->grad);
+    free(e->m);
+    free(e->v);
+    free(e->gathered);
+    free(e->params);
+    free(e);
+}
+
+// ---- accessors ----
+
+const dsc_config *dsc_engine_config(const dsc_engine *e) { return &e->cfg; }
+int dsc_engine_rank(const dsc_engine *e) { return e->rank; }
+int dsc_engine_world_size(const dsc_engine *e) { return e->world; }
+int dsc_engine_num_params(const dsc_engine *e) { return e->nparams; }
+int64_t dsc_engine_num_elements(const dsc_engine *e) { return e->numel; }
+int64_t dsc_engine_global_steps(const dsc_engine *e) { return e->global_steps; }
+float *dsc_param_data(dsc_engine *e, int i) { return e->work + e->params[i].off; }
+float *dsc_param_grad(dsc_engine *e, int i) { return e->grad + e->params[i].off; }
+float *dsc_param_master(dsc_engine *e, int i) { return e->master + e->params[i].off; }
+
+// Derive the compute copy from the master weights: rounded to the training dtype.
+static void refresh_work(dsc_engine *e) {
+    if (e->prec == PREC_FP32) return;
+    float *w = e->work;
+    const float *m = e->master;
+    size_t n = e->total;
+    if (e->prec == PREC_FP16) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) w[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(m[i]));
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) w[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(m[i]));
+    }
+}
+
+dsc_status dsc_params_updated(dsc_engine *e) {
+    refresh_work(e);
+    return DSC_OK;
+}
+
+static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
+    if (g < 0 || g >= e->ngroups)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s(%d): the model registered groups 0..%d", what, g,
+                         e->ngroups - 1);
+    return DSC_OK;
+}
+
+// One rank holds every parameter: gather and release only check that calls pair up.
+dsc_status dsc_gather(dsc_engine *e, int g) {
+    DSC_TRY(check_group(e, g, "dsc_gather"));
+    e->gathered[g] = 1;
+    return DSC_OK;
+}
+
+dsc_status dsc_release(dsc_engine *e, int g) {
+    DSC_TRY(check_group(e, g, "dsc_release"));
+    if (!e->gathered[g])
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_release(%d) without dsc_gather(%d)", g, g);
+    e->gathered[g] = 0;
+    return DSC_OK;
+}
+
+dsc_status dsc_grads_ready(dsc_engine *e, int g) { return check_group(e, g, "dsc_grads_ready"); }
+
+double dsc_backward_scale(const dsc_engine *e) {
+    return dsc_loss_scaler_scale(&e->scaler) / (double)e->cfg.gradient_accumulation_steps;
+}
+
+// ---- the optimizer step ----
+
+static void sched_at(const dsc_engine *e, int64_t step, double *lr, double *mom) {
+    *lr = e->hp.lr;
+    *mom = -1;
+    if (e->has_sched) dsc_sched_lr_at(&e->sched, e->hp.lr, step, lr, mom);
+}
+
+double dsc_engine_next_lr(const dsc_engine *e) {
+    double lr, mom;
+    sched_at(e, e->applied_steps + 1, &lr, &mom);
+    return lr;
+}
+
+// Is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? A test-only fault switch.
+static bool inject_overflow(const char *spec, int64_t step) {
+    if (!spec) return false;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return false;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        if (step >= a && step <= b) return true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return false;
+    }
+    return false;
+}
+
+// fp16 gradients: rounded to half precision, as a half-precision model produces them; values
+// past the fp16 range become inf, which the overflow check then sees.
+static void round_grads_fp16(dsc_engine *e) {
+    float *g = e->grad;
+    size_t n = e->total;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(g[i]));
+}
+
+static void zero_grads(dsc_engine *e) { memset(e->grad, 0, e->total * sizeof(float)); }
+
+// Data-parallel reduction of the accumulated gradients, with DeepSpeed's pre-division:
+// divide by gradient_predivide_factor (or by world size with prescale_gradients) before the sum,
+// and by world/predivide after. On one rank the sum is the identity.
+static void reduce_grads(dsc_engine *e) {
+    double pre = e->cfg.prescale_gradients ? e->world : e->cfg.gradient_predivide_factor;
+    double post = (double)e->world / pre;
+    if (pre == 1.0 && post == 1.0) return;
+    float s = (float)(1.0 / pre) * (float)(1.0 / post);
+    float *g = e->grad;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < e->total; i++) g[i] *= s;
+}
+
+static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
+    // DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss
+    // scale before it unscales: on a step where the scale grows, the gradients (scaled by the old
+    // scale) are divided by the new one, and clipping compares against that too. The reported
+    // norm uses the old scale. Mirrored exactly so that runs match DeepSpeed step for step.
+    double prev = dsc_loss_scaler_scale(&e->scaler);
+    double norm = sqrt(sumsq); // of g / prev: the true gradient norm
+    DSC_TRY(dsc_loss_scaler_update(&e->scaler, false));
+    double scale = dsc_loss_scaler_scale(&e->scaler);
+    double combined = scale;
+    if (e->cfg.gradient_clipping > 0) {
+        double clip = (norm * prev / scale + 1e-6) / e->cfg.gradient_clipping;
+        if (clip > 1) combined = clip * scale;
+    }
+    double lr, mom;
+    sched_at(e, e->applied_steps + 1, &lr, &mom);
+    dsc_opt_hparams hp = e->hp;
+    hp.lr = (float)lr;
+    if (mom >= 0 && hp.kind != DSC_OPT_SGD) {
+        // OneCycle cycles the momentum as DeepSpeed does: betas = (momentum, 0.99). For SGD
+        // DeepSpeed leaves the momentum alone (and warns); so do we, at create.
+        hp.beta1 = (float)mom;
+        hp.beta2 = (float)DSC_SCHED_ONE_CYCLE_BETA2;
+    }
+    dsc_opt_step(&hp, e->applied_steps + 1, e->master, e->grad, e->m, e->v, e->total,
+                 (float)(1.0 / combined), NULL, DSC_OPT_OUT_NONE);
+    e->applied_steps++;
+    refresh_work(e);
+    info->lr = lr;
+    info->grad_norm = norm;
+    return DSC_OK;
+}
+
+dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
+    memset(info, 0, sizeof *info);
+    if (++e->micro < e->cfg.gradient_accumulation_steps) {
+        info->step = e->global_steps;
+        return DSC_OK;
+    }
+    e->micro = 0;
+    e->global_steps++;
+    info->boundary = true;
+    info->step = e->global_steps;
+    info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
+    reduce_grads(e);
+    if (e->prec == PREC_FP16) round_grads_fp16(e);
+    bool nonfinite = false;
+    double sumsq = dsc_opt_sumsq(e->grad, e->total, (float)(1.0 / info->loss_scale), &nonfinite);
+    if (inject_overflow(e->inject, e->global_steps)) nonfinite = true;
+    dsc_status st = DSC_OK;
+    if (nonfinite && e->prec == PREC_FP16) {
+        // Overflow: skip the step. Weights, optimizer state and the LR schedule stay as they are.
+        e->skipped_steps++;
+        info->skipped = true;
+        info->grad_norm = INFINITY;
+        double mom;
+        sched_at(e, e->applied_steps + 1, &info->lr, &mom);
+        st = dsc_loss_scaler_update(&e->scaler, true);
+    } else {
+        if (nonfinite)
+            DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
+                     "training to skip the step)", (long long)e->global_steps,
+                     e->prec == PREC_BF16 ? "bf16" : "fp32");
+        st = apply_step(e, info, sumsq);
+    }
+    zero_grads(e);
+    info->skipped_total = e->skipped_steps;
+    return st;
+}

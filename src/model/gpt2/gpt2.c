@@ -1,0 +1,509 @@
+// model/gpt2/gpt2.c - GPT-2 configuration, parameter table, initialisation, and the forward and
+// backward passes, composed from the kernels of kernels.c.
+#include "model/gpt2/gpt2.h"
+
+#include <ctype.h>  // isdigit
+#include <errno.h>  // errno
+#include <math.h>   // sqrt, log, cos, sin
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // aligned_alloc, calloc, free, strtol
+#include <string.h> // memset, memcpy, strcmp
+
+#include "base/status.h"        // dsc__fail, dsc__error_prefix, DSC_TRY
+#include "model/gpt2/kernels.h" // dsc__gpt2_*
+#ifdef _OPENMP
+#include <omp.h> // omp_get_max_threads
+#endif
+
+// ---- configuration and parameter table ----
+
+#define VALID_SPECS                                                                            \
+    "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or dN (N layers, N heads, 64N channels, "    \
+    "1 <= N <= 256, e.g. d12)"
+
+static const struct {
+    const char *name;
+    int n_layer, n_head, n_embd;
+} named_specs[] = {
+    {"gpt2-124M", 12, 12, 768},
+    {"gpt2-350M", 24, 16, 1024},
+    {"gpt2-774M", 36, 20, 1280},
+    {"gpt2-1558M", 48, 25, 1600},
+};
+
+// The twelve tensors of a layer, in table order.
+enum {
+    K_LN1W, K_LN1B, K_ATTW, K_ATTB, K_APROJW, K_APROJB,
+    K_LN2W, K_LN2B, K_FCW, K_FCB, K_MPROJW, K_MPROJB, PER_LAYER
+};
+static const char *const layer_names[PER_LAYER] = {
+    "ln_1.weight",     "ln_1.bias",       "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",     "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias",   "mlp.c_proj.weight",  "mlp.c_proj.bias",
+};
+// Shapes in units of C: {rows, cols}; cols 0 means a vector.
+static const int layer_shapes[PER_LAYER][2] = {
+    {1, 0}, {1, 0}, {1, 3}, {3, 0}, {1, 1}, {1, 0}, {1, 0}, {1, 0}, {1, 4}, {4, 0}, {4, 1}, {1, 0},
+};
+
+static int layer_tensor(int l, int k) { return 2 + l * PER_LAYER + k; }
+static int lnf_tensor(const dsc_gpt2_config *c) { return 2 + c->n_layer * PER_LAYER; }
+
+dsc_status dsc_gpt2_config_parse(const char *spec, int vocab_size, int max_seq_len,
+                                 dsc_gpt2_config *out) {
+    if (!spec || !out) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 config: spec and out are NULL");
+    if (vocab_size <= 0 || max_seq_len <= 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 config: vocab_size %d and max_seq_len %d must be positive",
+                         vocab_size, max_seq_len);
+    dsc_gpt2_config c = {0};
+    for (size_t i = 0; i < sizeof named_specs / sizeof named_specs[0]; i++) {
+        if (strcmp(spec, named_specs[i].name) != 0) continue;
+        c.n_layer = named_specs[i].n_layer;
+        c.n_head = named_specs[i].n_head;
+        c.n_embd = named_specs[i].n_embd;
+    }
+    if (c.n_layer == 0 && spec[0] == 'd' && isdigit((unsigned char)spec[1])) {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(spec + 1, &end, 10);
+        if (errno == 0 && *end == '\0' && n >= 1 && n <= 256) {
+            c.n_layer = c.n_head = (int)n;
+            c.n_embd = 64 * (int)n;
+        }
+    }
+    if (c.n_layer == 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 model '%s' is not known; use " VALID_SPECS,
+                         spec);
+    c.vocab_size = vocab_size;
+    c.max_seq_len = max_seq_len;
+    *out = c;
+    return DSC_OK;
+}
+
+static dsc_status config_check(const dsc_gpt2_config *c) {
+    if (!c) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2: config is NULL");
+    if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->n_embd % c->n_head != 0 ||
+        c->vocab_size < 1 || c->max_seq_len < 1)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 config (n_layer %d, n_head %d, n_embd %d, vocab_size %d, "
+                         "max_seq_len %d) is invalid: all must be positive and n_embd a multiple "
+                         "of n_head; build it with dsc_gpt2_config_parse",
+                         c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->max_seq_len);
+    return DSC_OK;
+}
+
+int dsc_gpt2_num_tensors(const dsc_gpt2_config *c) { return 4 + c->n_layer * PER_LAYER; }
+
+int dsc_gpt2_num_groups(const dsc_gpt2_config *c) { return c->n_layer + 2; }
+
+static void set_shape(dsc_gpt2_tensor_info *out, int64_t rows, int64_t cols) {
+    out->ndim = cols ? 2 : 1;
+    out->shape[0] = rows;
+    out->shape[1] = cols;
+    out->numel = cols ? rows * cols : rows;
+}
+
+void dsc_gpt2_tensor_info_get(const dsc_gpt2_config *c, int i, dsc_gpt2_tensor_info *out) {
+    memset(out, 0, sizeof *out);
+    int64_t C = c->n_embd;
+    int lnf = lnf_tensor(c);
+    if (i < 2) {
+        snprintf(out->name, sizeof out->name, "%s", i == 0 ? "wte.weight" : "wpe.weight");
+        set_shape(out, i == 0 ? c->vocab_size : c->max_seq_len, C);
+        out->group = 0;
+    } else if (i < lnf) {
+        int l = (i - 2) / PER_LAYER, k = (i - 2) % PER_LAYER;
+        snprintf(out->name, sizeof out->name, "h.%d.%s", l, layer_names[k]);
+        set_shape(out, layer_shapes[k][0] * C, layer_shapes[k][1] * C);
+        out->group = 1 + l;
+    } else {
+        snprintf(out->name, sizeof out->name, "%s", i == lnf ? "ln_f.weight" : "ln_f.bias");
+        set_shape(out, C, 0);
+        out->group = c->n_layer + 1;
+    }
+}
+
+int64_t dsc_gpt2_num_params(const dsc_gpt2_config *c) {
+    int64_t n = 0;
+    for (int i = 0; i < dsc_gpt2_num_tensors(c); i++) {
+        dsc_gpt2_tensor_info info;
+        dsc_gpt2_tensor_info_get(c, i, &info);
+        n += info.numel;
+    }
+    return n;
+}
+
+double dsc_gpt2_flops_per_token(const dsc_gpt2_config *c, int T) {
+    double n = (double)dsc_gpt2_num_params(c) - (double)c->max_seq_len * c->n_embd;
+    return 6.0 * n + 12.0 * c->n_layer * (double)c->n_embd * T;
+}
+
+// ---- initialisation ----
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+// splitmix64's output function: a bijective 64-bit mixer.
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Element e of the standard-normal stream `key`: elements 2p and 2p+1 are the cosine and sine
+// halves of one Box-Muller pair, made from splitmix64 outputs 2p+1 and 2p+2 of that stream.
+static double normal_at(uint64_t key, int64_t e) {
+    uint64_t pair = (uint64_t)e >> 1;
+    uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
+    uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
+    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53; // (0, 1]: log stays finite
+    double u2 = (double)(h2 >> 11) * 0x1.0p-53;       // [0, 1)
+    double r = sqrt(-2.0 * log(u1));
+    double a = 6.283185307179586 * u2;
+    return (e & 1) ? r * sin(a) : r * cos(a);
+}
+
+void dsc_gpt2_init_tensor(const dsc_gpt2_config *c, int i, float *dst, int64_t begin,
+                          int64_t count, uint64_t seed) {
+    int lnf = lnf_tensor(c);
+    int k = (i >= 2 && i < lnf) ? (i - 2) % PER_LAYER : -1;
+    if (i == lnf || i == lnf + 1 || k == K_LN1W || k == K_LN2W || (k >= 0 && k % 2 == 1)) {
+        // layernorm weights 1; biases (odd k inside a layer, and ln_f.bias) 0
+        float v = (i == lnf || k == K_LN1W || k == K_LN2W) ? 1.0f : 0.0f;
+        for (int64_t j = 0; j < count; j++) dst[j] = v;
+        return;
+    }
+    double std = 0.02;
+    if (k == K_APROJW || k == K_MPROJW) std /= sqrt(2.0 * c->n_layer);
+    uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < count; j++) dst[j] = (float)(std * normal_at(key, begin + j));
+}
+
+void dsc_gpt2_init_weights(const dsc_gpt2_config *c, float *const *params, uint64_t seed) {
+    for (int i = 0; i < dsc_gpt2_num_tensors(c); i++) {
+        dsc_gpt2_tensor_info info;
+        dsc_gpt2_tensor_info_get(c, i, &info);
+        dsc_gpt2_init_tensor(c, i, params[i], 0, info.numel, seed);
+    }
+}
+
+// ---- the model: activations and scratch ----
+
+enum { PASS_NONE, PASS_LOGITS, PASS_LOSS }; // what the last forward left for backward
+
+struct dsc_gpt2 {
+    dsc_gpt2_config c;
+    int maxB, maxT;
+    int B, T;      // of the last forward
+    int pass;      // PASS_*
+    int att_slots; // threads the attention scratch serves
+    float *slab;   // every float buffer below is a view of it
+    int32_t *tokens;
+    // Activations kept for backward: 10 BTC floats per layer (plus row statistics). Per-layer
+    // arrays hold n_layer blocks of maxB * maxT rows. Layernorm and GELU outputs are not kept:
+    // backward recomputes each in one cheap pass from res, res2 and fch, saving 6 BTC a layer.
+    float *res;            // (L + 1, BT, C) residual stream into each layer; block L into ln_f
+    float *ln1_mean, *ln1_rstd; // (L, BT)
+    float *qkv;            // (L, BT, 3C)
+    float *atty;           // (L, BT, C) attention output, input of c_proj
+    float *att_stats;      // (L, B, NH, T, 2) softmax row max and 1 / sum
+    float *res2;           // (L, BT, C) residual stream after attention
+    float *ln2_mean, *ln2_rstd; // (L, BT)
+    float *fch;            // (L, BT, 4C) before GELU
+    float *lnf, *lnf_mean, *lnf_rstd; // (BT, C), (BT), (BT)
+    float *logits;         // (BT, V); their gradients after backward
+    float *lse, *losses;   // (BT)
+    // Scratch of both passes.
+    float *ln_out;         // (BT, C) a layernorm's output (forward), recomputed (backward)
+    float *dres;           // (BT, C) gradient of the residual stream
+    float *d1;             // (BT, C)
+    float *d4;             // (BT, 4C): GELU output (forward), also (BT, 3C) gradients
+    float *ln_scratch;     // dsc__gpt2_layernorm_scratch(BT, C)
+    float *att_scratch;    // dsc__gpt2_attention_scratch(T, att_slots)
+};
+
+// One layer's slice of the activations.
+typedef struct layer_acts {
+    float *res_in, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_stats, *res2, *ln2_mean, *ln2_rstd,
+        *fch, *res_out;
+} layer_acts;
+
+static layer_acts acts_of(const dsc_gpt2 *m, int l) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)l;
+    layer_acts a = {
+        .res_in = m->res + L * R * C,
+        .ln1_mean = m->ln1_mean + L * R,
+        .ln1_rstd = m->ln1_rstd + L * R,
+        .qkv = m->qkv + L * R * 3 * C,
+        .atty = m->atty + L * R * C,
+        .att_stats = m->att_stats + L * R * 2 * (size_t)m->c.n_head,
+        .res2 = m->res2 + L * R * C,
+        .ln2_mean = m->ln2_mean + L * R,
+        .ln2_rstd = m->ln2_rstd + L * R,
+        .fch = m->fch + L * R * 4 * C,
+        .res_out = m->res + (L + 1) * R * C,
+    };
+    return a;
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
+static size_t carve(dsc_gpt2 *m, float *slab) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)m->c.n_layer;
+    size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
+    struct {
+        float **view;
+        size_t n;
+    } table[] = {
+        {&m->res, (L + 1) * R * C},      {&m->ln1_mean, L * R},   {&m->ln1_rstd, L * R},
+        {&m->qkv, L * R * 3 * C},        {&m->atty, L * R * C},   {&m->att_stats, L * R * NH * 2},
+        {&m->res2, L * R * C},           {&m->ln2_mean, L * R},   {&m->ln2_rstd, L * R},
+        {&m->fch, L * R * 4 * C},        {&m->lnf, R * C},        {&m->lnf_mean, R},
+        {&m->lnf_rstd, R},               {&m->logits, R * V},     {&m->lse, R},
+        {&m->losses, R},                 {&m->ln_out, R * C},     {&m->dres, R * C},
+        {&m->d1, R * C},                 {&m->d4, R * 4 * C},
+        {&m->ln_scratch, dsc__gpt2_layernorm_scratch((int64_t)R, (int)C)},
+        {&m->att_scratch, dsc__gpt2_attention_scratch(m->maxT, m->att_slots)},
+    };
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (slab) *table[i].view = slab + off;
+        off += (table[i].n + 15) / 16 * 16;
+    }
+    return off;
+}
+
+dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T) {
+    if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 create: out is NULL");
+    *out = NULL;
+    DSC_TRY(config_check(c));
+    if (B < 1 || T < 1 || T > c->max_seq_len || (int64_t)B * T > (1 << 24))
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 create: batch %d x %d is invalid; need B >= 1, 1 <= T <= "
+                         "max_seq_len (%d), and B * T <= 16M tokens",
+                         B, T, c->max_seq_len);
+    dsc_gpt2 *m = calloc(1, sizeof *m);
+    if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 create: out of memory for the model handle");
+    m->c = *c;
+    m->maxB = B;
+    m->maxT = T;
+    m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
+    if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
+    size_t nfloats = carve(m, NULL);
+    m->slab = aligned_alloc(64, nfloats * sizeof(float));
+    m->tokens = malloc(sizeof(int32_t) * 2 * (size_t)B * T);
+    if (!m->slab || !m->tokens) {
+        dsc_gpt2_destroy(m);
+        return dsc__fail(DSC_ERR_OOM,
+                         "gpt2 create: cannot allocate %.2f GiB of activations for batch %d x %d; "
+                         "lower the micro-batch size or the sequence length",
+                         (double)nfloats * sizeof(float) / (1u << 30), B, T);
+    }
+    carve(m, m->slab);
+    dsc__gpt2_blas_single_thread();
+    *out = m;
+    return DSC_OK;
+}
+
+void dsc_gpt2_destroy(dsc_gpt2 *m) {
+    if (!m) return;
+    free(m->slab);
+    free(m->tokens);
+    free(m);
+}
+
+const float *dsc_gpt2_logits(const dsc_gpt2 *m) { return m ? m->logits : NULL; }
+
+// ---- hooks and checks ----
+
+enum hook_kind { HOOK_GATHER, HOOK_RELEASE, HOOK_GRADS_READY };
+
+static dsc_status call_hook(const dsc_gpt2_hooks *h, enum hook_kind kind, int group) {
+    if (!h) return DSC_OK;
+    static const char *const names[] = {"gather", "release", "grads_ready"};
+    dsc_status (*fn)(void *, int) = kind == HOOK_GATHER    ? h->gather
+                                    : kind == HOOK_RELEASE ? h->release
+                                                           : h->grads_ready;
+    if (!fn) return DSC_OK;
+    dsc_status st = fn(h->user, group);
+    if (st != DSC_OK) dsc__error_prefix("gpt2: %s hook of group %d: ", names[kind], group);
+    return st;
+}
+
+static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what) {
+    if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2: the %s array is NULL", what);
+    for (int i = 0; i < dsc_gpt2_num_tensors(&m->c); i++) {
+        if (t[i]) continue;
+        dsc_gpt2_tensor_info info;
+        dsc_gpt2_tensor_info_get(&m->c, i, &info);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2: %s[%d] (%s) is NULL", what, i, info.name);
+    }
+    return DSC_OK;
+}
+
+static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V) {
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+        if (tok[i] >= 0 && tok[i] < V) continue;
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 forward: %s[b=%d, t=%d] = %d is outside the vocabulary [0, %d); "
+                         "check the tokenizer and vocab_size",
+                         what, (int)(i / T), (int)(i % T), tok[i], V);
+    }
+    return DSC_OK;
+}
+
+static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const int32_t *inputs,
+                                const int32_t *targets, int B, int T) {
+    if (!m || !inputs) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: model or inputs NULL");
+    if (B < 1 || T < 1 || B > m->maxB || T > m->maxT)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 forward: batch %d x %d does not fit the %d x %d this model was "
+                         "created for; create it with the larger size",
+                         B, T, m->maxB, m->maxT);
+    DSC_TRY(check_tensors(m, params, "params"));
+    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size));
+    return DSC_OK;
+}
+
+// ---- forward ----
+
+static void layer_forward(dsc_gpt2 *m, float *const *params, int l) {
+    int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
+    int64_t BT = (int64_t)B * T;
+    layer_acts a = acts_of(m, l);
+    float *const *p = params + layer_tensor(l, 0);
+    float *ln = m->ln_out, *gelu = m->d4;
+    dsc__gpt2_layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W], p[K_LN1B], BT, C);
+    dsc__gpt2_matmul_forward(a.qkv, ln, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C);
+    dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->att_slots, B, T, C,
+                                NH);
+    dsc__gpt2_matmul_forward(a.res2, a.atty, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C);
+    dsc__gpt2_layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B], BT, C);
+    dsc__gpt2_matmul_forward(a.fch, ln, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C);
+    dsc__gpt2_gelu_forward(gelu, a.fch, BT * 4 * C);
+    dsc__gpt2_matmul_forward(a.res_out, gelu, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C, C);
+}
+
+// ln_f, tied lm_head and (with targets) the loss: the mean over positions, summed in order.
+static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t *targets,
+                               const dsc_gpt2_hooks *hooks, float *loss) {
+    int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
+    int64_t BT = (int64_t)m->B * m->T;
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    dsc__gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
+                                params[lnf], params[lnf + 1], BT, C);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    dsc__gpt2_sgemm(0, 1, (int)BT, V, C, 1.0f, m->lnf, C, params[0], C, 0.0f, m->logits, V);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    if (!targets) return DSC_OK;
+    dsc__gpt2_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
+    double sum = 0.0;
+    for (int64_t i = 0; i < BT; i++) sum += m->losses[i];
+    if (loss) *loss = (float)(sum / (double)BT);
+    return DSC_OK;
+}
+
+dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
+                            const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
+                            float *loss) {
+    DSC_TRY(check_forward(m, params, inputs, targets, B, T));
+    dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
+    int64_t BT = (int64_t)B * T;
+    m->pass = PASS_NONE;
+    m->B = B;
+    m->T = T;
+    int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
+    memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
+    if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
+
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    dsc__gpt2_encoder_forward(m->res, tok_in, params[0], params[1], B, T, m->c.n_embd);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    for (int l = 0; l < m->c.n_layer; l++) {
+        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
+        layer_forward(m, params, l);
+        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
+    }
+    DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
+    m->pass = targets ? PASS_LOSS : PASS_LOGITS;
+    return DSC_OK;
+}
+
+// ---- backward ----
+
+// On entry m->dres holds the gradient of layer l's output; on return that of its input.
+static void layer_backward(dsc_gpt2 *m, float *const *params, float *const *grads, int l) {
+    int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
+    int64_t BT = (int64_t)B * T;
+    layer_acts a = acts_of(m, l);
+    float *const *p = params + layer_tensor(l, 0);
+    float *const *g = grads + layer_tensor(l, 0);
+    float *dres = m->dres, *d1 = m->d1, *d4 = m->d4, *ln = m->ln_out;
+    dsc__gpt2_gelu_forward(d4, a.fch, BT * 4 * C); // recomputed; then overwritten by its gradient
+    dsc__gpt2_matmul_backward(d4, g[K_MPROJW], g[K_MPROJB], dres, d4, p[K_MPROJW], BT, 4 * C, C);
+    dsc__gpt2_gelu_backward(d4, d4, a.fch, BT * 4 * C);
+    dsc__gpt2_layernorm_apply(ln, a.res2, a.ln2_mean, a.ln2_rstd, p[K_LN2W], p[K_LN2B], BT, C);
+    dsc__gpt2_matmul_backward(d1, g[K_FCW], g[K_FCB], d4, ln, p[K_FCW], BT, C, 4 * C);
+    dsc__gpt2_layernorm_backward(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, d1, a.res2, p[K_LN2W],
+                                 a.ln2_mean, a.ln2_rstd, BT, C);
+    dsc__gpt2_matmul_backward(d1, g[K_APROJW], g[K_APROJB], dres, a.atty, p[K_APROJW], BT, C, C);
+    dsc__gpt2_attention_backward(d4, d1, a.qkv, a.att_stats, m->att_scratch, m->att_slots, B, T,
+                                 C, NH);
+    dsc__gpt2_layernorm_apply(ln, a.res_in, a.ln1_mean, a.ln1_rstd, p[K_LN1W], p[K_LN1B], BT, C);
+    dsc__gpt2_matmul_backward(d1, g[K_ATTW], g[K_ATTB], d4, ln, p[K_ATTW], BT, C, 3 * C);
+    dsc__gpt2_layernorm_backward(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, d1, a.res_in,
+                                 p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C);
+}
+
+// Loss, lm_head and ln_f: leaves the gradient of the last residual stream in m->dres.
+static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const *grads,
+                                float loss_scale, const dsc_gpt2_hooks *hooks) {
+    int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
+    int64_t BT = (int64_t)m->B * m->T;
+    float *dlogits = m->logits; // (BT, V), in place
+    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, loss_scale / (float)BT,
+                            BT, V);
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    dsc__gpt2_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
+    dsc__gpt2_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
+    dsc__gpt2_layernorm_backward(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->d1,
+                                 acts_of(m, L).res_in, params[lnf], m->lnf_mean, m->lnf_rstd, BT,
+                                 C);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
+    return call_hook(hooks, HOOK_GRADS_READY, L + 1);
+}
+
+dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *grads,
+                             float loss_scale, const dsc_gpt2_hooks *hooks) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 backward: model is NULL");
+    if (m->pass != PASS_LOSS)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 backward: needs a forward with targets first, and each such "
+                         "forward allows one backward (it consumes the logits)");
+    DSC_TRY(check_tensors(m, params, "params"));
+    DSC_TRY(check_tensors(m, grads, "grads"));
+    dsc__gpt2_blas_single_thread();
+    m->pass = PASS_NONE;
+    DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
+    for (int l = m->c.n_layer - 1; l >= 0; l--) {
+        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
+        layer_backward(m, params, grads, l);
+        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
+        DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
+    }
+    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens, m->B, m->T, m->c.n_embd);
+    return call_hook(hooks, HOOK_GRADS_READY, 0);
+}

@@ -1,0 +1,512 @@
+// model/gpt2/kernels.c - CPU kernels of the GPT-2 layers (see kernels.h for the contracts).
+#include "model/gpt2/kernels.h"
+
+#include <cblas.h>  // cblas_sgemm, openblas_set_num_threads
+#include <math.h>   // sqrtf, logf, INFINITY
+#include <string.h> // memcpy, memset
+#ifdef _OPENMP
+#include <omp.h> // omp_get_thread_num, omp_get_max_threads
+#endif
+
+// Row kernels that do arithmetic rather than move memory are compiled for three instruction sets
+// (SSE2, AVX2+FMA, AVX-512) and chosen once at load time, so that a portable build still uses
+// wide vectors. OpenMP regions stay in plain functions that call these per row or per block: an
+// outlined parallel body would not inherit the clone's instruction set.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DSC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define DSC_CLONES
+#endif
+
+// Parallel loops hand out fixed tasks dynamically: a thread that the OS preempts (the machine
+// may be shared) does not hold the others at the barrier, and since the tasks themselves never
+// depend on the thread count, neither do the results.
+#define LN_EPS 1e-5f
+#define LN_CHUNK 32     // rows per partial sum of the layernorm parameter gradients
+#define COL_BLOCK 64    // columns per task of a column sum
+#define ELEM_BLOCK 8192 // elements per task of an elementwise pass
+#define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- math ----
+
+// exp(x) within about 2 ulp for x in [-87, 88] (Cody-Waite reduction, Cephes' degree-6
+// polynomial), 0 below, exp(88) above. Branch-free so that loops calling it vectorize; libm's
+// expf does not. Relies on round-to-nearest for the 1.5 * 2^23 rounding trick.
+static inline __attribute__((always_inline)) float exp_fast(float x) {
+    float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round(x / ln 2)
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f; // r = x - n ln 2 in two steps, |r| <= ln 2 / 2
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23; // 2^n, n in [-126, 127]
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    return x < -87.0f ? 0.0f : y;
+}
+
+#define GELU_K 0.79788456080286536f // sqrt(2 / pi)
+#define GELU_A 0.044715f
+
+// ---- matrix products ----
+
+void dsc__gpt2_blas_single_thread(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+// Chunk length along a dimension of D: about 16 chunks, whole 16-row micro-tiles, at least 64.
+// A function of D only, so the split (and with it every bit of the result) ignores thread count.
+static int chunk_of(int64_t D) {
+    int64_t c = (D + 15) / 16;
+    c = (c + 15) / 16 * 16;
+    return (int)(c < 64 ? 64 : c);
+}
+
+void dsc__gpt2_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    int split_m = M >= N;
+    int D = split_m ? M : N;
+    int chunk = chunk_of(D);
+    int nchunks = (D + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) if (nchunks > 1)
+    for (int i = 0; i < nchunks; i++) {
+        int d0 = i * chunk;
+        int dn = (int)min64(chunk, D - d0);
+        if (split_m) {
+            const float *a = trans_a ? A + d0 : A + (size_t)d0 * lda;
+            cblas_sgemm(CblasRowMajor, ta, tb, dn, N, K, alpha, a, lda, B, ldb, beta,
+                        C + (size_t)d0 * ldc, ldc);
+        } else {
+            const float *b = trans_b ? B + (size_t)d0 * ldb : B + d0;
+            cblas_sgemm(CblasRowMajor, ta, tb, M, dn, K, alpha, A, lda, b, ldb, beta, C + d0,
+                        ldc);
+        }
+    }
+}
+
+// Rows [r0, r0 + rn) of out = bias + resid, so that the product can accumulate onto them while
+// they are still in cache.
+static void fill_rows(float *out, const float *bias, const float *resid, int64_t r0, int64_t rn,
+                      int OC) {
+    for (int64_t r = r0; r < r0 + rn; r++) {
+        float *o = out + (size_t)r * OC;
+        if (resid && bias) {
+            const float *x = resid + (size_t)r * OC;
+#pragma omp simd
+            for (int c = 0; c < OC; c++) o[c] = x[c] + bias[c];
+        } else if (resid) {
+            memcpy(o, resid + (size_t)r * OC, sizeof(float) * OC);
+        } else {
+            memcpy(o, bias, sizeof(float) * OC);
+        }
+    }
+}
+
+void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                              const float *resid, int64_t N, int IC, int OC) {
+    int chunk = chunk_of(N);
+    int64_t nchunks = (N + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < nchunks; i++) {
+        int64_t r0 = i * chunk, rn = min64(chunk, N - r0);
+        float beta = 0.0f;
+        if (bias || resid) {
+            fill_rows(out, bias, resid, r0, rn, OC);
+            beta = 1.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rn, OC, IC, 1.0f,
+                    inp + (size_t)r0 * IC, IC, w, OC, beta, out + (size_t)r0 * OC, OC);
+    }
+}
+
+void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                               const float *inp, const float *w, int64_t N, int IC, int OC) {
+    dsc__gpt2_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    dsc__gpt2_sgemm(0, 1, (int)N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
+    if (dbias) dsc__gpt2_colsum(dbias, dout, N, OC);
+}
+
+// ---- column sums ----
+
+DSC_CLONES static void colsum_block(float *acc, const float *d, int64_t rows, int ld, int width) {
+    float s[COL_BLOCK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = d + (size_t)r * ld;
+#pragma omp simd
+        for (int c = 0; c < width; c++) s[c] += row[c];
+    }
+    for (int c = 0; c < width; c++) acc[c] += s[c];
+}
+
+void dsc__gpt2_colsum(float *acc, const float *d, int64_t rows, int ncols) {
+    int nblocks = (ncols + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bi = 0; bi < nblocks; bi++) {
+        int c0 = bi * COL_BLOCK;
+        colsum_block(acc + c0, d + c0, rows, ncols, (int)min64(COL_BLOCK, ncols - c0));
+    }
+}
+
+// ---- layernorm ----
+
+// Shared by the forward and the backward's recomputation, so both produce the same bits.
+static inline __attribute__((always_inline)) void ln_apply(float *out, const float *x, float m,
+                                                           float r, const float *w,
+                                                           const float *b, int C) {
+#pragma omp simd
+    for (int c = 0; c < C; c++) out[c] = (x[c] - m) * r * w[c] + b[c];
+}
+
+DSC_CLONES static void ln_row(float *out, float *mean, float *rstd, const float *x, const float *w,
+                              const float *b, int C) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    float m = s / (float)C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    float r = 1.0f / sqrtf(v / (float)C + LN_EPS);
+    ln_apply(out, x, m, r, w, b, C);
+    *mean = m;
+    *rstd = r;
+}
+
+DSC_CLONES static void ln_apply_row(float *out, const float *x, float m, float r, const float *w,
+                                    const float *b, int C) {
+    ln_apply(out, x, m, r, w, b, C);
+}
+
+void dsc__gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int64_t N, int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < N; r++)
+        ln_row(out + (size_t)r * C, mean + r, rstd + r, inp + (size_t)r * C, w, b, C);
+}
+
+void dsc__gpt2_layernorm_apply(float *out, const float *inp, const float *mean, const float *rstd,
+                               const float *w, const float *b, int64_t N, int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < N; r++)
+        ln_apply_row(out + (size_t)r * C, inp + (size_t)r * C, mean[r], rstd[r], w, b, C);
+}
+
+// dx += rstd (g - mean(g) - xhat mean(g xhat)) with g = dy w; pw += dy xhat; pb += dy.
+DSC_CLONES static void ln_bwd_row(float *dx, float *pw, float *pb, const float *dy, const float *x,
+                                  const float *w, float mean, float rstd, int C) {
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+    for (int c = 0; c < C; c++) {
+        float g = dy[c] * w[c];
+        s1 += g;
+        s2 += g * ((x[c] - mean) * rstd);
+    }
+    s1 /= (float)C;
+    s2 /= (float)C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xh = (x[c] - mean) * rstd;
+        float g = dy[c] * w[c];
+        dx[c] += rstd * (g - s1 - xh * s2);
+        pw[c] += dy[c] * xh;
+        pb[c] += dy[c];
+    }
+}
+
+size_t dsc__gpt2_layernorm_scratch(int64_t N, int C) {
+    return (size_t)((N + LN_CHUNK - 1) / LN_CHUNK) * 2 * (size_t)C;
+}
+
+void dsc__gpt2_layernorm_backward(float *dinp, float *dw, float *db, float *scratch,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int64_t N, int C) {
+    int64_t nchunks = (N + LN_CHUNK - 1) / LN_CHUNK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nchunks; k++) {
+        float *pw = scratch + (size_t)k * 2 * C; // (nchunks, 2, C) partial sums
+        float *pb = pw + C;
+        memset(pw, 0, sizeof(float) * 2 * (size_t)C);
+        for (int64_t r = k * LN_CHUNK; r < min64(N, (k + 1) * LN_CHUNK); r++)
+            ln_bwd_row(dinp + (size_t)r * C, pw, pb, dout + (size_t)r * C, inp + (size_t)r * C, w,
+                       mean[r], rstd[r], C);
+    }
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int c = 0; c < C; c++) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int64_t k = 0; k < nchunks; k++) {
+            sw += scratch[(size_t)k * 2 * C + c];
+            sb += scratch[(size_t)k * 2 * C + C + c];
+        }
+        dw[c] += sw;
+        db[c] += sb;
+    }
+}
+
+// ---- GELU (tanh approximation) ----
+
+// GELU(x) = 0.5 x (1 + tanh u), u = k (x + a x^3), rewritten with e = exp(2u) and s = 1 / (e + 1)
+// as x e s: 1 + tanh u = 2 e s and 1 - tanh u = 2 s keep full relative precision where tanh u
+// is near -1 or 1, which 1 + tanh u computed directly does not. e saturates at exp(88), so
+// e s stays finite and rounds to 1.
+DSC_CLONES static void gelu_fwd_block(float *out, const float *x, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float e = exp_fast(2.0f * GELU_K * (x[i] + GELU_A * x[i] * x[i] * x[i]));
+        out[i] = x[i] * (e / (e + 1.0f));
+    }
+}
+
+// d GELU / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u' = e s (1 + 2 x s u').
+DSC_CLONES static void gelu_bwd_block(float *dx, const float *dy, const float *x, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float e = exp_fast(2.0f * GELU_K * (xi + GELU_A * xi * xi * xi));
+        float s = 1.0f / (e + 1.0f);
+        float du = GELU_K * (1.0f + 3.0f * GELU_A * xi * xi);
+        dx[i] = dy[i] * (e * s) * (1.0f + 2.0f * xi * s * du);
+    }
+}
+
+void dsc__gpt2_gelu_forward(float *out, const float *inp, int64_t n) {
+    int64_t nblocks = (n + ELEM_BLOCK - 1) / ELEM_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nblocks; k++)
+        gelu_fwd_block(out + k * ELEM_BLOCK, inp + k * ELEM_BLOCK,
+                       min64(ELEM_BLOCK, n - k * ELEM_BLOCK));
+}
+
+void dsc__gpt2_gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n) {
+    int64_t nblocks = (n + ELEM_BLOCK - 1) / ELEM_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nblocks; k++)
+        gelu_bwd_block(dinp + k * ELEM_BLOCK, dout + k * ELEM_BLOCK, inp + k * ELEM_BLOCK,
+                       min64(ELEM_BLOCK, n - k * ELEM_BLOCK));
+}
+
+// ---- causal self-attention ----
+
+// Scores row (first n_valid = t + 1 entries live) -> probabilities, zero up to n_row (the
+// tile's key range, which the next product reads). stats = {row max, 1 / sum}.
+DSC_CLONES static void att_softmax_row(float *row, int n_valid, int n_row, float *stats) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < n_valid; j++) m = row[j] > m ? row[j] : m;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n_valid; j++) {
+        row[j] = exp_fast(row[j] - m);
+        s += row[j];
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int j = 0; j < n_valid; j++) row[j] *= inv;
+    memset(row + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
+    stats[0] = m;
+    stats[1] = inv;
+}
+
+// p: scores in, probabilities out (bitwise those of the forward); dp: dP in, dS = P (dP - P.dP)
+// out; both zero past n_valid up to n_row.
+DSC_CLONES static void att_grad_row(float *p, float *dp, int n_valid, int n_row,
+                                    const float *stats) {
+    float m = stats[0], inv = stats[1];
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j < n_valid; j++) {
+        p[j] = exp_fast(p[j] - m) * inv;
+        dot += p[j] * dp[j];
+    }
+#pragma omp simd
+    for (int j = 0; j < n_valid; j++) dp[j] = p[j] * (dp[j] - dot);
+    memset(p + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
+    memset(dp + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
+}
+
+// One (batch, head): q, k, v (T, hs) with row stride 3C, y (T, hs) with row stride C,
+// S (T, T) scratch. Query tile [r0, r1) only needs keys [0, r1).
+static void att_forward_bh(float *y, float *stats, const float *q, const float *k, const float *v,
+                           float *S, int T, int C, int hs, float scale) {
+    int ld3 = 3 * C;
+    for (int r0 = 0; r0 < T; r0 += ATT_TILE) {
+        int r1 = (int)min64(T, r0 + ATT_TILE), nr = r1 - r0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, scale,
+                    q + (size_t)r0 * ld3, ld3, k, ld3, 0.0f, S + (size_t)r0 * T, T);
+        for (int t = r0; t < r1; t++) att_softmax_row(S + (size_t)t * T, t + 1, r1, stats + 2 * t);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, 1.0f,
+                    S + (size_t)r0 * T, T, v, ld3, 0.0f, y + (size_t)r0 * C, C);
+    }
+}
+
+size_t dsc__gpt2_attention_scratch(int T, int slots) {
+    return (size_t)slots * 2 * (size_t)T * (size_t)T;
+}
+
+void dsc__gpt2_attention_forward(float *out, float *stats, const float *qkv, float *scratch,
+                                 int slots, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    int nthreads = max_threads() < slots ? max_threads() : slots;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *S = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) of this thread's slot
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+            att_forward_bh(out + (size_t)b * T * C + (size_t)h * hs, stats + (size_t)bh * T * 2, q,
+                           q + C, q + 2 * C, S, T, C, hs, scale);
+        }
+    }
+}
+
+// Backward of one (batch, head); P, dP (T, T) scratch. Query tiles give P, dS and dQ; then key
+// tiles [j0, j1) give dV and dK from the rows t >= j0 that can see them.
+static void att_backward_bh(float *dq, const float *dy, const float *q, const float *stats,
+                            float *P, float *dP, int T, int C, int hs, float scale) {
+    int ld3 = 3 * C;
+    const float *k = q + C, *v = q + 2 * C;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    for (int r0 = 0; r0 < T; r0 += ATT_TILE) {
+        int r1 = (int)min64(T, r0 + ATT_TILE), nr = r1 - r0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, scale,
+                    q + (size_t)r0 * ld3, ld3, k, ld3, 0.0f, P + (size_t)r0 * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, 1.0f,
+                    dy + (size_t)r0 * C, C, v, ld3, 0.0f, dP + (size_t)r0 * T, T);
+        for (int t = r0; t < r1; t++)
+            att_grad_row(P + (size_t)t * T, dP + (size_t)t * T, t + 1, r1, stats + 2 * t);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, scale,
+                    dP + (size_t)r0 * T, T, k, ld3, 0.0f, dq + (size_t)r0 * ld3, ld3);
+    }
+    for (int j0 = 0; j0 < T; j0 += ATT_TILE) {
+        int nk = (int)min64(ATT_TILE, T - j0), depth = T - j0;
+        size_t at = (size_t)j0 * T + j0;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, depth, 1.0f, P + at, T,
+                    dy + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * ld3, ld3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, depth, scale, dP + at, T,
+                    q + (size_t)j0 * ld3, ld3, 0.0f, dk + (size_t)j0 * ld3, ld3);
+    }
+}
+
+void dsc__gpt2_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                  const float *stats, float *scratch, int slots, int B, int T,
+                                  int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    int nthreads = max_threads() < slots ? max_threads() : slots;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *P = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) twice per slot
+        float *dP = P + (size_t)T * T;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t off3 = (size_t)b * T * 3 * C + (size_t)h * hs;
+            att_backward_bh(dqkv + off3, dout + (size_t)b * T * C + (size_t)h * hs, qkv + off3,
+                            stats + (size_t)bh * T * 2, P, dP, T, C, hs, scale);
+        }
+    }
+}
+
+// ---- token and position embeddings ----
+
+void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const float *wte,
+                               const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        const float *e = wte + (size_t)inputs[bt] * C;
+        const float *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+// Tokens repeat, so rows of dwte are shared between positions: split by channel block instead,
+// each block visiting positions in order.
+void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                const int32_t *inputs, int B, int T, int C) {
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bi = 0; bi < nblocks; bi++) {
+        int c0 = bi * COL_BLOCK, c1 = (int)min64(C, c0 + COL_BLOCK);
+        for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+            float *g = dwte + (size_t)inputs[bt] * C;
+            const float *d = dout + (size_t)bt * C;
+            for (int c = c0; c < c1; c++) g[c] += d[c];
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int t = 0; t < T; t++) {
+        float *g = dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) g[c] += d[c];
+        }
+    }
+}
+
+// ---- softmax + cross-entropy ----
+
+DSC_CLONES static float row_logsumexp(const float *l, int V) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < V; j++) s += exp_fast(l[j] - m);
+    return m + logf(s);
+}
+
+DSC_CLONES static void xent_grad_row(float *d, const float *l, float lse, int target, float g,
+                                     int V) {
+    float pt = exp_fast(l[target] - lse); // read before d (which may alias l) is written
+#pragma omp simd
+    for (int j = 0; j < V; j++) d[j] = g * exp_fast(l[j] - lse);
+    d[target] = g * (pt - 1.0f);
+}
+
+void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
+                            const int32_t *targets, int64_t N, int V) {
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t r = 0; r < N; r++) {
+        const float *l = logits + (size_t)r * V;
+        lse[r] = row_logsumexp(l, V);
+        losses[r] = lse[r] - l[targets[r]];
+    }
+}
+
+void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
+                             const int32_t *targets, float g, int64_t N, int V) {
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t r = 0; r < N; r++)
+        xent_grad_row(dlogits + (size_t)r * V, logits + (size_t)r * V, lse[r], targets[r], g, V);
+}

@@ -1,0 +1,80 @@
+// model/gpt2/kernels.h - CPU kernels of the GPT-2 layers: forward and backward of each, fused
+// where a fused pass saves memory traffic. fp32, OpenMP threads, OpenBLAS for products.
+//
+// Every kernel is deterministic and independent of the thread count: work is cut into tasks that
+// depend only on the shapes, each output element is produced by one fixed sequence of operations,
+// and sums over rows run either down whole columns in row order or through partial sums of fixed
+// row chunks added in chunk order. Backward kernels add (+=) into parameter gradients and
+// overwrite (=) activation gradients unless they say otherwise.
+#ifndef DSC_MODEL_GPT2_KERNELS_H
+#define DSC_MODEL_GPT2_KERNELS_H
+
+#include <stddef.h> // size_t
+#include <stdint.h> // int32_t, int64_t
+
+// Row-major C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X^T when its flag is set. Split
+// into fixed chunks along the larger of M and N, each a single-threaded OpenBLAS call on an
+// OpenMP thread. Must not be called from inside an OpenMP parallel region.
+void dsc__gpt2_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+// Make OpenBLAS single-threaded (see gpt2.h why); idempotent.
+void dsc__gpt2_blas_single_thread(void);
+
+// out (N, OC) = inp (N, IC) @ w (IC, OC) + bias (OC) + resid (N, OC); bias, resid may be NULL.
+// resid must not alias out.
+void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                              const float *resid, int64_t N, int IC, int OC);
+// dw (IC, OC) += inp^T @ dout; dbias (OC) += column sums of dout (skipped when NULL); then
+// dinp (N, IC) = dout @ w^T (overwritten), so dinp may alias inp (a recomputed input).
+void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                               const float *inp, const float *w, int64_t N, int IC, int OC);
+
+// out (N, C) = (inp - mean) * rstd * w + b, eps 1e-5; mean, rstd (N) kept for backward.
+void dsc__gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int64_t N, int C);
+// The forward's out again from its mean and rstd (bitwise the same), for backward.
+void dsc__gpt2_layernorm_apply(float *out, const float *inp, const float *mean, const float *rstd,
+                               const float *w, const float *b, int64_t N, int C);
+// dinp (N, C) += gradient through the layernorm (it sits on the residual stream); dw, db (C) +=.
+// scratch: dsc__gpt2_layernorm_scratch(N, C) floats.
+void dsc__gpt2_layernorm_backward(float *dinp, float *dw, float *db, float *scratch,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int64_t N, int C);
+size_t dsc__gpt2_layernorm_scratch(int64_t N, int C);
+
+// out (n) = GELU of inp with GPT-2's tanh approximation.
+void dsc__gpt2_gelu_forward(float *out, const float *inp, int64_t n);
+// dinp (n) = dout * GELU'(inp); dinp may alias dout.
+void dsc__gpt2_gelu_backward(float *dinp, const float *dout, const float *inp, int64_t n);
+
+// Causal self-attention. qkv (B, T, 3C) holds q, k, v of NH heads of C / NH channels each;
+// out (B, T, C); stats (B, NH, T, 2) keeps each softmax row's max and 1 / sum for backward,
+// which recomputes the probabilities rather than storing B NH T T of them.
+// scratch: dsc__gpt2_attention_scratch(T, slots) floats; slots bounds the threads used.
+void dsc__gpt2_attention_forward(float *out, float *stats, const float *qkv, float *scratch,
+                                 int slots, int B, int T, int C, int NH);
+// dqkv (B, T, 3C) = gradient of qkv given dout (B, T, C) (overwritten).
+void dsc__gpt2_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                  const float *stats, float *scratch, int slots, int B, int T,
+                                  int C, int NH);
+size_t dsc__gpt2_attention_scratch(int T, int slots);
+
+// out (B, T, C) = wte[inputs] + wpe[t].
+void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const float *wte,
+                               const float *wpe, int B, int T, int C);
+// dwte (V, C) += and dwpe (maxT, C) += the scattered rows of dout (B, T, C).
+void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                const int32_t *inputs, int B, int T, int C);
+
+// losses (N) = logsumexp(logits row) - logits[target]; lse (N) kept for backward.
+void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
+                            const int32_t *targets, int64_t N, int V);
+// dlogits (N, V) = g * (softmax(logits) - onehot(target)); may alias logits.
+void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
+                             const int32_t *targets, float g, int64_t N, int V);
+
+// Column sums: acc (ncols) += sum over rows of d (rows, ncols), each column in row order.
+void dsc__gpt2_colsum(float *acc, const float *d, int64_t rows, int ncols);
+
+#endif

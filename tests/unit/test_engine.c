@@ -1,0 +1,172 @@
+// Unit tests of the single-rank engine: accumulation, clipping, fp16 overflow skipping, schedules.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>   // sqrt, fabs
+#include <stdlib.h> // setenv
+#include <string.h> // strstr
+
+#include "dsc/engine.h" // dsc_engine_*
+
+static const dsc_param_desc params[] = {
+    {"a.weight", 2, {3, 5}, 0},
+    {"a.bias", 1, {5}, 0},
+    {"b.weight", 1, {7}, 1},
+};
+
+static dsc_engine *make(const char *json) {
+    dsc_engine *e = NULL;
+    dsc_engine_opts o = {.config_json = json, .params = params, .nparams = 3, .rank = 0, .world_size = 1};
+    dsc_status st = dsc_engine_create(&e, &o);
+    if (st != DSC_OK) fail_msg("engine create: %s", dsc_last_error());
+    for (int i = 0; i < 3; i++) {
+        float *m = dsc_param_master(e, i);
+        int n = i == 0 ? 15 : i == 1 ? 5 : 7;
+        for (int k = 0; k < n; k++) m[k] = 0.1f * (float)(k + 1) * (i == 2 ? -1.0f : 1.0f);
+    }
+    assert_int_equal(dsc_params_updated(e), DSC_OK);
+    return e;
+}
+
+static int numel(int i) { return i == 0 ? 15 : i == 1 ? 5 : 7; }
+
+// Add grad = c * (k + 1) to every element, scaled as backward would be.
+static void backward(dsc_engine *e, double c) {
+    double s = dsc_backward_scale(e);
+    for (int i = 0; i < 3; i++) {
+        float *g = dsc_param_grad(e, i);
+        for (int k = 0; k < numel(i); k++) g[k] += (float)(s * c * (k + 1));
+    }
+}
+
+static void test_accumulation_and_sgd(void **state) {
+    dsc_engine *e = make("{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2,"
+                         " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.5}}}");
+    assert_int_equal(dsc_engine_config(e)->gradient_accumulation_steps, 2);
+    dsc_step_info info;
+    backward(e, 1.0);
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    assert_false(info.boundary);
+    backward(e, 3.0);
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    assert_true(info.boundary);
+    assert_int_equal(info.step, 1);
+    // mean gradient over the two micro-batches = 2 (k + 1); SGD: p -= 0.5 * 2 (k + 1)
+    for (int k = 0; k < 5; k++) {
+        float want = 0.1f * (k + 1) - 0.5f * 2.0f * (k + 1);
+        assert_float_equal(dsc_param_master(e, 1)[k], want, 1e-6);
+        assert_float_equal(dsc_param_grad(e, 1)[k], 0.0f, 0.0f); // zeroed after the step
+    }
+    double sumsq = 0;
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < numel(i); k++) sumsq += 4.0 * (k + 1) * (k + 1);
+    assert_float_equal(info.grad_norm, sqrt(sumsq), 1e-4);
+    assert_float_equal(info.lr, 0.5, 1e-7);
+    dsc_engine_destroy(e);
+}
+
+static void test_clipping(void **state) {
+    dsc_engine *e = make("{\"train_batch_size\": 1, \"gradient_clipping\": 1.0,"
+                         " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}}}");
+    float before = dsc_param_master(e, 2)[3];
+    backward(e, 1.0);
+    dsc_step_info info;
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    double coef = 1.0 / (info.grad_norm + 1e-6); // DeepSpeed's clip coefficient
+    assert_true(info.grad_norm > 1.0);
+    assert_float_equal(dsc_param_master(e, 2)[3], before - (float)(coef * 4.0), 1e-6);
+    dsc_engine_destroy(e);
+}
+
+// fp16 with a forced overflow at steps 2 and 3: those steps change nothing but the loss scale;
+// the schedule does not advance, Adam's step count does not advance.
+static void test_fp16_overflow_skips(void **state) {
+    const char *cfg = "{\"train_batch_size\": 1, \"fp16\": {\"enabled\": true, "
+                      "\"initial_scale_power\": 8, \"hysteresis\": 1},"
+                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+                      " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,"
+                      " \"warmup_max_lr\": 0.01, \"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}}}";
+    setenv("DSC_INJECT_OVERFLOW", "2-3", 1);
+    dsc_engine *e = make(cfg);
+    unsetenv("DSC_INJECT_OVERFLOW");
+    dsc_engine *ref = make(cfg); // no overflow: the steps it applies must match e's
+    dsc_step_info a, b;
+    double scales[5], lrs[5];
+    for (int s = 1; s <= 5; s++) {
+        float snapshot[15];
+        memcpy(snapshot, dsc_param_master(e, 0), sizeof snapshot);
+        backward(e, 0.01);
+        assert_int_equal(dsc_step(e, &a), DSC_OK);
+        scales[s - 1] = a.loss_scale;
+        lrs[s - 1] = a.lr;
+        if (s == 2 || s == 3) {
+            assert_true(a.skipped);
+            assert_memory_equal(snapshot, dsc_param_master(e, 0), sizeof snapshot);
+            continue;
+        }
+        assert_false(a.skipped);
+        backward(ref, 0.01);
+        assert_int_equal(dsc_step(ref, &b), DSC_OK);
+        assert_float_equal(a.lr, b.lr, 0);
+    }
+    // Each overflow halves the scale (hysteresis 1): 256, 256, 128, 64, 64.
+    assert_float_equal(scales[0], 256, 0);
+    assert_float_equal(scales[2], 128, 0);
+    assert_float_equal(scales[3], 64, 0);
+    assert_float_equal(lrs[1], lrs[2], 0);
+    assert_int_equal(a.skipped_total, 2);
+    assert_int_equal(dsc_engine_global_steps(e), 5);
+    // After 3 applied steps each, the two runs agree (the grads were the same once unscaled).
+    for (int k = 0; k < 15; k++)
+        assert_float_equal(dsc_param_master(e, 0)[k], dsc_param_master(ref, 0)[k], 1e-6);
+    dsc_engine_destroy(e);
+    dsc_engine_destroy(ref);
+}
+
+static void test_bf16_work_copy_is_rounded(void **state) {
+    dsc_engine *e = make("{\"train_batch_size\": 1, \"bf16\": {\"enabled\": true}}");
+    float *w = dsc_param_data(e, 0), *m = dsc_param_master(e, 0);
+    assert_true(w != m);
+    for (int k = 0; k < 15; k++) {
+        uint32_t u;
+        memcpy(&u, &w[k], 4);
+        assert_int_equal(u & 0xffff, 0);
+        assert_float_equal(w[k], m[k], fabsf(m[k]) / 128);
+    }
+    dsc_engine_destroy(e);
+}
+
+static void test_errors(void **state) {
+    dsc_engine *e = NULL;
+    dsc_engine_opts o = {.config_json = "{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"Lamb\"}}",
+                         .params = params, .nparams = 3, .world_size = 1};
+    assert_int_equal(dsc_engine_create(&e, &o), DSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dsc_last_error(), "lamb"));
+    o.config_json = "{\"train_batch_size\": 1}";
+    o.config_path = "x.json";
+    assert_int_equal(dsc_engine_create(&e, &o), DSC_ERR_INVALID_ARG);
+    o.config_path = NULL;
+    o.nparams = 0;
+    assert_int_equal(dsc_engine_create(&e, &o), DSC_ERR_INVALID_ARG);
+    e = make("{\"train_batch_size\": 1}");
+    assert_int_equal(dsc_release(e, 0), DSC_ERR_INVALID_ARG); // release without gather
+    assert_int_equal(dsc_gather(e, 2), DSC_ERR_INVALID_ARG);  // groups are 0..1
+    assert_int_equal(dsc_gather(e, 1), DSC_OK);
+    assert_int_equal(dsc_release(e, 1), DSC_OK);
+    dsc_engine_destroy(e);
+    dsc_engine_destroy(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accumulation_and_sgd),
+        cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_fp16_overflow_skips),
+        cmocka_unit_test(test_bf16_work_copy_is_rounded),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
