@@ -20,6 +20,9 @@ endif()
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 list(APPEND DSC_DEP_LIBS PkgConfig::JANSSON)
 string(APPEND DSC_PC_LIBS_PRIVATE " -ljansson")
+pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd) # Prometheus endpoint
+list(APPEND DSC_DEP_LIBS PkgConfig::MHD)
+string(APPEND DSC_PC_LIBS_PRIVATE " -lmicrohttpd")
 find_path(XXHASH_INCLUDE xxhash.h REQUIRED)
 find_library(XXHASH_LIB xxhash REQUIRED)
 list(APPEND DSC_DEP_LIBS ${XXHASH_LIB})
@@ -27,8 +30,8 @@ list(APPEND DSC_DEP_INCLUDES ${XXHASH_INCLUDE})
 string(APPEND DSC_PC_LIBS_PRIVATE " -lxxhash")
 
 find_package(Threads REQUIRED)
-list(APPEND DSC_DEP_LIBS Threads::Threads m)
-string(APPEND DSC_PC_LIBS_PRIVATE " -lpthread -lm")
+list(APPEND DSC_DEP_LIBS Threads::Threads m rt ${CMAKE_DL_LIBS})
+string(APPEND DSC_PC_LIBS_PRIVATE " -lpthread -lm -lrt -ldl")
 
 # OpenMP threads the CPU kernels.
 set(DSC_HAVE_OPENMP 0)

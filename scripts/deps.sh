@@ -3,7 +3,8 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libjansson-dev libcmocka-dev libopenblas-dev
-      libxxhash-dev python3 python3-numpy python3-torch)
+      libxxhash-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin librsvg2-bin
+      python3 python3-numpy python3-torch python3-venv python3-pip)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -11,6 +11,7 @@
 #define DSC_ENGINE_H
 
 #include <stdbool.h> // bool
+#include <stddef.h>  // size_t
 #include <stdint.h>  // int64_t
 
 #include "dsc/config.h" // dsc_config
@@ -58,11 +59,19 @@ int64_t dsc_engine_num_elements(const dsc_engine *eng); // parameters, all tenso
 float *dsc_param_data(dsc_engine *eng, int i);
 // Gradient accumulator of parameter i (borrowed): backward adds into it.
 float *dsc_param_grad(dsc_engine *eng, int i);
-// The fp32 master copy of parameter i (borrowed): write it to initialise or load weights, then
-// call dsc_params_updated.
+// The full fp32 value of parameter i (borrowed), to initialise or load weights: valid from
+// dsc_engine_create until dsc_params_updated (at ZeRO stages 1-3 the master copy is then
+// partitioned across ranks and this returns NULL). Every rank must write the same values.
 float *dsc_param_master(dsc_engine *eng, int i);
 dsc_status dsc_params_updated(dsc_engine *eng);
 
+// Call before each micro-batch's backward: from here until dsc_step, dsc_gather also provides
+// the group's gradient buffers (dsc_param_grad), which ZeRO stages 2-3 only keep while needed.
+dsc_status dsc_backward_begin(dsc_engine *eng);
+
+// dsc_param_data / dsc_param_grad of a group's tensors are valid from dsc_gather(group) until
+// dsc_release(group) (parameters) or dsc_grads_ready(group) (gradients); re-read the pointers
+// after each dsc_gather, because ZeRO-3 gathers into fresh buffers.
 dsc_status dsc_gather(dsc_engine *eng, int group);
 dsc_status dsc_release(dsc_engine *eng, int group);
 dsc_status dsc_grads_ready(dsc_engine *eng, int group);
@@ -81,6 +90,27 @@ typedef struct dsc_step_info {
 } dsc_step_info;
 
 dsc_status dsc_step(dsc_engine *eng, dsc_step_info *info);
+
+// Mean over ranks of n values (e.g. the loss), the same on every rank; every rank must call it.
+dsc_status dsc_engine_mean(dsc_engine *eng, double *values, int n);
+
+// Bytes of this rank's model states (as the ZeRO paper counts them) and transient buffers.
+typedef struct dsc_engine_memory {
+    size_t params, grads, optimizer; // persistent, per rank
+    size_t buffers_peak;             // gathered groups, micro-step gradients (stages 2-3)
+    uint64_t comm_bytes;             // payload handed to collectives so far
+} dsc_engine_memory;
+void dsc_engine_memory_get(const dsc_engine *eng, dsc_engine_memory *out);
+
+// Look at the gradients of the next optimizer step: at that step's boundary, after the
+// reduction and before overflow handling, clipping and the update, fn is called on every rank;
+// inside it dsc_engine_full_grad gives each tensor's reduced, accumulated gradient divided by
+// the loss scale. Called once, then forgotten.
+typedef dsc_status (*dsc_grad_observer)(void *user, dsc_engine *eng);
+void dsc_engine_observe_grads(dsc_engine *eng, dsc_grad_observer fn, void *user);
+// Only inside an observer. A collective at ZeRO stages 2-3: every rank calls it with the same i.
+// out: (numel of tensor i), caller-owned.
+dsc_status dsc_engine_full_grad(dsc_engine *eng, int i, float *out);
 
 // The learning rate the next optimizer step will use.
 double dsc_engine_next_lr(const dsc_engine *eng);

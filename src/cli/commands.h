@@ -6,6 +6,7 @@ int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 int cmd_not_built(const char *verb, int argc, char **argv);
 
 #endif

@@ -24,6 +24,7 @@ static const verb verbs[] = {
     {"generate", cmd_generate, "generate text from a checkpoint or weights"},
     {"config", cmd_config, "check a DeepSpeed config and print the resolved values"},
     {"report", cmd_report, "show version, build features and devices (like ds_report)"},
+    {"plot", cmd_plot, "draw training curves of runs (SVG or PNG)"},
     {"bench", cmd_bench, "run the built-in benchmarks"},
 };
 #define NVERBS ((int)(sizeof verbs / sizeof verbs[0]))

@@ -9,7 +9,8 @@
 #include <stdlib.h>   // calloc, free, getenv
 #include <string.h>   // strcmp, strerror
 #include <sys/stat.h> // mkdir, stat
-#include <time.h>     // time, strftime
+#include <time.h>     // time, strftime, nanosleep
+#include <unistd.h>   // getpid, unlink, rmdir
 #ifdef _OPENMP
 #include <omp.h> // omp_*
 #endif
@@ -21,6 +22,7 @@
 #include "data/tokenizer.h"              // dsc_tokenizer_*
 #include "dsc/engine.h"                  // dsc_engine_*
 #include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
+#include "dsc/monitor.h"                 // dsc_monitor_*
 #include "engine/ckpt/safetensors.h"     // dsc_st_*
 #include "model/gpt2/gpt2.h"             // dsc_gpt2_*
 
@@ -41,18 +43,33 @@ typedef struct trainer {
     dsc_loader *train, *val;
     dsc_tokenizer *tok;
     int ntensors, B, T, gas, rank, world;
-    float **work, **grads; // per-tensor pointers into the engine's buffers
+    float **work, **grads; // per-tensor pointers into the engine's buffers (refreshed on gather)
+    int *tgroup;           // layer group of each tensor
     int32_t *in, *tg;      // (gas * B, T): one optimizer step's tokens (kept for --dump-grads)
     FILE *metrics;
+    dsc_monitor *mon;      // TensorBoard / CSV / Prometheus sinks of the config (rank 0 writes)
     double peak_flops;     // measured CPU matrix-product throughput, for MFU
+    double dump_loss;      // --dump-grads: the mean loss of step 1 over ranks
     char data_dir[4096];
 } trainer;
 
 // ---- hooks: the model asks the engine for its parameters ----
 
-static dsc_status hook_gather(void *u, int g) { return dsc_gather(u, g); }
-static dsc_status hook_release(void *u, int g) { return dsc_release(u, g); }
-static dsc_status hook_ready(void *u, int g) { return dsc_grads_ready(u, g); }
+// After a gather the engine may have moved the group (ZeRO-3 gathers into fresh buffers): the
+// model's pointer tables are refreshed for that group's tensors.
+static dsc_status hook_gather(void *u, int g) {
+    trainer *t = u;
+    DSC_TRY(dsc_gather(t->eng, g));
+    for (int i = 0; i < t->ntensors; i++) {
+        if (t->tgroup[i] != g) continue;
+        t->work[i] = dsc_param_data(t->eng, i);
+        t->grads[i] = dsc_param_grad(t->eng, i);
+    }
+    return DSC_OK;
+}
+
+static dsc_status hook_release(void *u, int g) { return dsc_release(((trainer *)u)->eng, g); }
+static dsc_status hook_ready(void *u, int g) { return dsc_grads_ready(((trainer *)u)->eng, g); }
 
 // ---- set-up ----
 
@@ -71,7 +88,9 @@ static dsc_status mkdirs(const char *path) {
     return DSC_OK;
 }
 
-// The built-in data lives in $DSC_DATA_HOME, else $XDG_CACHE_HOME/dsc, else ~/.cache/dsc.
+// The built-in data lives in $DSC_DATA_HOME, else $XDG_CACHE_HOME/dsc, else ~/.cache/dsc. Rank 0
+// (or whichever process gets there first) builds it in a private folder and renames it into
+// place, so ranks starting together never see a half-written data set; the others wait for it.
 static dsc_status default_data(trainer *t) {
     const char *home = getenv("DSC_DATA_HOME"), *xdg = getenv("XDG_CACHE_HOME");
     char root[4000];
@@ -79,13 +98,31 @@ static dsc_status default_data(trainer *t) {
     else if (xdg && xdg[0]) snprintf(root, sizeof root, "%s/dsc", xdg);
     else snprintf(root, sizeof root, "%s/.cache/dsc", getenv("HOME") ? getenv("HOME") : ".");
     snprintf(t->data_dir, sizeof t->data_dir, "%s/default-data", root);
-    char probe[4200];
+    char probe[4200], tmp[4200];
     snprintf(probe, sizeof probe, "%s/dataset.json", t->data_dir);
     struct stat sb;
     if (stat(probe, &sb) == 0) return DSC_OK;
-    DSC_TRY(mkdirs(t->data_dir));
+    const char *rank = getenv("RANK");
+    if (rank && strcmp(rank, "0") != 0) { // another rank builds it: wait up to 5 minutes
+        for (int i = 0; i < 3000 && stat(probe, &sb) != 0; i++) nanosleep(&(struct timespec){0, 100000000}, NULL);
+        if (stat(probe, &sb) == 0) return DSC_OK;
+        return dsc__fail(DSC_ERR_TIMEOUT, "rank %s: rank 0 did not build %s within 5 minutes", rank, t->data_dir);
+    }
+    DSC_TRY(mkdirs(root));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", t->data_dir, (int)getpid());
+    DSC_TRY(mkdirs(tmp));
     printf("building the default data set in %s\n", t->data_dir);
-    return dsc_data_default(t->data_dir, NULL);
+    DSC_TRY(dsc_data_default(tmp, NULL));
+    if (rename(tmp, t->data_dir) != 0 && stat(probe, &sb) != 0)
+        return dsc__fail(DSC_ERR_IO, "cannot move %s to %s: %s", tmp, t->data_dir, strerror(errno));
+    if (stat(tmp, &sb) == 0) { // someone else won the race: drop ours
+        char cmd[8600];
+        snprintf(cmd, sizeof cmd, "%s/train.bin", tmp), unlink(cmd);
+        snprintf(cmd, sizeof cmd, "%s/val.bin", tmp), unlink(cmd);
+        snprintf(cmd, sizeof cmd, "%s/dataset.json", tmp), unlink(cmd);
+        rmdir(tmp);
+    }
+    return DSC_OK;
 }
 
 // dataset.json names the tokenizer; shards without one are taken as GPT-2 tokens (llm.c's).
@@ -211,6 +248,9 @@ static dsc_status init_weights(trainer *t) {
     if (t->o->init_weights) DSC_TRY(load_weights(t, t->o->init_weights));
     DSC_TRY(dsc_params_updated(t->eng));
     for (int i = 0; i < t->ntensors; i++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&t->mc, i, &ti);
+        t->tgroup[i] = ti.group;
         t->work[i] = dsc_param_data(t->eng, i);
         t->grads[i] = dsc_param_grad(t->eng, i);
     }
@@ -270,68 +310,81 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     int64_t first = ((step - 1) * t->gas + micro) * (int64_t)t->B * t->world + (int64_t)t->rank * t->B;
     int32_t *in = t->in + (size_t)micro * t->B * t->T, *tg = t->tg + (size_t)micro * t->B * t->T;
     DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
-    dsc_gpt2_hooks h = {t->eng, hook_gather, hook_release, hook_ready};
+    dsc_gpt2_hooks h = {t, hook_gather, hook_release, hook_ready};
     DSC_TRY(dsc_gpt2_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
+    DSC_TRY(dsc_backward_begin(t->eng));
     return dsc_gpt2_backward(t->model, t->work, t->grads, (float)dsc_backward_scale(t->eng), &h);
 }
 
+// Validation loss: each rank evaluates its share of the batches (every rank runs the same number
+// of forwards, which ZeRO-3's gathers need), then the mean over ranks.
 static dsc_status evaluate(trainer *t, double *out) {
-    double sum = 0;
-    int n = 0;
     int64_t avail = dsc_loader_num_samples(t->val) / t->B;
     int64_t batches = t->o->eval_batches < avail ? t->o->eval_batches : avail;
-    dsc_gpt2_hooks h = {t->eng, hook_gather, hook_release, NULL};
-    for (int64_t b = 0; b < batches; b++) {
+    int64_t per = batches / t->world > 0 ? batches / t->world : 1;
+    dsc_gpt2_hooks h = {t, hook_gather, hook_release, NULL};
+    double sum = 0;
+    for (int64_t k = 0; k < per; k++) {
         float loss;
+        int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
         DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
         DSC_TRY(dsc_gpt2_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
         sum += loss;
-        n++;
     }
-    *out = n ? sum / n : NAN;
-    return DSC_OK;
+    *out = sum / (double)per;
+    return dsc_engine_mean(t->eng, out, 1);
 }
 
-// --dump-grads: this step's unscaled, accumulated gradients with Hugging Face names, its input and
-// target tokens, and its loss, so the step can be recomputed outside dsc.
-static dsc_status dump_grads(trainer *t, double loss) {
+// --dump-grads: the first step's reduced, unscaled, accumulated gradients with Hugging Face
+// names, the global batch's input and target tokens, and the step's loss, so the step can be
+// recomputed outside dsc. Runs inside the engine's gradient observer (a collective at ZeRO 2-3:
+// every rank takes part, rank 0 writes).
+static dsc_status dump_grads_observer(void *user, dsc_engine *eng) {
+    trainer *t = user;
     int n = t->ntensors;
+    int64_t rows = (int64_t)t->gas * t->world * t->B;
+    size_t ntok = (size_t)rows * t->T;
     dsc_st_tensor *ts = calloc((size_t)n + 2, sizeof *ts);
     float **copies = calloc((size_t)n, sizeof *copies);
     dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
+    int32_t *in = malloc(ntok * sizeof *in), *tg = malloc(ntok * sizeof *tg);
     dsc_status st = DSC_OK;
-    if (!ts || !copies || !info) {
+    if (!ts || !copies || !info || !in || !tg) {
         st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         goto done;
     }
-    double inv = t->gas / dsc_backward_scale(t->eng); // = 1 / loss scale
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && st == DSC_OK; i++) {
         dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
         copies[i] = malloc((size_t)info[i].numel * sizeof(float));
-        if (!copies[i]) {
-            st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
-            goto done;
-        }
-        for (int64_t k = 0; k < info[i].numel; k++) copies[i][k] = (float)(t->grads[i][k] * inv);
+        if (!copies[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+        else st = dsc_engine_full_grad(eng, i, copies[i]);
         ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
                                 .data = copies[i], .nbytes = (size_t)info[i].numel * 4};
         for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
     }
-    size_t ntok = (size_t)t->gas * t->B * t->T;
-    ts[n] = (dsc_st_tensor){"inputs", "I32", 2, {(int64_t)t->gas * t->B, t->T}, t->in, ntok * 4};
-    ts[n + 1] = (dsc_st_tensor){"targets", "I32", 2, {(int64_t)t->gas * t->B, t->T}, t->tg, ntok * 4};
-    char sloss[64], sscale[64], sgas[32];
-    snprintf(sloss, sizeof sloss, "%.9g", loss);
-    snprintf(sscale, sizeof sscale, "%.9g", 1.0 / inv);
+    if (st != DSC_OK || t->rank != 0) goto done;
+    // The global batch of step 1, in (micro-step, rank, sample) order: the loader is
+    // deterministic by global sample index, so rank 0 reads every rank's share itself.
+    for (int64_t r = 0; r < (int64_t)t->gas * t->world && st == DSC_OK; r++)
+        st = dsc_loader_get(t->train, r * t->B, t->B, in + r * t->B * t->T, tg + r * t->B * t->T);
+    if (st != DSC_OK) goto done;
+    ts[n] = (dsc_st_tensor){"inputs", "I32", 2, {rows, t->T}, in, ntok * 4};
+    ts[n + 1] = (dsc_st_tensor){"targets", "I32", 2, {rows, t->T}, tg, ntok * 4};
+    char sloss[64], sgas[32], sworld[32];
+    snprintf(sloss, sizeof sloss, "%.9g", t->dump_loss);
     snprintf(sgas, sizeof sgas, "%d", t->gas);
-    const char *meta[] = {"loss", sloss, "step", "1", "loss_scale", sscale, "model", t->o->model,
-                          "gradient_accumulation_steps", sgas, "format", "dsc-dump-grads-1"};
+    snprintf(sworld, sizeof sworld, "%d", t->world);
+    const char *meta[] = {"loss", sloss, "step", "1", "model", t->o->model,
+                          "gradient_accumulation_steps", sgas, "world_size", sworld,
+                          "format", "dsc-dump-grads-1"};
     st = dsc_st_write(t->o->dump_grads, ts, n + 2, meta, 6);
 done:
     for (int i = 0; copies && i < n; i++) free(copies[i]);
     free(copies);
     free(ts);
     free(info);
+    free(in);
+    free(tg);
     return st;
 }
 
@@ -361,7 +414,7 @@ static void sample_text(trainer *t) {
     if (!seq || !probs) goto done;
     memcpy(seq, ids, n * sizeof *seq);
     uint64_t rng = (uint64_t)t->o->seed * 0x9E3779B97F4A7C15ull + 1;
-    dsc_gpt2_hooks h = {t->eng, hook_gather, hook_release, NULL};
+    dsc_gpt2_hooks h = {t, hook_gather, hook_release, NULL};
     for (size_t len = n; len < cap; len++) {
         int T = len < (size_t)t->T ? (int)len : t->T;
         if (dsc_gpt2_forward(t->model, t->work, seq + len - T, NULL, 1, T, &h, NULL) != DSC_OK) break;
@@ -388,7 +441,7 @@ static void sample_text(trainer *t) {
     }
     char *text = NULL;
     size_t tl = 0;
-    if (dsc_tokenizer_decode(t->tok, seq, cap, &text, &tl) == DSC_OK) {
+    if (t->rank == 0 && dsc_tokenizer_decode(t->tok, seq, cap, &text, &tl) == DSC_OK) {
         printf("\nsample (temperature 0.8, top-40):\n----\n%.*s\n----\n", (int)tl, text);
         free(text);
     }
@@ -420,25 +473,40 @@ static dsc_status train_loop(trainer *t) {
             float loss;
             DSC_TRY(micro_step(t, step, micro, &loss));
             loss_sum += loss;
-            if (step == 1 && micro == t->gas - 1 && t->o->dump_grads)
-                DSC_TRY(dump_grads(t, loss_sum / t->gas));
+            if (step == 1 && micro == t->gas - 1 && t->o->dump_grads) {
+                double mean = loss_sum / t->gas;
+                DSC_TRY(dsc_engine_mean(t->eng, &mean, 1));
+                t->dump_loss = mean;
+                dsc_engine_observe_grads(t->eng, dump_grads_observer, t);
+            }
             DSC_TRY(dsc_step(t->eng, &si));
         }
-        double dt = dsc_now() - t0, loss = loss_sum / t->gas;
+        double loss = loss_sum / t->gas;
+        DSC_TRY(dsc_engine_mean(t->eng, &loss, 1));
+        double dt = dsc_now() - t0;
         tokens += tokens_step;
-        double tok_s = tokens_step / dt, mfu = t->peak_flops > 0 ? flops_tok * tok_s / t->peak_flops : 0;
+        double tok_s = tokens_step / dt;
+        double mfu = t->peak_flops > 0 ? flops_tok * tok_s / (t->peak_flops * t->world) : 0;
         if (step == 1) first_loss = loss;
         last_loss = loss;
         val = NAN;
         bool eval_now = t->val && ((t->o->eval_every > 0 && step % t->o->eval_every == 0) ||
                                    step == t->o->max_steps);
         if (eval_now) DSC_TRY(evaluate(t, &val));
+        dsc_monitor_step ms = {.step = step, .samples = step * cfg->train_batch_size,
+                               .loss = loss, .val_loss = val, .lr = si.lr,
+                               .loss_scale = cfg->fp16.enabled ? si.loss_scale : NAN,
+                               .grad_norm = si.grad_norm, .tokens_per_s = tok_s, .mfu = mfu,
+                               .step_time_s = dt};
+        DSC_TRY(dsc_monitor_log_step(t->mon, &ms));
+        if (t->rank != 0) continue;
         write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
         if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps)
             print_progress(t, &si, loss, tok_s, mfu);
         if (!isnan(val)) printf("step %5lld | validation loss %.4f\n", (long long)step, val);
     }
-    if (t->o->max_steps > 0)
+    DSC_TRY(dsc_monitor_flush(t->mon));
+    if (t->o->max_steps > 0 && t->rank == 0)
         printf("\ntrain loss %.4f -> %.4f over %lld steps (%.1f s)\n", first_loss, last_loss,
                t->o->max_steps, dsc_now() - start);
     return DSC_OK;
@@ -462,12 +530,15 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(dsc_gpt2_create(&t->model, &t->mc, t->B, t->T));
     t->work = calloc((size_t)t->ntensors, sizeof *t->work);
     t->grads = calloc((size_t)t->ntensors, sizeof *t->grads);
+    t->tgroup = calloc((size_t)t->ntensors, sizeof *t->tgroup);
     t->in = malloc((size_t)t->gas * t->B * t->T * sizeof *t->in);
     t->tg = malloc((size_t)t->gas * t->B * t->T * sizeof *t->tg);
-    if (!t->work || !t->grads || !t->in || !t->tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
-    DSC_TRY(open_run_dir(t, run_dir, cap));
     t->peak_flops = measure_cpu_peak();
+    if (t->rank == 0) DSC_TRY(open_run_dir(t, run_dir, cap));
+    DSC_TRY(dsc_monitor_create(&t->mon, cfg, t->rank == 0 ? run_dir : NULL, t->rank));
+    if (t->rank != 0) return DSC_OK;
     printf("dsc train: model %s (%.2fM parameters, %d layers, %d heads, %d channels, vocab %d)\n",
            o->model, dsc_gpt2_num_params(&t->mc) / 1e6, t->mc.n_layer, t->mc.n_head,
            t->mc.n_embd, t->mc.vocab_size);
@@ -475,12 +546,14 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
            "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
            cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
-    printf("run dir %s | CPU matrix peak %.1f GFLOP/s (MFU's reference)\n", run_dir, t->peak_flops / 1e9);
+    printf("run dir %s | CPU matrix peak %.1f GFLOP/s per rank (MFU's reference)\n", run_dir,
+           t->peak_flops / 1e9);
     return DSC_OK;
 }
 
 static void trainer_free(trainer *t) {
     if (t->metrics) fclose(t->metrics);
+    dsc_monitor_destroy(t->mon);
     dsc_gpt2_destroy(t->model);
     dsc_engine_destroy(t->eng);
     dsc_loader_destroy(t->train);
@@ -488,6 +561,7 @@ static void trainer_free(trainer *t) {
     dsc_tokenizer_destroy(t->tok);
     free(t->work);
     free(t->grads);
+    free(t->tgroup);
     free(t->in);
     free(t->tg);
 }

@@ -12,44 +12,8 @@
 #include "engine/optim/loss_scaler.h"   // dsc_loss_scaler_*
 #include "engine/optim/lr_schedule.h"   // dsc_sched_*
 #include "engine/optim/optim.h"         // dsc_opt_step, dsc_opt_sumsq
+#include "engine/engine_impl.h"         // struct dsc_engine, dsc__zero_*
 #include "engine/sched_config.h"        // dsc__sched_params_from_config
-
-#define ALIGN_ELEMS 16 // each tensor starts on a 64-byte boundary of the flat buffers
-
-typedef enum precision { PREC_FP32, PREC_FP16, PREC_BF16 } precision;
-
-typedef struct param {
-    char name[DSC_PARAM_NAME_MAX];
-    int ndim;
-    int64_t shape[DSC_PARAM_MAX_DIMS];
-    int64_t numel;
-    int group;
-    size_t off; // element offset in the flat buffers
-} param;
-
-struct dsc_engine {
-    dsc_config cfg;
-    int rank, world;
-    int nparams, ngroups;
-    param *params;
-    int64_t numel; // sum of numel
-    size_t total;  // flat buffer length with alignment padding
-    float *master; // (total) fp32 master weights
-    float *work;   // (total) what the model computes with; == master in fp32
-    float *grad;   // (total) gradient accumulator
-    float *m, *v;  // (total) optimizer state (v unused by SGD and Lion)
-    precision prec;
-    dsc_opt_hparams hp;
-    dsc_sched_params sched;
-    bool has_sched;
-    dsc_loss_scaler scaler;
-    int64_t micro;          // micro-steps into the current accumulation
-    int64_t global_steps;   // optimizer steps attempted (DeepSpeed's global_steps)
-    int64_t applied_steps;  // steps applied (drives the LR schedule and Adam's bias correction)
-    int64_t skipped_steps;
-    unsigned char *gathered; // (ngroups) gather/release balance, to catch misuse
-    const char *inject;      // DSC_INJECT_OVERFLOW: step numbers forced to overflow (tests)
-};
 
 // ---- configuration -> optimizer, schedule, scaler ----
 
@@ -122,9 +86,6 @@ static dsc_status world_from_env(dsc_engine *e, const dsc_engine_opts *o) {
     if (e->world < 1 || e->rank < 0 || e->rank >= e->world)
         return dsc__fail(DSC_ERR_CONFIG, "RANK=%s WORLD_SIZE=%s: need 0 <= RANK < WORLD_SIZE",
                          r ? r : "(unset)", w ? w : "(unset)");
-    if (e->world > 1)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "WORLD_SIZE=%d: this build of dsc trains on one "
-                         "rank only (multi-rank data parallelism is not built yet)", e->world);
     return DSC_OK;
 }
 
@@ -148,7 +109,6 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
     e->params = calloc((size_t)o->nparams, sizeof *e->params);
     if (!e->params) return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
     e->nparams = o->nparams;
-    size_t off = 0;
     for (int i = 0; i < o->nparams; i++) {
         const dsc_param_desc *d = &o->params[i];
         param *p = &e->params[i];
@@ -167,33 +127,43 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
             p->numel *= d->shape[k];
         }
         p->group = d->group;
-        p->off = off;
-        off += ((size_t)p->numel + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
         e->numel += p->numel;
         if (d->group + 1 > e->ngroups) e->ngroups = d->group + 1;
     }
-    e->total = off;
     return DSC_OK;
 }
 
-static float *alloc_floats(size_t n) {
-    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    if (p) memset(p, 0, n * sizeof(float));
-    return p;
+static dsc_status comm_dtype(dsc_engine *e) {
+    const char *t = e->cfg.communication_data_type;
+    e->comm_dt = DSC_DT_F32;
+    if (!strcmp(t, "fp16")) e->comm_dt = DSC_DT_F16;
+    else if (!strcmp(t, "bf16")) e->comm_dt = DSC_DT_BF16;
+    else if (!t[0] && e->prec == PREC_FP16) e->comm_dt = DSC_DT_F16; // DeepSpeed: the training dtype
+    else if (!t[0] && e->prec == PREC_BF16) e->comm_dt = DSC_DT_BF16;
+    return DSC_OK;
 }
 
-static dsc_status alloc_buffers(dsc_engine *e) {
-    e->master = alloc_floats(e->total);
-    e->work = e->prec == PREC_FP32 ? e->master : alloc_floats(e->total);
-    e->grad = alloc_floats(e->total);
-    e->m = alloc_floats(e->total);
-    e->v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW ? alloc_floats(e->total) : NULL;
-    e->gathered = calloc((size_t)e->ngroups, 1);
-    bool v_ok = e->v || !(e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW);
-    if (!e->master || !e->work || !e->grad || !e->m || !v_ok || !e->gathered)
-        return dsc__fail(DSC_ERR_OOM, "out of memory: %zu parameters need about %.1f MiB of "
-                         "weights, gradients and optimizer state", (size_t)e->numel,
-                         (double)e->total * 4 * 5 / (1 << 20));
+static dsc_status create_comm(dsc_engine *e) {
+    if (e->world == 1) return DSC_OK;
+    const char *backend = getenv("DSC_COMM_BACKEND");
+    dsc_comm_opts co = {.backend = backend && backend[0] ? backend : "shm", .rank = e->rank,
+                        .world_size = e->world,
+                        .timeout_s = e->cfg.fault_tolerance.comm_timeout_s};
+    dsc_status st = dsc_comm_create(&e->comm, &co);
+    if (st != DSC_OK) dsc__error_prefix("rank %d of %d: ", e->rank, e->world);
+    return st;
+}
+
+// Stages 1-3 keep only a partition of the master weights; the caller initialises full tensors
+// in this staging copy, which dsc_params_updated scatters and frees.
+static dsc_status alloc_init(dsc_engine *e) {
+    if (e->stage == 0 || (e->prec == PREC_FP32 && e->stage < 3)) { // the full buffer is there
+        e->init = e->stage == 0 ? e->master : e->work;
+        return DSC_OK;
+    }
+    e->init = aligned_alloc(64, (e->total * sizeof(float) + 63) / 64 * 64);
+    if (!e->init) return dsc__fail(DSC_ERR_OOM, "out of memory for the initial weights");
+    memset(e->init, 0, e->total * sizeof(float));
     return DSC_OK;
 }
 
@@ -201,14 +171,16 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(world_from_env(e, o));
     DSC_TRY(load_config(e, o));
     e->prec = e->cfg.fp16.enabled ? PREC_FP16 : e->cfg.bf16.enabled ? PREC_BF16 : PREC_FP32;
-    if (e->cfg.zero_optimization.stage > 0 && e->world == 1)
-        DSC_INFO("engine", "ZeRO stage %lld on one rank: nothing to partition",
-                 (long long)e->cfg.zero_optimization.stage);
+    e->stage = (int)e->cfg.zero_optimization.stage;
+    DSC_TRY(comm_dtype(e));
     DSC_TRY(optimizer_from_config(e));
     DSC_TRY(schedule_from_config(e));
     scaler_from_config(e);
     DSC_TRY(copy_params(e, o));
-    DSC_TRY(alloc_buffers(e));
+    DSC_TRY(dsc__zero_layout(e));
+    DSC_TRY(dsc__zero_alloc(e));
+    DSC_TRY(alloc_init(e));
+    DSC_TRY(create_comm(e));
     e->inject = getenv("DSC_INJECT_OVERFLOW");
     return DSC_OK;
 }
@@ -228,12 +200,9 @@ dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *o) {
 
 void dsc_engine_destroy(dsc_engine *e) {
     if (!e) return;
-    if (e->work != e->master) free(e->work);
-    free(e->master);
-    free(e->grad);
-    free(e->m);
-    free(e->v);
-    free(e->gathered);
+    dsc__zero_free(e);
+    if (e->init != e->master && e->init != e->work) free(e->init);
+    dsc_comm_destroy(e->comm);
     free(e->params);
     free(e);
 }
@@ -246,28 +215,21 @@ int dsc_engine_world_size(const dsc_engine *e) { return e->world; }
 int dsc_engine_num_params(const dsc_engine *e) { return e->nparams; }
 int64_t dsc_engine_num_elements(const dsc_engine *e) { return e->numel; }
 int64_t dsc_engine_global_steps(const dsc_engine *e) { return e->global_steps; }
-float *dsc_param_data(dsc_engine *e, int i) { return e->work + e->params[i].off; }
-float *dsc_param_grad(dsc_engine *e, int i) { return e->grad + e->params[i].off; }
-float *dsc_param_master(dsc_engine *e, int i) { return e->master + e->params[i].off; }
-
-// Derive the compute copy from the master weights: rounded to the training dtype.
-static void refresh_work(dsc_engine *e) {
-    if (e->prec == PREC_FP32) return;
-    float *w = e->work;
-    const float *m = e->master;
-    size_t n = e->total;
-    if (e->prec == PREC_FP16) {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) w[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(m[i]));
-    } else {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) w[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(m[i]));
-    }
-}
+float *dsc_param_data(dsc_engine *e, int i) { return e->pdata[i]; }
+float *dsc_param_grad(dsc_engine *e, int i) { return e->pgrad[i]; }
+float *dsc_param_master(dsc_engine *e, int i) { return e->init ? e->init + e->params[i].off : NULL; }
 
 dsc_status dsc_params_updated(dsc_engine *e) {
-    refresh_work(e);
-    return DSC_OK;
+    if (e->stage > 0 && e->init) { // keep this rank's slices
+        for (int g = 0; g < e->ngroups; g++) {
+            const group *gr = &e->groups[g];
+            float *dst = dsc__zero_master_slice(e, g), *src = e->init + gr->off + (size_t)e->rank * gr->slice;
+            if (dst != src) memcpy(dst, src, gr->slice * sizeof(float));
+        }
+        if (e->init != e->work) free(e->init);
+        e->init = NULL;
+    }
+    return dsc__zero_sync_params(e);
 }
 
 static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
@@ -277,11 +239,10 @@ static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
     return DSC_OK;
 }
 
-// One rank holds every parameter: gather and release only check that calls pair up.
 dsc_status dsc_gather(dsc_engine *e, int g) {
     DSC_TRY(check_group(e, g, "dsc_gather"));
     e->gathered[g] = 1;
-    return DSC_OK;
+    return dsc__zero_gather(e, g);
 }
 
 dsc_status dsc_release(dsc_engine *e, int g) {
@@ -289,13 +250,54 @@ dsc_status dsc_release(dsc_engine *e, int g) {
     if (!e->gathered[g])
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_release(%d) without dsc_gather(%d)", g, g);
     e->gathered[g] = 0;
+    return dsc__zero_release(e, g);
+}
+
+dsc_status dsc_grads_ready(dsc_engine *e, int g) {
+    DSC_TRY(check_group(e, g, "dsc_grads_ready"));
+    return dsc__zero_grads_ready(e, g);
+}
+
+dsc_status dsc_backward_begin(dsc_engine *e) {
+    e->backward = true;
     return DSC_OK;
 }
 
-dsc_status dsc_grads_ready(dsc_engine *e, int g) { return check_group(e, g, "dsc_grads_ready"); }
-
 double dsc_backward_scale(const dsc_engine *e) {
     return dsc_loss_scaler_scale(&e->scaler) / (double)e->cfg.gradient_accumulation_steps;
+}
+
+dsc_status dsc_engine_mean(dsc_engine *e, double *v, int n) {
+    if (!e->comm || n <= 0) return DSC_OK;
+    double *all = malloc(sizeof(double) * (size_t)n * (size_t)e->world);
+    if (!all) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_status st = dsc_comm_all_gather(e->comm, v, all, (size_t)n * 2, DSC_DT_F32, NULL);
+    for (int k = 0; st == DSC_OK && k < n; k++) {
+        double sum = 0;
+        for (int r = 0; r < e->world; r++) sum += all[(size_t)r * n + k];
+        v[k] = sum / e->world;
+    }
+    free(all);
+    return st;
+}
+
+void dsc_engine_observe_grads(dsc_engine *e, dsc_grad_observer fn, void *user) {
+    e->observer = fn;
+    e->observer_user = user;
+}
+
+dsc_status dsc_engine_full_grad(dsc_engine *e, int i, float *out) {
+    if (i < 0 || i >= e->nparams)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_grad: no tensor %d", i);
+    return dsc__zero_full_grad(e, i, out, e->observer_inv_scale);
+}
+
+void dsc_engine_memory_get(const dsc_engine *e, dsc_engine_memory *out) {
+    out->params = e->bytes_params;
+    out->grads = e->bytes_grads;
+    out->optimizer = e->bytes_optim;
+    out->buffers_peak = e->bytes_buffers_peak;
+    out->comm_bytes = e->comm_bytes_sent;
 }
 
 // ---- the optimizer step ----
@@ -328,30 +330,6 @@ static bool inject_overflow(const char *spec, int64_t step) {
     return false;
 }
 
-// fp16 gradients: rounded to half precision, as a half-precision model produces them; values
-// past the fp16 range become inf, which the overflow check then sees.
-static void round_grads_fp16(dsc_engine *e) {
-    float *g = e->grad;
-    size_t n = e->total;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(g[i]));
-}
-
-static void zero_grads(dsc_engine *e) { memset(e->grad, 0, e->total * sizeof(float)); }
-
-// Data-parallel reduction of the accumulated gradients, with DeepSpeed's pre-division:
-// divide by gradient_predivide_factor (or by world size with prescale_gradients) before the sum,
-// and by world/predivide after. On one rank the sum is the identity.
-static void reduce_grads(dsc_engine *e) {
-    double pre = e->cfg.prescale_gradients ? e->world : e->cfg.gradient_predivide_factor;
-    double post = (double)e->world / pre;
-    if (pre == 1.0 && post == 1.0) return;
-    float s = (float)(1.0 / pre) * (float)(1.0 / post);
-    float *g = e->grad;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < e->total; i++) g[i] *= s;
-}
-
 static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
     // DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss
     // scale before it unscales: on a step where the scale grows, the gradients (scaled by the old
@@ -376,10 +354,9 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
         hp.beta1 = (float)mom;
         hp.beta2 = (float)DSC_SCHED_ONE_CYCLE_BETA2;
     }
-    dsc_opt_step(&hp, e->applied_steps + 1, e->master, e->grad, e->m, e->v, e->total,
-                 (float)(1.0 / combined), NULL, DSC_OPT_OUT_NONE);
+    DSC_TRY(dsc__zero_optimizer(e, &hp, e->applied_steps + 1, (float)(1.0 / combined)));
     e->applied_steps++;
-    refresh_work(e);
+    DSC_TRY(dsc__zero_sync_params(e));
     info->lr = lr;
     info->grad_norm = norm;
     return DSC_OK;
@@ -387,6 +364,8 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
 
 dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
     memset(info, 0, sizeof *info);
+    e->backward = false;
+    DSC_TRY(dsc__zero_finish_micro(e));
     if (++e->micro < e->cfg.gradient_accumulation_steps) {
         info->step = e->global_steps;
         return DSC_OK;
@@ -396,10 +375,16 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
     info->boundary = true;
     info->step = e->global_steps;
     info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
-    reduce_grads(e);
-    if (e->prec == PREC_FP16) round_grads_fp16(e);
+    if (e->prec == PREC_FP16) dsc__zero_round_fp16(e);
+    if (e->observer) {
+        dsc_grad_observer fn = e->observer;
+        e->observer = NULL;
+        e->observer_inv_scale = 1.0 / info->loss_scale;
+        DSC_TRY(fn(e->observer_user, e));
+    }
     bool nonfinite = false;
-    double sumsq = dsc_opt_sumsq(e->grad, e->total, (float)(1.0 / info->loss_scale), &nonfinite);
+    double sumsq;
+    DSC_TRY(dsc__zero_norm(e, 1.0 / info->loss_scale, &sumsq, &nonfinite));
     if (inject_overflow(e->inject, e->global_steps)) nonfinite = true;
     dsc_status st = DSC_OK;
     if (nonfinite && e->prec == PREC_FP16) {
@@ -417,7 +402,7 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
                      e->prec == PREC_BF16 ? "bf16" : "fp32");
         st = apply_step(e, info, sumsq);
     }
-    zero_grads(e);
+    dsc__zero_zero_acc(e);
     info->skipped_total = e->skipped_steps;
     return st;
 }

@@ -338,8 +338,13 @@ static dsc_status call_hook(const dsc_gpt2_hooks *h, enum hook_kind kind, int gr
     return st;
 }
 
-static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what) {
+// Without a gather hook every tensor must be resident for the whole pass. With one, the engine
+// fills a group's pointers in its gather hook (ZeRO-3 gathers into fresh buffers), so only the
+// array itself is checked here.
+static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what,
+                                const dsc_gpt2_hooks *hooks) {
     if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2: the %s array is NULL", what);
+    if (hooks && hooks->gather) return DSC_OK;
     for (int i = 0; i < dsc_gpt2_num_tensors(&m->c); i++) {
         if (t[i]) continue;
         dsc_gpt2_tensor_info info;
@@ -361,14 +366,15 @@ static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int 
 }
 
 static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const int32_t *inputs,
-                                const int32_t *targets, int B, int T) {
+                                const int32_t *targets, int B, int T,
+                                const dsc_gpt2_hooks *hooks) {
     if (!m || !inputs) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: model or inputs NULL");
     if (B < 1 || T < 1 || B > m->maxB || T > m->maxT)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "gpt2 forward: batch %d x %d does not fit the %d x %d this model was "
                          "created for; create it with the larger size",
                          B, T, m->maxB, m->maxT);
-    DSC_TRY(check_tensors(m, params, "params"));
+    DSC_TRY(check_tensors(m, params, "params", hooks));
     DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size));
     if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size));
     return DSC_OK;
@@ -416,7 +422,7 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
 dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
                             const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
                             float *loss) {
-    DSC_TRY(check_forward(m, params, inputs, targets, B, T));
+    DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
     dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
     m->pass = PASS_NONE;
@@ -493,8 +499,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "gpt2 backward: needs a forward with targets first, and each such "
                          "forward allows one backward (it consumes the logits)");
-    DSC_TRY(check_tensors(m, params, "params"));
-    DSC_TRY(check_tensors(m, grads, "grads"));
+    DSC_TRY(check_tensors(m, params, "params", hooks));
+    DSC_TRY(check_tensors(m, grads, "grads", hooks));
     dsc__gpt2_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));

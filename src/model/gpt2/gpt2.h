@@ -61,6 +61,9 @@ void dsc_gpt2_init_tensor(const dsc_gpt2_config *c, int i, float *dst, int64_t b
 // and release(g) after; backward does the same around its own reads of parameters (ZeRO-3 needs
 // them there too), and calls grads_ready(g) once group g's gradients are complete, in the order
 // ln_f, layer n_layer-1, ..., layer 0, embeddings. A hook's failure stops the pass and is returned.
+// With a gather hook, the model reads params[i] (and, in backward, grads[i]) of group g only
+// after gather(g) returned, so the hook may fill those entries of the arrays (ZeRO-3 gathers each
+// group into a fresh buffer); without one, every entry must be valid for the whole pass.
 typedef struct dsc_gpt2_hooks {
     void *user;
     dsc_status (*gather)(void *user, int group);

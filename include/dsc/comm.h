@@ -1,0 +1,144 @@
+// dsc/comm.h - communicators: collectives and point-to-point messages between ranks.
+//
+// A communicator joins `world_size` processes (ranks). Every operation is asynchronous: it is
+// enqueued and returns a request that dsc_comm_wait() or dsc_comm_test() completes; passing
+// req == NULL makes the call blocking. Buffers are borrowed until the request completes.
+//
+// Backends:
+//   "shm"  ranks of one node, CPU buffers, data moved through one POSIX shared-memory segment;
+//          operations run in issue order on a progress thread of the communicator, so that the
+//          caller computes while they run.
+//   "mpi"  Open MPI (when dsc was built with it); CPU buffers; nonblocking MPI collectives.
+//
+// DETERMINISM (shm): every reduction adds element-wise in rank order, accumulating in fp32,
+//     r = ((x_0 + x_1) + x_2) + ... + x_{N-1}
+// and rounds once to the dtype (fp16/bf16: round to nearest even, as dsc/half.h). The result is
+// therefore independent of timing and of the backend's chunking, identical on every rank, and
+// all_reduce is bitwise identical to reduce_scatter followed by all_gather. MAX keeps the first of
+// equal values in rank order and propagates NaN. The mpi backend cannot promise this: MPI chooses
+// its own summation order (which may depend on message size and process placement), and reduces
+// fp16/bf16 by converting to fp32, reducing, and rounding back.
+//
+// Deadlines: an operation fails when its peers make no progress for timeout_s seconds
+// (DSC_ERR_TIMEOUT, naming the operation, its size, the elapsed time and the ranks that had not
+// arrived), or as soon as a peer is seen dead (DSC_ERR_PEER, naming the rank and its pid). After
+// any failure the communicator is broken: every later operation fails at once with the first
+// failure's message, and the caller builds a new communicator (e.g. with another group_tag).
+#ifndef DSC_COMM_H
+#define DSC_COMM_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // uint64_t
+
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsc_dtype { DSC_DT_F32 = 0, DSC_DT_F16 = 1, DSC_DT_BF16 = 2 } dsc_dtype;
+typedef enum dsc_red_op { DSC_OP_SUM = 0, DSC_OP_MAX = 1 } dsc_red_op;
+
+typedef struct dsc_comm dsc_comm;
+typedef struct dsc_comm_req dsc_comm_req; // handle of one asynchronous operation
+struct dsc_store;                         // comm/store.h: rendezvous key-value store
+
+typedef struct dsc_comm_opts {
+    const char *backend;    // "shm" (default when NULL) or "mpi"
+    int rank, world_size;   // -1: from the environment (dsc_comm_env)
+    const char *master_addr; // rendezvous store host; NULL: MASTER_ADDR (dsc_comm_env)
+    int master_port;        // rendezvous store port; 0: MASTER_PORT (dsc_comm_env)
+    double timeout_s;       // deadline without progress (fault_tolerance.comm_timeout_s); <= 0: 30
+    const char *group_tag;  // distinguishes communicators of one job (e.g. after a shrink); NULL ok
+    struct dsc_store *store; // optional: an existing store to rendezvous through (borrowed during
+                             // create); NULL: rank 0 hosts one on master_addr:master_port for the
+                             // duration of dsc_comm_create
+} dsc_comm_opts;
+
+// Defaults: backend "shm", rank/world from the environment, timeout 30 s.
+dsc_comm_opts dsc_comm_opts_default(void);
+
+// Collective: every rank of the group calls it. Returns after all ranks joined (or the deadline).
+dsc_status dsc_comm_create(dsc_comm **out, const dsc_comm_opts *o);
+// Not collective. Requests not yet waited are failed and freed (using them afterwards is a bug);
+// peers still waiting on this rank fail with DSC_ERR_PEER. destroy(NULL) is a no-op.
+void dsc_comm_destroy(dsc_comm *c);
+
+int dsc_comm_rank(const dsc_comm *c);
+int dsc_comm_size(const dsc_comm *c);
+const char *dsc_comm_backend(const dsc_comm *c); // "shm" or "mpi"
+// Size in bytes of one element of the dtype (4 or 2).
+size_t dsc_dtype_size(dsc_dtype dt);
+const char *dsc_dtype_name(dsc_dtype dt); // "f32", "f16", "bf16"
+
+// recv[i] = reduce over ranks of send[i]; send == recv (in place) is allowed.
+dsc_status dsc_comm_all_reduce(dsc_comm *c, const void *send, void *recv, size_t count,
+                               dsc_dtype dt, dsc_red_op op, dsc_comm_req **req);
+// send: (world, count); rank r receives recv: (count) = reduce over ranks of send[r, :].
+dsc_status dsc_comm_reduce_scatter(dsc_comm *c, const void *send, void *recv, size_t count,
+                                   dsc_dtype dt, dsc_red_op op, dsc_comm_req **req);
+// send: (count); recv: (world, count), recv[r, :] = send of rank r. send may be recv + rank*count.
+dsc_status dsc_comm_all_gather(dsc_comm *c, const void *send, void *recv, size_t count,
+                               dsc_dtype dt, dsc_comm_req **req);
+// buf: (count), root's contents copied to every rank.
+dsc_status dsc_comm_broadcast(dsc_comm *c, void *buf, size_t count, dsc_dtype dt, int root,
+                              dsc_comm_req **req);
+// Like all_reduce, but only root receives; recv is ignored (may be NULL) on other ranks.
+dsc_status dsc_comm_reduce(dsc_comm *c, const void *send, void *recv, size_t count, dsc_dtype dt,
+                           dsc_red_op op, int root, dsc_comm_req **req);
+dsc_status dsc_comm_barrier(dsc_comm *c, dsc_comm_req **req);
+// Point to point: messages between one pair arrive in the order they were sent; the receiver's
+// count must equal the sender's. Point-to-point operations progress concurrently with
+// collectives (a send issued after a collective does not wait for it), so that exchange
+// patterns such as a ring (send to next, recv from previous) do not deadlock.
+dsc_status dsc_comm_send(dsc_comm *c, const void *buf, size_t count, dsc_dtype dt, int peer,
+                         dsc_comm_req **req);
+dsc_status dsc_comm_recv(dsc_comm *c, void *buf, size_t count, dsc_dtype dt, int peer,
+                         dsc_comm_req **req);
+
+// Wait for the request and free it. Returns its status: DSC_ERR_TIMEOUT, DSC_ERR_PEER,
+// DSC_ERR_INVALID_ARG (ranks called different collectives), DSC_ERR_MPI, ... with the message in
+// dsc_last_error().
+dsc_status dsc_comm_wait(dsc_comm_req *req);
+// Non-blocking: *done = true when the request finished; it is then freed and its status returned.
+dsc_status dsc_comm_test(dsc_comm_req *req, bool *done);
+
+// Totals over completed operations of this rank. bytes counts the payload as nccl-tests do:
+// count * element size for all_reduce, reduce, broadcast, send and recv; world * count * element
+// size for reduce_scatter and all_gather. seconds sums the time from start to completion.
+typedef struct dsc_comm_stats {
+    uint64_t ops, bytes;
+    double seconds;
+} dsc_comm_stats;
+void dsc_comm_get_stats(const dsc_comm *c, dsc_comm_stats *s);
+
+// ---- environment ----
+
+// Where this process sits in the job, read once from the environment. Precedence:
+//   torch/DeepSpeed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   Open MPI:        OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+//   SLURM:           SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE + SLURM_NODEID
+//   defaults:        rank 0 of 1
+// MASTER_ADDR / MASTER_PORT win whenever set; otherwise under SLURM the first host of
+// SLURM_JOB_NODELIST (or SLURM_NODELIST), else 127.0.0.1; port 29500.
+typedef struct dsc_comm_env_info {
+    int rank, world_size, local_rank, local_world_size;
+    char master_addr[256];
+    int master_port;
+    const char *source; // "torch", "ompi", "slurm" or "default" (static string)
+} dsc_comm_env_info;
+// DSC_ERR_CONFIG naming the variable when one is malformed or they contradict each other.
+dsc_status dsc_comm_env(dsc_comm_env_info *out);
+
+// Expand a SLURM host list ("node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5). Bracket
+// groups may repeat ("r[1-2]n[1-2]"); zero padding follows the range's first number. *hosts is an
+// array of *n strings, caller owns: free with dsc_hostlist_free. DSC_ERR_INVALID_ARG on bad syntax
+// or more than 1,000,000 hosts.
+dsc_status dsc_hostlist_expand(const char *spec, char ***hosts, size_t *n);
+void dsc_hostlist_free(char **hosts, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,107 @@
+// engine/engine_impl.h - the engine's state, shared by engine.c and zero/zero.c.
+#ifndef DSC_ENGINE_IMPL_H
+#define DSC_ENGINE_IMPL_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+
+#include "dsc/comm.h"                 // dsc_comm
+#include "dsc/engine.h"               // dsc_engine
+#include "engine/optim/loss_scaler.h" // dsc_loss_scaler
+#include "engine/optim/lr_schedule.h" // dsc_sched_params
+#include "engine/optim/optim.h"       // dsc_opt_hparams
+
+#define DSC_ALIGN_ELEMS 16 // every tensor and slice starts on 64 bytes and spans whole vectors
+
+typedef enum precision { PREC_FP32, PREC_FP16, PREC_BF16 } precision;
+
+typedef struct param {
+    char name[DSC_PARAM_NAME_MAX];
+    int ndim;
+    int64_t shape[DSC_PARAM_MAX_DIMS];
+    int64_t numel;
+    int group;
+    size_t off; // element offset in the full flat layout
+} param;
+
+// A layer group is a contiguous range of the flat layout, padded to a multiple of
+// world * DSC_ALIGN_ELEMS and split into `world` equal slices: rank r owns slice r. ZeRO stages
+// partition per group, so gathering a group (stage 3) and reducing its gradients (stage 2) are
+// single all-gather / reduce-scatter calls of equal counts.
+typedef struct group {
+    size_t off;      // offset of the group in the full layout
+    size_t padded;   // elements of the group incl. padding
+    size_t slice;    // padded / world
+    size_t part_off; // offset of this rank's slice in the partition buffers
+    bool persistent; // stage 3: small groups stay gathered (stage3_param_persistence_threshold)
+    float *pbuf;     // stage 3: gathered parameters (padded), or NULL
+    float *gbuf;     // stages 2-3: this micro-step's gradients (padded), or NULL
+    float *rbuf;     // stages 2-3: reduce-scatter result (slice), or NULL
+    uint16_t *stage16; // communication_data_type fp16/bf16 staging, or NULL
+    dsc_comm_req *preq, *greq; // gather / reduction in flight
+} group;
+
+// A cache of released buffers so that steady-state steps allocate nothing from the system.
+typedef struct buf_cache {
+    float *ptr[64];
+    size_t cap[64];
+    int n;
+} buf_cache;
+
+struct dsc_engine {
+    dsc_config cfg;
+    int rank, world, stage;
+    dsc_comm *comm; // NULL on one rank
+    int nparams, ngroups;
+    param *params;
+    group *groups;
+    int64_t numel;    // parameter elements (no padding)
+    size_t total;     // full layout length incl. padding
+    size_t part;      // partition length (sum of slices)
+    precision prec;
+    dsc_dtype comm_dt; // communication_data_type
+    // buffers (see zero.c for which stage has which)
+    float *master;    // fp32 master: full (stage 0) or partition (stages 1-3)
+    float *work;      // full compute copy (stages 0-2); == master in fp32 stage 0
+    float *work_part; // stage 3: rounded partition the gathers read (== master in fp32)
+    float *gfull;     // stages 0-1: gradients of the current micro-step (full)
+    float *acc;       // accumulated reduced gradients: full (0-1) or partition (2-3)
+    float *m, *v;     // optimizer state, like master
+    float *init;      // full fp32 staging for initial weights (== master at stage 0)
+    float **pdata, **pgrad; // per-parameter pointers as the model sees them now
+    buf_cache cache;
+    bool backward;    // between dsc_backward_begin and dsc_step
+    // optimizer and schedule
+    dsc_opt_hparams hp;
+    dsc_sched_params sched;
+    bool has_sched;
+    dsc_loss_scaler scaler;
+    int64_t micro, global_steps, applied_steps, skipped_steps;
+    unsigned char *gathered; // (ngroups) gather/release balance
+    const char *inject;      // DSC_INJECT_OVERFLOW (tests)
+    dsc_grad_observer observer;
+    void *observer_user;
+    double observer_inv_scale;
+    size_t bytes_params, bytes_grads, bytes_optim; // persistent model states, per rank
+    size_t bytes_buffers, bytes_buffers_peak;      // transient group buffers
+    uint64_t comm_bytes_sent;                      // payload handed to collectives
+};
+
+// zero/zero.c
+dsc_status dsc__zero_layout(dsc_engine *e);   // offsets, groups, partitions
+dsc_status dsc__zero_alloc(dsc_engine *e);    // persistent buffers for the stage
+void dsc__zero_free(dsc_engine *e);
+float *dsc__zero_master_slice(dsc_engine *e, int g); // this rank's fp32 master of group g
+dsc_status dsc__zero_gather(dsc_engine *e, int g);
+dsc_status dsc__zero_release(dsc_engine *e, int g);
+dsc_status dsc__zero_grads_ready(dsc_engine *e, int g);
+dsc_status dsc__zero_finish_micro(dsc_engine *e);      // wait for reductions, accumulate
+dsc_status dsc__zero_norm(dsc_engine *e, double inv_scale, double *sumsq, bool *nonfinite);
+void dsc__zero_round_fp16(dsc_engine *e);
+dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step,
+                               float grad_scale);
+void dsc__zero_zero_acc(dsc_engine *e);
+dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scale);
+dsc_status dsc__zero_sync_params(dsc_engine *e); // master -> compute copies (rounded, gathered)
+
+#endif

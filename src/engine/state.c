@@ -1,0 +1,120 @@
+// engine/state.c - the engine's state for checkpoints (see state.h).
+#include "engine/state.h"
+
+#include <stdlib.h> // malloc, free
+#include <string.h> // memcpy
+
+#include "base/status.h"        // dsc__fail
+#include "engine/engine_impl.h" // struct dsc_engine
+
+void dsc__state_layout(const dsc_engine *e, dsc_state_layout *out) {
+    static const char *const precs[] = {"fp32", "fp16", "bf16"};
+    static const char *const opts[] = {"adam", "adamw", "sgd", "lion"};
+    out->world = e->world;
+    out->rank = e->rank;
+    out->stage = e->stage;
+    out->precision = precs[e->prec];
+    out->optimizer = opts[e->hp.kind];
+    out->nmoments = e->v ? 2 : 1;
+    out->nparams = e->nparams;
+    out->ngroups = e->ngroups;
+    out->total = e->total;
+}
+
+void dsc__state_param(const dsc_engine *e, int i, dsc_state_param *out) {
+    const param *p = &e->params[i];
+    out->name = p->name;
+    out->ndim = p->ndim;
+    memcpy(out->shape, p->shape, sizeof out->shape);
+    out->numel = p->numel;
+    out->group = p->group;
+    out->off = p->off;
+}
+
+void dsc__state_group(const dsc_engine *e, int g, dsc_state_group *out) {
+    out->off = e->groups[g].off;
+    out->padded = e->groups[g].padded;
+    out->slice = e->groups[g].slice;
+}
+
+// Offset of this rank's slice of group g in the moment buffers (full at stage 0).
+static size_t moment_off(const dsc_engine *e, int g) {
+    const group *gr = &e->groups[g];
+    return e->stage == 0 ? gr->off + (size_t)e->rank * gr->slice : gr->part_off;
+}
+
+const float *dsc__state_master_slice(dsc_engine *e, int g) {
+    const float *m = dsc__zero_master_slice(e, g);
+    return e->stage == 0 ? m + (size_t)e->rank * e->groups[g].slice : m;
+}
+
+const float *dsc__state_moment_slice(dsc_engine *e, int g, int k) {
+    const float *buf = k == 0 ? e->m : e->v;
+    return buf ? buf + moment_off(e, g) : NULL;
+}
+
+void dsc__state_scalars_get(const dsc_engine *e, dsc_state_scalars *out) {
+    out->global_steps = e->global_steps;
+    out->applied_steps = e->applied_steps;
+    out->skipped_steps = e->skipped_steps;
+    out->cur_scale = e->scaler.cur_scale;
+    out->cur_iter = e->scaler.cur_iter;
+    out->last_overflow_iter = e->scaler.last_overflow_iter;
+    out->cur_hysteresis = e->scaler.cur_hysteresis;
+}
+
+dsc_status dsc__state_scalars_set(dsc_engine *e, const dsc_state_scalars *in) {
+    if (e->micro != 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "loading a checkpoint in the middle of a gradient "
+                         "accumulation (micro-step %lld)", (long long)e->micro);
+    e->global_steps = in->global_steps;
+    e->applied_steps = in->applied_steps;
+    e->skipped_steps = in->skipped_steps;
+    if (e->scaler.dynamic) {
+        e->scaler.cur_scale = in->cur_scale;
+        e->scaler.cur_iter = in->cur_iter;
+        e->scaler.last_overflow_iter = in->last_overflow_iter;
+        e->scaler.cur_hysteresis = in->cur_hysteresis;
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master,
+                                 const float *const *moments) {
+    if (g < 0 || g >= e->ngroups) return dsc__fail(DSC_ERR_INVALID_ARG, "no layer group %d", g);
+    size_t n = e->groups[g].slice;
+    float *dst = (float *)dsc__state_master_slice(e, g);
+    memcpy(dst, master, n * sizeof(float));
+    size_t mo = moment_off(e, g);
+    memcpy(e->m + mo, moments[0], n * sizeof(float));
+    if (e->v) memcpy(e->v + mo, moments[1], n * sizeof(float));
+    return DSC_OK;
+}
+
+// Stage 0 holds the full state on every rank: after each rank loaded its own slice, the other
+// slices are all-gathered so that every rank has everything again.
+static dsc_status stage0_gather(dsc_engine *e) {
+    if (e->stage != 0 || !e->comm) return DSC_OK;
+    float *bufs[3] = {e->master, e->m, e->v};
+    for (int b = 0; b < 3; b++) {
+        if (!bufs[b]) continue;
+        for (int g = 0; g < e->ngroups; g++) {
+            const group *gr = &e->groups[g];
+            float *tmp = malloc(gr->slice * sizeof(float));
+            if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory loading a checkpoint");
+            memcpy(tmp, bufs[b] + gr->off + (size_t)e->rank * gr->slice, gr->slice * sizeof(float));
+            dsc_status st = dsc_comm_all_gather(e->comm, tmp, bufs[b] + gr->off, gr->slice, DSC_DT_F32, NULL);
+            free(tmp);
+            DSC_TRY(st);
+        }
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__state_load_done(dsc_engine *e) {
+    DSC_TRY(stage0_gather(e));
+    dsc__zero_zero_acc(e);
+    return dsc__zero_sync_params(e);
+}
+
+struct dsc_comm *dsc__state_comm(dsc_engine *e) { return e->comm; }

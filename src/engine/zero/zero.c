@@ -1,0 +1,501 @@
+// engine/zero/zero.c - ZeRO stages 0-3: layout, partitions, gathers, reductions, the partitioned
+// optimizer step.
+//
+// Which buffers each stage keeps, per rank (P = parameter elements, N = ranks):
+//   stage 0: master, m, v, gradients: full.
+//   stage 1: compute params and gradients full; master, m, v: one slice per group (P/N).
+//   stage 2: compute params full; gradients reduce-scattered into a partition; master, m, v P/N.
+//   stage 3: everything partitioned; a group's parameters are all-gathered on dsc_gather and
+//            freed on dsc_release, its gradients live only between backward's use of the group
+//            and their reduce-scatter.
+// Determinism: every stage reduces the same per-micro-step sums (the comm layer adds ranks in
+// order, all-reduce == reduce-scatter + all-gather bitwise), accumulates them with the same code,
+// and runs the optimizer elementwise on whole vectors, so stages 0-3 give bitwise equal weights.
+#include <math.h>   // isfinite
+#include <stdlib.h> // aligned_alloc, free
+#include <string.h> // memset, memcpy
+
+#include "base/status.h"        // dsc__fail, DSC_TRY
+#include "dsc/half.h"           // dsc_fp32_to_fp16, ...
+#include "engine/engine_impl.h" // dsc_engine, group
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+// ---- buffers ----
+
+static float *alloc_zeroed(size_t n) {
+    if (n == 0) n = DSC_ALIGN_ELEMS;
+    float *p = aligned_alloc(64, round_up(n * sizeof(float), 64));
+    if (p) memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+// Take a zeroed buffer of n floats from the cache (smallest that fits), or allocate one.
+static float *cache_take(dsc_engine *e, size_t n) {
+    buf_cache *c = &e->cache;
+    int best = -1;
+    for (int i = 0; i < c->n; i++)
+        if (c->cap[i] >= n && (best < 0 || c->cap[i] < c->cap[best])) best = i;
+    float *p;
+    if (best >= 0) {
+        p = c->ptr[best];
+        c->ptr[best] = c->ptr[--c->n];
+        c->cap[best] = c->cap[c->n];
+        memset(p, 0, n * sizeof(float));
+    } else {
+        p = alloc_zeroed(n);
+    }
+    if (p) {
+        e->bytes_buffers += n * sizeof(float);
+        if (e->bytes_buffers > e->bytes_buffers_peak) e->bytes_buffers_peak = e->bytes_buffers;
+    }
+    return p;
+}
+
+static void cache_give(dsc_engine *e, float *p, size_t n) {
+    if (!p) return;
+    buf_cache *c = &e->cache;
+    e->bytes_buffers -= n * sizeof(float);
+    if (c->n < (int)(sizeof c->ptr / sizeof c->ptr[0])) {
+        c->ptr[c->n] = p;
+        c->cap[c->n++] = n;
+    } else {
+        free(p);
+    }
+}
+
+// ---- layout ----
+
+dsc_status dsc__zero_layout(dsc_engine *e) {
+    e->groups = calloc((size_t)e->ngroups, sizeof *e->groups);
+    if (!e->groups) return dsc__fail(DSC_ERR_OOM, "out of memory for the group table");
+    size_t cursor = 0, part = 0, unit = (size_t)e->world * DSC_ALIGN_ELEMS;
+    double persist = e->cfg.zero_optimization.param_persistence_threshold;
+    for (int g = 0; g < e->ngroups; g++) {
+        group *gr = &e->groups[g];
+        gr->off = cursor;
+        size_t content = 0;
+        int64_t numel = 0;
+        for (int i = 0; i < e->nparams; i++) {
+            if (e->params[i].group != g) continue;
+            e->params[i].off = cursor + content;
+            content += round_up((size_t)e->params[i].numel, DSC_ALIGN_ELEMS);
+            numel += e->params[i].numel;
+        }
+        gr->padded = round_up(content, unit);
+        gr->slice = gr->padded / (size_t)e->world;
+        gr->part_off = part;
+        gr->persistent = e->stage == 3 && (double)numel < persist;
+        cursor += gr->padded;
+        part += gr->slice;
+    }
+    e->total = cursor;
+    e->part = part;
+    return DSC_OK;
+}
+
+// fp32 training at stages 1-2 keeps no separate master copy: the optimizer updates this rank's
+// slice of the full parameter buffer in place (the ZeRO paper's fp32 accounting).
+static bool master_in_work(const dsc_engine *e) {
+    return e->prec == PREC_FP32 && (e->stage == 1 || e->stage == 2);
+}
+
+float *dsc__zero_master_slice(dsc_engine *e, int g) {
+    const group *gr = &e->groups[g];
+    if (e->stage == 0) return e->master + gr->off;
+    if (master_in_work(e)) return e->work + gr->off + (size_t)e->rank * gr->slice;
+    return e->master + gr->part_off;
+}
+
+dsc_status dsc__zero_alloc(dsc_engine *e) {
+    bool fp32 = e->prec == PREC_FP32, gas1 = e->cfg.gradient_accumulation_steps == 1;
+    bool need_v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW;
+    size_t full = e->total, part = e->part;
+    size_t mlen = e->stage == 0 ? full : part;
+    if (!master_in_work(e)) e->master = alloc_zeroed(mlen);
+    e->m = alloc_zeroed(mlen);
+    e->v = need_v ? alloc_zeroed(mlen) : NULL;
+    if (e->stage < 3) e->work = e->stage == 0 && fp32 ? e->master : alloc_zeroed(full);
+    else e->work_part = fp32 ? e->master : alloc_zeroed(part);
+    if (e->stage < 2) {
+        e->gfull = alloc_zeroed(full);
+        e->acc = gas1 ? e->gfull : alloc_zeroed(full);
+    } else {
+        e->acc = alloc_zeroed(part);
+    }
+    e->pdata = calloc((size_t)e->nparams, sizeof *e->pdata);
+    e->pgrad = calloc((size_t)e->nparams, sizeof *e->pgrad);
+    e->gathered = calloc((size_t)e->ngroups, 1);
+    bool ok = (e->master || master_in_work(e)) && e->m && (e->v || !need_v) &&
+              (e->stage == 3 ? e->work_part != NULL : e->work != NULL) && e->acc &&
+              (e->stage >= 2 || e->gfull) && e->pdata && e->pgrad && e->gathered;
+    for (int g = 0; ok && g < e->ngroups; g++)
+        if (e->groups[g].persistent) ok = (e->groups[g].pbuf = alloc_zeroed(e->groups[g].padded)) != NULL;
+    if (!ok)
+        return dsc__fail(DSC_ERR_OOM, "out of memory: %lld parameters at ZeRO stage %d need about "
+                         "%.1f MiB per rank", (long long)e->numel, e->stage,
+                         (double)(mlen * (need_v ? 3 : 2) + full * 2) * 4 / (1 << 20));
+    // Persistent model states of this rank, as the ZeRO paper counts them: parameters as the
+    // model computes with them, gradients, optimizer states (moments and a separate fp32 master).
+    size_t f = sizeof(float);
+    e->bytes_params = (e->stage < 3 ? full : part) * f;
+    for (int g = 0; g < e->ngroups; g++)
+        if (e->groups[g].persistent) e->bytes_params += e->groups[g].padded * f;
+    e->bytes_grads = (e->stage < 2 ? full * (gas1 ? 1 : 2) : part) * f;
+    bool separate_master = e->master && e->master != e->work && e->master != e->work_part;
+    e->bytes_optim = mlen * f * (need_v ? 2 : 1) + (separate_master ? mlen * f : 0);
+    return DSC_OK;
+}
+
+void dsc__zero_free(dsc_engine *e) {
+    if (e->work != e->master) free(e->work);
+    if (e->work_part != e->master) free(e->work_part);
+    if (e->acc != e->gfull) free(e->acc);
+    free(e->gfull);
+    free(e->master);
+    free(e->m);
+    free(e->v);
+    for (int g = 0; e->groups && g < e->ngroups; g++) {
+        group *gr = &e->groups[g];
+        if (gr->preq) dsc_comm_wait(gr->preq);
+        if (gr->greq) dsc_comm_wait(gr->greq);
+        free(gr->pbuf);
+        free(gr->gbuf);
+        free(gr->rbuf);
+        free(gr->stage16);
+    }
+    for (int i = 0; i < e->cache.n; i++) free(e->cache.ptr[i]);
+    free(e->groups);
+    free(e->pdata);
+    free(e->pgrad);
+    free(e->gathered);
+}
+
+// ---- collectives (one rank: the identity) ----
+
+static dsc_status all_gather(dsc_engine *e, const float *send, float *recv, size_t count,
+                             dsc_comm_req **req) {
+    if (req) *req = NULL;
+    if (!e->comm) {
+        memcpy(recv, send, count * sizeof(float));
+        return DSC_OK;
+    }
+    e->comm_bytes_sent += count * sizeof(float);
+    return dsc_comm_all_gather(e->comm, send, recv, count, DSC_DT_F32, req);
+}
+
+// Round x to the training dtype's values (the compute copy of 16-bit training).
+static void round_to(precision prec, float *dst, const float *src, size_t n) {
+    if (prec == PREC_FP16) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) dst[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(src[i]));
+    } else if (prec == PREC_BF16) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) dst[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(src[i]));
+    } else if (dst != src) {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
+// ---- parameters ----
+
+static void point_params(dsc_engine *e, int g) {
+    const group *gr = &e->groups[g];
+    for (int i = 0; i < e->nparams; i++) {
+        if (e->params[i].group != g) continue;
+        size_t off = e->params[i].off;
+        if (e->stage < 3) e->pdata[i] = e->work + off;
+        else e->pdata[i] = gr->pbuf ? gr->pbuf + (off - gr->off) : NULL;
+    }
+}
+
+static void point_grads(dsc_engine *e, int g) {
+    const group *gr = &e->groups[g];
+    for (int i = 0; i < e->nparams; i++) {
+        if (e->params[i].group != g) continue;
+        size_t off = e->params[i].off;
+        if (e->stage < 2) e->pgrad[i] = e->gfull + off;
+        else e->pgrad[i] = gr->gbuf ? gr->gbuf + (off - gr->off) : NULL;
+    }
+}
+
+static dsc_status wait_req(dsc_comm_req **req) {
+    if (!*req) return DSC_OK;
+    dsc_status st = dsc_comm_wait(*req);
+    *req = NULL;
+    return st;
+}
+
+// Stage 3: start gathering group g into a fresh buffer (asynchronously when req is given).
+static dsc_status start_gather(dsc_engine *e, int g, bool async) {
+    group *gr = &e->groups[g];
+    gr->pbuf = cache_take(e, gr->padded);
+    if (!gr->pbuf)
+        return dsc__fail(DSC_ERR_OOM, "out of memory gathering layer group %d (%zu elements)", g,
+                         gr->padded);
+    return all_gather(e, e->work_part + gr->part_off, gr->pbuf, gr->slice, async ? &gr->preq : NULL);
+}
+
+static dsc_status prefetch(dsc_engine *e, int g) {
+    if (g < 0 || g >= e->ngroups) return DSC_OK;
+    group *gr = &e->groups[g];
+    if (gr->persistent || gr->pbuf || (double)gr->padded > e->cfg.zero_optimization.prefetch_bucket_size)
+        return DSC_OK;
+    return start_gather(e, g, true);
+}
+
+dsc_status dsc__zero_gather(dsc_engine *e, int g) {
+    group *gr = &e->groups[g];
+    if (e->stage == 3 && !gr->persistent) {
+        if (!gr->pbuf) DSC_TRY(start_gather(e, g, false));
+        DSC_TRY(wait_req(&gr->preq));
+        DSC_TRY(prefetch(e, e->backward ? g - 1 : g + 1));
+    }
+    point_params(e, g);
+    if (e->backward && e->stage >= 2 && !gr->gbuf) {
+        gr->gbuf = cache_take(e, gr->padded);
+        if (!gr->gbuf)
+            return dsc__fail(DSC_ERR_OOM, "out of memory for the gradients of layer group %d", g);
+    }
+    point_grads(e, g);
+    return DSC_OK;
+}
+
+dsc_status dsc__zero_release(dsc_engine *e, int g) {
+    group *gr = &e->groups[g];
+    if (e->stage < 3 || gr->persistent) return DSC_OK;
+    DSC_TRY(wait_req(&gr->preq));
+    cache_give(e, gr->pbuf, gr->padded);
+    gr->pbuf = NULL;
+    point_params(e, g);
+    return DSC_OK;
+}
+
+// Drop every gathered (non-persistent) group: their contents are stale after an optimizer step.
+static dsc_status drop_gathered(dsc_engine *e) {
+    for (int g = 0; g < e->ngroups; g++) {
+        group *gr = &e->groups[g];
+        if (gr->persistent || !gr->pbuf) continue;
+        DSC_TRY(wait_req(&gr->preq));
+        cache_give(e, gr->pbuf, gr->padded);
+        gr->pbuf = NULL;
+        point_params(e, g);
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__zero_sync_params(dsc_engine *e) {
+    if (e->stage == 0) {
+        round_to(e->prec, e->work, e->master, e->total);
+    } else if (e->stage < 3) {
+        for (int g = 0; g < e->ngroups; g++) {
+            group *gr = &e->groups[g];
+            float *tmp = cache_take(e, gr->slice);
+            if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory syncing parameters");
+            round_to(e->prec, tmp, dsc__zero_master_slice(e, g), gr->slice);
+            dsc_status st = all_gather(e, tmp, e->work + gr->off, gr->slice, NULL);
+            cache_give(e, tmp, gr->slice);
+            DSC_TRY(st);
+        }
+    } else {
+        round_to(e->prec, e->work_part, e->master, e->part);
+        DSC_TRY(drop_gathered(e));
+        for (int g = 0; g < e->ngroups; g++) {
+            group *gr = &e->groups[g];
+            if (gr->persistent) DSC_TRY(all_gather(e, e->work_part + gr->part_off, gr->pbuf, gr->slice, NULL));
+        }
+    }
+    for (int g = 0; g < e->ngroups; g++) {
+        point_params(e, g);
+        point_grads(e, g);
+    }
+    return DSC_OK;
+}
+
+// ---- gradients ----
+
+static void scale_inplace(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+// acc += x * post. One out-of-line function for every stage, so the compiler's choices (vector
+// width, contraction) are the same wherever gradients are accumulated.
+__attribute__((noinline)) static void accumulate(float *acc, const float *x, size_t n, float post) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        float t = x[i] * post;
+        acc[i] = acc[i] + t;
+    }
+}
+
+static void to16(dsc_dtype dt, uint16_t *dst, const float *src, size_t n) {
+    if (dt == DSC_DT_F16) dsc_fp32_to_fp16_n(dst, src, n);
+    else dsc_fp32_to_bf16_n(dst, src, n);
+}
+
+static void from16(dsc_dtype dt, float *dst, const uint16_t *src, size_t n) {
+    if (dt == DSC_DT_F16) dsc_fp16_to_fp32_n(dst, src, n);
+    else dsc_bf16_to_fp32_n(dst, src, n);
+}
+
+static double pre_factor(const dsc_engine *e) {
+    return e->cfg.prescale_gradients ? e->world : e->cfg.gradient_predivide_factor;
+}
+
+// Start the data-parallel reduction of group g's gradients (asynchronous: it overlaps the rest
+// of backward). DeepSpeed's pre-division: gradients are divided by gradient_predivide_factor
+// (world size with prescale_gradients) before the sum and by world/that after.
+dsc_status dsc__zero_grads_ready(dsc_engine *e, int g) {
+    group *gr = &e->groups[g];
+    float *src = e->stage < 2 ? e->gfull + gr->off : gr->gbuf;
+    if (!src) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_grads_ready(%d): the group was not "
+                               "gathered during backward (call dsc_backward_begin first)", g);
+    double pre = pre_factor(e);
+    if (pre != 1.0) scale_inplace(src, gr->padded, (float)(1.0 / pre));
+    if (e->stage >= 2) {
+        gr->rbuf = cache_take(e, gr->slice);
+        if (!gr->rbuf) return dsc__fail(DSC_ERR_OOM, "out of memory reducing layer group %d", g);
+    }
+    if (!e->comm) {
+        if (e->stage >= 2) memcpy(gr->rbuf, src, gr->slice * sizeof(float));
+        return DSC_OK;
+    }
+    size_t count = e->stage < 2 ? gr->padded : gr->slice;
+    if (e->comm_dt != DSC_DT_F32) { // reduce in 16 bits: stage, reduce, unstage in finish
+        if (!gr->stage16) gr->stage16 = malloc((gr->padded + gr->slice) * sizeof(uint16_t));
+        if (!gr->stage16) return dsc__fail(DSC_ERR_OOM, "out of memory for 16-bit reduction");
+        to16(e->comm_dt, gr->stage16, src, gr->padded);
+        e->comm_bytes_sent += count * 2;
+        if (e->stage < 2)
+            return dsc_comm_all_reduce(e->comm, gr->stage16, gr->stage16, count, e->comm_dt,
+                                       DSC_OP_SUM, &gr->greq);
+        return dsc_comm_reduce_scatter(e->comm, gr->stage16, gr->stage16 + gr->padded, count,
+                                       e->comm_dt, DSC_OP_SUM, &gr->greq);
+    }
+    e->comm_bytes_sent += count * 4;
+    if (e->stage < 2)
+        return dsc_comm_all_reduce(e->comm, src, src, count, DSC_DT_F32, DSC_OP_SUM, &gr->greq);
+    return dsc_comm_reduce_scatter(e->comm, src, gr->rbuf, count, DSC_DT_F32, DSC_OP_SUM, &gr->greq);
+}
+
+// End of a micro-step: wait for every reduction, scale by world/predivide, add into the
+// accumulators, release the micro-step's gradient buffers.
+dsc_status dsc__zero_finish_micro(dsc_engine *e) {
+    float post = (float)(pre_factor(e) / e->world);
+    bool separate = e->stage < 2 && e->acc != e->gfull;
+    dsc_status st = DSC_OK;
+    for (int g = 0; g < e->ngroups; g++) {
+        group *gr = &e->groups[g];
+        dsc_status w = wait_req(&gr->greq);
+        if (st == DSC_OK) st = w;
+        if (e->comm && e->comm_dt != DSC_DT_F32 && st == DSC_OK) {
+            if (e->stage < 2) from16(e->comm_dt, e->gfull + gr->off, gr->stage16, gr->padded);
+            else if (gr->rbuf) from16(e->comm_dt, gr->rbuf, gr->stage16 + gr->padded, gr->slice);
+        }
+        if (e->stage < 2) {
+            float *x = e->gfull + gr->off;
+            if (separate) {
+                accumulate(e->acc + gr->off, x, gr->padded, post);
+                memset(x, 0, gr->padded * sizeof(float));
+            } else if (post != 1.0f) {
+                scale_inplace(x, gr->padded, post);
+            }
+            continue;
+        }
+        if (gr->rbuf) accumulate(e->acc + gr->part_off, gr->rbuf, gr->slice, post);
+        cache_give(e, gr->rbuf, gr->slice);
+        cache_give(e, gr->gbuf, gr->padded);
+        gr->rbuf = gr->gbuf = NULL;
+        point_grads(e, g);
+    }
+    return st;
+}
+
+// This rank's slice of the accumulated gradients of group g.
+static float *own_grad(dsc_engine *e, const group *gr) {
+    if (e->stage < 2) return e->acc + gr->off + (size_t)e->rank * gr->slice;
+    return e->acc + gr->part_off;
+}
+
+// Global sum of squares of the gradients times inv_scale and the overflow flag, identical on
+// every rank and for every stage: each rank sums its slices in group order, the partial sums are
+// all-gathered and added in rank order.
+dsc_status dsc__zero_norm(dsc_engine *e, double inv_scale, double *sumsq, bool *nonfinite) {
+    double local = 0;
+    bool bad = false;
+    for (int g = 0; g < e->ngroups; g++) {
+        const group *gr = &e->groups[g];
+        local += dsc_opt_sumsq(own_grad(e, gr), gr->slice, (float)inv_scale, &bad);
+    }
+    if (!e->comm) {
+        *sumsq = local;
+        *nonfinite = bad || !isfinite(local);
+        return DSC_OK;
+    }
+    double mine[2] = {local, bad ? 1.0 : 0.0};
+    double *all = malloc(sizeof(double) * 2 * (size_t)e->world);
+    if (!all) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_status st = dsc_comm_all_gather(e->comm, mine, all, 4, DSC_DT_F32, NULL); // 16 bytes each
+    double sum = 0;
+    bool flag = false;
+    for (int r = 0; st == DSC_OK && r < e->world; r++) {
+        sum += all[2 * r];
+        flag |= all[2 * r + 1] != 0;
+    }
+    free(all);
+    *sumsq = sum;
+    *nonfinite = flag || !isfinite(sum);
+    return st;
+}
+
+// fp16 emulation: gradients take half-precision values (overflow becomes inf).
+void dsc__zero_round_fp16(dsc_engine *e) {
+    size_t n = e->stage < 2 ? e->total : e->part;
+    round_to(PREC_FP16, e->acc, e->acc, n);
+}
+
+dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step,
+                               float grad_scale) {
+    for (int g = 0; g < e->ngroups; g++) {
+        group *gr = &e->groups[g];
+        if (e->stage == 0) {
+            size_t o = gr->off;
+            dsc_opt_step(hp, step, e->master + o, e->acc + o, e->m + o, e->v ? e->v + o : NULL,
+                         gr->padded, grad_scale, NULL, DSC_OPT_OUT_NONE);
+            continue;
+        }
+        size_t o = gr->part_off;
+        dsc_opt_step(hp, step, dsc__zero_master_slice(e, g), own_grad(e, gr), e->m + o,
+                     e->v ? e->v + o : NULL, gr->slice, grad_scale, NULL, DSC_OPT_OUT_NONE);
+    }
+    return DSC_OK;
+}
+
+void dsc__zero_zero_acc(dsc_engine *e) {
+    size_t n = e->stage < 2 ? e->total : e->part;
+    memset(e->acc, 0, n * sizeof(float));
+}
+
+// The accumulated gradient of tensor i, whole, times inv_scale (all-gathers its group at 2-3).
+dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scale) {
+    const param *p = &e->params[i];
+    const group *gr = &e->groups[p->group];
+    const float *src;
+    float *tmp = NULL;
+    if (e->stage < 2) {
+        src = e->acc + p->off;
+    } else {
+        tmp = cache_take(e, gr->padded);
+        if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory gathering gradients");
+        dsc_status st = all_gather(e, e->acc + gr->part_off, tmp, gr->slice, NULL);
+        if (st != DSC_OK) {
+            cache_give(e, tmp, gr->padded);
+            return st;
+        }
+        src = tmp + (p->off - gr->off);
+    }
+    for (int64_t k = 0; k < p->numel; k++) out[k] = (float)(src[k] * inv_scale);
+    cache_give(e, tmp, gr->padded);
+    return DSC_OK;
+}
