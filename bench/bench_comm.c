@@ -265,7 +265,8 @@ int main(int argc, char **argv) {
     int worker = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-mib") && i + 1 < argc) max_mib = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--min-time") && i + 1 < argc) g_min_time = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
+            g_min_time = strtod(argv[++i], NULL);
         else if (!strcmp(argv[i], "--mpi-worker")) worker = 1;
         else {
             fprintf(stderr, "usage: bench_comm [--max-mib M] [--min-time S]\n");

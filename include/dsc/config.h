@@ -45,6 +45,7 @@ typedef struct dsc_config {
     bool zero_force_ds_cpu_optimizer;
     bool disable_allgather;
     bool dataloader_drop_last;
+    int64_t vocabulary_size; // 0 = not given; DeepSpeed only warns when it is not a multiple of 8
     char communication_data_type[16]; // "" (follow the training dtype), "fp32", "fp16", "bf16"
     char seq_parallel_communication_data_type[16];
 
@@ -62,6 +63,7 @@ typedef struct dsc_config {
         double momentum;
         double dampening;
         bool nesterov;
+        double max_grad_norm; // DeepSpeed zeroes it unless fp16 is enabled
     } optimizer;
 
     struct {
@@ -100,6 +102,8 @@ typedef struct dsc_config {
         bool enabled;
         bool immediate_grad_update;
         bool check_grad_overflow;
+        bool bf16_master_weights_and_grads;
+        bool bf16_optimizer_states;
     } bf16;
 
     struct {
@@ -212,6 +216,8 @@ typedef struct dsc_config {
         int64_t max_train_batch_size, min_gpus, max_gpus, model_parallel_size, num_gpus_per_node;
         double min_time, version;
         bool prefer_larger_batch, ignore_non_elastic_batch_info;
+        int64_t micro_batch_sizes[16];
+        int64_t n_micro_batch_sizes;
     } elasticity;
 
     // dsc additions
@@ -227,7 +233,8 @@ typedef struct dsc_config {
         double defrag_threshold;
     } memory;
 
-    // bookkeeping: which rows were given in the file (indexed like keys.def), and warnings
+    // bookkeeping: which rows were given in the file (indexed like keys.def; bit 0 = a value was
+    // taken from the file, see dsc_config_given)
     unsigned char given[512];
     int world_size; // the world size the batch triple was resolved for (0 = unresolved)
 } dsc_config;
@@ -238,7 +245,9 @@ void dsc_config_defaults(dsc_config *cfg);
 // Warnings (unknown keys, keys read but not implemented) go to this callback; NULL = dsc's log.
 typedef void (*dsc_config_warn_fn)(void *user, const char *message);
 
-// Parse a file or a JSON text and resolve batch sizes for `world_size` ranks.
+// Parse a config file or its text and resolve batch sizes for `world_size` ranks (0: parse and
+// check only). The syntax is DeepSpeed's loader's (Hjson: JSON plus comments, unquoted keys and
+// strings, optional commas; see docs/config.md); duplicate keys are an error.
 // Errors name the file, line/column or key path, what was expected and what was found.
 dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_size,
                                 dsc_config_warn_fn warn, void *user);
@@ -246,7 +255,8 @@ dsc_status dsc_config_load_string(dsc_config *cfg, const char *json, int world_s
                                   dsc_config_warn_fn warn, void *user);
 
 // DeepSpeed's batch rule: any two of the triple given derive the third (with DeepSpeed's integer
-// division); all three must then satisfy train = micro * gas * world_size.
+// division); all three must then satisfy train = micro * gas * world_size. With elasticity enabled
+// the triple comes from DeepSpeed's elastic batch computation for this world size instead.
 dsc_status dsc_config_resolve_batch(dsc_config *cfg, int world_size);
 
 // True when the key path (e.g. "scheduler.params.warmup_num_steps") was present in the input.

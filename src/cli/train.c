@@ -487,6 +487,11 @@ static dsc_status train_loop(trainer *t) {
         tokens += tokens_step;
         double tok_s = tokens_step / dt;
         double mfu = t->peak_flops > 0 ? flops_tok * tok_s / (t->peak_flops * t->world) : 0;
+        if (mfu > 1.0) { // the start-up measurement ran on a busy machine: measure again
+            double again = measure_cpu_peak();
+            if (again > t->peak_flops) t->peak_flops = again;
+            mfu = flops_tok * tok_s / (t->peak_flops * t->world);
+        }
         if (step == 1) first_loss = loss;
         last_loss = loss;
         val = NAN;

@@ -48,7 +48,8 @@ static dsc_status unknown_backend(const char *name) {
     char avail[128] = "";
     size_t n = 0;
     for (size_t i = 0; i < NBACKENDS; i++)
-        n += (size_t)snprintf(avail + n, sizeof avail - n, "%s%s", i ? ", " : "", backends[i]->name);
+        n += (size_t)snprintf(avail + n, sizeof avail - n, "%s%s", i ? ", " : "",
+                              backends[i]->name);
     if (!strcmp(name, "mpi"))
         return dsc__fail(DSC_ERR_UNSUPPORTED,
                          "comm backend 'mpi': this dsc was built without MPI (available: %s); "

@@ -1,91 +1,41 @@
-// config/config.c - DeepSpeed JSON -> struct dsc_config, driven by the key table keys.def.
+// config/config.c - a DeepSpeed config file -> struct dsc_config, driven by the key table.
+//
+// The file is read with DeepSpeed's syntax (config/hjson.c); each key is then read the way
+// DeepSpeed 0.18.4 reads it (keys.def says how, per section): plain dictionary lookups, where dsc
+// checks JSON types strictly, or pydantic models, whose lax coercions dsc reproduces. Afterwards
+// the rules DeepSpeedConfig applies across keys, and the batch triple.
 #include "dsc/config.h"
 
 #include <ctype.h>   // tolower
 #include <errno.h>   // errno
-#include <stdarg.h>  // va_list
-#include <strings.h> // strncasecmp
 #include <jansson.h> // json_*
 #include <math.h>    // floor, isfinite
-#include <stddef.h>  // offsetof
+#include <stdarg.h>  // va_list
 #include <stdio.h>   // snprintf, FILE
-#include <stdlib.h>  // free
+#include <stdlib.h>  // free, malloc
 #include <string.h>  // strcmp, strlen, memset
+#include <strings.h> // strncasecmp
 
-#include "base/log.h"    // DSC_WARN
-#include "base/status.h" // dsc__fail
-#include "config/doc.h"  // dsc__config_write_doc
+#include "base/log.h"      // DSC_WARN
+#include "base/status.h"   // dsc__fail
+#include "config/elastic.h" // dsc__elastic_*
+#include "config/hjson.h"  // dsc__hjson_parse
+#include "config/pytext.h" // dsc__lax_*
+#include "config/table.h"  // dsc__rows, dsc__row_*
 
-// ---- the key table ----
-
-typedef enum key_kind {
-    K_SECTION,
-    K_BOOL,
-    K_INT,
-    K_FLOAT,
-    K_STR,
-    K_PAIR,
-    K_LIST,
-    K_ALIAS,
-    K_UNIMPL,
-} key_kind;
-
-typedef struct key_row {
-    const char *path;
-    key_kind kind;
-    size_t off;          // offset of the field in dsc_config
-    size_t size;         // size of the field (strings: buffer size)
-    double def, lo, hi;  // numeric default and range; PAIR: def, lo = the two defaults
-    const char *sdef;    // string default; ALIAS: target path
-    const char *choices; // "a|b|c" or NULL
-    const char *doc;
-} key_row;
-
-#define FIELD(f) offsetof(dsc_config, f), sizeof(((dsc_config *)0)->f)
-static const key_row rows[] = {
-#define DSC_SECTION(p, d) {p, K_SECTION, 0, 0, 0, 0, 0, NULL, NULL, d},
-#define DSC_BOOL(p, f, def, d) {p, K_BOOL, FIELD(f), def, 0, 1, NULL, NULL, d},
-#define DSC_INT(p, f, def, lo, hi, d) {p, K_INT, FIELD(f), def, lo, hi, NULL, NULL, d},
-#define DSC_FLOAT(p, f, def, lo, hi, d) {p, K_FLOAT, FIELD(f), def, lo, hi, NULL, NULL, d},
-#define DSC_STR(p, f, def, ch, d) {p, K_STR, FIELD(f), 0, 0, 0, def, ch, d},
-#define DSC_PAIR(p, f, d0, d1, d) {p, K_PAIR, FIELD(f), d0, d1, 0, NULL, NULL, d},
-#define DSC_LIST(p, d) {p, K_LIST, 0, 0, 0, 0, 0, NULL, NULL, d},
-#define DSC_ALIAS(p, target, d) {p, K_ALIAS, 0, 0, 0, 0, 0, target, NULL, d},
-#define DSC_UNIMPL(p, d) {p, K_UNIMPL, 0, 0, 0, 0, 0, NULL, NULL, d},
-#include "config/keys.def"
-#undef DSC_SECTION
-#undef DSC_BOOL
-#undef DSC_INT
-#undef DSC_FLOAT
-#undef DSC_STR
-#undef DSC_PAIR
-#undef DSC_LIST
-#undef DSC_ALIAS
-#undef DSC_UNIMPL
-};
-#undef FIELD
-#define NROWS ((int)(sizeof rows / sizeof rows[0]))
-_Static_assert(sizeof rows / sizeof rows[0] <= sizeof(((dsc_config *)0)->given),
-               "dsc_config.given is too small for keys.def");
-
-static int row_find(const char *path) {
-    for (int i = 0; i < NROWS; i++)
-        if (!strcmp(rows[i].path, path)) return i;
-    return -1;
-}
-
-static void *field_ptr(dsc_config *cfg, const key_row *r) { return (char *)cfg + r->off; }
+#define ROWS dsc__rows
 
 static void str_set(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src); }
 
 void dsc_config_defaults(dsc_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < NROWS; i++) {
-        const key_row *r = &rows[i];
-        void *p = field_ptr(cfg, r);
+    for (int i = 0; i < dsc__nrows; i++) {
+        const dsc__key_row *r = &ROWS[i];
+        void *p = dsc__field(cfg, r);
         switch (r->kind) {
         case K_BOOL: *(bool *)p = r->def != 0; break;
         case K_INT: *(int64_t *)p = (int64_t)r->def; break;
+        case K_WHOLE:
         case K_FLOAT: *(double *)p = r->def; break;
         case K_STR: str_set(p, r->size, r->sdef); break;
         case K_PAIR: ((double *)p)[0] = r->def, ((double *)p)[1] = r->lo; break;
@@ -94,11 +44,12 @@ void dsc_config_defaults(dsc_config *cfg) {
     }
 }
 
-// ---- parsing ----
+// ---- messages ----
 
 typedef struct parse_ctx {
     dsc_config *cfg;
     const char *source; // file name or "<string>" for messages
+    const json_t *root;
     dsc_config_warn_fn warn;
     void *user;
 } parse_ctx;
@@ -129,17 +80,22 @@ static const char *json_kind(const json_t *v) {
 
 // Describe a value for an error message: its type, and its text when short.
 static void json_describe(const json_t *v, char *buf, size_t cap) {
-    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
     if (text && strlen(text) <= 60) snprintf(buf, cap, "%s %s", json_kind(v), text);
     else snprintf(buf, cap, "%s", json_kind(v));
     free(text);
 }
 
-static dsc_status type_error(parse_ctx *c, const char *path, const char *expected, const json_t *v) {
+static dsc_status type_error(parse_ctx *c, const char *path, const char *expected,
+                             const json_t *v) {
     char found[128];
     json_describe(v, found, sizeof found);
     return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\": expected %s, found %s", c->source,
                      path, expected, found);
+}
+
+static bool starts_with(const char *s, const char *prefix) {
+    return !strncmp(s, prefix, strlen(prefix));
 }
 
 static bool is_batch_key(const char *path) {
@@ -147,54 +103,82 @@ static bool is_batch_key(const char *path) {
            !strcmp(path, "gradient_accumulation_steps");
 }
 
-static bool starts_with(const char *s, const char *prefix) {
-    return !strncmp(s, prefix, strlen(prefix));
+static bool is_auto(const json_t *v) {
+    return json_is_string(v) && !strcmp(json_string_value(v), "auto");
 }
 
-// "auto" is Hugging Face's placeholder. Batch sizes: treated as not given (derived). Optimizer
-// and scheduler parameters would reach the optimizer as a string and fail there: an error now.
-static dsc_status handle_auto(parse_ctx *c, int idx, bool *skip) {
-    const char *path = rows[idx].path;
-    *skip = true;
-    if (is_batch_key(path)) {
-        warnf(c, "config %s: key \"%s\" is \"auto\": derived from the other batch sizes",
-              c->source, path);
-        return DSC_OK;
-    }
-    if (starts_with(path, "optimizer.") || starts_with(path, "scheduler."))
-        return dsc__fail(DSC_ERR_CONFIG,
-                         "config %s: key \"%s\" is \"auto\", a placeholder that only the Hugging "
-                         "Face Trainer fills in; DeepSpeed would fail when it builds the "
-                         "optimizer/scheduler. Put a value there",
-                         c->source, path);
-    warnf(c, "config %s: key \"%s\" is \"auto\" and nothing resolves it; using the default",
-          c->source, path);
+// "auto" is Hugging Face's placeholder, which its Trainer replaces before DeepSpeed sees the
+// file. DeepSpeed's pydantic sections drop it (the default applies); its plain lookups keep the
+// string, which fails (batch sizes: at once; optimizer, scheduler and the rest: later) - so dsc
+// rejects it there now, naming the key.
+static dsc_status auto_error(parse_ctx *c, const char *path) {
+    const char *when = is_batch_key(path) ? "DeepSpeed rejects it (it cannot compute with it)"
+                       : starts_with(path, "optimizer.") || starts_with(path, "scheduler.")
+                           ? "DeepSpeed would fail when it builds the optimizer/scheduler"
+                           : "DeepSpeed would carry the string into the run and fail there";
+    return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is \"auto\", a placeholder that only "
+                     "the Hugging Face Trainer fills in; %s. Put a value there", c->source, path,
+                     when);
+}
+
+// ---- one value, as DeepSpeed's reader of that key takes it ----
+
+// A number as a double; pydantic (lax) also takes booleans and numeric strings.
+static bool number_of(const json_t *v, bool lax, bool integer, double *x) {
+    if (json_is_number(v)) return *x = json_number_value(v), true;
+    if (lax && json_is_boolean(v)) return *x = json_is_true(v), true;
+    if (lax && json_is_string(v))
+        return integer ? dsc__lax_int(json_string_value(v), x)
+                       : dsc__lax_float(json_string_value(v), x);
+    return false;
+}
+
+static dsc_status set_number(parse_ctx *c, int idx, const json_t *v, bool lax) {
+    const dsc__key_row *r = &ROWS[idx];
+    bool integer = r->kind != K_FLOAT;
+    const char *expected = integer ? "an integer" : "a number";
+    double x;
+    if (!number_of(v, lax, integer, &x) || !isfinite(x)) return type_error(c, r->path, expected, v);
+    // pydantic takes a real for an int only when it is whole and within int64
+    if (integer && (x != floor(x) || (lax && json_is_real(v) && fabs(x) >= 9223372036854775808.0)))
+        return type_error(c, r->path, "a whole number", v);
+    if (x < r->lo || x > r->hi)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" = %.17g is out of range: expected "
+                         "%.17g .. %.17g", c->source, r->path, x, r->lo, r->hi);
+    void *p = dsc__field(c->cfg, r);
+    if (r->kind == K_INT) *(int64_t *)p = json_is_integer(v) ? json_integer_value(v) : (int64_t)x;
+    else *(double *)p = x;
     return DSC_OK;
 }
 
-static dsc_status set_number(parse_ctx *c, int idx, const json_t *v) {
-    const key_row *r = &rows[idx];
-    const char *expected = r->kind == K_INT ? "an integer" : "a number";
-    if (!json_is_number(v)) return type_error(c, r->path, expected, v);
-    double x = json_number_value(v);
-    if (!isfinite(x)) return type_error(c, r->path, expected, v);
-    if (r->kind == K_INT && x != floor(x)) return type_error(c, r->path, "a whole number", v);
-    if (x < r->lo || x > r->hi) {
-        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" = %g is out of range: expected %g .. %g",
-                         c->source, r->path, x, r->lo, r->hi);
+// Booleans: pydantic (lax) also takes 0/1 and yes/no strings; DeepSpeed's plain lookups use
+// Python truth, under which an integer works as a boolean (0 false, others true).
+static dsc_status set_bool(parse_ctx *c, int idx, const json_t *v, bool lax, bool truthy_ints) {
+    const dsc__key_row *r = &ROWS[idx];
+    bool b = false, ok = json_is_boolean(v);
+    if (ok) b = json_is_true(v);
+    else if (truthy_ints && json_is_integer(v)) ok = true, b = json_integer_value(v) != 0;
+    else if (lax && json_is_number(v)) {
+        // pydantic: exactly 0 or 1
+        double x = json_number_value(v);
+        ok = x == 0 || x == 1, b = x == 1;
+    } else if (lax && json_is_string(v)) {
+        ok = dsc__lax_bool(json_string_value(v), &b);
     }
-    if (r->kind == K_INT) *(int64_t *)field_ptr(c->cfg, r) = json_is_integer(v) ? json_integer_value(v) : (int64_t)x;
-    else *(double *)field_ptr(c->cfg, r) = x;
+    if (!ok) return type_error(c, r->path, "true or false", v);
+    *(bool *)dsc__field(c->cfg, r) = b;
     return DSC_OK;
 }
 
-// Match `s` against "a|b|c" without case; on success copy the table's spelling into out.
+// Match `s` against "a|b|c" (a leading '~': without case); copy the table's spelling into out.
 static bool choice_match(const char *choices, const char *s, char *out, size_t cap) {
-    const char *p = choices;
+    bool any_case = choices[0] == '~';
+    const char *p = choices + any_case;
     while (*p) {
         const char *end = strchr(p, '|');
         size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (strlen(s) == n && !strncasecmp(p, s, n)) {
+        bool same = any_case ? !strncasecmp(p, s, n) : !strncmp(p, s, n);
+        if (strlen(s) == n && same) {
             snprintf(out, cap, "%.*s", (int)n, p);
             return true;
         }
@@ -204,92 +188,159 @@ static bool choice_match(const char *choices, const char *s, char *out, size_t c
 }
 
 static dsc_status set_string(parse_ctx *c, int idx, const json_t *v) {
-    const key_row *r = &rows[idx];
+    const dsc__key_row *r = &ROWS[idx];
     if (!json_is_string(v)) return type_error(c, r->path, "a string", v);
     const char *s = json_string_value(v);
-    char *dst = field_ptr(c->cfg, r);
+    char *dst = dsc__field(c->cfg, r);
     if (strlen(s) >= r->size)
-        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\": value is %zu characters; at most %zu allowed",
-                         c->source, r->path, strlen(s), r->size - 1);
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\": value is %zu bytes; at most %zu "
+                         "allowed", c->source, r->path, strlen(s), r->size - 1);
     if (!r->choices) {
         str_set(dst, r->size, s);
         return DSC_OK;
     }
     if (!choice_match(r->choices, s, dst, r->size))
-        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" = \"%s\": expected one of %s",
-                         c->source, r->path, s, r->choices);
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" = \"%s\": expected one of %s%s",
+                         c->source, r->path, s, r->choices + (r->choices[0] == '~'),
+                         r->choices[0] == '~' ? " (any case)" : "");
     return DSC_OK;
 }
 
-static dsc_status set_leaf(parse_ctx *c, int idx, const json_t *v) {
-    const key_row *r = &rows[idx];
-    if (json_is_null(v)) return DSC_OK; // DeepSpeed reads null as "use the default"
-    if (json_is_string(v) && !strcmp(json_string_value(v), "auto") && r->kind != K_STR) {
-        bool skip;
-        DSC_TRY(handle_auto(c, idx, &skip));
-        if (skip) return DSC_OK;
-    }
-    switch (r->kind) {
-    case K_BOOL:
-        if (!json_is_boolean(v)) return type_error(c, r->path, "true or false", v);
-        *(bool *)field_ptr(c->cfg, r) = json_is_true(v);
-        break;
-    case K_INT:
-    case K_FLOAT: DSC_TRY(set_number(c, idx, v)); break;
-    case K_STR: DSC_TRY(set_string(c, idx, v)); break;
-    case K_PAIR: {
-        if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
-            !json_is_number(json_array_get(v, 1)))
-            return type_error(c, r->path, "a list of two numbers", v);
-        double *p = field_ptr(c->cfg, r);
-        p[0] = json_number_value(json_array_get(v, 0));
-        p[1] = json_number_value(json_array_get(v, 1));
-        break;
-    }
-    case K_LIST:
-        if (!json_is_array(v)) return type_error(c, r->path, "a list", v);
-        break;
-    default: DSC_ASSERT(0);
-    }
-    c->cfg->given[idx] = 1;
+static dsc_status set_pair(parse_ctx *c, int idx, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
+        !json_is_number(json_array_get(v, 1)))
+        return type_error(c, r->path, "a list of two numbers", v);
+    double *p = dsc__field(c->cfg, r);
+    p[0] = json_number_value(json_array_get(v, 0));
+    p[1] = json_number_value(json_array_get(v, 1));
     return DSC_OK;
 }
+
+static dsc_status set_intlist(parse_ctx *c, int idx, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    size_t cap = r->size / sizeof(int64_t), n = json_array_size(v);
+    if (!json_is_array(v)) return type_error(c, r->path, "a list of positive integers", v);
+    if (n > cap)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\": %zu entries; dsc takes at most "
+                         "%zu", c->source, r->path, n, cap);
+    int64_t *out = dsc__field(c->cfg, r);
+    for (size_t k = 0; k < n; k++) {
+        const json_t *e = json_array_get(v, k);
+        if (!json_is_integer(e) || json_integer_value(e) <= 0)
+            return type_error(c, r->path, "a list of positive integers", v);
+        out[k] = json_integer_value(e);
+    }
+    *(int64_t *)((char *)c->cfg + r->count_off) = (int64_t)n;
+    return DSC_OK;
+}
+
+static dsc_status set_value(parse_ctx *c, int idx, const json_t *v, int reader) {
+    bool lax = reader == DS_MODEL;
+    switch (ROWS[idx].kind) {
+    case K_BOOL: return set_bool(c, idx, v, lax, reader == DS_DICT);
+    case K_INT:
+    case K_WHOLE:
+    case K_FLOAT: return set_number(c, idx, v, lax);
+    case K_STR: return set_string(c, idx, v);
+    case K_PAIR: return set_pair(c, idx, v);
+    case K_INTLIST: return set_intlist(c, idx, v);
+    case K_LIST: return json_is_array(v) ? DSC_OK : type_error(c, ROWS[idx].path, "a list", v);
+    default: DSC_ASSERT(0); return DSC_ERR_INTERNAL;
+    }
+}
+
+// A key with a value. `via` is the row of the spelling used (an alias) or idx itself.
+static dsc_status set_leaf(parse_ctx *c, int idx, int via, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    int reader = dsc__row_reader(idx);
+    if (reader == DS_MODEL && is_auto(v)) { // the model drops it before validation
+        warnf(c, "config %s: key \"%s\" is \"auto\"; DeepSpeed uses its default", c->source,
+              ROWS[via].path);
+        return DSC_OK;
+    }
+    c->cfg->given[idx] |= via == idx ? GIVEN_NAMED : GIVEN_ALIAS;
+    if (json_is_null(v)) {
+        if (dsc__row_nullable(idx)) return DSC_OK;
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is null; DeepSpeed fails on null "
+                         "here. Remove the key to get its default", c->source, ROWS[via].path);
+    }
+    if (is_auto(v) && r->kind != K_STR) return auto_error(c, ROWS[via].path);
+    DSC_TRY(set_value(c, idx, v, reader));
+    c->cfg->given[idx] |= GIVEN_VALUE;
+    return DSC_OK;
+}
+
+// ---- walking the tree ----
 
 static dsc_status parse_object(parse_ctx *c, const json_t *obj, const char *prefix);
 
-// DeepSpeed's deprecated form "zero_optimization": true|false means stage 1|0.
+// DeepSpeed's deprecated form "zero_optimization": true|false means stage 1|0; stage 1 then
+// takes its all-gather bucket from the top-level "allgather_size" (default 5e8).
 static dsc_status zero_bool(parse_ctx *c, const json_t *v) {
     warnf(c, "config %s: \"zero_optimization\": %s is deprecated; use {\"stage\": %d}", c->source,
           json_is_true(v) ? "true" : "false", json_is_true(v) ? 1 : 0);
+    int stage = dsc__row_find("zero_optimization.stage");
     c->cfg->zero_optimization.stage = json_is_true(v) ? 1 : 0;
-    c->cfg->given[row_find("zero_optimization.stage")] = 1;
-    return DSC_OK;
+    c->cfg->given[stage] |= GIVEN_VALUE | GIVEN_NAMED;
+    const json_t *size = json_object_get(c->root, "allgather_size");
+    if (!json_is_true(v) || !size) return DSC_OK;
+    return set_leaf(c, dsc__row_find("zero_optimization.allgather_bucket_size"),
+                    dsc__row_find("zero_optimization.allgather_bucket_size"), size);
+}
+
+static dsc_status parse_section(parse_ctx *c, int idx, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    if (json_is_null(v) || is_auto(v)) {
+        bool ok = json_is_null(v) ? r->how & DS_NULL_OK : r->how & DS_AUTO_OK;
+        if (!ok)
+            return dsc__fail(DSC_ERR_CONFIG, "config %s: section \"%s\" is %s; DeepSpeed fails on "
+                             "that. Give an object (or remove the section for its defaults)",
+                             c->source, r->path, json_is_null(v) ? "null" : "\"auto\"");
+        c->cfg->given[idx] |= json_is_null(v) ? GIVEN_NAMED : 0;
+        return DSC_OK;
+    }
+    if (!strcmp(r->path, "zero_optimization") && json_is_boolean(v)) return zero_bool(c, v);
+    if (!json_is_object(v)) return type_error(c, r->path, "an object", v);
+    c->cfg->given[idx] |= GIVEN_VALUE | GIVEN_NAMED;
+    return parse_object(c, v, r->path);
+}
+
+// "bf16" wins over its older spelling "bfloat16", which DeepSpeed then does not even read.
+static bool bfloat16_shadowed(parse_ctx *c, const char *path) {
+    const json_t *bf16 = json_object_get(c->root, "bf16");
+    if (strcmp(path, "bfloat16") || !bf16 || json_is_null(bf16)) return false;
+    warnf(c, "config %s: \"bfloat16\" is ignored because \"bf16\" is given (as in DeepSpeed)",
+          c->source);
+    return true;
 }
 
 static dsc_status parse_key(parse_ctx *c, const char *path, const json_t *v) {
-    int idx = row_find(path);
-    if (idx >= 0 && rows[idx].kind == K_ALIAS) {
-        path = rows[idx].sdef;
-        idx = row_find(path);
-        DSC_ASSERT(idx >= 0);
-    }
+    int idx = dsc__row_find(path), via = idx;
     if (idx < 0) {
+        // Read by DeepSpeed only with the deprecated "zero_optimization": true (see zero_bool).
+        if (!strcmp(path, "allgather_size")) return DSC_OK;
         warnf(c, "config %s: unknown key \"%s\" ignored (not a DeepSpeed key that dsc knows)",
               c->source, path);
         return DSC_OK;
     }
-    const key_row *r = &rows[idx];
+    if (ROWS[idx].kind == K_ALIAS) {
+        if (bfloat16_shadowed(c, path)) return DSC_OK;
+        idx = dsc__row_find(ROWS[idx].sdef);
+        DSC_ASSERT(idx >= 0);
+        // DeepSpeed reads an old section spelling only as a fallback, which cannot be null.
+        if (ROWS[idx].kind == K_SECTION && json_is_null(v))
+            return dsc__fail(DSC_ERR_CONFIG, "config %s: section \"%s\" is null; DeepSpeed fails "
+                             "on that. Give an object or remove it", c->source, path);
+    }
+    const dsc__key_row *r = &ROWS[idx];
     if (r->kind == K_UNIMPL) {
         warnf(c, "config %s: key \"%s\" (%s) is not implemented by dsc; ignored", c->source, path,
               r->doc);
         return DSC_OK;
     }
-    if (r->kind != K_SECTION) return set_leaf(c, idx, v);
-    if (!strcmp(path, "zero_optimization") && json_is_boolean(v)) return zero_bool(c, v);
-    if (json_is_null(v)) return DSC_OK;
-    if (!json_is_object(v)) return type_error(c, path, "an object", v);
-    c->cfg->given[idx] = 1;
-    return parse_object(c, v, path);
+    if (r->kind == K_SECTION) return parse_section(c, idx, v);
+    return set_leaf(c, idx, via, v);
 }
 
 static dsc_status parse_object(parse_ctx *c, const json_t *obj, const char *prefix) {
@@ -304,16 +355,47 @@ static dsc_status parse_object(parse_ctx *c, const json_t *obj, const char *pref
     return DSC_OK;
 }
 
-// ---- checks after parsing ----
+// ---- rules across keys ----
 
-static const char *const optimizers[] = {"adam", "adamw", "sgd", "lion"};
-static const char *const ds_optimizers_other[] = {
-    "lamb", "onebitadam", "zerooneadam", "onebitlamb", "adagrad", "muon", "lion8bit", NULL};
+static bool named(const dsc_config *cfg, const char *path) {
+    int idx = dsc__row_find(path);
+    return idx >= 0 && (cfg->given[idx] & GIVEN_NAMED);
+}
+
+// pydantic refuses a field given both by its name and by its alias; DeepSpeed's deprecated
+// fields refuse to be given together with the field replacing them.
+static dsc_status check_spellings(parse_ctx *c) {
+    for (int i = 0; i < dsc__nrows; i++) {
+        unsigned char g = c->cfg->given[i];
+        if ((g & GIVEN_NAMED) && (g & GIVEN_ALIAS))
+            return dsc__fail(DSC_ERR_CONFIG, "config %s: \"%s\" is given under two spellings "
+                             "(see docs/config.md); DeepSpeed rejects that. Keep one",
+                             c->source, ROWS[i].path);
+    }
+    static const char *const replaced[][2] = {
+        {"zero_optimization.cpu_offload", "zero_optimization.offload_optimizer"},
+        {"zero_optimization.cpu_offload_param", "zero_optimization.offload_param"},
+    };
+    for (size_t k = 0; k < sizeof replaced / sizeof replaced[0]; k++)
+        if (named(c->cfg, replaced[k][0]) && named(c->cfg, replaced[k][1]))
+            return dsc__fail(DSC_ERR_CONFIG, "config %s: the deprecated \"%s\" and \"%s\" are both "
+                             "given; DeepSpeed rejects that. Keep only \"%s\"", c->source,
+                             replaced[k][0], replaced[k][1], replaced[k][1]);
+    return DSC_OK;
+}
+
+static const char *const optimizers[] = {"adam", "adamw", "sgd", "lion", NULL};
+// DeepSpeed's own optimizer names (it lower-cases these; others are torch.optim classes).
+static const char *const ds_optimizers[] = {"adagrad", "adam", "adamw", "lamb", "onebitadam",
+                                            "zerooneadam", "onebitlamb", "muadam", "muadamw",
+                                            "musgd", "lion", "muon", NULL};
 static const char *const schedulers[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                          "OneCycle", "LRRangeTest", NULL};
 
-static void lower(char *s) {
-    for (; *s; s++) *s = (char)tolower((unsigned char)*s);
+static bool in_list(const char *const *list, const char *s) {
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
 }
 
 static void check_types(parse_ctx *c) {
@@ -321,53 +403,113 @@ static void check_types(parse_ctx *c) {
     if (cfg->optimizer.type[0]) {
         char name[32];
         str_set(name, sizeof name, cfg->optimizer.type);
-        lower(name);
-        bool ours = false, theirs = false;
-        for (size_t i = 0; i < sizeof optimizers / sizeof optimizers[0]; i++)
-            ours |= !strcmp(name, optimizers[i]);
-        for (int i = 0; ds_optimizers_other[i]; i++) theirs |= !strcmp(name, ds_optimizers_other[i]);
-        if (ours || theirs) str_set(cfg->optimizer.type, sizeof cfg->optimizer.type, name);
+        for (char *s = name; *s; s++) *s = (char)tolower((unsigned char)*s);
+        bool ours = in_list(optimizers, name);
+        // dsc keeps its names lower-case (DeepSpeed keeps torch.optim spellings such as "SGD").
+        if (ours || in_list(ds_optimizers, name)) str_set(cfg->optimizer.type, 32, name);
         if (!ours)
-            warnf(c, "config %s: optimizer.type \"%s\" is not implemented by dsc (Adam, AdamW, SGD, "
-                  "Lion are); training will refuse to start", c->source, cfg->optimizer.type);
+            warnf(c, "config %s: optimizer.type \"%s\" is not implemented by dsc (Adam, AdamW, "
+                  "SGD, Lion are); training will refuse to start", c->source, cfg->optimizer.type);
     }
-    if (cfg->scheduler.type[0]) {
-        bool known = false;
-        for (int i = 0; schedulers[i]; i++) known |= !strcmp(cfg->scheduler.type, schedulers[i]);
-        if (!known)
-            warnf(c, "config %s: scheduler.type \"%s\" is not one of DeepSpeed's schedules dsc "
-                  "implements (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest); "
-                  "training will refuse to start", c->source, cfg->scheduler.type);
-    }
+    if (cfg->scheduler.type[0] && !in_list(schedulers, cfg->scheduler.type))
+        warnf(c, "config %s: scheduler.type \"%s\" is not one of DeepSpeed's schedules dsc "
+              "implements (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest); "
+              "training will refuse to start", c->source, cfg->scheduler.type);
+}
+
+// ZeRO options that DeepSpeed accepts only with ZeRO stages 1-3.
+static dsc_status check_zero_needs(parse_ctx *c) {
+    const dsc_config *cfg = c->cfg;
+    int64_t stage = cfg->zero_optimization.stage;
+    const char *key = NULL;
+    if (cfg->fp16.fp16_master_weights_and_grads) key = "fp16.fp16_master_weights_and_grads";
+    else if (cfg->bf16.bf16_master_weights_and_grads) key = "bf16.bf16_master_weights_and_grads";
+    else if (cfg->bf16.bf16_optimizer_states) key = "bf16.bf16_optimizer_states";
+    if (key && stage == 0)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: %s needs ZeRO stage 1, 2 or 3 (DeepSpeed "
+                         "rejects it at stage 0)", c->source, key);
+    if (cfg->bf16.bf16_optimizer_states && !cfg->bf16.bf16_master_weights_and_grads)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: bf16.bf16_optimizer_states needs "
+                         "bf16.bf16_master_weights_and_grads", c->source);
+    bool offload_opt = dsc_config_given(cfg, "zero_optimization.offload_optimizer") ||
+                       cfg->zero_optimization.cpu_offload;
+    if (offload_opt && cfg->zero_optimization.offload_optimizer.ratio < 1.0 && stage != 3)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: zero_optimization.offload_optimizer.ratio < 1 "
+                         "(partial offload) needs ZeRO stage 3", c->source);
+    return DSC_OK;
 }
 
 static dsc_status check_rules(parse_ctx *c) {
     dsc_config *cfg = c->cfg;
+    DSC_TRY(check_spellings(c));
     if (cfg->fp16.enabled && cfg->bf16.enabled)
         return dsc__fail(DSC_ERR_CONFIG, "config %s: fp16.enabled and bf16.enabled are both true; "
                          "choose one (DeepSpeed rejects both)", c->source);
-    // DeepSpeed maps the deprecated cpu_offload flags onto the offload sections.
-    if (cfg->zero_optimization.cpu_offload && !dsc_config_given(cfg, "zero_optimization.offload_optimizer.device"))
-        str_set(cfg->zero_optimization.offload_optimizer.device, 16, "cpu");
-    if (cfg->zero_optimization.cpu_offload_param && !dsc_config_given(cfg, "zero_optimization.offload_param.device"))
-        str_set(cfg->zero_optimization.offload_param.device, 16, "cpu");
-    if (cfg->zero_optimization.cpu_offload_use_pin_memory) {
-        cfg->zero_optimization.offload_optimizer.pin_memory = true;
-        cfg->zero_optimization.offload_param.pin_memory = true;
+    DSC_TRY(check_zero_needs(c));
+    // The deprecated cpu_offload flags stand for the offload sections (with their defaults).
+    dsc_offload_config *opt = &cfg->zero_optimization.offload_optimizer;
+    dsc_offload_config *par = &cfg->zero_optimization.offload_param;
+    if (cfg->zero_optimization.cpu_offload) str_set(opt->device, sizeof opt->device, "cpu");
+    if (cfg->zero_optimization.cpu_offload_param) str_set(par->device, sizeof par->device, "cpu");
+    if (cfg->zero_optimization.cpu_offload_use_pin_memory)
+        warnf(c, "config %s: zero_optimization.cpu_offload_use_pin_memory has no effect in "
+              "DeepSpeed 0.18.4; set pin_memory in offload_optimizer / offload_param", c->source);
+    // The profiler times steps, so DeepSpeed turns the wall-clock breakdown on with it.
+    cfg->wall_clock_breakdown |= cfg->flops_profiler.enabled;
+    // DeepSpeed passes optimizer.params.max_grad_norm on only in fp16 mode; else it zeroes it.
+    if (!cfg->fp16.enabled && cfg->optimizer.max_grad_norm > 0) {
+        warnf(c, "config %s: optimizer.params.max_grad_norm is set to 0 outside fp16 (as "
+              "DeepSpeed does); use gradient_clipping", c->source);
+        cfg->optimizer.max_grad_norm = 0;
     }
     check_types(c);
+    if (cfg->vocabulary_size % 8)
+        warnf(c, "config %s: vocabulary_size %lld is not a multiple of 8, which slows tensor "
+              "cores (DeepSpeed warns too)", c->source, (long long)cfg->vocabulary_size);
+    if (cfg->elasticity.enabled) DSC_TRY(dsc__elastic_check(cfg, c->source));
     return DSC_OK;
 }
 
 // ---- batch sizes ----
 
+// Elasticity overrides the batch keys, which DeepSpeed then refuses unless told to ignore them.
+static dsc_status elastic_triple(dsc_config *cfg, int world_size) {
+    static const char *const keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                       "gradient_accumulation_steps"};
+    for (int k = 0; k < 3; k++) {
+        int idx = dsc__row_find(keys[k]);
+        if ((cfg->given[idx] & GIVEN_NAMED) && !cfg->elasticity.ignore_non_elastic_batch_info)
+            return dsc__fail(DSC_ERR_CONFIG, "%s is given while elasticity is enabled, which "
+                             "computes the batch sizes itself; remove it, or set "
+                             "elasticity.ignore_non_elastic_batch_info", keys[k]);
+    }
+    return dsc__elastic_batch(cfg, world_size, &cfg->train_batch_size,
+                              &cfg->train_micro_batch_size_per_gpu,
+                              &cfg->gradient_accumulation_steps);
+}
+
+// micro * gas * world; false when it does not fit in int64 (DeepSpeed's integers are unbounded:
+// dsc rejects such sizes, see docs/config.md).
+static bool batch_product(int64_t micro, int64_t gas, int64_t world, int64_t *out) {
+    int64_t mg;
+    return !__builtin_mul_overflow(micro, gas, &mg) && !__builtin_mul_overflow(mg, world, out);
+}
+
+static dsc_status too_large(int64_t micro, int64_t gas, int64_t world) {
+    return dsc__fail(DSC_ERR_CONFIG, "train_micro_batch_size_per_gpu (%lld) * "
+                     "gradient_accumulation_steps (%lld) * world size (%lld) is beyond dsc's "
+                     "integers (2^63); use smaller batch sizes", (long long)micro, (long long)gas,
+                     (long long)world);
+}
+
 dsc_status dsc_config_resolve_batch(dsc_config *cfg, int world_size) {
     if (world_size < 1)
         return dsc__fail(DSC_ERR_INVALID_ARG, "world size %d: must be at least 1", world_size);
+    if (cfg->elasticity.enabled) DSC_TRY(elastic_triple(cfg, world_size));
     int64_t *tb = &cfg->train_batch_size, *mb = &cfg->train_micro_batch_size_per_gpu,
             *ga = &cfg->gradient_accumulation_steps;
     bool t = *tb > 0, m = *mb > 0, g = *ga > 0;
-    int64_t w = world_size;
+    int64_t w = world_size, product;
     // DeepSpeed's _set_batch_related_parameters, including its order of integer divisions.
     if (t && m && g) {
     } else if (t && m) {
@@ -375,22 +517,25 @@ dsc_status dsc_config_resolve_batch(dsc_config *cfg, int world_size) {
     } else if (t && g) {
         *mb = *tb / w / *ga;
     } else if (m && g) {
-        *tb = *mb * *ga * w;
+        if (!batch_product(*mb, *ga, w, &product)) return too_large(*mb, *ga, w);
+        *tb = product;
     } else if (t) {
         *ga = 1;
         *mb = *tb / w;
     } else if (m) {
-        *tb = *mb * w;
+        if (!batch_product(*mb, 1, w, &product)) return too_large(*mb, 1, w);
+        *tb = product;
         *ga = 1;
     } else {
         return dsc__fail(DSC_ERR_CONFIG, "either train_batch_size or "
                          "train_micro_batch_size_per_gpu needs to be provided");
     }
-    if (*tb <= 0 || *mb <= 0 || *ga <= 0 || *tb != *mb * *ga * w) {
+    if (*tb <= 0 || *mb <= 0 || *ga <= 0 || !batch_product(*mb, *ga, w, &product) ||
+        *tb != product) {
         return dsc__fail(DSC_ERR_CONFIG,
                          "batch sizes do not fit: train_batch_size (%lld) must equal "
-                         "train_micro_batch_size_per_gpu (%lld) * gradient_accumulation_steps (%lld) "
-                         "* world size (%d), and all must be > 0; fix one of the three keys",
+                         "train_micro_batch_size_per_gpu (%lld) * gradient_accumulation_steps "
+                         "(%lld) * world size (%d), and all must be > 0; fix one of the three keys",
                          (long long)*tb, (long long)*mb, (long long)*ga, world_size);
     }
     cfg->world_size = world_size;
@@ -399,14 +544,14 @@ dsc_status dsc_config_resolve_batch(dsc_config *cfg, int world_size) {
 
 // ---- entry points ----
 
-static dsc_status load_json(dsc_config *cfg, json_t *root, const char *source, int world_size,
-                            dsc_config_warn_fn warn, void *user) {
-    parse_ctx c = {cfg, source, warn, user};
+static dsc_status load_tree(dsc_config *cfg, const json_t *root, const char *source,
+                            int world_size, dsc_config_warn_fn warn, void *user) {
+    parse_ctx c = {cfg, source, root, warn, user};
     dsc_config_defaults(cfg);
     if (!json_is_object(root)) {
         char found[128];
         json_describe(root, found, sizeof found);
-        return dsc__fail(DSC_ERR_CONFIG, "config %s: expected a JSON object at the top, found %s",
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: expected an object at the top, found %s",
                          source, found);
     }
     DSC_TRY(parse_object(&c, root, ""));
@@ -419,130 +564,50 @@ static dsc_status load_json(dsc_config *cfg, json_t *root, const char *source, i
     return DSC_OK;
 }
 
-static dsc_status syntax_error(const char *source, const json_error_t *e) {
-    return dsc__fail(DSC_ERR_CONFIG, "config %s: line %d, column %d: %s", source, e->line,
-                     e->column, e->text);
+static dsc_status load_text(dsc_config *cfg, const char *text, size_t len, const char *source,
+                            int world_size, dsc_config_warn_fn warn, void *user) {
+    json_t *root;
+    DSC_TRY(dsc__hjson_parse(text, len, source, &root));
+    dsc_status st = load_tree(cfg, root, source, world_size, warn, user);
+    json_decref(root);
+    return st;
 }
 
 dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_size,
                                 dsc_config_warn_fn warn, void *user) {
     FILE *f = fopen(path, "rb");
     if (!f) return dsc__fail(DSC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
-    json_error_t e;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *bigger = realloc(buf, cap *= 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+    }
+    bool bad = ferror(f);
     fclose(f);
-    if (!root) return syntax_error(path, &e);
-    dsc_status st = load_json(cfg, root, path, world_size, warn, user);
-    json_decref(root);
+    if (!buf) return dsc__fail(DSC_ERR_OOM, "config %s: out of memory reading it", path);
+    dsc_status st = bad ? dsc__fail(DSC_ERR_IO, "config %s: read error", path)
+                        : load_text(cfg, buf, len, path, world_size, warn, user);
+    free(buf);
     return st;
 }
 
 dsc_status dsc_config_load_string(dsc_config *cfg, const char *text, int world_size,
                                   dsc_config_warn_fn warn, void *user) {
-    json_error_t e;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
-    if (!root) return syntax_error("<string>", &e);
-    dsc_status st = load_json(cfg, root, "<string>", world_size, warn, user);
-    json_decref(root);
-    return st;
+    return load_text(cfg, text, strlen(text), "<string>", world_size, warn, user);
 }
 
 bool dsc_config_given(const dsc_config *cfg, const char *path) {
-    int idx = row_find(path);
-    if (idx >= 0 && rows[idx].kind == K_ALIAS) idx = row_find(rows[idx].sdef);
-    return idx >= 0 && cfg->given[idx];
+    int idx = dsc__row_find(path);
+    if (idx >= 0 && ROWS[idx].kind == K_ALIAS) idx = dsc__row_find(ROWS[idx].sdef);
+    return idx >= 0 && (cfg->given[idx] & GIVEN_VALUE);
 }
 
 bool dsc_config_overlap_comm(const dsc_config *cfg) {
     if (dsc_config_given(cfg, "zero_optimization.overlap_comm"))
         return cfg->zero_optimization.overlap_comm;
     return cfg->zero_optimization.stage == 3;
-}
-
-// ---- printing ----
-
-static json_t *row_value(const dsc_config *cfg, const key_row *r) {
-    const void *p = (const char *)cfg + r->off;
-    switch (r->kind) {
-    case K_BOOL:
-        if (!strcmp(r->path, "zero_optimization.overlap_comm"))
-            return json_boolean(dsc_config_overlap_comm(cfg));
-        return json_boolean(*(const bool *)p);
-    case K_INT: return json_integer(*(const int64_t *)p);
-    case K_FLOAT: return json_real(*(const double *)p);
-    case K_STR: return json_string(p);
-    case K_PAIR: return json_pack("[ff]", ((const double *)p)[0], ((const double *)p)[1]);
-    default: return NULL;
-    }
-}
-
-// Set obj[a][b][c] = v for the path "a.b.c", creating the objects on the way.
-static void json_set_path(json_t *obj, const char *path, json_t *v) {
-    char part[128];
-    const char *dot;
-    while ((dot = strchr(path, '.'))) {
-        snprintf(part, sizeof part, "%.*s", (int)(dot - path), path);
-        json_t *child = json_object_get(obj, part);
-        if (!child) {
-            child = json_object();
-            json_object_set_new(obj, part, child);
-        }
-        obj = child;
-        path = dot + 1;
-    }
-    json_object_set_new(obj, path, v);
-}
-
-void dsc_config_print(const dsc_config *cfg, void *out, bool as_json) {
-    FILE *f = out;
-    json_t *root = as_json ? json_object() : NULL;
-    for (int i = 0; i < NROWS; i++) {
-        json_t *v = row_value(cfg, &rows[i]);
-        if (!v) continue;
-        if (as_json) {
-            json_set_path(root, rows[i].path, v);
-            continue;
-        }
-        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
-        fprintf(f, "%-58s = %s%s\n", rows[i].path, text ? text : "?",
-                cfg->given[i] ? "" : "   (default)");
-        free(text);
-        json_decref(v);
-    }
-    if (as_json) {
-        json_dumpf(root, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-        fputc('\n', f);
-        json_decref(root);
-    }
-}
-
-// ---- documentation ----
-
-// Write the key table as a markdown table (docs/config.md is generated from this).
-void dsc__config_write_doc(void *out) {
-    static const char *kinds[] = {"section", "bool", "int", "float", "string", "[float, float]",
-                                  "list", "alias", "not implemented"};
-    FILE *f = out;
-    fprintf(f, "| key | type | default | meaning |\n|---|---|---|---|\n");
-    for (int i = 0; i < NROWS; i++) {
-        const key_row *r = &rows[i];
-        char def[128] = "";
-        switch (r->kind) {
-        case K_BOOL: snprintf(def, sizeof def, "%s", r->def != 0 ? "true" : "false"); break;
-        case K_INT: snprintf(def, sizeof def, "%lld", (long long)r->def); break;
-        case K_FLOAT: snprintf(def, sizeof def, "%g", r->def); break;
-        case K_STR: snprintf(def, sizeof def, "\"%s\"", r->sdef); break;
-        case K_PAIR: snprintf(def, sizeof def, "[%g, %g]", r->def, r->lo); break;
-        case K_ALIAS: snprintf(def, sizeof def, "= `%s`", r->sdef); break;
-        default: break;
-        }
-        const char *type = kinds[r->kind];
-        char choice[128] = "";
-        if (r->choices) { // '|' would split the markdown cell
-            size_t n = (size_t)snprintf(choice, sizeof choice, " (%s)", r->choices);
-            for (size_t k = 0; k < n && k < sizeof choice; k++)
-                if (choice[k] == '|') choice[k] = '/';
-        }
-        fprintf(f, "| `%s` | %s%s | %s | %s |\n", r->path, type, choice, def, r->doc);
-    }
 }

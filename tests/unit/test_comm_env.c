@@ -134,7 +134,8 @@ static void expect_hosts(const char *spec, const char *joined) {
     if (dsc_hostlist_expand(spec, &h, &n) != DSC_OK) fail_msg("%s: %s", spec, dsc_last_error());
     char buf[1024] = "";
     size_t len = 0;
-    for (size_t i = 0; i < n; i++) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", i ? " " : "", h[i]);
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", i ? " " : "", h[i]);
     dsc_hostlist_free(h, n);
     assert_string_equal(buf, joined);
 }

@@ -73,7 +73,8 @@ static int check_dtype(dsc_comm *c, int rank, int world, dsc_dtype dt, size_t n)
     WCHECK(dsc_comm_reduce_scatter(c, x, y, n, dt, DSC_OP_SUM, NULL) == DSC_OK, "rs");
     for (size_t i = 0; i < n; i++)
         WCHECK(fabsf(to_f(y, i, dt) - to_f(want, rank * n + i, dt)) <= tol, "rs [%zu]", i);
-    WCHECK(dsc_comm_reduce(c, x, rank == 1 ? y : NULL, n, dt, DSC_OP_SUM, 1, NULL) == DSC_OK, "reduce");
+    WCHECK(dsc_comm_reduce(c, x, rank == 1 ? y : NULL, n, dt, DSC_OP_SUM, 1, NULL) == DSC_OK,
+           "reduce");
     if (rank == 1)
         for (size_t i = 0; i < n; i++)
             WCHECK(fabsf(to_f(y, i, dt) - to_f(want, i, dt)) <= tol, "reduce [%zu]", i);

@@ -174,7 +174,9 @@ static void *make_input(size_t n, dsc_dtype dt, uint64_t key) {
     return a;
 }
 
-static uint64_t input_key(int case_id, int rank) { return mix(SEED ^ ((uint64_t)case_id << 20) ^ (uint64_t)rank); }
+static uint64_t input_key(int case_id, int rank) {
+    return mix(SEED ^ ((uint64_t)case_id << 20) ^ (uint64_t)rank);
+}
 
 // out[i] = x_0[off+i] (op) x_1[off+i] ... in fp32, rounded once to dt.
 static void reference(void *out, void *const *in, int world, size_t off, size_t n, dsc_dtype dt,
@@ -194,8 +196,10 @@ static int same_bits(int rank, const char *what, const void *got, const void *wa
     if (!memcmp(got, want, n * esz(dt))) return 0;
     for (size_t i = 0; i < n; i++)
         if (memcmp((const char *)got + i * esz(dt), (const char *)want + i * esz(dt), esz(dt))) {
-            fprintf(stderr, "rank %d: %s (%zu %s): element %zu is %.9g, reference %.9g (seed 0x%x)\n",
-                    rank, what, n, dsc_dtype_name(dt), i, to_f(got, i, dt), to_f(want, i, dt), SEED);
+            fprintf(stderr,
+                    "rank %d: %s (%zu %s): element %zu is %.9g, reference %.9g (seed 0x%x)\n",
+                    rank, what, n, dsc_dtype_name(dt), i, to_f(got, i, dt), to_f(want, i, dt),
+                    SEED);
             break;
         }
     return 1;
@@ -278,7 +282,8 @@ static int matrix_rank(dsc_comm *c, int rank, int world, void *arg) {
         if (check_case(c, rank, world, 0, DTYPES[di], 7, DSC_OP_MAX, 0, 1000 + (int)di)) return 1;
         void *x = make_input(1001, DTYPES[di], input_key(2000 + (int)di, rank));
         void *in[8];
-        for (int j = 0; j < world; j++) in[j] = make_input(1001, DTYPES[di], input_key(2000 + (int)di, j));
+        for (int j = 0; j < world; j++)
+            in[j] = make_input(1001, DTYPES[di], input_key(2000 + (int)di, j));
         char want[1001 * 4];
         reference(want, in, world, 0, 1001, DTYPES[di], DSC_OP_SUM);
         dsc_status st = dsc_comm_all_reduce(c, x, x, 1001, DTYPES[di], DSC_OP_SUM, NULL);
@@ -308,7 +313,8 @@ static int rs_ag_rank(dsc_comm *c, int rank, int world, void *arg) {
         void *x = make_input((size_t)world * n, dt, input_key(3000 + (int)di, rank));
         char *ar = malloc((size_t)world * n * esz(dt)), *ag = malloc((size_t)world * n * esz(dt));
         char *rs = malloc(n * esz(dt));
-        CHECK(dsc_comm_all_reduce(c, x, ar, (size_t)world * n, dt, DSC_OP_SUM, NULL) == DSC_OK, "ar");
+        CHECK(dsc_comm_all_reduce(c, x, ar, (size_t)world * n, dt, DSC_OP_SUM, NULL) == DSC_OK,
+              "ar");
         CHECK(dsc_comm_reduce_scatter(c, x, rs, n, dt, DSC_OP_SUM, NULL) == DSC_OK, "rs");
         CHECK(dsc_comm_all_gather(c, rs, ag, n, dt, NULL) == DSC_OK, "ag");
         CHECK(!memcmp(ar, ag, (size_t)world * n * esz(dt)), "all_reduce != rs+ag for %s",
@@ -611,7 +617,8 @@ static int pending_rank(dsc_comm *c, int rank, int world, void *arg) {
               "issue");
     float v = 1;
     dsc_comm_req *rv;
-    if (rank == 0) CHECK(dsc_comm_recv(c, &v, 1, DSC_DT_F32, 1, &rv) == DSC_OK, "recv"); // never sent
+    if (rank == 0) // a recv whose message never comes
+        CHECK(dsc_comm_recv(c, &v, 1, DSC_DT_F32, 1, &rv) == DSC_OK, "recv");
     return 0; // child_main destroys the communicator
 }
 
@@ -677,10 +684,10 @@ static void test_stale_segment_sweep(void **state) {
     if (dead == 0) _exit(0);
     waitpid(dead, NULL, 0);
     char stale[128], young[128], alive[128];
-    snprintf(stale, sizeof stale, "/" DSC_SHM_NAME_PREFIX "1-default-%d-00000000000000aa", (int)dead);
-    snprintf(young, sizeof young, "/" DSC_SHM_NAME_PREFIX "1-default-%d-00000000000000bb", (int)dead);
-    snprintf(alive, sizeof alive, "/" DSC_SHM_NAME_PREFIX "1-default-%d-00000000000000cc",
-             (int)getpid());
+    const char *fmt = "/" DSC_SHM_NAME_PREFIX "1-default-%d-00000000000000%s";
+    snprintf(stale, sizeof stale, fmt, (int)dead, "aa");
+    snprintf(young, sizeof young, fmt, (int)dead, "bb");
+    snprintf(alive, sizeof alive, fmt, (int)getpid(), "cc");
     const char *names[] = {stale, young, alive};
     for (int i = 0; i < 3; i++) {
         int fd = shm_open(names[i], O_CREAT | O_RDWR, 0600);

@@ -86,7 +86,10 @@ static void test_batch_triple(void **state) {
         {"{\"train_batch_size\":32,\"train_micro_batch_size_per_gpu\":4,\"gradient_accumulation_steps\":2}", 1, 0, 0, 0},
         {"{\"gradient_accumulation_steps\":2}", 1, 0, 0, 0},
         {"{}", 1, 0, 0, 0},
-        {"{\"train_batch_size\":\"auto\",\"train_micro_batch_size_per_gpu\":2,\"gradient_accumulation_steps\":3}", 2, 12, 2, 3},
+        // DeepSpeed cannot compute with Hugging Face's "auto" in a batch key: rejected.
+        {"{\"train_batch_size\":\"auto\",\"train_micro_batch_size_per_gpu\":2,\"gradient_accumulation_steps\":3}", 2, 0, 0, 0},
+        // null is "not given"; whole reals are integers (hjson makes 4.8e1 the integer 48)
+        {"{\"train_batch_size\":4.8e1,\"train_micro_batch_size_per_gpu\":null}", 3, 48, 16, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const batch_case *c = &cases[i];
@@ -126,8 +129,9 @@ static void test_unknown_and_unimplemented_keys_warn(void **state) {
 }
 
 static void test_type_errors_name_key(void **state) {
-    expect_error("{\"train_batch_size\":8, \"fp16\": {\"enabled\": \"yes\"}}", 1,
-                 "key \"fp16.enabled\": expected true or false, found a string \"yes\"");
+    // fp16 is a pydantic model in DeepSpeed: "yes" would be true, "maybe" is refused
+    expect_error("{\"train_batch_size\":8, \"fp16\": {\"enabled\": \"maybe\"}}", 1,
+                 "key \"fp16.enabled\": expected true or false, found a string \"maybe\"");
     expect_error("{\"train_batch_size\":8, \"zero_optimization\": {\"stage\": 4}}", 1,
                  "key \"zero_optimization.stage\" = 4 is out of range: expected 0 .. 3");
     expect_error("{\"train_batch_size\":8, \"zero_optimization\": {\"stage\": 1.5}}", 1,
@@ -137,27 +141,226 @@ static void test_type_errors_name_key(void **state) {
     expect_error("{\"train_batch_size\":8, \"optimizer\": {\"params\": {\"betas\": [0.9]}}}", 1,
                  "optimizer.params.betas\": expected a list of two numbers");
     expect_error("{\"train_batch_size\":8, \"communication_data_type\": \"fp8\"}", 1,
-                 "expected one of fp32|fp16|bf16");
+                 "expected one of fp32|fp16|bf16 (any case)");
     expect_error("{\"train_batch_size\":-8}", 1, "out of range");
-    expect_error("[1, 2]", 1, "expected a JSON object at the top, found a list");
+    expect_error("[1, 2]", 1, "expected an object at the top, found a list");
 }
 
 static void test_syntax_errors_have_line_and_column(void **state) {
-    expect_error("{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": true,}\n}", 1, "line 3, column");
-    expect_error("{\"train_batch_size\": 8, \"train_batch_size\": 4}", 1, "duplicate");
-    expect_error("", 1, "line 1");
+    // (a trailing comma, which strict JSON refuses, is fine for DeepSpeed's loader)
+    expect_error("{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled: true}\n}", 1,
+                 "line 3, column 27: control character 0x0a inside a quoted string");
+    expect_error("{\"train_batch_size\": 8, \"train_batch_size\": 4}", 1,
+                 "line 1, column 25: duplicate key \"train_batch_size\"");
+    expect_error("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true, \"enabled\": true}}", 1,
+                 "duplicate key \"enabled\"");
+    expect_error("{\r\n\"train_batch_size\": 8\r\n} /* open", 1, "line 3, column 3: unterminated /* comment");
+    expect_error("{\n  train batch size: 8\n}", 1, "line 2, column 8: whitespace inside a key name");
+    expect_error("{\"train_batch_size\": 8} {}", 1, "line 1, column 25: text after the end");
+    expect_error("{\"train_batch_size\": 8, \"x\": \"\xc3\x28\"}", 1, "invalid UTF-8 byte 0xc3");
+    expect_error("{\"train_batch_size\": 8, \"x\": 1e400}", 1, "number 1e400 is too large");
+    expect_error("{\"train_batch_size\": 8, \"x\": \"\\q\"}", 1, "invalid escape \\q");
+    expect_error("{\"train_batch_size\": 8,\n \"fp16\": {\"enabled\": tru}}\n", 1,
+                 "line 2, column 10: this object is never closed");
+    expect_error("{\"train_batch_size\": 8, \"x\": [1,\n2", 1, "line 1, column 30: this list is never closed");
+    // An empty file is an empty object to DeepSpeed's loader, which then misses a batch size.
+    expect_error("", 1, "train_micro_batch_size_per_gpu needs to be provided");
+}
+
+// What DeepSpeed's loader (hjson) accepts beyond JSON, with the values it gives.
+static void test_hjson_syntax(void **state) {
+    dsc_config cfg;
+    warnings w;
+    const char *text =
+        "\xef\xbb\xbf// comment\n"
+        "train_batch_size: 1.6e1   # a whole number: the integer 16\n"
+        "optimizer: {\n"
+        "  type: AdamW\n"
+        "  params: { lr: 3e-4, betas: [0.8, 0.9,], }\n"
+        "}\n"
+        "'zero_optimization': {\"stage\": 2 /* block */ \"reduce_bucket_size\": 5e8}\n"
+        "tensorboard: {\n"
+        "  enabled: true // a comment after a keyword\n"
+        "  job_name: my job # part of the string\n"
+        "  output_path:\n"
+        "    '''\n"
+        "    runs/\n"
+        "      x\n"
+        "    '''\n"
+        "}\n"
+        "\"train_\\u006Dicro_batch_size_per_gpu\": 4\r\n";
+    if (load(&cfg, text, 2, &w) != DSC_OK) fail_msg("%s", dsc_last_error());
+    assert_int_equal(cfg.train_batch_size, 16);
+    assert_int_equal(cfg.train_micro_batch_size_per_gpu, 4);
+    assert_int_equal(cfg.gradient_accumulation_steps, 2);
+    assert_string_equal(cfg.optimizer.type, "adamw");
+    assert_true(cfg.optimizer.lr == 3e-4 && cfg.optimizer.betas[0] == 0.8 && cfg.optimizer.betas[1] == 0.9);
+    assert_int_equal(cfg.zero_optimization.stage, 2);
+    assert_true(cfg.zero_optimization.reduce_bucket_size == 5e8);
+    assert_true(cfg.tensorboard.enabled);
+    assert_string_equal(cfg.tensorboard.job_name, "my job # part of the string");
+    assert_string_equal(cfg.tensorboard.output_path, "runs/\n  x");
+    assert_int_equal(w.n, 0);
+    // A quoteless value is a string unless it is exactly a number or keyword: "16 samples".
+    expect_error("train_batch_size: 16 samples\n", 1,
+                 "key \"train_batch_size\": expected an integer, found a string \"16 samples\"");
+}
+
+// Sections DeepSpeed validates with pydantic: its lax coercions, its null and "auto" rules.
+static void test_pydantic_sections(void **state) {
+    dsc_config cfg;
+    warnings w;
+    dsc_status st = load(&cfg, "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": \"2\", "
+                               "\"reduce_bucket_size\": \"500000000\", \"overlap_comm\": null, "
+                               "\"contiguous_gradients\": \"off\", \"allgather_bucket_size\": \"auto\"}, "
+                               "\"fp16\": {\"enabled\": \"yes\", \"initial_scale_power\": 12.0, "
+                               "\"min_loss_scale\": \"2\", \"loss_scale\": \"1_024\"}}", 1, &w);
+    if (st != DSC_OK) fail_msg("%s", dsc_last_error());
+    assert_int_equal(cfg.zero_optimization.stage, 2);
+    assert_true(cfg.zero_optimization.reduce_bucket_size == 5e8);
+    assert_false(cfg.zero_optimization.contiguous_gradients);
+    assert_false(dsc_config_overlap_comm(&cfg));
+    assert_true(cfg.zero_optimization.allgather_bucket_size == 5e8); // "auto": the default
+    assert_true(cfg.fp16.enabled);
+    assert_int_equal(cfg.fp16.initial_scale_power, 12);
+    assert_true(cfg.fp16.min_loss_scale == 2 && cfg.fp16.loss_scale == 1024);
+    assert_int_equal(w.n, 1);
+    expect_error("{\"train_batch_size\": 8, \"fp16\": {\"min_loss_scale\": 0.5}}", 1,
+                 "key \"fp16.min_loss_scale\": expected a whole number");
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": null}}", 1,
+                 "key \"zero_optimization.stage\" is null");
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"5e8\"}}", 1,
+                 "expected an integer, found a string \"5e8\"");
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"CPU\"}}}",
+                 1, "expected one of none|cpu|nvme");
+    expect_error("{\"train_batch_size\": 8, \"fp16\": null}", 1, "section \"fp16\" is null");
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                 "{\"device\": \"cpu\", \"ratio\": 0.5}}}", 1, "needs ZeRO stage 3");
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"tensorboard\": \"auto\", \"bf16\": null}", 1, &w), DSC_OK);
+}
+
+// Keys DeepSpeed reads with plain lookups: dsc checks the JSON type DeepSpeed would need later.
+static void test_plain_lookups(void **state) {
+    dsc_config cfg;
+    warnings w;
+    expect_error("{\"train_batch_size\": 8, \"steps_per_print\": \"10\"}", 1,
+                 "key \"steps_per_print\": expected an integer, found a string \"10\"");
+    expect_error("{\"train_batch_size\": 8, \"wall_clock_breakdown\": null}", 1,
+                 "key \"wall_clock_breakdown\" is null");
+    expect_error("{\"train_batch_size\": 8, \"checkpoint\": {\"tag_validation\": \"sometimes\"}}", 1,
+                 "expected one of Ignore|Warn|Fail");
+    dsc_status st = load(&cfg, "{\"train_batch_size\": 8, \"prescale_gradients\": 1, \"gradient_clipping\": null, "
+                               "\"flops_profiler\": {\"enabled\": true}, \"checkpoint\": {\"tag_validation\": \"FAIL\"}, "
+                               "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"max_grad_norm\": 1.0}}}", 1, &w);
+    if (st != DSC_OK) fail_msg("%s", dsc_last_error());
+    assert_true(cfg.prescale_gradients);
+    assert_true(cfg.gradient_clipping == 0.0);
+    assert_true(cfg.wall_clock_breakdown); // the profiler turns it on, as in DeepSpeed
+    assert_string_equal(cfg.checkpoint.tag_validation, "Fail");
+    assert_true(cfg.optimizer.max_grad_norm == 0.0); // zeroed outside fp16, as in DeepSpeed
+}
+
+// Deprecated spellings DeepSpeed still reads, and the combinations it refuses.
+static void test_deprecated_forms(void **state) {
+    dsc_config cfg;
+    warnings w;
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": false, "
+                 "\"offload_optimizer\": {\"device\": \"cpu\"}}}", 1, "\"zero_optimization.cpu_offload\" and");
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"prefetch_bucket_size\": 5, "
+                 "\"stage3_prefetch_bucket_size\": 7}}", 1, "given under two spellings");
+    expect_error("{\"train_batch_size\": 8, \"bfloat16\": null}", 1, "section \"bfloat16\" is null");
+    // bf16 wins; DeepSpeed does not even read bfloat16 then
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"bf16\": {\"enabled\": false}, "
+                                "\"bfloat16\": {\"enabled\": \"garbage\"}}", 1, &w), DSC_OK);
+    assert_false(cfg.bf16.enabled);
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"zero_optimization\": true, \"allgather_size\": 1000}",
+                          1, &w), DSC_OK);
+    assert_int_equal(cfg.zero_optimization.stage, 1);
+    assert_true(cfg.zero_optimization.allgather_bucket_size == 1000);
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, "
+                                "\"cpu_offload\": true, \"cpu_offload_use_pin_memory\": true}}", 1, &w), DSC_OK);
+    assert_string_equal(cfg.zero_optimization.offload_optimizer.device, "cpu");
+    assert_false(cfg.zero_optimization.offload_optimizer.pin_memory); // no effect in 0.18.4
+}
+
+// Elastic batch sizes; the expected triples are DeepSpeed 0.18.4's for these configs.
+static void test_elasticity(void **state) {
+    static const struct {
+        const char *extra;
+        int world;
+        long long tb, mb, ga; // tb = 0: an error
+    } cases[] = {
+        {"\"version\": 0.1", 1, 1680, 6, 280},
+        {"\"version\": 0.1", 3, 1680, 4, 140},
+        {"\"version\": 0.1", 8, 1680, 6, 35},
+        {"\"version\": 0.2, \"num_gpus_per_node\": 2", 1, 2000, 4, 500},
+        {"\"version\": 0.2, \"num_gpus_per_node\": 2", 3, 1998, 6, 111},
+        {"\"version\": 0.2, \"num_gpus_per_node\": 4, \"model_parallel_size\": 2", 2, 0, 0, 0},
+        {"\"version\": 0.2, \"num_gpus_per_node\": 4, \"model_parallel_size\": 2", 8, 1920, 6, 40},
+        {"\"version\": 0.1, \"model_parallel_size\": 2", 1, 0, 0, 0},
+        {"\"version\": 0.3", 1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"elasticity\": {\"enabled\": true, \"max_train_batch_size\": 2000, "
+                 "\"micro_batch_sizes\": [2, 4, 6], \"min_gpus\": 1, \"max_gpus\": 10000, %s}}", cases[i].extra);
+        dsc_config cfg;
+        warnings w;
+        dsc_status st = load(&cfg, json, cases[i].world, &w);
+        if (cases[i].tb == 0) {
+            if (st == DSC_OK) fail_msg("case %zu (world %d): expected an error", i, cases[i].world);
+            continue;
+        }
+        if (st != DSC_OK) fail_msg("case %zu (world %d): %s", i, cases[i].world, dsc_last_error());
+        assert_int_equal(cfg.train_batch_size, cases[i].tb);
+        assert_int_equal(cfg.train_micro_batch_size_per_gpu, cases[i].mb);
+        assert_int_equal(cfg.gradient_accumulation_steps, cases[i].ga);
+    }
+    expect_error("{\"train_batch_size\": 8, \"elasticity\": {\"enabled\": true, \"max_train_batch_size\": 100, "
+                 "\"micro_batch_sizes\": [2]}}", 1, "train_batch_size is given while elasticity is enabled");
+}
+
+// Mutated configs never crash the reader (this test runs under the sanitizers in CI).
+static void test_random_inputs(void **state) {
+    const char *seeds[] = {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": \"2\"}}",
+                           "a: '''\n x\n '''\nb: [1, {c: d}]\n", "{\"x\": \"\\ud800\\u0000\"}"};
+    const char alphabet[] = "{}[],:\"'#/*\\ \n\tabtrue01e.-u\xc3\xa9";
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    char buf[256];
+    for (int iter = 0; iter < 20000; iter++) {
+        const char *base = seeds[iter % 3];
+        size_t n = strlen(base);
+        memcpy(buf, base, n + 1);
+        for (int k = 0; k < 4; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            buf[(seed >> 33) % n] = alphabet[(seed >> 17) % (sizeof alphabet - 1)];
+        }
+        dsc_config cfg;
+        warnings w;
+        dsc_status st = load(&cfg, buf, 1 + iter % 8, &w);
+        if (st != DSC_OK && st != DSC_ERR_CONFIG)
+            fail_msg("iteration %d (generator seed 0x9e3779b97f4a7c15): status %d for '%s'", iter, st, buf);
+    }
 }
 
 static void test_auto(void **state) {
     expect_error("{\"train_batch_size\":8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\"}}}",
                  1, "\"optimizer.params.lr\" is \"auto\"");
+    // DeepSpeed keeps "auto" under plain lookups and fails later (here: comparing it with 0)
+    expect_error("{\"train_batch_size\":8, \"gradient_clipping\": \"auto\"}", 1,
+                 "\"gradient_clipping\" is \"auto\"");
+    expect_error("{\"train_micro_batch_size_per_gpu\": \"auto\", \"train_batch_size\": 4}", 2,
+                 "\"train_micro_batch_size_per_gpu\" is \"auto\"");
+    // ... while its pydantic sections drop it: the default applies
     dsc_config cfg;
     warnings w;
-    assert_int_equal(load(&cfg, "{\"train_micro_batch_size_per_gpu\": \"auto\", \"train_batch_size\": 4, "
-                                "\"gradient_clipping\": \"auto\"}", 2, &w), DSC_OK);
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 4, \"fp16\": {\"enabled\": \"auto\"}, "
+                                "\"zero_optimization\": {\"stage\": \"auto\", \"reduce_bucket_size\": \"auto\"}}",
+                          2, &w), DSC_OK);
     assert_int_equal(cfg.train_micro_batch_size_per_gpu, 2);
-    assert_true(cfg.gradient_clipping == 0.0);
-    assert_int_equal(w.n, 2);
+    assert_false(cfg.fp16.enabled);
+    assert_int_equal(cfg.zero_optimization.stage, 0);
+    assert_int_equal(w.n, 3);
 }
 
 static void test_rules(void **state) {
@@ -255,6 +458,12 @@ int main(void) {
         cmocka_unit_test(test_unknown_and_unimplemented_keys_warn),
         cmocka_unit_test(test_type_errors_name_key),
         cmocka_unit_test(test_syntax_errors_have_line_and_column),
+        cmocka_unit_test(test_hjson_syntax),
+        cmocka_unit_test(test_pydantic_sections),
+        cmocka_unit_test(test_plain_lookups),
+        cmocka_unit_test(test_deprecated_forms),
+        cmocka_unit_test(test_elasticity),
+        cmocka_unit_test(test_random_inputs),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_json_print_round_trip),
