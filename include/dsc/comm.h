@@ -113,6 +113,40 @@ typedef struct dsc_comm_stats {
 } dsc_comm_stats;
 void dsc_comm_get_stats(const dsc_comm *c, dsc_comm_stats *s);
 
+// ---- fault tolerance ----
+
+// Abort the communicator from any thread (e.g. a watchdog while another thread is blocked in an
+// operation of c): it becomes broken with st and reason (the first reason wins), operations in
+// flight fail promptly (shm: within about 10 ms) with that reason, and so do the peers' operations
+// on this communicator (shm: through the segment's abort flag). Destroy c afterwards as usual.
+void dsc_comm_abort(dsc_comm *c, dsc_status st, const char *reason);
+// True when c is broken (by a failed operation or dsc_comm_abort); *st and *msg (borrowed until
+// destroy; both may be NULL) give the first failure.
+bool dsc_comm_is_broken(dsc_comm *c, dsc_status *st, const char **msg);
+
+typedef enum dsc_peer_state {
+    DSC_PEER_UNKNOWN = 0, // the backend cannot tell (mpi)
+    DSC_PEER_ALIVE,       // its process exists (it may still be hung: see stopped, heartbeat_age_s)
+    DSC_PEER_DEAD,        // its process is gone (exited, killed, zombie)
+    DSC_PEER_LEFT,        // it destroyed its communicator (alive, e.g. rebuilding after a failure)
+} dsc_peer_state;
+
+typedef struct dsc_comm_peer {
+    dsc_peer_state state;
+    int pid;                // its process id (0 while unknown)
+    bool stopped;           // its process is stopped (SIGSTOP) or traced
+    double heartbeat_age_s; // seconds since this process last saw its heartbeat advance; a live
+                            // rank advances it at least every 0.1 s while its communicator exists
+} dsc_comm_peer;
+// What this process knows about rank `rank` of c (works on a broken communicator too).
+dsc_status dsc_comm_peer_info(dsc_comm *c, int rank, dsc_comm_peer *out);
+
+// A 64-bit note shared by the ranks of c, 0 at create, that any rank may read and change with
+// a compare-and-swap, also after c broke: if it equals *expected it becomes desired (*swapped
+// true), otherwise *expected receives its value (*swapped false). Survivors of a fault use it to
+// agree where to meet. shm only (one segment); DSC_ERR_UNSUPPORTED elsewhere.
+dsc_status dsc_comm_note_cas(dsc_comm *c, uint64_t *expected, uint64_t desired, bool *swapped);
+
 // ---- environment ----
 
 // Where this process sits in the job, read once from the environment. Precedence:

@@ -116,6 +116,57 @@ dsc_status dsc_engine_full_grad(dsc_engine *eng, int i, float *out);
 double dsc_engine_next_lr(const dsc_engine *eng);
 int64_t dsc_engine_global_steps(const dsc_engine *eng);
 
+// The full fp32 master value of parameter i (numel values into out, caller-owned), e.g. to dump
+// the final weights. A collective at ZeRO stages 1-3: every rank calls it with the same i.
+dsc_status dsc_engine_full_param(dsc_engine *eng, int i, float *out);
+
+// ---- fault tolerance (docs/fault-tolerance.md) ----
+
+// The exit code with which a rank asks `dsc launch --max_restarts` to restart the job.
+#define DSC_FT_EXIT_RESTART 75
+
+// Call at the start of every optimizer step, before its first micro-step (data loading
+// included). Arms the step deadline (fault_tolerance.step_timeout_s) that a watchdog thread
+// enforces until dsc_step's boundary: past it the communicator is aborted, so that a call blocked
+// in a collective returns DSC_ERR_TIMEOUT. Fails at once when the communicator is already broken
+// (a peer failed meanwhile), so the caller goes to dsc_engine_recover without computing first.
+dsc_status dsc_step_begin(dsc_engine *eng);
+
+typedef enum dsc_ft_action {
+    DSC_FT_CONTINUE = 0, // recovered: run step resume_step again from its first micro-step
+    DSC_FT_RESTART,      // save what can be saved and exit with DSC_FT_EXIT_RESTART
+    DSC_FT_ABORT,        // stop with the error
+} dsc_ft_action;
+
+typedef struct dsc_ft_report {
+    dsc_ft_action action;
+    bool transient;        // every rank was alive: the step is retried on a fresh communicator
+    int old_world, world;  // ranks before and after
+    int generation;        // recoveries of this engine so far
+    int64_t restored_step; // the step boundary the state was restored from (optimizer steps)
+    int64_t resume_step;   // the step to run next: restored_step + 1
+    bool consistent;       // the engine holds the complete state of restored_step (also with
+                           // DSC_FT_RESTART: a checkpoint saved now loses nothing)
+    double seconds;        // from the call until the engine was ready again
+} dsc_ft_report;
+
+// After a call of the training step failed with `failure` (dsc_step_begin, the micro-steps,
+// dsc_step, dsc_engine_mean, ...): apply fault_tolerance.on_failure. Every surviving rank calls
+// it. DSC_OK with action DSC_FT_CONTINUE: the engine now runs on the survivors (or, after a
+// transient fault, on a fresh communicator) with the state of step restored_step, which every
+// survivor restored; the caller re-reads dsc_engine_rank / dsc_engine_world_size /
+// dsc_engine_config (the micro batch and gradient accumulation may change: the global batch does
+// not) and its parameter pointers, and runs step resume_step. Otherwise an error whose message
+// names the failed or hung ranks, and action DSC_FT_RESTART or DSC_FT_ABORT. With RESTART and
+// consistent, the survivors restored the last complete step together (policy restart, or a
+// world the global batch does not split over): save a checkpoint (dsc_save_checkpoint) before
+// exiting with DSC_FT_EXIT_RESTART. A failure that did not come from the communication layer
+// (I/O, bad arguments, ...) comes back unchanged (ABORT).
+dsc_status dsc_engine_recover(dsc_engine *eng, dsc_status failure, dsc_ft_report *out);
+
+// Fault events so far (communication failures, expired step deadlines), for metrics.
+int64_t dsc_engine_fault_events(const dsc_engine *eng);
+
 #ifdef __cplusplus
 }
 #endif

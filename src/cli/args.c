@@ -64,7 +64,12 @@ int cli_parse(const cli_verb *v, int argc, char **argv, int *npos, char **pos) {
             *f->on = true;
             continue;
         }
-        if (eq) {
+        if (f->metavar[0] == '[') { // optional value: --flag, --flag=VALUE, --flag VALUE
+            if (f->on) *f->on = true;
+            if (eq) *f->value = eq + 1;
+            else if (i + 1 < argc && argv[i + 1][0] != '-') *f->value = argv[++i];
+            else *f->value = "";
+        } else if (eq) {
             *f->value = eq + 1;
         } else if (i + 1 < argc) {
             *f->value = argv[++i];

@@ -6,7 +6,8 @@
 
 typedef struct cli_flag {
     const char *name;    // "--config"
-    const char *metavar; // NULL for a switch (no value)
+    const char *metavar; // NULL for a switch (no value); "[NAME]": the value is optional ("" when
+                         // absent; on, when set, becomes true either way)
     const char *help;
     const char **value;  // where a value flag stores its argument (borrowed from argv)
     bool *on;            // where a switch stores true

@@ -22,9 +22,13 @@ int cmd_train(int argc, char **argv) {
         {"--eval-batches", "N", "micro-batches per validation (default 8)", &batches, NULL},
         {"--init-weights", "FILE", "start from these weights (safetensors, Hugging Face GPT-2 names)", &o.init_weights, NULL},
         {"--dump-grads", "FILE", "write the first step's gradients, inputs, targets and loss (safetensors)", &o.dump_grads, NULL},
+        {"--dump-weights", "FILE", "write the final fp32 weights (safetensors, Hugging Face names)", &o.dump_weights, NULL},
         {"--sample-tokens", "N", "tokens of the closing sample, 0 = none (default 120)", &sample, NULL},
         {"--prompt", "TEXT", "start of the closing sample (default \"The \")", &o.prompt, NULL},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
+        {"--save-dir", "DIR", "save checkpoints here, as the config's checkpoint section says (SIGUSR1: save and stop)", &o.save_dir, NULL},
+        {"--resume", "[TAG]", "continue from --save-dir's latest checkpoint, or TAG, or DIR/TAG", &o.resume, NULL},
+        {"--save-at-end", NULL, "save a checkpoint after the last step (needs --save-dir)", NULL, &o.save_at_end},
     };
     const cli_verb v = {"train", "dsc train [--config FILE] [--model SPEC] [--data DIR] [flags]",
                         "Train the reference GPT-2 through the engine. With no flags: a small "

@@ -11,8 +11,6 @@ typedef struct verb {
     const char *about;
 } verb;
 
-static int cmd_launch(int argc, char **argv) { return cmd_not_built("launch", argc, argv); }
-static int cmd_ckpt(int argc, char **argv) { return cmd_not_built("ckpt", argc, argv); }
 static int cmd_generate(int argc, char **argv) { return cmd_not_built("generate", argc, argv); }
 static int cmd_bench(int argc, char **argv) { return cmd_not_built("bench", argc, argv); }
 

@@ -5,6 +5,7 @@
 #include <errno.h>    // errno
 #include <jansson.h>  // json_* (dataset.json)
 #include <math.h>     // expf, logf
+#include <signal.h>   // sigaction, SIGUSR1
 #include <stdio.h>    // printf, fopen
 #include <stdlib.h>   // calloc, free, getenv
 #include <string.h>   // strcmp, strerror
@@ -20,6 +21,7 @@
 #include "data/loader.h"                 // dsc_loader_*
 #include "data/prepare.h"                // dsc_data_default
 #include "data/tokenizer.h"              // dsc_tokenizer_*
+#include "dsc/checkpoint.h"              // dsc_checkpointing_*, dsc_save_checkpoint
 #include "dsc/engine.h"                  // dsc_engine_*
 #include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
 #include "dsc/monitor.h"                 // dsc_monitor_*
@@ -51,6 +53,8 @@ typedef struct trainer {
     double peak_flops;     // measured CPU matrix-product throughput, for MFU
     double dump_loss;      // --dump-grads: the mean loss of step 1 over ranks
     char data_dir[4096];
+    bool ck_stop;          // a stop was requested (SIGUSR1): the state is saved, the loop ends
+    int exit_code;         // DSC_FT_EXIT_RESTART when fault tolerance asks for a restart
 } trainer;
 
 // ---- hooks: the model asks the engine for its parameters ----
@@ -299,7 +303,7 @@ static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
     DSC_TRY(mkdirs(out));
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
-    t->metrics = fopen(path, "w");
+    t->metrics = fopen(path, t->o->resume ? "a" : "w");
     if (!t->metrics) return dsc__fail(DSC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return DSC_OK;
 }
@@ -397,6 +401,8 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
             (long long)si->step, loss, si->lr, isfinite(si->grad_norm) ? si->grad_norm : -1.0,
             si->loss_scale, si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
     if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %.9g", val);
+    int64_t faults = dsc_engine_fault_events(t->eng);
+    if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
     fprintf(t->metrics, "}\n");
     fflush(t->metrics);
 }
@@ -460,18 +466,218 @@ static void print_progress(const trainer *t, const dsc_step_info *si, double los
     fflush(stdout);
 }
 
+// --dump-weights: the final fp32 master weights with Hugging Face names (a collective at ZeRO
+// stages 1-3; rank 0 writes), to compare runs bit for bit.
+static dsc_status dump_weights(trainer *t) {
+    int n = t->ntensors;
+    dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);
+    float **vals = calloc((size_t)n, sizeof *vals);
+    dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
+    dsc_status st = ts && vals && info ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int i = 0; i < n && st == DSC_OK; i++) {
+        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
+        vals[i] = malloc((size_t)info[i].numel * sizeof(float));
+        st = vals[i] ? dsc_engine_full_param(t->eng, i, vals[i]) : dsc__fail(DSC_ERR_OOM, "out of memory");
+        ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
+                                .data = vals[i], .nbytes = (size_t)info[i].numel * 4};
+        for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
+    }
+    char steps[32], world[32];
+    snprintf(steps, sizeof steps, "%lld", (long long)dsc_engine_global_steps(t->eng));
+    snprintf(world, sizeof world, "%d", t->world);
+    const char *meta[] = {"global_steps", steps, "world_size", world, "format", "dsc-weights-1"};
+    if (st == DSC_OK && t->rank == 0) st = dsc_st_write(t->o->dump_weights, ts, n, meta, 3);
+    for (int i = 0; vals && i < n; i++) free(vals[i]);
+    free(vals);
+    free(ts);
+    free(info);
+    return st;
+}
+
+// fault_tolerance asks for a restart after the survivors restored the last complete step
+// together: save it (when checkpointing runs) so that the restarted job loses nothing.
+static void emergency_checkpoint(trainer *t, dsc_status failed) {
+    char why[2048];
+    snprintf(why, sizeof why, "%s", dsc_last_error());
+    dsc_status st = dsc_save_checkpoint(t->eng, NULL);
+    if (st == DSC_OK) st = dsc_checkpoint_wait(t->eng);
+    if (st == DSC_OK) fprintf(stderr, "dsc train: saved an emergency checkpoint of step %lld\n", (long long)dsc_engine_global_steps(t->eng));
+    else fprintf(stderr, "dsc train: no emergency checkpoint: %s\n", dsc_last_error());
+    dsc__fail(failed, "%s", why); // the restart's reason stays the error
+}
+
+// A step failed: the engine applies fault_tolerance.on_failure. When it continues (on the
+// survivors, or on a fresh communicator), take the new rank, world, batch split and parameter
+// pointers, and set *step so that the loop runs the step the engine resumes at.
+static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
+    dsc_ft_report rep;
+    dsc_status st = dsc_engine_recover(t->eng, failed, &rep);
+    if (st != DSC_OK) {
+        if (rep.action == DSC_FT_RESTART) t->exit_code = DSC_FT_EXIT_RESTART;
+        if (rep.action == DSC_FT_RESTART && rep.consistent) emergency_checkpoint(t, st);
+        return st;
+    }
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    int B = (int)cfg->train_micro_batch_size_per_gpu, gas = (int)cfg->gradient_accumulation_steps;
+    if (gas * B > t->gas * t->B) { // more micro-steps per rank: room for one step's tokens
+        int32_t *in = realloc(t->in, (size_t)gas * B * t->T * sizeof *in);
+        if (in) t->in = in;
+        int32_t *tg = realloc(t->tg, (size_t)gas * B * t->T * sizeof *tg);
+        if (tg) t->tg = tg;
+        if (!in || !tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    }
+    t->B = B;
+    t->gas = gas;
+    t->rank = dsc_engine_rank(t->eng);
+    t->world = dsc_engine_world_size(t->eng);
+    dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
+    for (int i = 0; i < t->ntensors; i++) {
+        t->work[i] = dsc_param_data(t->eng, i);
+        t->grads[i] = dsc_param_grad(t->eng, i);
+    }
+    if (t->rank == 0 && !t->metrics && t->o->out) { // rank 0 was lost: this rank writes on
+        char path[4200];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", t->o->out);
+        t->metrics = fopen(path, "a");
+    }
+    *step = rep.resume_step - 1; // the loop's increment makes it the resumed step
+    return DSC_OK;
+}
+
+// ---- checkpoints: --save-dir, --resume, --save-at-end, SIGUSR1 ----
+
+static volatile sig_atomic_t stop_signal; // SIGUSR1 (e.g. preemption): save and stop
+
+static void on_stop_signal(int sig) { stop_signal = 1; }
+
+// Mean validation loss over the ranks with whole weights given directly (no gathers), on the
+// batches evaluate() uses.
+static dsc_status val_loss_with(trainer *t, float *const *params, double *out) {
+    int64_t avail = dsc_loader_num_samples(t->val) / t->B;
+    int64_t batches = t->o->eval_batches < avail ? t->o->eval_batches : avail;
+    int64_t per = batches / t->world > 0 ? batches / t->world : 1;
+    double sum = 0;
+    for (int64_t k = 0; k < per; k++) {
+        float loss;
+        int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
+        DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
+        DSC_TRY(dsc_gpt2_forward(t->model, params, t->in, t->tg, t->B, t->T, NULL, &loss));
+        sum += loss;
+    }
+    *out = sum / (double)per;
+    return dsc_engine_mean(t->eng, out, 1);
+}
+
+// The trainer's checkpoint validation: the weights read back from the files must equal the
+// training state that was saved, bit for bit, and give the same validation loss.
+static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_validation *v,
+                                bool *ok, char *why, size_t cap) {
+    trainer *t = user;
+    int differ = -1;
+    dsc_gpt2_tensor_info ti;
+    for (int i = 0; i < v->nparams && differ < 0; i++) {
+        dsc_gpt2_tensor_info_get(&t->mc, i, &ti);
+        if (memcmp(v->live[i], v->loaded[i], (size_t)ti.numel * sizeof(float)) != 0) differ = i;
+    }
+    double live = NAN, loaded = NAN;
+    if (t->val) {
+        DSC_TRY(val_loss_with(t, (float *const *)v->loaded, &loaded));
+        DSC_TRY(val_loss_with(t, (float *const *)v->live, &live));
+    }
+    *ok = differ < 0 && (!t->val || (isfinite(loaded) && loaded == live));
+    if (differ >= 0) snprintf(why, cap, "tensor %s read back differs from the saved state", ti.name);
+    else if (!*ok) snprintf(why, cap, "validation loss %.9g of the saved weights, %.9g of the "
+                            "training state", loaded, live);
+    else if (t->rank == 0 && t->val)
+        printf("checkpoint %s validated: validation loss %.4f, as the training state's\n", v->tag, loaded);
+    return DSC_OK;
+}
+
+static dsc_status ckpt_resume(trainer *t) {
+    const char *dir = t->o->save_dir, *tag = t->o->resume[0] ? t->o->resume : NULL;
+    char d[4096], tg[DSC_CKPT_TAG_MAX], loaded[DSC_CKPT_TAG_MAX];
+    struct stat sb;
+    if (tag && stat(tag, &sb) == 0 && S_ISDIR(sb.st_mode)) { // DIR or DIR/TAG
+        bool has;
+        DSC_TRY(dsc_ckpt_split_path(tag, d, sizeof d, tg, sizeof tg, &has));
+        dir = d;
+        tag = has ? tg : NULL;
+    }
+    if (!dir)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--resume %s: give --save-dir DIR, or the "
+                         "checkpoint's path (DIR or DIR/TAG)", t->o->resume);
+    bool none;
+    DSC_TRY(dsc_resume_checkpoint(t->eng, dir, tag, loaded, sizeof loaded, &none));
+    for (int i = 0; i < t->ntensors; i++) {
+        t->work[i] = dsc_param_data(t->eng, i);
+        t->grads[i] = dsc_param_grad(t->eng, i);
+    }
+    if (t->rank != 0) return DSC_OK;
+    if (none) printf("--resume: no checkpoint in %s yet; starting from step 0\n", dir);
+    else printf("resumed from checkpoint %s/%s: continuing after step %lld\n", dir, loaded,
+                (long long)dsc_engine_global_steps(t->eng));
+    return DSC_OK;
+}
+
+static dsc_status ckpt_setup(trainer *t) {
+    if (t->o->resume) DSC_TRY(ckpt_resume(t));
+    if (!t->o->save_dir) {
+        if (t->o->save_at_end) return dsc__fail(DSC_ERR_INVALID_ARG, "--save-at-end needs --save-dir DIR");
+        return DSC_OK;
+    }
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    dsc_ckpt_opts co;
+    dsc_ckpt_opts_from_config(cfg, &co);
+    co.background_snapshot = true; // the loop calls dsc_checkpoint_fence before each update
+    DSC_TRY(dsc_checkpointing_start(t->eng, t->o->save_dir, &co));
+    DSC_TRY(dsc_checkpointing_configure(t->eng, cfg->checkpoint.interval_s, ckpt_validate, t));
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    if (t->rank == 0)
+        printf("checkpoints in %s: every %lld steps / %g s%s%s; SIGUSR1 saves and stops\n",
+               t->o->save_dir, (long long)cfg->checkpoint.interval_steps,
+               cfg->checkpoint.interval_s, cfg->checkpoint.async ? ", async" : "",
+               cfg->checkpoint.validate ? ", validated" : "");
+    return DSC_OK;
+}
+
+// After each optimizer step, on every rank: periodic saves, completion of a save in flight,
+// and the stop request of any rank.
+static dsc_status ckpt_after_step(trainer *t) {
+    dsc_ckpt_tick tick;
+    DSC_TRY(dsc_checkpoint_step_end(t->eng, stop_signal != 0, &tick));
+    t->ck_stop = tick.stop;
+    if (t->rank == 0 && tick.stop)
+        printf("stop requested: checkpoint %s saved at step %lld; continue with --resume\n",
+               tick.tag, (long long)dsc_engine_global_steps(t->eng));
+    fflush(stdout);
+    return DSC_OK;
+}
+
+// At the end: --save-at-end, then complete the save in flight (or, after an error, only stop
+// the writer).
+static dsc_status ckpt_finish(trainer *t, dsc_status st) {
+    if (!t->eng || !t->o->save_dir) return st;
+    if (st == DSC_OK && t->o->save_at_end) st = dsc_save_checkpoint(t->eng, NULL);
+    dsc_status st2 = dsc_checkpointing_stop(t->eng, st == DSC_OK);
+    return st != DSC_OK ? st : st2;
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
     int64_t tokens_step = (int64_t)t->gas * t->B * t->T * t->world, tokens = 0;
     double start = dsc_now(), first_loss = NAN, last_loss = NAN, val = NAN;
     dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
-    for (int64_t step = 1; step <= t->o->max_steps; step++) {
+    for (int64_t step = dsc_engine_global_steps(t->eng) + 1; step <= t->o->max_steps && !t->ck_stop; step++) {
         double t0 = dsc_now(), loss_sum = 0;
         dsc_step_info si;
+        dsc_status st; // a failure inside the step goes to `fault`: recovery, then the step again
+        if ((st = dsc_step_begin(t->eng)) != DSC_OK) goto fault;
         for (int micro = 0; micro < t->gas; micro++) {
             float loss;
-            DSC_TRY(micro_step(t, step, micro, &loss));
+            if ((st = micro_step(t, step, micro, &loss)) != DSC_OK) goto fault;
             loss_sum += loss;
             if (step == 1 && micro == t->gas - 1 && t->o->dump_grads) {
                 double mean = loss_sum / t->gas;
@@ -479,10 +685,11 @@ static dsc_status train_loop(trainer *t) {
                 t->dump_loss = mean;
                 dsc_engine_observe_grads(t->eng, dump_grads_observer, t);
             }
-            DSC_TRY(dsc_step(t->eng, &si));
+            if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
+            if ((st = dsc_step(t->eng, &si)) != DSC_OK) goto fault;
         }
         double loss = loss_sum / t->gas;
-        DSC_TRY(dsc_engine_mean(t->eng, &loss, 1));
+        if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
         double dt = dsc_now() - t0;
         tokens += tokens_step;
         double tok_s = tokens_step / dt;
@@ -492,24 +699,30 @@ static dsc_status train_loop(trainer *t) {
             if (again > t->peak_flops) t->peak_flops = again;
             mfu = flops_tok * tok_s / (t->peak_flops * t->world);
         }
-        if (step == 1) first_loss = loss;
+        if (isnan(first_loss)) first_loss = loss; // the first step run (resumed runs start later)
         last_loss = loss;
         val = NAN;
         bool eval_now = t->val && ((t->o->eval_every > 0 && step % t->o->eval_every == 0) ||
                                    step == t->o->max_steps);
-        if (eval_now) DSC_TRY(evaluate(t, &val));
+        if (eval_now && (st = evaluate(t, &val)) != DSC_OK) goto fault;
         dsc_monitor_step ms = {.step = step, .samples = step * cfg->train_batch_size,
                                .loss = loss, .val_loss = val, .lr = si.lr,
                                .loss_scale = cfg->fp16.enabled ? si.loss_scale : NAN,
                                .grad_norm = si.grad_norm, .tokens_per_s = tok_s, .mfu = mfu,
                                .step_time_s = dt};
         DSC_TRY(dsc_monitor_log_step(t->mon, &ms));
+        DSC_TRY(ckpt_after_step(t));
         if (t->rank != 0) continue;
         write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
         if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps)
             print_progress(t, &si, loss, tok_s, mfu);
         if (!isnan(val)) printf("step %5lld | validation loss %.4f\n", (long long)step, val);
+        continue;
+    fault:
+        dsc_checkpoint_fence(t->eng); // a save's copy of the state ends before recovery changes it
+        DSC_TRY(recover_step(t, st, &step));
     }
+    if (t->o->dump_weights) DSC_TRY(dump_weights(t));
     DSC_TRY(dsc_monitor_flush(t->mon));
     if (t->o->max_steps > 0 && t->rank == 0)
         printf("\ntrain loss %.4f -> %.4f over %lld steps (%.1f s)\n", first_loss, last_loss,
@@ -540,6 +753,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->tg = malloc((size_t)t->gas * t->B * t->T * sizeof *t->tg);
     if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
+    DSC_TRY(ckpt_setup(t));
     t->peak_flops = measure_cpu_peak();
     if (t->rank == 0) DSC_TRY(open_run_dir(t, run_dir, cap));
     DSC_TRY(dsc_monitor_create(&t->mon, cfg, t->rank == 0 ? run_dir : NULL, t->rank));
@@ -576,11 +790,12 @@ int dsc__train_run(const train_opts *o) {
     char run_dir[4096];
     dsc_status st = trainer_setup(&t, run_dir, sizeof run_dir);
     if (st == DSC_OK) st = train_loop(&t);
-    if (st == DSC_OK) sample_text(&t);
+    st = ckpt_finish(&t, st);
+    if (st == DSC_OK && !t.ck_stop) sample_text(&t);
     trainer_free(&t);
     if (st != DSC_OK) {
         fprintf(stderr, "dsc train: error: %s\n", dsc_last_error());
-        return 1;
+        return t.exit_code ? t.exit_code : 1;
     }
     return 0;
 }

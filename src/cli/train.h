@@ -11,7 +11,11 @@ typedef struct train_opts {
     const char *out;          // run directory
     const char *init_weights; // safetensors with Hugging Face GPT-2 names, or NULL
     const char *dump_grads;   // safetensors to write the first step's gradients to, or NULL
+    const char *dump_weights; // safetensors to write the final fp32 weights to, or NULL
     const char *prompt;       // text the closing sample starts from
+    const char *save_dir;     // checkpoints go here (--save-dir), or NULL
+    const char *resume;       // --resume: NULL = no, "" = latest of save_dir, a tag, or DIR/TAG
+    bool save_at_end;         // --save-at-end: a checkpoint after the last step
     long long seq_len, max_steps, seed, eval_every, eval_batches, sample_tokens, threads;
 } train_opts;
 

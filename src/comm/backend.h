@@ -5,6 +5,7 @@
 #include <stdatomic.h> // _Atomic
 #include <stdbool.h>   // bool
 #include <stddef.h>    // size_t
+#include <stdint.h>    // uint64_t
 
 #include "dsc/comm.h"        // dsc_comm_*, dsc_dtype, dsc_red_op
 #include "dsc_build_info.h" // DSC_FEATURE_MPI
@@ -59,6 +60,13 @@ typedef struct dsc__comm_ops {
     void (*wait)(void *impl, dsc_comm_req *r);
     // Poll once; true when r->done.
     bool (*test)(void *impl, dsc_comm_req *r);
+    // Optional. Another thread aborted the communicator (already marked broken with st, msg):
+    // make operations in flight fail promptly, here and, where the backend can, at the peers.
+    void (*abort)(void *impl, dsc_status st, const char *msg);
+    // Optional. What this process can tell about rank j (0 <= j < size); NULL: "unknown".
+    void (*peer)(void *impl, int j, dsc_comm_peer *out);
+    // Optional. Compare-and-swap the communicator's shared note (see dsc_comm_note_cas).
+    bool (*note_cas)(void *impl, uint64_t *expected, uint64_t desired);
 } dsc__comm_ops;
 
 // Shared by backends (comm.c).

@@ -180,6 +180,43 @@ void dsc_comm_get_stats(const dsc_comm *c, dsc_comm_stats *s) {
     pthread_mutex_unlock(&m->mu);
 }
 
+// ---- fault tolerance ----
+
+void dsc_comm_abort(dsc_comm *c, dsc_status st, const char *reason) {
+    if (!c) return;
+    char msg[DSC__COMM_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", reason && *reason ? reason : "aborted");
+    bool was = atomic_load(&c->broken);
+    dsc__comm_break(c, st == DSC_OK ? DSC_ERR_INTERNAL : st, msg);
+    if (!was) DSC_DEBUG("comm", "rank %d: communicator aborted: %s", c->rank, msg);
+    if (c->ops->abort) c->ops->abort(c->impl, c->broken_st, c->broken_msg);
+}
+
+bool dsc_comm_is_broken(dsc_comm *c, dsc_status *st, const char **msg) {
+    return c && dsc__comm_broken(c, st, msg);
+}
+
+dsc_status dsc_comm_peer_info(dsc_comm *c, int rank, dsc_comm_peer *out) {
+    if (!c || !out) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_peer_info: NULL argument");
+    if (rank < 0 || rank >= c->size)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_peer_info: rank %d is outside 0..%d",
+                         rank, c->size - 1);
+    *out = (dsc_comm_peer){.state = DSC_PEER_UNKNOWN, .heartbeat_age_s = -1};
+    if (rank == c->rank) *out = (dsc_comm_peer){.state = DSC_PEER_ALIVE};
+    if (c->ops->peer) c->ops->peer(c->impl, rank, out);
+    return DSC_OK;
+}
+
+dsc_status dsc_comm_note_cas(dsc_comm *c, uint64_t *expected, uint64_t desired, bool *swapped) {
+    if (!c || !expected || !swapped)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_note_cas: NULL argument");
+    if (!c->ops->note_cas)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "comm backend '%s' has no shared note",
+                         c->ops->name);
+    *swapped = c->ops->note_cas(c->impl, expected, desired);
+    return DSC_OK;
+}
+
 // ---- requests ----
 
 static void live_link(dsc_comm *c, dsc_comm_req *r) {

@@ -266,6 +266,15 @@ static bool poll_req(mpib *b, dsc_comm_req *r) {
         dsc__req_finish(r, DSC_ERR_MPI, msg); // m is leaked on purpose: MPI may hold it
         return true;
     }
+    dsc_status bst;
+    const char *bmsg;
+    if (!flag && dsc__comm_broken(b->comm, &bst, &bmsg)) { // dsc_comm_abort from another thread
+        dsc__comm_msg(msg, "rank %d: %s: the communicator was aborted (%s)", b->rank, what, bmsg);
+        atomic_store(&mpi_any_broken, 1);
+        unlink_inflight(b, r);
+        dsc__req_finish(r, bst, msg); // m is leaked on purpose: MPI may still write its buffers
+        return true;
+    }
     if (!flag) {
         double elapsed = dsc_now() - r->t_start;
         if (elapsed < b->timeout) return false;

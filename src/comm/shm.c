@@ -133,26 +133,47 @@ static uint64_t self_pidns(void) {
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-bool shm__peer_alive(shm *s, int j) {
-    shm_ctrl *c = &s->ctrl[j];
-    int pid = atomic_load(&c->pid);
-    if (pid <= 0) return true; // not attached yet: cannot tell
-    if (s->pidns && c->pidns == s->pidns) {
-        char state = '?';
-        uint64_t start = 0;
-        int r = proc_stat(pid, &state, &start);
-        if (r == 0) return false;
-        bool same = !c->pid_start || start == c->pid_start; // not a newer process with that pid
-        if (r > 0) return state != 'Z' && state != 'X' && state != 'x' && same;
-        return !(kill(pid, 0) < 0 && errno == ESRCH);
-    }
-    uint64_t hb = atomic_load(&c->heartbeat); // another pid namespace: trust the heartbeat
+// Seconds since this process last saw rank j's heartbeat change (0 for this rank).
+static double heartbeat_age(shm *s, int j) {
+    if (j == s->rank) return 0;
+    uint64_t hb = atomic_load(&s->ctrl[j].heartbeat);
     double now = dsc_now();
+    pthread_mutex_lock(&s->hb_mu);
     if (hb != s->hb_seen[j]) {
         s->hb_seen[j] = hb;
         s->hb_time[j] = now;
     }
-    return now - s->hb_time[j] < HEARTBEAT_DEAD_S;
+    double age = now - s->hb_time[j];
+    pthread_mutex_unlock(&s->hb_mu);
+    return age;
+}
+
+void shm__observe_heartbeats(shm *s) {
+    for (int j = 0; j < s->world; j++) heartbeat_age(s, j);
+}
+
+// Process state of rank j from /proc when it shares our pid namespace: 1 alive (*state set), 0
+// gone (exited, zombie, or the pid now belongs to a newer process), -1 cannot tell.
+static int peer_proc(shm *s, int j, char *state) {
+    shm_ctrl *c = &s->ctrl[j];
+    int pid = atomic_load(&c->pid);
+    *state = '?';
+    if (pid <= 0 || !s->pidns || c->pidns != s->pidns) return -1;
+    uint64_t start = 0;
+    int r = proc_stat(pid, state, &start);
+    if (r == 0) return 0;
+    bool same = !c->pid_start || start == c->pid_start; // not a newer process with that pid
+    if (r > 0) return *state != 'Z' && *state != 'X' && *state != 'x' && same;
+    return kill(pid, 0) < 0 && errno == ESRCH ? 0 : -1;
+}
+
+bool shm__peer_alive(shm *s, int j) {
+    if (atomic_load(&s->ctrl[j].pid) <= 0) return true; // not attached yet: cannot tell
+    char state;
+    int r = peer_proc(s, j, &state);
+    if (r >= 0) return r == 1;
+    if (s->pidns && s->ctrl[j].pidns == s->pidns) return true; // /proc unreadable: assume alive
+    return heartbeat_age(s, j) < HEARTBEAT_DEAD_S; // another pid namespace: trust the heartbeat
 }
 
 // ---- failure ----
@@ -240,6 +261,7 @@ static dsc_status slow_checks(shm *s, shm_wait_ctx *w, int field, uint64_t targe
     if (now >= s->next_liveness) {
         s->next_liveness = now + LIVENESS_PERIOD_S;
         atomic_fetch_add(&s->ctrl[s->rank].heartbeat, 1);
+        shm__observe_heartbeats(s);
         for (int j = 0; j < s->world; j++) {
             if (j == s->rank || (only >= 0 && j != only)) continue;
             if (atomic_load(shm__counter(s, j, field)) >= target) continue;
@@ -327,6 +349,8 @@ static void run_collective(shm *s, dsc_comm_req *r) {
         shm_wait_ctx w = {.what = what, .msg = msg, .t_op = r->t_start};
         st = shm__collective(s, r, &w);
         if (st != DSC_OK) shm__fail_comm(s, st, msg);
+    } else {
+        dsc__comm_break(s->comm, st, msg); // a peer broke it: broken here too, for every caller
     }
     shm__finish(s, r, st, msg);
 }
@@ -352,6 +376,7 @@ static void fail_all(shm *s) {
 static void idle(shm *s) {
     shm_ctrl *me = &s->ctrl[s->rank];
     atomic_fetch_add(&me->heartbeat, 1);
+    shm__observe_heartbeats(s); // keeps the peers' heartbeat ages current (dsc_comm_peer_info)
     pthread_mutex_lock(&s->exec_mu);
     bool shared = s->np2p > 0;
     pthread_mutex_unlock(&s->exec_mu);
@@ -666,6 +691,7 @@ static void shm_free(shm *s) {
     if (s->base) munmap(s->base, s->L.total);
     pthread_mutex_destroy(&s->qmu);
     pthread_mutex_destroy(&s->exec_mu);
+    pthread_mutex_destroy(&s->hb_mu);
     free(s->sendq);
     free(s->recvq);
     free(s->srcs);
@@ -706,6 +732,7 @@ static dsc_status shm_alloc(shm **out, dsc_comm *c, int rank, int world, double 
     s->pidns = self_pidns();
     pthread_mutex_init(&s->qmu, NULL);
     pthread_mutex_init(&s->exec_mu, NULL);
+    pthread_mutex_init(&s->hb_mu, NULL);
     s->sendq = calloc((size_t)world, sizeof *s->sendq);
     s->recvq = calloc((size_t)world, sizeof *s->recvq);
     s->srcs = calloc((size_t)world, sizeof *s->srcs);
@@ -799,6 +826,48 @@ static void shm_wait(void *impl, dsc_comm_req *r) {
     }
 }
 
+// Another thread aborts (the communicator is already marked broken): tell the peers through the
+// segment and wake whatever of this rank sleeps; waiters then see the broken state within a nap.
+static void shm_abort(void *impl, dsc_status st, const char *msg) {
+    shm *s = impl;
+    if (!s->base) return;
+    shm__fail_comm(s, st, msg);
+    shm__wake_progress(s);
+    atomic_fetch_add(&s->completions, 1);
+    futex_wake(&s->completions, false);
+}
+
+static void shm_peer(void *impl, int j, dsc_comm_peer *out) {
+    shm *s = impl;
+    out->stopped = false;
+    out->heartbeat_age_s = 0;
+    out->state = DSC_PEER_ALIVE;
+    out->pid = (int)getpid();
+    if (!s->base || j == s->rank) return; // one rank, or this one
+    shm_ctrl *c = &s->ctrl[j];
+    out->pid = atomic_load(&c->pid);
+    out->heartbeat_age_s = heartbeat_age(s, j);
+    if (atomic_load(&c->left)) {
+        out->state = DSC_PEER_LEFT;
+        return;
+    }
+    char state;
+    int r = peer_proc(s, j, &state);
+    if (r < 0 && s->pidns && c->pidns == s->pidns) r = 1; // /proc unreadable: assume alive
+    if (r < 0) r = out->heartbeat_age_s < HEARTBEAT_DEAD_S; // another pid namespace
+    out->state = r ? DSC_PEER_ALIVE : DSC_PEER_DEAD;
+    out->stopped = r == 1 && (state == 'T' || state == 't'); // SIGSTOP, or held by a debugger
+}
+
+static bool shm_note_cas(void *impl, uint64_t *expected, uint64_t desired) {
+    shm *s = impl;
+    if (!s->base) { // one rank: nobody else to tell
+        *expected = desired;
+        return true;
+    }
+    return atomic_compare_exchange_strong(&s->hdr->note, expected, desired);
+}
+
 const dsc__comm_ops dsc__shm_ops = {
     .name = "shm",
     .create = shm_create,
@@ -806,4 +875,7 @@ const dsc__comm_ops dsc__shm_ops = {
     .submit = shm_submit,
     .wait = shm_wait,
     .test = shm_test,
+    .abort = shm_abort,
+    .peer = shm_peer,
+    .note_cas = shm_note_cas,
 };

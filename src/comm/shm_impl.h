@@ -11,7 +11,7 @@
 #include "comm/backend.h" // dsc_comm_req, DSC__COMM_MSG_MAX
 
 #define SHM_MAGIC 0x316d68732d637364ull // "dsc-shm1"
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_DESC_RING 4 // collective descriptors kept per rank; peers are at most 1 op apart
 
 // Chunk counters of a rank, in its control block. Chunks are numbered 1, 2, ... across all the
@@ -50,6 +50,7 @@ typedef struct shm_header {
     _Atomic int32_t abort_rank;  // -1, or that rank (published after code and message)
     int32_t abort_code;
     char abort_msg[DSC__COMM_MSG_MAX];
+    _Atomic uint64_t note; // dsc_comm_note_cas: a word every rank can swap, broken or not
 } shm_header;
 
 // One ring per ordered pair (sender, receiver); chan_bytes of data follow the struct.
@@ -97,8 +98,11 @@ typedef struct shm {
     uint64_t chunk, seq;             // last chunk number and collective sequence number used
     double next_liveness, next_p2p_check;
     const void **srcs;               // (world) reduction sources scratch
-    uint64_t *hb_seen;               // (world) heartbeat bookkeeping for other pid namespaces
-    double *hb_time;                 // (world)
+    // Heartbeat observation: the last value of each peer's heartbeat this process saw and when it
+    // saw it change. Any thread (progress, caller, a fault-tolerance watchdog) may observe.
+    pthread_mutex_t hb_mu;
+    uint64_t *hb_seen;               // (world)
+    double *hb_time;                 // (world) dsc_now() of the last change seen
 } shm;
 
 // Context of one waiting operation: its name for messages, the error sentence, deadlines.
@@ -129,6 +133,8 @@ dsc_status shm__wait(shm *s, shm_wait_ctx *w, int field, uint64_t target, int on
 dsc_status shm__check_abort(shm *s, const char *what, char *msg);
 dsc_status shm__check_peer(shm *s, int j, const char *what, char *msg);
 bool shm__peer_alive(shm *s, int j);
+// Look at every peer's heartbeat now (thread-safe), so that its age is known when asked.
+void shm__observe_heartbeats(shm *s);
 void shm__fail_comm(shm *s, dsc_status st, const char *msg);
 void shm__finish(shm *s, dsc_comm_req *r, dsc_status st, const char *msg);
 void shm__drain_queue(shm *s);

@@ -29,6 +29,7 @@ void shm__p2p_start(shm *s, dsc_comm_req *r) {
     char what[128], msg[DSC__COMM_MSG_MAX];
     dsc__op_describe(&r->op, what, sizeof what);
     dsc_status st = shm__check_abort(s, what, msg);
+    if (st != DSC_OK) dsc__comm_break(s->comm, st, msg);
     p2p *p = st == DSC_OK ? calloc(1, sizeof *p) : NULL;
     if (!p) {
         if (st == DSC_OK) dsc__comm_msg(msg, "rank %d: %s: out of memory", s->rank, what);

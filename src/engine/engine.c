@@ -13,6 +13,7 @@
 #include "engine/optim/lr_schedule.h"   // dsc_sched_*
 #include "engine/optim/optim.h"         // dsc_opt_step, dsc_opt_sumsq
 #include "engine/engine_impl.h"         // struct dsc_engine, dsc__zero_*
+#include "engine/ft/ft.h"               // dsc__ft_*
 #include "engine/sched_config.h"        // dsc__sched_params_from_config
 
 // ---- configuration -> optimizer, schedule, scaler ----
@@ -181,6 +182,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(dsc__zero_alloc(e));
     DSC_TRY(alloc_init(e));
     DSC_TRY(create_comm(e));
+    DSC_TRY(dsc__ft_create(e));
     e->inject = getenv("DSC_INJECT_OVERFLOW");
     return DSC_OK;
 }
@@ -200,6 +202,7 @@ dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *o) {
 
 void dsc_engine_destroy(dsc_engine *e) {
     if (!e) return;
+    dsc__ft_destroy(e); // the watchdog first: it may abort the communicator
     dsc__zero_free(e);
     if (e->init != e->master && e->init != e->work) free(e->init);
     dsc_comm_destroy(e->comm);
@@ -229,7 +232,11 @@ dsc_status dsc_params_updated(dsc_engine *e) {
         if (e->init != e->work) free(e->init);
         e->init = NULL;
     }
-    return dsc__zero_sync_params(e);
+    // DSC_FT_LOAD_STATE (a test hook, docs/fault-tolerance.md): continue from a saved state.
+    const char *load = getenv("DSC_FT_LOAD_STATE");
+    if (load && *load) return dsc__ft_load_state(e, load);
+    DSC_TRY(dsc__zero_sync_params(e));
+    return dsc__ft_state_changed(e); // the first snapshot, and its replica at the buddy
 }
 
 static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
@@ -241,6 +248,7 @@ static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
 
 dsc_status dsc_gather(dsc_engine *e, int g) {
     DSC_TRY(check_group(e, g, "dsc_gather"));
+    dsc__ft_point(e, e->backward ? "backward" : "forward");
     e->gathered[g] = 1;
     return dsc__zero_gather(e, g);
 }
@@ -330,6 +338,16 @@ static bool inject_overflow(const char *spec, int64_t step) {
     return false;
 }
 
+// DSC_FT_SAVE_STATE=DIR (a test hook, docs/fault-tolerance.md): the whole state after every
+// optimizer step to DIR/step<N>.safetensors. A collective; rank 0 writes.
+static dsc_status save_state_hook(dsc_engine *e) {
+    const char *dir = getenv("DSC_FT_SAVE_STATE");
+    if (!dir || !*dir) return DSC_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step%lld.safetensors", dir, (long long)e->global_steps);
+    return dsc__ft_save_state(e, path);
+}
+
 static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
     // DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss
     // scale before it unscales: on a step where the scale grows, the gradients (scaled by the old
@@ -356,7 +374,10 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
     }
     DSC_TRY(dsc__zero_optimizer(e, &hp, e->applied_steps + 1, (float)(1.0 / combined)));
     e->applied_steps++;
+    // Commit: snapshot the new state and send it to the buddy while the parameters are gathered.
+    DSC_TRY(dsc__ft_commit_begin(e));
     DSC_TRY(dsc__zero_sync_params(e));
+    DSC_TRY(dsc__ft_commit_end(e));
     info->lr = lr;
     info->grad_norm = norm;
     return DSC_OK;
@@ -372,6 +393,7 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
     }
     e->micro = 0;
     e->global_steps++;
+    dsc__ft_point(e, "step");
     info->boundary = true;
     info->step = e->global_steps;
     info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
@@ -395,6 +417,7 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
         double mom;
         sched_at(e, e->applied_steps + 1, &info->lr, &mom);
         st = dsc_loss_scaler_update(&e->scaler, true);
+        if (st == DSC_OK) st = dsc__ft_state_changed(e); // the scaler's state moved: commit it
     } else {
         if (nonfinite)
             DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
@@ -404,5 +427,36 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
     }
     dsc__zero_zero_acc(e);
     info->skipped_total = e->skipped_steps;
+    if (st == DSC_OK) st = save_state_hook(e);
+    dsc__ft_step_end(e);
     return st;
+}
+
+// ---- fault tolerance ----
+
+dsc_status dsc_step_begin(dsc_engine *e) {
+    dsc__ft_step_begin(e);
+    dsc_status st;
+    const char *msg;
+    if (e->comm && dsc_comm_is_broken(e->comm, &st, &msg)) // a peer failed after our last step
+        return dsc__fail(st, "rank %d: step %lld cannot start: %s", e->rank,
+                         (long long)e->global_steps + 1, msg);
+    return DSC_OK;
+}
+
+dsc_status dsc_engine_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *out) {
+    dsc_ft_report ignored;
+    return dsc__ft_recover(e, failure, out ? out : &ignored);
+}
+
+int64_t dsc_engine_fault_events(const dsc_engine *e) { return dsc__ft_events(e); }
+
+dsc_status dsc_engine_full_param(dsc_engine *e, int i, float *out) {
+    if (i < 0 || i >= e->nparams || !out)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_param: no tensor %d", i);
+    if (e->init) { // before dsc_params_updated the staging copy holds every value
+        memcpy(out, e->init + e->params[i].off, (size_t)e->params[i].numel * sizeof(float));
+        return DSC_OK;
+    }
+    return dsc__zero_full_master(e, i, out);
 }

@@ -85,6 +85,7 @@ struct dsc_engine {
     size_t bytes_params, bytes_grads, bytes_optim; // persistent model states, per rank
     size_t bytes_buffers, bytes_buffers_peak;      // transient group buffers
     uint64_t comm_bytes_sent;                      // payload handed to collectives
+    struct dsc__ft *ft; // fault tolerance (engine/ft/ft.h); NULL on one rank
 };
 
 // zero/zero.c
@@ -103,5 +104,14 @@ dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t
 void dsc__zero_zero_acc(dsc_engine *e);
 dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scale);
 dsc_status dsc__zero_sync_params(dsc_engine *e); // master -> compute copies (rounded, gathered)
+// Forget the step in progress: wait for (failed) requests, drop gathered groups and micro-step
+// gradients, zero the accumulators, micro-step 0. The master and optimizer state stay.
+void dsc__zero_abandon_step(dsc_engine *e);
+// Free every buffer and the group table and clear their pointers, so that dsc__zero_layout and
+// dsc__zero_alloc can lay the engine out again (another world size after a failure). Requests in
+// flight must have been waited.
+void dsc__zero_reset(dsc_engine *e);
+// The fp32 master of parameter i, whole (all-gathers its group at stages 1-3).
+dsc_status dsc__zero_full_master(dsc_engine *e, int i, float *out);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "base/status.h"        // dsc__fail
 #include "engine/engine_impl.h" // struct dsc_engine
+#include "engine/ft/ft.h"       // dsc__ft_state_changed
 
 void dsc__state_layout(const dsc_engine *e, dsc_state_layout *out) {
     static const char *const precs[] = {"fp32", "fp16", "bf16"};
@@ -114,7 +115,8 @@ static dsc_status stage0_gather(dsc_engine *e) {
 dsc_status dsc__state_load_done(dsc_engine *e) {
     DSC_TRY(stage0_gather(e));
     dsc__zero_zero_acc(e);
-    return dsc__zero_sync_params(e);
+    DSC_TRY(dsc__zero_sync_params(e));
+    return dsc__ft_state_changed(e); // fault tolerance snapshots (and replicates) the new state
 }
 
 struct dsc_comm *dsc__state_comm(dsc_engine *e) { return e->comm; }

@@ -9,7 +9,7 @@ expect 0 "usage: dsc <verb>" -- "$DSC" --help
 expect 2 "unknown verb 'frobnicate'" -- "$DSC" frobnicate
 expect 2 "usage: dsc <verb>" -- "$DSC"
 expect 0 "dsc 0." -- "$DSC" --version
-for v in launch ckpt generate bench; do
+for v in generate bench; do
   expect 3 "not built in this version" -- "$DSC" $v
   expect 0 "not built in this version" -- "$DSC" $v --help
 done

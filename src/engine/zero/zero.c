@@ -18,6 +18,7 @@
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "dsc/half.h"           // dsc_fp32_to_fp16, ...
 #include "engine/engine_impl.h" // dsc_engine, group
+#include "engine/ft/ft.h"       // dsc__ft_point
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
@@ -169,6 +170,16 @@ void dsc__zero_free(dsc_engine *e) {
     free(e->pdata);
     free(e->pgrad);
     free(e->gathered);
+}
+
+void dsc__zero_reset(dsc_engine *e) {
+    dsc__zero_free(e);
+    e->master = e->work = e->work_part = e->gfull = e->acc = e->m = e->v = NULL;
+    e->groups = NULL;
+    e->pdata = e->pgrad = NULL;
+    e->gathered = NULL;
+    memset(&e->cache, 0, sizeof e->cache);
+    e->bytes_buffers = 0;
 }
 
 // ---- collectives (one rank: the identity) ----
@@ -367,16 +378,25 @@ dsc_status dsc__zero_grads_ready(dsc_engine *e, int g) {
         if (!gr->stage16) return dsc__fail(DSC_ERR_OOM, "out of memory for 16-bit reduction");
         to16(e->comm_dt, gr->stage16, src, gr->padded);
         e->comm_bytes_sent += count * 2;
+        dsc_status st16;
         if (e->stage < 2)
-            return dsc_comm_all_reduce(e->comm, gr->stage16, gr->stage16, count, e->comm_dt,
+            st16 = dsc_comm_all_reduce(e->comm, gr->stage16, gr->stage16, count, e->comm_dt,
                                        DSC_OP_SUM, &gr->greq);
-        return dsc_comm_reduce_scatter(e->comm, gr->stage16, gr->stage16 + gr->padded, count,
-                                       e->comm_dt, DSC_OP_SUM, &gr->greq);
+        else
+            st16 = dsc_comm_reduce_scatter(e->comm, gr->stage16, gr->stage16 + gr->padded, count,
+                                           e->comm_dt, DSC_OP_SUM, &gr->greq);
+        dsc__ft_point(e, "reduce");
+        return st16;
     }
     e->comm_bytes_sent += count * 4;
+    dsc_status st;
     if (e->stage < 2)
-        return dsc_comm_all_reduce(e->comm, src, src, count, DSC_DT_F32, DSC_OP_SUM, &gr->greq);
-    return dsc_comm_reduce_scatter(e->comm, src, gr->rbuf, count, DSC_DT_F32, DSC_OP_SUM, &gr->greq);
+        st = dsc_comm_all_reduce(e->comm, src, src, count, DSC_DT_F32, DSC_OP_SUM, &gr->greq);
+    else
+        st = dsc_comm_reduce_scatter(e->comm, src, gr->rbuf, count, DSC_DT_F32, DSC_OP_SUM,
+                                     &gr->greq);
+    dsc__ft_point(e, "reduce"); // the reduction is in flight on the progress thread
+    return st;
 }
 
 // End of a micro-step: wait for every reduction, scale by world/predivide, add into the
@@ -468,6 +488,7 @@ dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t
         size_t o = gr->part_off;
         dsc_opt_step(hp, step, dsc__zero_master_slice(e, g), own_grad(e, gr), e->m + o,
                      e->v ? e->v + o : NULL, gr->slice, grad_scale, NULL, DSC_OPT_OUT_NONE);
+        if (g == e->ngroups / 2) dsc__ft_point(e, "optimizer"); // half the groups updated
     }
     return DSC_OK;
 }
@@ -498,4 +519,42 @@ dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scal
     for (int64_t k = 0; k < p->numel; k++) out[k] = (float)(src[k] * inv_scale);
     cache_give(e, tmp, gr->padded);
     return DSC_OK;
+}
+
+dsc_status dsc__zero_full_master(dsc_engine *e, int i, float *out) {
+    const param *p = &e->params[i];
+    const group *gr = &e->groups[p->group];
+    if (e->stage == 0) {
+        memcpy(out, e->master + p->off, (size_t)p->numel * sizeof(float));
+        return DSC_OK;
+    }
+    float *tmp = cache_take(e, gr->padded);
+    if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory gathering parameter %s", p->name);
+    dsc_status st = all_gather(e, dsc__zero_master_slice(e, p->group), tmp, gr->slice, NULL);
+    if (st == DSC_OK) memcpy(out, tmp + (p->off - gr->off), (size_t)p->numel * sizeof(float));
+    cache_give(e, tmp, gr->padded);
+    return st;
+}
+
+void dsc__zero_abandon_step(dsc_engine *e) {
+    for (int g = 0; g < e->ngroups; g++) {
+        group *gr = &e->groups[g];
+        if (gr->preq) dsc_comm_wait(gr->preq); // fails at once on a broken communicator
+        if (gr->greq) dsc_comm_wait(gr->greq);
+        gr->preq = gr->greq = NULL;
+        cache_give(e, gr->gbuf, gr->padded);
+        cache_give(e, gr->rbuf, gr->slice);
+        gr->gbuf = gr->rbuf = NULL;
+        if (!gr->persistent && gr->pbuf) {
+            cache_give(e, gr->pbuf, gr->padded);
+            gr->pbuf = NULL;
+        }
+        point_params(e, g);
+        point_grads(e, g);
+    }
+    if (e->gfull && e->gfull != e->acc) memset(e->gfull, 0, e->total * sizeof(float));
+    dsc__zero_zero_acc(e);
+    memset(e->gathered, 0, (size_t)e->ngroups);
+    e->micro = 0;
+    e->backward = false;
 }

@@ -1,0 +1,158 @@
+# cmake/cuda.cmake - the GPU part of libdsc: src/cuda/*.cu built with nvcc (CUDA) or, with
+# DS_BUILD_HIP=1 in the environment, with hipcc (ROCm). Included by the top-level CMakeLists.txt
+# after the library targets (dsc_objects, dsc_static, dsc_shared) exist; a machine without a GPU
+# toolchain builds the CPU library exactly as before.
+#
+# Options and switches:
+#   DSC_CUDA         build the CUDA kernels; default ON when nvcc is found. DS_BUILD_OPS=1 forces
+#                    it ON and makes a missing nvcc an error.
+#   DSC_CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES for the kernels; default "90-real;90-virtual"
+#                    (Hopper machine code plus PTX that newer GPUs compile at load).
+#   DS_BUILD_HIP=1   (environment) build the same sources with hipcc instead.
+#   DSC_HIP_ARCH     the AMD target; default $HCC_AMDGPU_TARGET, else gfx90a.
+# Results: DSC_WITH_CUDA / DSC_WITH_HIP (ON/OFF) and, for tests/CMakeLists.txt,
+# dsc_cuda_add_tests() that builds tests/cuda/test_*.cu (label "kernels"; exit 77 = skipped).
+
+file(GLOB DSC_GPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu)
+file(GLOB DSC_GPU_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.h
+     ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh)
+set(DSC_WITH_CUDA OFF)
+set(DSC_WITH_HIP OFF)
+
+# The project's warning flags were added for C with add_compile_options; nvcc and hipcc spell
+# them differently, so limit those already set to C and C++ sources (targets made later, in
+# tests/, inherit the rewritten list) and give GPU sources their own below.
+function(dsc__gpu_limit_compile_options_to_c)
+  get_directory_property(_opts COMPILE_OPTIONS)
+  set(_limited "")
+  foreach(_o IN LISTS _opts)
+    if(_o MATCHES "^\\$<")
+      list(APPEND _limited "${_o}") # already a generator expression
+    else()
+      list(APPEND _limited "$<$<COMPILE_LANGUAGE:C,CXX>:${_o}>")
+    endif()
+  endforeach()
+  set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_limited}")
+  set_property(TARGET dsc_objects PROPERTY COMPILE_OPTIONS "${_limited}")
+endfunction()
+
+if("$ENV{DS_BUILD_HIP}" STREQUAL "1")
+  # ---- HIP: hipcc compiles each .cu as HIP; the objects join both libraries ----
+  find_program(DSC_HIPCC hipcc PATHS /opt/rocm/bin)
+  if(NOT DSC_HIPCC)
+    message(FATAL_ERROR "DS_BUILD_HIP=1 but hipcc was not found: install ROCm (or Debian's "
+                        "hipcc libamdhip64-dev rocm-device-libs) and put hipcc on PATH")
+  endif()
+  set(_arch "gfx90a")
+  if(NOT "$ENV{HCC_AMDGPU_TARGET}" STREQUAL "")
+    set(_arch "$ENV{HCC_AMDGPU_TARGET}")
+  endif()
+  set(DSC_HIP_ARCH "${_arch}" CACHE STRING "AMD GPU target(s) of the HIP build, e.g. gfx90a")
+  find_library(DSC_AMDHIP64 amdhip64 PATHS /opt/rocm/lib)
+  find_library(DSC_HIPBLASLT hipblaslt PATHS /opt/rocm/lib)
+  if(NOT DSC_AMDHIP64)
+    message(FATAL_ERROR "DS_BUILD_HIP=1 but libamdhip64 was not found: install libamdhip64-dev")
+  endif()
+  set(_flags -x hip -std=c++17 -O3 -fPIC -DDSC_BUILD_HIP=1 -Wall -Wextra -Wno-unused-parameter)
+  if(DSC_WERROR)
+    list(APPEND _flags -Werror)
+  endif()
+  foreach(_a IN LISTS DSC_HIP_ARCH)
+    list(APPEND _flags --offload-arch=${_a})
+  endforeach()
+  set(_objs "")
+  foreach(_src IN LISTS DSC_GPU_SOURCES)
+    get_filename_component(_name ${_src} NAME_WE)
+    set(_obj ${CMAKE_BINARY_DIR}/hip/${_name}.o)
+    add_custom_command(OUTPUT ${_obj}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/hip
+      COMMAND ${DSC_HIPCC} ${_flags} -I${CMAKE_SOURCE_DIR}/include -I${CMAKE_SOURCE_DIR}/src
+              -c ${_src} -o ${_obj}
+      DEPENDS ${_src} ${DSC_GPU_HEADERS}
+      COMMENT "hipcc ${_name}.cu (${DSC_HIP_ARCH})" VERBATIM)
+    list(APPEND _objs ${_obj})
+  endforeach()
+  set_source_files_properties(${_objs} PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+  set(_libs ${DSC_AMDHIP64})
+  if(DSC_HIPBLASLT)
+    list(APPEND _libs ${DSC_HIPBLASLT})
+  endif()
+  foreach(_t dsc_static dsc_shared)
+    target_sources(${_t} PRIVATE ${_objs})
+    target_link_libraries(${_t} PUBLIC ${_libs} stdc++)
+    target_compile_definitions(${_t} INTERFACE DSC_WITH_HIP=1)
+  endforeach()
+  set(DSC_WITH_HIP ON)
+  set(_blas "hipBLASLt found")
+  if(NOT DSC_HIPBLASLT)
+    set(_blas "no hipBLASLt: matrix products report DSC_ERR_UNSUPPORTED")
+  endif()
+  message(STATUS "dsc GPU: HIP build with ${DSC_HIPCC} for ${DSC_HIP_ARCH} (${_blas}); "
+                 "AMD hardware is untested here")
+else()
+  # ---- CUDA ----
+  set(_default OFF)
+  if(DSC_NVCC OR CMAKE_CUDA_COMPILER)
+    set(_default ON)
+  endif()
+  if("$ENV{DS_BUILD_OPS}" STREQUAL "1")
+    set(_default ON)
+  endif()
+  option(DSC_CUDA "Build the CUDA kernels of src/cuda" ${_default})
+  if(DSC_CUDA)
+    if(NOT CMAKE_CUDA_COMPILER AND NOT DSC_NVCC)
+      message(FATAL_ERROR "DSC_CUDA is ON (or DS_BUILD_OPS=1) but nvcc was not found: install "
+                          "the CUDA toolkit and put nvcc on PATH (or set CUDACXX), or configure "
+                          "with -DDSC_CUDA=OFF")
+    endif()
+    if(NOT CMAKE_CUDA_COMPILER)
+      set(CMAKE_CUDA_COMPILER ${DSC_NVCC})
+    endif()
+    set(DSC_CUDA_ARCHS "90-real;90-virtual" CACHE STRING
+        "CUDA architectures of the kernels (CMAKE_CUDA_ARCHITECTURES syntax)")
+    set(CMAKE_CUDA_ARCHITECTURES ${DSC_CUDA_ARCHS})
+    # One CUDA runtime per process: the library links the shared one, so test programs must too.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    dsc__gpu_limit_compile_options_to_c()
+    set(DSC_CUDA_FLAGS -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-fno-exceptions)
+    if(DSC_WERROR)
+      list(APPEND DSC_CUDA_FLAGS --Werror=all-warnings -Xcompiler=-Werror)
+    endif()
+    # Targets made before this file ran did not see CMAKE_CUDA_ARCHITECTURES.
+    set_target_properties(dsc_objects dsc_static dsc_shared PROPERTIES
+                          CUDA_ARCHITECTURES "${DSC_CUDA_ARCHS}")
+    target_sources(dsc_objects PRIVATE ${DSC_GPU_SOURCES})
+    target_compile_options(dsc_objects PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${DSC_CUDA_FLAGS}>)
+    target_compile_definitions(dsc_objects PUBLIC DSC_WITH_CUDA=1)
+    target_link_libraries(dsc_objects PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
+    foreach(_t dsc_static dsc_shared)
+      target_link_libraries(${_t} PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
+      target_compile_definitions(${_t} INTERFACE DSC_WITH_CUDA=1)
+    endforeach()
+    set(DSC_WITH_CUDA ON)
+    message(STATUS "dsc GPU: CUDA ${CMAKE_CUDA_COMPILER_VERSION} for ${DSC_CUDA_ARCHS}")
+  endif()
+endif()
+
+# tests/cuda/test_*.cu, one program each, label "kernels"; exit code 77 (no GPU) counts as
+# skipped. Called from tests/CMakeLists.txt.
+function(dsc_cuda_add_tests)
+  if(NOT DSC_WITH_CUDA)
+    return()
+  endif()
+  file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.cu)
+  foreach(_src IN LISTS _srcs)
+    get_filename_component(_name ${_src} NAME_WE)
+    add_executable(${_name} ${_src})
+    target_link_libraries(${_name} PRIVATE dsc_static CUDA::cudart CUDA::cublasLt)
+    target_include_directories(${_name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda)
+    target_compile_options(${_name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${DSC_CUDA_FLAGS}>)
+    add_test(NAME kernels.${_name} COMMAND ${_name})
+    set_tests_properties(kernels.${_name} PROPERTIES LABELS kernels TIMEOUT 600
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+endfunction()

@@ -1,0 +1,203 @@
+// dsc/checkpoint.h - checkpoints: sharded, atomic, asynchronous, validated, reshardable,
+// exportable. The format is in docs/checkpoint-format.md.
+//
+// A checkpoint is a directory <save_dir>/<tag> (tag global_step<N> by default) holding one
+// safetensors shard per rank (that rank's slices of the fp32 master weights and optimizer moments
+// of every layer group, plus the step counters and loss-scaler state) and manifest.json (step,
+// config, world size, ZeRO stage, precision, optimizer, parameter and group tables, every file's
+// size and XXH3 checksum). <save_dir>/latest names the newest checkpoint that was completely
+// written, made durable and validated; it is replaced last and atomically, so a crash at any
+// instant leaves it on a complete checkpoint.
+//
+// Saving: dsc_checkpointing_start, then dsc_checkpoint_step_end after every optimizer step (it
+// saves when checkpoint.interval_steps / interval_s say so, or when a rank asks to stop). With
+// checkpoint.async the step only copies this rank's state into a host buffer (allocated once);
+// a writer thread writes and fsyncs the shard; the cross-rank part (checksum exchange, manifest,
+// rename, validation, `latest`) runs on the caller's thread at a later dsc_checkpoint_step_end
+// once every rank's writer is done, or at the next save, dsc_checkpoint_wait or
+// dsc_checkpointing_stop. Every call here that takes an engine is collective: all ranks call it
+// at the same step.
+//
+// Loading: dsc_load_checkpoint verifies the manifest and every checksum first, then gives the
+// engine its slices: a checkpoint written by N ranks at ZeRO stage k loads on M ranks at any stage.
+#ifndef DSC_CHECKPOINT_H
+#define DSC_CHECKPOINT_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int64_t, uint64_t
+
+#include "dsc/config.h" // dsc_config
+#include "dsc/engine.h" // dsc_engine
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSC_CKPT_TAG_MAX 128
+
+// ---- reading a checkpoint (no engine needed) ----
+
+typedef struct dsc_ckpt dsc_ckpt; // an opened checkpoint whose files all verified
+
+typedef struct dsc_ckpt_info {
+    const char *tag, *precision, *optimizer, *dsc_version; // borrowed until dsc_ckpt_close
+    int64_t step, applied_steps, skipped_steps;
+    double loss_scale;            // the loss scaler's scale at the save (1 without fp16)
+    int world_size, zero_stage;
+    int nmoments;                 // 2 (Adam, AdamW), 1 (SGD, Lion)
+    const char *moment_names[2];  // "exp_avg", "exp_avg_sq", "momentum_buffer"
+    int nparams, ngroups, nfiles;
+    uint64_t bytes;               // all shard files together
+    double created;               // Unix time of the save
+} dsc_ckpt_info;
+
+typedef struct dsc_ckpt_param {
+    const char *name; // Hugging Face name (borrowed until dsc_ckpt_close)
+    int ndim;
+    int64_t shape[DSC_PARAM_MAX_DIMS];
+    int64_t numel;
+    int group;
+} dsc_ckpt_param;
+
+// Open <dir>/<tag> (tag NULL: the one `latest` names) and verify it: manifest checksum and
+// structure, every file present with the manifest's size and XXH3 checksum, shard headers
+// matching the manifest, no BAD marker. Errors name the file and what is wrong
+// (DSC_ERR_CORRUPT for damaged or inconsistent files, DSC_ERR_IO for missing ones).
+dsc_status dsc_ckpt_open(dsc_ckpt **out, const char *dir, const char *tag);
+void dsc_ckpt_close(dsc_ckpt *ck); // NULL ok
+void dsc_ckpt_get_info(const dsc_ckpt *ck, dsc_ckpt_info *out);
+void dsc_ckpt_get_param(const dsc_ckpt *ck, int i, dsc_ckpt_param *out); // 0 <= i < nparams
+int dsc_ckpt_find_param(const dsc_ckpt *ck, const char *name);           // index or -1
+// Parameter i, whole, fp32, into out (numel floats, caller-owned), rebuilt from the shards.
+// kind 0: master weights; kind 1 .. nmoments: optimizer moment kind - 1.
+dsc_status dsc_ckpt_read_param(const dsc_ckpt *ck, int i, int kind, float *out);
+// The manifest's text (borrowed until dsc_ckpt_close).
+const char *dsc_ckpt_manifest_text(const dsc_ckpt *ck);
+
+// The tag `latest` names (DSC_ERR_IO when there is none).
+dsc_status dsc_ckpt_latest(const char *dir, char *tag, size_t cap);
+
+typedef enum dsc_ckpt_state {
+    DSC_CKPT_COMPLETE = 0, // renamed into place with a manifest (not verified by dsc_ckpt_list)
+    DSC_CKPT_BAD,          // failed validation after its save (BAD marker inside)
+    DSC_CKPT_PARTIAL,      // an interrupted save (*.tmp.*) or a directory without manifest
+} dsc_ckpt_state;
+
+typedef struct dsc_ckpt_entry {
+    char name[DSC_CKPT_TAG_MAX + 64]; // directory name (the tag for complete ones)
+    int64_t step;                     // -1 when unknown
+    dsc_ckpt_state state;
+    bool latest;                      // `latest` names it
+} dsc_ckpt_entry;
+
+// Checkpoint directories under dir, newest step first; *out caller-owned (free()).
+dsc_status dsc_ckpt_list(const char *dir, dsc_ckpt_entry **out, int *n);
+
+// "DIR" (a save directory: tag NULL = latest) or "DIR/TAG" (a checkpoint directory) -> dir, tag.
+dsc_status dsc_ckpt_split_path(const char *path, char *dir, size_t dir_cap, char *tag,
+                               size_t tag_cap, bool *has_tag);
+
+// One consolidated safetensors file with every parameter's full fp32 master weights under its
+// Hugging Face name, as "F32" (dtype "fp32") or "BF16" (dtype "bf16", rounded to nearest even).
+dsc_status dsc_ckpt_export(const char *dir, const char *tag, const char *out_path,
+                           const char *dtype);
+
+// ---- saving ----
+
+// What validation sees: the checkpoint read back from disk, and the state the save snapshotted.
+typedef struct dsc_ckpt_validation {
+    const char *dir, *tag;
+    int64_t step;
+    const dsc_ckpt *ckpt;       // the checkpoint, re-opened (every checksum verified)
+    int nparams;                // in the engine's parameter order:
+    const float *const *live;   // full fp32 master weights of the training state that was saved
+    const float *const *loaded; // the same, rebuilt from the checkpoint's files
+} dsc_ckpt_validation;
+
+// Called on every rank, on the thread that drives the engine, at a step boundary: it may use
+// collectives (e.g. dsc_engine_mean) but must not change the engine's state. Sets *ok (and a
+// reason in why); a failure status counts as not ok.
+typedef dsc_status (*dsc_ckpt_validate_fn)(void *user, dsc_engine *eng,
+                                           const dsc_ckpt_validation *v, bool *ok, char *why,
+                                           size_t why_cap);
+
+typedef struct dsc_ckpt_opts {
+    double interval_s;      // save every this many seconds (0 = off)
+    int64_t interval_steps; // save every this many optimizer steps (0 = off)
+    bool async;             // write on a background thread
+    bool validate;          // re-read, check checksums, call validate_fn
+    int64_t keep_last;      // keep the newest N good checkpoints (0 = all)
+    dsc_ckpt_validate_fn validate_fn; // NULL: checksums only
+    void *validate_user;
+    // With async: the snapshot copy runs on the writer thread as well, while training computes
+    // the next step; the caller then calls dsc_checkpoint_fence before the engine's state
+    // changes (before the dsc_step that ends a gradient accumulation, before loading).
+    bool background_snapshot;
+} dsc_ckpt_opts;
+
+// The config's "checkpoint" section: interval_s, interval_steps, async, validate, keep_last.
+void dsc_ckpt_opts_from_config(const dsc_config *cfg, dsc_ckpt_opts *out);
+
+// Start checkpointing the engine into save_dir (created if needed). o NULL: from the config.
+// Stop with dsc_checkpointing_stop before dsc_engine_destroy.
+dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const dsc_ckpt_opts *o);
+// Set the time interval and the validation function (DESIGN's seed API); after start.
+dsc_status dsc_checkpointing_configure(dsc_engine *eng, double interval_s,
+                                       dsc_ckpt_validate_fn validate_fn, void *user);
+
+typedef struct dsc_ckpt_tick {
+    bool saved;     // a save of this step started (async) or completed
+    bool finalised; // a save was completed: latest moved to it, or it was marked bad
+    bool stop;      // some rank asked to stop: this step's state is saved and final; leave the loop
+    char tag[DSC_CKPT_TAG_MAX]; // of the save started or finalised here
+} dsc_ckpt_tick;
+
+// Call on every rank after each optimizer step (after dsc_step's boundary). stop_requested (e.g.
+// on SIGUSR1 on any rank): save now, wait until it is complete, and report stop. With several
+// ranks this costs one small all-reduce per step.
+dsc_status dsc_checkpoint_step_end(dsc_engine *eng, bool stop_requested, dsc_ckpt_tick *out);
+// Save now (tag NULL: global_step<N>); async per the options (complete it with
+// dsc_checkpoint_wait). Call at a step boundary.
+dsc_status dsc_save_checkpoint(dsc_engine *eng, const char *tag);
+// background_snapshot: wait until the save in flight has copied the engine's state (at once
+// when it has, or when there is none). Not collective; NULL-safe for engines not checkpointed.
+dsc_status dsc_checkpoint_fence(dsc_engine *eng);
+// Complete the save in flight, if any (waits for every rank's writer, finalises).
+dsc_status dsc_checkpoint_wait(dsc_engine *eng);
+// finish: complete the save in flight (collective); otherwise (after an error) only join the
+// writer thread and leave its directory for the next save to clean. Frees everything. NULL ok.
+dsc_status dsc_checkpointing_stop(dsc_engine *eng, bool finish);
+
+typedef struct dsc_ckpt_stats {
+    int64_t saves, failed, bad;    // completed, failed to write, failed validation
+    double snapshot_s;             // the last save's snapshot copy (either thread)
+    double fence_s;                // the caller's wait in dsc_checkpoint_fence, all saves
+    double write_s;                // the last shard write + fsync (writer thread)
+    double finalise_s;             // the last finalisation (exchange, manifest, rename, latest)
+    double validate_s;             // the last validation
+    uint64_t shard_bytes;          // this rank's last shard
+    char latest[DSC_CKPT_TAG_MAX]; // "" before the first completed save
+} dsc_ckpt_stats;
+void dsc_checkpointing_stats(dsc_engine *eng, dsc_ckpt_stats *out);
+
+// ---- loading ----
+
+// Load <dir>/<tag> (NULL: latest) into the engine, on every rank, at a step boundary: verifies
+// first, then checks that the parameter tables match by name and shape and that the optimizer
+// moments are the same kind, then reshards to this engine's world size and stage. The step
+// counters, learning-rate position and (fp16 to fp16) loss-scaler state continue from the save.
+// loaded (may be NULL) receives the tag.
+dsc_status dsc_load_checkpoint(dsc_engine *eng, const char *dir, const char *tag, char *loaded,
+                               size_t cap);
+// Resume: like dsc_load_checkpoint, but when tag is NULL and the latest checkpoint fails to
+// verify, says why and falls back to the newest one that verifies. *none = true (and DSC_OK)
+// when dir holds no checkpoint at all.
+dsc_status dsc_resume_checkpoint(dsc_engine *eng, const char *dir, const char *tag, char *loaded,
+                                 size_t cap, bool *none);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,214 @@
+// cli/cmd_ckpt.c - `dsc ckpt ls|info|verify|export`: look after checkpoint directories.
+#include <stdio.h>  // printf, fprintf
+#include <stdlib.h> // free
+#include <string.h> // strcmp
+#include <time.h>   // localtime, strftime
+
+#include "base/time.h"      // dsc_now
+#include "cli/args.h"       // cli_parse
+#include "dsc/checkpoint.h" // dsc_ckpt_*
+
+static const char *state_name(dsc_ckpt_state s) {
+    return s == DSC_CKPT_COMPLETE ? "complete" : s == DSC_CKPT_BAD ? "BAD" : "partial";
+}
+
+static void print_size(char *out, size_t cap, double bytes) {
+    if (bytes >= 1 << 30) snprintf(out, cap, "%.2f GiB", bytes / (1 << 30));
+    else if (bytes >= 1 << 20) snprintf(out, cap, "%.2f MiB", bytes / (1 << 20));
+    else snprintf(out, cap, "%.1f KiB", bytes / 1024);
+}
+
+// Verify one tag and print one line; true when it verifies.
+static bool verify_one(const char *dir, const char *tag) {
+    double t0 = dsc_now();
+    dsc_ckpt *ck;
+    if (dsc_ckpt_open(&ck, dir, tag) != DSC_OK) {
+        printf("%s: FAILED: %s\n", tag ? tag : "latest", dsc_last_error());
+        return false;
+    }
+    dsc_ckpt_info info;
+    dsc_ckpt_get_info(ck, &info);
+    char size[32];
+    print_size(size, sizeof size, (double)info.bytes);
+    printf("%s: OK (step %lld, %d shard%s, %s, checksums verified in %.2f s)\n", info.tag,
+           (long long)info.step, info.nfiles, info.nfiles == 1 ? "" : "s", size, dsc_now() - t0);
+    dsc_ckpt_close(ck);
+    return true;
+}
+
+static int ckpt_ls(int argc, char **argv) {
+    bool verify = false;
+    const cli_flag flags[] = {{"--verify", NULL, "also verify every complete checkpoint", NULL, &verify}};
+    const cli_verb v = {"ckpt ls", "dsc ckpt ls DIR [--verify]",
+                        "List the checkpoints in a save directory, newest first.", flags, 1, 1, 1};
+    char *pos[1];
+    int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    dsc_ckpt_entry *e;
+    int n;
+    if (dsc_ckpt_list(pos[0], &e, &n) != DSC_OK) {
+        fprintf(stderr, "dsc ckpt ls: %s\n", dsc_last_error());
+        return 1;
+    }
+    if (n == 0) printf("no checkpoints in %s\n", pos[0]);
+    else printf("%-32s %10s  %s\n", "TAG", "STEP", "STATE");
+    bool all_ok = true;
+    for (int i = 0; i < n; i++) {
+        printf("%-32s %10lld  %s%s\n", e[i].name, (long long)e[i].step, state_name(e[i].state),
+               e[i].latest ? "  <- latest" : "");
+        if (verify && e[i].state == DSC_CKPT_COMPLETE) {
+            printf("    ");
+            all_ok &= verify_one(pos[0], e[i].name);
+        }
+    }
+    free(e);
+    return all_ok ? 0 : 1;
+}
+
+static int path_args(const char *path, char *dir, size_t dcap, char *tag, size_t tcap, bool *has) {
+    if (dsc_ckpt_split_path(path, dir, dcap, tag, tcap, has) != DSC_OK) {
+        fprintf(stderr, "dsc ckpt: %s\n", dsc_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+static void print_info(const dsc_ckpt *ck, const char *dir) {
+    dsc_ckpt_info in;
+    dsc_ckpt_get_info(ck, &in);
+    char when[64], size[32];
+    time_t t = (time_t)in.created;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+    print_size(size, sizeof size, (double)in.bytes);
+    int64_t elems = 0;
+    for (int i = 0; i < in.nparams; i++) {
+        dsc_ckpt_param p;
+        dsc_ckpt_get_param(ck, i, &p);
+        elems += p.numel;
+    }
+    printf("checkpoint %s/%s\n", dir, in.tag);
+    printf("  step        %lld (applied %lld, skipped %lld), saved %s by dsc %s\n",
+           (long long)in.step, (long long)in.applied_steps, (long long)in.skipped_steps, when,
+           in.dsc_version);
+    printf("  layout      world size %d, ZeRO stage %d, precision %s, loss scale %g\n",
+           in.world_size, in.zero_stage, in.precision, in.loss_scale);
+    printf("  optimizer   %s (moments:", in.optimizer);
+    for (int k = 0; k < in.nmoments; k++) printf(" %s", in.moment_names[k]);
+    printf(")\n  parameters  %d tensors, %.3fM elements, %d groups\n", in.nparams, elems / 1e6,
+           in.ngroups);
+    printf("  files       %d shard%s, %s, all checksums verified\n", in.nfiles,
+           in.nfiles == 1 ? "" : "s", size);
+}
+
+static int ckpt_info(int argc, char **argv) {
+    bool json = false;
+    const cli_flag flags[] = {{"--json", NULL, "print the manifest itself", NULL, &json}};
+    const cli_verb v = {"ckpt info", "dsc ckpt info DIR[/TAG] [--json]",
+                        "Show a checkpoint's manifest (DIR alone: the latest checkpoint). The "
+                        "checkpoint is verified first.", flags, 1, 1, 1};
+    char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
+    bool has;
+    int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if ((rc = path_args(pos[0], dir, sizeof dir, tag, sizeof tag, &has))) return rc;
+    dsc_ckpt *ck;
+    if (dsc_ckpt_open(&ck, dir, has ? tag : NULL) != DSC_OK) {
+        fprintf(stderr, "dsc ckpt info: %s\n", dsc_last_error());
+        return 1;
+    }
+    if (json) fputs(dsc_ckpt_manifest_text(ck), stdout), putchar('\n');
+    else print_info(ck, dir);
+    dsc_ckpt_close(ck);
+    return 0;
+}
+
+static int ckpt_verify(int argc, char **argv) {
+    bool all = false;
+    const cli_flag flags[] = {{"--all", NULL, "verify every complete checkpoint in DIR", NULL, &all}};
+    const cli_verb v = {"ckpt verify", "dsc ckpt verify DIR[/TAG] [--all]",
+                        "Verify a checkpoint (DIR alone: the latest one): manifest, every file's "
+                        "size and XXH3 checksum, shard headers. Exit 0 when it verifies, 1 with "
+                        "the reasons otherwise.", flags, 1, 1, 1};
+    char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
+    bool has;
+    int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if ((rc = path_args(pos[0], dir, sizeof dir, tag, sizeof tag, &has))) return rc;
+    if (!all) return verify_one(dir, has ? tag : NULL) ? 0 : 1;
+    dsc_ckpt_entry *e;
+    int n;
+    if (dsc_ckpt_list(dir, &e, &n) != DSC_OK) {
+        fprintf(stderr, "dsc ckpt verify: %s\n", dsc_last_error());
+        return 1;
+    }
+    bool ok = true;
+    int checked = 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].state == DSC_CKPT_PARTIAL) continue;
+        ok &= verify_one(dir, e[i].name);
+        checked++;
+    }
+    free(e);
+    if (!checked) printf("no checkpoints in %s\n", dir);
+    return ok && checked ? 0 : 1;
+}
+
+static int ckpt_export(int argc, char **argv) {
+    const char *out = NULL, *dtype = "fp32";
+    const cli_flag flags[] = {
+        {"--out", "FILE", "the safetensors file to write (required)", &out, NULL},
+        {"--dtype", "fp32|bf16", "tensor type of the file (default fp32)", &dtype, NULL},
+    };
+    const cli_verb v = {"ckpt export", "dsc ckpt export DIR[/TAG] --out FILE [--dtype fp32|bf16]",
+                        "Write the checkpoint's weights (DIR alone: the latest checkpoint) as one "
+                        "safetensors file with Hugging Face GPT-2 tensor names, whatever the "
+                        "world size and ZeRO stage it was saved with.", flags, 2, 1, 1};
+    char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
+    bool has;
+    int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!out) {
+        fprintf(stderr, "dsc ckpt export: --out FILE is required\n");
+        return 2;
+    }
+    if (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "bf16") != 0) {
+        fprintf(stderr, "dsc ckpt export: --dtype %s: use fp32 or bf16\n", dtype);
+        return 2;
+    }
+    if ((rc = path_args(pos[0], dir, sizeof dir, tag, sizeof tag, &has))) return rc;
+    if (dsc_ckpt_export(dir, has ? tag : NULL, out, dtype) != DSC_OK) {
+        fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
+        return 1;
+    }
+    printf("wrote %s (%s)\n", out, dtype);
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dsc ckpt <ls|info|verify|export> ...\n\n"
+               "  ls DIR [--verify]                     list checkpoints, newest first\n"
+               "  info DIR[/TAG] [--json]               show a checkpoint's manifest\n"
+               "  verify DIR[/TAG] [--all]              check manifest, sizes and checksums\n"
+               "  export DIR[/TAG] --out FILE [--dtype fp32|bf16]\n"
+               "                                        one safetensors file, Hugging Face names\n"
+               "DIR alone means the checkpoint `latest` names.\n");
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    if (argc < 1) {
+        usage(stderr);
+        return 2;
+    }
+    const char *sub = argv[0];
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(sub, "ls")) return ckpt_ls(argc - 1, argv + 1);
+    if (!strcmp(sub, "info")) return ckpt_info(argc - 1, argv + 1);
+    if (!strcmp(sub, "verify")) return ckpt_verify(argc - 1, argv + 1);
+    if (!strcmp(sub, "export")) return ckpt_export(argc - 1, argv + 1);
+    fprintf(stderr, "dsc ckpt: unknown command '%s'\n", sub);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,398 @@
+// cuda/attention.cu - causal flash attention, forward and backward (see attention.h).
+//
+// A block has ATT_WARPS warps and works on one (batch, head) and one tile of ATT_TILE rows; each
+// warp owns 16 of them. Tiles of Q, K, V (ATT_TILE x HS bf16) are staged in shared memory with
+// rows padded to LDH elements; 16x16x16 tile products (tile_mma.cuh) produce scores into a
+// per-warp fp32 buffer (rows padded to LDF), where the softmax runs. Softmax exponents are in
+// base 2 (scores pre-multiplied by log2 e), so exp2f does the work; lse is stored in natural log.
+#include "cuda/attention.h"
+
+#include "cuda/common.cuh"   // DSC_CUDA_TRY, dsc_f32_bf16, ...
+#include "cuda/tile_mma.cuh" // dsc_tile::*
+
+#define ATT_HS 64   // head size handled
+#define ATT_TILE 64 // query rows and key rows per tile
+#define ATT_WARPS 4 // 16 rows each
+#define LDH 72      // bf16 row stride in shared memory: 64 + 8 (keeps 32-byte tile alignment)
+#define LDF 68      // fp32 row stride: 64 + 4
+#define TILE_H (ATT_TILE * LDH) // elements of one bf16 tile
+#define WARP_F (16 * LDF)       // floats of one warp's fp32 rows
+#define WARP_H (16 * LDH)       // elements of one warp's bf16 rows
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+using namespace dsc_tile;
+
+// Shared memory of each kernel, in bytes (all region sizes are multiples of 32 bytes).
+#define FWD_SMEM (3 * TILE_H * 2 + 2 * ATT_WARPS * WARP_F * 4 + ATT_WARPS * WARP_H * 2)
+#define DKDV_SMEM                                                                                  \
+    (4 * TILE_H * 2 + 2 * ATT_WARPS * WARP_F * 4 + 2 * ATT_WARPS * WARP_H * 2 + 2 * ATT_TILE * 4)
+#define DQ_SMEM                                                                                    \
+    (4 * TILE_H * 2 + 2 * ATT_WARPS * WARP_F * 4 + ATT_WARPS * WARP_H * 2 + 2 * ATT_TILE * 4)
+
+// Rows [0, nvalid) of a ATT_TILE x 64 tile from global (row stride gld elements) into shared
+// memory; rows past nvalid become zeros (they are masked later, but must not hold NaN bits).
+__device__ static void load_tile(uint16_t *s, const uint16_t *g, size_t gld, int nvalid) {
+    for (int i = threadIdx.x; i < ATT_TILE * (ATT_HS / 8); i += blockDim.x) {
+        int r = i / (ATT_HS / 8), c = i % (ATT_HS / 8);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < nvalid) v = *(const uint4 *)(g + r * gld + c * 8);
+        *(uint4 *)(s + r * LDH + c * 8) = v;
+    }
+}
+
+// C (16 x 64, fp32 rows of LDF) = A (16 x 64 as four a-fragments) times B^T, B given as 64 rows
+// of 64 (row n of B is column n of the product): scores Q K^T, or dO V^T.
+__device__ static void rows_times_bt(float *out, const frag_a *a, const uint16_t *sB) {
+    for (int n = 0; n < 4; n++) {
+        frag_c acc;
+        zero(acc);
+        for (int k = 0; k < 4; k++) {
+            frag_b_col b;
+            load_b(b, sB + n * 16 * LDH + k * 16, LDH);
+            mma(acc, a[k], b);
+        }
+        store(out + n * 16, LDF, acc);
+    }
+}
+
+// Write a warp's 16 x 64 fp32 rows (scaled) as bf16 rows of global memory (stride gld), rows
+// at or past `valid` skipped.
+__device__ static void store_rows(uint16_t *g, size_t gld, const float *s, int valid) {
+    int lane = threadIdx.x % DSC_WARP_SIZE;
+    for (int i = lane; i < 16 * ATT_HS; i += DSC_WARP_SIZE) {
+        int r = i / ATT_HS, d = i % ATT_HS;
+        if (r < valid) g[r * gld + d] = dsc_f32_bf16(s[r * LDF + d]);
+    }
+}
+
+// ---- forward ----
+
+__global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
+    att_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
+                   float scale_log2) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *sQ = (uint16_t *)smem, *sK = sQ + TILE_H, *sV = sK + TILE_H;
+    float *sS = (float *)(sV + TILE_H), *sO = sS + ATT_WARPS * WARP_F;
+    uint16_t *sP = (uint16_t *)(sO + ATT_WARPS * WARP_F);
+
+    int nt = (T + ATT_TILE - 1) / ATT_TILE, qt = nt - 1 - blockIdx.x; // longest rows first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int warp = threadIdx.x / DSC_WARP_SIZE, lane = threadIdx.x % DSC_WARP_SIZE;
+    size_t C3 = 3 * (size_t)C;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * ATT_HS;
+    int q0 = qt * ATT_TILE;
+    float *S = sS + warp * WARP_F, *O = sO + warp * WARP_F;
+    uint16_t *P = sP + warp * WARP_H;
+
+    load_tile(sQ, base + q0 * C3, C3, min(ATT_TILE, T - q0));
+    for (int i = lane; i < WARP_F; i += DSC_WARP_SIZE)
+        O[i] = 0.0f;
+    __syncthreads();
+    frag_a qf[4];
+    for (int k = 0; k < 4; k++)
+        load_a(qf[k], sQ + warp * 16 * LDH + k * 16, LDH);
+
+    // Each row of the warp's 16 is handled by LPR lanes, which interleave its columns.
+    const int LPR = DSC_WARP_SIZE / 16;
+    int r = lane / LPR, sub = lane % LPR, qi = q0 + warp * 16 + r;
+    float m_run = -INFINITY, l_run = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * ATT_TILE;
+        __syncthreads(); // every warp is done with the previous K, V
+        load_tile(sK, base + C + k0 * C3, C3, min(ATT_TILE, T - k0));
+        load_tile(sV, base + 2 * C + k0 * C3, C3, min(ATT_TILE, T - k0));
+        __syncthreads();
+        rows_times_bt(S, qf, sK);
+        dsc_syncwarp();
+        float mx = -INFINITY;
+        for (int j = sub; j < ATT_TILE; j += LPR) {
+            float s = k0 + j <= qi ? S[r * LDF + j] * scale_log2 : -INFINITY;
+            S[r * LDF + j] = s;
+            mx = fmaxf(mx, s);
+        }
+        for (int o = 1; o < LPR; o <<= 1)
+            mx = fmaxf(mx, dsc_shfl_xor(mx, o));
+        float m_new = fmaxf(m_run, mx); // finite: key 0 is visible to every row in tile 0
+        float alpha = exp2f(m_run - m_new), ls = 0.0f;
+        for (int j = sub; j < ATT_TILE; j += LPR) {
+            float p = exp2f(S[r * LDF + j] - m_new);
+            ls += p;
+            P[r * LDH + j] = dsc_f32_bf16(p);
+        }
+        for (int o = 1; o < LPR; o <<= 1)
+            ls += dsc_shfl_xor(ls, o);
+        l_run = l_run * alpha + ls;
+        m_run = m_new;
+        for (int d = sub; d < ATT_HS; d += LPR)
+            O[r * LDF + d] *= alpha;
+        dsc_syncwarp();
+        for (int n = 0; n < 4; n++) {
+            frag_c acc;
+            load_c(acc, O + n * 16, LDF);
+            for (int k = 0; k < 4; k++) {
+                frag_a pa;
+                frag_b_row vb;
+                load_a(pa, P + k * 16, LDH);
+                load_b(vb, sV + k * 16 * LDH + n * 16, LDH);
+                mma(acc, pa, vb);
+            }
+            store(O + n * 16, LDF, acc);
+        }
+        dsc_syncwarp();
+    }
+    float inv = 1.0f / l_run;
+    for (int d = sub; d < ATT_HS; d += LPR)
+        O[r * LDF + d] *= inv;
+    if (qi < T && sub == 0) lse[(size_t)bh * T + qi] = (m_run + log2f(l_run)) * LN2;
+    dsc_syncwarp();
+    store_rows(out + ((size_t)b * T + q0 + warp * 16) * C + (size_t)h * ATT_HS, C, O,
+               T - (q0 + warp * 16));
+}
+
+// ---- backward ----
+
+// Dv (B, NH, T) = rowsum(dO * O) per head: the softmax backward's correction term. One thread
+// per (position, head).
+__global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16_t *out, int BT,
+                                   int T, int C, int NH) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)BT * NH) return;
+    int bt = (int)(i / NH), h = (int)(i % NH), b = bt / T, t = bt % T;
+    const uint4 *a = (const uint4 *)(dout + (size_t)bt * C + h * ATT_HS);
+    const uint4 *o = (const uint4 *)(out + (size_t)bt * C + h * ATT_HS);
+    float s = 0.0f;
+    for (int c = 0; c < ATT_HS / 8; c++) {
+        float x[8], y[8];
+        dsc_unpack8(a[c], x);
+        dsc_unpack8(o[c], y);
+        for (int k = 0; k < 8; k++)
+            s += x[k] * y[k];
+    }
+    Dv[((size_t)b * NH + h) * T + t] = s;
+}
+
+// lse (scaled to base 2) and Dv of query rows [q0, q0 + ATT_TILE) into shared memory.
+__device__ static void load_row_stats(float *sL, float *sD, const float *lse, const float *Dv,
+                                      int q0, int T) {
+    for (int i = threadIdx.x; i < ATT_TILE; i += blockDim.x) {
+        bool ok = q0 + i < T;
+        sL[i] = ok ? lse[q0 + i] * LOG2E : 0.0f;
+        sD[i] = ok ? Dv[q0 + i] : 0.0f;
+    }
+}
+
+// dK, dV of one key tile: loop over the query tiles that can see it. Warps own 16 keys; the
+// products are transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+// dK += dS^T Q.
+__global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
+    att_bwd_dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
+                        const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *sK = (uint16_t *)smem, *sV = sK + TILE_H, *sQ = sV + TILE_H, *sdO = sQ + TILE_H;
+    float *sS = (float *)(sdO + TILE_H), *sdP = sS + ATT_WARPS * WARP_F;
+    uint16_t *sP = (uint16_t *)(sdP + ATT_WARPS * WARP_F), *sdS = sP + ATT_WARPS * WARP_H;
+    float *sL = (float *)(sdS + ATT_WARPS * WARP_H), *sD = sL + ATT_TILE;
+
+    int nt = (T + ATT_TILE - 1) / ATT_TILE, kt = blockIdx.x; // most query tiles first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int warp = threadIdx.x / DSC_WARP_SIZE, lane = threadIdx.x % DSC_WARP_SIZE;
+    size_t C3 = 3 * (size_t)C;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * ATT_HS;
+    const uint16_t *dbase = dout + (size_t)b * T * C + (size_t)h * ATT_HS;
+    int k0 = kt * ATT_TILE;
+    float *St = sS + warp * WARP_F, *dPt = sdP + warp * WARP_F;
+    uint16_t *Pt = sP + warp * WARP_H, *dSt = sdS + warp * WARP_H;
+
+    load_tile(sK, base + C + k0 * C3, C3, min(ATT_TILE, T - k0));
+    load_tile(sV, base + 2 * C + k0 * C3, C3, min(ATT_TILE, T - k0));
+    __syncthreads();
+    frag_a kf[4], vf[4];
+    for (int k = 0; k < 4; k++) {
+        load_a(kf[k], sK + warp * 16 * LDH + k * 16, LDH);
+        load_a(vf[k], sV + warp * 16 * LDH + k * 16, LDH);
+    }
+    frag_c dV[4], dK[4];
+    for (int n = 0; n < 4; n++) {
+        zero(dV[n]);
+        zero(dK[n]);
+    }
+    for (int qt = kt; qt < nt; qt++) {
+        int q0 = qt * ATT_TILE;
+        __syncthreads(); // every warp is done with the previous Q, dO
+        load_tile(sQ, base + q0 * C3, C3, min(ATT_TILE, T - q0));
+        load_tile(sdO, dbase + (size_t)q0 * C, C, min(ATT_TILE, T - q0));
+        load_row_stats(sL, sD, lse + (size_t)bh * T, Dv + (size_t)bh * T, q0, T);
+        __syncthreads();
+        rows_times_bt(St, kf, sQ);
+        rows_times_bt(dPt, vf, sdO);
+        dsc_syncwarp();
+        for (int i = lane; i < 16 * ATT_TILE; i += DSC_WARP_SIZE) {
+            int r = i / ATT_TILE, c = i % ATT_TILE, key = k0 + warp * 16 + r, q = q0 + c;
+            float p = 0.0f, ds = 0.0f;
+            if (key <= q && q < T) {
+                p = exp2f(St[r * LDF + c] * scale_log2 - sL[c]);
+                ds = p * (dPt[r * LDF + c] - sD[c]);
+            }
+            Pt[r * LDH + c] = dsc_f32_bf16(p);
+            dSt[r * LDH + c] = dsc_f32_bf16(ds);
+        }
+        dsc_syncwarp();
+        for (int n = 0; n < 4; n++) {
+            for (int k = 0; k < 4; k++) {
+                frag_a pa, sa;
+                frag_b_row ob, qb;
+                load_a(pa, Pt + k * 16, LDH);
+                load_b(ob, sdO + k * 16 * LDH + n * 16, LDH);
+                mma(dV[n], pa, ob);
+                load_a(sa, dSt + k * 16, LDH);
+                load_b(qb, sQ + k * 16 * LDH + n * 16, LDH);
+                mma(dK[n], sa, qb);
+            }
+        }
+    }
+    int valid = T - (k0 + warp * 16);
+    uint16_t *g = dqkv + ((size_t)b * T + k0 + warp * 16) * C3 + (size_t)h * ATT_HS;
+    dsc_syncwarp();
+    for (int n = 0; n < 4; n++) {
+        mul(dK[n], sm_scale);
+        store(St + n * 16, LDF, dK[n]);
+    }
+    dsc_syncwarp();
+    store_rows(g + C, C3, St, valid);
+    dsc_syncwarp();
+    for (int n = 0; n < 4; n++)
+        store(St + n * 16, LDF, dV[n]);
+    dsc_syncwarp();
+    store_rows(g + 2 * C, C3, St, valid);
+}
+
+// dQ of one query tile: loop over the key tiles it sees. S = Q K^T, dP = dO V^T, dQ += dS K.
+__global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
+    att_bwd_dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
+                      const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint16_t *sQ = (uint16_t *)smem, *sdO = sQ + TILE_H, *sK = sdO + TILE_H, *sV = sK + TILE_H;
+    float *sS = (float *)(sV + TILE_H), *sdP = sS + ATT_WARPS * WARP_F;
+    uint16_t *sdS = (uint16_t *)(sdP + ATT_WARPS * WARP_F);
+    float *sL = (float *)(sdS + ATT_WARPS * WARP_H), *sD = sL + ATT_TILE;
+
+    int nt = (T + ATT_TILE - 1) / ATT_TILE, qt = nt - 1 - blockIdx.x; // most key tiles first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int warp = threadIdx.x / DSC_WARP_SIZE, lane = threadIdx.x % DSC_WARP_SIZE;
+    size_t C3 = 3 * (size_t)C;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * ATT_HS;
+    int q0 = qt * ATT_TILE;
+    float *S = sS + warp * WARP_F, *dP = sdP + warp * WARP_F;
+    uint16_t *dS = sdS + warp * WARP_H;
+
+    load_tile(sQ, base + q0 * C3, C3, min(ATT_TILE, T - q0));
+    load_tile(sdO, dout + ((size_t)b * T + q0) * C + (size_t)h * ATT_HS, C, min(ATT_TILE, T - q0));
+    load_row_stats(sL, sD, lse + (size_t)bh * T, Dv + (size_t)bh * T, q0, T);
+    __syncthreads();
+    frag_a qf[4], of[4];
+    for (int k = 0; k < 4; k++) {
+        load_a(qf[k], sQ + warp * 16 * LDH + k * 16, LDH);
+        load_a(of[k], sdO + warp * 16 * LDH + k * 16, LDH);
+    }
+    frag_c dQ[4];
+    for (int n = 0; n < 4; n++)
+        zero(dQ[n]);
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * ATT_TILE;
+        __syncthreads(); // every warp is done with the previous K, V
+        load_tile(sK, base + C + k0 * C3, C3, min(ATT_TILE, T - k0));
+        load_tile(sV, base + 2 * C + k0 * C3, C3, min(ATT_TILE, T - k0));
+        __syncthreads();
+        rows_times_bt(S, qf, sK);
+        rows_times_bt(dP, of, sV);
+        dsc_syncwarp();
+        for (int i = lane; i < 16 * ATT_TILE; i += DSC_WARP_SIZE) {
+            int r = i / ATT_TILE, c = i % ATT_TILE, q = q0 + warp * 16 + r, key = k0 + c;
+            float ds = 0.0f;
+            if (key <= q && q < T) {
+                float p = exp2f(S[r * LDF + c] * scale_log2 - sL[warp * 16 + r]);
+                ds = p * (dP[r * LDF + c] - sD[warp * 16 + r]);
+            }
+            dS[r * LDH + c] = dsc_f32_bf16(ds);
+        }
+        dsc_syncwarp();
+        for (int n = 0; n < 4; n++) {
+            for (int k = 0; k < 4; k++) {
+                frag_a sa;
+                frag_b_row kb;
+                load_a(sa, dS + k * 16, LDH);
+                load_b(kb, sK + k * 16 * LDH + n * 16, LDH);
+                mma(dQ[n], sa, kb);
+            }
+        }
+    }
+    dsc_syncwarp();
+    for (int n = 0; n < 4; n++) {
+        mul(dQ[n], sm_scale);
+        store(S + n * 16, LDF, dQ[n]);
+    }
+    dsc_syncwarp();
+    store_rows(dqkv + ((size_t)b * T + q0 + warp * 16) * C3 + (size_t)h * ATT_HS, C3, S,
+               T - (q0 + warp * 16));
+}
+
+// ---- launchers ----
+
+static dsc_status att_check(const char *what, int B, int T, int C, int NH, const void *a,
+                            const void *b, const void *c) {
+    DSC_CUDA_ARG(B > 0 && T > 0 && NH > 0 && C == NH * ATT_HS,
+                 "%s: head size C / NH = %d / %d must be %d", what, C, NH, ATT_HS);
+    DSC_CUDA_ARG(dsc__aligned16(a) && dsc__aligned16(b) && dsc__aligned16(c),
+                 "%s: tensors must be 16-byte aligned", what);
+    return DSC_OK;
+}
+
+// Kernels past 48 KB of dynamic shared memory must say so before their launch.
+template <typename K> static dsc_status raise_smem(K kernel, int bytes, const char *name) {
+    DSC_CUDA_CHECK_AS(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_attention_forward(uint16_t *out, float *lse, const uint16_t *qkv,
+                                                  int B, int T, int C, int NH, void *stream) {
+    DSC_TRY(att_check("attention forward", B, T, C, NH, out, qkv, qkv));
+    DSC_CUDA_ARG(lse != NULL, "attention forward: lse is NULL");
+    cudaStream_t st = (cudaStream_t)stream;
+    DSC_TRY(raise_smem(att_fwd_kernel, FWD_SMEM, "attention forward: shared memory limit"));
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    int threads = ATT_WARPS * dsc__host_warp_size();
+    att_fwd_kernel<<<grid, threads, FWD_SMEM, st>>>(out, lse, qkv, T, C, NH,
+                                                    LOG2E / sqrtf((float)ATT_HS));
+    DSC_CUDA_LAUNCHED("att_fwd_kernel");
+    return DSC_OK;
+}
+
+extern "C" size_t dsc__cuda_attention_backward_scratch(int B, int T, int NH) {
+    return (size_t)B * NH * T;
+}
+
+extern "C" dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratch,
+                                                   const uint16_t *dout, const uint16_t *qkv,
+                                                   const uint16_t *out, const float *lse, int B,
+                                                   int T, int C, int NH, void *stream) {
+    DSC_TRY(att_check("attention backward", B, T, C, NH, dqkv, dout, qkv));
+    DSC_CUDA_ARG(out && lse && scratch && dsc__aligned16(out), "attention backward: bad arguments");
+    cudaStream_t st = (cudaStream_t)stream;
+    float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
+    int threads = ATT_WARPS * dsc__host_warp_size();
+    long long rows = (long long)B * T * NH;
+    att_bwd_dot_kernel<<<dsc__blocks(rows, 256), 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    DSC_CUDA_LAUNCHED("att_bwd_dot_kernel");
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    DSC_TRY(raise_smem(att_bwd_dkdv_kernel, DKDV_SMEM, "attention backward: shared memory limit"));
+    att_bwd_dkdv_kernel<<<grid, threads, DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, scratch, T, C, NH,
+                                                          scale_log2, scale);
+    DSC_CUDA_LAUNCHED("att_bwd_dkdv_kernel");
+    DSC_TRY(raise_smem(att_bwd_dq_kernel, DQ_SMEM, "attention backward: shared memory limit"));
+    att_bwd_dq_kernel<<<grid, threads, DQ_SMEM, st>>>(dqkv, qkv, dout, lse, scratch, T, C, NH,
+                                                      scale_log2, scale);
+    DSC_CUDA_LAUNCHED("att_bwd_dq_kernel");
+    return DSC_OK;
+}

@@ -1,0 +1,365 @@
+// cuda/gpt2_cuda.cu - GPT-2 forward and backward on one GPU (see gpt2_cuda.h).
+#include "cuda/gpt2_cuda.h"
+
+#include <stdlib.h> // calloc, free
+
+#include "cuda/attention.h"    // dsc__cuda_attention_*
+#include "cuda/common.cuh"     // DSC_CUDA_TRY
+#include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
+#include "cuda/matmul.h"       // dsc__cuda_gemm
+
+#define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
+
+// The twelve tensors of a layer, in table order (as model/gpt2/gpt2.c).
+// clang-format off
+enum {
+    K_LN1W, K_LN1B, K_ATTW, K_ATTB, K_APROJW, K_APROJB,
+    K_LN2W, K_LN2B, K_FCW, K_FCB, K_MPROJW, K_MPROJB, PER_LAYER
+};
+// clang-format on
+
+struct dsc_gpt2_cuda {
+    dsc_gpt2_config c;
+    int maxB, maxT, B, T, Vp;
+    bool have_targets, fused_gelu;
+    cudaStream_t st;
+    dsc_cuda_blas *blas;
+    void *slab; // every buffer below is a view of it
+    // bf16 activations; per-layer arrays hold n_layer blocks of maxB * maxT rows.
+    uint16_t *res; // (L + 1, BT, C) residual stream into each layer; block L into ln_f
+    uint16_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg; // (L, BT, C / 3C / C / C / C / 4C / 4C)
+    uint16_t *lnf;                                        // (BT, C)
+    uint16_t *logits;                   // (BT, Vp); their gradients after backward
+    uint16_t *dres, *dln, *datt, *dbig; // backward scratch (BT, C) x 3 and (BT, 4C)
+    // fp32
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (L, BT)
+    float *att_lse;                                   // (L, B, NH, T)
+    float *lnf_mean, *lnf_rstd, *losses, *lse;        // (BT)
+    float *loss_dev;                                  // (1)
+    float *ln_scratch, *col_scratch, *att_scratch;
+    void *enc_scratch;
+    int32_t *tokens; // (2, BT): inputs, targets
+};
+
+typedef struct layer_acts {
+    uint16_t *res_in, *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res_out;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+} layer_acts;
+
+static layer_acts acts_of(const dsc_gpt2_cuda *m, int l) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)l;
+    layer_acts a = {
+        m->res + L * R * C,       m->ln1 + L * R * C,
+        m->qkv + L * R * 3 * C,   m->atty + L * R * C,
+        m->res2 + L * R * C,      m->ln2 + L * R * C,
+        m->fch + L * R * 4 * C,   m->fchg + L * R * 4 * C,
+        m->res + (L + 1) * R * C, m->ln1_mean + L * R,
+        m->ln1_rstd + L * R,      m->ln2_mean + L * R,
+        m->ln2_rstd + L * R,      m->att_lse + L * R * (size_t)m->c.n_head,
+    };
+    return a;
+}
+
+// ---- allocation ----
+
+// Carve the slab into views, each on a 256-byte boundary; with base 0 only counts bytes.
+static size_t carve(dsc_gpt2_cuda *m, char *base) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)m->c.n_layer;
+    size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, Vp = (size_t)m->Vp;
+    size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, 4 * (int)C);
+    struct {
+        void **view;
+        size_t bytes;
+    } table[] = {
+        {(void **)&m->res, (L + 1) * R * C * 2},
+        {(void **)&m->ln1, L * R * C * 2},
+        {(void **)&m->qkv, L * R * 3 * C * 2},
+        {(void **)&m->atty, L * R * C * 2},
+        {(void **)&m->res2, L * R * C * 2},
+        {(void **)&m->ln2, L * R * C * 2},
+        {(void **)&m->fch, L * R * 4 * C * 2},
+        {(void **)&m->fchg, L * R * 4 * C * 2},
+        {(void **)&m->lnf, R * C * 2},
+        {(void **)&m->logits, R * Vp * 2},
+        {(void **)&m->dres, R * C * 2},
+        {(void **)&m->dln, R * C * 2},
+        {(void **)&m->datt, R * C * 2},
+        {(void **)&m->dbig, R * 4 * C * 2},
+        {(void **)&m->ln1_mean, L * R * 4},
+        {(void **)&m->ln1_rstd, L * R * 4},
+        {(void **)&m->ln2_mean, L * R * 4},
+        {(void **)&m->ln2_rstd, L * R * 4},
+        {(void **)&m->att_lse, L * R * NH * 4},
+        {(void **)&m->lnf_mean, R * 4},
+        {(void **)&m->lnf_rstd, R * 4},
+        {(void **)&m->losses, R * 4},
+        {(void **)&m->lse, R * 4},
+        {(void **)&m->loss_dev, 4},
+        {(void **)&m->ln_scratch, dsc__cuda_layernorm_backward_scratch((int64_t)R, (int)C) * 4},
+        {(void **)&m->col_scratch, colsum * 4},
+        {(void **)&m->att_scratch,
+         dsc__cuda_attention_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
+        {(void **)&m->enc_scratch, dsc__cuda_encoder_backward_scratch(m->maxB, m->maxT, (int)V)},
+        {(void **)&m->tokens, 2 * R * 4},
+    };
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (base) *table[i].view = base + off;
+        off += (table[i].bytes + 255) / 256 * 256;
+    }
+    return off;
+}
+
+extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_config *c, int B,
+                                           int T, void *stream) {
+    DSC_CUDA_ARG(out && c, "gpt2 cuda create: out and config must be set");
+    *out = NULL;
+    DSC_CUDA_ARG(c->n_layer > 0 && c->n_head > 0 && c->n_embd == 64 * c->n_head &&
+                     c->vocab_size > 0 && c->max_seq_len > 0,
+                 "gpt2 cuda create: the GPU model needs head size 64 (n_embd %d, n_head %d)",
+                 c->n_embd, c->n_head);
+    DSC_CUDA_ARG(B >= 1 && T >= 1 && T <= c->max_seq_len && (int64_t)B * T <= (1 << 24),
+                 "gpt2 cuda create: batch %d x %d is invalid (T <= %d, B * T <= 16M)", B, T,
+                 c->max_seq_len);
+    dsc_gpt2_cuda *m = (dsc_gpt2_cuda *)calloc(1, sizeof *m);
+    if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 cuda create: out of host memory");
+    m->c = *c;
+    m->maxB = B;
+    m->maxT = T;
+    m->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+    m->st = (cudaStream_t)stream;
+    m->fused_gelu = true;
+    size_t bytes = carve(m, NULL);
+    cudaError_t e = cudaMalloc(&m->slab, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(m);
+        return dsc__fail(DSC_ERR_OOM,
+                         "gpt2 cuda create: cannot allocate %.2f GiB of device activations for "
+                         "batch %d x %d (%s); lower the micro-batch size",
+                         (double)bytes / (1u << 30), B, T, cudaGetErrorString(e));
+    }
+    carve(m, (char *)m->slab);
+    dsc_status st = dsc__cuda_blas_create(&m->blas, 0);
+    if (st != DSC_OK) {
+        dsc_gpt2_cuda_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DSC_OK;
+}
+
+extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
+    if (!m) return;
+    (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
+    dsc__cuda_blas_destroy(m->blas);
+    (void)cudaFree(m->slab);
+    free(m);
+}
+
+extern "C" void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on) {
+    if (m) m->fused_gelu = on;
+}
+
+extern "C" const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld) {
+    if (ld) *ld = m ? m->Vp : 0;
+    return m ? m->logits : NULL;
+}
+
+// ---- products ----
+
+// D (rows, OC) = inp (rows, IC; row stride lda) @ w (IC, OC) [+ bias] [+ resid]; epilogue and
+// aux as in matmul.h (GELU_BIAS: aux receives the pre-activation).
+static dsc_status mm_forward(dsc_gpt2_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int lda,
+                             const uint16_t *w, const uint16_t *bias, const uint16_t *resid,
+                             int rows, int IC, int OC, int epi, uint16_t *aux) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = rows, g.N = OC, g.K = IC;
+    g.A = inp, g.lda = lda, g.B = w, g.ldb = OC, g.D = out, g.ldd = ldo;
+    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
+    g.epilogue = epi != DSC_CUDA_EPI_NONE ? epi : (bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE);
+    g.bias = bias, g.aux = aux, g.ldaux = OC;
+    return dsc__cuda_gemm(m->blas, &g, m->st);
+}
+
+// dinp (rows, IC; row stride ldo) = dout (rows, OC; row stride ldd) @ w^T, w (IC, OC); with
+// aux (rows, IC) the GELU derivative at aux is applied (DGELU epilogue).
+static dsc_status mm_dinp(dsc_gpt2_cuda *m, uint16_t *dinp, int ldo, const uint16_t *dout, int ldd,
+                          const uint16_t *w, int rows, int IC, int OC, uint16_t *aux) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1, g.M = rows, g.N = IC, g.K = OC;
+    g.A = dout, g.lda = ldd, g.B = w, g.ldb = OC, g.D = dinp, g.ldd = ldo;
+    g.alpha = 1.0f;
+    g.epilogue = aux ? DSC_CUDA_EPI_DGELU : DSC_CUDA_EPI_NONE;
+    g.aux = aux, g.ldaux = IC;
+    return dsc__cuda_gemm(m->blas, &g, m->st);
+}
+
+// dw (IC, OC) fp32 += inp^T @ dout, inp (rows, IC; stride lda), dout (rows, OC; stride ldd).
+static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, int lda,
+                             const uint16_t *dout, int ldd, int rows, int IC, int OC) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = 1, g.M = IC, g.N = OC, g.K = rows;
+    g.A = inp, g.lda = lda, g.B = dout, g.ldb = ldd, g.D = dw, g.ldd = OC, g.d_fp32 = 1;
+    g.alpha = 1.0f, g.beta = 1.0f, g.C = dw, g.ldc = OC;
+    return dsc__cuda_gemm(m->blas, &g, m->st);
+}
+
+// ---- forward ----
+
+static int layer_tensor(int l, int k) { return 2 + l * PER_LAYER + k; }
+
+static dsc_status layer_forward(dsc_gpt2_cuda *m, const uint16_t *const *params, int l) {
+    int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
+    layer_acts a = acts_of(m, l);
+    const uint16_t *const *p = params + layer_tensor(l, 0);
+    DSC_TRY(dsc__cuda_layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W],
+                                        p[K_LN1B], BT, C, m->st));
+    DSC_TRY(mm_forward(m, a.qkv, 3 * C, a.ln1, C, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C,
+                       DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(dsc__cuda_attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH, m->st));
+    DSC_TRY(mm_forward(m, a.res2, C, a.atty, C, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C,
+                       DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(dsc__cuda_layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B],
+                                        BT, C, m->st));
+    if (m->fused_gelu) {
+        DSC_TRY(mm_forward(m, a.fchg, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
+                           DSC_CUDA_EPI_GELU_BIAS, a.fch));
+    } else {
+        DSC_TRY(mm_forward(m, a.fch, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
+                           DSC_CUDA_EPI_NONE, NULL));
+        DSC_TRY(dsc__cuda_gelu_forward(a.fchg, a.fch, (int64_t)BT * 4 * C, m->st));
+    }
+    return mm_forward(m, a.res_out, C, a.fchg, 4 * C, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C,
+                      C, DSC_CUDA_EPI_NONE, NULL);
+}
+
+static dsc_status check_tokens(const int32_t *tok, const char *what, int n, int T, int V) {
+    for (int i = 0; i < n; i++) {
+        if (tok[i] >= 0 && tok[i] < V) continue;
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "gpt2 cuda forward: %s[b=%d, t=%d] = %d is outside the vocabulary "
+                         "[0, %d); check the tokenizer and vocab_size",
+                         what, i / T, i % T, tok[i], V);
+    }
+    return DSC_OK;
+}
+
+static dsc_status check_params(const dsc_gpt2_cuda *m, const void *const *t, const char *what) {
+    DSC_CUDA_ARG(t != NULL, "gpt2 cuda: the %s array is NULL", what);
+    for (int i = 0; i < dsc_gpt2_num_tensors(&m->c); i++) {
+        if (t[i]) continue;
+        dsc_gpt2_tensor_info info;
+        dsc_gpt2_tensor_info_get(&m->c, i, &info);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 cuda: %s[%d] (%s) is NULL", what, i, info.name);
+    }
+    return DSC_OK;
+}
+
+static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
+    int BT = m->B * m->T;
+    DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, BT, 1.0f / (float)BT, m->st));
+    DSC_CUDA_TRY(cudaMemcpyAsync(loss, m->loss_dev, sizeof(float), cudaMemcpyDeviceToHost, m->st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                            const int32_t *inputs, const int32_t *targets, int B,
+                                            int T, float *loss) {
+    DSC_CUDA_ARG(m && inputs, "gpt2 cuda forward: model and inputs must be set");
+    DSC_CUDA_ARG(B >= 1 && T >= 1 && B <= m->maxB && T <= m->maxT,
+                 "gpt2 cuda forward: batch %d x %d does not fit the %d x %d this model was "
+                 "created for",
+                 B, T, m->maxB, m->maxT);
+    DSC_TRY(check_params(m, (const void *const *)params, "params"));
+    int BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
+    DSC_TRY(check_tokens(inputs, "inputs", BT, T, V));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V));
+    m->B = B, m->T = T, m->have_targets = false;
+    DSC_CUDA_TRY(
+        cudaMemcpyAsync(m->tokens, inputs, sizeof(int32_t) * BT, cudaMemcpyHostToDevice, m->st));
+    if (targets)
+        DSC_CUDA_TRY(cudaMemcpyAsync(m->tokens + BT, targets, sizeof(int32_t) * BT,
+                                     cudaMemcpyHostToDevice, m->st));
+    DSC_TRY(dsc__cuda_encoder_forward(m->res, m->tokens, params[0], params[1], B, T, C, m->st));
+    for (int l = 0; l < L; l++)
+        DSC_TRY(layer_forward(m, params, l));
+    int lnf = layer_tensor(L, 0);
+    DSC_TRY(dsc__cuda_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
+                                        params[lnf], params[lnf + 1], BT, C, m->st));
+    DSC_TRY(mm_dinp(m, m->logits, m->Vp, m->lnf, C, params[0], BT, V, C, NULL));
+    if (!targets) return DSC_OK;
+    DSC_TRY(
+        dsc__cuda_xent_forward(m->losses, m->lse, m->logits, m->tokens + BT, BT, V, m->Vp, m->st));
+    m->have_targets = true;
+    return loss ? read_loss(m, loss) : DSC_OK;
+}
+
+// ---- backward ----
+
+// On entry m->dres holds the gradient of layer l's output; on return that of its input.
+static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                 float *const *grads, int l) {
+    int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
+    layer_acts a = acts_of(m, l);
+    const uint16_t *const *p = params + layer_tensor(l, 0);
+    float *const *g = grads + layer_tensor(l, 0);
+    cudaStream_t st = m->st;
+    uint16_t *dres = m->dres, *dln = m->dln, *datt = m->datt, *dbig = m->dbig;
+    // mlp.c_proj and the GELU
+    DSC_TRY(
+        mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, m->fused_gelu ? a.fch : NULL));
+    DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
+    DSC_TRY(dsc__cuda_colsum(g[K_MPROJB], m->col_scratch, dres, BT, C, st));
+    if (!m->fused_gelu)
+        DSC_TRY(dsc__cuda_gelu_backward(dbig, dbig, a.fch, (int64_t)BT * 4 * C, st));
+    // mlp.c_fc and ln_2
+    DSC_TRY(mm_dinp(m, dln, C, dbig, 4 * C, p[K_FCW], BT, C, 4 * C, NULL));
+    DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
+    DSC_TRY(dsc__cuda_colsum(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, st));
+    DSC_TRY(dsc__cuda_layernorm_backward(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, dln, a.res2,
+                                         p[K_LN2W], a.ln2_mean, a.ln2_rstd, BT, C, st));
+    // attn.c_proj and attention
+    DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
+    DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
+    DSC_TRY(dsc__cuda_colsum(g[K_APROJB], m->col_scratch, dres, BT, C, st));
+    DSC_TRY(dsc__cuda_attention_backward(dbig, m->att_scratch, datt, a.qkv, a.atty, a.lse, B, T, C,
+                                         NH, st));
+    // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
+    DSC_TRY(mm_dinp(m, dln, C, dbig, 3 * C, p[K_ATTW], BT, C, 3 * C, NULL));
+    DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
+    DSC_TRY(dsc__cuda_colsum(g[K_ATTB], m->col_scratch, dbig, BT, 3 * C, st));
+    return dsc__cuda_layernorm_backward(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in,
+                                        p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C, st);
+}
+
+extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                             float *const *grads, float loss_scale) {
+    DSC_CUDA_ARG(m != NULL, "gpt2 cuda backward: model is NULL");
+    DSC_CUDA_ARG(m->have_targets,
+                 "gpt2 cuda backward: needs a forward with targets first, and each such forward "
+                 "allows one backward (it consumes the logits)");
+    DSC_TRY(check_params(m, (const void *const *)params, "params"));
+    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
+    m->have_targets = false;
+    int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
+    int lnf = layer_tensor(L, 0);
+    cudaStream_t st = m->st;
+    DSC_TRY(dsc__cuda_xent_backward(m->logits, m->logits, m->lse, m->tokens + BT,
+                                    loss_scale / (float)BT, BT, V, m->Vp, st));
+    DSC_TRY(mm_forward(m, m->dln, C, m->logits, m->Vp, params[0], NULL, NULL, BT, V, C,
+                       DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
+    DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
+    DSC_TRY(dsc__cuda_layernorm_backward(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->dln,
+                                         acts_of(m, L).res_in, params[lnf], m->lnf_mean,
+                                         m->lnf_rstd, BT, C, st));
+    for (int l = L - 1; l >= 0; l--)
+        DSC_TRY(layer_backward(m, params, grads, l));
+    return dsc__cuda_encoder_backward(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B, T,
+                                      C, V, st);
+}

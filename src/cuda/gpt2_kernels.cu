@@ -1,0 +1,642 @@
+// cuda/gpt2_kernels.cu - GPU kernels of the GPT-2 layers (see gpt2_kernels.h for the contracts).
+#include "cuda/gpt2_kernels.h"
+
+#include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
+
+// Threads per block of each family; all multiples of 64 so that AMD wavefronts divide them.
+#define ELEM_THREADS 256 // elementwise passes
+#define LN_THREADS 256   // layernorm forward: one warp per row
+#define LNB_THREADS 256  // layernorm backward
+#define LNB_ROWS 32      // rows per partial sum of the layernorm parameter gradients
+#define COLSUM_THREADS 256
+#define COLSUM_ROWS 64   // rows per partial column sum
+#define XENT_THREADS 512 // one block per row of logits
+#define SUM_THREADS 1024 // dsc__cuda_sum: one block
+#define ENC_CHUNK 1024   // positions per block of the encoder's counting sort
+#define ENC_THREADS 256
+#define SCAN_THREADS 1024 // the one block of the vocabulary scan
+
+#define LN_EPS 1e-5f
+#define GELU_K 0.79788456080286536f // sqrt(2 / pi)
+#define GELU_A 0.044715f
+
+static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
+
+// ---- elementwise math ----
+
+// GELU(x) = x e / (e + 1) with e = exp(2u), u = k (x + a x^3): the form of the CPU kernel, which
+// keeps relative precision where tanh u is near +-1. u is capped so that e stays finite.
+__device__ static inline float gelu_f(float x) {
+    float e = expf(fminf(2.0f * GELU_K * (x + GELU_A * x * x * x), 88.0f));
+    return x * (e / (e + 1.0f));
+}
+
+// GELU'(x) = e s (1 + 2 x s u'), s = 1 / (e + 1).
+__device__ static inline float gelu_grad_f(float x) {
+    float e = expf(fminf(2.0f * GELU_K * (x + GELU_A * x * x * x), 88.0f));
+    float s = 1.0f / (e + 1.0f);
+    float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+    return (e * s) * (1.0f + 2.0f * x * s * du);
+}
+
+enum { OP_GELU_FWD, OP_GELU_BWD, OP_ADD };
+
+__device__ static inline float elem_op(int op, float a, float b) {
+    if (op == OP_GELU_FWD) return gelu_f(a);
+    if (op == OP_GELU_BWD) return b * gelu_grad_f(a);
+    return a + b;
+}
+
+// out = op(a, b) over n elements; VEC: eight per thread as 16-byte accesses (n % 8 == 0).
+template <int OP, bool VEC>
+__global__ void elem_kernel(uint16_t *out, const uint16_t *a, const uint16_t *b, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (VEC) {
+        if (i * 8 >= n) return;
+        float x[8], y[8] = {0};
+        dsc_unpack8(((const uint4 *)a)[i], x);
+        if (b) dsc_unpack8(((const uint4 *)b)[i], y);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            x[k] = elem_op(OP, x[k], y[k]);
+        ((uint4 *)out)[i] = dsc_pack8(x);
+    } else {
+        if (i >= n) return;
+        float y = b ? dsc_bf16_f32(b[i]) : 0.0f;
+        out[i] = dsc_f32_bf16(elem_op(OP, dsc_bf16_f32(a[i]), y));
+    }
+}
+
+template <int OP> static dsc_status elem_launch(uint16_t *out, const uint16_t *a, const uint16_t *b,
+                                                int64_t n, void *stream, const char *name) {
+    DSC_CUDA_ARG(n >= 0 && out && a, "%s: bad arguments (n %lld)", name, (long long)n);
+    if (n == 0) return DSC_OK;
+    bool vec = n % 8 == 0 && dsc__aligned16(out) && dsc__aligned16(a) && (!b || dsc__aligned16(b));
+    if (vec)
+        elem_kernel<OP, true>
+            <<<dsc__blocks(n / 8, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(out, a, b,
+                                                                                       n);
+    else
+        elem_kernel<OP, false>
+            <<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(out, a, b, n);
+    DSC_CUDA_CHECK_AS(cudaGetLastError(), name);
+    return DSC_OK;
+}
+
+// dinp = dout * GELU'(inp): the elementwise op takes (inp, dout) in that order.
+extern "C" dsc_status dsc__cuda_gelu_forward(uint16_t *out, const uint16_t *inp, int64_t n,
+                                             void *stream) {
+    return elem_launch<OP_GELU_FWD>(out, inp, NULL, n, stream, "gelu forward");
+}
+
+extern "C" dsc_status dsc__cuda_gelu_backward(uint16_t *dinp, const uint16_t *dout,
+                                              const uint16_t *inp, int64_t n, void *stream) {
+    return elem_launch<OP_GELU_BWD>(dinp, inp, dout, n, stream, "gelu backward");
+}
+
+extern "C" dsc_status dsc__cuda_residual_forward(uint16_t *out, const uint16_t *a,
+                                                 const uint16_t *b, int64_t n, void *stream) {
+    DSC_CUDA_ARG(b != NULL, "residual forward: b is NULL");
+    return elem_launch<OP_ADD>(out, a, b, n, stream, "residual forward");
+}
+
+__global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = dsc_f32_bf16(src[i]);
+}
+
+extern "C" dsc_status dsc__cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n,
+                                            void *stream) {
+    DSC_CUDA_ARG(n >= 0 && dst && src, "f32 to bf16: bad arguments");
+    if (n == 0) return DSC_OK;
+    f32_to_bf16_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
+        dst, src, n);
+    DSC_CUDA_LAUNCHED("f32_to_bf16_kernel");
+    return DSC_OK;
+}
+
+// ---- token and position embeddings ----
+
+// One thread per 8 channels of one position.
+__global__ void encoder_fwd_kernel(uint4 *out, const int32_t *inp, const uint4 *wte,
+                                   const uint4 *wpe, int BT, int T, int C8) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)BT * C8) return;
+    int bt = (int)(i / C8), c8 = (int)(i % C8);
+    float e[8], p[8];
+    dsc_unpack8(wte[(size_t)inp[bt] * C8 + c8], e);
+    dsc_unpack8(wpe[(size_t)(bt % T) * C8 + c8], p);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        e[k] += p[k];
+    out[i] = dsc_pack8(e);
+}
+
+static dsc_status check_rows(const char *what, int C, const void *a, const void *b, const void *c) {
+    DSC_CUDA_ARG(C > 0 && C % 8 == 0, "%s: C = %d must be a positive multiple of 8", what, C);
+    DSC_CUDA_ARG(dsc__aligned16(a) && dsc__aligned16(b) && dsc__aligned16(c),
+                 "%s: tensors must be 16-byte aligned (whole rows of cudaMalloc'd buffers)", what);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_encoder_forward(uint16_t *out, const int32_t *inp,
+                                                const uint16_t *wte, const uint16_t *wpe, int B,
+                                                int T, int C, void *stream) {
+    DSC_TRY(check_rows("encoder forward", C, out, wte, wpe));
+    DSC_CUDA_ARG(B > 0 && T > 0 && inp, "encoder forward: bad batch %d x %d", B, T);
+    long long n = (long long)B * T * (C / 8);
+    encoder_fwd_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
+        (uint4 *)out, inp, (const uint4 *)wte, (const uint4 *)wpe, B * T, T, C / 8);
+    DSC_CUDA_LAUNCHED("encoder_fwd_kernel");
+    return DSC_OK;
+}
+
+// Backward, step 1: each position's rank among the earlier positions of its chunk that hold the
+// same token, and per (chunk, token) counts (integer atomics: the counts do not depend on order).
+__global__ void enc_rank_kernel(int *rank, int *counts, const int32_t *inp, int BT, int V) {
+    __shared__ int tok[ENC_CHUNK];
+    int base = blockIdx.x * ENC_CHUNK;
+    int n = min(ENC_CHUNK, BT - base);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        tok[i] = inp[base + i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int v = tok[i], r = 0;
+        for (int j = 0; j < i; j++)
+            r += tok[j] == v;
+        rank[base + i] = r;
+        atomicAdd(&counts[(size_t)blockIdx.x * V + v], 1);
+    }
+}
+
+// Step 2: per token, counts become exclusive prefixes over the chunks; totals (V) per token.
+__global__ void enc_chunk_prefix_kernel(int *counts, int *totals, int nchunks, int V) {
+    int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= V) return;
+    int run = 0;
+    for (int c = 0; c < nchunks; c++) {
+        int k = counts[(size_t)c * V + v];
+        counts[(size_t)c * V + v] = run;
+        run += k;
+    }
+    totals[v] = run;
+}
+
+// Step 3 (one block): offsets (V) = exclusive scan of totals; each thread owns a contiguous run.
+__global__ void enc_scan_kernel(int *offsets, const int *totals, int V) {
+    __shared__ int sh[SCAN_THREADS];
+    int per = (V + blockDim.x - 1) / blockDim.x;
+    int lo = min(V, (int)threadIdx.x * per), hi = min(V, lo + per);
+    int s = 0;
+    for (int v = lo; v < hi; v++)
+        s += totals[v];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int off = 1; off < (int)blockDim.x; off <<= 1) { // inclusive Hillis-Steele scan
+        int x = (int)threadIdx.x >= off ? sh[threadIdx.x - off] : 0;
+        __syncthreads();
+        sh[threadIdx.x] += x;
+        __syncthreads();
+    }
+    int run = sh[threadIdx.x] - s;
+    for (int v = lo; v < hi; v++) {
+        offsets[v] = run;
+        run += totals[v];
+    }
+}
+
+// Step 4: sorted (BT) = positions ordered by (token, position): a stable counting sort.
+__global__ void enc_scatter_kernel(int *sorted, const int *rank, const int *counts,
+                                   const int *offsets, const int32_t *inp, int BT, int V) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= BT) return;
+    int v = inp[p];
+    sorted[offsets[v] + counts[(size_t)(p / ENC_CHUNK) * V + v] + rank[p]] = p;
+}
+
+// Step 5: the first thread of each token's run sums the run's rows (8 channels) in position
+// order and adds them to dwte: one writer per (token, channel group), hence no atomics.
+__global__ void enc_wte_grad_kernel(float *dwte, const uint4 *dout, const int *sorted,
+                                    const int32_t *inp, int BT, int C8) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)BT * C8) return;
+    int i = (int)(idx / C8), c8 = (int)(idx % C8);
+    int v = inp[sorted[i]];
+    if (i > 0 && inp[sorted[i - 1]] == v) return;
+    float acc[8] = {0}, x[8];
+    for (int j = i; j < BT; j++) {
+        int p = sorted[j];
+        if (inp[p] != v) break;
+        dsc_unpack8(dout[(size_t)p * C8 + c8], x);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[k];
+    }
+    float4 *g = (float4 *)(dwte + ((size_t)v * C8 + c8) * 8);
+    float4 g0 = g[0], g1 = g[1];
+    g[0] = make_float4(g0.x + acc[0], g0.y + acc[1], g0.z + acc[2], g0.w + acc[3]);
+    g[1] = make_float4(g1.x + acc[4], g1.y + acc[5], g1.z + acc[6], g1.w + acc[7]);
+}
+
+// dwpe[t] += sum over b of dout[b, t], b in order; one thread per (t, 8 channels).
+__global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T, int C8) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * C8) return;
+    int t = (int)(idx / C8), c8 = (int)(idx % C8);
+    float acc[8] = {0}, x[8];
+    for (int b = 0; b < B; b++) {
+        dsc_unpack8(dout[((size_t)b * T + t) * C8 + c8], x);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[k];
+    }
+    float4 *g = (float4 *)(dwpe + idx * 8);
+    float4 g0 = g[0], g1 = g[1];
+    g[0] = make_float4(g0.x + acc[0], g0.y + acc[1], g0.z + acc[2], g0.w + acc[3]);
+    g[1] = make_float4(g1.x + acc[4], g1.y + acc[5], g1.z + acc[6], g1.w + acc[7]);
+}
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Scratch: counts (nchunks, V), totals (V), offsets (V), rank (BT), sorted (BT), all int.
+extern "C" size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V) {
+    size_t BT = (size_t)B * T, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK;
+    return align256(nchunks * V * 4) + 2 * align256((size_t)V * 4) + 2 * align256(BT * 4);
+}
+
+extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch,
+                                                 const uint16_t *dout, const int32_t *inp, int B,
+                                                 int T, int C, int V, void *stream) {
+    DSC_TRY(check_rows("encoder backward", C, dwte, dwpe, dout));
+    DSC_CUDA_ARG(B > 0 && T > 0 && V > 0 && inp && scratch, "encoder backward: bad arguments");
+    cudaStream_t st = as_stream(stream);
+    int BT = B * T, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK, C8 = C / 8;
+    char *s = (char *)scratch;
+    int *counts = (int *)s;
+    s += align256((size_t)nchunks * V * 4);
+    int *totals = (int *)s, *offsets = (int *)(s + align256((size_t)V * 4));
+    s += 2 * align256((size_t)V * 4);
+    int *rank = (int *)s, *sorted = (int *)(s + align256((size_t)BT * 4));
+    DSC_CUDA_TRY(cudaMemsetAsync(counts, 0, (size_t)nchunks * V * 4, st));
+    enc_rank_kernel<<<nchunks, ENC_THREADS, 0, st>>>(rank, counts, inp, BT, V);
+    DSC_CUDA_LAUNCHED("enc_rank_kernel");
+    enc_chunk_prefix_kernel<<<dsc__blocks(V, ELEM_THREADS), ELEM_THREADS, 0, st>>>(counts, totals,
+                                                                                   nchunks, V);
+    DSC_CUDA_LAUNCHED("enc_chunk_prefix_kernel");
+    enc_scan_kernel<<<1, SCAN_THREADS, 0, st>>>(offsets, totals, V);
+    DSC_CUDA_LAUNCHED("enc_scan_kernel");
+    enc_scatter_kernel<<<dsc__blocks(BT, ELEM_THREADS), ELEM_THREADS, 0, st>>>(sorted, rank, counts,
+                                                                               offsets, inp, BT, V);
+    DSC_CUDA_LAUNCHED("enc_scatter_kernel");
+    enc_wte_grad_kernel<<<dsc__blocks((long long)BT * C8, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
+        dwte, (const uint4 *)dout, sorted, inp, BT, C8);
+    DSC_CUDA_LAUNCHED("enc_wte_grad_kernel");
+    enc_wpe_grad_kernel<<<dsc__blocks((long long)T * C8, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
+        dwpe, (const uint4 *)dout, B, T, C8);
+    DSC_CUDA_LAUNCHED("enc_wpe_grad_kernel");
+    return DSC_OK;
+}
+
+// ---- layernorm ----
+
+// One warp per row: mean, then the centred variance (two passes, as the CPU kernel), then out.
+__global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                              const uint16_t *w, const uint16_t *b, long long N, int C) {
+    int lane = threadIdx.x % DSC_WARP_SIZE;
+    long long row =
+        (long long)blockIdx.x * (blockDim.x / DSC_WARP_SIZE) + threadIdx.x / DSC_WARP_SIZE;
+    if (row >= N) return; // whole warps leave together
+    int C8 = C / 8;
+    const uint4 *x = (const uint4 *)(inp + row * C);
+    float v[8], s = 0.0f;
+    for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
+        dsc_unpack8(x[i], v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s += v[k];
+    }
+    float m = dsc_warp_sum(s) / (float)C;
+    float var = 0.0f;
+    for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
+        dsc_unpack8(x[i], v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            var += (v[k] - m) * (v[k] - m);
+    }
+    float r = 1.0f / sqrtf(dsc_warp_sum(var) / (float)C + LN_EPS);
+    uint4 *o = (uint4 *)(out + row * C);
+    for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
+        float wv[8], bv[8];
+        dsc_unpack8(x[i], v);
+        dsc_unpack8(((const uint4 *)w)[i], wv);
+        dsc_unpack8(((const uint4 *)b)[i], bv);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = (v[k] - m) * r * wv[k] + bv[k];
+        o[i] = dsc_pack8(v);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+extern "C" dsc_status dsc__cuda_layernorm_forward(uint16_t *out, float *mean, float *rstd,
+                                                  const uint16_t *inp, const uint16_t *w,
+                                                  const uint16_t *b, int64_t N, int C,
+                                                  void *stream) {
+    DSC_TRY(check_rows("layernorm forward", C, out, inp, w));
+    DSC_CUDA_ARG(N > 0 && mean && rstd && dsc__aligned16(b), "layernorm forward: bad arguments");
+    int rows_per_block = LN_THREADS / dsc__host_warp_size();
+    ln_fwd_kernel<<<dsc__blocks(N, rows_per_block), LN_THREADS, 0, as_stream(stream)>>>(
+        out, mean, rstd, inp, w, b, N, C);
+    DSC_CUDA_LAUNCHED("ln_fwd_kernel");
+    return DSC_OK;
+}
+
+// One block per chunk of LNB_ROWS rows. Phase 1, a warp per row: dinp += rstd (g - mean(g) -
+// xhat mean(g xhat)), g = dy w. Phase 2, a thread per channel: the chunk's partial sums of
+// dy xhat and dy, rows in order, into scratch (nchunks, 2, C).
+__global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout,
+                              const uint16_t *inp, const uint16_t *w, const float *mean,
+                              const float *rstd, long long N, int C) {
+    __shared__ float sm[LNB_ROWS], sr[LNB_ROWS];
+    long long r0 = (long long)blockIdx.x * LNB_ROWS;
+    int nr = (int)min((long long)LNB_ROWS, N - r0);
+    if ((int)threadIdx.x < nr) {
+        sm[threadIdx.x] = mean[r0 + threadIdx.x];
+        sr[threadIdx.x] = rstd[r0 + threadIdx.x];
+    }
+    __syncthreads();
+    int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
+    int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
+    for (int r = warp; r < nr; r += nwarps) {
+        const uint4 *dy = (const uint4 *)(dout + (r0 + r) * C);
+        const uint4 *x = (const uint4 *)(inp + (r0 + r) * C);
+        uint4 *dx = (uint4 *)(dinp + (r0 + r) * C);
+        float m = sm[r], rs = sr[r], s1 = 0.0f, s2 = 0.0f;
+        float a[8], xv[8], wv[8];
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
+            dsc_unpack8(dy[i], a);
+            dsc_unpack8(x[i], xv);
+            dsc_unpack8(((const uint4 *)w)[i], wv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float g = a[k] * wv[k];
+                s1 += g;
+                s2 += g * ((xv[k] - m) * rs);
+            }
+        }
+        s1 = dsc_warp_sum(s1) / (float)C;
+        s2 = dsc_warp_sum(s2) / (float)C;
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
+            float d[8];
+            dsc_unpack8(dy[i], a);
+            dsc_unpack8(x[i], xv);
+            dsc_unpack8(((const uint4 *)w)[i], wv);
+            dsc_unpack8(dx[i], d);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                d[k] += rs * (a[k] * wv[k] - s1 - ((xv[k] - m) * rs) * s2);
+            dx[i] = dsc_pack8(d);
+        }
+    }
+    float *pw = scratch + (size_t)blockIdx.x * 2 * C, *pb = pw + C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int r = 0; r < nr; r++) {
+            float dy = dsc_bf16_f32(dout[(r0 + r) * C + c]);
+            sw += dy * ((dsc_bf16_f32(inp[(r0 + r) * C + c]) - sm[r]) * sr[r]);
+            sb += dy;
+        }
+        pw[c] = sw;
+        pb[c] = sb;
+    }
+}
+
+// acc (ncols) += sum over k in order of part[k * stride + c]: the second half of every chunked
+// column reduction.
+__global__ void reduce_partials_kernel(float *acc, const float *part, int nchunks, size_t stride,
+                                       int ncols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ncols) return;
+    float s = 0.0f;
+    for (int k = 0; k < nchunks; k++)
+        s += part[(size_t)k * stride + c];
+    acc[c] += s;
+}
+
+extern "C" size_t dsc__cuda_layernorm_backward_scratch(int64_t N, int C) {
+    return (size_t)((N + LNB_ROWS - 1) / LNB_ROWS) * 2 * (size_t)C;
+}
+
+extern "C" dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, float *db,
+                                                   float *scratch, const uint16_t *dout,
+                                                   const uint16_t *inp, const uint16_t *w,
+                                                   const float *mean, const float *rstd, int64_t N,
+                                                   int C, void *stream) {
+    DSC_TRY(check_rows("layernorm backward", C, dinp, dout, inp));
+    DSC_CUDA_ARG(N > 0 && dsc__aligned16(w) && dw && db && scratch && mean && rstd,
+                 "layernorm backward: bad arguments");
+    cudaStream_t st = as_stream(stream);
+    int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS);
+    ln_bwd_kernel<<<nchunks, LNB_THREADS, 0, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    DSC_CUDA_LAUNCHED("ln_bwd_kernel");
+    reduce_partials_kernel<<<dsc__blocks(C, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
+        dw, scratch, nchunks, 2 * (size_t)C, C);
+    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+    reduce_partials_kernel<<<dsc__blocks(C, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
+        db, scratch + C, nchunks, 2 * (size_t)C, C);
+    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+    return DSC_OK;
+}
+
+// ---- column sums (bias gradients) ----
+
+// One block per chunk of COLSUM_ROWS rows; threads walk the columns, rows in order.
+__global__ void colsum_kernel(float *part, const uint16_t *d, long long rows, int ncols) {
+    long long r0 = (long long)blockIdx.x * COLSUM_ROWS;
+    int nr = (int)min((long long)COLSUM_ROWS, rows - r0);
+    for (int c = threadIdx.x; c < ncols; c += blockDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < nr; r++)
+            s += dsc_bf16_f32(d[(r0 + r) * ncols + c]);
+        part[(size_t)blockIdx.x * ncols + c] = s;
+    }
+}
+
+extern "C" size_t dsc__cuda_colsum_scratch(int64_t rows, int ncols) {
+    return (size_t)((rows + COLSUM_ROWS - 1) / COLSUM_ROWS) * (size_t)ncols;
+}
+
+extern "C" dsc_status dsc__cuda_colsum(float *acc, float *scratch, const uint16_t *d, int64_t rows,
+                                       int ncols, void *stream) {
+    DSC_CUDA_ARG(rows > 0 && ncols > 0 && acc && scratch && d, "colsum: bad arguments");
+    cudaStream_t st = as_stream(stream);
+    int nchunks = (int)((rows + COLSUM_ROWS - 1) / COLSUM_ROWS);
+    colsum_kernel<<<nchunks, COLSUM_THREADS, 0, st>>>(scratch, d, rows, ncols);
+    DSC_CUDA_LAUNCHED("colsum_kernel");
+    reduce_partials_kernel<<<dsc__blocks(ncols, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
+        acc, scratch, nchunks, (size_t)ncols, ncols);
+    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+    return DSC_OK;
+}
+
+// ---- softmax + cross-entropy ----
+
+// Running (max, sum of exp(x - max)) of a stream of values; merge combines two such pairs.
+__device__ static inline void online_add(float &m, float &s, float x) {
+    if (x > m) {
+        s = s * __expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += __expf(x - m);
+    }
+}
+
+__device__ static inline void online_merge(float &m, float &s, float m2, float s2) {
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) return; // both empty
+    s = (m == -INFINITY ? 0.0f : s * __expf(m - M)) +
+        (m2 == -INFINITY ? 0.0f : s2 * __expf(m2 - M));
+    m = M;
+}
+
+// logsumexp of one row, returned to every thread of the block. Vector loads when ld % 8 == 0.
+__device__ static float row_lse(const uint16_t *row, int V, bool vec, float *sh) {
+    float m = -INFINITY, s = 0.0f;
+    int done = 0;
+    if (vec) {
+        int V8 = V / 8;
+        for (int i = threadIdx.x; i < V8; i += blockDim.x) {
+            float x[8];
+            dsc_unpack8(((const uint4 *)row)[i], x);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                online_add(m, s, x[k]);
+        }
+        done = V8 * 8;
+    }
+    for (int j = done + threadIdx.x; j < V; j += blockDim.x)
+        online_add(m, s, dsc_bf16_f32(row[j]));
+    for (int o = DSC_WARP_SIZE / 2; o > 0; o >>= 1) {
+        float m2 = dsc_shfl_xor(m, o), s2 = dsc_shfl_xor(s, o);
+        online_merge(m, s, m2, s2);
+    }
+    int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
+    int nwarps = blockDim.x / DSC_WARP_SIZE;
+    __syncthreads();
+    if (lane == 0) {
+        sh[warp] = m;
+        sh[DSC_MAX_WARPS + warp] = s;
+    }
+    __syncthreads();
+    float M = -INFINITY, S = 0.0f;
+    for (int w2 = 0; w2 < nwarps; w2++)
+        online_merge(M, S, sh[w2], sh[DSC_MAX_WARPS + w2]);
+    return M + logf(S);
+}
+
+// d[j] = g (exp(x_j - lse) - [j == target]) over the row, pads [V, ld) zeroed.
+__device__ static void row_grad(uint16_t *drow, const uint16_t *row, float lse, int target, float g,
+                                int V, int ld, bool vec) {
+    int done = 0;
+    if (vec) {
+        int V8 = V / 8;
+        for (int i = threadIdx.x; i < V8; i += blockDim.x) {
+            float x[8];
+            dsc_unpack8(((const uint4 *)row)[i], x);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                x[k] = g * (__expf(x[k] - lse) - (i * 8 + k == target ? 1.0f : 0.0f));
+            ((uint4 *)drow)[i] = dsc_pack8(x);
+        }
+        done = V8 * 8;
+    }
+    for (int j = done + threadIdx.x; j < ld; j += blockDim.x) {
+        float d = 0.0f;
+        if (j < V) d = g * (__expf(dsc_bf16_f32(row[j]) - lse) - (j == target ? 1.0f : 0.0f));
+        drow[j] = dsc_f32_bf16(d);
+    }
+}
+
+// MODE 0: forward (losses, lse); 1: backward (dlogits from lse); 2: both, in place.
+template <int MODE> __global__ void xent_kernel(float *losses, float *lse_out, uint16_t *dlogits,
+                                                const uint16_t *logits, const float *lse_in,
+                                                const int32_t *targets, float g, int V, int ld,
+                                                bool vec) {
+    __shared__ float sh[2 * DSC_MAX_WARPS];
+    size_t r = blockIdx.x;
+    const uint16_t *row = logits + r * ld;
+    int target = targets[r];
+    float lse;
+    if (MODE == 1) {
+        lse = lse_in[r];
+    } else {
+        lse = row_lse(row, V, vec, sh);
+        if (threadIdx.x == 0) {
+            losses[r] = lse - dsc_bf16_f32(row[target]);
+            if (lse_out) lse_out[r] = lse;
+        }
+        __syncthreads(); // row[target] is read before MODE 2 overwrites the row
+    }
+    if (MODE != 0) row_grad(dlogits + r * ld, row, lse, target, g, V, ld, vec);
+}
+
+static dsc_status xent_check(const char *what, int64_t N, int V, int ld, const void *tg) {
+    DSC_CUDA_ARG(N > 0 && N < (1ll << 31) && V > 0 && ld >= V && tg,
+                 "%s: bad shape (N %lld, V %d, ld %d) or NULL targets", what, (long long)N, V, ld);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_xent_forward(float *losses, float *lse, const uint16_t *logits,
+                                             const int32_t *targets, int64_t N, int V, int ld,
+                                             void *stream) {
+    DSC_TRY(xent_check("xent forward", N, V, ld, targets));
+    bool vec = ld % 8 == 0 && dsc__aligned16(logits);
+    xent_kernel<0><<<(unsigned)N, XENT_THREADS, 0, as_stream(stream)>>>(
+        losses, lse, NULL, logits, NULL, targets, 0.0f, V, ld, vec);
+    DSC_CUDA_LAUNCHED("xent_kernel<forward>");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_xent_backward(uint16_t *dlogits, const uint16_t *logits,
+                                              const float *lse, const int32_t *targets, float g,
+                                              int64_t N, int V, int ld, void *stream) {
+    DSC_TRY(xent_check("xent backward", N, V, ld, targets));
+    bool vec = ld % 8 == 0 && dsc__aligned16(logits) && dsc__aligned16(dlogits);
+    xent_kernel<1><<<(unsigned)N, XENT_THREADS, 0, as_stream(stream)>>>(
+        NULL, NULL, dlogits, logits, lse, targets, g, V, ld, vec);
+    DSC_CUDA_LAUNCHED("xent_kernel<backward>");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_xent_fused(float *losses, uint16_t *logits, const int32_t *targets,
+                                           float g, int64_t N, int V, int ld, void *stream) {
+    DSC_TRY(xent_check("xent fused", N, V, ld, targets));
+    bool vec = ld % 8 == 0 && dsc__aligned16(logits);
+    xent_kernel<2><<<(unsigned)N, XENT_THREADS, 0, as_stream(stream)>>>(
+        losses, NULL, logits, logits, NULL, targets, g, V, ld, vec);
+    DSC_CUDA_LAUNCHED("xent_kernel<fused>");
+    return DSC_OK;
+}
+
+// ---- sums ----
+
+// One block: thread t adds x[t], x[t + blockDim], ... in order, then a fixed tree.
+__global__ void sum_kernel(float *out, const float *x, long long n, float scale) {
+    __shared__ float sh[DSC_MAX_WARPS];
+    float s = 0.0f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x)
+        s += x[i];
+    s = dsc_block_sum(s, sh);
+    if (threadIdx.x == 0) out[0] = s * scale;
+}
+
+extern "C" dsc_status dsc__cuda_sum(float *out, const float *x, int64_t n, float scale,
+                                    void *stream) {
+    DSC_CUDA_ARG(n > 0 && out && x, "sum: bad arguments");
+    sum_kernel<<<1, SUM_THREADS, 0, as_stream(stream)>>>(out, x, n, scale);
+    DSC_CUDA_LAUNCHED("sum_kernel");
+    return DSC_OK;
+}

@@ -1,0 +1,280 @@
+// cuda/matmul.cu - bf16 matrix products through cuBLASLt / hipBLASLt (see matmul.h).
+#include "cuda/matmul.h"
+
+#include <stdlib.h> // calloc, free
+
+#include "cuda/common.cuh" // DSC_CUDA_TRY, vendor names
+
+#define DEFAULT_WORKSPACE ((size_t)32 << 20)
+#define ALGO_CACHE 128 // distinct product shapes remembered (a GPT-2 step has about 20)
+
+#if DSC_HAVE_BLASLT
+
+// What the heuristic's answer depends on: everything but the pointers' values and alpha, beta.
+typedef struct gemm_key {
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, ldd, ldaux, d_fp32, epilogue, align;
+} gemm_key;
+
+typedef struct algo_entry {
+    gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+} algo_entry;
+
+struct dsc_cuda_blas {
+    cublasLtHandle_t lt;
+    void *ws;
+    size_t ws_bytes;
+    algo_entry cache[ALGO_CACHE];
+    int ncache, next; // entries used; the slot a new shape replaces once full
+};
+
+static dsc_status blas_fail(cublasStatus_t s, const char *what, const dsc_cuda_gemm *g) {
+#if DSC_HIP
+    const char *why = "hipBLASLt error";
+#else
+    const char *why = cublasLtGetStatusString(s);
+#endif
+    return dsc__fail(DSC_ERR_CUDA,
+                     "%s failed (status %d, %s) for the product M %d N %d K %d (trans %d%d, ld "
+                     "%d %d %d, %s out, epilogue %d); check shapes, alignment and free memory",
+                     what, (int)s, why, g ? g->M : 0, g ? g->N : 0, g ? g->K : 0,
+                     g ? g->trans_a : 0, g ? g->trans_b : 0, g ? g->lda : 0, g ? g->ldb : 0,
+                     g ? g->ldd : 0, g && g->d_fp32 ? "fp32" : "bf16", g ? g->epilogue : 0);
+}
+
+#define BLAS_TRY(expr, what, g)                                                                    \
+    do {                                                                                           \
+        cublasStatus_t dsc__s_ = (expr);                                                           \
+        if (dsc__s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+            st = blas_fail(dsc__s_, what, g);                                                      \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+extern "C" dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes) {
+    DSC_CUDA_ARG(out != NULL, "blas create: out is NULL");
+    *out = NULL;
+    dsc_cuda_blas *h = (dsc_cuda_blas *)calloc(1, sizeof *h);
+    if (!h) return dsc__fail(DSC_ERR_OOM, "blas create: out of host memory");
+    h->ws_bytes = workspace_bytes ? workspace_bytes : DEFAULT_WORKSPACE;
+    cudaError_t e = cudaMalloc(&h->ws, h->ws_bytes);
+    if (e != cudaSuccess) {
+        free(h);
+        return dsc__cuda_fail(e, "cudaMalloc of the matmul workspace", __FILE__, __LINE__);
+    }
+    cublasStatus_t s = cublasLtCreate(&h->lt);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        (void)cudaFree(h->ws);
+        free(h);
+        return blas_fail(s, "cublasLtCreate", NULL);
+    }
+    *out = h;
+    return DSC_OK;
+}
+
+extern "C" void dsc__cuda_blas_destroy(dsc_cuda_blas *h) {
+    if (!h) return;
+    (void)cublasLtDestroy(h->lt);
+    (void)cudaFree(h->ws);
+    free(h);
+}
+
+// Largest power of two (<= 256) that divides every pointer: the library picks kernels by it.
+static int common_alignment(const dsc_cuda_gemm *g) {
+    uintptr_t bits = (uintptr_t)g->A | (uintptr_t)g->B | (uintptr_t)g->D | 256;
+    if (g->C) bits |= (uintptr_t)g->C;
+    if (g->bias) bits |= (uintptr_t)g->bias;
+    if (g->aux) bits |= (uintptr_t)g->aux;
+    return (int)(bits & (~bits + 1));
+}
+
+static gemm_key key_of(const dsc_cuda_gemm *g) {
+    gemm_key k = {g->trans_a,
+                  g->trans_b,
+                  g->M,
+                  g->N,
+                  g->K,
+                  g->lda,
+                  g->ldb,
+                  g->ldc,
+                  g->ldd,
+                  g->aux ? g->ldaux : 0,
+                  g->d_fp32,
+                  g->epilogue,
+                  common_alignment(g)};
+    return k;
+}
+
+static bool key_eq(const gemm_key *a, const gemm_key *b) { return memcmp(a, b, sizeof *a) == 0; }
+
+static dsc_status check_gemm(const dsc_cuda_gemm *g) {
+    DSC_CUDA_ARG(g && g->A && g->B && g->D && g->M > 0 && g->N > 0 && g->K > 0,
+                 "gemm: missing operands or non-positive shape");
+    int cols_a = g->trans_a ? g->M : g->K, cols_b = g->trans_b ? g->K : g->N;
+    DSC_CUDA_ARG(g->lda >= cols_a && g->ldb >= cols_b && g->ldd >= g->N,
+                 "gemm: a row stride is shorter than its row (M %d N %d K %d, ld %d %d %d)", g->M,
+                 g->N, g->K, g->lda, g->ldb, g->ldd);
+    DSC_CUDA_ARG(g->beta == 0.0f || (g->C && g->ldc >= g->N), "gemm: beta != 0 needs C");
+    DSC_CUDA_ARG(g->epilogue >= DSC_CUDA_EPI_NONE && g->epilogue <= DSC_CUDA_EPI_DGELU,
+                 "gemm: unknown epilogue %d", g->epilogue);
+    DSC_CUDA_ARG(g->epilogue == DSC_CUDA_EPI_NONE || !g->d_fp32,
+                 "gemm: epilogues need a bf16 result");
+    bool need_bias = g->epilogue == DSC_CUDA_EPI_BIAS || g->epilogue == DSC_CUDA_EPI_GELU_BIAS;
+    bool need_aux = g->epilogue == DSC_CUDA_EPI_GELU_BIAS || g->epilogue == DSC_CUDA_EPI_DGELU;
+    DSC_CUDA_ARG(!need_bias || g->bias, "gemm: epilogue %d needs a bias", g->epilogue);
+    DSC_CUDA_ARG(!need_aux || (g->aux && g->ldaux >= g->N && g->ldaux % 8 == 0),
+                 "gemm: epilogue %d needs aux with a row stride >= N and a multiple of 8",
+                 g->epilogue);
+    return DSC_OK;
+}
+
+static cublasLtEpilogue_t epilogue_of(int e) {
+    switch (e) {
+    case DSC_CUDA_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case DSC_CUDA_EPI_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case DSC_CUDA_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+// The column-major problem: D^T (N, M) = op(B)^T (N, K) op(A)^T (K, M). A row-major matrix is
+// its own transpose read column-major, so the library's A is our B and its B our A.
+static dsc_status describe(const dsc_cuda_gemm *g, cublasLtMatmulDesc_t *op,
+                           cublasLtMatrixLayout_t lay[3]) {
+    dsc_status st = DSC_OK;
+    cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = epilogue_of(g->epilogue);
+    cudaDataType_t dt = g->d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
+    BLAS_TRY(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", g);
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+             "set TRANSA", g);
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+             "set TRANSB", g);
+    BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+             "set EPILOGUE", g);
+    if (g->bias)
+        BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                                sizeof g->bias),
+                 "set BIAS_POINTER", g);
+    if (g->aux) {
+        int64_t ld = g->ldaux;
+        BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &g->aux, sizeof g->aux),
+                 "set EPILOGUE_AUX_POINTER", g);
+        BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                                sizeof ld),
+                 "set EPILOGUE_AUX_LD", g);
+    }
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[0], CUDA_R_16BF, g->trans_b ? g->K : g->N,
+                                        g->trans_b ? g->N : g->K, g->ldb),
+             "layout of B", g);
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[1], CUDA_R_16BF, g->trans_a ? g->M : g->K,
+                                        g->trans_a ? g->K : g->M, g->lda),
+             "layout of A", g);
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[2], dt, g->N, g->M, g->ldd), "layout of D", g);
+done:
+    return st;
+}
+
+// The cached algorithm for this shape, or the heuristic's first choice (then cached).
+static dsc_status pick_algo(dsc_cuda_blas *h, const dsc_cuda_gemm *g, cublasLtMatmulDesc_t op,
+                            cublasLtMatrixLayout_t lay[3], cublasLtMatrixLayout_t cl,
+                            const cublasLtMatmulAlgo_t **algo) {
+    gemm_key k = key_of(g);
+    for (int i = 0; i < h->ncache; i++) {
+        if (!key_eq(&h->cache[i].key, &k)) continue;
+        *algo = &h->cache[i].algo;
+        return DSC_OK;
+    }
+    dsc_status st = DSC_OK;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    uint32_t align = (uint32_t)k.align;
+    BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate", g);
+    BLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &h->ws_bytes, sizeof h->ws_bytes),
+             "set MAX_WORKSPACE_BYTES", g);
+#if !DSC_HIP
+    {
+        const cublasLtMatmulPreferenceAttributes_t which[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            BLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align, sizeof align),
+                     "set MIN_ALIGNMENT", g);
+    }
+#endif
+    (void)align;
+    BLAS_TRY(cublasLtMatmulAlgoGetHeuristic(h->lt, op, lay[0], lay[1], cl, lay[2], pref, 1, &res,
+                                            &found),
+             "MatmulAlgoGetHeuristic", g);
+    if (found == 0) {
+        st = dsc__fail(DSC_ERR_UNSUPPORTED,
+                       "the BLAS library has no algorithm for the product M %d N %d K %d "
+                       "(epilogue %d, alignment %d bytes)",
+                       g->M, g->N, g->K, g->epilogue, k.align);
+        goto done;
+    }
+    {
+        int slot = h->ncache < ALGO_CACHE ? h->ncache++ : h->next++ % ALGO_CACHE;
+        h->cache[slot].key = k;
+        h->cache[slot].algo = res.algo;
+        *algo = &h->cache[slot].algo;
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return st;
+}
+
+extern "C" dsc_status dsc__cuda_gemm(dsc_cuda_blas *h, const dsc_cuda_gemm *g, void *stream) {
+    DSC_CUDA_ARG(h != NULL, "gemm: blas handle is NULL");
+    DSC_TRY(check_gemm(g));
+    dsc_status st = DSC_OK;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t lay[3] = {NULL, NULL, NULL}, cl = NULL;
+    const cublasLtMatmulAlgo_t *algo = NULL;
+    const void *C = g->beta != 0.0f ? g->C : g->D;
+    int ldc = g->beta != 0.0f ? g->ldc : g->ldd;
+    st = describe(g, &op, lay);
+    if (st != DSC_OK) goto done;
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&cl, g->d_fp32 ? CUDA_R_32F : CUDA_R_16BF, g->N, g->M, ldc),
+             "layout of C", g);
+    st = pick_algo(h, g, op, lay, cl, &algo);
+    if (st != DSC_OK) goto done;
+    BLAS_TRY(cublasLtMatmul(h->lt, op, &g->alpha, g->B, lay[0], g->A, lay[1], &g->beta, C, cl, g->D,
+                            lay[2], algo, h->ws, h->ws_bytes, (cudaStream_t)stream),
+             "cublasLtMatmul", g);
+done:
+    if (cl) cublasLtMatrixLayoutDestroy(cl);
+    for (int i = 0; i < 3; i++)
+        if (lay[i]) cublasLtMatrixLayoutDestroy(lay[i]);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return st;
+}
+
+#else // a HIP build without hipBLASLt
+
+struct dsc_cuda_blas {
+    int unused;
+};
+
+static dsc_status no_blas(void) {
+    return dsc__fail(DSC_ERR_UNSUPPORTED,
+                     "this build has no GPU BLAS (hipBLASLt was not found when it was compiled); "
+                     "install ROCm's hipblaslt and rebuild with DS_BUILD_HIP=1");
+}
+
+extern "C" dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes) {
+    if (out) *out = NULL;
+    return no_blas();
+}
+
+extern "C" void dsc__cuda_blas_destroy(dsc_cuda_blas *h) { free(h); }
+
+extern "C" dsc_status dsc__cuda_gemm(dsc_cuda_blas *h, const dsc_cuda_gemm *g, void *stream) {
+    return no_blas();
+}
+
+#endif

@@ -1,0 +1,59 @@
+// cuda/matmul.h - matrix products through the vendor BLAS (cuBLASLt; hipBLASLt in HIP builds):
+// bf16 operands, fp32 accumulation, bf16 or fp32 results, with the epilogues GPT-2 uses.
+//
+// Shapes are row-major, as the CPU kernels (dsc__gpt2_sgemm): D (M, N) = alpha op(A) op(B) +
+// beta C, op(X) = X^T when its flag is set. The wrapper turns this into the column-major call the
+// library expects (it computes D^T = op(B)^T op(A)^T). Heuristic algorithm choices are cached per
+// shape, so repeated products of one shape cost one lookup.
+#ifndef DSC_CUDA_MATMUL_H
+#define DSC_CUDA_MATMUL_H
+
+#include <stddef.h> // size_t
+#include <stdint.h> // uint16_t
+
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsc_cuda_blas dsc_cuda_blas; // a library handle, a workspace, an algorithm cache
+
+// workspace_bytes: 0 picks 32 MiB (what Hopper kernels want). Caller owns *out.
+dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes);
+void dsc__cuda_blas_destroy(dsc_cuda_blas *h); // NULL ok; waits for nothing: sync first
+
+enum {
+    DSC_CUDA_EPI_NONE = 0,
+    DSC_CUDA_EPI_BIAS = 1,      // D = alpha op(A) op(B) + beta C + bias (bias: N, D's type)
+    DSC_CUDA_EPI_GELU_BIAS = 2, // aux = that sum (pre-activation), D = GELU(aux) (tanh form)
+    DSC_CUDA_EPI_DGELU = 3,     // D = (alpha op(A) op(B)) * GELU'(aux), aux from GELU_BIAS
+};
+
+typedef struct dsc_cuda_gemm {
+    int trans_a, trans_b;
+    int M, N, K;
+    const uint16_t *A; // bf16, (M, K) or (K, M) when trans_a; row stride lda
+    int lda;
+    const uint16_t *B; // bf16, (K, N) or (N, K) when trans_b; row stride ldb
+    int ldb;
+    const void *C; // (M, N) with row stride ldc, D's type; may equal D; NULL when beta == 0
+    int ldc;
+    void *D; // (M, N), row stride ldd: bf16, or fp32 when d_fp32
+    int ldd;
+    int d_fp32;
+    float alpha, beta;
+    int epilogue;     // DSC_CUDA_EPI_*; epilogues need bf16 D
+    const void *bias; // (N) bf16, for BIAS and GELU_BIAS
+    uint16_t *aux;    // (M, N) bf16, row stride ldaux (a multiple of 8), for GELU_BIAS, DGELU
+    int ldaux;
+} dsc_cuda_gemm;
+
+// Enqueue one product on stream. DSC_ERR_INVALID_ARG for inconsistent shapes, DSC_ERR_CUDA when
+// the library refuses (the message names the shape), DSC_ERR_UNSUPPORTED without a vendor BLAS.
+dsc_status dsc__cuda_gemm(dsc_cuda_blas *h, const dsc_cuda_gemm *g, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

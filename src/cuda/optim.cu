@@ -1,0 +1,242 @@
+// cuda/optim.cu - fused optimizer steps, sum of squares, clipping coefficient (see optim.h).
+//
+// Per-step constants are computed on the host exactly as engine/optim/optim.c computes them (in
+// double where it does, then rounded to float), and the kernels spell every operation with an
+// explicitly rounded intrinsic so that the compiler cannot fuse a multiply and an add: the CPU's
+// scalar path does not fuse them either, which is what makes the two bitwise equal.
+#include "cuda/optim.h"
+
+#include <math.h> // pow, sqrt
+
+#include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_f32_bf16, dsc_f32_fp16
+
+#define OPT_THREADS 256
+#define OPT_MAX_BLOCKS 4096 // grid-stride beyond this; plenty to fill any current GPU
+#define SUMSQ_THREADS 256
+#define SUMSQ_BLOCKS DSC_CUDA_SUMSQ_SCRATCH // fixed, so the summation order never changes
+
+// The constants of one step (the fields of dsc__opt_args that the kernels read).
+typedef struct opt_consts {
+    float grad_scale;
+    float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+    float bias2, step_size, l2, decay;
+    float momentum, one_minus_dampening;
+    int sgd_mode, nesterov, out16_kind;
+} opt_consts;
+
+#define MUL __fmul_rn
+#define ADD __fadd_rn
+
+__device__ static inline void store16(uint16_t *out16, int kind, size_t i, float p) {
+    if (kind == DSC_OPT_OUT_BF16)
+        out16[i] = dsc_f32_bf16(p);
+    else if (kind == DSC_OPT_OUT_FP16)
+        out16[i] = dsc_f32_fp16(p);
+}
+
+__device__ static inline float scaled_grad(const float *g, size_t i, const opt_consts &k,
+                                           const float *dev_scale) {
+    float s = dev_scale ? MUL(k.grad_scale, *dev_scale) : k.grad_scale;
+    return MUL(g[i], s);
+}
+
+__global__ void adam_kernel(float *p, const float *g, float *m, float *v, uint16_t *out16, size_t n,
+                            opt_consts k, const float *dev_scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float pi = p[i], gi = scaled_grad(g, i, k, dev_scale);
+        if (k.l2 != 0.0f) gi = ADD(MUL(pi, k.l2), gi);
+        float mi = ADD(MUL(m[i], k.beta1), MUL(gi, k.one_minus_beta1));
+        float vi = ADD(MUL(v[i], k.beta2), MUL(MUL(gi, gi), k.one_minus_beta2));
+        float denom = ADD(MUL(__fsqrt_rn(vi), k.bias2), k.eps);
+        pi = ADD(MUL(pi, k.decay), MUL(__fdiv_rn(mi, denom), k.step_size));
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+        store16(out16, k.out16_kind, i, pi);
+    }
+}
+
+__global__ void sgd_kernel(float *p, const float *g, float *m, uint16_t *out16, size_t n,
+                           opt_consts k, const float *dev_scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float pi = p[i], gi = scaled_grad(g, i, k, dev_scale);
+        if (k.l2 != 0.0f) gi = ADD(MUL(pi, k.l2), gi);
+        float u = gi;
+        if (k.sgd_mode != DSC__SGD_PLAIN) {
+            float buf = gi;
+            if (k.sgd_mode == DSC__SGD_MOMENTUM)
+                buf = ADD(MUL(m[i], k.momentum), MUL(gi, k.one_minus_dampening));
+            m[i] = buf;
+            u = k.nesterov ? ADD(MUL(buf, k.momentum), gi) : buf;
+        }
+        pi = ADD(MUL(u, k.step_size), pi);
+        p[i] = pi;
+        store16(out16, k.out16_kind, i, pi);
+    }
+}
+
+__global__ void lion_kernel(float *p, const float *g, float *m, uint16_t *out16, size_t n,
+                            opt_consts k, const float *dev_scale) {
+    float lr = fabsf(k.step_size);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float pi = p[i], gi = scaled_grad(g, i, k, dev_scale), mi = m[i];
+        float c = ADD(MUL(mi, k.beta1), MUL(gi, k.one_minus_beta1));
+        pi = ADD(MUL(pi, k.decay), copysignf(lr, -c));
+        p[i] = pi;
+        m[i] = ADD(MUL(mi, k.beta2), MUL(gi, k.one_minus_beta2));
+        store16(out16, k.out16_kind, i, pi);
+    }
+}
+
+// ---- per-step constants (mirrors engine/optim/optim.c) ----
+
+static void consts_adam(const dsc_opt_hparams *h, int64_t step, opt_consts *k) {
+    bool decoupled = h->kind == DSC_OPT_ADAMW || h->adam_w_mode;
+    double bc1 = 1.0, bc2 = 1.0;
+    if (h->bias_correction) {
+        bc1 = 1.0 - pow(h->beta1, (double)step);
+        bc2 = 1.0 / sqrt(1.0 - pow(h->beta2, (double)step));
+    }
+    k->beta1 = h->beta1;
+    k->one_minus_beta1 = 1.0f - h->beta1;
+    k->beta2 = h->beta2;
+    k->one_minus_beta2 = 1.0f - h->beta2;
+    k->eps = h->eps;
+    k->bias2 = (float)bc2;
+    k->step_size = (float)(-(double)h->lr / bc1);
+    bool wd = h->weight_decay > 0;
+    k->l2 = (wd && !decoupled) ? h->weight_decay : 0.0f;
+    k->decay = (wd && decoupled) ? (float)(1.0 - (double)h->lr * h->weight_decay) : 1.0f;
+}
+
+static void consts_sgd(const dsc_opt_hparams *h, int64_t step, opt_consts *k) {
+    k->l2 = h->weight_decay;
+    k->step_size = -h->lr;
+    k->momentum = h->momentum;
+    k->one_minus_dampening = 1.0f - h->dampening;
+    k->nesterov = h->nesterov;
+    if (h->momentum == 0.0f)
+        k->sgd_mode = DSC__SGD_PLAIN;
+    else
+        k->sgd_mode = step <= 1 ? DSC__SGD_FIRST : DSC__SGD_MOMENTUM;
+    k->decay = 1.0f;
+}
+
+static void consts_lion(const dsc_opt_hparams *h, opt_consts *k) {
+    k->beta1 = h->beta1;
+    k->one_minus_beta1 = 1.0f - h->beta1;
+    k->beta2 = h->beta2;
+    k->one_minus_beta2 = 1.0f - h->beta2;
+    k->step_size = -h->lr;
+    k->decay = h->weight_decay > 0 ? (float)(1.0 - (double)h->lr * h->weight_decay) : 1.0f;
+}
+
+extern "C" dsc_status dsc__cuda_opt_step(const dsc_opt_hparams *h, int64_t step, float *p,
+                                         const float *g, float *m, float *v, size_t n,
+                                         float grad_scale, const float *dev_scale, uint16_t *out16,
+                                         int out16_kind, void *stream) {
+    if (n == 0) return DSC_OK;
+    DSC_CUDA_ARG(h && p && g, "optimizer step: h, p and g must be set");
+    DSC_CUDA_ARG(out16_kind >= DSC_OPT_OUT_NONE && out16_kind <= DSC_OPT_OUT_FP16,
+                 "optimizer step: unknown 16-bit output kind %d", out16_kind);
+    opt_consts k;
+    memset(&k, 0, sizeof k);
+    k.grad_scale = grad_scale;
+    k.out16_kind = out16 ? out16_kind : DSC_OPT_OUT_NONE;
+    cudaStream_t st = (cudaStream_t)stream;
+    unsigned blocks = dsc__blocks((long long)((n + OPT_THREADS - 1) / OPT_THREADS), 1);
+    if (blocks > OPT_MAX_BLOCKS) blocks = OPT_MAX_BLOCKS;
+    switch (h->kind) {
+    case DSC_OPT_ADAM:
+    case DSC_OPT_ADAMW:
+        DSC_CUDA_ARG(m && v, "optimizer step: Adam needs m and v");
+        consts_adam(h, step, &k);
+        adam_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, v, out16, n, k, dev_scale);
+        break;
+    case DSC_OPT_SGD:
+        consts_sgd(h, step, &k);
+        DSC_CUDA_ARG(k.sgd_mode == DSC__SGD_PLAIN || m, "optimizer step: SGD momentum needs m");
+        sgd_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, out16, n, k, dev_scale);
+        break;
+    case DSC_OPT_LION:
+        DSC_CUDA_ARG(m != NULL, "optimizer step: Lion needs m");
+        consts_lion(h, &k);
+        lion_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, out16, n, k, dev_scale);
+        break;
+    default: return dsc__fail(DSC_ERR_INVALID_ARG, "optimizer step: unknown kind %d", (int)h->kind);
+    }
+    DSC_CUDA_LAUNCHED("optimizer step kernel");
+    return DSC_OK;
+}
+
+// ---- sum of squares, clipping ----
+
+__device__ static double block_sum_d(double v, double *sh) {
+    int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
+    int nwarps = blockDim.x / DSC_WARP_SIZE;
+    for (int o = DSC_WARP_SIZE / 2; o > 0; o >>= 1)
+        v += dsc_shfl_xor_d(v, o);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = 0.0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < nwarps; w++)
+            v += sh[w];
+    return v; // valid in thread 0
+}
+
+__global__ void sumsq_partial_kernel(double *part, const float *g, size_t n, double scale) {
+    __shared__ double sh[DSC_MAX_WARPS];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double x = (double)g[i] * scale;
+        s += x * x;
+    }
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void sumsq_final_kernel(double *acc, int *nonfinite, const double *part) {
+    __shared__ double sh[DSC_MAX_WARPS];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += blockDim.x)
+        s += part[i];
+    s = block_sum_d(s, sh);
+    if (threadIdx.x != 0) return;
+    acc[0] += s;
+    if (nonfinite && !isfinite(s)) *nonfinite = 1;
+}
+
+extern "C" dsc_status dsc__cuda_opt_sumsq(double *acc, int *nonfinite, double *scratch,
+                                          const float *g, size_t n, float scale, void *stream) {
+    DSC_CUDA_ARG(acc && scratch && (g || n == 0), "sumsq: acc, scratch and g must be set");
+    if (n == 0) return DSC_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, st>>>(scratch, g, n, (double)scale);
+    DSC_CUDA_LAUNCHED("sumsq_partial_kernel");
+    sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, st>>>(acc, nonfinite, scratch);
+    DSC_CUDA_LAUNCHED("sumsq_final_kernel");
+    return DSC_OK;
+}
+
+__global__ void clip_coef_kernel(float *coef, const double *sumsq, float max_norm) {
+    double norm = sqrt(sumsq[0]);
+    float c = 1.0f;
+    if (max_norm > 0.0f && isfinite(norm)) {
+        double q = (double)max_norm / (norm + 1e-6);
+        if (q < 1.0) c = (float)q;
+    }
+    coef[0] = c;
+}
+
+extern "C" dsc_status dsc__cuda_opt_clip_coef(float *coef, const double *sumsq, float max_norm,
+                                              void *stream) {
+    DSC_CUDA_ARG(coef && sumsq, "clip coefficient: coef and sumsq must be set");
+    clip_coef_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(coef, sumsq, max_norm);
+    DSC_CUDA_LAUNCHED("clip_coef_kernel");
+    return DSC_OK;
+}

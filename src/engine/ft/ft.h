@@ -1,0 +1,41 @@
+// engine/ft/ft.h - fault tolerance inside the engine (docs/fault-tolerance.md): the step
+// watchdog, snapshots of this rank's state and a buddy's replica, recovery after a communication
+// fault (agree on the survivors, new communicator, re-layout, restore, redo the step), and fault
+// injection for tests. engine.c and zero/zero.c call these; the public face is in dsc/engine.h.
+#ifndef DSC_ENGINE_FT_H
+#define DSC_ENGINE_FT_H
+
+#include "dsc/engine.h" // dsc_engine, dsc_ft_report
+
+// After the engine's communicator exists (no-op on one rank, where there is nothing to recover).
+dsc_status dsc__ft_create(dsc_engine *e);
+void dsc__ft_destroy(dsc_engine *e); // stops the watchdog; NULL state ok
+
+// The optimizer step's deadline (fault_tolerance.step_timeout_s): armed by dsc_step_begin,
+// disarmed at the end of dsc_step's boundary.
+void dsc__ft_step_begin(dsc_engine *e);
+void dsc__ft_step_end(dsc_engine *e);
+
+// Where the step is (a static string: "forward", "backward", "reduce", "optimizer", ...): named
+// by the watchdog's message, and the place where DSC_FT_INJECT faults fire.
+void dsc__ft_point(dsc_engine *e, const char *phase);
+
+// At the optimizer step's boundary, after the update: copy this rank's state into a snapshot and
+// start sending it to the buddy rank (rank + 1); _end waits for the exchange. Together they
+// commit the step: from here it survives the loss of any one rank.
+dsc_status dsc__ft_commit_begin(dsc_engine *e);
+dsc_status dsc__ft_commit_end(dsc_engine *e);
+// The state changed outside a step (initial weights, a checkpoint load): snapshot and replicate
+// it (every rank calls it).
+dsc_status dsc__ft_state_changed(dsc_engine *e);
+
+// dsc_engine_recover (see dsc/engine.h).
+dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *out);
+int64_t dsc__ft_events(const dsc_engine *e);
+
+// Test hooks (docs/fault-tolerance.md): the full training state at a step boundary to and from
+// one safetensors file, independent of world size and stage (collective; rank 0 writes).
+dsc_status dsc__ft_save_state(dsc_engine *e, const char *path);
+dsc_status dsc__ft_load_state(dsc_engine *e, const char *path);
+
+#endif

@@ -1,0 +1,93 @@
+// engine/ft/ft_impl.h - the fault-tolerance state of one engine, shared by the files of
+// engine/ft/ (ft.c: watchdog, events, injection; replica.c: snapshots and the buddy ring;
+// recover.c: recovery; state_io.c: whole-state files for tests).
+#ifndef DSC_ENGINE_FT_IMPL_H
+#define DSC_ENGINE_FT_IMPL_H
+
+#include <pthread.h>   // pthread_t, pthread_mutex_t, pthread_cond_t
+#include <stdatomic.h> // _Atomic
+#include <stdbool.h>   // bool
+#include <stdint.h>    // int64_t
+
+#include "dsc/comm.h"           // dsc_comm, dsc_comm_req
+#include "engine/engine_impl.h" // struct dsc_engine
+#include "engine/state.h"       // dsc_state_scalars
+
+enum { FT_DEGRADE = 0, FT_RESTART = 1, FT_ABORT = 2 };
+
+// One packed copy of a rank's state at a step boundary: nvec vectors of len floats (the fp32
+// master, then the moments), each in the partition's order (group by group, this rank's slice),
+// or the full buffers at stage 0.
+typedef struct ft_slot {
+    float *buf;           // (nvec, len)
+    int64_t tag;          // the step boundary it holds (global steps), -1: empty or invalid
+    dsc_state_scalars sc; // own slots: the scalars of that boundary
+} ft_slot;
+
+#define FT_MAX_INJECT 8
+
+// DSC_FT_INJECT entries: "RANK:STEP:POINT[:ACTION]" (STEP may be *).
+typedef struct ft_inject {
+    int rank;
+    int64_t step; // -1: every step
+    char point[24];
+    char action[24]; // "kill" (default), "stop", "exit", "sleep=S"
+    int64_t fired_step;
+} ft_inject;
+
+struct dsc__ft {
+    // configuration
+    double comm_timeout, step_timeout;
+    int policy;    // FT_DEGRADE, FT_RESTART, FT_ABORT
+    bool ring;     // replicate this rank's state to the buddy (stages 1-3, replicate on)
+    // identity across recoveries
+    int orig_rank; // the rank this process started as
+    int *orig_of;  // (world) original rank of every current rank
+    int gen;       // recoveries so far
+    // snapshots (replica.c)
+    size_t len;    // floats per vector: the partition (stages 1-3) or the whole layout (stage 0)
+    int nvec;      // 1 + moments
+    ft_slot own[2], rep[2]; // own: this rank; rep: the replica of rank - 1 (the ring's sender)
+    dsc_comm_req *send_req, *recv_req;
+    ft_slot *recv_slot;     // receiving the replica of this boundary
+    int64_t recv_tag;
+    double pack_s, wait_s;  // time on the caller's thread: packing, waiting for the exchange
+    int64_t commits;
+    // watchdog (ft.c)
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu; // guards everything below up to `events`
+    pthread_cond_t cv;
+    bool armed, stop, fired;
+    double deadline, step_t0, last_step_s;
+    int64_t step;         // the optimizer step in progress (set by dsc_step_begin)
+    dsc_comm *watch_comm; // the communicator the watchdog aborts
+    _Atomic(const char *) phase;
+    _Atomic int64_t events;
+    // retries (recover.c): the step whose transient fault was already retried, or -1
+    int64_t retried_step;
+    // fault injection (tests)
+    ft_inject inject[FT_MAX_INJECT];
+    int ninject;
+};
+
+// ft.c
+void dsc__ft_disarm(struct dsc__ft *ft);
+void dsc__ft_set_comm(struct dsc__ft *ft, dsc_comm *c); // the communicator the watchdog aborts
+
+// replica.c
+dsc_status dsc__ft_slots_alloc(dsc_engine *e); // for the current layout; every tag -1
+void dsc__ft_slots_free(struct dsc__ft *ft);
+void dsc__ft_report_cost(const struct dsc__ft *ft); // DSC_LOG=info: time spent per step
+void dsc__ft_ring_drain(dsc_engine *e);           // wait (and forget) the exchange in flight
+void dsc__ft_pack(dsc_engine *e, float *buf);     // live state -> (nvec, len)
+void dsc__ft_unpack(dsc_engine *e, const float *buf); // (nvec, len) -> live state (same layout)
+ft_slot *dsc__ft_own_at(struct dsc__ft *ft, int64_t tag); // NULL when not held
+ft_slot *dsc__ft_rep_at(struct dsc__ft *ft, int64_t tag);
+
+// state_io.c: fill this rank's slices of the current layout from a source of whole parameters
+// (vector k of parameter i: `numel` floats from src(user, k, i)).
+typedef const float *(*ft_param_src)(void *user, int k, int i);
+void dsc__ft_fill_slices(dsc_engine *e, ft_param_src src, void *user);
+
+#endif

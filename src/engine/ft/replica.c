@@ -1,0 +1,209 @@
+// engine/ft/replica.c - snapshots of this rank's training state and the buddy ring.
+//
+// At every step boundary, after the optimizer, each rank packs its state (the fp32 master and the
+// moments of its partition, or of everything at stage 0) into one of two snapshot slots, tagged
+// with the step, and sends it to rank + 1, which keeps it in one of two replica slots. Two of
+// each, because ranks may be one step apart when a fault strikes: a rank that already committed
+// step s and one still inside it can then both restore step s - 1 (or both s), and so can the
+// replica of a dead rank. A slot's tag is cleared before it is overwritten and set only once the
+// copy (or the receive) is complete, so a slot never claims a state it does not hold entirely.
+#include <stdint.h> // uintptr_t
+#include <stdlib.h> // aligned_alloc, free
+#include <string.h> // memcpy
+
+#if defined(__x86_64__)
+#include <emmintrin.h> // _mm_stream_si128, _mm_sfence (SSE2: every x86-64)
+#endif
+
+#include "base/log.h"          // DSC_INFO
+#include "base/status.h"       // dsc__fail, DSC_TRY
+#include "base/time.h"         // dsc_now
+#include "engine/ft/ft.h"      // dsc__ft_*
+#include "engine/ft/ft_impl.h" // struct dsc__ft, ft_slot
+
+// ---- slots ----
+
+static float *alloc_floats(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+void dsc__ft_report_cost(const struct dsc__ft *ft) {
+    if (!ft->commits) return;
+    double n = (double)ft->commits;
+    DSC_INFO("ft", "rank %d: snapshots and replicas: %lld commits of %.2f MiB, %.3f ms per step "
+             "(copy %.3f ms, waiting for the exchange %.3f ms)", ft->orig_rank,
+             (long long)ft->commits, (double)ft->len * (double)ft->nvec * 4 / (1 << 20),
+             (ft->pack_s + ft->wait_s) / n * 1e3, ft->pack_s / n * 1e3, ft->wait_s / n * 1e3);
+}
+
+void dsc__ft_slots_free(struct dsc__ft *ft) {
+    for (int k = 0; k < 2; k++) {
+        free(ft->own[k].buf);
+        free(ft->rep[k].buf);
+        ft->own[k] = (ft_slot){.tag = -1};
+        ft->rep[k] = (ft_slot){.tag = -1};
+    }
+}
+
+dsc_status dsc__ft_slots_alloc(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    dsc__ft_slots_free(ft);
+    ft->len = e->stage == 0 ? e->total : e->part;
+    ft->nvec = e->v ? 3 : 2;
+    size_t n = ft->len * (size_t)ft->nvec;
+    bool ok = true;
+    for (int k = 0; k < 2; k++) {
+        ok &= (ft->own[k].buf = alloc_floats(n)) != NULL;
+        if (ft->ring) ok &= (ft->rep[k].buf = alloc_floats(n)) != NULL;
+    }
+    if (!ok)
+        return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory for the state snapshots "
+                         "(%.1f MiB); set fault_tolerance.replicate to false to save half",
+                         (double)n * 4 * (ft->ring ? 4 : 2) / (1 << 20));
+    return DSC_OK;
+}
+
+ft_slot *dsc__ft_own_at(struct dsc__ft *ft, int64_t tag) {
+    for (int k = 0; k < 2; k++)
+        if (tag >= 0 && ft->own[k].tag == tag) return &ft->own[k];
+    return NULL;
+}
+
+ft_slot *dsc__ft_rep_at(struct dsc__ft *ft, int64_t tag) {
+    for (int k = 0; k < 2; k++)
+        if (tag >= 0 && ft->rep[k].tag == tag) return &ft->rep[k];
+    return NULL;
+}
+
+// The slot to overwrite with the state of boundary `tag`: the one holding it already, else the
+// older one.
+static ft_slot *slot_for(ft_slot s[2], int64_t tag) {
+    if (s[0].tag == tag) return &s[0];
+    if (s[1].tag == tag) return &s[1];
+    return s[0].tag <= s[1].tag ? &s[0] : &s[1];
+}
+
+// ---- packing ----
+
+// memcpy with non-temporal stores: a snapshot is not read again soon, so writing it around the
+// cache spares the memory bus the read-for-ownership of every destination line (a third of the
+// copy's traffic) and keeps the training data in cache.
+static void stream_copy(float *dst, const float *src, size_t n) {
+#if defined(__x86_64__)
+    uint8_t *d = (uint8_t *)dst;
+    const uint8_t *s = (const uint8_t *)src;
+    size_t bytes = n * sizeof(float), head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (bytes >= 4096 && head % 4 == 0) {
+        memcpy(d, s, head);
+        size_t body = (bytes - head) & ~(size_t)63;
+        for (size_t i = head; i < head + body; i += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+            __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+            _mm_stream_si128((__m128i *)(d + i), a);
+            _mm_stream_si128((__m128i *)(d + i + 16), b);
+            _mm_stream_si128((__m128i *)(d + i + 32), c);
+            _mm_stream_si128((__m128i *)(d + i + 48), e);
+        }
+        memcpy(d + head + body, s + head + body, bytes - head - body);
+        _mm_sfence(); // the streamed lines are visible before the slot's tag is set or it is sent
+        return;
+    }
+#endif
+    memcpy(dst, src, n * sizeof(float));
+}
+
+// Vector k of the live state: 0 the fp32 master, 1 and 2 the moments.
+static float *vec_of(dsc_engine *e, int k) { return k == 0 ? e->master : k == 1 ? e->m : e->v; }
+
+void dsc__ft_pack(dsc_engine *e, float *buf) {
+    struct dsc__ft *ft = e->ft;
+    size_t len = ft->len;
+    for (int k = 0; k < ft->nvec; k++) {
+        float *dst = buf + (size_t)k * len; // (len)
+        if (k == 1) dsc__ft_point(e, "snapshot"); // half-way through the copy
+        if (k > 0 || e->stage == 0) {
+            stream_copy(dst, vec_of(e, k), len);
+            continue;
+        }
+        for (int g = 0; g < e->ngroups; g++) { // fp32 stages 1-2 keep the master inside `work`
+            const group *gr = &e->groups[g];
+            stream_copy(dst + gr->part_off, dsc__zero_master_slice(e, g), gr->slice);
+        }
+    }
+}
+
+void dsc__ft_unpack(dsc_engine *e, const float *buf) {
+    struct dsc__ft *ft = e->ft;
+    size_t len = ft->len;
+    for (int k = 0; k < ft->nvec; k++) {
+        const float *src = buf + (size_t)k * len; // (len)
+        if (k > 0 || e->stage == 0) {
+            memcpy(vec_of(e, k), src, len * sizeof(float));
+            continue;
+        }
+        for (int g = 0; g < e->ngroups; g++) {
+            const group *gr = &e->groups[g];
+            memcpy(dsc__zero_master_slice(e, g), src + gr->part_off, gr->slice * sizeof(float));
+        }
+    }
+}
+
+// ---- the ring ----
+
+void dsc__ft_ring_drain(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (ft->send_req) dsc_comm_wait(ft->send_req);
+    if (ft->recv_req) dsc_comm_wait(ft->recv_req);
+    ft->send_req = ft->recv_req = NULL;
+    ft->recv_slot = NULL;
+}
+
+dsc_status dsc__ft_commit_begin(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft) return DSC_OK;
+    dsc__ft_ring_drain(e); // normally nothing: the last exchange was waited
+    double t0 = dsc_now();
+    ft_slot *own = slot_for(ft->own, e->global_steps);
+    own->tag = -1;
+    dsc__ft_pack(e, own->buf);
+    dsc__state_scalars_get(e, &own->sc);
+    own->tag = e->global_steps;
+    ft->pack_s += dsc_now() - t0;
+    ft->commits++;
+    if (!ft->ring) return DSC_OK;
+    ft_slot *rep = slot_for(ft->rep, e->global_steps);
+    rep->tag = -1;
+    ft->recv_slot = rep;
+    ft->recv_tag = e->global_steps;
+    int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
+    size_t n = ft->len * (size_t)ft->nvec;
+    dsc_status st = dsc_comm_recv(e->comm, rep->buf, n, DSC_DT_F32, prev, &ft->recv_req);
+    if (st == DSC_OK) st = dsc_comm_send(e->comm, own->buf, n, DSC_DT_F32, next, &ft->send_req);
+    if (st != DSC_OK) {
+        dsc__ft_ring_drain(e); // the replica slot keeps tag -1
+        return st;
+    }
+    dsc__ft_point(e, "ring");
+    return DSC_OK;
+}
+
+dsc_status dsc__ft_commit_end(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft || !ft->recv_slot) return DSC_OK;
+    double t0 = dsc_now();
+    dsc_status st = ft->send_req ? dsc_comm_wait(ft->send_req) : DSC_OK;
+    dsc_status rst = ft->recv_req ? dsc_comm_wait(ft->recv_req) : DSC_OK;
+    ft->wait_s += dsc_now() - t0;
+    ft->send_req = ft->recv_req = NULL;
+    if (rst == DSC_OK) ft->recv_slot->tag = ft->recv_tag;
+    ft->recv_slot = NULL;
+    return st != DSC_OK ? st : rst;
+}
+
+dsc_status dsc__ft_state_changed(dsc_engine *e) {
+    DSC_TRY(dsc__ft_commit_begin(e));
+    return dsc__ft_commit_end(e);
+}

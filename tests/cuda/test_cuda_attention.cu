@@ -1,0 +1,176 @@
+// Causal flash attention on the GPU (cuda/attention.h) against a float64 reference written here:
+// forward output (bf16, 1e-2), lse (fp32, 1e-5), and the backward's dq, dk, dv (bf16 operands
+// through two tile products each: 2e-2), at lengths that are and are not multiples of the tile;
+// the backward is checked to be bitwise repeatable. Then timings at GPT-2 124M's shape.
+#include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_bf16
+
+#include <math.h> // exp, log, sqrt
+
+extern "C" {
+#include "cuda/attention.h" // dsc__cuda_attention_*
+}
+
+#define HS 64
+#define TOL_FWD 1e-2
+#define TOL_BWD 2e-2
+#define TOL_PEAKED 5e-2
+#define TOL_F32 1e-5
+
+// Reference for one (b, h): y (T, HS), lse (T), and given dy, dq dk dv (T, HS) each.
+static void ref_bh(const std::vector<float> &qkv, const std::vector<float> &dy, int b, int h, int T,
+                   int C, std::vector<double> &y, std::vector<double> &lse,
+                   std::vector<double> &dqkv) {
+    size_t C3 = 3 * (size_t)C;
+    auto q = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * C3 + h * HS + d]; };
+    auto k = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * C3 + C + h * HS + d]; };
+    auto v = [&](int t, int d) {
+        return (double)qkv[((size_t)b * T + t) * C3 + 2 * C + h * HS + d];
+    };
+    auto g = [&](int t, int d) { return (double)dy[((size_t)b * T + t) * C + h * HS + d]; };
+    double scale = 1.0 / sqrt((double)HS);
+    std::vector<double> P(T), dP(T);
+    for (int t = 0; t < T; t++) {
+        double m = -INFINITY;
+        for (int s = 0; s <= t; s++) {
+            double a = 0;
+            for (int d = 0; d < HS; d++)
+                a += q(t, d) * k(s, d);
+            P[s] = a * scale;
+            m = P[s] > m ? P[s] : m;
+        }
+        double sum = 0;
+        for (int s = 0; s <= t; s++)
+            sum += (P[s] = exp(P[s] - m));
+        for (int s = 0; s <= t; s++)
+            P[s] /= sum;
+        lse[t] = m + log(sum);
+        for (int d = 0; d < HS; d++) {
+            double a = 0;
+            for (int s = 0; s <= t; s++)
+                a += P[s] * v(s, d);
+            y[(size_t)t * HS + d] = a;
+        }
+        // backward of row t: dP = dy v^T, dS = P (dP - sum P dP)
+        double dot = 0;
+        for (int s = 0; s <= t; s++) {
+            double a = 0;
+            for (int d = 0; d < HS; d++)
+                a += g(t, d) * v(s, d);
+            dP[s] = a;
+            dot += P[s] * a;
+        }
+        for (int s = 0; s <= t; s++) {
+            double ds = P[s] * (dP[s] - dot);
+            for (int d = 0; d < HS; d++) {
+                dqkv[((size_t)t * 3 + 0) * HS + d] += ds * k(s, d) * scale;
+                dqkv[((size_t)s * 3 + 1) * HS + d] += ds * q(t, d) * scale;
+                dqkv[((size_t)s * 3 + 2) * HS + d] += P[s] * g(t, d);
+            }
+        }
+    }
+}
+
+static void test_attention(int B, int T, int NH, double qscale, double tol_bwd) {
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    std::vector<float> qkv = randn((size_t)B * T * C3, qscale), dy = randn((size_t)B * T * C, 1.0);
+    std::vector<uint16_t> qkv16 = to_bf16(qkv), dy16 = to_bf16(dy);
+    uint16_t *d_qkv = dev_upload(qkv16), *d_dy = dev_upload(dy16);
+    uint16_t *d_out = dev_alloc<uint16_t>((size_t)B * T * C),
+             *d_dqkv = dev_alloc<uint16_t>((size_t)B * T * C3);
+    float *d_lse = dev_alloc<float>((size_t)B * NH * T);
+    float *d_scr = dev_alloc<float>(dsc__cuda_attention_backward_scratch(B, T, NH));
+    DS(dsc__cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NULL));
+    DS(dsc__cuda_attention_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, NULL));
+    SYNC();
+    std::vector<float> out = from_bf16(dev_download(d_out, (size_t)B * T * C));
+    std::vector<float> lse = dev_download(d_lse, (size_t)B * NH * T);
+    std::vector<uint16_t> dq16 = dev_download(d_dqkv, (size_t)B * T * C3);
+    std::vector<float> dq = from_bf16(dq16);
+    // gather the reference into the device layouts
+    std::vector<double> ry((size_t)B * T * C), rl((size_t)B * NH * T), rd((size_t)B * T * C3);
+    std::vector<double> y((size_t)T * HS), l(T), d((size_t)T * 3 * HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            std::fill(d.begin(), d.end(), 0.0);
+            ref_bh(qkv, dy, b, h, T, C, y, l, d);
+            for (int t = 0; t < T; t++) {
+                rl[((size_t)b * NH + h) * T + t] = l[t];
+                for (int e = 0; e < HS; e++) {
+                    ry[((size_t)b * T + t) * C + h * HS + e] = y[(size_t)t * HS + e];
+                    for (int part = 0; part < 3; part++)
+                        rd[((size_t)b * T + t) * C3 + part * C + h * HS + e] =
+                            d[((size_t)t * 3 + part) * HS + e];
+                }
+            }
+        }
+    char name[128];
+    snprintf(name, sizeof name, "attention forward out (B %d T %d NH %d, q x%.0f)", B, T, NH,
+             qscale);
+    check(name, rel_err(out.data(), ry.data(), ry.size()), TOL_FWD);
+    check("attention forward lse", rel_err(lse.data(), rl.data(), rl.size()), TOL_F32);
+    // dq, dk, dv separately: each is its own kernel path
+    for (int part = 0; part < 3; part++) {
+        std::vector<float> g;
+        std::vector<double> r;
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int c = 0; c < C; c++) {
+                g.push_back(dq[bt * C3 + part * C + c]);
+                r.push_back(rd[bt * C3 + part * C + c]);
+            }
+        snprintf(name, sizeof name, "attention backward d%c", "qkv"[part]);
+        check(name, rel_err(g.data(), r.data(), r.size()), tol_bwd);
+    }
+    CK(cudaMemset(d_dqkv, 0xff, (size_t)B * T * C3 * 2));
+    DS(dsc__cuda_attention_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, NULL));
+    SYNC();
+    std::vector<uint16_t> again = dev_download(d_dqkv, (size_t)B * T * C3);
+    check_true("attention backward is bitwise repeatable", again == dq16);
+    cudaFree(d_qkv), cudaFree(d_dy), cudaFree(d_out), cudaFree(d_dqkv), cudaFree(d_lse),
+        cudaFree(d_scr);
+}
+
+// Causal attention FLOPs: 2 products of T^2/2 x HS multiply-adds each (forward), 5 in the
+// backward as counted by flash-attention papers (ours does 7: dS is recomputed for dQ).
+static void time_attention(int B, int T, int NH) {
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    std::vector<float> qkv = randn((size_t)B * T * C3, 1.0), dy = randn((size_t)B * T * C, 1.0);
+    std::vector<uint16_t> qkv16 = to_bf16(qkv), dy16 = to_bf16(dy);
+    uint16_t *d_qkv = dev_upload(qkv16), *d_dy = dev_upload(dy16);
+    uint16_t *d_out = dev_alloc<uint16_t>((size_t)B * T * C),
+             *d_dqkv = dev_alloc<uint16_t>((size_t)B * T * C3);
+    float *d_lse = dev_alloc<float>((size_t)B * NH * T);
+    float *d_scr = dev_alloc<float>(dsc__cuda_attention_backward_scratch(B, T, NH));
+    double fwd_flops = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
+    double ms_f = time_ms(
+        [&] { dsc__cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NULL); }, 3, 20);
+    double ms_b = time_ms(
+        [&] {
+            dsc__cuda_attention_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH,
+                                         NULL);
+        },
+        3, 20);
+    SYNC();
+    printf("time attention forward  (B %d T %d NH %d): %.3f ms, %.1f TFLOP/s\n", B, T, NH, ms_f,
+           fwd_flops / ms_f / 1e9);
+    printf("time attention backward (B %d T %d NH %d): %.3f ms, %.1f TFLOP/s (2.5x forward "
+           "FLOPs counted)\n",
+           B, T, NH, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
+    cudaFree(d_qkv), cudaFree(d_dy), cudaFree(d_out), cudaFree(d_dqkv), cudaFree(d_lse),
+        cudaFree(d_scr);
+}
+
+int main(void) {
+    require_device("test_cuda_attention");
+    bool small = small_mode();
+    test_attention(2, 128, 2, 1.0, TOL_BWD);
+    test_attention(1, 100, 3, 1.0, TOL_BWD); // T not a multiple of the 64-row tile
+    test_attention(1, 37, 1, 1.0, TOL_BWD);  // one partial tile
+    if (!small) {
+        test_attention(2, 300, 2, 2.0, TOL_PEAKED); // peaked softmax
+        test_attention(1, 1024, 1, 1.0, TOL_BWD);
+        time_attention(16, 1024, 12);
+    }
+    return finish("test_cuda_attention");
+}

@@ -1,0 +1,608 @@
+// Unit tests of checkpoints (one rank): manifest checksum and parsing, save/load bitwise across
+// ZeRO stages (weights and optimizer moments), async saves and `latest`, keep_last, leftovers,
+// validation failures (BAD), corruption detection with resume fallback, resharding of a
+// synthetic 3-rank checkpoint against an independent reference, export, parameter mismatches.
+// Multi-rank saving and loading is tested by tests/ckpt/*.sh with real processes.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>     // sinf
+#include <stdio.h>    // snprintf, fopen
+#include <stdlib.h>   // mkdtemp, getenv, free, system
+#include <string.h>   // strstr, memcmp
+#include <sys/stat.h> // mkdir, stat
+#include <unistd.h>   // truncate, unlink
+
+#include "dsc/checkpoint.h"          // dsc_ckpt_*, dsc_checkpointing_*
+#include "dsc/engine.h"              // dsc_engine_*
+#include "dsc/half.h"                // dsc_fp32_to_bf16
+#include "engine/ckpt/fs.h"          // dsc__ckpt_*
+#include "engine/ckpt/manifest.h"    // dsc__manifest_*
+#include "engine/ckpt/safetensors.h" // dsc_st_*
+#include "engine/ckpt/shard.h"       // dsc__shard_*
+
+static const dsc_param_desc params[] = {
+    {"wte.weight", 2, {13, 7}, 0}, {"h.0.w", 2, {7, 9}, 1}, {"h.0.b", 1, {9}, 1}, {"ln_f.weight", 1, {7}, 2},
+};
+#define NP 4
+#define NG 3
+
+static int64_t numel_of(int i) {
+    int64_t n = 1;
+    for (int d = 0; d < params[i].ndim; d++) n *= params[i].shape[d];
+    return n;
+}
+
+static char tmpdir[512];
+
+static int setup_dir(void **state) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/dsc_test_ckpt_XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) return -1;
+    return 0;
+}
+
+static int teardown_dir(void **state) {
+    dsc__ckpt_rmtree(tmpdir);
+    return 0;
+}
+
+static void path_of(char *out, size_t cap, const char *sub) { snprintf(out, cap, "%s/%s", tmpdir, sub); }
+
+static dsc_engine *make(int stage, const char *optimizer) {
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 0.01}},"
+             " \"zero_optimization\": {\"stage\": %d}, \"checkpoint\": {\"async\": false}}", optimizer, stage);
+    dsc_engine *e = NULL;
+    dsc_engine_opts o = {.config_json = json, .params = params, .nparams = NP, .world_size = 1};
+    if (dsc_engine_create(&e, &o) != DSC_OK) fail_msg("engine create: %s", dsc_last_error());
+    for (int i = 0; i < NP; i++)
+        for (int64_t k = 0; k < numel_of(i); k++) dsc_param_master(e, i)[k] = 0.02f * sinf((float)(7 * i + k));
+    assert_int_equal(dsc_params_updated(e), DSC_OK);
+    return e;
+}
+
+// One optimizer step with gradients that depend only on (step, tensor, element).
+static void train(dsc_engine *e, int steps) {
+    for (int s = 0; s < steps; s++) {
+        int64_t step = dsc_engine_global_steps(e) + 1;
+        assert_int_equal(dsc_backward_begin(e), DSC_OK);
+        for (int g = NG - 1; g >= 0; g--) {
+            assert_int_equal(dsc_gather(e, g), DSC_OK);
+            for (int i = 0; i < NP; i++) {
+                if (params[i].group != g) continue;
+                float *gr = dsc_param_grad(e, i);
+                for (int64_t k = 0; k < numel_of(i); k++)
+                    gr[k] += sinf(0.37f * (float)step + 1.3f * (float)i + 0.01f * (float)k);
+            }
+            assert_int_equal(dsc_release(e, g), DSC_OK);
+            assert_int_equal(dsc_grads_ready(e, g), DSC_OK);
+        }
+        dsc_step_info info;
+        assert_int_equal(dsc_step(e, &info), DSC_OK);
+        assert_true(info.boundary);
+    }
+}
+
+// The weights as the model sees them (fp32: the master values), whole, into out (all tensors).
+static void weights(dsc_engine *e, float *out) {
+    for (int g = 0; g < NG; g++) {
+        assert_int_equal(dsc_gather(e, g), DSC_OK);
+        float *o = out;
+        for (int i = 0; i < NP; i++) {
+            if (params[i].group == g) memcpy(o, dsc_param_data(e, i), (size_t)numel_of(i) * 4);
+            o += numel_of(i);
+        }
+        assert_int_equal(dsc_release(e, g), DSC_OK);
+    }
+}
+
+static int64_t total_numel(void) {
+    int64_t n = 0;
+    for (int i = 0; i < NP; i++) n += numel_of(i);
+    return n;
+}
+
+static dsc_ckpt_opts sync_opts(void) {
+    return (dsc_ckpt_opts){.async = false, .validate = true};
+}
+
+// ---- manifest ----
+
+static void test_manifest_roundtrip_and_tamper(void **state) {
+    dsc_engine *e = make(2, "AdamW");
+    train(e, 2);
+    dsc__manifest m, back;
+    assert_int_equal(dsc__manifest_from_engine(&m, e, "global_step2"), DSC_OK);
+    m.files[0].bytes = 12345;
+    m.files[0].xxh3 = 0x0123456789abcdefull;
+    char *text = dsc__manifest_render(&m, dsc_engine_config(e));
+    assert_non_null(text);
+    assert_int_equal(dsc__manifest_parse(&back, text, strlen(text), "m.json"), DSC_OK);
+    assert_string_equal(back.tag, "global_step2");
+    assert_int_equal(back.step, 2);
+    assert_int_equal(back.nparams, NP);
+    assert_int_equal(back.ngroups, NG);
+    assert_int_equal(back.nmoments, 2);
+    assert_string_equal(back.moments[1], "exp_avg_sq");
+    assert_int_equal(back.files[0].xxh3, 0x0123456789abcdefull);
+    assert_int_equal(back.params[2].off, m.params[2].off);
+    assert_int_equal(back.scalars.applied_steps, 2);
+    dsc__manifest_free(&back);
+    // Any edit is detected: here the step.
+    char *at = strstr(text, "\"step\": 2");
+    assert_non_null(at);
+    at[8] = '3';
+    assert_int_equal(dsc__manifest_parse(&back, text, strlen(text), "m.json"), DSC_ERR_CORRUPT);
+    assert_non_null(strstr(dsc_last_error(), "checksum mismatch"));
+    free(text);
+    dsc__manifest_free(&m);
+    dsc_engine_destroy(e);
+}
+
+// ---- save and load ----
+
+// Save at step 3 with one stage, load into every stage, run 3 more steps: weights and moments
+// equal bit for bit to the uninterrupted run.
+static void test_bitwise_across_stages(void **state) {
+    char dir[600];
+    path_of(dir, sizeof dir, "bitwise");
+    int64_t n = total_numel();
+    float *want = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    dsc_engine *a = make(1, "AdamW");
+    train(a, 3);
+    dsc_ckpt_opts o = sync_opts();
+    assert_int_equal(dsc_checkpointing_start(a, dir, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(a, NULL), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(a, true), DSC_OK);
+    train(a, 3);
+    weights(a, want);
+    for (int stage = 0; stage <= 3; stage++) {
+        dsc_engine *b = make(stage, "AdamW");
+        char tag[DSC_CKPT_TAG_MAX];
+        assert_int_equal(dsc_load_checkpoint(b, dir, NULL, tag, sizeof tag), DSC_OK);
+        assert_string_equal(tag, "global_step3");
+        assert_int_equal(dsc_engine_global_steps(b), 3);
+        train(b, 3);
+        weights(b, got);
+        if (memcmp(want, got, (size_t)n * 4) != 0) fail_msg("stage 1 -> %d: weights differ", stage);
+        dsc_engine_destroy(b);
+    }
+    dsc_engine_destroy(a);
+    free(want);
+    free(got);
+}
+
+// The moments round-trip through a checkpoint exactly (read back with the reader).
+static void test_moments_saved(void **state) {
+    char dir[600];
+    path_of(dir, sizeof dir, "moments");
+    dsc_engine *a = make(0, "AdamW");
+    train(a, 2);
+    dsc_ckpt_opts o = sync_opts();
+    assert_int_equal(dsc_checkpointing_start(a, dir, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(a, "mine"), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(a, true), DSC_OK);
+    dsc_engine *b = make(3, "Adam"); // Adam and AdamW share their moments
+    assert_int_equal(dsc_load_checkpoint(b, dir, "mine", NULL, 0), DSC_OK);
+    dsc_ckpt *ck;
+    assert_int_equal(dsc_ckpt_open(&ck, dir, "mine"), DSC_OK);
+    dsc_ckpt_info info;
+    dsc_ckpt_get_info(ck, &info);
+    assert_int_equal(info.nmoments, 2);
+    assert_string_equal(info.moment_names[0], "exp_avg");
+    // Saving b (stage 3) again gives the same moments.
+    char dir2[600];
+    path_of(dir2, sizeof dir2, "moments2");
+    assert_int_equal(dsc_checkpointing_start(b, dir2, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(b, "again"), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(b, true), DSC_OK);
+    dsc_ckpt *ck2;
+    assert_int_equal(dsc_ckpt_open(&ck2, dir2, "again"), DSC_OK);
+    for (int i = 0; i < NP; i++) {
+        for (int kind = 0; kind <= 2; kind++) {
+            size_t nb = (size_t)numel_of(i) * 4;
+            float *x = malloc(nb), *y = malloc(nb);
+            assert_int_equal(dsc_ckpt_read_param(ck, i, kind, x), DSC_OK);
+            assert_int_equal(dsc_ckpt_read_param(ck2, dsc_ckpt_find_param(ck2, params[i].name), kind, y), DSC_OK);
+            assert_memory_equal(x, y, nb);
+            if (kind == 2) assert_true(x[0] > 0); // exp_avg_sq after 2 steps
+            free(x);
+            free(y);
+        }
+    }
+    dsc_ckpt_close(ck);
+    dsc_ckpt_close(ck2);
+    dsc_engine_destroy(a);
+    dsc_engine_destroy(b);
+}
+
+static void test_async_latest_keep_last_leftovers(void **state) {
+    char dir[600], p[700];
+    path_of(dir, sizeof dir, "async");
+    assert_int_equal(dsc__ckpt_mkdirs(dir), DSC_OK);
+    snprintf(p, sizeof p, "%s/global_step99.tmp.0123", dir); // an interrupted save
+    assert_int_equal(dsc__ckpt_mkdirs(p), DSC_OK);
+    snprintf(p, sizeof p, "%s/latest.tmp.77", dir);
+    assert_int_equal(dsc__ckpt_write_file(p, "x", 1, false), DSC_OK);
+    dsc_engine *e = make(2, "AdamW");
+    dsc_ckpt_opts o = {.async = true, .validate = true, .interval_steps = 2, .keep_last = 2};
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    int saved = 0, finalised = 0;
+    for (int s = 0; s < 8; s++) {
+        train(e, 1);
+        dsc_ckpt_tick t;
+        assert_int_equal(dsc_checkpoint_step_end(e, false, &t), DSC_OK);
+        saved += t.saved;
+        finalised += t.finalised;
+    }
+    assert_int_equal(dsc_checkpoint_wait(e), DSC_OK);
+    dsc_ckpt_stats stats;
+    dsc_checkpointing_stats(e, &stats);
+    assert_int_equal(stats.saves, 4); // each completed at a later tick, the next save, or the wait
+    assert_true(finalised <= 3);
+    assert_string_equal(stats.latest, "global_step8");
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    assert_int_equal(saved, 4);
+    char tag[DSC_CKPT_TAG_MAX];
+    assert_int_equal(dsc_ckpt_latest(dir, tag, sizeof tag), DSC_OK);
+    assert_string_equal(tag, "global_step8");
+    dsc_ckpt_entry *v;
+    int n;
+    assert_int_equal(dsc_ckpt_list(dir, &v, &n), DSC_OK);
+    assert_int_equal(n, 2); // keep_last 2; the leftovers were removed
+    assert_string_equal(v[0].name, "global_step8");
+    assert_true(v[0].latest);
+    assert_string_equal(v[1].name, "global_step6");
+    free(v);
+    snprintf(p, sizeof p, "%s/latest.tmp.77", dir);
+    assert_false(dsc__ckpt_exists(p));
+    dsc_engine_destroy(e);
+}
+
+// Background snapshot: the writer copies the state while training goes on; after the fence
+// the engine may update, and the checkpoint still holds the state of the save's step.
+static void test_background_snapshot(void **state) {
+    char dir[600];
+    path_of(dir, sizeof dir, "background");
+    int64_t n = total_numel();
+    float *at_save = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    dsc_engine *e = make(3, "AdamW");
+    train(e, 2);
+    weights(e, at_save);
+    dsc_ckpt_opts o = {.async = true, .validate = true, .background_snapshot = true};
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    assert_int_equal(dsc_checkpoint_fence(e), DSC_OK);
+    train(e, 2);
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    dsc_engine *b = make(0, "AdamW");
+    assert_int_equal(dsc_load_checkpoint(b, dir, NULL, NULL, 0), DSC_OK);
+    assert_int_equal(dsc_engine_global_steps(b), 2);
+    weights(b, got);
+    assert_memory_equal(at_save, got, (size_t)n * 4);
+    dsc_engine_destroy(b);
+    dsc_engine_destroy(e);
+    free(at_save);
+    free(got);
+}
+
+static dsc_status reject(void *user, dsc_engine *eng, const dsc_ckpt_validation *v, bool *ok,
+                         char *why, size_t cap) {
+    int *calls = user;
+    (*calls)++;
+    // The views are whole tensors: live and loaded agree.
+    for (int i = 0; i < v->nparams; i++)
+        if (memcmp(v->live[i], v->loaded[i], (size_t)numel_of(i) * 4) != 0) fail_msg("views differ");
+    *ok = v->step != 4; // the save at step 4 fails
+    if (!*ok) snprintf(why, cap, "test rejects step %lld", (long long)v->step);
+    return DSC_OK;
+}
+
+static void test_validation_failure_marks_bad(void **state) {
+    char dir[600];
+    path_of(dir, sizeof dir, "bad");
+    dsc_engine *e = make(1, "AdamW");
+    int calls = 0;
+    dsc_ckpt_opts o = sync_opts();
+    o.validate_fn = reject;
+    o.validate_user = &calls;
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    train(e, 2);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    train(e, 2);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_ERR_CORRUPT);
+    assert_non_null(strstr(dsc_last_error(), "test rejects step 4"));
+    assert_int_equal(calls, 2);
+    char tag[DSC_CKPT_TAG_MAX];
+    assert_int_equal(dsc_ckpt_latest(dir, tag, sizeof tag), DSC_OK);
+    assert_string_equal(tag, "global_step2"); // latest did not move
+    dsc_ckpt *ck;
+    assert_int_equal(dsc_ckpt_open(&ck, dir, "global_step4"), DSC_ERR_CORRUPT);
+    assert_non_null(strstr(dsc_last_error(), "marked bad"));
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    dsc_engine_destroy(e);
+}
+
+// ---- corruption and the resume fallback ----
+
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+static void expect_open_fails(const char *dir, const char *tag, dsc_status want, const char *needle) {
+    dsc_ckpt *ck = NULL;
+    dsc_status st = dsc_ckpt_open(&ck, dir, tag);
+    if (st != want || !strstr(dsc_last_error(), needle))
+        fail_msg("open %s/%s: status %d, message '%s'; wanted %d with '%s'", dir, tag, st,
+                 dsc_last_error(), want, needle);
+    assert_null(ck);
+}
+
+static void test_corruption_and_fallback(void **state) {
+    char dir[600], shard[800], man[800];
+    path_of(dir, sizeof dir, "corrupt");
+    dsc_engine *e = make(2, "AdamW");
+    dsc_ckpt_opts o = sync_opts();
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    for (int s = 0; s < 3; s++) {
+        train(e, 1);
+        assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    }
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    snprintf(shard, sizeof shard, "%s/global_step3/shard_rank0_of_1.safetensors", dir);
+    snprintf(man, sizeof man, "%s/global_step3/manifest.json", dir);
+    flip_byte(shard, 3000);
+    expect_open_fails(dir, NULL, DSC_ERR_CORRUPT, "checksum mismatch");
+    flip_byte(shard, 3000);
+    assert_int_equal(truncate(shard, 2000), 0);
+    expect_open_fails(dir, NULL, DSC_ERR_CORRUPT, "truncated");
+    unlink(shard);
+    expect_open_fails(dir, NULL, DSC_ERR_IO, "missing");
+    flip_byte(man, 40);
+    expect_open_fails(dir, NULL, DSC_ERR_CORRUPT, "manifest");
+    // A manifest from another checkpoint.
+    char other[800];
+    snprintf(other, sizeof other, "%s/global_step2/manifest.json", dir);
+    char *text;
+    size_t n;
+    assert_int_equal(dsc__ckpt_read_file(other, &text, &n), DSC_OK);
+    assert_int_equal(dsc__ckpt_write_file(man, text, n, false), DSC_OK);
+    free(text);
+    expect_open_fails(dir, NULL, DSC_ERR_CORRUPT, "belongs to tag global_step2");
+    // Resume falls back to the newest that verifies.
+    dsc_engine *b = make(0, "AdamW");
+    char tag[DSC_CKPT_TAG_MAX];
+    bool none;
+    assert_int_equal(dsc_resume_checkpoint(b, dir, NULL, tag, sizeof tag, &none), DSC_OK);
+    assert_false(none);
+    assert_string_equal(tag, "global_step2");
+    assert_int_equal(dsc_engine_global_steps(b), 2);
+    // An explicit tag does not fall back.
+    assert_int_equal(dsc_resume_checkpoint(b, dir, "global_step3", tag, sizeof tag, &none), DSC_ERR_CORRUPT);
+    // An empty directory: nothing to resume.
+    char empty[600];
+    path_of(empty, sizeof empty, "empty");
+    assert_int_equal(dsc_resume_checkpoint(b, empty, NULL, tag, sizeof tag, &none), DSC_OK);
+    assert_true(none);
+    dsc_engine_destroy(b);
+    dsc_engine_destroy(e);
+}
+
+static void test_mismatches(void **state) {
+    char dir[600];
+    path_of(dir, sizeof dir, "mismatch");
+    dsc_engine *e = make(0, "AdamW");
+    dsc_ckpt_opts o = sync_opts();
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    train(e, 1);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    dsc_engine *sgd = make(0, "SGD");
+    assert_int_equal(dsc_load_checkpoint(sgd, dir, NULL, NULL, 0), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "optimizer"));
+    dsc_engine_destroy(sgd);
+    dsc_param_desc other[NP];
+    memcpy(other, params, sizeof other);
+    other[1].shape[1] = 10;
+    dsc_engine *b = NULL;
+    dsc_engine_opts eo = {.config_json = "{\"train_batch_size\": 1}", .params = other, .nparams = NP, .world_size = 1};
+    assert_int_equal(dsc_engine_create(&b, &eo), DSC_OK);
+    assert_int_equal(dsc_params_updated(b), DSC_OK);
+    assert_int_equal(dsc_load_checkpoint(b, dir, NULL, NULL, 0), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "h.0.w"));
+    dsc_engine_destroy(b);
+    dsc_engine_destroy(e);
+}
+
+// ---- resharding: a synthetic 3-rank checkpoint, read back whole ----
+
+// A 3-rank layout of the test parameters, built here independently of the engine: tensors
+// aligned to 16 elements within a group, each group padded to a multiple of 3 * 16.
+static void synthetic_manifest(dsc__manifest *m, int world) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->tag, sizeof m->tag, "synthetic");
+    m->step = 7;
+    m->world = world;
+    m->stage = 2;
+    snprintf(m->precision, sizeof m->precision, "fp32");
+    snprintf(m->optimizer, sizeof m->optimizer, "sgd");
+    snprintf(m->dsc_version, sizeof m->dsc_version, "test");
+    m->nmoments = 1;
+    snprintf(m->moments[0], sizeof m->moments[0], "momentum_buffer");
+    m->scalars = (dsc_state_scalars){.global_steps = 7, .applied_steps = 7, .cur_scale = 1};
+    m->ngroups = NG;
+    m->nparams = NP;
+    m->nfiles = world;
+    m->groups = calloc(NG, sizeof *m->groups);
+    m->params = calloc(NP, sizeof *m->params);
+    m->files = calloc((size_t)world, sizeof *m->files);
+    uint64_t cursor = 0;
+    for (int g = 0; g < NG; g++) {
+        uint64_t content = 0;
+        for (int i = 0; i < NP; i++) {
+            if (params[i].group != g) continue;
+            dsc__mparam *p = &m->params[i];
+            snprintf(p->name, sizeof p->name, "%s", params[i].name);
+            p->ndim = params[i].ndim;
+            memcpy(p->shape, params[i].shape, sizeof p->shape);
+            p->numel = numel_of(i);
+            p->group = g;
+            p->off = cursor + content;
+            content += (uint64_t)(p->numel + 15) / 16 * 16;
+        }
+        uint64_t unit = 16u * (uint64_t)world, padded = (content + unit - 1) / unit * unit;
+        m->groups[g] = (dsc_state_group){(size_t)cursor, (size_t)padded, (size_t)(padded / world)};
+        cursor += padded;
+    }
+    m->total = cursor;
+    for (int r = 0; r < world; r++) {
+        m->files[r].rank = r;
+        dsc__ckpt_shard_name(m->files[r].name, sizeof m->files[r].name, r, world);
+    }
+}
+
+static float value_at(int kind, int i, int64_t k) { return (float)(kind * 1000 + i * 100) + (float)k * 0.5f; }
+
+static void test_reshard_synthetic(void **state) {
+    const int world = 3;
+    char dir[600], tdir[700], path[800];
+    path_of(dir, sizeof dir, "synth");
+    snprintf(tdir, sizeof tdir, "%s/synthetic", dir);
+    assert_int_equal(dsc__ckpt_mkdirs(tdir), DSC_OK);
+    dsc__manifest m;
+    synthetic_manifest(&m, world);
+    float *flat = calloc((size_t)m.total * 2, sizeof(float)); // (kind, total)
+    for (int kind = 0; kind < 2; kind++)
+        for (int i = 0; i < NP; i++)
+            for (int64_t k = 0; k < numel_of(i); k++) flat[(size_t)kind * m.total + m.params[i].off + (size_t)k] = value_at(kind, i, k);
+    size_t part = dsc__shard_part(&m);
+    float *shard = malloc(part * 2 * sizeof(float));
+    for (int r = 0; r < world; r++) {
+        float *d = shard;
+        for (int kind = 0; kind < 2; kind++)
+            for (int g = 0; g < NG; g++) {
+                memcpy(d, flat + (size_t)kind * m.total + m.groups[g].off + (size_t)r * m.groups[g].slice,
+                       m.groups[g].slice * 4);
+                d += m.groups[g].slice;
+            }
+        char *hdr;
+        size_t hlen;
+        assert_int_equal(dsc__shard_header(&m, r, &hdr, &hlen), DSC_OK);
+        snprintf(path, sizeof path, "%s/%s", tdir, m.files[r].name);
+        assert_int_equal(dsc__shard_write(path, hdr, hlen, shard, part * 8, &m.files[r].bytes, &m.files[r].xxh3), DSC_OK);
+        free(hdr);
+    }
+    char *text = dsc__manifest_render(&m, NULL);
+    snprintf(path, sizeof path, "%s/manifest.json", tdir);
+    assert_int_equal(dsc__ckpt_write_file(path, text, strlen(text), false), DSC_OK);
+    free(text);
+    dsc_ckpt *ck;
+    if (dsc_ckpt_open(&ck, dir, "synthetic") != DSC_OK) fail_msg("%s", dsc_last_error());
+    for (int i = 0; i < NP; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            float *x = malloc((size_t)numel_of(i) * 4);
+            assert_int_equal(dsc_ckpt_read_param(ck, dsc_ckpt_find_param(ck, params[i].name), kind, x), DSC_OK);
+            for (int64_t k = 0; k < numel_of(i); k++)
+                if (x[k] != value_at(kind, i, k)) fail_msg("tensor %d kind %d element %lld: %g", i, kind, (long long)k, x[k]);
+            free(x);
+        }
+    dsc_ckpt_close(ck);
+    // Loaded into a one-rank engine with SGD (one moment), then exported.
+    dsc_engine *e = make(3, "SGD");
+    assert_int_equal(dsc_load_checkpoint(e, dir, "synthetic", NULL, 0), DSC_OK);
+    assert_int_equal(dsc_engine_global_steps(e), 7);
+    float *w = malloc((size_t)total_numel() * 4);
+    weights(e, w);
+    float *o = w;
+    for (int i = 0; i < NP; i++, o += numel_of(i - 1))
+        for (int64_t k = 0; k < numel_of(i); k++) assert_true(o[k] == value_at(0, i, k));
+    free(w);
+    dsc_engine_destroy(e);
+    free(shard);
+    free(flat);
+    dsc__manifest_free(&m);
+}
+
+// ---- export and paths ----
+
+static void test_export(void **state) {
+    char dir[600], out[700];
+    path_of(dir, sizeof dir, "export");
+    dsc_engine *e = make(1, "AdamW");
+    train(e, 2);
+    dsc_ckpt_opts o = sync_opts();
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    float *w = malloc((size_t)total_numel() * 4);
+    weights(e, w);
+    for (int bf = 0; bf < 2; bf++) {
+        snprintf(out, sizeof out, "%s/out%d.safetensors", tmpdir, bf);
+        assert_int_equal(dsc_ckpt_export(dir, NULL, out, bf ? "bf16" : "fp32"), DSC_OK);
+        dsc_st_file *f;
+        assert_int_equal(dsc_st_open(&f, out), DSC_OK);
+        assert_int_equal(dsc_st_count(f), NP);
+        assert_string_equal(dsc_st_meta(f, "format"), "pt");
+        const float *ref = w;
+        for (int i = 0; i < NP; i++) {
+            const dsc_st_tensor *t = dsc_st_find(f, params[i].name);
+            assert_non_null(t);
+            assert_int_equal(t->ndim, params[i].ndim);
+            assert_int_equal(t->shape[0], params[i].shape[0]);
+            for (int64_t k = 0; k < numel_of(i); k++) {
+                if (bf) assert_int_equal(((const uint16_t *)t->data)[k], dsc_fp32_to_bf16(ref[k]));
+                else assert_true(((const float *)t->data)[k] == ref[k]);
+            }
+            ref += numel_of(i);
+        }
+        dsc_st_close(f);
+    }
+    free(w);
+    dsc_engine_destroy(e);
+}
+
+static void test_split_path(void **state) {
+    char dir[600], p[700], d[700], t[DSC_CKPT_TAG_MAX];
+    bool has;
+    path_of(dir, sizeof dir, "split");
+    snprintf(p, sizeof p, "%s/global_step5", dir);
+    assert_int_equal(dsc__ckpt_mkdirs(p), DSC_OK);
+    snprintf(p, sizeof p, "%s/global_step5/manifest.json", dir);
+    assert_int_equal(dsc__ckpt_write_file(p, "{}", 2, false), DSC_OK);
+    assert_int_equal(dsc_ckpt_split_path(dir, d, sizeof d, t, sizeof t, &has), DSC_OK);
+    assert_false(has);
+    assert_string_equal(d, dir);
+    snprintf(p, sizeof p, "%s/global_step5/", dir);
+    assert_int_equal(dsc_ckpt_split_path(p, d, sizeof d, t, sizeof t, &has), DSC_OK);
+    assert_true(has);
+    assert_string_equal(d, dir);
+    assert_string_equal(t, "global_step5");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_manifest_roundtrip_and_tamper),
+        cmocka_unit_test(test_bitwise_across_stages),
+        cmocka_unit_test(test_moments_saved),
+        cmocka_unit_test(test_async_latest_keep_last_leftovers),
+        cmocka_unit_test(test_background_snapshot),
+        cmocka_unit_test(test_validation_failure_marks_bad),
+        cmocka_unit_test(test_corruption_and_fallback),
+        cmocka_unit_test(test_mismatches),
+        cmocka_unit_test(test_reshard_synthetic),
+        cmocka_unit_test(test_export),
+        cmocka_unit_test(test_split_path),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}

@@ -1,0 +1,258 @@
+// Fault tolerance through the engine API with real processes and a synthetic model: one of four
+// ranks is SIGKILLed inside a step (reduce-scatter in flight, optimizer half done, ring exchange),
+// the survivors call dsc_engine_recover and finish; their final weights must equal, bit for bit,
+// those of a reference that ran the same steps fault-free on four ranks, saved the state of the
+// boundary the survivors restored (DSC_FT_SAVE_STATE), and continued from it on three ranks
+// (DSC_FT_LOAD_STATE). A rank that sleeps past the deadline is a transient fault: all four
+// continue, bitwise equal to the fault-free run. ZeRO stages 1, 2 and 3.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>       // sinf
+#include <netinet/in.h> // sockaddr_in
+#include <signal.h>     // kill, SIGKILL
+#include <stdio.h>      // fprintf, snprintf
+#include <stdlib.h>     // setenv, mkdtemp
+#include <string.h>     // memcmp, memcpy
+#include <sys/mman.h>   // mmap
+#include <sys/socket.h> // socket, bind
+#include <sys/wait.h>   // waitpid
+#include <time.h>       // nanosleep
+#include <unistd.h>     // fork, _exit
+
+#include "base/time.h"  // dsc_now
+#include "dsc/engine.h" // dsc_engine_*
+
+#define STEPS 8
+#define MAXP 512 // elements of all parameters together
+
+// The model: three layer groups of odd sizes, so that padding and slices do not line up.
+static const dsc_param_desc PARAMS[] = {
+    {.name = "a", .ndim = 1, .shape = {40}, .group = 0},
+    {.name = "b", .ndim = 2, .shape = {13, 7}, .group = 1},
+    {.name = "c", .ndim = 1, .shape = {100}, .group = 2},
+    {.name = "d", .ndim = 1, .shape = {33}, .group = 2},
+};
+#define NPARAMS 4
+
+typedef struct result { // what rank 0 of a run leaves for the parent
+    float w[MAXP];
+    int64_t steps, restored;
+    int world;
+    int codes[4];
+} result;
+static result *g_res; // (3) shared with the children: fault run, reference, transient
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void nap(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static char g_json[1024];
+
+static void make_config(int stage) {
+    snprintf(g_json, sizeof g_json,
+             "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 1,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+             " \"zero_optimization\": {\"stage\": %d},"
+             " \"fault_tolerance\": {\"comm_timeout_s\": 1.5, \"step_timeout_s\": 3}}",
+             stage);
+}
+
+// The gradient of a sample: depends on the weights, so that every restored bit matters.
+static float grad_of(int64_t sample, int i, int64_t k, float w) {
+    return 0.05f * w + sinf(0.37f * (float)sample + 0.11f * (float)k + (float)i);
+}
+
+static dsc_status micro_step(dsc_engine *e, int64_t step, int micro) {
+    const dsc_config *c = dsc_engine_config(e);
+    int B = (int)c->train_micro_batch_size_per_gpu, gas = (int)c->gradient_accumulation_steps;
+    int world = dsc_engine_world_size(e), rank = dsc_engine_rank(e);
+    int64_t first = ((step - 1) * gas + micro) * (int64_t)B * world + (int64_t)rank * B;
+    dsc_status st = dsc_backward_begin(e);
+    for (int g = 2; g >= 0 && st == DSC_OK; g--) {
+        if ((st = dsc_gather(e, g)) != DSC_OK) break;
+        for (int i = 0; i < NPARAMS; i++) {
+            if (PARAMS[i].group != g) continue;
+            float *w = dsc_param_data(e, i), *gr = dsc_param_grad(e, i);
+            int64_t n = PARAMS[i].shape[0] * (PARAMS[i].ndim > 1 ? PARAMS[i].shape[1] : 1);
+            for (int64_t k = 0; k < n; k++)
+                for (int b = 0; b < B; b++)
+                    gr[k] += (float)(grad_of(first + b, i, k, w[k]) * dsc_backward_scale(e) / B);
+        }
+        if ((st = dsc_grads_ready(e, g)) == DSC_OK) st = dsc_release(e, g);
+    }
+    return st;
+}
+
+static dsc_status one_step(dsc_engine *e, int64_t step) {
+    dsc_status st = dsc_step_begin(e);
+    int gas = (int)dsc_engine_config(e)->gradient_accumulation_steps;
+    for (int m = 0; m < gas && st == DSC_OK; m++) {
+        dsc_step_info si;
+        st = micro_step(e, step, m);
+        if (st == DSC_OK) st = dsc_step(e, &si);
+    }
+    return st;
+}
+
+// One rank of a run: train STEPS steps, recovering from faults; rank 0 of the end reports.
+static int rank_main(int rank, int world, int port, const char *env, result *res) {
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", p, 1);
+    if (env) putenv((char *)env);
+    dsc_engine_opts o = {.config_json = g_json, .params = PARAMS, .nparams = NPARAMS,
+                         .rank = rank, .world_size = world};
+    dsc_engine *e;
+    if (dsc_engine_create(&e, &o) != DSC_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, dsc_last_error());
+        return 90;
+    }
+    int64_t off = 0;
+    for (int i = 0; i < NPARAMS; i++) {
+        float *m = dsc_param_master(e, i);
+        int64_t n = PARAMS[i].shape[0] * (PARAMS[i].ndim > 1 ? PARAMS[i].shape[1] : 1);
+        for (int64_t k = 0; k < n; k++) m[k] = 0.01f * (float)((off + k) % 17) - 0.08f;
+        off += n;
+    }
+    dsc_status st = dsc_params_updated(e);
+    int64_t restored = -1;
+    for (int64_t step = dsc_engine_global_steps(e) + 1; st == DSC_OK && step <= STEPS; step++) {
+        dsc_status f = one_step(e, step);
+        if (f == DSC_OK) continue;
+        dsc_ft_report rep;
+        st = dsc_engine_recover(e, f, &rep);
+        if (st == DSC_OK) {
+            restored = rep.restored_step;
+            step = rep.resume_step - 1;
+        }
+    }
+    if (st != DSC_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, dsc_last_error());
+        dsc_engine_destroy(e);
+        return 1;
+    }
+    off = 0;
+    for (int i = 0; i < NPARAMS && st == DSC_OK; i++) {
+        int64_t n = PARAMS[i].shape[0] * (PARAMS[i].ndim > 1 ? PARAMS[i].shape[1] : 1);
+        float w[MAXP];
+        st = dsc_engine_full_param(e, i, w);
+        if (dsc_engine_rank(e) == 0) memcpy(res->w + off, w, (size_t)n * sizeof(float));
+        off += n;
+    }
+    if (dsc_engine_rank(e) == 0) {
+        res->steps = dsc_engine_global_steps(e);
+        res->restored = restored;
+        res->world = dsc_engine_world_size(e);
+    }
+    dsc_engine_destroy(e);
+    return st == DSC_OK ? 0 : 2;
+}
+
+// Run `world` ranks; env_of(rank) may give one "NAME=value" for that rank.
+static void run(int world, const char *const *env, result *res) {
+    int port = free_port();
+    pid_t pids[4];
+    fflush(NULL);
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) _exit(rank_main(r, world, port, env ? env[r] : NULL, res));
+        res->codes[r] = -1;
+    }
+    double t0 = dsc_now();
+    for (int left = world; left > 0;) {
+        for (int r = 0; r < world; r++) {
+            int status;
+            if (res->codes[r] != -1 || waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+            res->codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            left--;
+        }
+        if (left && dsc_now() - t0 > 60) {
+            for (int r = 0; r < world; r++)
+                if (res->codes[r] == -1) kill(pids[r], SIGKILL);
+            t0 = 1e18;
+        }
+        if (left) nap(0.005);
+    }
+}
+
+static char g_dir[4096];
+
+static void kill_case(int stage, const char *point) {
+    make_config(stage);
+    char inject[96], save[4200], load[4300];
+    snprintf(inject, sizeof inject, "DSC_FT_INJECT=2:4:%s", point);
+    const char *env[4] = {inject, inject, inject, inject};
+    memset(g_res, 0, 3 * sizeof *g_res);
+    run(4, env, &g_res[0]);
+    fprintf(stderr, "stage %d, kill in %s: exit codes %d %d %d %d, restored step %lld\n", stage,
+            point, g_res[0].codes[0], g_res[0].codes[1], g_res[0].codes[2], g_res[0].codes[3],
+            (long long)g_res[0].restored);
+    assert_int_equal(g_res[0].codes[2], 128 + SIGKILL);
+    for (int r = 0; r < 4; r++)
+        if (r != 2) assert_int_equal(g_res[0].codes[r], 0);
+    assert_int_equal(g_res[0].steps, STEPS);
+    assert_int_equal(g_res[0].world, 3);
+    assert_true(g_res[0].restored == 3 || g_res[0].restored == 4); // the last complete step
+    snprintf(save, sizeof save, "DSC_FT_SAVE_STATE=%s", g_dir);
+    const char *senv[4] = {save, save, save, save};
+    run(4, senv, &g_res[1]);
+    snprintf(load, sizeof load, "DSC_FT_LOAD_STATE=%s/step%lld.safetensors", g_dir,
+             (long long)g_res[0].restored);
+    const char *lenv[3] = {load, load, load};
+    run(3, lenv, &g_res[1]);
+    for (int r = 0; r < 3; r++) assert_int_equal(g_res[1].codes[r], 0);
+    assert_int_equal(g_res[1].steps, STEPS);
+    assert_memory_equal(g_res[0].w, g_res[1].w, sizeof g_res[0].w);
+}
+
+static void test_kill_stage1_reduce(void **state) { kill_case(1, "reduce"); }
+static void test_kill_stage2_optimizer(void **state) { kill_case(2, "optimizer"); }
+static void test_kill_stage3_ring(void **state) { kill_case(3, "ring"); }
+static void test_kill_stage2_snapshot(void **state) { kill_case(2, "snapshot"); }
+
+// Rank 1 sleeps 2.5 s (past the 1.5 s comm deadline) once: every rank is alive, so the step is
+// retried on a fresh communicator of all four, and the result equals the fault-free run's.
+static void test_transient(void **state) {
+    make_config(2);
+    memset(g_res, 0, 3 * sizeof *g_res);
+    run(4, NULL, &g_res[1]);
+    const char *env[4] = {NULL, "DSC_FT_INJECT=1:5:backward:sleep=2.5", NULL, NULL};
+    run(4, env, &g_res[0]);
+    for (int r = 0; r < 4; r++) assert_int_equal(g_res[0].codes[r], 0);
+    assert_int_equal(g_res[0].world, 4);
+    assert_int_equal(g_res[0].restored, 4);
+    assert_memory_equal(g_res[0].w, g_res[1].w, sizeof g_res[0].w);
+}
+
+int main(void) {
+    g_res = mmap(NULL, 3 * sizeof *g_res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/dsc-ft-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_stage1_reduce),   cmocka_unit_test(test_kill_stage2_optimizer),
+        cmocka_unit_test(test_kill_stage3_ring),     cmocka_unit_test(test_kill_stage2_snapshot),
+        cmocka_unit_test(test_transient),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    return rc;
+}
