@@ -34,6 +34,7 @@ static dsc_status optimizer_from_config(dsc_engine *e) {
 #define OVERRIDE(key, field, expr)                                                              \
     if (dsc_config_given(c, "optimizer.params." key)) e->hp.field = (expr)
     OVERRIDE("lr", lr, (float)c->optimizer.lr);
+    e->base_lr = dsc_config_given(c, "optimizer.params.lr") ? c->optimizer.lr : 1e-3; // = hp.lr default
     OVERRIDE("betas", beta1, (float)c->optimizer.betas[0]);
     OVERRIDE("betas", beta2, (float)c->optimizer.betas[1]);
     OVERRIDE("eps", eps, (float)c->optimizer.eps);
@@ -311,9 +312,9 @@ void dsc_engine_memory_get(const dsc_engine *e, dsc_engine_memory *out) {
 // ---- the optimizer step ----
 
 static void sched_at(const dsc_engine *e, int64_t step, double *lr, double *mom) {
-    *lr = e->hp.lr;
+    *lr = e->base_lr;
     *mom = -1;
-    if (e->has_sched) dsc_sched_lr_at(&e->sched, e->hp.lr, step, lr, mom);
+    if (e->has_sched) dsc_sched_lr_at(&e->sched, e->base_lr, step, lr, mom);
 }
 
 double dsc_engine_next_lr(const dsc_engine *e) {

@@ -73,6 +73,7 @@ struct dsc_engine {
     bool backward;    // between dsc_backward_begin and dsc_step
     // optimizer and schedule
     dsc_opt_hparams hp;
+    double base_lr; // optimizer.params.lr as the config gives it (double, as DeepSpeed keeps it)
     dsc_sched_params sched;
     bool has_sched;
     dsc_loss_scaler scaler;
