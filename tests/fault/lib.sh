@@ -1,0 +1,149 @@
+# Helpers of the fault tests: start ranks of `dsc train` by hand (torch-style variables), wait for
+# them with a limit, read the fault-tolerance log lines, and build reference runs that continue
+# from a saved state on fewer ranks (DSC_FT_SAVE_STATE / DSC_FT_LOAD_STATE). Every process is
+# started here and ended by its pid; the test never hangs (each wait has a limit).
+. "$(dirname "${BASH_SOURCE[0]}")/../cli/lib.sh"
+: "${DSC:?set DSC to the dsc binary}"
+PY=/usr/bin/python3
+export DSC_DATA_HOME="$T/home" OMP_NUM_THREADS=1
+"$DSC" data default --out "$T/data" > /dev/null
+
+PIDS=()  # pids of the ranks of the last start_ranks
+CODES=() # their exit codes after wait_ranks (124: still running at the limit, then killed)
+ALL_PIDS=()
+cleanup_ranks() {
+  local p
+  for p in "${ALL_PIDS[@]}"; do kill -9 "$p" 2> /dev/null; kill -CONT "$p" 2> /dev/null; done
+  rm -rf "$T"
+}
+trap cleanup_ranks EXIT
+
+# config FILE STAGE [extra fault_tolerance json] [extra top-level json]
+config() {
+  cat > "$1" << JSON
+{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
+ "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
+ "gradient_clipping": 1.0, "zero_optimization": {"stage": $2} ${4:-},
+ "fault_tolerance": {"comm_timeout_s": ${COMM_S:-2}, "step_timeout_s": ${STEP_S:-4} ${3:-}}}
+JSON
+}
+
+# start_ranks NAME WORLD CONFIG STEPS [VAR=value ...]: ranks in the background; logs NAME/log.R,
+# final weights NAME/w.safetensors. The variables go to every rank. Each rank runs under a small
+# subshell that records its pid and exit code (and keeps bash's notices of killed jobs quiet).
+SUBS=()
+start_ranks() {
+  local name=$1 world=$2 cfg=$3 steps=$4 r d
+  shift 4
+  local port=$((20000 + RANDOM % 20000))
+  d="$T/$name"
+  rm -rf "$d" && mkdir -p "$d"
+  PIDS=()
+  SUBS=()
+  for ((r = 0; r < world; r++)); do
+    (
+      env "$@" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "$DSC" train --config "$cfg" --data "$T/data" --model d2 --seq-len 32 --sample-tokens 0 \
+        --eval-every 0 --eval-batches 2 --max-steps "$steps" --out "$d" \
+        --dump-weights "$d/w.safetensors" > "$d/log.$r" 2>&1 &
+      echo $! > "$d/pid.$r"
+      wait $!
+      echo $? > "$d/rc.tmp.$r" && mv "$d/rc.tmp.$r" "$d/rc.$r"
+    ) 2> /dev/null &
+    SUBS+=($!)
+  done
+  for ((r = 0; r < world; r++)); do
+    while [ ! -s "$d/pid.$r" ]; do sleep 0.01; done
+    PIDS+=("$(cat "$d/pid.$r")")
+    ALL_PIDS+=("${PIDS[$r]}")
+  done
+  RUN_DIR=$d
+}
+
+stopped() { ps -o stat= -p "$1" 2> /dev/null | grep -q '^T'; }
+
+# wait_ranks LIMIT_S [RANK...]: wait for the ranks (default all) of the last start_ranks; one
+# still running at the limit, or stopped, is killed and gets code 124.
+wait_ranks() {
+  local deadline=$((SECONDS + $1)) r
+  shift
+  local ranks=("$@")
+  [ ${#ranks[@]} -gt 0 ] || ranks=("${!PIDS[@]}")
+  CODES=()
+  for r in "${ranks[@]}"; do
+    while [ ! -e "$RUN_DIR/rc.$r" ] && ! stopped "${PIDS[$r]}" && [ $SECONDS -lt $deadline ]; do
+      sleep 0.05
+    done
+    if [ ! -e "$RUN_DIR/rc.$r" ]; then
+      kill -9 "${PIDS[$r]}" 2> /dev/null
+      kill -CONT "${PIDS[$r]}" 2> /dev/null
+      wait "${SUBS[$r]}"
+      CODES+=(124)
+    else
+      wait "${SUBS[$r]}"
+      CODES+=("$(cat "$RUN_DIR/rc.$r")")
+    fi
+  done
+}
+
+# run_ranks NAME WORLD CONFIG STEPS [VAR=value ...]: start and wait (limit 120 s).
+run_ranks() {
+  start_ranks "$@"
+  wait_ranks 120
+}
+
+# The first value of the fault-tolerance field of the survivors' logs of run NAME.
+restored_step() { grep -ho "from the state after step [0-9]*" "$T/$1"/log.* | head -1 | awk '{print $NF}'; }
+resumed_time() { grep -ho "resumed at step .* unix time [0-9.]*" "$T/$1"/log.* | awk '{print $NF}' | sort -n | head -1; }
+injected_time() { grep -ho "fault injection: .* unix time [0-9.]*" "$T/$1"/log.* | awk '{print $NF}' | head -1; }
+# seconds from a to b (floats) as an integer number of milliseconds
+ms_between() { $PY -c "print(int(round((float('$2') - float('$1')) * 1000)))"; }
+
+# Fault-free reference of STAGE on 4 ranks with the state of every step saved (once per stage).
+ref_states() {
+  local st=$1 steps=$2
+  [ -d "$T/states$st" ] && return 0
+  mkdir -p "$T/states$st"
+  config "$T/ref$st.json" "$st"
+  run_ranks "full$st" 4 "$T/ref$st.json" "$steps" DSC_FT_SAVE_STATE="$T/states$st"
+  [ "${CODES[*]}" = "0 0 0 0" ] || { echo "reference run of stage $st failed"; tail -3 "$T/full$st"/log.*; return 1; }
+}
+
+# ref_weights STAGE B STEPS: the weights of a 3-rank run that continued from step B's state
+# (cached); prints the path.
+ref_weights() {
+  local st=$1 b=$2 steps=$3 name="cont$1-$2"
+  if [ ! -s "$T/$name/w.safetensors" ]; then
+    ref_states "$st" "$steps" > /dev/null || return 1
+    run_ranks "$name" 3 "$T/ref$st.json" "$steps" DSC_FT_LOAD_STATE="$T/states$st/step$b.safetensors" > /dev/null
+  fi
+  echo "$T/$name/w.safetensors"
+}
+
+# same_weights A B TOL: every tensor of A equals B's within TOL relative to B's largest value;
+# and both ran the same number of steps.
+same_weights() {
+  $PY - "$1" "$2" "$3" << 'PYEOF'
+import array, json, struct, sys
+def load(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        a = array.array("f"); a.frombytes(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+        out[k] = a
+    return out, h.get("__metadata__", {})
+(a, ma), (b, mb) = load(sys.argv[1]), load(sys.argv[2])
+tol, worst = float(sys.argv[3]), 0.0
+assert a.keys() == b.keys(), "different tensors"
+assert ma["global_steps"] == mb["global_steps"], (ma["global_steps"], mb["global_steps"])
+for k in a:
+    scale = max(max(abs(x) for x in b[k]), 1e-30)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[k], b[k])) / scale)
+if worst > tol:
+    sys.exit("weights differ: max relative difference %.3g > %g" % (worst, tol))
+PYEOF
+}
