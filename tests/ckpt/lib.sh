@@ -22,7 +22,7 @@ JSON
 start() {
   local name=$1 world=$2 cfg=$3 r
   shift 3
-  local port=$((20000 + RANDOM % 20000))
+  local port=$(free_port)
   PIDS=()
   for ((r = 0; r < world; r++)); do
     RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \

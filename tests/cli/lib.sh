@@ -30,3 +30,9 @@ finish() {
   echo "$pass passed, $failed failed"
   [ "$failed" -eq 0 ]
 }
+
+# free_port: a TCP port nobody listens on now, chosen by the kernel (random picks collide when
+# tests run in parallel).
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}

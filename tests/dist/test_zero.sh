@@ -12,7 +12,8 @@ export DSC_DATA_HOME="$T/home" OMP_NUM_THREADS=1
 run() {
   local name=$1 world=$2 cfg=$3
   shift 3
-  local port=$((20000 + RANDOM % 20000)) pids=() r rc=0
+  local port pids=() r rc=0
+  port=$(free_port)
   for ((r = 0; r < world; r++)); do
     RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port timeout 300 "$DSC" train --config "$cfg" --data "$T/data" --model d2 \

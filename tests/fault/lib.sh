@@ -30,13 +30,15 @@ JSON
 }
 
 # start_ranks NAME WORLD CONFIG STEPS [VAR=value ...]: ranks in the background; logs NAME/log.R,
-# final weights NAME/w.safetensors. The variables go to every rank. Each rank runs under a small
+# final weights NAME/w.safetensors. The variables go to every rank; FLAGS (an array) are more
+# flags of `dsc train`. Each rank runs under a small
 # subshell that records its pid and exit code (and keeps bash's notices of killed jobs quiet).
 SUBS=()
+FLAGS=()
 start_ranks() {
   local name=$1 world=$2 cfg=$3 steps=$4 r d
   shift 4
-  local port=$((20000 + RANDOM % 20000))
+  local port=$(free_port)
   d="$T/$name"
   rm -rf "$d" && mkdir -p "$d"
   PIDS=()
@@ -46,7 +48,7 @@ start_ranks() {
       env "$@" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         "$DSC" train --config "$cfg" --data "$T/data" --model d2 --seq-len 32 --sample-tokens 0 \
         --eval-every 0 --eval-batches 2 --max-steps "$steps" --out "$d" \
-        --dump-weights "$d/w.safetensors" > "$d/log.$r" 2>&1 &
+        --dump-weights "$d/w.safetensors" "${FLAGS[@]}" > "$d/log.$r" 2>&1 &
       echo $! > "$d/pid.$r"
       wait $!
       echo $? > "$d/rc.tmp.$r" && mv "$d/rc.tmp.$r" "$d/rc.$r"

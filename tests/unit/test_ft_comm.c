@@ -1,8 +1,9 @@
 // The comm layer's fault-tolerance entry points with real processes: dsc_comm_abort from another
 // thread ends a blocked collective at once, here and at the peers, with the abort's reason;
 // dsc_comm_peer_info tells alive, dead (SIGKILL), stopped (SIGSTOP, heartbeat standing still)
-// and departed ranks apart; dsc_comm_note_cas has exactly one winner. Each scenario forks one child per rank; a child reports through its
-// exit code, the parent kills whatever outlives the scenario's limit.
+// and departed ranks apart; dsc_comm_note_cas has exactly one winner. Each scenario forks one
+// child per rank; a child reports through its exit code, the parent kills whatever outlives the
+// scenario's limit.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

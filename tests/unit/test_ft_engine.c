@@ -241,7 +241,8 @@ static void test_transient(void **state) {
 }
 
 int main(void) {
-    g_res = mmap(NULL, 3 * sizeof *g_res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    g_res = mmap(NULL, 3 * sizeof *g_res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                 0);
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/dsc-ft-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) return 1;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The other paths of fault_tolerance: a transient fault (every rank alive) is retried on a fresh
 # communicator; the step deadline ends a hang that the comm deadline does not; on_failure restart
+# (with checkpoints: an emergency checkpoint, resumed on the survivors, ends where degrade ends)
 # and abort; degrade falling back to restart (replicas off, a global batch that does not split);
 # stage 0 needs no replicas; rank 0 lost (the new rank 0 writes the metrics); two faults in one
 # run (4 -> 3 -> 2 ranks).
@@ -39,6 +40,25 @@ check "restart: survivors exit 75 within $((SECONDS - t0)) s (codes ${CODES[*]})
   test "${CODES[*]}" = "75 75 137 75" -a $((SECONDS - t0)) -le 8
 check "restart: the reason names the dead rank" -- \
   grep -q "error: fault_tolerance.on_failure is restart: rank 2 (pid [0-9]*) died" "$T/rs/log.1"
+
+# restart with checkpoints: the survivors save an emergency checkpoint of the last complete step;
+# resumed on 3 ranks it ends exactly where degrade ends.
+config "$T/zrc.json" 2 ', "on_failure": "restart"' ', "checkpoint": {"interval_steps": 4}'
+config "$T/zdc.json" 2 '' ', "checkpoint": {"interval_steps": 4}'
+FLAGS=(--save-dir "$T/ck")
+run_ranks rsc 4 "$T/zrc.json" $STEPS DSC_FT_INJECT=2:6:reduce
+check "restart + checkpoints: survivors exit 75 (codes ${CODES[*]})" -- test "${CODES[*]}" = "75 75 137 75"
+check "restart + checkpoints: emergency checkpoint of step 5" -- \
+  grep -q "saved an emergency checkpoint of step 5" "$T/rsc/log.0"
+FLAGS=(--save-dir "$T/ck" --resume)
+run_ranks rsc2 3 "$T/zrc.json" $STEPS
+check "restart + checkpoints: resumed on 3 ranks from step 5 (codes ${CODES[*]})" -- \
+  test "${CODES[*]}" = "0 0 0" -a -n "$(grep -l 'global_step5: continuing after step 5' "$T"/rsc2/log.0)"
+FLAGS=(--save-dir "$T/ck2")
+run_ranks dgc 4 "$T/zdc.json" $STEPS DSC_FT_INJECT=2:6:reduce
+FLAGS=()
+check "restart + resume == degrade (both continue on 3 ranks from step 5), bit for bit" -- \
+  same_weights "$T/rsc2/w.safetensors" "$T/dgc/w.safetensors" 0
 
 # on_failure abort after a kill.
 config "$T/za.json" 2 ', "on_failure": "abort"'
