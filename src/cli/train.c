@@ -711,7 +711,7 @@ static dsc_status train_loop(trainer *t) {
                                .grad_norm = si.grad_norm, .tokens_per_s = tok_s, .mfu = mfu,
                                .step_time_s = dt};
         DSC_TRY(dsc_monitor_log_step(t->mon, &ms));
-        DSC_TRY(ckpt_after_step(t));
+        if ((st = ckpt_after_step(t)) != DSC_OK) goto fault; // its collectives can meet a fault
         if (t->rank != 0) continue;
         write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
         if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps)

@@ -162,9 +162,11 @@ static dsc_status read_info(ft_group *g, int gen, int k) {
     DSC_TRY(dsc_store_get(g->store, key, &v, &len));
     ft_info *in = &g->info[k];
     long long t[4];
-    int got = sscanf(v, "%d %d %lld %lld %lld %lld", &in->orig, &in->pid, &t[0], &t[1], &t[2], &t[3]);
+    int got = sscanf(v, "%d %d %lld %lld %lld %lld", &in->orig, &in->pid, &t[0], &t[1], &t[2],
+                     &t[3]);
     free(v);
-    if (got != 6) return dsc__fail(DSC_ERR_CORRUPT, "fault tolerance: store key %s is malformed", key);
+    if (got != 6)
+        return dsc__fail(DSC_ERR_CORRUPT, "fault tolerance: store key %s is malformed", key);
     in->rank = g->ranks[k];
     in->own[0] = t[0], in->own[1] = t[1], in->rep[0] = t[2], in->rep[1] = t[3];
     return DSC_OK;
@@ -180,7 +182,8 @@ static dsc_status connect_store(dsc_engine *e, int gen, ft_group *g) {
     bool swapped;
     snprintf(g->addr, sizeof g->addr, "127.0.0.1"); // one node: shm is the only backend here
     DSC_TRY(dsc_comm_note_cas(e->comm, &note, 0, &swapped)); // read
-    if (note >> 32 != (uint64_t)gen && dsc_store_create(&g->store, g->addr, 0, true, tmo) == DSC_OK) {
+    bool first = note >> 32 != (uint64_t)gen;
+    if (first && dsc_store_create(&g->store, g->addr, 0, true, tmo) == DSC_OK) {
         mine = (uint64_t)gen << 32 | (uint64_t)dsc_store_port(g->store);
         DSC_TRY(dsc_comm_note_cas(e->comm, &note, mine, &swapped));
         if (swapped) {

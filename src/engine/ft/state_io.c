@@ -43,7 +43,8 @@ void dsc__ft_fill_slices(dsc_engine *e, ft_param_src src, void *user) {
             size_t a = p->off > lo ? p->off : lo, b = p->off + (size_t)p->numel;
             b = b < hi ? b : hi;
             if (a < b)
-                memcpy(slice_of(e, k, p->group) + (a - lo), x + (a - p->off), (b - a) * sizeof(float));
+                memcpy(slice_of(e, k, p->group) + (a - lo), x + (a - p->off),
+                       (b - a) * sizeof(float));
         }
     }
 }
@@ -98,7 +99,8 @@ dsc_status dsc__ft_save_state(dsc_engine *e, const char *path) {
     for (int g = 0; g < e->ngroups; g++)
         if (e->groups[g].padded > maxpad) maxpad = e->groups[g].padded;
     tmp = calloc(maxpad ? maxpad : 1, sizeof(float));
-    dsc_status st = vals && names && tmp ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory saving the state");
+    dsc_status st = DSC_OK;
+    if (!vals || !names || !tmp) st = dsc__fail(DSC_ERR_OOM, "out of memory saving the state");
     for (int k = 0; k < nvec && st == DSC_OK; k++)
         for (int g = 0; g < e->ngroups && st == DSC_OK; g++) {
             st = whole_group(e, k, g, tmp);
@@ -112,7 +114,8 @@ dsc_status dsc__ft_save_state(dsc_engine *e, const char *path) {
                     st = dsc__fail(DSC_ERR_OOM, "out of memory saving the state");
                     break;
                 }
-                memcpy(vals[t], tmp + (p->off - e->groups[g].off), (size_t)p->numel * sizeof(float));
+                memcpy(vals[t], tmp + (p->off - e->groups[g].off),
+                       (size_t)p->numel * sizeof(float));
                 snprintf(names[t], strlen(p->name) + 16, "%s.%s", vec_names[k], p->name);
             }
         }
@@ -168,7 +171,8 @@ dsc_status dsc__ft_load_state(dsc_engine *e, const char *path) {
         .global_steps = meta_int(f, "global_steps"), .applied_steps = meta_int(f, "applied_steps"),
         .skipped_steps = meta_int(f, "skipped_steps"),
         .cur_scale = dsc_st_meta(f, "cur_scale") ? strtod(dsc_st_meta(f, "cur_scale"), NULL) : 1,
-        .cur_iter = meta_int(f, "cur_iter"), .last_overflow_iter = meta_int(f, "last_overflow_iter"),
+        .cur_iter = meta_int(f, "cur_iter"),
+        .last_overflow_iter = meta_int(f, "last_overflow_iter"),
         .cur_hysteresis = (int)meta_int(f, "cur_hysteresis")};
     dsc_st_close(f);
     if (src.bad)
