@@ -66,6 +66,11 @@ int cmd_report(int argc, char **argv) {
     printf("\nnative ops\n");
     printf("  %-26s built (%s)\n", "cpu_adam / cpu_lion / sgd", cpu_simd());
     printf("  %-26s built (%s)\n", "gpt2 cpu fwd/bwd", DSC_BLAS_NAME);
-    printf("  %-26s not built (GPU kernels are not in this version yet)\n", "cuda kernels");
+#ifdef DSC_GPU_TARGETS
+    printf("  %-26s built (%s)\n", "gpu kernels", DSC_GPU_TARGETS);
+#else
+    printf("  %-26s not built (configure where nvcc is found, or with DS_BUILD_OPS=1; "
+           "DS_BUILD_HIP=1 for ROCm)\n", "gpu kernels");
+#endif
     return 0;
 }

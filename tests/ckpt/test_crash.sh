@@ -15,6 +15,9 @@ for ((i = 1; i <= trials; i++)); do
   cfg="$T/async.json"; ((i % 2)) && cfg="$T/sync.json"
   world=1; ((i % 5 == 0)) && world=2
   start "t$i" $world "$cfg" --max-steps 1000000 --save-dir "$CK" --resume
+  # the random moment counts from the first finished step, not from the process start, so that a
+  # loaded machine (slow start-up) does not turn most trials into kills before any save
+  for ((w = 0; w < 600; w++)); do [ -s "$T/t$i/metrics.jsonl" ] && break; sleep 0.05; done
   delay=$((100 + RANDOM % 500))
   sleep "$(printf '0.%03d' "$delay")"
   kill -9 "${PIDS[@]}" 2>/dev/null
