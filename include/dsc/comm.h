@@ -113,6 +113,52 @@ typedef struct dsc_comm_stats {
 } dsc_comm_stats;
 void dsc_comm_get_stats(const dsc_comm *c, dsc_comm_stats *s);
 
+// ---- comms logger (DeepSpeed's comms_logger) ----
+// One process-wide record of every completed operation of every communicator, whatever its
+// backend, kept per (operation, message size, world size): count, total and trimmed-mean latency
+// (submit to completion), and DeepSpeed's bandwidths. Off until configured; thread-safe.
+
+// The operations, as bits of an `ops` mask.
+enum {
+    DSC_COMM_LOG_ALL_REDUCE = 1 << 0,
+    DSC_COMM_LOG_REDUCE_SCATTER = 1 << 1,
+    DSC_COMM_LOG_ALL_GATHER = 1 << 2,
+    DSC_COMM_LOG_BROADCAST = 1 << 3,
+    DSC_COMM_LOG_REDUCE = 1 << 4,
+    DSC_COMM_LOG_BARRIER = 1 << 5,
+    DSC_COMM_LOG_SEND = 1 << 6,
+    DSC_COMM_LOG_RECV = 1 << 7,
+    DSC_COMM_LOG_EVERY_OP = 0xff,
+};
+// The mask bit of an operation name: dsc's names above (lower case, "all_reduce") and
+// DeepSpeed's spellings (all_gather_into_tensor, reduce_scatter_tensor, isend, irecv).
+// DSC_ERR_INVALID_ARG naming the known names otherwise.
+dsc_status dsc_comm_log_op_bit(const char *name, unsigned *bit);
+// Start (enabled) or stop recording the operations in `ops`; recorded entries are kept.
+void dsc_comm_logger_configure(bool enabled, unsigned ops);
+// Forget every entry.
+void dsc_comm_logger_reset(void);
+
+typedef struct dsc_comm_log_entry {
+    const char *op;        // "all_reduce", ... (static)
+    uint64_t msg_bytes;    // per rank: count * element size (reduce_scatter: the output)
+    int world;             // ranks of the communicator
+    uint64_t count;        // completed operations
+    double total_ms;       // summed latency
+    double avg_ms;         // mean latency, 10% trimmed at each end (DeepSpeed's trim_mean)
+    double algbw_gbps, busbw_gbps; // DeepSpeed's tput_avg and busbw_avg at avg_ms
+} dsc_comm_log_entry;
+// Up to cap entries, by operation then message size; returns how many there are in all.
+size_t dsc_comm_logger_entries(dsc_comm_log_entry *out, size_t cap);
+// DeepSpeed's bandwidths (Gbps) of one operation of msg_bytes per rank over ms milliseconds:
+// algbw all_reduce 2S/t, all_gather / reduce_scatter nS/t, others S/t; busbw all_reduce
+// S/t * 2(n-1)/n, all_gather / reduce_scatter nS/t * (n-1)/n, others S/t.
+void dsc_comm_log_bandwidth(const char *op, double msg_bytes, double ms, int world,
+                            double *algbw_gbps, double *busbw_gbps);
+// DeepSpeed's log_all table (Comm. Op, Message Size, Count, Total Latency(ms), Avg Latency(ms),
+// tput_avg (Gbps), busbw_avg (Gbps)) into out (a FILE *).
+void dsc_comm_logger_print(void *out);
+
 // ---- fault tolerance ----
 
 // Abort the communicator from any thread (e.g. a watchdog while another thread is blocked in an

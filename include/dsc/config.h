@@ -68,22 +68,27 @@ typedef struct dsc_config {
 
     struct {
         char type[32]; // "" = none
+        // Numbers are doubles: DeepSpeed computes with whatever number it is given (fractional
+        // step counts included). Which keys a schedule takes, and null: engine/sched_config.c.
         // WarmupLR / WarmupDecayLR / WarmupCosineLR
         double warmup_min_lr, warmup_max_lr;
-        int64_t warmup_num_steps, total_num_steps;
+        double warmup_num_steps, total_num_steps;
         char warmup_type[16];
         double warmup_min_ratio, cos_min_ratio;
         // OneCycle
         double cycle_min_lr, cycle_max_lr, decay_lr_rate;
-        int64_t cycle_first_step_size, cycle_second_step_size;
-        int64_t cycle_first_stair_count, cycle_second_stair_count, decay_step_size;
+        double cycle_first_step_size, cycle_second_step_size;
+        double cycle_first_stair_count, cycle_second_stair_count, decay_step_size;
         bool cycle_momentum;
         double cycle_min_mom, cycle_max_mom, decay_mom_rate;
         // LRRangeTest
         double lr_range_test_min_lr, lr_range_test_step_rate;
-        int64_t lr_range_test_step_size;
+        double lr_range_test_step_size;
         bool lr_range_test_staircase;
-        int64_t last_batch_iteration;
+        double last_batch_iteration;
+        // The first key under scheduler.params that is no DeepSpeed schedule's parameter ("" =
+        // none): DeepSpeed passes every key to the scheduler's constructor, which then fails.
+        char unknown_param[64];
     } scheduler;
 
     struct {
@@ -183,7 +188,11 @@ typedef struct dsc_config {
 
     struct {
         bool enabled, verbose, prof_all, debug;
+        char prof_ops[512]; // JSON list of op names, "" when not given
     } comms_logger;
+
+    // (dsc) threshold actions of the monitor: the JSON list as given, "" when not given
+    char monitor_actions[2048];
 
     struct {
         bool enabled;

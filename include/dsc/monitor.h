@@ -13,6 +13,7 @@
 #define DSC_MONITOR_H
 
 #include <stdbool.h> // bool
+#include <stddef.h>  // size_t
 #include <stdint.h>  // int64_t
 
 #include "dsc/config.h" // dsc_config
@@ -116,6 +117,22 @@ dsc_status dsc_monitor_get_metrics(dsc_monitor *m, dsc_metrics *out);
 // step_time, comm_bytes, comm_time. fn runs on the logging thread with no monitor lock held.
 dsc_status dsc_monitor_add_action(dsc_monitor *m, const char *metric, double threshold,
                                   dsc_monitor_action_fn fn, void *user);
+
+// The config's `monitor_actions` (dsc): [{"metric": NAME, "above": X, "action": A}], registered
+// by dsc_monitor_create like dsc_monitor_add_action (once per upward crossing). A is "log" (a
+// warning line), "defrag" (compact the default host pool, dsc_mem_defragment, then return its
+// empty arenas) or "release_caches" (return the default host pool's empty arenas, dsc_mem_trim).
+// The caller's hooks bracket them: `before` runs ahead of a defrag or release_caches (bring the
+// process to a point where nothing reads pool memory; a failure skips the action), `after`
+// runs after every action (bytes: moved by defrag, released by release_caches; 0 for log), e.g.
+// to refresh addresses and to report; without `after` a warning line reports it.
+typedef struct dsc_monitor_action_hooks {
+    void *user;
+    dsc_status (*before)(void *user, const char *action);
+    void (*after)(void *user, const char *action, const char *metric, double value,
+                  double threshold, size_t bytes);
+} dsc_monitor_action_hooks;
+void dsc_monitor_set_action_hooks(dsc_monitor *m, const dsc_monitor_action_hooks *h);
 
 // The port Prometheus is served on, or 0 when it is not.
 int dsc_monitor_prometheus_port(const dsc_monitor *m);

@@ -11,7 +11,6 @@ typedef struct verb {
     const char *about;
 } verb;
 
-static int cmd_generate(int argc, char **argv) { return cmd_not_built("generate", argc, argv); }
 static int cmd_bench(int argc, char **argv) { return cmd_not_built("bench", argc, argv); }
 
 static const verb verbs[] = {

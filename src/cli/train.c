@@ -18,11 +18,13 @@
 
 #include "base/status.h"                 // dsc__fail, DSC_TRY
 #include "base/time.h"                   // dsc_now
+#include "cli/train_obs.h"               // obs_*, train_times
 #include "data/loader.h"                 // dsc_loader_*
 #include "data/prepare.h"                // dsc_data_default
 #include "data/tokenizer.h"              // dsc_tokenizer_*
 #include "dsc/checkpoint.h"              // dsc_checkpointing_*, dsc_save_checkpoint
 #include "dsc/engine.h"                  // dsc_engine_*
+#include "dsc/generate.h"                // dsc_generate
 #include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
 #include "dsc/monitor.h"                 // dsc_monitor_*
 #include "engine/ckpt/safetensors.h"     // dsc_st_*
@@ -53,6 +55,9 @@ typedef struct trainer {
     double peak_flops;     // measured CPU matrix-product throughput, for MFU
     double dump_loss;      // --dump-grads: the mean loss of step 1 over ranks
     char data_dir[4096];
+    train_times cur;       // wall_clock_breakdown of the step running (all ranks time it)
+    train_times since_print; // summed since the last breakdown line
+    double *prof_times;    // flops profiler: per-module forward seconds of the profiled step
     bool ck_stop;          // a stop was requested (SIGUSR1): the state is saved, the loop ends
     int exit_code;         // DSC_FT_EXIT_RESTART when fault tolerance asks for a restart
 } trainer;
@@ -73,7 +78,14 @@ static dsc_status hook_gather(void *u, int g) {
 }
 
 static dsc_status hook_release(void *u, int g) { return dsc_release(((trainer *)u)->eng, g); }
-static dsc_status hook_ready(void *u, int g) { return dsc_grads_ready(((trainer *)u)->eng, g); }
+// The reduction a group's gradients start: DeepSpeed's backward_allreduce timer.
+static dsc_status hook_ready(void *u, int g) {
+    trainer *t = u;
+    double t0 = dsc_now();
+    dsc_status st = dsc_grads_ready(t->eng, g);
+    t->cur.bwd_allreduce += dsc_now() - t0;
+    return st;
+}
 
 // ---- set-up ----
 
@@ -315,9 +327,15 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     int32_t *in = t->in + (size_t)micro * t->B * t->T, *tg = t->tg + (size_t)micro * t->B * t->T;
     DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
     dsc_gpt2_hooks h = {t, hook_gather, hook_release, hook_ready};
+    double t0 = dsc_now();
     DSC_TRY(dsc_gpt2_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
+    double t1 = dsc_now();
+    t->cur.fwd += t1 - t0;
     DSC_TRY(dsc_backward_begin(t->eng));
-    return dsc_gpt2_backward(t->model, t->work, t->grads, (float)dsc_backward_scale(t->eng), &h);
+    dsc_status st = dsc_gpt2_backward(t->model, t->work, t->grads,
+                                      (float)dsc_backward_scale(t->eng), &h);
+    t->cur.bwd += dsc_now() - t1;
+    return st;
 }
 
 // Validation loss: each rank evaluates its share of the batches (every rank runs the same number
@@ -407,54 +425,30 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
     fflush(t->metrics);
 }
 
-// Sample with temperature 0.8 from the 40 most likely tokens, seeded: a short text after training.
+// The closing sample: dsc_generate on the engine's live weights (temperature 0.8, top-40,
+// seeded), up to the context length. Every rank takes part (ZeRO-3 gathers); rank 0 prints.
 static void sample_text(trainer *t) {
     if (!t->tok || t->o->sample_tokens <= 0) return;
     int32_t *ids = NULL;
     size_t n = 0;
     if (dsc_tokenizer_encode(t->tok, t->o->prompt, strlen(t->o->prompt), &ids, &n) != DSC_OK || !n)
         return;
-    size_t cap = n + (size_t)t->o->sample_tokens;
-    int32_t *seq = malloc(cap * sizeof *seq);
-    float *probs = malloc((size_t)t->mc.vocab_size * sizeof *probs);
-    if (!seq || !probs) goto done;
-    memcpy(seq, ids, n * sizeof *seq);
-    uint64_t rng = (uint64_t)t->o->seed * 0x9E3779B97F4A7C15ull + 1;
-    dsc_gpt2_hooks h = {t, hook_gather, hook_release, NULL};
-    for (size_t len = n; len < cap; len++) {
-        int T = len < (size_t)t->T ? (int)len : t->T;
-        if (dsc_gpt2_forward(t->model, t->work, seq + len - T, NULL, 1, T, &h, NULL) != DSC_OK) break;
-        const float *logits = dsc_gpt2_logits(t->model) + (size_t)(T - 1) * t->mc.vocab_size;
-        int V = t->mc.vocab_size;
-        float kth = -INFINITY; // the 40th largest logit
-        for (int k = 0; k < 40 && k < V; k++) {
-            float best = -INFINITY;
-            for (int v = 0; v < V; v++)
-                if (logits[v] > best && (k == 0 || logits[v] < kth)) best = logits[v];
-            kth = best;
-        }
-        double z = 0;
-        for (int v = 0; v < V; v++) z += probs[v] = logits[v] >= kth ? expf((logits[v] - kth) / 0.8f) : 0;
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        double u = (double)(rng >> 11) / 9007199254740992.0 * z, acc = 0;
-        int pick = V - 1;
-        for (int v = 0; v < V; v++)
-            if ((acc += probs[v]) > u) {
-                pick = v;
-                break;
-            }
-        seq[len] = pick;
-    }
+    dsc_gen_opts go = dsc_gen_opts_default();
+    go.max_new_tokens = (int)t->o->sample_tokens;
+    go.seed = (uint64_t)t->o->seed;
+    go.n_head = t->mc.n_head;
+    dsc_gen_prompt p = {ids, (int)n};
+    dsc_gen_output out = {0};
+    dsc_status st = dsc_generate(t->eng, &p, 1, &go, &out, NULL);
+    dsc_generate_release(t->eng);
     char *text = NULL;
     size_t tl = 0;
-    if (t->rank == 0 && dsc_tokenizer_decode(t->tok, seq, cap, &text, &tl) == DSC_OK) {
-        printf("\nsample (temperature 0.8, top-40):\n----\n%.*s\n----\n", (int)tl, text);
-        free(text);
-    }
-done:
+    if (st != DSC_OK) fprintf(stderr, "note: no text sample: %s\n", dsc_last_error());
+    else if (t->rank == 0 && dsc_tokenizer_decode(t->tok, out.tokens, (size_t)out.len, &text, &tl) == DSC_OK)
+        printf("\nsample (temperature 0.8, top-40):\n----\n%s%.*s\n----\n", t->o->prompt, (int)tl, text);
+    free(text);
+    dsc_gen_output_free(&out, 1);
     free(ids);
-    free(seq);
-    free(probs);
 }
 
 static void print_progress(const trainer *t, const dsc_step_info *si, double loss, double tok_s,
@@ -664,16 +658,89 @@ static dsc_status ckpt_finish(trainer *t, dsc_status st) {
     return st != DSC_OK ? st : st2;
 }
 
+// ---- observing the run: breakdown, flops profile, comms summary, progress, actions ----
+
+// Before a step: zero its timers; at the flops profiler's step, time the model's modules too.
+static dsc_status observe_begin(trainer *t, int64_t step) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    t->cur = (train_times){0};
+    if (!cfg->flops_profiler.enabled || step != cfg->flops_profiler.profile_step) return DSC_OK;
+    free(t->prof_times);
+    t->prof_times = calloc((size_t)dsc_gpt2_timing_slots(&t->mc), sizeof *t->prof_times);
+    if (!t->prof_times) return dsc__fail(DSC_ERR_OOM, "out of memory for the flops profiler");
+    dsc_gpt2_set_timing(t->model, t->prof_times);
+    return DSC_OK;
+}
+
+static dsc_status profile_report(trainer *t, int64_t step, double dt) {
+    obs_profile p = {.mc = &t->mc, .B = t->B, .T = t->T, .gas = t->gas, .world = t->world,
+                     .step = step, .times = t->prof_times, .tt = t->cur, .iter_s = dt};
+    obs_progress_clear();
+    dsc_status st = obs_flops_report(dsc_engine_config(t->eng), &p);
+    free(t->prof_times);
+    t->prof_times = NULL;
+    return st;
+}
+
+// After a step (dt seconds): the breakdown to the sinks and, every steps_per_print, to stdout;
+// the flops profile at its step; with comms_logger.verbose the comms summary.
+static dsc_status observe_end(trainer *t, int64_t step, int64_t samples, double dt) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    dsc_gpt2_set_timing(t->model, NULL);
+    t->cur.bwd_inner = t->cur.bwd - t->cur.bwd_allreduce;
+    train_times *sp = &t->since_print;
+    sp->fwd += t->cur.fwd, sp->bwd += t->cur.bwd, sp->bwd_inner += t->cur.bwd_inner;
+    sp->bwd_allreduce += t->cur.bwd_allreduce, sp->step += t->cur.step;
+    if (cfg->wall_clock_breakdown) DSC_TRY(obs_breakdown_log(t->mon, &t->cur, samples));
+    if (t->prof_times && t->rank == 0) DSC_TRY(profile_report(t, step, dt));
+    bool print_now = step % cfg->steps_per_print == 0;
+    if (!print_now) return DSC_OK;
+    if (t->rank == 0 && cfg->wall_clock_breakdown) {
+        obs_progress_clear();
+        obs_breakdown_print(sp);
+    }
+    *sp = (train_times){0};
+    if (t->rank == 0 && cfg->comms_logger.verbose && step != t->o->max_steps) {
+        obs_progress_clear();
+        obs_comms_print(cfg, step);
+    }
+    return DSC_OK;
+}
+
+// monitor_actions that move or free pool memory run when no checkpoint copy reads it...
+static dsc_status action_before(void *u, const char *action) {
+    return dsc_checkpoint_fence(((trainer *)u)->eng);
+}
+
+// ... and then the parameter addresses the model holds are taken again.
+static void action_after(void *u, const char *action, const char *metric, double value,
+                         double threshold, size_t bytes) {
+    trainer *t = u;
+    for (int i = 0; i < t->ntensors; i++) {
+        t->work[i] = dsc_param_data(t->eng, i);
+        t->grads[i] = dsc_param_grad(t->eng, i);
+    }
+    if (t->rank != 0) return;
+    obs_progress_clear();
+    printf("monitor action %s: %s = %.6g rose above %g", action, metric, value, threshold);
+    if (strcmp(action, "log") != 0)
+        printf(" (%zu bytes %s)", bytes, strcmp(action, "defrag") ? "released" : "moved");
+    printf("\n");
+    fflush(stdout);
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
     int64_t tokens_step = (int64_t)t->gas * t->B * t->T * t->world, tokens = 0;
     double start = dsc_now(), first_loss = NAN, last_loss = NAN, val = NAN;
     dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
+    int64_t first_step = dsc_engine_global_steps(t->eng) + 1;
     for (int64_t step = dsc_engine_global_steps(t->eng) + 1; step <= t->o->max_steps && !t->ck_stop; step++) {
         double t0 = dsc_now(), loss_sum = 0;
         dsc_step_info si;
         dsc_status st; // a failure inside the step goes to `fault`: recovery, then the step again
+        DSC_TRY(observe_begin(t, step));
         if ((st = dsc_step_begin(t->eng)) != DSC_OK) goto fault;
         for (int micro = 0; micro < t->gas; micro++) {
             float loss;
@@ -686,7 +753,9 @@ static dsc_status train_loop(trainer *t) {
                 dsc_engine_observe_grads(t->eng, dump_grads_observer, t);
             }
             if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
+            double ts = dsc_now();
             if ((st = dsc_step(t->eng, &si)) != DSC_OK) goto fault;
+            t->cur.step += dsc_now() - ts;
         }
         double loss = loss_sum / t->gas;
         if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
@@ -699,6 +768,7 @@ static dsc_status train_loop(trainer *t) {
             if (again > t->peak_flops) t->peak_flops = again;
             mfu = flops_tok * tok_s / (t->peak_flops * t->world);
         }
+        DSC_TRY(observe_end(t, step, step * cfg->train_batch_size, dt));
         if (isnan(first_loss)) first_loss = loss; // the first step run (resumed runs start later)
         last_loss = loss;
         val = NAN;
@@ -714,9 +784,17 @@ static dsc_status train_loop(trainer *t) {
         if ((st = ckpt_after_step(t)) != DSC_OK) goto fault; // its collectives can meet a fault
         if (t->rank != 0) continue;
         write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
-        if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps)
+        double per_step = (dsc_now() - start) / (double)(step - first_step + 1);
+        double eta = per_step * (double)(t->o->max_steps - step);
+        obs_progress_update(step, t->o->max_steps, loss, tok_s, eta);
+        if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps) {
+            obs_progress_clear();
             print_progress(t, &si, loss, tok_s, mfu);
-        if (!isnan(val)) printf("step %5lld | validation loss %.4f\n", (long long)step, val);
+        }
+        if (!isnan(val)) {
+            obs_progress_clear();
+            printf("step %5lld | validation loss %.4f\n", (long long)step, val);
+        }
         continue;
     fault:
         dsc_checkpoint_fence(t->eng); // a save's copy of the state ends before recovery changes it
@@ -724,6 +802,8 @@ static dsc_status train_loop(trainer *t) {
     }
     if (t->o->dump_weights) DSC_TRY(dump_weights(t));
     DSC_TRY(dsc_monitor_flush(t->mon));
+    obs_progress_clear();
+    if (t->rank == 0) obs_comms_print(cfg, dsc_engine_global_steps(t->eng));
     if (t->o->max_steps > 0 && t->rank == 0)
         printf("\ntrain loss %.4f -> %.4f over %lld steps (%.1f s)\n", first_loss, last_loss,
                t->o->max_steps, dsc_now() - start);
@@ -757,6 +837,9 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->peak_flops = measure_cpu_peak();
     if (t->rank == 0) DSC_TRY(open_run_dir(t, run_dir, cap));
     DSC_TRY(dsc_monitor_create(&t->mon, cfg, t->rank == 0 ? run_dir : NULL, t->rank));
+    dsc_monitor_action_hooks ah = {t, action_before, action_after};
+    dsc_monitor_set_action_hooks(t->mon, &ah);
+    DSC_TRY(obs_comms_setup(cfg));
     if (t->rank != 0) return DSC_OK;
     printf("dsc train: model %s (%.2fM parameters, %d layers, %d heads, %d channels, vocab %d)\n",
            o->model, dsc_gpt2_num_params(&t->mc) / 1e6, t->mc.n_layer, t->mc.n_head,
@@ -781,6 +864,7 @@ static void trainer_free(trainer *t) {
     free(t->work);
     free(t->grads);
     free(t->tgroup);
+    free(t->prof_times);
     free(t->in);
     free(t->tg);
 }

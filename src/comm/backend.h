@@ -86,6 +86,9 @@ void dsc__op_describe(const dsc__comm_op *op, char *buf, size_t len);
 // Payload size in bytes as dsc_comm_stats counts it.
 size_t dsc__op_bytes(const dsc__comm_op *op, int world);
 
+// The comms logger (comm/logger.c): one completed operation on a communicator of `world` ranks.
+void dsc__comm_log_record(const dsc__comm_op *op, int world, double seconds);
+
 #if DSC_FEATURE_MPI
 extern const dsc__comm_ops dsc__mpi_ops; // comm/mpi.c
 #endif

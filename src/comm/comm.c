@@ -241,6 +241,7 @@ static dsc_status req_release(dsc_comm_req *r) {
         c->stats.seconds += r->t_end - r->t_start;
     }
     pthread_mutex_unlock(&c->mu);
+    if (st == DSC_OK) dsc__comm_log_record(&r->op, c->size, r->t_end - r->t_start);
     if (st != DSC_OK) dsc__fail(st, "%s", r->msg);
     free(r);
     return st;

@@ -235,6 +235,23 @@ static dsc_status set_intlist(parse_ctx *c, int idx, const json_t *v) {
     return DSC_OK;
 }
 
+// A list: checked to be one; rows with a field keep it as compact JSON text for their user.
+static dsc_status set_list(parse_ctx *c, int idx, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    if (!json_is_array(v)) return type_error(c, r->path, "a list", v);
+    if (!r->size) return DSC_OK;
+    char *text = json_dumps(v, JSON_COMPACT);
+    if (!text) return dsc__fail(DSC_ERR_OOM, "config %s: out of memory", c->source);
+    size_t n = strlen(text);
+    if (n < r->size) memcpy(dsc__field(c->cfg, r), text, n + 1);
+    free(text);
+    if (n >= r->size)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is %zu characters of JSON; dsc "
+                         "takes at most %zu: shorten the list", c->source, r->path, n,
+                         r->size - 1);
+    return DSC_OK;
+}
+
 static dsc_status set_value(parse_ctx *c, int idx, const json_t *v, int reader) {
     bool lax = reader == DS_MODEL;
     switch (ROWS[idx].kind) {
@@ -245,7 +262,7 @@ static dsc_status set_value(parse_ctx *c, int idx, const json_t *v, int reader) 
     case K_STR: return set_string(c, idx, v);
     case K_PAIR: return set_pair(c, idx, v);
     case K_INTLIST: return set_intlist(c, idx, v);
-    case K_LIST: return json_is_array(v) ? DSC_OK : type_error(c, ROWS[idx].path, "a list", v);
+    case K_LIST: return set_list(c, idx, v);
     default: DSC_ASSERT(0); return DSC_ERR_INTERNAL;
     }
 }
@@ -320,6 +337,15 @@ static dsc_status parse_key(parse_ctx *c, const char *path, const json_t *v) {
     if (idx < 0) {
         // Read by DeepSpeed only with the deprecated "zero_optimization": true (see zero_bool).
         if (!strcmp(path, "allgather_size")) return DSC_OK;
+        if (starts_with(path, "scheduler.params.")) { // DeepSpeed's scheduler would refuse it
+            const char *key = path + strlen("scheduler.params.");
+            char *first = c->cfg->scheduler.unknown_param; // 64 bytes; a longer name is cut
+            if (!first[0]) snprintf(first, sizeof c->cfg->scheduler.unknown_param, "%.63s", key);
+            warnf(c, "config %s: unknown key \"%s\": no DeepSpeed schedule takes it, so "
+                  "DeepSpeed's scheduler fails on it when it is built; dsc train refuses it too",
+                  c->source, path);
+            return DSC_OK;
+        }
         warnf(c, "config %s: unknown key \"%s\" ignored (not a DeepSpeed key that dsc knows)",
               c->source, path);
         return DSC_OK;

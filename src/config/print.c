@@ -33,6 +33,7 @@ static json_t *row_value(const dsc_config *cfg, const dsc__key_row *r) {
     case K_STR: return json_string(p);
     case K_PAIR: return json_pack("[ff]", ((const double *)p)[0], ((const double *)p)[1]);
     case K_INTLIST: return int_list(p, *(const int64_t *)((const char *)cfg + r->count_off));
+    case K_LIST: return r->size ? json_loads(*(const char *)p ? p : "[]", 0, NULL) : NULL;
     default: return NULL;
     }
 }
@@ -96,6 +97,7 @@ static void default_text(const dsc__key_row *r, char *def, size_t cap) {
     case K_STR: snprintf(def, cap, "\"%s\"", r->sdef); break;
     case K_PAIR: snprintf(def, cap, "[%g, %g]", r->def, r->lo); break;
     case K_INTLIST: snprintf(def, cap, "[]"); break;
+    case K_LIST: snprintf(def, cap, "%s", r->size ? "[]" : ""); break;
     case K_ALIAS: snprintf(def, cap, "= `%s`", r->sdef); break;
     default: break;
     }

@@ -15,6 +15,7 @@ const dsc__key_row dsc__rows[] = {
 #define DSC_STR(p, f, def, ch, d) {p, K_STR, FIELD(f), 0, 0, 0, def, ch, d, 0, 0},
 #define DSC_PAIR(p, f, d0, d1, d) {p, K_PAIR, FIELD(f), d0, d1, 0, NULL, NULL, d, 0, 0},
 #define DSC_LIST(p, d) {p, K_LIST, NO_FIELD, 0, 0, 0, NULL, NULL, d, 0, 0},
+#define DSC_JSONLIST(p, f, d) {p, K_LIST, FIELD(f), 0, 0, 0, NULL, NULL, d, 0, 0},
 #define DSC_INTLIST(p, f, n, d)                                                                \
     {p, K_INTLIST, FIELD(f), 0, 1, 0, NULL, NULL, d, 0, offsetof(dsc_config, n)},
 #define DSC_ALIAS(p, target, d) {p, K_ALIAS, NO_FIELD, 0, 0, 0, target, NULL, d, 0, 0},
@@ -30,6 +31,7 @@ const dsc__key_row dsc__rows[] = {
 #undef DSC_STR
 #undef DSC_PAIR
 #undef DSC_LIST
+#undef DSC_JSONLIST
 #undef DSC_INTLIST
 #undef DSC_ALIAS
 #undef DSC_UNIMPL
@@ -55,6 +57,7 @@ static const struct null_rule {
 #define DSC_STR(...)
 #define DSC_PAIR(...)
 #define DSC_LIST(...)
+#define DSC_JSONLIST(...)
 #define DSC_INTLIST(...)
 #define DSC_ALIAS(...)
 #define DSC_UNIMPL(...)
@@ -69,6 +72,7 @@ static const struct null_rule {
 #undef DSC_STR
 #undef DSC_PAIR
 #undef DSC_LIST
+#undef DSC_JSONLIST
 #undef DSC_INTLIST
 #undef DSC_ALIAS
 #undef DSC_UNIMPL

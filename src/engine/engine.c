@@ -58,10 +58,13 @@ static dsc_status schedule_from_config(dsc_engine *e) {
     dsc_sched_kind kind;
     DSC_TRY(dsc_sched_kind_parse(c->scheduler.type, &kind));
     dsc_sched_params_defaults(kind, &e->sched);
-    dsc__sched_params_from_config(&e->sched, c);
-    if (kind == DSC_SCHED_ONE_CYCLE && e->sched.cycle_momentum && e->hp.kind == DSC_OPT_SGD)
+    DSC_TRY(dsc__sched_params_from_config(&e->sched, c));
+    if (kind == DSC_SCHED_ONE_CYCLE && e->sched.cycle_momentum && e->hp.kind == DSC_OPT_SGD) {
+        // DeepSpeed turns cycle_momentum off for an optimizer without betas.
         DSC_WARN("engine", "scheduler OneCycle: cycle_momentum does not apply to SGD (as in "
                  "DeepSpeed); the momentum stays %g", e->hp.momentum);
+        e->sched.cycle_momentum = false;
+    }
     return dsc_sched_validate(&e->sched);
 }
 
@@ -311,16 +314,17 @@ void dsc_engine_memory_get(const dsc_engine *e, dsc_engine_memory *out) {
 
 // ---- the optimizer step ----
 
-static void sched_at(const dsc_engine *e, int64_t step, double *lr, double *mom) {
+// The lr (and OneCycle's momentum; NAN: the optimizer's own) of applied step `step`. Fails where
+// DeepSpeed's scheduler fails computing it.
+static dsc_status sched_at(const dsc_engine *e, int64_t step, double *lr, double *mom) {
     *lr = e->base_lr;
-    *mom = -1;
-    if (e->has_sched) dsc_sched_lr_at(&e->sched, e->base_lr, step, lr, mom);
+    *mom = NAN;
+    return e->has_sched ? dsc_sched_lr_at(&e->sched, e->base_lr, step, lr, mom) : DSC_OK;
 }
 
 double dsc_engine_next_lr(const dsc_engine *e) {
     double lr, mom;
-    sched_at(e, e->applied_steps + 1, &lr, &mom);
-    return lr;
+    return sched_at(e, e->applied_steps + 1, &lr, &mom) == DSC_OK ? lr : NAN;
 }
 
 // Is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? A test-only fault switch.
@@ -354,6 +358,8 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
     // scale before it unscales: on a step where the scale grows, the gradients (scaled by the old
     // scale) are divided by the new one, and clipping compares against that too. The reported
     // norm uses the old scale. Mirrored exactly so that runs match DeepSpeed step for step.
+    double lr, mom;
+    DSC_TRY(sched_at(e, e->applied_steps + 1, &lr, &mom)); // before anything changes
     double prev = dsc_loss_scaler_scale(&e->scaler);
     double norm = sqrt(sumsq); // of g / prev: the true gradient norm
     DSC_TRY(dsc_loss_scaler_update(&e->scaler, false));
@@ -363,11 +369,9 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
         double clip = (norm * prev / scale + 1e-6) / e->cfg.gradient_clipping;
         if (clip > 1) combined = clip * scale;
     }
-    double lr, mom;
-    sched_at(e, e->applied_steps + 1, &lr, &mom);
     dsc_opt_hparams hp = e->hp;
     hp.lr = (float)lr;
-    if (mom >= 0 && hp.kind != DSC_OPT_SGD) {
+    if (!isnan(mom) && hp.kind != DSC_OPT_SGD) {
         // OneCycle cycles the momentum as DeepSpeed does: betas = (momentum, 0.99). For SGD
         // DeepSpeed leaves the momentum alone (and warns); so do we, at create.
         hp.beta1 = (float)mom;
@@ -412,12 +416,14 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
     dsc_status st = DSC_OK;
     if (nonfinite && e->prec == PREC_FP16) {
         // Overflow: skip the step. Weights, optimizer state and the LR schedule stay as they are.
-        e->skipped_steps++;
-        info->skipped = true;
-        info->grad_norm = INFINITY;
         double mom;
-        sched_at(e, e->applied_steps + 1, &info->lr, &mom);
-        st = dsc_loss_scaler_update(&e->scaler, true);
+        st = sched_at(e, e->applied_steps + 1, &info->lr, &mom);
+        if (st == DSC_OK) {
+            e->skipped_steps++;
+            info->skipped = true;
+            info->grad_norm = INFINITY;
+            st = dsc_loss_scaler_update(&e->scaler, true);
+        }
         if (st == DSC_OK) st = dsc__ft_state_changed(e); // the scaler's state moved: commit it
     } else {
         if (nonfinite)

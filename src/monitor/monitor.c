@@ -15,6 +15,7 @@
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "base/time.h"          // dsc_now, dsc_wall_time
 #include "dsc/monitor.h"        // dsc_monitor_*
+#include "monitor/actions.h"    // dsc__actions_parse, dsc__action_run
 #include "monitor/prometheus.h" // dsc__prom_*
 #include "monitor/sink.h"       // dsc__sink, dsc__sink_*_open, dsc__host_mem
 
@@ -37,6 +38,12 @@ typedef struct action {
     void *user;
 } action;
 
+// One entry of the config's monitor_actions, the user pointer of its action.
+typedef struct cfg_action {
+    dsc__cfg_action spec;
+    struct dsc_monitor *m;
+} cfg_action;
+
 struct dsc_monitor {
     pthread_mutex_t mu;
     int rank;
@@ -53,6 +60,8 @@ struct dsc_monitor {
     char tb_dir[4096], csv_dir[4096];
     action actions[MAX_ACTIONS];
     int nactions;
+    cfg_action cfg_actions[MAX_ACTIONS]; // the config's monitor_actions
+    dsc_monitor_action_hooks hooks;
     // flushing
     int64_t last_index, indices_since_flush, flush_every;
     double last_flush, flush_every_s;
@@ -379,6 +388,47 @@ static dsc_status open_sinks(dsc_monitor *m, const dsc_config *cfg, const char *
     return DSC_OK;
 }
 
+// ---- the config's monitor_actions ----
+
+void dsc_monitor_set_action_hooks(dsc_monitor *m, const dsc_monitor_action_hooks *h) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->hooks = h ? *h : (dsc_monitor_action_hooks){0};
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void run_config_action(void *user, const char *metric, double value) {
+    cfg_action *a = user;
+    pthread_mutex_lock(&a->m->mu);
+    dsc_monitor_action_hooks h = a->m->hooks;
+    pthread_mutex_unlock(&a->m->mu);
+    const char *name = dsc__action_name(a->spec.kind);
+    size_t bytes = 0;
+    dsc_status st = DSC_OK;
+    if (a->spec.kind != DSC__ACTION_LOG && h.before) st = h.before(h.user, name);
+    if (st == DSC_OK) st = dsc__action_run(a->spec.kind, &bytes);
+    if (st != DSC_OK) {
+        DSC_WARN("monitor", "monitor_actions: %s on %s = %g failed: %s", name, metric, value,
+                 dsc_last_error());
+        return;
+    }
+    if (h.after) h.after(h.user, name, metric, value, a->spec.above, bytes);
+    else DSC_WARN("monitor", "monitor_actions: %s rose to %g, above %g: %s (%zu bytes)", metric,
+                  value, a->spec.above, name, bytes);
+}
+
+static dsc_status add_config_actions(dsc_monitor *m, const dsc_config *cfg) {
+    dsc__cfg_action spec[MAX_ACTIONS];
+    int n;
+    DSC_TRY(dsc__actions_parse(cfg->monitor_actions, spec, MAX_ACTIONS, &n));
+    for (int i = 0; i < n; i++) {
+        m->cfg_actions[i] = (cfg_action){spec[i], m};
+        DSC_TRY(dsc_monitor_add_action(m, spec[i].metric, spec[i].above, run_config_action,
+                                       &m->cfg_actions[i]));
+    }
+    return DSC_OK;
+}
+
 dsc_status dsc_monitor_create(dsc_monitor **out, const dsc_config *cfg, const char *run_dir,
                               int rank) {
     if (!out || !cfg || rank < 0)
@@ -398,6 +448,11 @@ dsc_status dsc_monitor_create(dsc_monitor **out, const dsc_config *cfg, const ch
     m->flush_every_s = 10;
     m->last_flush = dsc_now();
     m->last_host_sample = -1e9;
+    dsc_status ast = add_config_actions(m, cfg);
+    if (ast != DSC_OK) {
+        dsc_monitor_destroy(m);
+        return ast;
+    }
     if (m->writes) {
         if (cfg->wandb.enabled)
             DSC_WARN("monitor", "wandb.enabled: Weights & Biases is unsupported offline; ignored");

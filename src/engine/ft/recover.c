@@ -232,7 +232,29 @@ static dsc_status membership(dsc_engine *e, int gen, ft_group *g) {
                          ft->orig_rank);
     g->joined = true;
     for (int k = 0; k < g->n; k++) DSC_TRY(read_info(g, gen, k));
-    return DSC_OK;
+    snprintf(key, sizeof key, "dsc/ft/%d/read/%d", gen, e->rank);
+    return dsc_store_set(g->store, key, "1", 1);
+}
+
+// The host's store must outlive every member's reads of it. On success the new communicator's
+// barrier guarantees that; when the plan fails (every member reaches the same verdict from the
+// same posts) the host would otherwise close the store under a member still reading, which
+// would then report a closed connection instead of the reason. Wait for the members' read marks
+// (a member that died meanwhile is not waited for; the deadline bounds the rest).
+static void host_linger(dsc_engine *e, int gen, ft_group *g) {
+    if (!g->host || !g->joined || !g->store) return;
+    double deadline = dsc_now() + e->ft->comm_timeout;
+    char key[96];
+    for (int k = 0; k < g->n; k++) {
+        snprintf(key, sizeof key, "dsc/ft/%d/read/%d", gen, g->ranks[k]);
+        for (;;) {
+            bool present = false;
+            dsc_comm_peer p;
+            if (dsc_store_check(g->store, key, &present) != DSC_OK || present) break;
+            if (peer_status(e, g->ranks[k], &p) != OK_RANK || dsc_now() > deadline) break;
+            sleep_s(0.005);
+        }
+    }
 }
 
 // ---- 3. plan ----
@@ -461,6 +483,7 @@ done:
         e->comm = old;
         dsc_comm_destroy(nc);
     }
+    if (st != DSC_OK) host_linger(e, gen, &g);
     group_free(&g); // the host's store goes: every member is past its rendezvous
     free(p.provider);
     return st;

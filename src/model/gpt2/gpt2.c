@@ -10,6 +10,7 @@
 #include <string.h> // memset, memcpy, strcmp
 
 #include "base/status.h"        // dsc__fail, dsc__error_prefix, DSC_TRY
+#include "base/time.h"          // dsc_now
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads
@@ -221,7 +222,22 @@ struct dsc_gpt2 {
     float *d4;             // (BT, 4C): GELU output (forward), also (BT, 3C) gradients
     float *ln_scratch;     // dsc__gpt2_layernorm_scratch(BT, C)
     float *att_scratch;    // dsc__gpt2_attention_scratch(T, att_slots)
+    double *times;         // per-module forward seconds (dsc_gpt2_set_timing), or NULL
 };
+
+void dsc_gpt2_set_timing(dsc_gpt2 *m, double *times) {
+    if (m) m->times = times;
+}
+
+// Add the time since *t0 to slot and restart the clock; nothing while timing is off.
+static void lap(const dsc_gpt2 *m, double *t0, int slot) {
+    if (!m->times) return;
+    double now = dsc_now();
+    m->times[slot] += now - *t0;
+    *t0 = now;
+}
+
+static double lap_start(const dsc_gpt2 *m) { return m->times ? dsc_now() : 0; }
 
 // One layer's slice of the activations.
 typedef struct layer_acts {
@@ -388,15 +404,20 @@ static void layer_forward(dsc_gpt2 *m, float *const *params, int l) {
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(l, 0);
     float *ln = m->ln_out, *gelu = m->d4;
+    double t0 = lap_start(m);
     dsc__gpt2_layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W], p[K_LN1B], BT, C);
+    lap(m, &t0, 1 + 4 * l);
     dsc__gpt2_matmul_forward(a.qkv, ln, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C);
     dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->att_slots, B, T, C,
                                 NH);
     dsc__gpt2_matmul_forward(a.res2, a.atty, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C);
+    lap(m, &t0, 2 + 4 * l);
     dsc__gpt2_layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B], BT, C);
+    lap(m, &t0, 3 + 4 * l);
     dsc__gpt2_matmul_forward(a.fch, ln, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C);
     dsc__gpt2_gelu_forward(gelu, a.fch, BT * 4 * C);
     dsc__gpt2_matmul_forward(a.res_out, gelu, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C, C);
+    lap(m, &t0, 4 + 4 * l);
 }
 
 // ln_f, tied lm_head and (with targets) the loss: the mean over positions, summed in order.
@@ -405,17 +426,23 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
     int64_t BT = (int64_t)m->B * m->T;
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    double t0 = lap_start(m);
     dsc__gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
                                 params[lnf], params[lnf + 1], BT, C);
+    lap(m, &t0, 1 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    t0 = lap_start(m);
     dsc__gpt2_sgemm(0, 1, (int)BT, V, C, 1.0f, m->lnf, C, params[0], C, 0.0f, m->logits, V);
+    lap(m, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     if (!targets) return DSC_OK;
+    t0 = lap_start(m);
     dsc__gpt2_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
     double sum = 0.0;
     for (int64_t i = 0; i < BT; i++) sum += m->losses[i];
     if (loss) *loss = (float)(sum / (double)BT);
+    lap(m, &t0, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -433,7 +460,9 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
     if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    double t0 = lap_start(m);
     dsc__gpt2_encoder_forward(m->res, tok_in, params[0], params[1], B, T, m->c.n_embd);
+    lap(m, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     for (int l = 0; l < m->c.n_layer; l++) {
         DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));

@@ -99,4 +99,28 @@ const float *dsc_gpt2_logits(const dsc_gpt2 *m);
 // the second term is attention's two T x T products, counted in full as PaLM's MFU does.
 double dsc_gpt2_flops_per_token(const dsc_gpt2_config *c, int T);
 
+// ---- profiling (the flops profiler) ----
+
+// Forward timing slots, one per leaf module: 0 the embedding, then for layer l 1 + 4l ln_1,
+// 2 + 4l attn, 3 + 4l ln_2, 4 + 4l mlp, then ln_f, then lm_head (logits and loss).
+int dsc_gpt2_timing_slots(const dsc_gpt2_config *c); // 3 + 4 n_layer
+// With times non-NULL (dsc_gpt2_timing_slots entries) each forward adds the seconds it spends
+// in each leaf module to its slot (hooks excluded); NULL stops. times is borrowed until then.
+void dsc_gpt2_set_timing(dsc_gpt2 *m, double *times);
+
+// One module of the model's tree, Hugging Face's names and nesting, for B x T tokens.
+typedef struct dsc_gpt2_module {
+    char name[48];    // "transformer.h.3.attn"
+    char type[32];    // "GPT2Attention"
+    int depth;        // 0 for the whole model
+    int64_t params;   // elements of the tensors it owns (lm_head: 0, it is tied to wte)
+    double fwd_flops; // analytic: 2 per parameter per token used in a product (wpe and the wte
+                      // lookup: 0; wte as lm_head: 2VC) plus attention's 4 T C per token
+    int slot;         // timing slot of a leaf, or -1 (then the sum of its children)
+} dsc_gpt2_module;
+// The tree in print order (each parent before its children); returns the number of modules,
+// which is also how many out must hold (out NULL: only the count). The fwd_flops of the root
+// times 3 is dsc_gpt2_flops_per_token(c, T) * B * T, the trainer's MFU numerator.
+int dsc_gpt2_modules(const dsc_gpt2_config *c, int B, int T, dsc_gpt2_module *out);
+
 #endif

@@ -1,0 +1,408 @@
+// cli/cmd_generate.c - `dsc generate`: GPT-2 weights from a checkpoint or a safetensors file,
+// prompts from the command line or a file (one per line, generated as one batch), text out.
+#include <errno.h>  // errno
+#include <stdio.h>  // printf, fopen
+#include <stdlib.h> // calloc, free
+#include <string.h> // strcmp, strstr, strerror
+#ifdef _OPENMP
+#include <omp.h> // omp_set_num_threads
+#endif
+
+#include "base/status.h"             // dsc__fail, DSC_TRY
+#include "cli/args.h"                // cli_parse, cli_int, cli_double
+#include "cli/commands.h"            // cmd_generate
+#include "data/tokenizer.h"          // dsc_tokenizer_*
+#include "dsc/checkpoint.h"          // dsc_ckpt_*
+#include "dsc/half.h"                // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
+#include "engine/ckpt/safetensors.h" // dsc_st_*
+#include "infer/generate.h"          // dsc__generate_run, dsc__gen_model_config
+
+typedef struct gen_cli {
+    const char *checkpoint, *weights, *prompt, *prompt_file, *stop, *device, *tokenizer;
+    long long max_new, top_k, seed, heads, tp, threads;
+    double temperature, top_p;
+    bool no_cache;
+} gen_cli;
+
+typedef struct weights {
+    dsc_gpt2_config c;
+    int nt;
+    float **full; // (nt) whole tensors in model order
+} weights;
+
+static void weights_free(weights *w) {
+    for (int k = 0; w->full && k < w->nt; k++)
+        free(w->full[k]);
+    free(w->full);
+}
+
+static dsc_status weights_alloc(weights *w) {
+    w->nt = dsc_gpt2_num_tensors(&w->c);
+    w->full = calloc((size_t)w->nt, sizeof *w->full);
+    for (int k = 0; w->full && k < w->nt; k++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&w->c, k, &ti);
+        if (!(w->full[k] = malloc((size_t)ti.numel * sizeof(float)))) break;
+        if (k == w->nt - 1) return DSC_OK;
+    }
+    return dsc__fail(DSC_ERR_OOM, "dsc generate: out of memory for the weights");
+}
+
+// ---- loading ----
+
+static dsc_status load_safetensors(weights *w, const char *path, int heads) {
+    dsc_st_file *f;
+    DSC_TRY(dsc_st_open(&f, path));
+    int n = dsc_st_count(f);
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    int64_t(*shapes)[2] = calloc((size_t)n + 1, sizeof *shapes);
+    int *ndims = calloc((size_t)n + 1, sizeof *ndims),
+        *order = calloc((size_t)n + 1, sizeof *order);
+    dsc_status st =
+        names && shapes && ndims && order ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int i = 0; st == DSC_OK && i < n; i++) {
+        const dsc_st_tensor *t = dsc_st_get(f, i);
+        names[i] = t->name, ndims[i] = t->ndim;
+        shapes[i][0] = t->ndim > 0 ? t->shape[0] : 0, shapes[i][1] = t->ndim > 1 ? t->shape[1] : 0;
+    }
+    if (st == DSC_OK)
+        st = dsc__gen_model_config(names, (const int64_t(*)[2])shapes, ndims, n, heads, path, &w->c,
+                                   order);
+    if (st == DSC_OK) st = weights_alloc(w);
+    for (int k = 0; st == DSC_OK && k < w->nt; k++) {
+        const dsc_st_tensor *t = dsc_st_get(f, order[k]);
+        size_t numel = t->nbytes / (dsc_st_dtype_size(t->dtype) ? dsc_st_dtype_size(t->dtype) : 1);
+        if (!strcmp(t->dtype, "F32"))
+            memcpy(w->full[k], t->data, numel * 4);
+        else if (!strcmp(t->dtype, "BF16"))
+            dsc_bf16_to_fp32_n(w->full[k], t->data, numel);
+        else if (!strcmp(t->dtype, "F16"))
+            dsc_fp16_to_fp32_n(w->full[k], t->data, numel);
+        else
+            st = dsc__fail(DSC_ERR_INVALID_ARG,
+                           "--weights %s: tensor %s has dtype %s; F32, BF16 "
+                           "or F16 expected",
+                           path, t->name, t->dtype);
+    }
+    free(names), free(shapes), free(ndims), free(order);
+    dsc_st_close(f);
+    return st;
+}
+
+static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
+    char dir[4096], tag[DSC_CKPT_TAG_MAX];
+    bool has_tag;
+    DSC_TRY(dsc_ckpt_split_path(path, dir, sizeof dir, tag, sizeof tag, &has_tag));
+    dsc_ckpt *ck;
+    DSC_TRY(dsc_ckpt_open(&ck, dir, has_tag ? tag : NULL));
+    dsc_ckpt_info info;
+    dsc_ckpt_get_info(ck, &info);
+    int n = info.nparams;
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    int64_t(*shapes)[2] = calloc((size_t)n + 1, sizeof *shapes);
+    int *ndims = calloc((size_t)n + 1, sizeof *ndims),
+        *order = calloc((size_t)n + 1, sizeof *order);
+    dsc_status st =
+        names && shapes && ndims && order ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int i = 0; st == DSC_OK && i < n; i++) {
+        dsc_ckpt_param p;
+        dsc_ckpt_get_param(ck, i, &p);
+        names[i] = p.name, ndims[i] = p.ndim;
+        shapes[i][0] = p.shape[0], shapes[i][1] = p.ndim > 1 ? p.shape[1] : 0;
+    }
+    if (st == DSC_OK)
+        st = dsc__gen_model_config(names, (const int64_t(*)[2])shapes, ndims, n, heads, path, &w->c,
+                                   order);
+    if (st == DSC_OK) st = weights_alloc(w);
+    for (int k = 0; st == DSC_OK && k < w->nt; k++)
+        st = dsc_ckpt_read_param(ck, order[k], 0, w->full[k]);
+    free(names), free(shapes), free(ndims), free(order);
+    dsc_ckpt_close(ck);
+    return st;
+}
+
+// ---- prompts ----
+
+typedef struct prompts {
+    int n;
+    char **text;
+    dsc_gen_prompt *p;
+} prompts;
+
+static void prompts_free(prompts *ps) {
+    for (int i = 0; i < ps->n; i++) {
+        free(ps->text[i]);
+        free((void *)ps->p[i].tokens);
+    }
+    free(ps->text), free(ps->p);
+}
+
+static dsc_status add_prompt(prompts *ps, const char *s, size_t len) {
+    char **t = realloc(ps->text, sizeof *t * (size_t)(ps->n + 1));
+    if (t) ps->text = t;
+    dsc_gen_prompt *p = realloc(ps->p, sizeof *p * (size_t)(ps->n + 1));
+    if (p) ps->p = p;
+    char *copy = t && p ? strndup(s, len) : NULL;
+    if (!copy) return dsc__fail(DSC_ERR_OOM, "out of memory for the prompts");
+    ps->text[ps->n] = copy;
+    ps->p[ps->n++] = (dsc_gen_prompt){NULL, 0};
+    return DSC_OK;
+}
+
+static dsc_status read_prompts(const gen_cli *o, prompts *ps) {
+    if (o->prompt) return add_prompt(ps, o->prompt, strlen(o->prompt));
+    FILE *f = fopen(o->prompt_file, "r");
+    if (!f)
+        return dsc__fail(DSC_ERR_IO, "--prompt-file %s: cannot open: %s", o->prompt_file,
+                         strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    dsc_status st = DSC_OK;
+    while (st == DSC_OK && (len = getline(&line, &cap, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            len--;
+        if (len > 0) st = add_prompt(ps, line, (size_t)len); // blank lines separate nothing
+    }
+    free(line);
+    fclose(f);
+    if (st == DSC_OK && ps->n == 0)
+        st = dsc__fail(DSC_ERR_INVALID_ARG,
+                       "--prompt-file %s holds no prompt; write one prompt "
+                       "per line",
+                       o->prompt_file);
+    return st;
+}
+
+static dsc_status encode_prompts(const dsc_tokenizer *tok, prompts *ps) {
+    for (int i = 0; i < ps->n; i++) {
+        int32_t *ids;
+        size_t n;
+        DSC_TRY(dsc_tokenizer_encode(tok, ps->text[i], strlen(ps->text[i]), &ids, &n));
+        ps->p[i] = (dsc_gen_prompt){ids, (int)n};
+        if (n == 0) return dsc__fail(DSC_ERR_INVALID_ARG, "prompt %d encodes to no tokens", i + 1);
+    }
+    return DSC_OK;
+}
+
+// ---- stop strings ----
+
+typedef struct stop_ctx {
+    const dsc_tokenizer *tok;
+    const char *stop;
+} stop_ctx;
+
+static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
+    stop_ctx *s = user;
+    char *text = NULL;
+    size_t len = 0;
+    bool hit = dsc_tokenizer_decode(s->tok, gen, (size_t)n, &text, &len) == DSC_OK &&
+               strstr(text, s->stop) != NULL;
+    free(text);
+    return hit;
+}
+
+// ---- running ----
+
+static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokenizer **tok) {
+    const char *spec = o->tokenizer ? o->tokenizer : w->c.vocab_size == 256 ? "byte" : NULL;
+    if (!spec)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "the model's vocabulary has %d tokens: give its "
+                         "tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
+                         "merges.txt) or --tokenizer byte",
+                         w->c.vocab_size);
+    DSC_TRY(dsc_tokenizer_create(tok, spec));
+    if (dsc_tokenizer_vocab_size(*tok) > w->c.vocab_size)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "tokenizer %s has %d tokens, the model only %d; "
+                         "use the tokenizer the model was trained with",
+                         spec, dsc_tokenizer_vocab_size(*tok), w->c.vocab_size);
+    return DSC_OK;
+}
+
+// Tensor parallelism: the ranks of the environment form the group; each keeps its slices.
+static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc__gen_model *m) {
+    if (o->tp <= 1) return DSC_OK;
+    DSC_TRY(dsc__gpt2_tp_check(&w->c, (int)o->tp));
+    dsc_comm_opts co = dsc_comm_opts_default();
+    DSC_TRY(dsc_comm_create(comm, &co));
+    if (dsc_comm_size(*comm) != o->tp)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "--tp %lld, but %d ranks were started; start --tp "
+                         "ranks (dsc launch --num_procs %lld dsc generate ...)",
+                         o->tp, dsc_comm_size(*comm), o->tp);
+    m->tp = (dsc_gpt2_tp){dsc_comm_rank(*comm), (int)o->tp, *comm};
+    for (int k = 0; k < w->nt; k++) {
+        float *slice = malloc((size_t)dsc__gpt2_tp_numel(&w->c, k, m->tp.size) * sizeof(float));
+        if (!slice) return dsc__fail(DSC_ERR_OOM, "out of memory for the weight slices");
+        dsc__gpt2_tp_slice(&w->c, k, m->tp.rank, m->tp.size, w->full[k], slice);
+        free(w->full[k]);
+        w->full[k] = slice;
+    }
+    return DSC_OK;
+}
+
+static void print_results(const gen_cli *o, const dsc_tokenizer *tok, const prompts *ps,
+                          const dsc_gen_output *out, const dsc_gen_stats *gs) {
+    for (int i = 0; i < ps->n; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (dsc_tokenizer_decode(tok, out[i].tokens, (size_t)out[i].len, &text, &len) != DSC_OK)
+            continue;
+        char *cut = o->stop ? strstr(text, o->stop) : NULL;
+        if (cut) len = (size_t)(cut - text);
+        if (ps->n > 1) printf("=== prompt %d ===\n", i + 1);
+        printf("%s%.*s\n", ps->text[i], (int)len, text);
+        free(text);
+    }
+    double s = gs->prefill_s + gs->decode_s;
+    fprintf(stderr,
+            "generated %lld tokens for %d prompt(s) in %.3f s (%.1f tokens/s; prompts %.3f s, "
+            "KV cache %.1f KiB%s)\n",
+            (long long)gs->new_tokens, ps->n, s, s > 0 ? gs->new_tokens / s : 0.0, gs->prefill_s,
+            gs->kv_bytes / 1024.0, o->no_cache ? ", not used" : "");
+}
+
+static dsc_status generate(const gen_cli *o) {
+    weights w = {0};
+    prompts ps = {0};
+    dsc_tokenizer *tok = NULL;
+    dsc_comm *comm = NULL;
+    dsc_gpt2_kv *kv = NULL;
+    dsc_gen_output *out = NULL;
+    dsc_status st;
+    if (o->weights)
+        DSC_TRY_GOTO(load_safetensors(&w, o->weights, (int)o->heads), st, done);
+    else
+        DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads), st, done);
+    DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
+    DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
+    DSC_TRY_GOTO(encode_prompts(tok, &ps), st, done);
+    dsc__gen_model m = {.c = w.c, .params = w.full, .tp = {0, 1, NULL}};
+    DSC_TRY_GOTO(setup_tp(o, &w, &comm, &m), st, done);
+    stop_ctx sc = {tok, o->stop};
+    dsc_gen_opts go = {.max_new_tokens = (int)o->max_new,
+                       .temperature = (float)o->temperature,
+                       .top_k = (int)o->top_k,
+                       .top_p = (float)o->top_p,
+                       .seed = (uint64_t)o->seed,
+                       .eot = dsc_tokenizer_eot(tok),
+                       .no_cache = o->no_cache,
+                       .stop = o->stop ? stop_seen : NULL,
+                       .stop_user = &sc};
+    dsc_gen_stats gs = {0};
+    out = calloc((size_t)ps.n, sizeof *out);
+    if (!out) DSC_TRY_GOTO(dsc__fail(DSC_ERR_OOM, "out of memory"), st, done);
+    DSC_TRY_GOTO(dsc__generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
+    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs);
+done:
+    if (out) dsc_gen_output_free(out, ps.n);
+    free(out);
+    dsc__gpt2_kv_destroy(kv);
+    dsc_comm_destroy(comm);
+    dsc_tokenizer_destroy(tok);
+    prompts_free(&ps);
+    weights_free(&w);
+    return st;
+}
+
+// ---- flags ----
+
+static int check_flags(gen_cli *o) {
+    const char *why = NULL;
+    if (!o->checkpoint == !o->weights)
+        why = "give exactly one of --checkpoint DIR and --weights FILE";
+    else if (!o->prompt == !o->prompt_file)
+        why = "give exactly one of --prompt TEXT and --prompt-file FILE";
+    else if (o->temperature < 0)
+        why = "--temperature must be >= 0 (0: greedy)";
+    else if (o->top_p <= 0 || o->top_p > 1)
+        why = "--top-p must be in (0, 1]";
+    else if (o->stop && !o->stop[0])
+        why = "--stop needs a non-empty string";
+    else if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+        why = "--device must be cpu or cuda";
+    if (why) {
+        fprintf(stderr, "dsc generate: %s\n", why);
+        return 2;
+    }
+    if (!strcmp(o->device, "cuda")) {
+        fprintf(stderr,
+                "dsc generate: --device cuda: this dsc was built without GPU generation "
+                "(the CUDA GPT-2 is not part of the default build yet); use --device cpu\n");
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_cli o = {.device = "cpu",
+                 .max_new = 64,
+                 .top_k = 40,
+                 .seed = 1337,
+                 .tp = 1,
+                 .temperature = 0.8,
+                 .top_p = 1.0};
+    const char *max_new = NULL, *temp = NULL, *top_k = NULL, *top_p = NULL, *seed = NULL,
+               *heads = NULL, *tp = NULL, *threads = NULL;
+    const cli_flag flags[] = {
+        {"--checkpoint", "DIR", "a checkpoint: DIR (its latest) or DIR/TAG", &o.checkpoint, NULL},
+        {"--weights", "FILE",
+         "GPT-2 weights, safetensors with Hugging Face names (e.g. from dsc ckpt export)",
+         &o.weights, NULL},
+        {"--prompt", "TEXT", "the prompt", &o.prompt, NULL},
+        {"--prompt-file", "FILE", "prompts, one per line, generated as one batch", &o.prompt_file,
+         NULL},
+        {"--max-new-tokens", "N", "tokens to generate per prompt at most (default 64)", &max_new,
+         NULL},
+        {"--temperature", "T", "sampling temperature, 0 = greedy (default 0.8)", &temp, NULL},
+        {"--top-k", "K", "sample among the K most likely tokens, 0 = all (default 40)", &top_k,
+         NULL},
+        {"--top-p", "P", "then among the most likely reaching probability P (default 1)", &top_p,
+         NULL},
+        {"--seed", "S", "seed of the sampling (default 1337)", &seed, NULL},
+        {"--stop", "STR", "end a prompt's generation at this text (left out of the output)",
+         &o.stop, NULL},
+        {"--device", "cpu|cuda", "where to run (default cpu)", &o.device, NULL},
+        {"--tokenizer", "SPEC", "byte or gpt2:DIR (default: byte for a 256-token vocabulary)",
+         &o.tokenizer, NULL},
+        {"--heads", "N", "attention heads (default: channels / 64, as every GPT-2 size)", &heads,
+         NULL},
+        {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},
+        {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",
+         NULL, &o.no_cache},
+        {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
+    };
+    const cli_verb v = {"generate",
+                        "dsc generate (--checkpoint DIR | --weights FILE) (--prompt TEXT | "
+                        "--prompt-file FILE) [flags]",
+                        "Generate text with a GPT-2 from a checkpoint or a safetensors file, with "
+                        "a key/value cache. Each prompt's text is printed followed by its "
+                        "continuation; a summary with tokens/s goes to stderr.",
+                        flags,
+                        (int)(sizeof flags / sizeof flags[0]),
+                        0,
+                        0};
+    char *pos[1];
+    int npos;
+    int rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (max_new && !cli_int("--max-new-tokens", max_new, 1, 1 << 20, &o.max_new)) return 2;
+    if (top_k && !cli_int("--top-k", top_k, 0, 1 << 30, &o.top_k)) return 2;
+    if (seed && !cli_int("--seed", seed, 0, 1LL << 62, &o.seed)) return 2;
+    if (heads && !cli_int("--heads", heads, 1, 4096, &o.heads)) return 2;
+    if (tp && !cli_int("--tp", tp, 1, 4096, &o.tp)) return 2;
+    if (threads && !cli_int("--threads", threads, 1, 4096, &o.threads)) return 2;
+    if (temp && !cli_double("--temperature", temp, &o.temperature)) return 2;
+    if (top_p && !cli_double("--top-p", top_p, &o.top_p)) return 2;
+    if ((rc = check_flags(&o))) return rc;
+#ifdef _OPENMP
+    if (o.threads > 0) omp_set_num_threads((int)o.threads);
+#endif
+    if (generate(&o) != DSC_OK) {
+        fprintf(stderr, "dsc generate: error: %s\n", dsc_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,18 @@
+// engine/hybrid.c - read-only views of the engine for the hybrid engine's generation.
+#include "engine/hybrid.h"
+
+#include <string.h> // memcpy
+
+#include "engine/engine_impl.h" // struct dsc_engine
+
+const char *dsc__engine_param_name(const dsc_engine *e, int i) { return e->params[i].name; }
+
+int dsc__engine_param_shape(const dsc_engine *e, int i, int64_t shape[DSC_PARAM_MAX_DIMS]) {
+    memcpy(shape, e->params[i].shape, sizeof e->params[i].shape);
+    return e->params[i].ndim;
+}
+
+int dsc__engine_param_group(const dsc_engine *e, int i) { return e->params[i].group; }
+int dsc__engine_num_groups(const dsc_engine *e) { return e->ngroups; }
+int dsc__engine_stage(const dsc_engine *e) { return e->stage; }
+dsc_comm *dsc__engine_comm(dsc_engine *e) { return e->comm; }

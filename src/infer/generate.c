@@ -1,0 +1,310 @@
+// infer/generate.c - the generation loop: prompts through the cache at once, then one row per
+// live sequence and token, sampling, stop conditions.
+#include "infer/generate.h"
+
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // calloc, free, malloc
+#include <string.h> // strcmp, strncmp
+
+#include "base/status.h"  // dsc__fail, DSC_TRY
+#include "base/time.h"    // dsc_now
+#include "infer/sample.h" // dsc__sample*
+
+dsc_gen_opts dsc_gen_opts_default(void) {
+    return (dsc_gen_opts){.max_new_tokens = 64,
+                          .temperature = 0.8f,
+                          .top_k = 40,
+                          .top_p = 1.0f,
+                          .seed = 1337,
+                          .eot = -1};
+}
+
+void dsc_gen_output_free(dsc_gen_output *out, int n) {
+    for (int i = 0; out && i < n; i++) {
+        free(out[i].tokens);
+        out[i].tokens = NULL;
+        out[i].len = 0;
+    }
+}
+
+// ---- the model from a parameter table ----
+
+static int find_name(const char *const *names, int count, const char *want) {
+    for (int j = 0; j < count; j++) {
+        const char *n = names[j];
+        if (!strncmp(n, "transformer.", 12)) n += 12; // some exports prefix every name
+        if (!strcmp(n, want)) return j;
+    }
+    return -1;
+}
+
+static dsc_status model_dims(const char *const *names, const int64_t (*shapes)[2], const int *ndims,
+                             int count, int n_head, const char *what, dsc_gpt2_config *c) {
+    int wte = find_name(names, count, "wte.weight"), wpe = find_name(names, count, "wpe.weight");
+    if (wte < 0 || wpe < 0 || ndims[wte] != 2 || ndims[wpe] != 2 ||
+        shapes[wte][1] != shapes[wpe][1])
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s: no GPT-2 embeddings (wte.weight (vocab, C) and wpe.weight (context, "
+                         "C), Hugging Face names); give GPT-2 weights",
+                         what);
+    int L = 0;
+    char name[64];
+    for (;; L++) {
+        snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
+        if (find_name(names, count, name) < 0) break;
+    }
+    int64_t C = shapes[wte][1];
+    if (n_head <= 0) n_head = C % 64 == 0 ? (int)(C / 64) : 0;
+    if (L < 1 || n_head < 1 || C % n_head != 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s: %d layers (h.0 ...) of %lld channels: cannot derive the attention "
+                         "heads (%d); the weights need h.<i>.* layers and a head count that "
+                         "divides the channels (GPT-2: 64 channels per head)",
+                         what, L, (long long)C, n_head);
+    *c = (dsc_gpt2_config){.n_layer = L,
+                           .n_head = n_head,
+                           .n_embd = (int)C,
+                           .vocab_size = (int)shapes[wte][0],
+                           .max_seq_len = (int)shapes[wpe][0]};
+    return DSC_OK;
+}
+
+dsc_status dsc__gen_model_config(const char *const *names, const int64_t (*shapes)[2],
+                                 const int *ndims, int count, int n_head, const char *what,
+                                 dsc_gpt2_config *out, int *order) {
+    dsc_gpt2_config c;
+    DSC_TRY(model_dims(names, shapes, ndims, count, n_head, what, &c));
+    for (int k = 0; k < dsc_gpt2_num_tensors(&c); k++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&c, k, &ti);
+        int j = find_name(names, count, ti.name);
+        if (j < 0)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s is missing; the file is not a "
+                             "complete GPT-2 of %d layers",
+                             what, ti.name, c.n_layer);
+        if (ndims[j] != ti.ndim || shapes[j][0] != ti.shape[0] ||
+            (ti.ndim == 2 && shapes[j][1] != ti.shape[1]))
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s has shape (%lld, %lld), GPT-2 with %d channels and "
+                             "vocabulary %d needs (%lld, %lld); the weights are inconsistent",
+                             what, ti.name, (long long)shapes[j][0],
+                             (long long)(ndims[j] == 2 ? shapes[j][1] : 0), c.n_embd, c.vocab_size,
+                             (long long)ti.shape[0], (long long)ti.shape[1]);
+        order[k] = j;
+    }
+    *out = c;
+    return DSC_OK;
+}
+
+// ---- the loop ----
+
+typedef struct gen_state {
+    const dsc__gen_model *m;
+    const dsc_gen_opts *o;
+    int n, ctx;    // sequences; positions each may reach
+    int *len;      // (n) tokens so far, prompt included
+    int32_t **seq; // (n) prompt + generated tokens
+    bool *live;
+    uint64_t *rng;
+    int32_t *rseq, *rpos, *rtok, *rout; // row arrays, sized for every token of every sequence
+    float *logits;                      // (n, V)
+    float *scratch;                     // (2 V) sampling
+    int32_t *sel;                       // (n) sequence of each output row
+} gen_state;
+
+static dsc_status check_inputs(const dsc__gen_model *m, const dsc_gen_prompt *p, int n,
+                               const dsc_gen_opts *o, int ctx) {
+    if (!o || n < 1 || !p)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "generate: need at least one prompt and options");
+    if (o->max_new_tokens < 1 || o->temperature < 0 || o->top_k < 0 || o->top_p < 0 || o->top_p > 1)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "generate: max_new_tokens %d, temperature %g, top_k %d, top_p %g: need "
+                         "max_new_tokens >= 1, temperature >= 0, top_k >= 0, 0 <= top_p <= 1",
+                         o->max_new_tokens, o->temperature, o->top_k, o->top_p);
+    for (int i = 0; i < n; i++) {
+        if (p[i].len < 1 || !p[i].tokens)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "generate: prompt %d is empty; give at least "
+                             "one token",
+                             i);
+        if (p[i].len >= ctx)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "generate: prompt %d has %d tokens, but a sequence may hold %d "
+                             "(the model's context %d%s); shorten the prompt",
+                             i, p[i].len, ctx, m->c.max_seq_len,
+                             m->max_positions ? ", or max_out_tokens" : "");
+        for (int t = 0; t < p[i].len; t++)
+            if (p[i].tokens[t] < 0 || p[i].tokens[t] >= m->c.vocab_size)
+                return dsc__fail(DSC_ERR_INVALID_ARG,
+                                 "generate: token %d of prompt %d is %d, outside the model's "
+                                 "vocabulary [0, %d); use the tokenizer the model was trained "
+                                 "with",
+                                 t, i, p[i].tokens[t], m->c.vocab_size);
+    }
+    return DSC_OK;
+}
+
+static void state_free(gen_state *s) {
+    for (int i = 0; s->seq && i < s->n; i++)
+        free(s->seq[i]);
+    free(s->seq), free(s->len), free(s->live), free(s->rng);
+    free(s->rseq), free(s->rpos), free(s->rtok), free(s->rout);
+    free(s->logits), free(s->scratch), free(s->sel);
+}
+
+static dsc_status state_init(gen_state *s, const dsc_gen_prompt *p) {
+    int n = s->n, V = s->m->c.vocab_size;
+    size_t rows = (size_t)n * s->ctx;
+    s->seq = calloc((size_t)n, sizeof *s->seq);
+    s->len = calloc((size_t)n, sizeof *s->len);
+    s->live = calloc((size_t)n, sizeof *s->live);
+    s->rng = calloc((size_t)n, sizeof *s->rng);
+    s->rseq = malloc(rows * sizeof(int32_t)), s->rpos = malloc(rows * sizeof(int32_t));
+    s->rtok = malloc(rows * sizeof(int32_t)), s->rout = malloc((size_t)n * sizeof(int32_t));
+    s->sel = malloc((size_t)n * sizeof(int32_t));
+    s->logits = malloc((size_t)n * V * sizeof(float));
+    s->scratch = malloc((size_t)2 * V * sizeof(float));
+    bool ok = s->seq && s->len && s->live && s->rng && s->rseq && s->rpos && s->rtok && s->rout &&
+              s->sel && s->logits && s->scratch;
+    for (int i = 0; ok && i < n; i++) {
+        ok = (s->seq[i] = malloc((size_t)s->ctx * sizeof(int32_t))) != NULL;
+        if (!ok) break;
+        memcpy(s->seq[i], p[i].tokens, (size_t)p[i].len * sizeof(int32_t));
+        s->len[i] = p[i].len;
+        s->live[i] = true;
+        s->rng[i] = dsc__sample_stream(s->o->seed, i);
+    }
+    return ok ? DSC_OK : dsc__fail(DSC_ERR_OOM, "generate: out of memory for %d sequences", n);
+}
+
+// Rows for the next pass: every token of each live sequence (whole: the prompts' pass, or no
+// cache), else only its newest (the cache holds the rest); its last row's logits are wanted.
+static int build_rows(gen_state *s, bool whole, dsc_gpt2_rows *r) {
+    int nr = 0, no = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (!s->live[i]) continue;
+        for (int t = whole ? 0 : s->len[i] - 1; t < s->len[i]; t++) {
+            s->rseq[nr] = i, s->rpos[nr] = t, s->rtok[nr] = s->seq[i][t];
+            nr++;
+        }
+        s->sel[no] = i;
+        s->rout[no++] = nr - 1;
+    }
+    *r = (dsc_gpt2_rows){
+        .n = nr, .seq = s->rseq, .pos = s->rpos, .tokens = s->rtok, .nout = no, .out = s->rout};
+    return no;
+}
+
+// After its newest token: how sequence i ends (a dsc_gen_finish), or -1 when it goes on.
+static int ends(gen_state *s, int i, const dsc_gen_prompt *p) {
+    int gen = s->len[i] - p[i].len;
+    int32_t tok = s->seq[i][s->len[i] - 1];
+    const dsc_gen_opts *o = s->o;
+    if (o->eot >= 0 && tok == o->eot) return DSC_GEN_EOT;
+    if (o->stop && o->stop(o->stop_user, i, s->seq[i] + p[i].len, gen)) return DSC_GEN_STOP;
+    if (gen >= o->max_new_tokens || s->len[i] >= s->ctx) return DSC_GEN_LENGTH;
+    return -1;
+}
+
+// One token for every output row, and whether its sequence ends. In a tensor-parallel group
+// rank 0's tokens and decisions are broadcast, so that the ranks never drift apart (their
+// logits agree, but a backend need not promise it bit for bit, and a stop function may differ).
+static dsc_status decide(gen_state *s, int nout, const dsc_gen_prompt *p, dsc_gen_output *out) {
+    int V = s->m->c.vocab_size;
+    int32_t *code = s->rpos, *pack = s->rseq; // row arrays: at least 2 n entries
+    for (int j = 0; j < nout; j++) {
+        int i = s->sel[j];
+        s->seq[i][s->len[i]++] =
+            dsc__sample(s->logits + (size_t)j * V, V, s->o, &s->rng[i], s->scratch, NULL);
+        code[j] = ends(s, i, p);
+    }
+    if (s->m->tp.size > 1) {
+        for (int j = 0; j < nout; j++) {
+            pack[j] = s->seq[s->sel[j]][s->len[s->sel[j]] - 1];
+            pack[nout + j] = code[j];
+        }
+        // int32 payload moved as 4-byte elements: a broadcast copies bits and never computes
+        DSC_TRY(dsc_comm_broadcast(s->m->tp.comm, pack, 2 * (size_t)nout, DSC_DT_F32, 0, NULL));
+        for (int j = 0; j < nout; j++) {
+            s->seq[s->sel[j]][s->len[s->sel[j]] - 1] = pack[j];
+            code[j] = pack[nout + j];
+        }
+    }
+    for (int j = 0; j < nout; j++) {
+        if (code[j] < 0) continue;
+        s->live[s->sel[j]] = false;
+        out[s->sel[j]].finish = (dsc_gen_finish)code[j];
+    }
+    return DSC_OK;
+}
+
+static dsc_status run_loop(gen_state *s, dsc_gpt2_kv *kv, const dsc_gen_prompt *p,
+                           dsc_gen_output *out, dsc_gen_stats *st) {
+    const dsc__gen_model *m = s->m;
+    dsc_gpt2_rows r;
+    double t0 = dsc_now();
+    bool first = true;
+    int nout;
+    while ((nout = build_rows(s, first || s->o->no_cache, &r)) > 0) {
+        DSC_TRY(dsc__gpt2_infer(kv, m->params, &m->tp, &r, m->hooks, s->logits));
+        if (first) st->prefill_s = dsc_now() - t0;
+        first = false;
+        DSC_TRY(decide(s, nout, p, out));
+        st->new_tokens += nout;
+    }
+    st->decode_s = dsc_now() - t0 - st->prefill_s;
+    return DSC_OK;
+}
+
+static dsc_status take_outputs(gen_state *s, const dsc_gen_prompt *p, dsc_gen_output *out) {
+    for (int i = 0; i < s->n; i++) {
+        int gen = s->len[i] - p[i].len;
+        out[i].tokens = malloc((size_t)(gen > 0 ? gen : 1) * sizeof(int32_t));
+        if (!out[i].tokens) {
+            dsc_gen_output_free(out, i);
+            return dsc__fail(DSC_ERR_OOM, "generate: out of memory for the outputs");
+        }
+        memcpy(out[i].tokens, s->seq[i] + p[i].len, (size_t)gen * sizeof(int32_t));
+        out[i].len = gen;
+    }
+    return DSC_OK;
+}
+
+// The cache: reused when it fits, else made for n sequences of `positions`.
+static dsc_status cache_for(const dsc__gen_model *m, dsc_gpt2_kv **kv, int n, int positions) {
+    if (dsc__gpt2_kv_fits(*kv, &m->c, m->tp.size, n, positions)) return DSC_OK;
+    dsc__gpt2_kv_destroy(*kv);
+    *kv = NULL;
+    return dsc__gpt2_kv_create(kv, &m->c, m->tp.size, n, positions);
+}
+
+dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_gpt2_kv **kv,
+                             const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
+                             dsc_gen_output *out, dsc_gen_stats *stats) {
+    dsc_gen_stats local = {0};
+    dsc_gen_stats *st = stats ? stats : &local;
+    int ctx = m->max_positions > 0 && m->max_positions < m->c.max_seq_len ? m->max_positions
+                                                                          : m->c.max_seq_len;
+    DSC_TRY(check_inputs(m, prompts, n, o, ctx));
+    // The cache holds max_out_tokens positions when bounded (its size proves the bound), else
+    // only what the longest sequence of this call reaches.
+    int positions = 0;
+    for (int i = 0; i < n; i++) {
+        int reach = prompts[i].len + o->max_new_tokens;
+        if (reach > ctx) reach = ctx;
+        if (reach > positions) positions = reach;
+    }
+    if (m->max_positions > 0) positions = ctx;
+    DSC_TRY(cache_for(m, kv, n, positions));
+    st->kv_bytes = dsc__gpt2_kv_bytes(&m->c, m->tp.size, n, positions);
+    st->kv_positions = positions;
+    gen_state s = {.m = m, .o = o, .n = n, .ctx = positions};
+    for (int i = 0; i < n; i++)
+        out[i] = (dsc_gen_output){0};
+    dsc_status rc = state_init(&s, prompts);
+    if (rc == DSC_OK) rc = run_loop(&s, *kv, prompts, out, st);
+    if (rc == DSC_OK) rc = take_outputs(&s, prompts, out);
+    state_free(&s);
+    return rc;
+}
