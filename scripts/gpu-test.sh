@@ -55,7 +55,7 @@ TESTS=(test_cuda_kernels test_cuda_attention test_cuda_optim test_cuda_gpt2)
 build_cmake() {
     note "build: CMake in $BUILD (-DDSC_CUDA=ON)"
     cmake -S "$ROOT" -B "$BUILD" -DDSC_CUDA=ON -DDSC_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release &&
-        cmake --build "$BUILD" -j "$JOBS" --target dsc_static "${TESTS[@]}" &&
+        cmake --build "$BUILD" -j "$JOBS" --target dsc_static dsc "${TESTS[@]}" &&
         BIN="$BUILD/tests"
 }
 
@@ -133,6 +133,12 @@ run() { # name, timeout, command...
 }
 
 for t in "${TESTS[@]}"; do run "$t" 300 "$BIN/$t"; done
+# dsc train --device cuda against the CPU path (needs the dsc binary: CMake builds only)
+if [ -x "$BUILD/dsc" ]; then
+    run "test_train_gpu" 600 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/test_train_gpu.sh"
+else
+    record "test_train_gpu" "not run (no dsc binary in the direct build)"
+fi
 
 if [ "$BENCH" = 1 ]; then
     run "bench gpt2-124M B=16 T=1024" 120 "$BIN/test_cuda_gpt2" --bench gpt2-124M 16 1024 10

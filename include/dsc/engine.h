@@ -15,6 +15,7 @@
 #include <stdint.h>  // int64_t
 
 #include "dsc/config.h" // dsc_config
+#include "dsc/memory.h" // dsc_mem_pool
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
@@ -43,6 +44,11 @@ typedef struct dsc_engine_opts {
     int rank, world_size;          // world_size 0: read RANK / WORLD_SIZE from the environment
     dsc_config_warn_fn warn;       // config warnings (NULL: dsc's log)
     void *warn_user;
+    // The host pool that holds the engine's buffers (borrowed; it must outlive the engine, be
+    // created with opts.no_defrag_on_oom = true, and serve no other engine). NULL: the engine
+    // makes its own. Giving one lets the caller put its own buffers (the model's activations)
+    // under the same accounting and compaction.
+    dsc_mem_pool *pool;
 } dsc_engine_opts;
 
 dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *opts);
@@ -94,7 +100,31 @@ dsc_status dsc_step(dsc_engine *eng, dsc_step_info *info);
 // Mean over ranks of n values (e.g. the loss), the same on every rank; every rank must call it.
 dsc_status dsc_engine_mean(dsc_engine *eng, double *values, int n);
 
-// Bytes of this rank's model states (as the ZeRO paper counts them) and transient buffers.
+// ---- memory (docs/memory.md) ----
+//
+// Every large buffer of the engine (parameter, gradient and optimizer partitions, gathered
+// groups, reduction buffers, fault-tolerance snapshots) is a block of one host pool,
+// dsc_engine_mem_pool(). Blocks move (compaction) only inside dsc_engine_create,
+// dsc_engine_maintain and dsc_engine_recover; afterwards every pointer obtained before
+// (dsc_param_data, dsc_param_grad, and the caller's own blocks of a shared pool) must be read
+// again. Inside a step nothing moves: an allocation that does not fit there is an out-of-memory
+// error naming the pool's largest users.
+
+// Call between optimizer steps (after dsc_step's boundary and before the next step's first
+// dsc_gather; after dsc_params_updated), on every rank or on some: it is not a collective. Waits
+// for a background checkpoint snapshot (dsc_checkpoint_fence), then compacts the pool when
+// `force`, when memory.defrag_interval_s passed since the last compaction and the fragmentation
+// exceeds memory.defrag_threshold, or when the next step's largest request would find no free
+// block in a pool with a capacity. *moved (may be NULL): blocks moved, so the caller must re-read
+// its pointers.
+dsc_status dsc_engine_maintain(dsc_engine *eng, bool force, bool *moved);
+// The engine's pool (borrowed): statistics (dsc_mem_pool_stats), or a place for the model's
+// buffers so that they move with the engine's in dsc_engine_maintain.
+dsc_mem_pool *dsc_engine_mem_pool(dsc_engine *eng);
+
+// Bytes of this rank's model states (as the ZeRO paper counts them) and transient buffers. The
+// model states are the pool's own accounting of the blocks tagged zero.params, zero.grads and
+// zero.optim / zero.master (each block counted at its rounded size).
 typedef struct dsc_engine_memory {
     size_t params, grads, optimizer; // persistent, per rank
     size_t buffers_peak;             // gathered groups, micro-step gradients (stages 2-3)

@@ -26,8 +26,8 @@
 // only at a safe point: no other thread uses the pool, no kernel or copy that reads or writes the
 // pool's memory is in flight, and addresses obtained from dsc_mem_ptr() before the call are
 // re-read after it. dsc_mem_generation() changes whenever blocks moved, so a caller may cache
-// addresses and refresh them when it changes. The engine allocates at setup and at step
-// boundaries, which are its safe points.
+// addresses and refresh them when it changes. The engine's pool has no_defrag_on_oom: it moves
+// blocks only between steps (dsc_engine_maintain, see dsc/engine.h).
 //
 // THREAD SAFETY: every pool has one mutex, held briefly by alloc, free, stats, top_users and
 // trim; those may be called from any thread. dsc_mem_ptr() and dsc_mem_size() take no lock (they

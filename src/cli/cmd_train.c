@@ -25,6 +25,7 @@ int cmd_train(int argc, char **argv) {
         {"--dump-weights", "FILE", "write the final fp32 weights (safetensors, Hugging Face names)", &o.dump_weights, NULL},
         {"--sample-tokens", "N", "tokens of the closing sample, 0 = none (default 120)", &sample, NULL},
         {"--prompt", "TEXT", "start of the closing sample (default \"The \")", &o.prompt, NULL},
+        {"--device", "DEV", "cuda (one GPU), cpu, or auto: cuda when a GPU is usable and the run has one rank (default auto)", &o.device, NULL},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
         {"--save-dir", "DIR", "save checkpoints here, as the config's checkpoint section says (SIGUSR1: save and stop)", &o.save_dir, NULL},
         {"--resume", "[TAG]", "continue from --save-dir's latest checkpoint, or TAG, or DIR/TAG", &o.resume, NULL},

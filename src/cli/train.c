@@ -1,5 +1,6 @@
 // cli/train.c - the reference trainer: GPT-2 through the engine on token shards.
 #include "cli/train.h"
+#include "cli/train_gpu.h" // dsc__train_gpu_* (--device cuda)
 
 #include <cblas.h>    // cblas_sgemm (CPU peak for MFU)
 #include <errno.h>    // errno
@@ -44,6 +45,7 @@ typedef struct trainer {
     dsc_engine *eng;
     dsc_gpt2 *model;
     dsc_gpt2_config mc;
+    train_gpu *gpu;        // --device cuda: the GPU model and state; NULL on the CPU
     dsc_loader *train, *val;
     dsc_tokenizer *tok;
     int ntensors, B, T, gas, rank, world;
@@ -326,6 +328,7 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     int64_t first = ((step - 1) * t->gas + micro) * (int64_t)t->B * t->world + (int64_t)t->rank * t->B;
     int32_t *in = t->in + (size_t)micro * t->B * t->T, *tg = t->tg + (size_t)micro * t->B * t->T;
     DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
+    if (t->gpu) return dsc__train_gpu_micro(t->gpu, in, tg, t->B, t->T, loss);
     dsc_gpt2_hooks h = {t, hook_gather, hook_release, hook_ready};
     double t0 = dsc_now();
     DSC_TRY(dsc_gpt2_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
@@ -350,7 +353,8 @@ static dsc_status evaluate(trainer *t, double *out) {
         float loss;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
         DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
-        DSC_TRY(dsc_gpt2_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
+        if (t->gpu) DSC_TRY(dsc__train_gpu_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss));
+        else DSC_TRY(dsc_gpt2_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
         sum += loss;
     }
     *out = sum / (double)per;
@@ -439,7 +443,10 @@ static void sample_text(trainer *t) {
     go.n_head = t->mc.n_head;
     dsc_gen_prompt p = {ids, (int)n};
     dsc_gen_output out = {0};
-    dsc_status st = dsc_generate(t->eng, &p, 1, &go, &out, NULL);
+    // On the GPU the weights live on the device: bring them into the engine, whose host copy the
+    // generator reads (a KV-cached decode of a few tokens; the CPU is quick enough for a sample).
+    dsc_status st = t->gpu ? dsc__train_gpu_store(t->gpu) : DSC_OK;
+    if (st == DSC_OK) st = dsc_generate(t->eng, &p, 1, &go, &out, NULL);
     dsc_generate_release(t->eng);
     char *text = NULL;
     size_t tl = 0;
@@ -574,15 +581,16 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
         if (memcmp(v->live[i], v->loaded[i], (size_t)ti.numel * sizeof(float)) != 0) differ = i;
     }
     double live = NAN, loaded = NAN;
-    if (t->val) {
+    bool by_loss = t->val && !t->gpu; // --device cuda has no CPU model: the bitwise check only
+    if (by_loss) {
         DSC_TRY(val_loss_with(t, (float *const *)v->loaded, &loaded));
         DSC_TRY(val_loss_with(t, (float *const *)v->live, &live));
     }
-    *ok = differ < 0 && (!t->val || (isfinite(loaded) && loaded == live));
+    *ok = differ < 0 && (!by_loss || (isfinite(loaded) && loaded == live));
     if (differ >= 0) snprintf(why, cap, "tensor %s read back differs from the saved state", ti.name);
     else if (!*ok) snprintf(why, cap, "validation loss %.9g of the saved weights, %.9g of the "
                             "training state", loaded, live);
-    else if (t->rank == 0 && t->val)
+    else if (t->rank == 0 && by_loss)
         printf("checkpoint %s validated: validation loss %.4f, as the training state's\n", v->tag, loaded);
     return DSC_OK;
 }
@@ -729,6 +737,19 @@ static void action_after(void *u, const char *action, const char *metric, double
     fflush(stdout);
 }
 
+// --device cuda keeps the live state on the GPU: copy it to the engine's host buffers on the steps
+// where a checkpoint may be taken (interval, stop request, last step; every step when a time
+// interval is set, since only the checkpoint layer knows when it falls due).
+static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
+    if (!t->gpu || !t->o->save_dir) return DSC_OK;
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    long long every = cfg->checkpoint.interval_steps;
+    if (stop_signal || cfg->checkpoint.interval_s > 0 || (every > 0 && step % every == 0) ||
+        step == t->o->max_steps)
+        return dsc__train_gpu_store(t->gpu);
+    return DSC_OK;
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
@@ -754,8 +775,18 @@ static dsc_status train_loop(trainer *t) {
             }
             if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
             double ts = dsc_now();
-            if ((st = dsc_step(t->eng, &si)) != DSC_OK) goto fault;
+            st = t->gpu ? dsc__train_gpu_step(t->gpu, &si) : dsc_step(t->eng, &si);
+            if (st != DSC_OK) goto fault;
             t->cur.step += dsc_now() - ts;
+        }
+        // Between steps the engine may compact its pool: re-read the pointers. Not with --device
+        // cuda: the GPU path keeps the host state's addresses (registered with the driver for
+        // its copies) for the whole run.
+        bool moved = false;
+        if (!t->gpu) DSC_TRY(dsc_engine_maintain(t->eng, false, &moved));
+        for (int i = 0; moved && i < t->ntensors; i++) {
+            t->work[i] = dsc_param_data(t->eng, i);
+            t->grads[i] = dsc_param_grad(t->eng, i);
         }
         double loss = loss_sum / t->gas;
         if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
@@ -763,7 +794,7 @@ static dsc_status train_loop(trainer *t) {
         tokens += tokens_step;
         double tok_s = tokens_step / dt;
         double mfu = t->peak_flops > 0 ? flops_tok * tok_s / (t->peak_flops * t->world) : 0;
-        if (mfu > 1.0) { // the start-up measurement ran on a busy machine: measure again
+        if (mfu > 1.0 && !t->gpu) { // the start-up measurement ran on a busy machine: measure again
             double again = measure_cpu_peak();
             if (again > t->peak_flops) t->peak_flops = again;
             mfu = flops_tok * tok_s / (t->peak_flops * t->world);
@@ -781,6 +812,7 @@ static dsc_status train_loop(trainer *t) {
                                .grad_norm = si.grad_norm, .tokens_per_s = tok_s, .mfu = mfu,
                                .step_time_s = dt};
         DSC_TRY(dsc_monitor_log_step(t->mon, &ms));
+        DSC_TRY(gpu_store_for_ckpt(t, step));
         if ((st = ckpt_after_step(t)) != DSC_OK) goto fault; // its collectives can meet a fault
         if (t->rank != 0) continue;
         write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
@@ -800,6 +832,7 @@ static dsc_status train_loop(trainer *t) {
         dsc_checkpoint_fence(t->eng); // a save's copy of the state ends before recovery changes it
         DSC_TRY(recover_step(t, st, &step));
     }
+    if (t->gpu) DSC_TRY(dsc__train_gpu_store(t->gpu)); // the final state, for exports and saves
     if (t->o->dump_weights) DSC_TRY(dump_weights(t));
     DSC_TRY(dsc_monitor_flush(t->mon));
     obs_progress_clear();
@@ -819,13 +852,21 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     int vocab;
     DSC_TRY(open_data(t, &vocab));
     DSC_TRY(dsc_gpt2_config_parse(o->model, vocab, t->T, &t->mc));
+    bool cuda; // chosen before the engine, whose creation already waits for the other ranks
+    const char *ws = getenv("WORLD_SIZE"), *dev = o->device;
+    if (o->dump_grads && (!dev || !strcmp(dev, "auto"))) dev = "cpu"; // host gradients only
+    DSC_TRY(dsc__train_pick_device(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
     DSC_TRY(build_engine(t));
     const dsc_config *cfg = dsc_engine_config(t->eng);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->gas = (int)cfg->gradient_accumulation_steps;
     t->rank = dsc_engine_rank(t->eng);
     t->world = dsc_engine_world_size(t->eng);
-    DSC_TRY(dsc_gpt2_create(&t->model, &t->mc, t->B, t->T));
+    if (cuda && o->dump_grads)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--dump-grads reads the gradients on the host: "
+                         "use it with --device cpu");
+    if (!cuda)
+        DSC_TRY(dsc_gpt2_create_in(&t->model, &t->mc, t->B, t->T, dsc_engine_mem_pool(t->eng)));
     t->work = calloc((size_t)t->ntensors, sizeof *t->work);
     t->grads = calloc((size_t)t->ntensors, sizeof *t->grads);
     t->tgroup = calloc((size_t)t->ntensors, sizeof *t->tgroup);
@@ -834,7 +875,13 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
     DSC_TRY(ckpt_setup(t));
-    t->peak_flops = measure_cpu_peak();
+    const char *gpu_line = NULL;
+    if (cuda) {
+        DSC_TRY(dsc__train_gpu_create(&t->gpu, t->eng, &t->mc, t->B, t->T));
+        gpu_line = dsc__train_gpu_describe(t->gpu, &t->peak_flops);
+    } else {
+        t->peak_flops = measure_cpu_peak();
+    }
     if (t->rank == 0) DSC_TRY(open_run_dir(t, run_dir, cap));
     DSC_TRY(dsc_monitor_create(&t->mon, cfg, t->rank == 0 ? run_dir : NULL, t->rank));
     dsc_monitor_action_hooks ah = {t, action_before, action_after};
@@ -848,8 +895,15 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
            "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
            cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
-    printf("run dir %s | CPU matrix peak %.1f GFLOP/s per rank (MFU's reference)\n", run_dir,
-           t->peak_flops / 1e9);
+    if (gpu_line && t->peak_flops > 0)
+        printf("run dir %s | %s | MFU against %.0f TFLOP/s (dense bf16)\n", run_dir, gpu_line,
+               t->peak_flops / 1e12);
+    else if (gpu_line)
+        printf("run dir %s | %s | peak of this GPU unknown: MFU shows 0 (set "
+               "DSC_GPU_PEAK_TFLOPS)\n", run_dir, gpu_line);
+    else
+        printf("run dir %s | CPU matrix peak %.1f GFLOP/s per rank (MFU's reference)\n", run_dir,
+               t->peak_flops / 1e9);
     return DSC_OK;
 }
 
@@ -857,6 +911,7 @@ static void trainer_free(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     dsc_monitor_destroy(t->mon);
     dsc_gpt2_destroy(t->model);
+    dsc__train_gpu_destroy(t->gpu); // before the engine: it unpins the engine's buffers
     dsc_engine_destroy(t->eng);
     dsc_loader_destroy(t->train);
     dsc_loader_destroy(t->val);

@@ -3,7 +3,7 @@
 
 #include <math.h>   // sqrt, isfinite
 #include <stdio.h>  // snprintf
-#include <stdlib.h> // aligned_alloc, calloc, free, getenv, strtol
+#include <stdlib.h> // calloc, free, getenv, strtol
 #include <string.h> // memset, memcpy
 
 #include "base/log.h"                   // DSC_WARN, DSC_INFO
@@ -166,10 +166,7 @@ static dsc_status alloc_init(dsc_engine *e) {
         e->init = e->stage == 0 ? e->master : e->work;
         return DSC_OK;
     }
-    e->init = aligned_alloc(64, (e->total * sizeof(float) + 63) / 64 * 64);
-    if (!e->init) return dsc__fail(DSC_ERR_OOM, "out of memory for the initial weights");
-    memset(e->init, 0, e->total * sizeof(float));
-    return DSC_OK;
+    return dsc__engine_alloc(e, e->total, "engine.init_weights", &e->h_init, &e->init);
 }
 
 static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
@@ -182,6 +179,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(schedule_from_config(e));
     scaler_from_config(e);
     DSC_TRY(copy_params(e, o));
+    DSC_TRY(dsc__engine_pool_init(e, o->pool));
     DSC_TRY(dsc__zero_layout(e));
     DSC_TRY(dsc__zero_alloc(e));
     DSC_TRY(alloc_init(e));
@@ -195,7 +193,9 @@ dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *o) {
     *out = NULL;
     dsc_engine *e = calloc(1, sizeof *e);
     if (!e) return dsc__fail(DSC_ERR_OOM, "out of memory creating the engine");
+    e->may_move = true; // nothing has seen an address yet
     dsc_status st = engine_init(e, o);
+    e->may_move = false;
     if (st != DSC_OK) {
         dsc_engine_destroy(e);
         return st;
@@ -207,8 +207,11 @@ dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *o) {
 void dsc_engine_destroy(dsc_engine *e) {
     if (!e) return;
     dsc__ft_destroy(e); // the watchdog first: it may abort the communicator
-    dsc__zero_free(e);
-    if (e->init != e->master && e->init != e->work) free(e->init);
+    if (e->pool) {
+        dsc__zero_free(e);
+        dsc__engine_free(e, &e->h_init);
+        if (e->own_pool) dsc_mem_pool_destroy(e->pool);
+    }
     dsc_comm_destroy(e->comm);
     free(e->params);
     free(e);
@@ -233,9 +236,10 @@ dsc_status dsc_params_updated(dsc_engine *e) {
             float *dst = dsc__zero_master_slice(e, g), *src = e->init + gr->off + (size_t)e->rank * gr->slice;
             if (dst != src) memcpy(dst, src, gr->slice * sizeof(float));
         }
-        if (e->init != e->work) free(e->init);
+        dsc__engine_free(e, &e->h_init);
         e->init = NULL;
     }
+    e->params_ready = true;
     // DSC_FT_LOAD_STATE (a test hook, docs/fault-tolerance.md): continue from a saved state.
     const char *load = getenv("DSC_FT_LOAD_STATE");
     if (load && *load) return dsc__ft_load_state(e, load);
@@ -253,6 +257,7 @@ static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
 dsc_status dsc_gather(dsc_engine *e, int g) {
     DSC_TRY(check_group(e, g, "dsc_gather"));
     dsc__ft_point(e, e->backward ? "backward" : "forward");
+    e->in_step = true;
     e->gathered[g] = 1;
     return dsc__zero_gather(e, g);
 }
@@ -267,11 +272,13 @@ dsc_status dsc_release(dsc_engine *e, int g) {
 
 dsc_status dsc_grads_ready(dsc_engine *e, int g) {
     DSC_TRY(check_group(e, g, "dsc_grads_ready"));
+    e->in_step = true;
     return dsc__zero_grads_ready(e, g);
 }
 
 dsc_status dsc_backward_begin(dsc_engine *e) {
     e->backward = true;
+    e->in_step = true;
     return DSC_OK;
 }
 
@@ -304,14 +311,6 @@ dsc_status dsc_engine_full_grad(dsc_engine *e, int i, float *out) {
     return dsc__zero_full_grad(e, i, out, e->observer_inv_scale);
 }
 
-void dsc_engine_memory_get(const dsc_engine *e, dsc_engine_memory *out) {
-    out->params = e->bytes_params;
-    out->grads = e->bytes_grads;
-    out->optimizer = e->bytes_optim;
-    out->buffers_peak = e->bytes_buffers_peak;
-    out->comm_bytes = e->comm_bytes_sent;
-}
-
 // ---- the optimizer step ----
 
 // The lr (and OneCycle's momentum; NAN: the optimizer's own) of applied step `step`. Fails where
@@ -328,7 +327,7 @@ double dsc_engine_next_lr(const dsc_engine *e) {
 }
 
 // Is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? A test-only fault switch.
-static bool inject_overflow(const char *spec, int64_t step) {
+bool dsc__inject_overflow(const char *spec, int64_t step) {
     if (!spec) return false;
     const char *p = spec;
     while (*p) {
@@ -354,37 +353,15 @@ static dsc_status save_state_hook(dsc_engine *e) {
 }
 
 static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
-    // DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss
-    // scale before it unscales: on a step where the scale grows, the gradients (scaled by the old
-    // scale) are divided by the new one, and clipping compares against that too. The reported
-    // norm uses the old scale. Mirrored exactly so that runs match DeepSpeed step for step.
-    double lr, mom;
-    DSC_TRY(sched_at(e, e->applied_steps + 1, &lr, &mom)); // before anything changes
-    double prev = dsc_loss_scaler_scale(&e->scaler);
-    double norm = sqrt(sumsq); // of g / prev: the true gradient norm
-    DSC_TRY(dsc_loss_scaler_update(&e->scaler, false));
-    double scale = dsc_loss_scaler_scale(&e->scaler);
-    double combined = scale;
-    if (e->cfg.gradient_clipping > 0) {
-        double clip = (norm * prev / scale + 1e-6) / e->cfg.gradient_clipping;
-        if (clip > 1) combined = clip * scale;
-    }
-    dsc_opt_hparams hp = e->hp;
-    hp.lr = (float)lr;
-    if (!isnan(mom) && hp.kind != DSC_OPT_SGD) {
-        // OneCycle cycles the momentum as DeepSpeed does: betas = (momentum, 0.99). For SGD
-        // DeepSpeed leaves the momentum alone (and warns); so do we, at create.
-        hp.beta1 = (float)mom;
-        hp.beta2 = (float)DSC_SCHED_ONE_CYCLE_BETA2;
-    }
-    DSC_TRY(dsc__zero_optimizer(e, &hp, e->applied_steps + 1, (float)(1.0 / combined)));
+    dsc_opt_hparams hp;
+    float grad_scale;
+    DSC_TRY(dsc__step_plan(e, sumsq, &hp, &grad_scale, &info->lr, &info->grad_norm));
+    DSC_TRY(dsc__zero_optimizer(e, &hp, e->applied_steps + 1, grad_scale));
     e->applied_steps++;
     // Commit: snapshot the new state and send it to the buddy while the parameters are gathered.
     DSC_TRY(dsc__ft_commit_begin(e));
     DSC_TRY(dsc__zero_sync_params(e));
     DSC_TRY(dsc__ft_commit_end(e));
-    info->lr = lr;
-    info->grad_norm = norm;
     return DSC_OK;
 }
 
@@ -397,6 +374,7 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
         return DSC_OK;
     }
     e->micro = 0;
+    e->in_step = false; // from here on the step's buffers are back in the pool
     e->global_steps++;
     dsc__ft_point(e, "step");
     info->boundary = true;
@@ -412,7 +390,7 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
     bool nonfinite = false;
     double sumsq;
     DSC_TRY(dsc__zero_norm(e, 1.0 / info->loss_scale, &sumsq, &nonfinite));
-    if (inject_overflow(e->inject, e->global_steps)) nonfinite = true;
+    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
     dsc_status st = DSC_OK;
     if (nonfinite && e->prec == PREC_FP16) {
         // Overflow: skip the step. Weights, optimizer state and the LR schedule stay as they are.
@@ -453,7 +431,10 @@ dsc_status dsc_step_begin(dsc_engine *e) {
 
 dsc_status dsc_engine_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *out) {
     dsc_ft_report ignored;
-    return dsc__ft_recover(e, failure, out ? out : &ignored);
+    e->may_move = true; // the caller re-reads every pointer after a recovery
+    dsc_status st = dsc__ft_recover(e, failure, out ? out : &ignored);
+    e->may_move = false;
+    return st;
 }
 
 int64_t dsc_engine_fault_events(const dsc_engine *e) { return dsc__ft_events(e); }

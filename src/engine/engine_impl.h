@@ -7,6 +7,7 @@
 
 #include "dsc/comm.h"                 // dsc_comm
 #include "dsc/engine.h"               // dsc_engine
+#include "dsc/memory.h"               // dsc_mem_pool, dsc_mem_handle
 #include "engine/optim/loss_scaler.h" // dsc_loss_scaler
 #include "engine/optim/lr_schedule.h" // dsc_sched_params
 #include "engine/optim/optim.h"       // dsc_opt_hparams
@@ -34,19 +35,15 @@ typedef struct group {
     size_t slice;    // padded / world
     size_t part_off; // offset of this rank's slice in the partition buffers
     bool persistent; // stage 3: small groups stay gathered (stage3_param_persistence_threshold)
+    // The buffers below are blocks of the engine's pool (handles hp, hg, hr, h16; 0 = none); the
+    // pointers are their addresses, re-read by dsc__engine_resolve after blocks moved.
     float *pbuf;     // stage 3: gathered parameters (padded), or NULL
     float *gbuf;     // stages 2-3: this micro-step's gradients (padded), or NULL
     float *rbuf;     // stages 2-3: reduce-scatter result (slice), or NULL
     uint16_t *stage16; // communication_data_type fp16/bf16 staging, or NULL
+    dsc_mem_handle hp, hg, hr, h16;
     dsc_comm_req *preq, *greq; // gather / reduction in flight
 } group;
-
-// A cache of released buffers so that steady-state steps allocate nothing from the system.
-typedef struct buf_cache {
-    float *ptr[64];
-    size_t cap[64];
-    int n;
-} buf_cache;
 
 struct dsc_engine {
     dsc_config cfg;
@@ -60,7 +57,18 @@ struct dsc_engine {
     size_t part;      // partition length (sum of slices)
     precision prec;
     dsc_dtype comm_dt; // communication_data_type
-    // buffers (see zero.c for which stage has which)
+    // buffers (see zero.c for which stage has which): blocks of `pool`, named by the handles
+    // h_*; the pointers are their current addresses (dsc__engine_resolve). Buffers that alias
+    // (work == master in fp32 stage 0, ...) share one handle.
+    dsc_mem_pool *pool;
+    bool own_pool;     // created by the engine (else the caller's, borrowed)
+    uint64_t mem_gen;  // dsc_mem_generation(pool) when the pointers were last resolved
+    bool in_step;      // from a step's first dsc_gather / dsc_backward_begin to its boundary
+    bool may_move;     // inside dsc_engine_create, dsc_engine_maintain, dsc_engine_recover:
+                       // an allocation that does not fit may compact the pool
+    bool params_ready; // dsc_params_updated ran: dsc_param_master's staging is gone
+    size_t max_transient; // largest block a step asks for (gathers, gradients), bytes
+    dsc_mem_handle h_master, h_work, h_work_part, h_gfull, h_acc, h_m, h_v, h_init;
     float *master;    // fp32 master: full (stage 0) or partition (stages 1-3)
     float *work;      // full compute copy (stages 0-2); == master in fp32 stage 0
     float *work_part; // stage 3: rounded partition the gathers read (== master in fp32)
@@ -69,7 +77,6 @@ struct dsc_engine {
     float *m, *v;     // optimizer state, like master
     float *init;      // full fp32 staging for initial weights (== master at stage 0)
     float **pdata, **pgrad; // per-parameter pointers as the model sees them now
-    buf_cache cache;
     bool backward;    // between dsc_backward_begin and dsc_step
     // optimizer and schedule
     dsc_opt_hparams hp;
@@ -83,17 +90,40 @@ struct dsc_engine {
     dsc_grad_observer observer;
     void *observer_user;
     double observer_inv_scale;
-    size_t bytes_params, bytes_grads, bytes_optim; // persistent model states, per rank
-    size_t bytes_buffers, bytes_buffers_peak;      // transient group buffers
+    size_t bytes_buffers, bytes_buffers_peak;      // transient group buffers (model states:
+                                                   // the pool's accounting per tag)
     uint64_t comm_bytes_sent;                      // payload handed to collectives
     struct dsc__ft *ft; // fault tolerance (engine/ft/ft.h); NULL on one rank
 };
+
+// engine.c: is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? (tests)
+bool dsc__inject_overflow(const char *spec, int64_t step);
+// device.c: the decisions of an applied optimizer step (dsc_step and the device path share them):
+// scaler update, clipping, this step's lr/betas; grad_scale = 1 / (loss scale * clip).
+dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, float *grad_scale,
+                          double *lr, double *norm);
+// engine_mem.c: the engine's pool
+// Creates the engine's pool (or adopts opts->pool).
+dsc_status dsc__engine_pool_init(dsc_engine *e, dsc_mem_pool *given);
+// A zeroed block of n floats tagged `tag`; *ptr its address. Where blocks may move (may_move),
+// an allocation that does not fit compacts the pool once and retries (re-reading every address);
+// elsewhere it fails at once. The error names the request and the pool's largest users.
+dsc_status dsc__engine_alloc(dsc_engine *e, size_t n, const char *tag, dsc_mem_handle *h,
+                             float **ptr);
+// The same, `bytes` bytes, contents undefined (large buffers that are written before being read).
+dsc_status dsc__engine_alloc_raw(dsc_engine *e, size_t bytes, const char *tag,
+                                 dsc_mem_handle *h, void **ptr);
+// Frees h (0: nothing) and clears it; the caller clears its pointer.
+void dsc__engine_free(dsc_engine *e, dsc_mem_handle *h);
+// Re-reads every address from its handle (after blocks moved); cheap when nothing moved.
+void dsc__engine_resolve(dsc_engine *e);
 
 // zero/zero.c
 dsc_status dsc__zero_layout(dsc_engine *e);   // offsets, groups, partitions
 dsc_status dsc__zero_alloc(dsc_engine *e);    // persistent buffers for the stage
 void dsc__zero_free(dsc_engine *e);
 float *dsc__zero_master_slice(dsc_engine *e, int g); // this rank's fp32 master of group g
+void dsc__zero_repoint(dsc_engine *e); // per-parameter pointers of every group, from the buffers
 dsc_status dsc__zero_gather(dsc_engine *e, int g);
 dsc_status dsc__zero_release(dsc_engine *e, int g);
 dsc_status dsc__zero_grads_ready(dsc_engine *e, int g);

@@ -247,7 +247,7 @@ void dsc__ft_destroy(dsc_engine *e) {
     }
     dsc__ft_ring_drain(e);
     dsc__ft_report_cost(ft);
-    dsc__ft_slots_free(ft);
+    dsc__ft_slots_free(e);
     pthread_cond_destroy(&ft->cv);
     pthread_mutex_destroy(&ft->mu);
     free(ft->orig_of);

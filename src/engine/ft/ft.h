@@ -29,6 +29,9 @@ dsc_status dsc__ft_commit_end(dsc_engine *e);
 // it (every rank calls it).
 dsc_status dsc__ft_state_changed(dsc_engine *e);
 
+// Re-read the snapshot slots' addresses after the engine's pool moved blocks.
+void dsc__ft_resolve(dsc_engine *e);
+
 // dsc_engine_recover (see dsc/engine.h).
 dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *out);
 int64_t dsc__ft_events(const dsc_engine *e);

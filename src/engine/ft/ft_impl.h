@@ -19,7 +19,8 @@ enum { FT_DEGRADE = 0, FT_RESTART = 1, FT_ABORT = 2 };
 // master, then the moments), each in the partition's order (group by group, this rank's slice),
 // or the full buffers at stage 0.
 typedef struct ft_slot {
-    float *buf;           // (nvec, len)
+    float *buf;           // (nvec, len): the block h of the engine's pool
+    dsc_mem_handle h;
     int64_t tag;          // the step boundary it holds (global steps), -1: empty or invalid
     dsc_state_scalars sc; // own slots: the scalars of that boundary
 } ft_slot;
@@ -77,7 +78,7 @@ void dsc__ft_set_comm(struct dsc__ft *ft, dsc_comm *c); // the communicator the 
 
 // replica.c
 dsc_status dsc__ft_slots_alloc(dsc_engine *e); // for the current layout; every tag -1
-void dsc__ft_slots_free(struct dsc__ft *ft);
+void dsc__ft_slots_free(dsc_engine *e);
 void dsc__ft_report_cost(const struct dsc__ft *ft); // DSC_LOG=info: time spent per step
 void dsc__ft_ring_drain(dsc_engine *e);           // wait (and forget) the exchange in flight
 void dsc__ft_pack(dsc_engine *e, float *buf);     // live state -> (nvec, len)

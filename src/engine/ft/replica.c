@@ -8,7 +8,6 @@
 // replica of a dead rank. A slot's tag is cleared before it is overwritten and set only once the
 // copy (or the receive) is complete, so a slot never claims a state it does not hold entirely.
 #include <stdint.h> // uintptr_t
-#include <stdlib.h> // aligned_alloc, free
 #include <string.h> // memcpy
 
 #if defined(__x86_64__)
@@ -23,11 +22,6 @@
 
 // ---- slots ----
 
-static float *alloc_floats(size_t n) {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
-
 void dsc__ft_report_cost(const struct dsc__ft *ft) {
     if (!ft->commits) return;
     double n = (double)ft->commits;
@@ -37,31 +31,46 @@ void dsc__ft_report_cost(const struct dsc__ft *ft) {
              (ft->pack_s + ft->wait_s) / n * 1e3, ft->pack_s / n * 1e3, ft->wait_s / n * 1e3);
 }
 
-void dsc__ft_slots_free(struct dsc__ft *ft) {
+// Slots are blocks of the engine's pool (tags ft.snapshot, ft.replica): they move with the
+// engine's buffers between steps and show in its accounting.
+void dsc__ft_slots_free(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
     for (int k = 0; k < 2; k++) {
-        free(ft->own[k].buf);
-        free(ft->rep[k].buf);
+        dsc__engine_free(e, &ft->own[k].h);
+        dsc__engine_free(e, &ft->rep[k].h);
         ft->own[k] = (ft_slot){.tag = -1};
         ft->rep[k] = (ft_slot){.tag = -1};
     }
 }
 
+void dsc__ft_resolve(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    for (int k = 0; k < 2; k++) {
+        ft->own[k].buf = ft->own[k].h ? dsc_mem_ptr(e->pool, ft->own[k].h) : NULL;
+        ft->rep[k].buf = ft->rep[k].h ? dsc_mem_ptr(e->pool, ft->rep[k].h) : NULL;
+    }
+}
+
 dsc_status dsc__ft_slots_alloc(dsc_engine *e) {
     struct dsc__ft *ft = e->ft;
-    dsc__ft_slots_free(ft);
+    dsc__ft_slots_free(e);
     ft->len = e->stage == 0 ? e->total : e->part;
     ft->nvec = e->v ? 3 : 2;
     size_t n = ft->len * (size_t)ft->nvec;
-    bool ok = true;
-    for (int k = 0; k < 2; k++) {
-        ok &= (ft->own[k].buf = alloc_floats(n)) != NULL;
-        if (ft->ring) ok &= (ft->rep[k].buf = alloc_floats(n)) != NULL;
+    dsc_status st = DSC_OK;
+    void *p; // written whole before a slot is read (packing or receiving sets its tag)
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    for (int k = 0; k < 2 && st == DSC_OK; k++) {
+        st = dsc__engine_alloc_raw(e, bytes, "ft.snapshot", &ft->own[k].h, &p);
+        if (st == DSC_OK && ft->ring)
+            st = dsc__engine_alloc_raw(e, bytes, "ft.replica", &ft->rep[k].h, &p);
     }
-    if (!ok)
-        return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory for the state snapshots "
-                         "(%.1f MiB); set fault_tolerance.replicate to false to save half",
-                         (double)n * 4 * (ft->ring ? 4 : 2) / (1 << 20));
-    return DSC_OK;
+    if (st != DSC_OK)
+        dsc__error_prefix("fault tolerance: the state snapshots need %.1f MiB (set "
+                          "fault_tolerance.replicate to false to save half): ",
+                          (double)n * 4 * (ft->ring ? 4 : 2) / (1 << 20));
+    dsc__ft_resolve(e); // a compaction for a later slot moved the earlier ones
+    return st;
 }
 
 ft_slot *dsc__ft_own_at(struct dsc__ft *ft, int64_t tag) {

@@ -12,7 +12,7 @@
 // order, all-reduce == reduce-scatter + all-gather bitwise), accumulates them with the same code,
 // and runs the optimizer elementwise on whole vectors, so stages 0-3 give bitwise equal weights.
 #include <math.h>   // isfinite
-#include <stdlib.h> // aligned_alloc, free
+#include <stdlib.h> // calloc, malloc, free
 #include <string.h> // memset, memcpy
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
@@ -24,45 +24,22 @@ static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 // ---- buffers ----
 
-static float *alloc_zeroed(size_t n) {
-    if (n == 0) n = DSC_ALIGN_ELEMS;
-    float *p = aligned_alloc(64, round_up(n * sizeof(float), 64));
-    if (p) memset(p, 0, n * sizeof(float));
-    return p;
+// A zeroed transient buffer of n floats (a gathered group, a micro-step's gradients, a
+// reduction's result): a block of the engine's pool, freed again within the step. Every step
+// repeats the same requests, so the pool serves them from the same free space and a steady-state
+// step takes nothing from the system.
+static dsc_status take(dsc_engine *e, size_t n, dsc_mem_handle *h, float **p) {
+    DSC_TRY(dsc__engine_alloc(e, n, "zero.buffers", h, p));
+    e->bytes_buffers += n * sizeof(float);
+    if (e->bytes_buffers > e->bytes_buffers_peak) e->bytes_buffers_peak = e->bytes_buffers;
+    if (n * sizeof(float) > e->max_transient) e->max_transient = n * sizeof(float);
+    return DSC_OK;
 }
 
-// Take a zeroed buffer of n floats from the cache (smallest that fits), or allocate one.
-static float *cache_take(dsc_engine *e, size_t n) {
-    buf_cache *c = &e->cache;
-    int best = -1;
-    for (int i = 0; i < c->n; i++)
-        if (c->cap[i] >= n && (best < 0 || c->cap[i] < c->cap[best])) best = i;
-    float *p;
-    if (best >= 0) {
-        p = c->ptr[best];
-        c->ptr[best] = c->ptr[--c->n];
-        c->cap[best] = c->cap[c->n];
-        memset(p, 0, n * sizeof(float));
-    } else {
-        p = alloc_zeroed(n);
-    }
-    if (p) {
-        e->bytes_buffers += n * sizeof(float);
-        if (e->bytes_buffers > e->bytes_buffers_peak) e->bytes_buffers_peak = e->bytes_buffers;
-    }
-    return p;
-}
-
-static void cache_give(dsc_engine *e, float *p, size_t n) {
-    if (!p) return;
-    buf_cache *c = &e->cache;
+static void give(dsc_engine *e, dsc_mem_handle *h, size_t n) {
+    if (!*h) return;
     e->bytes_buffers -= n * sizeof(float);
-    if (c->n < (int)(sizeof c->ptr / sizeof c->ptr[0])) {
-        c->ptr[c->n] = p;
-        c->cap[c->n++] = n;
-    } else {
-        free(p);
-    }
+    dsc__engine_free(e, h);
 }
 
 // ---- layout ----
@@ -108,64 +85,85 @@ float *dsc__zero_master_slice(dsc_engine *e, int g) {
     return e->master + gr->part_off;
 }
 
+// One persistent buffer: model states are tagged by what the ZeRO paper counts them as, so that
+// the pool's accounting per tag is the engine's memory report (dsc_engine_memory_get).
+static dsc_status persistent(dsc_engine *e, size_t n, const char *tag, dsc_mem_handle *h) {
+    float *p;
+    return dsc__engine_alloc(e, n, tag, h, &p);
+}
+
 dsc_status dsc__zero_alloc(dsc_engine *e) {
     bool fp32 = e->prec == PREC_FP32, gas1 = e->cfg.gradient_accumulation_steps == 1;
     bool need_v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW;
     size_t full = e->total, part = e->part;
     size_t mlen = e->stage == 0 ? full : part;
-    if (!master_in_work(e)) e->master = alloc_zeroed(mlen);
-    e->m = alloc_zeroed(mlen);
-    e->v = need_v ? alloc_zeroed(mlen) : NULL;
-    if (e->stage < 3) e->work = e->stage == 0 && fp32 ? e->master : alloc_zeroed(full);
-    else e->work_part = fp32 ? e->master : alloc_zeroed(part);
-    if (e->stage < 2) {
-        e->gfull = alloc_zeroed(full);
-        e->acc = gas1 ? e->gfull : alloc_zeroed(full);
+    // The buffer the model computes from counts as parameters; a separate fp32 master as
+    // optimizer state.
+    bool master_is_params = fp32 && (e->stage == 0 || e->stage == 3);
+    const char *master_tag = master_is_params ? "zero.params" : "zero.master";
+    if (!master_in_work(e)) DSC_TRY(persistent(e, mlen, master_tag, &e->h_master));
+    DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_m));
+    if (need_v) DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_v));
+    if (e->stage < 3) {
+        if (e->stage == 0 && fp32) e->h_work = e->h_master;
+        else DSC_TRY(persistent(e, full, "zero.params", &e->h_work));
     } else {
-        e->acc = alloc_zeroed(part);
+        if (fp32) e->h_work_part = e->h_master;
+        else DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
     }
+    if (e->stage < 2) {
+        DSC_TRY(persistent(e, full, "zero.grads", &e->h_gfull));
+        if (gas1) e->h_acc = e->h_gfull;
+        else DSC_TRY(persistent(e, full, "zero.grads", &e->h_acc));
+    } else {
+        DSC_TRY(persistent(e, part, "zero.grads", &e->h_acc));
+    }
+    for (int g = 0; g < e->ngroups; g++)
+        if (e->groups[g].persistent)
+            DSC_TRY(persistent(e, e->groups[g].padded, "zero.params", &e->groups[g].hp));
     e->pdata = calloc((size_t)e->nparams, sizeof *e->pdata);
     e->pgrad = calloc((size_t)e->nparams, sizeof *e->pgrad);
     e->gathered = calloc((size_t)e->ngroups, 1);
-    bool ok = (e->master || master_in_work(e)) && e->m && (e->v || !need_v) &&
-              (e->stage == 3 ? e->work_part != NULL : e->work != NULL) && e->acc &&
-              (e->stage >= 2 || e->gfull) && e->pdata && e->pgrad && e->gathered;
-    for (int g = 0; ok && g < e->ngroups; g++)
-        if (e->groups[g].persistent) ok = (e->groups[g].pbuf = alloc_zeroed(e->groups[g].padded)) != NULL;
-    if (!ok)
-        return dsc__fail(DSC_ERR_OOM, "out of memory: %lld parameters at ZeRO stage %d need about "
-                         "%.1f MiB per rank", (long long)e->numel, e->stage,
-                         (double)(mlen * (need_v ? 3 : 2) + full * 2) * 4 / (1 << 20));
-    // Persistent model states of this rank, as the ZeRO paper counts them: parameters as the
-    // model computes with them, gradients, optimizer states (moments and a separate fp32 master).
-    size_t f = sizeof(float);
-    e->bytes_params = (e->stage < 3 ? full : part) * f;
-    for (int g = 0; g < e->ngroups; g++)
-        if (e->groups[g].persistent) e->bytes_params += e->groups[g].padded * f;
-    e->bytes_grads = (e->stage < 2 ? full * (gas1 ? 1 : 2) : part) * f;
-    bool separate_master = e->master && e->master != e->work && e->master != e->work_part;
-    e->bytes_optim = mlen * f * (need_v ? 2 : 1) + (separate_master ? mlen * f : 0);
+    if (!e->pdata || !e->pgrad || !e->gathered)
+        return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter tables");
+    dsc__engine_resolve(e);
     return DSC_OK;
 }
 
+static void free_group(dsc_engine *e, group *gr) {
+    if (gr->preq) dsc_comm_wait(gr->preq);
+    if (gr->greq) dsc_comm_wait(gr->greq);
+    gr->preq = gr->greq = NULL;
+    dsc__engine_free(e, &gr->hp);
+    gr->pbuf = NULL;
+    dsc__engine_free(e, &gr->hg);
+    gr->gbuf = NULL;
+    dsc__engine_free(e, &gr->hr);
+    gr->rbuf = NULL;
+    dsc__engine_free(e, &gr->h16);
+    gr->stage16 = NULL;
+}
+
 void dsc__zero_free(dsc_engine *e) {
-    if (e->work != e->master) free(e->work);
-    if (e->work_part != e->master) free(e->work_part);
-    if (e->acc != e->gfull) free(e->acc);
-    free(e->gfull);
-    free(e->master);
-    free(e->m);
-    free(e->v);
-    for (int g = 0; e->groups && g < e->ngroups; g++) {
-        group *gr = &e->groups[g];
-        if (gr->preq) dsc_comm_wait(gr->preq);
-        if (gr->greq) dsc_comm_wait(gr->greq);
-        free(gr->pbuf);
-        free(gr->gbuf);
-        free(gr->rbuf);
-        free(gr->stage16);
-    }
-    for (int i = 0; i < e->cache.n; i++) free(e->cache.ptr[i]);
+    // Aliases share a handle: clear them first so that each block is freed once.
+    if (e->h_work == e->h_master) e->h_work = 0;
+    if (e->h_work_part == e->h_master) e->h_work_part = 0;
+    if (e->h_acc == e->h_gfull) e->h_acc = 0;
+    dsc__engine_free(e, &e->h_work);
+    e->work = NULL;
+    dsc__engine_free(e, &e->h_work_part);
+    e->work_part = NULL;
+    dsc__engine_free(e, &e->h_acc);
+    e->acc = NULL;
+    dsc__engine_free(e, &e->h_gfull);
+    e->gfull = NULL;
+    dsc__engine_free(e, &e->h_master);
+    e->master = NULL;
+    dsc__engine_free(e, &e->h_m);
+    e->m = NULL;
+    dsc__engine_free(e, &e->h_v);
+    e->v = NULL;
+    for (int g = 0; e->groups && g < e->ngroups; g++) free_group(e, &e->groups[g]);
     free(e->groups);
     free(e->pdata);
     free(e->pgrad);
@@ -178,7 +176,6 @@ void dsc__zero_reset(dsc_engine *e) {
     e->groups = NULL;
     e->pdata = e->pgrad = NULL;
     e->gathered = NULL;
-    memset(&e->cache, 0, sizeof e->cache);
     e->bytes_buffers = 0;
 }
 
@@ -240,10 +237,11 @@ static dsc_status wait_req(dsc_comm_req **req) {
 // Stage 3: start gathering group g into a fresh buffer (asynchronously when req is given).
 static dsc_status start_gather(dsc_engine *e, int g, bool async) {
     group *gr = &e->groups[g];
-    gr->pbuf = cache_take(e, gr->padded);
-    if (!gr->pbuf)
-        return dsc__fail(DSC_ERR_OOM, "out of memory gathering layer group %d (%zu elements)", g,
-                         gr->padded);
+    dsc_status st = take(e, gr->padded, &gr->hp, &gr->pbuf);
+    if (st != DSC_OK) {
+        dsc__error_prefix("gathering layer group %d: ", g);
+        return st;
+    }
     return all_gather(e, e->work_part + gr->part_off, gr->pbuf, gr->slice, async ? &gr->preq : NULL);
 }
 
@@ -264,9 +262,11 @@ dsc_status dsc__zero_gather(dsc_engine *e, int g) {
     }
     point_params(e, g);
     if (e->backward && e->stage >= 2 && !gr->gbuf) {
-        gr->gbuf = cache_take(e, gr->padded);
-        if (!gr->gbuf)
-            return dsc__fail(DSC_ERR_OOM, "out of memory for the gradients of layer group %d", g);
+        dsc_status st = take(e, gr->padded, &gr->hg, &gr->gbuf);
+        if (st != DSC_OK) {
+            dsc__error_prefix("gradients of layer group %d: ", g);
+            return st;
+        }
     }
     point_grads(e, g);
     return DSC_OK;
@@ -276,7 +276,7 @@ dsc_status dsc__zero_release(dsc_engine *e, int g) {
     group *gr = &e->groups[g];
     if (e->stage < 3 || gr->persistent) return DSC_OK;
     DSC_TRY(wait_req(&gr->preq));
-    cache_give(e, gr->pbuf, gr->padded);
+    give(e, &gr->hp, gr->padded);
     gr->pbuf = NULL;
     point_params(e, g);
     return DSC_OK;
@@ -288,7 +288,7 @@ static dsc_status drop_gathered(dsc_engine *e) {
         group *gr = &e->groups[g];
         if (gr->persistent || !gr->pbuf) continue;
         DSC_TRY(wait_req(&gr->preq));
-        cache_give(e, gr->pbuf, gr->padded);
+        give(e, &gr->hp, gr->padded);
         gr->pbuf = NULL;
         point_params(e, g);
     }
@@ -301,11 +301,12 @@ dsc_status dsc__zero_sync_params(dsc_engine *e) {
     } else if (e->stage < 3) {
         for (int g = 0; g < e->ngroups; g++) {
             group *gr = &e->groups[g];
-            float *tmp = cache_take(e, gr->slice);
-            if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory syncing parameters");
+            float *tmp;
+            dsc_mem_handle h = 0;
+            DSC_TRY(take(e, gr->slice, &h, &tmp));
             round_to(e->prec, tmp, dsc__zero_master_slice(e, g), gr->slice);
             dsc_status st = all_gather(e, tmp, e->work + gr->off, gr->slice, NULL);
-            cache_give(e, tmp, gr->slice);
+            give(e, &h, gr->slice);
             DSC_TRY(st);
         }
     } else {
@@ -316,11 +317,15 @@ dsc_status dsc__zero_sync_params(dsc_engine *e) {
             if (gr->persistent) DSC_TRY(all_gather(e, e->work_part + gr->part_off, gr->pbuf, gr->slice, NULL));
         }
     }
+    dsc__zero_repoint(e);
+    return DSC_OK;
+}
+
+void dsc__zero_repoint(dsc_engine *e) {
     for (int g = 0; g < e->ngroups; g++) {
         point_params(e, g);
         point_grads(e, g);
     }
-    return DSC_OK;
 }
 
 // ---- gradients ----
@@ -365,8 +370,11 @@ dsc_status dsc__zero_grads_ready(dsc_engine *e, int g) {
     double pre = pre_factor(e);
     if (pre != 1.0) scale_inplace(src, gr->padded, (float)(1.0 / pre));
     if (e->stage >= 2) {
-        gr->rbuf = cache_take(e, gr->slice);
-        if (!gr->rbuf) return dsc__fail(DSC_ERR_OOM, "out of memory reducing layer group %d", g);
+        dsc_status st = take(e, gr->slice, &gr->hr, &gr->rbuf);
+        if (st != DSC_OK) {
+            dsc__error_prefix("reducing layer group %d: ", g);
+            return st;
+        }
     }
     if (!e->comm) {
         if (e->stage >= 2) memcpy(gr->rbuf, src, gr->slice * sizeof(float));
@@ -374,8 +382,16 @@ dsc_status dsc__zero_grads_ready(dsc_engine *e, int g) {
     }
     size_t count = e->stage < 2 ? gr->padded : gr->slice;
     if (e->comm_dt != DSC_DT_F32) { // reduce in 16 bits: stage, reduce, unstage in finish
-        if (!gr->stage16) gr->stage16 = malloc((gr->padded + gr->slice) * sizeof(uint16_t));
-        if (!gr->stage16) return dsc__fail(DSC_ERR_OOM, "out of memory for 16-bit reduction");
+        if (!gr->h16) { // kept for the engine's life: (padded + slice) 16-bit values
+            float *p;
+            dsc_status s16 = dsc__engine_alloc(e, (gr->padded + gr->slice + 1) / 2,
+                                               "zero.comm_stage16", &gr->h16, &p);
+            if (s16 != DSC_OK) {
+                dsc__error_prefix("16-bit reduction of layer group %d: ", g);
+                return s16;
+            }
+            gr->stage16 = (uint16_t *)p;
+        }
         to16(e->comm_dt, gr->stage16, src, gr->padded);
         e->comm_bytes_sent += count * 2;
         dsc_status st16;
@@ -424,9 +440,10 @@ dsc_status dsc__zero_finish_micro(dsc_engine *e) {
             continue;
         }
         if (gr->rbuf) accumulate(e->acc + gr->part_off, gr->rbuf, gr->slice, post);
-        cache_give(e, gr->rbuf, gr->slice);
-        cache_give(e, gr->gbuf, gr->padded);
-        gr->rbuf = gr->gbuf = NULL;
+        give(e, &gr->hr, gr->slice);
+        gr->rbuf = NULL;
+        give(e, &gr->hg, gr->padded);
+        gr->gbuf = NULL;
         point_grads(e, g);
     }
     return st;
@@ -504,20 +521,20 @@ dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scal
     const group *gr = &e->groups[p->group];
     const float *src;
     float *tmp = NULL;
+    dsc_mem_handle h = 0;
     if (e->stage < 2) {
         src = e->acc + p->off;
     } else {
-        tmp = cache_take(e, gr->padded);
-        if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory gathering gradients");
+        DSC_TRY(take(e, gr->padded, &h, &tmp));
         dsc_status st = all_gather(e, e->acc + gr->part_off, tmp, gr->slice, NULL);
         if (st != DSC_OK) {
-            cache_give(e, tmp, gr->padded);
+            give(e, &h, gr->padded);
             return st;
         }
         src = tmp + (p->off - gr->off);
     }
     for (int64_t k = 0; k < p->numel; k++) out[k] = (float)(src[k] * inv_scale);
-    cache_give(e, tmp, gr->padded);
+    give(e, &h, gr->padded);
     return DSC_OK;
 }
 
@@ -528,11 +545,16 @@ dsc_status dsc__zero_full_master(dsc_engine *e, int i, float *out) {
         memcpy(out, e->master + p->off, (size_t)p->numel * sizeof(float));
         return DSC_OK;
     }
-    float *tmp = cache_take(e, gr->padded);
-    if (!tmp) return dsc__fail(DSC_ERR_OOM, "out of memory gathering parameter %s", p->name);
-    dsc_status st = all_gather(e, dsc__zero_master_slice(e, p->group), tmp, gr->slice, NULL);
+    float *tmp;
+    dsc_mem_handle h = 0;
+    dsc_status st = take(e, gr->padded, &h, &tmp);
+    if (st != DSC_OK) {
+        dsc__error_prefix("gathering parameter %s: ", p->name);
+        return st;
+    }
+    st = all_gather(e, dsc__zero_master_slice(e, p->group), tmp, gr->slice, NULL);
     if (st == DSC_OK) memcpy(out, tmp + (p->off - gr->off), (size_t)p->numel * sizeof(float));
-    cache_give(e, tmp, gr->padded);
+    give(e, &h, gr->padded);
     return st;
 }
 
@@ -542,11 +564,12 @@ void dsc__zero_abandon_step(dsc_engine *e) {
         if (gr->preq) dsc_comm_wait(gr->preq); // fails at once on a broken communicator
         if (gr->greq) dsc_comm_wait(gr->greq);
         gr->preq = gr->greq = NULL;
-        cache_give(e, gr->gbuf, gr->padded);
-        cache_give(e, gr->rbuf, gr->slice);
-        gr->gbuf = gr->rbuf = NULL;
-        if (!gr->persistent && gr->pbuf) {
-            cache_give(e, gr->pbuf, gr->padded);
+        give(e, &gr->hg, gr->padded);
+        gr->gbuf = NULL;
+        give(e, &gr->hr, gr->slice);
+        gr->rbuf = NULL;
+        if (!gr->persistent) {
+            give(e, &gr->hp, gr->padded);
             gr->pbuf = NULL;
         }
         point_params(e, g);
@@ -557,4 +580,5 @@ void dsc__zero_abandon_step(dsc_engine *e) {
     memset(e->gathered, 0, (size_t)e->ngroups);
     e->micro = 0;
     e->backward = false;
+    e->in_step = false;
 }

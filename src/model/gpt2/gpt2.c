@@ -200,6 +200,9 @@ struct dsc_gpt2 {
     int pass;      // PASS_*
     int att_slots; // threads the attention scratch serves
     float *slab;   // every float buffer below is a view of it
+    dsc_mem_pool *pool;  // when the slab is a block of a pool (dsc_gpt2_create_in): the views
+    dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
+    uint64_t gen;
     int32_t *tokens;
     // Activations kept for backward: 10 BTC floats per layer (plus row statistics). Per-layer
     // arrays hold n_layer blocks of maxB * maxT rows. Layernorm and GELU outputs are not kept:
@@ -298,6 +301,32 @@ static size_t carve(dsc_gpt2 *m, float *slab) {
 }
 
 dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T) {
+    return dsc_gpt2_create_in(out, c, B, T, NULL);
+}
+
+static dsc_status alloc_slab(dsc_gpt2 *m, size_t nfloats) {
+    size_t bytes = nfloats * sizeof(float);
+    if (!m->pool) {
+        m->slab = aligned_alloc(64, bytes);
+        return m->slab ? DSC_OK : DSC_ERR_OOM;
+    }
+    DSC_TRY(dsc_mem_alloc(m->pool, bytes, "gpt2.activations", &m->hslab));
+    m->slab = dsc_mem_ptr(m->pool, m->hslab);
+    m->gen = dsc_mem_generation(m->pool);
+    return DSC_OK;
+}
+
+// The pool may have moved the slab since the last pass: carve the views at its new address.
+// Contents move with the block, so a backward after a move still finds its forward's activations.
+static void refresh(dsc_gpt2 *m) {
+    if (!m->pool || dsc_mem_generation(m->pool) == m->gen) return;
+    m->slab = dsc_mem_ptr(m->pool, m->hslab);
+    carve(m, m->slab);
+    m->gen = dsc_mem_generation(m->pool);
+}
+
+dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T,
+                              dsc_mem_pool *pool) {
     if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 create: out is NULL");
     *out = NULL;
     DSC_TRY(config_check(c));
@@ -311,13 +340,19 @@ dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int 
     m->c = *c;
     m->maxB = B;
     m->maxT = T;
+    m->pool = pool;
     m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
-    m->slab = aligned_alloc(64, nfloats * sizeof(float));
+    dsc_status st = alloc_slab(m, nfloats);
     m->tokens = malloc(sizeof(int32_t) * 2 * (size_t)B * T);
-    if (!m->slab || !m->tokens) {
+    if (st != DSC_OK || !m->tokens) {
         dsc_gpt2_destroy(m);
+        if (st != DSC_OK && pool) { // the pool's message names its largest users
+            dsc__error_prefix("gpt2 create: activations for batch %d x %d (lower the micro-batch "
+                              "size or the sequence length): ", B, T);
+            return st;
+        }
         return dsc__fail(DSC_ERR_OOM,
                          "gpt2 create: cannot allocate %.2f GiB of activations for batch %d x %d; "
                          "lower the micro-batch size or the sequence length",
@@ -331,12 +366,17 @@ dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int 
 
 void dsc_gpt2_destroy(dsc_gpt2 *m) {
     if (!m) return;
-    free(m->slab);
+    if (m->pool) dsc_mem_free(m->pool, m->hslab);
+    else free(m->slab);
     free(m->tokens);
     free(m);
 }
 
-const float *dsc_gpt2_logits(const dsc_gpt2 *m) { return m ? m->logits : NULL; }
+const float *dsc_gpt2_logits(const dsc_gpt2 *m) {
+    if (!m) return NULL;
+    refresh((dsc_gpt2 *)m); // the handle is the caller's, never a constant object
+    return m->logits;
+}
 
 // ---- hooks and checks ----
 
@@ -450,6 +490,7 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
                             const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
                             float *loss) {
     DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
+    refresh(m);
     dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
     m->pass = PASS_NONE;
@@ -530,6 +571,7 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
                          "forward allows one backward (it consumes the logits)");
     DSC_TRY(check_tensors(m, params, "params", hooks));
     DSC_TRY(check_tensors(m, grads, "grads", hooks));
+    refresh(m);
     dsc__gpt2_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));

@@ -16,6 +16,7 @@
 
 #include <stdint.h> // int32_t, int64_t, uint64_t
 
+#include "dsc/memory.h" // dsc_mem_pool
 #include "dsc/status.h" // dsc_status
 
 typedef struct dsc_gpt2_config {
@@ -76,6 +77,13 @@ typedef struct dsc_gpt2 dsc_gpt2; // activations and scratch for up to B x T tok
 // Allocates everything for batches up to B sequences of up to T tokens (T <= max_seq_len).
 // Caller owns *out; free it with dsc_gpt2_destroy.
 dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T);
+// The same with the activations as one block of `pool` (tag gpt2.activations; borrowed, it must
+// outlive the model), e.g. the engine's (dsc_engine_mem_pool), so that they count and move with
+// the engine's buffers. Each pass re-reads the block's address when the pool moved blocks since
+// the last one; a move between a forward and its backward keeps the activations (they move with
+// the block). A move must not happen during a pass.
+dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T,
+                              dsc_mem_pool *pool);
 void dsc_gpt2_destroy(dsc_gpt2 *m); // NULL ok
 
 // params[i] / grads[i]: tensor i (borrowed for the call). inputs, targets: (B, T) token ids in

@@ -1,0 +1,252 @@
+// cli/train_gpu.c - the GPU half of `dsc train` (see train_gpu.h).
+#include "cli/train_gpu.h"
+
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // calloc, free
+#include <string.h> // strcmp
+
+#include "base/status.h" // dsc__fail, DSC_TRY
+
+#ifdef DSC_WITH_CUDA
+
+#include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda_*
+#include "cuda/train_state.h" // dsc__cuda_state_*
+#include "engine/device.h"    // dsc__engine_*
+
+struct train_gpu {
+    dsc_engine *eng;
+    dsc_gpt2_config mc;
+    dsc__engine_flat host;  // the engine's flat state
+    dsc_cuda_state *st;     // the device's
+    dsc_gpt2_cuda *model;
+    int ntensors, gas, micro;
+    const uint16_t **p16;   // per-tensor views into st->p16
+    float **grad;           // per-tensor views into st->grad
+    double peak;
+    char line[512];
+};
+
+dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
+    *cuda = false;
+    bool autopick = !flag || !strcmp(flag, "auto");
+    if (!autopick && strcmp(flag, "cpu") && strcmp(flag, "cuda"))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--device %s: expected cuda, cpu or auto", flag);
+    if (!autopick && !strcmp(flag, "cpu")) return DSC_OK;
+    char name[256];
+    double peak;
+    dsc_status st = dsc__cuda_device_info(name, sizeof name, &peak);
+    if (autopick) {
+        *cuda = st == DSC_OK && world == 1;
+        dsc_clear_error();
+        return DSC_OK;
+    }
+    if (st != DSC_OK) {
+        char why[512]; // dsc__fail writes the buffer dsc_last_error() points to: copy first
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: %s; check nvidia-smi and "
+                         "CUDA_VISIBLE_DEVICES, or train with --device cpu", why);
+    }
+    if (world != 1)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: %d ranks; GPU training runs on one "
+                         "rank for now (multi-GPU needs the NCCL path, not built yet); start one "
+                         "process, or use --device cpu for several ranks", world);
+    *cuda = true;
+    return DSC_OK;
+}
+
+// The config's sections that the GPU path cannot honour are errors naming the key; precisions
+// it computes differently get a note.
+static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
+    const dsc_config *c = dsc_engine_config(g->eng);
+    const char *od = c->zero_optimization.offload_optimizer.device;
+    const char *pd = c->zero_optimization.offload_param.device;
+    if (strcmp(pd, "none") && pd[0])
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param.device \"%s\": "
+                         "parameter offload is not built for --device cuda; set it to \"none\" "
+                         "(one GPU holds the bf16 weights), or use --device cpu", pd);
+    if (!strcmp(od, "nvme"))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device "
+                         "\"nvme\" is not built; use \"cpu\" or \"none\"");
+    *offload = !strcmp(od, "cpu");
+    *prec = c->bf16.enabled ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
+    if (!c->bf16.enabled)
+        fprintf(stderr, "note: --device cuda computes in bf16 (the GPU kernels have no %s "
+                "path): fp32 master weights and optimizer state%s; set \"bf16\": {\"enabled\": "
+                "true} to say so in the config\n", *prec,
+                c->fp16.enabled ? ", with the fp16 section's loss scaler" : "");
+    return DSC_OK;
+}
+
+static dsc_status make_views(train_gpu *g) {
+    g->p16 = calloc((size_t)g->ntensors, sizeof *g->p16);
+    g->grad = calloc((size_t)g->ntensors, sizeof *g->grad);
+    if (!g->p16 || !g->grad) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int i = 0; i < g->ntensors; i++) {
+        size_t off = dsc__engine_param_offset(g->eng, i);
+        g->p16[i] = g->st->p16 + off;
+        g->grad[i] = g->st->grad + off;
+    }
+    return DSC_OK;
+}
+
+static dsc_status gpu_init(train_gpu *g, int B, int T) {
+    bool offload = false;
+    const char *prec = "";
+    DSC_TRY(check_config(g, &offload, &prec));
+    DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
+    char name[256];
+    DSC_TRY(dsc__cuda_device_info(name, sizeof name, &g->peak));
+    int moments = g->host.v ? 2 : 1;
+    DSC_TRY(dsc__cuda_state_create(&g->st, g->host.total, moments, offload));
+    char why[256] = "";
+    bool pinned = false;
+    if (offload) // gradients come down into acc, weights go up from master: every step
+        dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
+                            sizeof why);
+    DSC_TRY(dsc_gpt2_cuda_create(&g->model, &g->mc, B, T, g->st->stream));
+    DSC_TRY(make_views(g));
+    g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
+    snprintf(g->line, sizeof g->line, "device %s | %s | bf16 compute, %s config%s%s%s", name,
+             offload ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU step)"
+                     : "fp32 master + optimizer state on the GPU",
+             prec, offload && !pinned ? " | host buffers not page-locked (" : "",
+             offload && !pinned ? why : "", offload && !pinned ? ")" : "");
+    return dsc__train_gpu_load(g);
+}
+
+dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+                                 int B, int T) {
+    *out = NULL;
+    train_gpu *g = calloc(1, sizeof *g);
+    if (!g) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    g->eng = eng;
+    g->mc = *mc;
+    g->ntensors = dsc_gpt2_num_tensors(mc);
+    dsc_status st = gpu_init(g, B, T);
+    if (st != DSC_OK) {
+        dsc__train_gpu_destroy(g);
+        return st;
+    }
+    *out = g;
+    return DSC_OK;
+}
+
+void dsc__train_gpu_destroy(train_gpu *g) {
+    if (!g) return;
+    dsc_gpt2_cuda_destroy(g->model);
+    dsc__cuda_state_destroy(g->st);
+    free(g->p16);
+    free(g->grad);
+    free(g);
+}
+
+const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
+    *peak_flops = g->peak;
+    return g->line;
+}
+
+dsc_status dsc__train_gpu_load(train_gpu *g) {
+    if (g->st->offload) return dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
+    return dsc__cuda_state_upload(g->st, g->host.master, g->host.m, g->host.v);
+}
+
+dsc_status dsc__train_gpu_store(train_gpu *g) {
+    if (g->st->offload) return DSC_OK; // the host state is the one the optimizer updates
+    DSC_TRY(dsc__cuda_state_download(g->st, g->host.master, g->host.m, g->host.v));
+    return dsc__engine_master_changed(g->eng);
+}
+
+dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                                float *loss) {
+    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss));
+    return dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, (float)dsc_backward_scale(g->eng));
+}
+
+dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                               float *loss) {
+    return dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss);
+}
+
+dsc_status dsc__train_gpu_next_logits(train_gpu *g, const int32_t *in, int T, float *out) {
+    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, NULL, 1, T, NULL));
+    int ld;
+    const uint16_t *logits = dsc_gpt2_cuda_logits(g->model, &ld);
+    return dsc__cuda_bf16_to_host(out, logits + (size_t)(T - 1) * ld, (size_t)g->mc.vocab_size,
+                                  g->st->stream);
+}
+
+// ZeRO-Offload: the accumulated gradients go to the engine, whose dsc_step runs the CPU
+// optimizer; the updated weights come back as bf16.
+static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
+    bool last = g->micro + 1 == g->gas;
+    if (last) DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->host.acc));
+    DSC_TRY(dsc_step(g->eng, info));
+    g->micro = last ? 0 : g->micro + 1;
+    if (!last) return DSC_OK;
+    DSC_TRY(dsc__cuda_state_zero_grads(g->st));
+    return info->skipped ? DSC_OK : dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
+}
+
+dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
+    if (g->st->offload) return offload_step(g, info);
+    if (++g->micro < g->gas) {
+        memset(info, 0, sizeof *info);
+        info->step = dsc_engine_global_steps(g->eng);
+        return DSC_OK;
+    }
+    g->micro = 0;
+    double sumsq;
+    bool nonfinite;
+    DSC_TRY(dsc__cuda_state_grad_sumsq(g->st, (float)(1.0 / dsc__engine_loss_scale(g->eng)),
+                                       &sumsq, &nonfinite));
+    dsc__device_step plan;
+    DSC_TRY(dsc__engine_device_step(g->eng, sumsq, nonfinite, &plan, info));
+    if (plan.apply)
+        DSC_TRY(dsc__cuda_state_step(g->st, &plan.hp, plan.opt_step, plan.grad_scale));
+    return dsc__cuda_state_zero_grads(g->st);
+}
+
+#else // a build without the CUDA kernels: only the choice exists, and says why
+
+dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
+    *cuda = false;
+    if (!flag || !strcmp(flag, "auto") || !strcmp(flag, "cpu")) return DSC_OK;
+    if (strcmp(flag, "cuda"))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--device %s: expected cuda, cpu or auto", flag);
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: this dsc was built without the CUDA "
+                     "kernels (nvcc was not found, or -DDSC_CUDA=OFF); rebuild with the CUDA "
+                     "toolkit on PATH, or train with --device cpu");
+}
+
+static dsc_status no_cuda(void) {
+    bool cuda;
+    return dsc__train_pick_device("cuda", 1, &cuda);
+}
+
+// create always fails here, so no train_gpu exists and the calls below are never reached.
+dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+                                 int B, int T) {
+    *out = NULL;
+    return no_cuda();
+}
+void dsc__train_gpu_destroy(train_gpu *g) {}
+const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
+    *peak_flops = 0;
+    return "no CUDA";
+}
+dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
+dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }
+dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                                float *loss) {
+    return no_cuda();
+}
+dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) { return no_cuda(); }
+dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                               float *loss) {
+    return no_cuda();
+}
+dsc_status dsc__train_gpu_next_logits(train_gpu *g, const int32_t *in, int T, float *out) {
+    return no_cuda();
+}
+
+#endif

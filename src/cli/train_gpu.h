@@ -1,0 +1,49 @@
+// cli/train_gpu.h - the GPU half of `dsc train` (--device cuda): one GPU, one rank.
+//
+// The engine keeps what the config decides and what checkpoints record (engine/device.h); the GPU
+// runs forward and backward in bf16 (cuda/gpt2_cuda.h) and, unless the config offloads the
+// optimizer (zero_optimization.offload_optimizer.device "cpu"), the optimizer step too.
+#ifndef DSC_CLI_TRAIN_GPU_H
+#define DSC_CLI_TRAIN_GPU_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t
+
+#include "dsc/engine.h"      // dsc_engine, dsc_step_info
+#include "model/gpt2/gpt2.h" // dsc_gpt2_config
+
+typedef struct train_gpu train_gpu;
+
+// What --device means here. flag: NULL or "auto" (the GPU when this build has the CUDA kernels,
+// a device is visible and the run has one rank; otherwise the CPU), "cpu" or "cuda" (an error
+// naming the missing piece when it cannot run). *cuda receives the choice.
+dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda);
+
+// Device state and model for micro batches up to B x T, loaded from the engine's host state.
+dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+                                 int B, int T);
+void dsc__train_gpu_destroy(train_gpu *g); // NULL ok
+
+// One line for the start-up banner (device, mode, precision) and the peak FLOP/s of MFU (0 when
+// the device is not in the table: MFU is then reported as 0).
+const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops);
+
+// The engine's host state (weights, moments) -> the device: after initialisation or a resume.
+dsc_status dsc__train_gpu_load(train_gpu *g);
+// The device state -> the engine's host buffers, before a checkpoint or an export reads them.
+dsc_status dsc__train_gpu_store(train_gpu *g);
+
+// Forward + backward of one micro-batch (host tokens (B, T)), gradients accumulated on the device
+// with the engine's backward scale; *loss: its mean loss.
+dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                                float *loss);
+// After every micro-step, in place of dsc_step (same contract and info).
+dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info);
+// Mean loss of a batch without gradients (validation).
+dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                               float *loss);
+// Logits of the last position of one sequence of T tokens: out (vocab_size) host floats.
+dsc_status dsc__train_gpu_next_logits(train_gpu *g, const int32_t *in, int T, float *out);
+
+#endif

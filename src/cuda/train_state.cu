@@ -1,0 +1,211 @@
+// cuda/train_state.cu - the device side of `dsc train --device cuda` (see train_state.h).
+#include "cuda/train_state.h"
+
+#include <stdlib.h> // calloc, free, getenv, strtod
+#include <string.h> // strstr
+
+#include "cuda/common.cuh"       // DSC_CUDA_TRY
+#include "cuda/gpt2_kernels.h"   // dsc__cuda_f32_to_bf16
+#include "cuda/optim.h"          // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
+
+extern "C" {
+#include "mem/cuda.h" // dsc__mem_cuda_host_register
+}
+
+// ---- the device ----
+
+// Dense bf16 tensor-core peaks (FLOP/s, fp32 accumulation) from the vendors' data sheets. The
+// first entry whose every word occurs in the device name wins, so the specific names come first.
+static const struct {
+    const char *words[2];
+    double peak;
+} peaks[] = {
+    {{"H200", NULL}, 989e12},  {{"GH200", NULL}, 989e12}, {{"H100", "PCIe"}, 756e12},
+    {{"H100", "NVL"}, 835e12}, {{"H100", NULL}, 989e12},  {{"H800", NULL}, 989e12},
+    {{"A100", NULL}, 312e12},  {{"A800", NULL}, 312e12},  {{"L40S", NULL}, 362e12},
+};
+
+static double peak_of(const char *name) {
+    const char *env = getenv("DSC_GPU_PEAK_TFLOPS");
+    if (env && *env) {
+        double v = strtod(env, NULL);
+        if (v > 0) return v * 1e12;
+    }
+    for (size_t k = 0; k < sizeof peaks / sizeof peaks[0]; k++)
+        if (strstr(name, peaks[k].words[0]) &&
+            (!peaks[k].words[1] || strstr(name, peaks[k].words[1])))
+            return peaks[k].peak;
+    return 0; // unknown: the caller reports MFU as not available
+}
+
+extern "C" dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak_flops) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "no CUDA device is usable here (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees 0 devices");
+    }
+    int dev = 0;
+    DSC_CUDA_TRY(cudaGetDevice(&dev));
+    cudaDeviceProp p;
+    DSC_CUDA_TRY(cudaGetDeviceProperties(&p, dev));
+    snprintf(name, cap, "%s", p.name);
+    *peak_flops = peak_of(p.name);
+    return DSC_OK;
+}
+
+// ---- the state ----
+
+static dsc_status alloc(void **p, size_t bytes, const char *what) {
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return dsc__fail(DSC_ERR_OOM, "GPU training state: %s needs %.2f GiB, the device has "
+                         "%.2f GiB free of %.2f; use a smaller model or micro batch, or "
+                         "zero_optimization.offload_optimizer.device \"cpu\"", what,
+                         bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
+    }
+    DSC_CUDA_CHECK_AS(e, what);
+    return DSC_OK;
+}
+
+static dsc_status state_alloc(dsc_cuda_state *s, int moments) {
+    size_t n = s->n;
+    cudaStream_t st;
+    DSC_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    s->stream = st;
+    DSC_TRY(alloc((void **)&s->master, n * 4, "fp32 weights"));
+    DSC_TRY(alloc((void **)&s->grad, n * 4, "fp32 gradients"));
+    DSC_TRY(alloc((void **)&s->p16, n * 2, "bf16 weights"));
+    if (!s->offload && moments >= 1) DSC_TRY(alloc((void **)&s->m, n * 4, "first moments"));
+    if (!s->offload && moments >= 2) DSC_TRY(alloc((void **)&s->v, n * 4, "second moments"));
+    DSC_TRY(alloc((void **)&s->sumsq, sizeof(double), "norm scalar"));
+    DSC_TRY(alloc((void **)&s->nonfinite, sizeof(int), "overflow flag"));
+    DSC_TRY(alloc((void **)&s->scratch, DSC_CUDA_SUMSQ_SCRATCH * sizeof(double), "norm scratch"));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, st));
+    if (s->m) DSC_CUDA_TRY(cudaMemsetAsync(s->m, 0, n * 4, st));
+    if (s->v) DSC_CUDA_TRY(cudaMemsetAsync(s->v, 0, n * 4, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments,
+                                             bool offload) {
+    *out = NULL;
+    dsc_cuda_state *s = (dsc_cuda_state *)calloc(1, sizeof *s);
+    if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory for the GPU training state");
+    s->n = n;
+    s->offload = offload;
+    dsc_status st = state_alloc(s, moments);
+    if (st != DSC_OK) {
+        dsc__cuda_state_destroy(s);
+        return st;
+    }
+    *out = s;
+    return DSC_OK;
+}
+
+extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
+    if (!s) return;
+    if (s->stream) cudaStreamSynchronize((cudaStream_t)s->stream);
+    for (int k = 0; k < 2; k++)
+        if (s->pinned[k]) dsc__mem_cuda_host_unregister(s->pinned[k]);
+    void *bufs[] = {s->master, s->grad, s->m, s->v, s->p16, s->sumsq, s->nonfinite, s->scratch};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) cudaFree(bufs[k]);
+    if (s->stream) cudaStreamDestroy((cudaStream_t)s->stream);
+    free(s);
+}
+
+extern "C" void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_t n, bool *pinned,
+                                    char *why, size_t cap) {
+    float *ranges[2] = {a, b};
+    *pinned = true;
+    for (int k = 0; k < 2; k++) {
+        if (!ranges[k] || (k == 1 && b == a)) continue;
+        if (dsc__mem_cuda_host_register(ranges[k], n * 4, why, cap)) s->pinned[k] = ranges[k];
+        else *pinned = false;
+    }
+}
+
+// ---- copies ----
+
+static dsc_status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                       cudaStream_t st) {
+    if (!dst || !src) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *master,
+                                             const float *m, const float *v) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    size_t b = s->n * 4;
+    DSC_TRY(copy(s->master, master, b, cudaMemcpyHostToDevice, st));
+    DSC_TRY(copy(s->m, m, b, cudaMemcpyHostToDevice, st));
+    DSC_TRY(copy(s->v, v, b, cudaMemcpyHostToDevice, st));
+    DSC_TRY(dsc__cuda_f32_to_bf16(s->p16, s->master, (int64_t)s->n, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m,
+                                               float *v) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    size_t b = s->n * 4;
+    if (!s->offload) DSC_TRY(copy(master, s->master, b, cudaMemcpyDeviceToHost, st));
+    DSC_TRY(copy(m, s->m, b, cudaMemcpyDeviceToHost, st));
+    DSC_TRY(copy(v, s->v, b, cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_grads_to_host(dsc_cuda_state *s, float *dst) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    DSC_TRY(copy(dst, s->grad, s->n * 4, cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_bf16_to_host(float *dst, const uint16_t *src, size_t n,
+                                             void *stream) {
+    uint16_t *bits = (uint16_t *)malloc(n * sizeof *bits);
+    if (!bits) return dsc__fail(DSC_ERR_OOM, "out of memory for %zu logits", n);
+    cudaStream_t st = (cudaStream_t)stream; // a non-blocking stream: the default one would not wait
+    cudaError_t e = cudaMemcpyAsync(bits, src, n * sizeof *bits, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    for (size_t i = 0; e == cudaSuccess && i < n; i++) dst[i] = dsc_bf16_f32(bits[i]);
+    free(bits);
+    DSC_CUDA_CHECK_AS(e, "cudaMemcpy of logits to the host");
+    return DSC_OK;
+}
+
+// ---- the step ----
+
+extern "C" dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s) {
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->n * 4, (cudaStream_t)s->stream));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
+                                                 bool *nonfinite) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    DSC_CUDA_TRY(cudaMemsetAsync(s->sumsq, 0, sizeof(double), st));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->nonfinite, 0, sizeof(int), st));
+    DSC_TRY(dsc__cuda_opt_sumsq(s->sumsq, s->nonfinite, s->scratch, s->grad, s->n, scale, st));
+    int flag = 0;
+    DSC_CUDA_TRY(cudaMemcpyAsync(sumsq, s->sumsq, sizeof(double), cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaMemcpyAsync(&flag, s->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    *nonfinite = flag != 0;
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hparams *h,
+                                           int64_t step, float grad_scale) {
+    DSC_CUDA_ARG(!s->offload, "GPU optimizer step: the state is offloaded (the CPU steps)");
+    return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, grad_scale, NULL,
+                              s->p16, DSC_OPT_OUT_BF16, s->stream);
+}

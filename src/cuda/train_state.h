@@ -1,0 +1,85 @@
+// cuda/train_state.h - one GPU's training state for `dsc train --device cuda`: the engine's flat
+// layout (every tensor at the engine's offset, padding included) held on the device as fp32
+// master weights, fp32 gradients, optimizer moments and the bf16 copy the GPU model computes with,
+// plus the copies between that state and the engine's host buffers.
+//
+// Two modes:
+//   device   master, moments, gradients and the bf16 copy live on the GPU; the optimizer step runs
+//            there (cuda/optim.h); the host copies are refreshed only for checkpoints and exports.
+//   offload  ZeRO-Offload: the GPU keeps only the bf16 copy and the gradients. Gradients go to the
+//            host after backward, the engine's CPU optimizer updates the fp32 master and moments,
+//            and the new weights come back rounded to bf16.
+// Host buffers handed to the offload copies are page-locked once (mem/cuda.h) so that the copies
+// run at full bus speed; when the system refuses, pageable copies are used and a note says so.
+#ifndef DSC_CUDA_TRAIN_STATE_H
+#define DSC_CUDA_TRAIN_STATE_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int64_t, uint16_t
+
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "engine/optim/optim.h" // dsc_opt_hparams
+
+typedef struct dsc_cuda_state {
+    size_t n;          // elements of the flat layout
+    bool offload;      // see above
+    float *master;     // (n) fp32 master weights; offload: staging for the host weights
+    float *grad;       // (n) fp32 gradients, accumulated over the micro-steps of a step
+    float *m, *v;      // (n) optimizer moments, or NULL (offload; v: optimizers without one)
+    uint16_t *p16;     // (n) bf16 weights the model reads
+    void *stream;      // cudaStream_t every call enqueues on
+    double *sumsq;     // device scalars of the gradient norm
+    int *nonfinite;
+    double *scratch;   // DSC_CUDA_SUMSQ_SCRATCH doubles
+    void *pinned[2];   // host ranges registered by dsc__cuda_state_pin (NULL: none)
+} dsc_cuda_state;
+
+// Device name and the dense bf16 tensor-core peak in FLOP/s that MFU is measured against (a table
+// of known parts; DSC_GPU_PEAK_TFLOPS overrides it). DSC_ERR_UNSUPPORTED with the reason when no
+// CUDA device is usable.
+dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak_flops);
+
+// Allocates the state for n elements on the current device. moments: 0, 1 (m) or 2 (m and v);
+// ignored for offload. Caller owns *out.
+dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, bool offload);
+void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinned
+
+// Page-lock host ranges used for offload copies (at most two); a refusal is not an error: *pinned
+// says whether it worked and why not goes to `why`.
+void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_t n, bool *pinned, char *why,
+                         size_t cap);
+
+// Host -> device: master (n fp32; makes the bf16 copy too), m and v (n each, or NULL). Waits.
+dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *master, const float *m,
+                                  const float *v);
+// Device -> host of what exists on the device (device mode: master, m, v; NULL skips one). Waits.
+dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m, float *v);
+
+dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s);
+
+// Sum of squares of grad * scale (double, fixed order) and whether any element was inf/NaN. Waits.
+dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
+                                      bool *nonfinite);
+
+// Device mode: one optimizer step over the flat state (grad multiplied by grad_scale), writing
+// the bf16 copy in the same pass. step: 1-based count of applied steps, this one included.
+dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hparams *h, int64_t step,
+                                float grad_scale);
+
+// Offload: gradients -> host (n fp32), waits.
+dsc_status dsc__cuda_state_grads_to_host(dsc_cuda_state *s, float *dst);
+
+// n bf16 values on the device -> host floats (e.g. a row of logits), in the order of `stream`
+// (the producer's cudaStream_t); waits.
+dsc_status dsc__cuda_bf16_to_host(float *dst, const uint16_t *src, size_t n, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+// engine/device.c - the engine's side of device training (see device.h), and the decisions of an
+// applied optimizer step that dsc_step and the device path share.
+#include "engine/device.h"
+
+#include <math.h>   // sqrt, INFINITY
+#include <string.h> // memset
+
+#include "base/log.h"                 // DSC_WARN
+#include "base/status.h"              // dsc__fail, DSC_TRY
+#include "engine/engine_impl.h"       // struct dsc_engine, dsc__zero_sync_params
+#include "engine/optim/loss_scaler.h" // dsc_loss_scaler_*
+#include "engine/optim/lr_schedule.h" // dsc_sched_lr_at
+
+// DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss scale
+// before it unscales: on a step where the scale grows, the gradients (scaled by the old scale)
+// are divided by the new one, and clipping compares against that too. The reported norm uses the
+// old scale. Mirrored exactly so that runs match DeepSpeed step for step.
+dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, float *grad_scale,
+                          double *lr, double *norm) {
+    double mom = NAN; // NAN: the schedule leaves the momentum alone
+    *lr = e->base_lr;
+    if (e->has_sched) // before anything changes: a schedule error leaves the state as it was
+        DSC_TRY(dsc_sched_lr_at(&e->sched, e->base_lr, e->applied_steps + 1, lr, &mom));
+    double prev = dsc_loss_scaler_scale(&e->scaler);
+    *norm = sqrt(sumsq); // of g / prev: the true gradient norm
+    DSC_TRY(dsc_loss_scaler_update(&e->scaler, false));
+    double scale = dsc_loss_scaler_scale(&e->scaler);
+    double combined = scale;
+    if (e->cfg.gradient_clipping > 0) {
+        double clip = (*norm * prev / scale + 1e-6) / e->cfg.gradient_clipping;
+        if (clip > 1) combined = clip * scale;
+    }
+    *hp = e->hp;
+    hp->lr = (float)*lr;
+    if (!isnan(mom) && hp->kind != DSC_OPT_SGD) {
+        // OneCycle cycles the momentum as DeepSpeed does: betas = (momentum, 0.99). For SGD
+        // DeepSpeed leaves the momentum alone (and warns); so do we, at create.
+        hp->beta1 = (float)mom;
+        hp->beta2 = (float)DSC_SCHED_ONE_CYCLE_BETA2;
+    }
+    *grad_scale = (float)(1.0 / combined);
+    return DSC_OK;
+}
+
+dsc_status dsc__engine_flat_state(dsc_engine *e, dsc__engine_flat *out) {
+    memset(out, 0, sizeof *out);
+    if (e->world != 1)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "GPU training runs on one rank for now (this run "
+                         "has %d ranks); start one process, or use --device cpu", e->world);
+    // On one rank each group's slice is the whole group and the partitions follow the full
+    // layout, so master, moments and accumulators are flat arrays at every stage.
+    for (int g = 0; g < e->ngroups; g++)
+        if (e->stage > 0 && e->groups[g].part_off != e->groups[g].off)
+            return dsc__fail(DSC_ERR_INTERNAL, "engine layout: group %d partition offset %zu "
+                             "differs from its offset %zu on one rank", g,
+                             e->groups[g].part_off, e->groups[g].off);
+    *out = (dsc__engine_flat){.total = e->total, .master = dsc__zero_master_slice(e, 0),
+                              .acc = e->acc, .m = e->m, .v = e->v};
+    return DSC_OK;
+}
+
+size_t dsc__engine_param_offset(const dsc_engine *e, int i) { return e->params[i].off; }
+
+double dsc__engine_loss_scale(const dsc_engine *e) { return dsc_loss_scaler_scale(&e->scaler); }
+
+dsc_status dsc__engine_master_changed(dsc_engine *e) { return dsc__zero_sync_params(e); }
+
+// An fp16 overflow: nothing is applied; the scaler backs off (or DeepSpeed's error at the minimum).
+static dsc_status skip_step(dsc_engine *e, dsc_step_info *info) {
+    double mom;
+    info->lr = e->base_lr;
+    if (e->has_sched)
+        DSC_TRY(dsc_sched_lr_at(&e->sched, e->base_lr, e->applied_steps + 1, &info->lr, &mom));
+    e->skipped_steps++;
+    info->skipped = true;
+    info->grad_norm = INFINITY;
+    return dsc_loss_scaler_update(&e->scaler, true);
+}
+
+dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
+                                   dsc__device_step *out, dsc_step_info *info) {
+    memset(info, 0, sizeof *info);
+    memset(out, 0, sizeof *out);
+    e->global_steps++;
+    info->boundary = true;
+    info->step = e->global_steps;
+    info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
+    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
+    dsc_status st;
+    if (nonfinite && e->prec == PREC_FP16) {
+        st = skip_step(e, info);
+    } else {
+        if (nonfinite)
+            DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
+                     "training to skip the step)", (long long)e->global_steps,
+                     e->prec == PREC_BF16 ? "bf16" : "fp32");
+        st = dsc__step_plan(e, sumsq, &out->hp, &out->grad_scale, &info->lr, &info->grad_norm);
+        out->apply = st == DSC_OK;
+        if (st == DSC_OK) out->opt_step = ++e->applied_steps;
+    }
+    info->skipped_total = e->skipped_steps;
+    return st;
+}

@@ -1,0 +1,56 @@
+// engine/device.h - the engine's side of training whose arithmetic runs on a device
+// (`dsc train --device cuda`, one rank, any ZeRO stage: on one rank every stage keeps the whole
+// flat layout).
+//
+// The engine stays the owner of everything the config decides and everything a checkpoint
+// records: optimizer hyper-parameters, the LR schedule, clipping, the loss scaler and the step
+// counters. The device holds the working copies of the weights, gradients and moments and runs the
+// arithmetic; at each optimizer-step boundary it reports the gradients' sum of squares, and
+// dsc__engine_device_step makes exactly the decisions dsc_step makes (skip on fp16 overflow,
+// scaler update, clipping coefficient, this step's lr and betas) and returns them. The engine's
+// host buffers hold the same flat layout and are refreshed from the device when a checkpoint or
+// an export needs them.
+#ifndef DSC_ENGINE_DEVICE_H
+#define DSC_ENGINE_DEVICE_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int64_t
+
+#include "dsc/engine.h"         // dsc_engine, dsc_step_info
+#include "engine/optim/optim.h" // dsc_opt_hparams
+
+// The engine's flat host state (borrowed; stable for the engine's life on one rank).
+typedef struct dsc__engine_flat {
+    size_t total;         // elements incl. padding
+    float *master;        // (total) fp32 master weights
+    float *acc;           // (total) accumulated gradients that dsc_step's optimizer reads
+    float *m, *v;         // (total) optimizer moments; v NULL for SGD and Lion
+} dsc__engine_flat;
+
+// DSC_ERR_UNSUPPORTED (naming what to change) unless the engine runs on one rank. Gradients
+// written into acc before the last micro-step's dsc_step (with no gathers or dsc_grads_ready in
+// that step) are what dsc_step reduces, clips and applies.
+dsc_status dsc__engine_flat_state(dsc_engine *e, dsc__engine_flat *out);
+// Element offset of tensor i in the flat layout.
+size_t dsc__engine_param_offset(const dsc_engine *e, int i);
+// The fp16 loss scale the next backward carries (1 without fp16).
+double dsc__engine_loss_scale(const dsc_engine *e);
+// The master weights were written from outside (device -> host): refresh the compute copy.
+dsc_status dsc__engine_master_changed(dsc_engine *e);
+
+// What the device applies at this optimizer step.
+typedef struct dsc__device_step {
+    bool apply;          // false: fp16 overflow, nothing changes
+    dsc_opt_hparams hp;  // this step's optimizer (lr and, for OneCycle, betas filled in)
+    int64_t opt_step;    // 1-based count of applied steps, this one included
+    float grad_scale;    // multiply the accumulated gradients by this: 1 / (loss scale * clip)
+} dsc__device_step;
+
+// At a step boundary. sumsq: sum of squares of the accumulated gradients divided by the loss scale
+// they carry; nonfinite: some gradient was inf/NaN. Updates the engine's counters and scaler
+// exactly as dsc_step does and fills info as dsc_step does. DSC_INJECT_OVERFLOW is honoured.
+dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
+                                   dsc__device_step *out, dsc_step_info *info);
+
+#endif

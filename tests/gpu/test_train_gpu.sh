@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# dsc train --device cuda: the GPU path against the CPU path on the same seed, data and config
+# (bf16; the loss curves must agree within bf16 tolerance and fall), ZeRO-Offload against the
+# GPU optimizer, the fp16 loss scaler on the GPU, a checkpoint resumed on the GPU continuing
+# bit for bit, and the device errors. Exit 77 (skipped) when no CUDA device is usable.
+set -u
+. "$DSC_SOURCE_DIR/tests/cli/lib.sh"
+PY=${PYTHON:-python3}
+
+# The errors come first: they hold on every machine.
+expect 1 "--device gpu: expected cuda, cpu or auto" -- "$DSC" train --device gpu --max-steps 1 --out "$T/bad"
+probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 20 --out "$T/probe" 2>&1)
+if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
+    grep -qF "or train with --device cpu" <<<"$probe" || { echo "FAIL: unclear error: $probe"; exit 1; }
+    echo "SKIP: no CUDA device ($(grep -o 'error: .*' <<<"$probe" | head -1))"
+    finish >/dev/null
+    exit 77
+fi
+expect 1 "GPU training runs on one rank" -- env WORLD_SIZE=2 RANK=0 "$DSC" train --device cuda --max-steps 1 --out "$T/w2"
+
+cfg() { # cfg FILE EXTRA_JSON: bf16 AdamW + warm-up/cosine + clipping + accumulation 2
+    cat >"$1" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 100,
+ "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 40}}
+ $2}
+JSON
+}
+cfg "$T/bf16.json" ', "bf16": {"enabled": true}'
+cfg "$T/offload.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}'
+cfg "$T/fp16.json" ', "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 4, "hysteresis": 1}'
+run() { # run NAME DEVICE CONFIG STEPS [FLAGS...]
+    local name=$1 dev=$2 conf=$3 steps=$4
+    shift 4
+    "$DSC" train --device "$dev" --config "$conf" --model d2 --seq-len 64 --max-steps "$steps" \
+        --seed 7 --eval-every 10 --eval-batches 4 --sample-tokens 0 --out "$T/$name" "$@" \
+        >"$T/$name.log" 2>&1 || { echo "FAIL: run $name"; cat "$T/$name.log"; failed=$((failed+1)); }
+}
+run cpu cpu "$T/bf16.json" 40
+run gpu cuda "$T/bf16.json" 40
+DSC_SIMD=scalar run off cuda "$T/offload.json" 40 # the GPU step equals the scalar CPU step
+run fp16 cuda "$T/fp16.json" 12
+DSC_INJECT_OVERFLOW=3 run inject cuda "$T/fp16.json" 6
+run full cuda "$T/bf16.json" 20
+run half cuda "$T/bf16.json" 10 --save-dir "$T/ck" --save-at-end
+run rest cuda "$T/bf16.json" 20 --save-dir "$T/ck" --resume --dump-weights "$T/w.safetensors"
+
+# compare A B FIRST MEAN MAX: two runs step by step. The same schedule (lr equal); step 1, where
+# the weights are still equal, within FIRST; the per-step loss and validation loss within MAX and
+# on average within MEAN (relative), since bf16 rounding makes the trajectories drift apart.
+compare() {
+    $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+first, mean, most = map(float, sys.argv[3:6])
+assert len(a) == len(b) and a, f"{len(a)} vs {len(b)} steps"
+rel = lambda x, y: abs(x - y) / abs(x)
+diffs = []
+for x, y in zip(a, b):
+    assert x["step"] == y["step"]
+    assert rel(x["lr"], y["lr"]) <= 1e-12 if x["lr"] else y["lr"] == 0, f"lr at step {x['step']}"
+    for k in ("loss", "val_loss"):
+        if k in x or k in y:
+            assert k in x and k in y, f"step {x['step']}: {k} in one run only"
+            diffs.append(rel(x[k], y[k]))
+            assert diffs[-1] <= most, f"step {x['step']} {k}: {x[k]} vs {y[k]} (> {most})"
+d1 = rel(a[0]["loss"], b[0]["loss"])
+avg = sum(diffs) / len(diffs)
+print(f"  {sys.argv[1].split('/')[-2]} vs {sys.argv[2].split('/')[-2]}: step 1 {d1:.2e}, "
+      f"mean {avg:.2e}, worst {max(diffs):.2e} over {len(a)} steps")
+assert d1 <= first and avg <= mean, (d1, avg)
+PYEOF
+}
+falls() { # the loss falls: mean of the last 5 steps below 80% of the first
+    $PY -c "
+import json, sys
+l = [json.loads(x)['loss'] for x in open('$T/$1/metrics.jsonl')]
+print(f'  $1: loss {l[0]:.4f} -> {sum(l[-5:]) / 5:.4f}')
+sys.exit(0 if sum(l[-5:]) / 5 < 0.8 * l[0] else 1)"
+}
+check "GPU and CPU loss curves agree (bf16)" -- compare cpu gpu 5e-3 0.02 0.06
+check "GPU loss falls" -- falls gpu
+check "CPU loss falls" -- falls cpu
+check "ZeRO-Offload agrees with the GPU optimizer" -- compare gpu off 1e-6 1e-4 1e-3
+check "the GPU banner names the device and offload" -- grep -q "ZeRO-Offload" "$T/off.log"
+check "fp16 on the GPU: a loss scale, growing every 4 clean steps" -- $PY -c "
+import json
+s = [json.loads(x)['loss_scale'] for x in open('$T/fp16/metrics.jsonl')]
+assert s[0] == 4096 and max(s) > 4096, s"
+check "fp16 on the GPU: an injected overflow skips step 3 and halves the scale" -- $PY -c "
+import json
+m = [json.loads(x) for x in open('$T/inject/metrics.jsonl')]
+assert m[2]['skipped'] and not m[1]['skipped'] and m[3]['loss_scale'] == m[2]['loss_scale'] / 2, m"
+check "a GPU checkpoint resumes bit for bit" -- $PY -c "
+import json
+a = [json.loads(x) for x in open('$T/full/metrics.jsonl')]
+b = [json.loads(x) for x in open('$T/rest/metrics.jsonl')]
+assert b[0]['step'] == 11 and [x['loss'] for x in a[10:]] == [x['loss'] for x in b], (a[10:], b)"
+check "--dump-weights after a GPU run" -- test -s "$T/w.safetensors"
+check "a GPU run ends with a text sample drawn from the GPU's logits" -- grep -qF "sample (temperature" <<<"$probe"
+finish
