@@ -73,6 +73,8 @@ if("$ENV{DS_BUILD_HIP}" STREQUAL "1")
     list(APPEND _objs ${_obj})
   endforeach()
   set_source_files_properties(${_objs} PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+  # `cmake --build ... --target dsc_gpu_objects` compiles the GPU sources alone (CI's HIP check).
+  add_custom_target(dsc_gpu_objects DEPENDS ${_objs})
   set(_libs ${DSC_AMDHIP64})
   if(DSC_HIPBLASLT)
     list(APPEND _libs ${DSC_HIPBLASLT})

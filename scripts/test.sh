@@ -11,3 +11,6 @@ bash scripts/build.sh
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSC_SANITIZE=ON -DDSC_WERROR=ON -DDSC_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$(nproc)" -L unit --timeout 900)
+
+# The GPU sources, compiled for AMD with hipcc (compile only; CUDA is compiled by the main build).
+bash scripts/hip-check.sh

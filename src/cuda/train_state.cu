@@ -1,6 +1,7 @@
 // cuda/train_state.cu - the device side of `dsc train --device cuda` (see train_state.h).
 #include "cuda/train_state.h"
 
+#include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv, strtod
 #include <string.h> // strstr
 
@@ -9,7 +10,27 @@
 #include "cuda/optim.h"          // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
 extern "C" {
+#ifdef DSC_WITH_CUDA
 #include "mem/cuda.h" // dsc__mem_cuda_host_register
+#endif
+
+// Page-locking the host state: through the memory layer's CUDA back end, which keeps the
+// registrations in its accounting; the HIP build (no such back end) registers directly.
+#ifdef DSC_WITH_CUDA
+static bool host_register(void *p, size_t bytes, char *why, size_t cap) {
+    return dsc__mem_cuda_host_register(p, bytes, why, cap);
+}
+static void host_unregister(void *p) { dsc__mem_cuda_host_unregister(p); }
+#else
+static bool host_register(void *p, size_t bytes, char *why, size_t cap) {
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    snprintf(why, cap, "%s", cudaGetErrorString(e));
+    return false;
+}
+static void host_unregister(void *p) { (void)cudaHostUnregister(p); }
+#endif
 }
 
 // ---- the device ----
@@ -62,7 +83,7 @@ static dsc_status alloc(void **p, size_t bytes, const char *what) {
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
+        (void)cudaMemGetInfo(&fr, &tot);
         return dsc__fail(DSC_ERR_OOM, "GPU training state: %s needs %.2f GiB, the device has "
                          "%.2f GiB free of %.2f; use a smaller model or micro batch, or "
                          "zero_optimization.offload_optimizer.device \"cpu\"", what,
@@ -110,12 +131,12 @@ extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int
 
 extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
     if (!s) return;
-    if (s->stream) cudaStreamSynchronize((cudaStream_t)s->stream);
+    if (s->stream) (void)cudaStreamSynchronize((cudaStream_t)s->stream);
     for (int k = 0; k < 2; k++)
-        if (s->pinned[k]) dsc__mem_cuda_host_unregister(s->pinned[k]);
+        if (s->pinned[k]) host_unregister(s->pinned[k]);
     void *bufs[] = {s->master, s->grad, s->m, s->v, s->p16, s->sumsq, s->nonfinite, s->scratch};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) cudaFree(bufs[k]);
-    if (s->stream) cudaStreamDestroy((cudaStream_t)s->stream);
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) (void)cudaFree(bufs[k]);
+    if (s->stream) (void)cudaStreamDestroy((cudaStream_t)s->stream);
     free(s);
 }
 
@@ -125,7 +146,7 @@ extern "C" void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_
     *pinned = true;
     for (int k = 0; k < 2; k++) {
         if (!ranges[k] || (k == 1 && b == a)) continue;
-        if (dsc__mem_cuda_host_register(ranges[k], n * 4, why, cap)) s->pinned[k] = ranges[k];
+        if (host_register(ranges[k], n * 4, why, cap)) s->pinned[k] = ranges[k];
         else *pinned = false;
     }
 }
