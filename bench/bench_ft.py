@@ -75,9 +75,12 @@ def step_times(rows, tokens):
 
 
 def replication_ms(logs):
-    ms = [float(x) for x in re.findall(r"commits of [0-9.]+ MiB, ([0-9.]+) ms per step", logs)]
+    """Median over ranks of the caller's time per step: total, snapshot copy, exchange wait."""
+    rows = re.findall(r"commits of [0-9.]+ MiB, ([0-9.]+) ms per step \(copy ([0-9.]+) ms, "
+                      r"waiting for the exchange ([0-9.]+) ms\)", logs)
     mib = re.findall(r"commits of ([0-9.]+) MiB", logs)
-    return (statistics.median(ms) if ms else float("nan")), (mib[0] if mib else "?")
+    med = [statistics.median(float(r[k]) for r in rows) if rows else float("nan") for k in range(3)]
+    return med, (mib[0] if mib else "?")
 
 
 def fault_times(rows, logs, median_step):
@@ -110,15 +113,18 @@ def main():
         on, off = os.path.join(tmp, "on.json"), os.path.join(tmp, "off.json")
         config(on, a, True)
         config(off, a, False)
-        t_on, t_off, rep = [], [], []
+        t_on, t_off, rep, copy, wait = [], [], [], [], []
         for i in range(a.rounds):
             rows, _ = run(a, tmp, "off%d" % i, off)
             t_off += step_times(rows, tokens)
             rows, logs = run(a, tmp, "on%d" % i, on)
             t_on += step_times(rows, tokens)
-            ms, mib = replication_ms(logs)
+            (ms, c, w), mib = replication_ms(logs)
             rep.append(ms)
+            copy.append(c)
+            wait.append(w)
         m_on, m_off, m_rep = statistics.median(t_on), statistics.median(t_off), statistics.median(rep)
+        m_copy, m_wait = statistics.median(copy), statistics.median(wait)
         kill_step = min(6, a.steps - 1)
         rows, logs = run(a, tmp, "kill", on, {"DSC_FT_INJECT": "2:%d:reduce" % kill_step})
         k_resume, k_lost = fault_times(rows, logs, m_on)
@@ -134,7 +140,8 @@ def main():
     print("| median step, replicate off | %.1f ms |" % (m_off * 1e3))
     print("| median step, replicate on | %.1f ms (%+.1f%%) |" % (m_on * 1e3, 100 * (m_on / m_off - 1)))
     print("| replication on the caller's thread (snapshot copy + exchange wait, %s MiB per rank) "
-          "| %.1f ms per step = %.1f%% of the step |" % (mib, m_rep, 100 * m_rep / 1e3 / m_off))
+          "| %.1f ms per step = %.1f%% of the step (copy %.1f ms, wait %.1f ms) |"
+          % (mib, m_rep, 100 * m_rep / 1e3 / m_off, m_copy, m_wait))
     print("| SIGKILL -> survivors resumed (3 ranks) | %.0f ms |" % (k_resume * 1e3))
     print("| SIGKILL: step time lost (detect + regroup + rebuild + redo) | %.0f ms |" % (k_lost * 1e3))
     print("| SIGSTOP -> survivors resumed, comm_timeout_s 2 | %.0f ms |" % (h_resume * 1e3))

@@ -10,8 +10,9 @@
 // 3. Cost of the calls made every step: dsc_mem_ptr, dsc_mem_pool_stats.
 // 4. The fragmenting workload: a full pool with every other block freed cannot hold a request of
 //    a quarter of its size without compaction, and can with it; the compaction's throughput.
-// 5. (CUDA builds, when a device is present) device pool vs cudaMalloc/cudaFree, and the
-//    fragmenting workload on the device.
+// 5. (CUDA builds, when a device is present) device pool vs cudaMalloc/cudaFree and vs CUDA's
+//    stream-ordered allocator (cudaMallocAsync/cudaFreeAsync), and the fragmenting workload on
+//    the device.
 #include <stdio.h>  // printf
 #include <stdlib.h> // malloc, free, strtol
 #include <string.h> // memset
@@ -203,9 +204,35 @@ static int fragmenting(int device, size_t cap, bool compact) {
 }
 
 #ifdef DSC_WITH_CUDA
-// Device pool vs cudaMalloc/cudaFree, ns per pair, and the fragmenting workload on device 0.
+// ns per cudaMallocAsync + cudaFreeAsync pair on one stream: CUDA's own stream-ordered pool, told
+// to keep what is freed (release threshold: all), with the final synchronisation counted.
+static double async_pair_ns(size_t bytes, long n) {
+    cudaStream_t st;
+    cudaMemPool_t mp;
+    uint64_t keep = UINT64_MAX;
+    void *d;
+    if (cudaStreamCreate(&st) != cudaSuccess ||
+        cudaDeviceGetDefaultMemPool(&mp, 0) != cudaSuccess ||
+        cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+        return -1;
+    if (cudaMallocAsync(&d, bytes, st) != cudaSuccess) return -1; // warm-up: the pool grows once
+    cudaFreeAsync(d, st);
+    cudaStreamSynchronize(st);
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        if (cudaMallocAsync(&d, bytes, st) != cudaSuccess) return -1;
+        cudaFreeAsync(d, st);
+    }
+    cudaStreamSynchronize(st);
+    double ns = (now_s() - t0) * 1e9 / (double)n;
+    cudaStreamDestroy(st);
+    return ns;
+}
+
+// Device pool vs cudaMalloc/cudaFree and cudaMallocAsync/cudaFreeAsync, ns per pair (host-side
+// cost: what a step that allocates pays), and the fragmenting workload on device 0.
 static int bench_device(long iters) {
-    static const size_t sizes[] = {1 << 20, 16 << 20, 256 << 20};
+    static const size_t sizes[] = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("device: no CUDA device, skipped\n");
@@ -213,8 +240,8 @@ static int bench_device(long iters) {
     }
     dsc_mem_pool *p;
     if (dsc_mem_pool_create(&p, 0, 0, NULL) != DSC_OK) return die("device pool");
-    printf("\ndevice 0: alloc + free, ns per pair\n  %-10s %12s %16s %8s\n", "size", "dsc pool",
-           "cudaMalloc/Free", "ratio");
+    printf("\ndevice 0: alloc + free, ns per pair\n  %-10s %10s %16s %8s %18s %8s\n", "size",
+           "dsc pool", "cudaMalloc/Free", "ratio", "cudaMallocAsync", "ratio");
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         long n = iters / 100 + 10;
         dsc_mem_handle h;
@@ -232,9 +259,11 @@ static int bench_device(long iters) {
             cudaFree(d);
         }
         double t2 = now_s(), a = (t1 - t0) * 1e9 / (double)n, b = (t2 - t1) * 1e9 / (double)n;
+        double c = async_pair_ns(sizes[k], iters / 10 + 10);
+        if (c < 0) return die("cudaMallocAsync");
         char s[32];
-        printf("  %-10s %12.1f %16.1f %7.1fx\n", dsc_mem_format_bytes(sizes[k], s, sizeof s), a, b,
-               b / a);
+        printf("  %-10s %10.1f %16.1f %7.0fx %18.1f %7.1fx\n",
+               dsc_mem_format_bytes(sizes[k], s, sizeof s), a, b, b / a, c, c / a);
     }
     dsc_mem_pool_destroy(p);
     printf("device 0: fragmenting workload\n");

@@ -91,6 +91,15 @@ build_direct() {
         objs+=("$out/cblas_naive.o")
         cblas=()
     fi
+    # The memory pools (train_state and devbuf take device buffers from them): their CUDA back end
+    # needs the runtime's headers.
+    local cuinc
+    cuinc="$(dirname "$(command -v nvcc)")/../include"
+    for f in "$ROOT"/src/mem/*.c; do
+        o="$out/mem_$(basename "$f" .c).o"
+        objs+=("$o")
+        gcc "${cflags[@]}" -DDSC_WITH_CUDA=1 -I"$cuinc" -c "$f" -o "$o" & pids+=($!)
+    done
     local ok=1
     for p in "${pids[@]}"; do wait "$p" || ok=0; done
     [ $ok = 1 ] || return 1

@@ -11,12 +11,13 @@ int cmd_launch(int argc, char **argv);
 
 typedef struct launch_flags {
     const char *num_nodes, *num_gpus, *num_procs, *hostfile, *include, *exclude, *master_addr,
-        *master_port, *launcher, *max_restarts, *min_procs, *launcher_args, *log_dir;
+        *master_port, *launcher, *max_restarts, *min_procs, *launcher_args, *log_dir,
+        *on_failure;
     const char *world_info, *node_host, *node_rank, *task_env;
     bool no_local_rank, force_multi;
 } launch_flags;
 
-#define NFLAGS 19
+#define NFLAGS 20
 
 static void flag_table(launch_flags *f, cli_flag *t) {
     const cli_flag flags[NFLAGS] = {
@@ -48,6 +49,9 @@ static void flag_table(launch_flags *f, cli_flag *t) {
         {"--launcher_args", "ARGS", "extra arguments for pdsh, ssh, srun or mpirun",
          &f->launcher_args, NULL},
         {"--log_dir", "DIR", "also write rank N's output to DIR/rankN.log", &f->log_dir, NULL},
+        {"--on_failure", "POLICY", "degrade or restart: leave the survivors of a failed rank "
+         "running; abort: stop them (default: the training config's "
+         "fault_tolerance.on_failure)", &f->on_failure, NULL},
         {"--world_info", "SPEC", "(internal) node agent: the job's hosts and slots",
          &f->world_info, NULL},
         {"--node_host", "HOST", "(internal) node agent: which host this is", &f->node_host, NULL},
@@ -106,6 +110,7 @@ static bool fill_opts(const launch_flags *f, dsc_launch_opts *o) {
     o->launcher = f->launcher;
     o->launcher_args = f->launcher_args;
     o->log_dir = f->log_dir;
+    o->on_failure = f->on_failure;
     o->world_info = f->world_info;
     o->node_host = f->node_host;
     o->task_env = f->task_env;
@@ -124,7 +129,9 @@ int cmd_launch(int argc, char **argv) {
         "MASTER_ADDR and MASTER_PORT set (and --local_rank=N appended), on this host, on the "
         "hosts of a hostfile (pdsh or ssh), under SLURM (srun) or Open MPI (mpirun). Each output "
         "line is prefixed with its rank. When a rank fails the others are stopped and dsc launch "
-        "exits with the failing rank's code. A .py PROGRAM runs under python3 -u.",
+        "exits with the failing rank's code, unless the training config's "
+        "fault_tolerance.on_failure (or --on_failure) is degrade or restart: then the survivors "
+        "are left running to recover. A .py PROGRAM runs under python3 -u.",
         table, NFLAGS, 0, 0};
     int flags_end = 0;
     int prog = program_index(table, argc, argv, &flags_end);

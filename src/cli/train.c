@@ -328,7 +328,8 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     int64_t first = ((step - 1) * t->gas + micro) * (int64_t)t->B * t->world + (int64_t)t->rank * t->B;
     int32_t *in = t->in + (size_t)micro * t->B * t->T, *tg = t->tg + (size_t)micro * t->B * t->T;
     DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
-    if (t->gpu) return dsc__train_gpu_micro(t->gpu, in, tg, t->B, t->T, loss);
+    if (t->gpu)
+        return dsc__train_gpu_micro(t->gpu, in, tg, t->B, t->T, loss, &t->cur.fwd, &t->cur.bwd);
     dsc_gpt2_hooks h = {t, hook_gather, hook_release, hook_ready};
     double t0 = dsc_now();
     DSC_TRY(dsc_gpt2_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
@@ -414,6 +415,20 @@ done:
     return st;
 }
 
+// --device cuda: the run's device pool and the device's used bytes, so that a run shows whether
+// its steps allocate device memory (tests/gpu/test_gpu_mem.sh reads them). A failed query only
+// leaves the fields out: the next device call reports the fault.
+static void write_gpu_memory(trainer *t) {
+    dsc_mem_stats ms;
+    size_t used;
+    if (!t->gpu || dsc__train_gpu_memory(t->gpu, &ms, &used) != DSC_OK) return;
+    fprintf(t->metrics,
+            ", \"gpu_reserved\": %zu, \"gpu_allocated\": %zu, \"gpu_allocs\": %llu, "
+            "\"gpu_system_allocs\": %llu, \"gpu_device_used\": %zu",
+            ms.reserved, ms.allocated, (unsigned long long)ms.alloc_count,
+            (unsigned long long)ms.system_allocs, used);
+}
+
 static void write_metrics(trainer *t, const dsc_step_info *si, double loss, double val,
                           int64_t tokens, double tok_s, double elapsed) {
     fprintf(t->metrics,
@@ -423,6 +438,7 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
             (long long)si->step, loss, si->lr, isfinite(si->grad_norm) ? si->grad_norm : -1.0,
             si->loss_scale, si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
     if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %.9g", val);
+    write_gpu_memory(t);
     int64_t faults = dsc_engine_fault_events(t->eng);
     if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
     fprintf(t->metrics, "}\n");

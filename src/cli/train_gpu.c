@@ -6,6 +6,7 @@
 #include <string.h> // strcmp
 
 #include "base/status.h" // dsc__fail, DSC_TRY
+#include "base/time.h"   // dsc_now
 
 #ifdef DSC_WITH_CUDA
 
@@ -16,10 +17,12 @@
 struct train_gpu {
     dsc_engine *eng;
     dsc_gpt2_config mc;
+    dsc_mem_pool *pool;     // every device buffer of the run (state, activations, workspace)
     dsc__engine_flat host;  // the engine's flat state
     dsc_cuda_state *st;     // the device's
     dsc_gpt2_cuda *model;
     int ntensors, gas, micro;
+    bool timed;             // wall_clock_breakdown: wait for the device after each phase
     const uint16_t **p16;   // per-tensor views into st->p16
     float **grad;           // per-tensor views into st->grad
     double peak;
@@ -89,6 +92,19 @@ static dsc_status make_views(train_gpu *g) {
     return DSC_OK;
 }
 
+// One device pool for the whole run. Everything is allocated once, here, and addresses are kept by
+// the kernels, so the pool must never move blocks (no_defrag_on_oom, never defragmented); what it
+// buys is accounting: its statistics show every device byte by tag, and that steps allocate
+// nothing from the system. Small chunks keep the few scalars from reserving 256 MiB.
+static dsc_status make_pool(train_gpu *g) {
+    int dev = 0;
+    DSC_TRY(dsc__cuda_current_device(&dev));
+    char name[64];
+    snprintf(name, sizeof name, "cuda:%d training pool", dev);
+    dsc_mem_opts o = {.name = name, .chunk_bytes = (size_t)16 << 20, .no_defrag_on_oom = true};
+    return dsc_mem_pool_create(&g->pool, dev, 0, &o);
+}
+
 static dsc_status gpu_init(train_gpu *g, int B, int T) {
     bool offload = false;
     const char *prec = "";
@@ -97,15 +113,17 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     char name[256];
     DSC_TRY(dsc__cuda_device_info(name, sizeof name, &g->peak));
     int moments = g->host.v ? 2 : 1;
-    DSC_TRY(dsc__cuda_state_create(&g->st, g->host.total, moments, offload));
+    DSC_TRY(make_pool(g));
+    DSC_TRY(dsc__cuda_state_create(&g->st, g->host.total, moments, offload, g->pool));
     char why[256] = "";
     bool pinned = false;
     if (offload) // gradients come down into acc, weights go up from master: every step
         dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
                             sizeof why);
-    DSC_TRY(dsc_gpt2_cuda_create(&g->model, &g->mc, B, T, g->st->stream));
+    DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
     DSC_TRY(make_views(g));
     g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
+    g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
     snprintf(g->line, sizeof g->line, "device %s | %s | bf16 compute, %s config%s%s%s", name,
              offload ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU step)"
                      : "fp32 master + optimizer state on the GPU",
@@ -135,6 +153,7 @@ void dsc__train_gpu_destroy(train_gpu *g) {
     if (!g) return;
     dsc_gpt2_cuda_destroy(g->model);
     dsc__cuda_state_destroy(g->st);
+    dsc_mem_pool_destroy(g->pool); // after its users: they wait for their streams first
     free(g->p16);
     free(g->grad);
     free(g);
@@ -156,10 +175,24 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
     return dsc__engine_master_changed(g->eng);
 }
 
+// The device runs ahead of the host; only with wall_clock_breakdown does the host wait after each
+// phase (the forward already waits for its loss), so that the phase times are the device's.
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                                float *loss) {
+                                float *loss, double *fwd_s, double *bwd_s) {
+    double t0 = dsc_now();
     DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss));
-    return dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, (float)dsc_backward_scale(g->eng));
+    double t1 = dsc_now();
+    DSC_TRY(dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, (float)dsc_backward_scale(g->eng)));
+    if (!g->timed) return DSC_OK;
+    DSC_TRY(dsc__cuda_stream_wait(g->st->stream));
+    *fwd_s += t1 - t0;
+    *bwd_s += dsc_now() - t1;
+    return DSC_OK;
+}
+
+dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used) {
+    DSC_TRY(dsc_mem_pool_stats(g->pool, pool));
+    return dsc__cuda_device_used(device_used);
 }
 
 dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
@@ -203,7 +236,8 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
     DSC_TRY(dsc__engine_device_step(g->eng, sumsq, nonfinite, &plan, info));
     if (plan.apply)
         DSC_TRY(dsc__cuda_state_step(g->st, &plan.hp, plan.opt_step, plan.grad_scale));
-    return dsc__cuda_state_zero_grads(g->st);
+    DSC_TRY(dsc__cuda_state_zero_grads(g->st));
+    return g->timed ? dsc__cuda_stream_wait(g->st->stream) : DSC_OK;
 }
 
 #else // a build without the CUDA kernels: only the choice exists, and says why
@@ -237,7 +271,10 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
 dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
 dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                                float *loss) {
+                                float *loss, double *fwd_s, double *bwd_s) {
+    return no_cuda();
+}
+dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used) {
     return no_cuda();
 }
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) { return no_cuda(); }

@@ -11,6 +11,7 @@
 #include <stdint.h>  // int32_t
 
 #include "dsc/engine.h"      // dsc_engine, dsc_step_info
+#include "dsc/memory.h"      // dsc_mem_stats
 #include "model/gpt2/gpt2.h" // dsc_gpt2_config
 
 typedef struct train_gpu train_gpu;
@@ -35,9 +36,15 @@ dsc_status dsc__train_gpu_load(train_gpu *g);
 dsc_status dsc__train_gpu_store(train_gpu *g);
 
 // Forward + backward of one micro-batch (host tokens (B, T)), gradients accumulated on the device
-// with the engine's backward scale; *loss: its mean loss.
+// with the engine's backward scale; *loss: its mean loss. With the config's wall_clock_breakdown
+// the host waits for the device after each phase and adds their seconds to *fwd_s and *bwd_s
+// (the step then waits too, so the breakdown's step time is the device's optimizer time);
+// otherwise the device runs ahead and the two are left alone.
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                                float *loss);
+                                float *loss, double *fwd_s, double *bwd_s);
+// The run's device pool (every device buffer of the run is a block of it) and the bytes in use on
+// the device (cudaMemGetInfo: total - free).
+dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used);
 // After every micro-step, in place of dsc_step (same contract and info).
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info);
 // Mean loss of a batch without gradients (validation).

@@ -5,6 +5,7 @@
 
 #include "cuda/attention.h"    // dsc__cuda_attention_*
 #include "cuda/common.cuh"     // DSC_CUDA_TRY
+#include "cuda/devbuf.h"       // dsc__cuda_buf_*
 #include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
 #include "cuda/matmul.h"       // dsc__cuda_gemm
 
@@ -24,7 +25,7 @@ struct dsc_gpt2_cuda {
     bool have_targets, fused_gelu;
     cudaStream_t st;
     dsc_cuda_blas *blas;
-    void *slab; // every buffer below is a view of it
+    dsc_cuda_buf slab; // every buffer below is a view of it
     // bf16 activations; per-layer arrays hold n_layer blocks of maxB * maxT rows.
     uint16_t *res; // (L + 1, BT, C) residual stream into each layer; block L into ln_f
     uint16_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg; // (L, BT, C / 3C / C / C / C / 4C / 4C)
@@ -110,8 +111,8 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
     return off;
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_config *c, int B,
-                                           int T, void *stream) {
+extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt2_config *c,
+                                              int B, int T, void *stream, dsc_mem_pool *pool) {
     DSC_CUDA_ARG(out && c, "gpt2 cuda create: out and config must be set");
     *out = NULL;
     DSC_CUDA_ARG(c->n_layer > 0 && c->n_head > 0 && c->n_embd == 64 * c->n_head &&
@@ -129,18 +130,9 @@ extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_c
     m->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
     m->st = (cudaStream_t)stream;
     m->fused_gelu = true;
-    size_t bytes = carve(m, NULL);
-    cudaError_t e = cudaMalloc(&m->slab, bytes);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        free(m);
-        return dsc__fail(DSC_ERR_OOM,
-                         "gpt2 cuda create: cannot allocate %.2f GiB of device activations for "
-                         "batch %d x %d (%s); lower the micro-batch size",
-                         (double)bytes / (1u << 30), B, T, cudaGetErrorString(e));
-    }
-    carve(m, (char *)m->slab);
-    dsc_status st = dsc__cuda_blas_create(&m->blas, 0);
+    dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
+    if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
+    if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     if (st != DSC_OK) {
         dsc_gpt2_cuda_destroy(m);
         return st;
@@ -149,11 +141,16 @@ extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_c
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_config *c, int B,
+                                           int T, void *stream) {
+    return dsc_gpt2_cuda_create_in(out, c, B, T, stream, NULL);
+}
+
 extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
     dsc__cuda_blas_destroy(m->blas);
-    (void)cudaFree(m->slab);
+    dsc__cuda_buf_free(&m->slab);
     free(m);
 }
 

@@ -16,6 +16,7 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t, uint16_t
 
+#include "dsc/memory.h" // dsc_mem_pool
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
@@ -30,6 +31,11 @@ typedef struct dsc_gpt2_cuda dsc_gpt2_cuda; // device activations for up to B x 
 // cudaStream_t every pass runs on (NULL: default stream); borrowed. Caller owns *out.
 dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_config *c, int B, int T,
                                 void *stream);
+// The same with every device buffer (activations and scratch as one block tagged
+// "gpu.activations", the matmul workspace as "gpu.matmul_workspace") taken from `pool`, a device
+// pool that never moves blocks (cuda/devbuf.h); NULL: cudaMalloc, as dsc_gpt2_cuda_create.
+dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt2_config *c, int B, int T,
+                                   void *stream, dsc_mem_pool *pool);
 void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m); // NULL ok; synchronises the stream first
 
 // Use cuBLASLt's GELU epilogues (the GELU fused into the c_fc product, its derivative into the

@@ -4,6 +4,7 @@
 #include <stdlib.h> // calloc, free
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, vendor names
+#include "cuda/devbuf.h"   // dsc__cuda_buf_*
 
 #define DEFAULT_WORKSPACE ((size_t)32 << 20)
 #define ALGO_CACHE 128 // distinct product shapes remembered (a GPT-2 step has about 20)
@@ -22,6 +23,7 @@ typedef struct algo_entry {
 
 struct dsc_cuda_blas {
     cublasLtHandle_t lt;
+    dsc_cuda_buf wsbuf; // the workspace; ws is its address
     void *ws;
     size_t ws_bytes;
     algo_entry cache[ALGO_CACHE];
@@ -51,20 +53,22 @@ static dsc_status blas_fail(cublasStatus_t s, const char *what, const dsc_cuda_g
         }                                                                                          \
     } while (0)
 
-extern "C" dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes) {
+extern "C" dsc_status dsc__cuda_blas_create_in(dsc_cuda_blas **out, size_t workspace_bytes,
+                                               dsc_mem_pool *pool) {
     DSC_CUDA_ARG(out != NULL, "blas create: out is NULL");
     *out = NULL;
     dsc_cuda_blas *h = (dsc_cuda_blas *)calloc(1, sizeof *h);
     if (!h) return dsc__fail(DSC_ERR_OOM, "blas create: out of host memory");
     h->ws_bytes = workspace_bytes ? workspace_bytes : DEFAULT_WORKSPACE;
-    cudaError_t e = cudaMalloc(&h->ws, h->ws_bytes);
-    if (e != cudaSuccess) {
+    dsc_status st = dsc__cuda_buf_alloc(&h->wsbuf, pool, h->ws_bytes, "gpu.matmul_workspace");
+    if (st != DSC_OK) {
         free(h);
-        return dsc__cuda_fail(e, "cudaMalloc of the matmul workspace", __FILE__, __LINE__);
+        return st;
     }
+    h->ws = h->wsbuf.ptr;
     cublasStatus_t s = cublasLtCreate(&h->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        (void)cudaFree(h->ws);
+        dsc__cuda_buf_free(&h->wsbuf);
         free(h);
         return blas_fail(s, "cublasLtCreate", NULL);
     }
@@ -72,10 +76,14 @@ extern "C" dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspac
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes) {
+    return dsc__cuda_blas_create_in(out, workspace_bytes, NULL);
+}
+
 extern "C" void dsc__cuda_blas_destroy(dsc_cuda_blas *h) {
     if (!h) return;
     (void)cublasLtDestroy(h->lt);
-    (void)cudaFree(h->ws);
+    dsc__cuda_buf_free(&h->wsbuf);
     free(h);
 }
 
@@ -267,6 +275,12 @@ static dsc_status no_blas(void) {
 }
 
 extern "C" dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes) {
+    if (out) *out = NULL;
+    return no_blas();
+}
+
+extern "C" dsc_status dsc__cuda_blas_create_in(dsc_cuda_blas **out, size_t workspace_bytes,
+                                               dsc_mem_pool *pool) {
     if (out) *out = NULL;
     return no_blas();
 }

@@ -11,6 +11,7 @@
 #include <stddef.h> // size_t
 #include <stdint.h> // uint16_t
 
+#include "dsc/memory.h" // dsc_mem_pool
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
@@ -21,6 +22,10 @@ typedef struct dsc_cuda_blas dsc_cuda_blas; // a library handle, a workspace, an
 
 // workspace_bytes: 0 picks 32 MiB (what Hopper kernels want). Caller owns *out.
 dsc_status dsc__cuda_blas_create(dsc_cuda_blas **out, size_t workspace_bytes);
+// The same with the workspace taken from a device pool (tag "gpu.matmul_workspace"; see
+// cuda/devbuf.h); pool NULL: cudaMalloc.
+dsc_status dsc__cuda_blas_create_in(dsc_cuda_blas **out, size_t workspace_bytes,
+                                    dsc_mem_pool *pool);
 void dsc__cuda_blas_destroy(dsc_cuda_blas *h); // NULL ok; waits for nothing: sync first
 
 enum {

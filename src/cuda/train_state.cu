@@ -76,36 +76,49 @@ extern "C" dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak
     return DSC_OK;
 }
 
-// ---- the state ----
-
-static dsc_status alloc(void **p, size_t bytes, const char *what) {
-    cudaError_t e = cudaMalloc(p, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        (void)cudaMemGetInfo(&fr, &tot);
-        return dsc__fail(DSC_ERR_OOM, "GPU training state: %s needs %.2f GiB, the device has "
-                         "%.2f GiB free of %.2f; use a smaller model or micro batch, or "
-                         "zero_optimization.offload_optimizer.device \"cpu\"", what,
-                         bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
-    }
-    DSC_CUDA_CHECK_AS(e, what);
+extern "C" dsc_status dsc__cuda_current_device(int *device) {
+    DSC_CUDA_TRY(cudaGetDevice(device));
     return DSC_OK;
 }
 
-static dsc_status state_alloc(dsc_cuda_state *s, int moments) {
+extern "C" dsc_status dsc__cuda_device_used(size_t *bytes) {
+    size_t fr = 0, tot = 0;
+    DSC_CUDA_TRY(cudaMemGetInfo(&fr, &tot));
+    *bytes = tot - fr;
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_stream_wait(void *stream) {
+    DSC_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
+    return DSC_OK;
+}
+
+// ---- the state ----
+
+// Buffer k of the state: bytes from the pool (or cudaMalloc) into *view.
+static dsc_status alloc(dsc_cuda_state *s, dsc_mem_pool *pool, int k, void **view, size_t bytes,
+                        const char *tag) {
+    DSC_TRY(dsc__cuda_buf_alloc(&s->bufs[k], pool, bytes, tag));
+    *view = s->bufs[k].ptr;
+    return DSC_OK;
+}
+
+static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool) {
     size_t n = s->n;
     cudaStream_t st;
     DSC_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     s->stream = st;
-    DSC_TRY(alloc((void **)&s->master, n * 4, "fp32 weights"));
-    DSC_TRY(alloc((void **)&s->grad, n * 4, "fp32 gradients"));
-    DSC_TRY(alloc((void **)&s->p16, n * 2, "bf16 weights"));
-    if (!s->offload && moments >= 1) DSC_TRY(alloc((void **)&s->m, n * 4, "first moments"));
-    if (!s->offload && moments >= 2) DSC_TRY(alloc((void **)&s->v, n * 4, "second moments"));
-    DSC_TRY(alloc((void **)&s->sumsq, sizeof(double), "norm scalar"));
-    DSC_TRY(alloc((void **)&s->nonfinite, sizeof(int), "overflow flag"));
-    DSC_TRY(alloc((void **)&s->scratch, DSC_CUDA_SUMSQ_SCRATCH * sizeof(double), "norm scratch"));
+    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, n * 4, "gpu.master"));
+    DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
+    DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
+    if (!s->offload && moments >= 1)
+        DSC_TRY(alloc(s, pool, 3, (void **)&s->m, n * 4, "gpu.moments"));
+    if (!s->offload && moments >= 2)
+        DSC_TRY(alloc(s, pool, 4, (void **)&s->v, n * 4, "gpu.moments"));
+    DSC_TRY(alloc(s, pool, 5, (void **)&s->sumsq, sizeof(double), "gpu.norm"));
+    DSC_TRY(alloc(s, pool, 6, (void **)&s->nonfinite, sizeof(int), "gpu.norm"));
+    DSC_TRY(alloc(s, pool, 7, (void **)&s->scratch, DSC_CUDA_SUMSQ_SCRATCH * sizeof(double),
+                  "gpu.norm"));
     DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, st));
     if (s->m) DSC_CUDA_TRY(cudaMemsetAsync(s->m, 0, n * 4, st));
     if (s->v) DSC_CUDA_TRY(cudaMemsetAsync(s->v, 0, n * 4, st));
@@ -114,13 +127,13 @@ static dsc_status state_alloc(dsc_cuda_state *s, int moments) {
 }
 
 extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments,
-                                             bool offload) {
+                                             bool offload, dsc_mem_pool *pool) {
     *out = NULL;
     dsc_cuda_state *s = (dsc_cuda_state *)calloc(1, sizeof *s);
     if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory for the GPU training state");
     s->n = n;
     s->offload = offload;
-    dsc_status st = state_alloc(s, moments);
+    dsc_status st = state_alloc(s, moments, pool);
     if (st != DSC_OK) {
         dsc__cuda_state_destroy(s);
         return st;
@@ -134,8 +147,7 @@ extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
     if (s->stream) (void)cudaStreamSynchronize((cudaStream_t)s->stream);
     for (int k = 0; k < 2; k++)
         if (s->pinned[k]) host_unregister(s->pinned[k]);
-    void *bufs[] = {s->master, s->grad, s->m, s->v, s->p16, s->sumsq, s->nonfinite, s->scratch};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) (void)cudaFree(bufs[k]);
+    for (int k = 0; k < DSC_CUDA_STATE_BUFS; k++) dsc__cuda_buf_free(&s->bufs[k]);
     if (s->stream) (void)cudaStreamDestroy((cudaStream_t)s->stream);
     free(s);
 }

@@ -18,13 +18,16 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int64_t, uint16_t
 
-#include "dsc/status.h" // dsc_status
+#include "cuda/devbuf.h" // dsc_cuda_buf, dsc_mem_pool
+#include "dsc/status.h"  // dsc_status
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #include "engine/optim/optim.h" // dsc_opt_hparams
+
+enum { DSC_CUDA_STATE_BUFS = 8 };
 
 typedef struct dsc_cuda_state {
     size_t n;          // elements of the flat layout
@@ -38,6 +41,7 @@ typedef struct dsc_cuda_state {
     int *nonfinite;
     double *scratch;   // DSC_CUDA_SUMSQ_SCRATCH doubles
     void *pinned[2];   // host ranges registered by dsc__cuda_state_pin (NULL: none)
+    dsc_cuda_buf bufs[DSC_CUDA_STATE_BUFS]; // what the pointers above are views of
 } dsc_cuda_state;
 
 // Device name and the dense bf16 tensor-core peak in FLOP/s that MFU is measured against (a table
@@ -45,9 +49,19 @@ typedef struct dsc_cuda_state {
 // CUDA device is usable.
 dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak_flops);
 
+// The current CUDA device's number and the bytes in use on it (total - free, every process and
+// allocator included: what a leak outside the pools would raise).
+dsc_status dsc__cuda_current_device(int *device);
+dsc_status dsc__cuda_device_used(size_t *bytes);
+// Waits for the work enqueued on `stream` (a cudaStream_t).
+dsc_status dsc__cuda_stream_wait(void *stream);
+
 // Allocates the state for n elements on the current device. moments: 0, 1 (m) or 2 (m and v);
-// ignored for offload. Caller owns *out.
-dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, bool offload);
+// ignored for offload. pool: the device pool every buffer comes from (tags "gpu.master",
+// "gpu.grads", "gpu.moments", "gpu.bf16_weights", "gpu.norm"; it must not move blocks, see
+// cuda/devbuf.h), or NULL for plain cudaMalloc. Caller owns *out.
+dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, bool offload,
+                                  dsc_mem_pool *pool);
 void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinned
 
 // Page-lock host ranges used for offload copies (at most two); a refusal is not an error: *pinned

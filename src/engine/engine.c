@@ -358,10 +358,10 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
     DSC_TRY(dsc__step_plan(e, sumsq, &hp, &grad_scale, &info->lr, &info->grad_norm));
     DSC_TRY(dsc__zero_optimizer(e, &hp, e->applied_steps + 1, grad_scale));
     e->applied_steps++;
-    // Commit: snapshot the new state and send it to the buddy while the parameters are gathered.
+    // Snapshot the new state and start sending it to the buddy; the exchange runs on during the
+    // parameter gather and the next step's compute, and completes at the next boundary.
     DSC_TRY(dsc__ft_commit_begin(e));
     DSC_TRY(dsc__zero_sync_params(e));
-    DSC_TRY(dsc__ft_commit_end(e));
     return DSC_OK;
 }
 
@@ -387,6 +387,9 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
         e->observer_inv_scale = 1.0 / info->loss_scale;
         DSC_TRY(fn(e->observer_user, e));
     }
+    // The previous step's replica exchange completes before the norm's collective: no rank
+    // passes it (and overwrites its older snapshot) until every replica of that step is whole.
+    DSC_TRY(dsc__ft_commit_end(e));
     bool nonfinite = false;
     double sumsq;
     DSC_TRY(dsc__zero_norm(e, 1.0 / info->loss_scale, &sumsq, &nonfinite));

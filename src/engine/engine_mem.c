@@ -4,7 +4,9 @@
 // the per-parameter tables, the model), so blocks move only where nothing is in flight and every
 // cached address is re-read afterwards: inside dsc_engine_create, dsc_engine_maintain (between
 // optimizer steps) and dsc_engine_recover. Inside a step an allocation never moves a block.
-#include <string.h> // memset, strcmp
+#include <math.h>    // isnan
+#include <pthread.h> // pthread_mutex_lock
+#include <string.h>  // memset, strcmp
 
 #include "base/log.h"           // DSC_INFO
 #include "base/status.h"        // dsc__fail, DSC_TRY
@@ -106,6 +108,26 @@ static void log_compaction(const dsc_engine *e, double seconds) {
              dsc_mem_format_bytes(s.reserved, res, sizeof res), s.fragmentation);
 }
 
+// Would dsc_mem_maybe_defragment compact now? (The same test, without compacting.)
+static bool defrag_due(dsc_engine *e, double now) {
+    dsc_mem_pool *p = e->pool;
+    pthread_mutex_lock(&p->mu);
+    bool due = !isnan(p->last_defrag) && now - p->last_defrag >= e->cfg.memory.defrag_interval_s &&
+               dsc__mem_fragmentation(p, NULL) > e->cfg.memory.defrag_threshold;
+    pthread_mutex_unlock(&p->mu);
+    return due;
+}
+
+// The buddy replica exchange of the last step runs on into the next step's compute, reading this
+// rank's snapshot slot and writing its replica slot: blocks must not move under it. Complete it
+// before a compaction. On a failed exchange (a peer died) nothing moves now: the fault surfaces
+// in the next step's collectives, where recovery handles it.
+static bool replicas_settled(dsc_engine *e) {
+    if (dsc__ft_commit_end(e) == DSC_OK) return true;
+    dsc_clear_error();
+    return false;
+}
+
 dsc_status dsc_engine_maintain(dsc_engine *e, bool force, bool *moved) {
     if (moved) *moved = false;
     if (e->in_step || e->micro != 0)
@@ -119,7 +141,9 @@ dsc_status dsc_engine_maintain(dsc_engine *e, bool force, bool *moved) {
     uint64_t before = dsc_mem_generation(e->pool);
     double t0 = dsc_now();
     bool did = false;
-    if (force || step_would_not_fit(e)) {
+    bool must = force || step_would_not_fit(e);
+    if ((must || defrag_due(e, t0)) && !replicas_settled(e)) return DSC_OK; // next boundary
+    if (must) {
         DSC_TRY(dsc_mem_defragment(e->pool, NULL));
         did = true;
     } else {

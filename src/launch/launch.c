@@ -271,6 +271,9 @@ static dsc_status run_attempt(const dsc__launch_job *job, bool agent, int node,
                               ? (agent ? job->o->log_dir : NULL)
                               : job->o->log_dir;
     DSC_TRY(dsc__group_create(group_noun(job, agent), log_dir, job->attempt, agent, &g));
+    // In-place recovery needs the ranks of one node (shm): only the local launcher keeps them.
+    if (!agent && job->kind == DSC__LAUNCHER_LOCAL && dsc__launch_policy_tolerates(&job->policy))
+        dsc__group_tolerate(g, job->policy.source);
     dsc_status st = start_attempt(job, agent, node, g);
     if (st == DSC_OK) st = dsc__group_wait(g, r);
     dsc__group_destroy(g);
@@ -519,6 +522,7 @@ static dsc_status prepare_job(const dsc_launch_opts *o, dsc__launch_job *job) {
     bool slurm = o->launcher && !strcmp(o->launcher, "slurm");
     if (!slurm) DSC_TRY(resolve_pool(o, &job->pool));
     DSC_TRY(parse_kind(o, job->pool.nhosts, &job->kind));
+    DSC_TRY(dsc__launch_policy_resolve(o, &job->policy));
     DSC_TRY(check_job(job));
     DSC_TRY(pick_master(job));
     DSC_TRY(load_envfiles(&job->envfile));
@@ -555,8 +559,8 @@ static dsc_status head_loop(dsc__launch_job *job, int *exit_code) {
         st = run_attempt(job, false, 0, &r);
         if (st != DSC_OK) break;
         *exit_code = r.exit_code;
+        if (r.reason[0]) fprintf(stderr, "dsc launch: %s\n", r.reason); // lost ranks, or why
         if (r.exit_code == 0) break;
-        fprintf(stderr, "dsc launch: %s\n", r.reason);
         if (r.signal || job->attempt >= o->max_restarts || !shrink_for_restart(job, &r)) break;
         int stop = dsc__launch_pending_stop();
         if (stop) {

@@ -33,6 +33,7 @@ typedef struct dsc_launch_opts {
     bool force_multi;          // use the multi-node launcher even for one host
     const char *launcher_args; // extra arguments for pdsh/ssh/srun/mpirun, split like a shell
     const char *log_dir;       // per-rank logs rankN.log; NULL: none
+    const char *on_failure;    // degrade|restart|abort; NULL: from the program's training config
     // internal roles (see above)
     const char *world_info;    // node agent: every host of the job with its slots
     const char *node_host;     // node agent: which host of world_info this is
@@ -47,6 +48,8 @@ void dsc_launch_opts_init(dsc_launch_opts *o);
 
 // Run the job to completion. *exit_code: 0 when every rank exited 0; else the failing rank's code
 // (128+signal when a signal killed it), or 128+signal when the launcher was stopped by a signal.
+// Under the fault-tolerance policies degrade and restart (on_failure, or the program's config;
+// local launcher only) a failing rank leaves the others running: 0 when the survivors finish.
 // One line saying why is printed on stderr ("dsc launch: rank 2 (pid 1234) was killed by signal
 // 9; stopped the other 3 ranks"). Returns non-OK (with dsc_last_error) when nothing could be
 // started: bad flags or hostfile (DSC_ERR_INVALID_ARG / DSC_ERR_CONFIG), a missing program, or

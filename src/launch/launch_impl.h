@@ -16,6 +16,26 @@ typedef enum dsc__launcher_kind {
     DSC__LAUNCHER_OPENMPI,
 } dsc__launcher_kind;
 
+// What the local launcher does when a rank fails (launch/policy.c).
+typedef enum dsc__on_failure {
+    DSC__ON_FAILURE_STOP,    // stop the others (any program that does not recover by itself)
+    DSC__ON_FAILURE_DEGRADE, // leave the survivors running: they continue without the rank
+    DSC__ON_FAILURE_RESTART, // leave them to save an emergency checkpoint and exit 75
+    DSC__ON_FAILURE_ABORT,   // stop the others (they would exit 1 anyway)
+} dsc__on_failure;
+
+typedef struct dsc__launch_policy {
+    int on_failure;   // dsc__on_failure
+    char source[640]; // where it came from, for messages: "fault_tolerance.on_failure is ..."
+} dsc__launch_policy;
+
+// --on_failure, else the program's training config (`dsc train --config FILE`, the built-in one
+// of `dsc train`, or a --deepspeed_config/--config file with a fault_tolerance section), else
+// STOP. DSC_ERR_INVALID_ARG for a bad --on_failure value.
+dsc_status dsc__launch_policy_resolve(const dsc_launch_opts *o, dsc__launch_policy *p);
+// Whether the survivors of a failed rank are left running (degrade, restart).
+bool dsc__launch_policy_tolerates(const dsc__launch_policy *p);
+
 // One job as resolved by the launcher that the user started (the "head").
 typedef struct dsc__launch_job {
     const dsc_launch_opts *o;
@@ -26,6 +46,7 @@ typedef struct dsc__launch_job {
     dsc__strv envfile;       // "KEY=VALUE" from .deepspeed_env files, applied to every rank
     dsc__strv launcher_args; // o->launcher_args split into words
     int attempt;             // 0 on the first start, then the restart number
+    dsc__launch_policy policy; // when a rank fails (local launcher only)
     char exe[4096];          // this dsc binary, started again as node agent or task shim
     char cwd[4096];
 } dsc__launch_job;

@@ -26,6 +26,8 @@
 #define DRAIN_S 1.0     // after the last child exits, how long leftovers may still write
 #define POLL_MAX_MS 500 // wake at least this often (a lost SIGCHLD cannot hang us)
 #define DSC__EXIT_RESTART 75 // a rank asking for a restart (DSC_LAUNCH_EXIT_RESTART)
+#define RESTART_WAIT_S 10.0  // tolerating: how long the others may finish after an exit 75
+#define STOPPED_CHECK_S 0.5  // tolerating: how often to look for children left stopped
 
 // ---- process-wide state: signals and the guardian ----
 
@@ -220,6 +222,7 @@ typedef struct child {
     dsc__out_mode out;
     int stop_signal;
     bool running;
+    bool lost_noted;      // reported as lost before it was reaped (killed while stopped)
     int fd[2];            // read ends of its stdout and stderr; -1 once closed
     char *buf[2];         // partial lines, LINE_CAP bytes each
     size_t nbuf[2];
@@ -239,6 +242,13 @@ struct dsc__group {
     int stopped; // children running when a launcher signal stopped the group
     double kill_at;
     bool output_gone;
+    // dsc__group_tolerate: failures leave the others running
+    bool tolerate;
+    char policy[160];
+    int finished, lost, last_code; // children that exited 0; lost ones; the last loss's code
+    char lost_text[256];           // "rank 2 (was killed by signal 9), ..."
+    double stop_at;                // > 0: begin the stop then (after an exit 75)
+    double next_stopped_check;
     struct pollfd *pfd;
     dsc__group_result *r; // while dsc__group_wait runs
     char scratch[LINE_CAP + 128];
@@ -257,6 +267,11 @@ dsc_status dsc__group_create(const char *noun, const char *log_dir, int attempt,
     }
     *out = g;
     return DSC_OK;
+}
+
+void dsc__group_tolerate(dsc__group *g, const char *policy) {
+    g->tolerate = true;
+    snprintf(g->policy, sizeof g->policy, "%s", policy);
 }
 
 static void close_fd(int *fd) {
@@ -457,6 +472,13 @@ static int log_fd_for(dsc__group *g, int rank) {
 static void note_failure(dsc__group *g, int i, int code, int sig, const char *what,
                          bool reported);
 
+static void describe_end(int code, int sig, char *how, size_t cap) {
+    if (sig) snprintf(how, cap, "was killed by signal %d", sig);
+    else if (code == DSC__EXIT_RESTART)
+        snprintf(how, cap, "asked for a restart (exit code %d)", code);
+    else snprintf(how, cap, "exited with code %d", code);
+}
+
 // One complete line (without its newline) from child c's stream k (0 stdout, 1 stderr).
 static void emit(dsc__group *g, int i, int k, const char *line, size_t len) {
     child *c = &g->c[i];
@@ -566,27 +588,94 @@ static void note_failure(dsc__group *g, int i, int code, int sig, const char *wh
     r->failed_code = sig ? 128 + sig : code;
     snprintf(r->failed_what, sizeof r->failed_what, "%s", what);
     char others[96], how[64];
-    others_phrase(g, count_running(g) - (g->c[i].running ? 1 : 0), others, sizeof others);
-    if (sig) snprintf(how, sizeof how, "was killed by signal %d", sig);
-    else if (code == DSC__EXIT_RESTART)
-        snprintf(how, sizeof how, "asked for a restart (exit code %d)", code);
-    else snprintf(how, sizeof how, "exited with code %d", code);
+    int running = count_running(g) - (g->c[i].running ? 1 : 0);
+    // The others save an emergency checkpoint together and exit 75 too: give them the time.
+    bool wait = g->tolerate && code == DSC__EXIT_RESTART && running > 0;
+    others_phrase(g, running, others, sizeof others);
+    if (wait)
+        snprintf(others, sizeof others, "; gave the other %d %s%s up to %.0f s to exit", running,
+                 g->noun, running == 1 ? "" : "s", RESTART_WAIT_S);
+    describe_end(code, sig, how, sizeof how);
     if (reported)
         snprintf(r->reason, sizeof r->reason, "%s %s (reported by %s)%s", what, how, g->c[i].what,
                  others);
     else
         snprintf(r->reason, sizeof r->reason, "%s (pid %d) %s%s", what, (int)g->c[i].pid, how,
                  others);
-    begin_stop(g, SIGTERM);
+    if (wait) g->stop_at = dsc_now() + RESTART_WAIT_S;
+    else begin_stop(g, SIGTERM);
+}
+
+// Tolerating: a failure while another child still runs, or after one finished, is one rank
+// lost, not the end of the group. A restart request (75) is never tolerated: it ends the group.
+static bool tolerated(const dsc__group *g, int code) {
+    const dsc__group_result *r = g->r;
+    return g->tolerate && r && !r->signal && r->failed < 0 && !g->stopping &&
+           code != DSC__EXIT_RESTART && (count_running(g) > 0 || g->finished > 0);
+}
+
+// Remember and report a lost child at once; `others` children go on.
+static void note_lost(dsc__group *g, int i, const char *how, int others) {
+    child *c = &g->c[i];
+    size_t n = strlen(g->lost_text);
+    if (n + 8 < sizeof g->lost_text)
+        snprintf(g->lost_text + n, sizeof g->lost_text - n, "%s%s (%s)", n ? ", " : "", c->what,
+                 how);
+    g->lost++;
+    char rest[64] = "";
+    if (others == 1) snprintf(rest, sizeof rest, "; the other %s keeps running", g->noun);
+    if (others > 1) snprintf(rest, sizeof rest, "; the other %d %ss keep running", others, g->noun);
+    fprintf(stderr, "dsc launch: %s (pid %d) %s%s (%s)\n", c->what, (int)c->pid, how, rest,
+            g->policy);
 }
 
 static void note_exit(dsc__group *g, int i, int status) {
     child *c = &g->c[i];
     c->running = false;
-    if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-        note_failure(g, i, WEXITSTATUS(status), 0, c->what, false);
-    else if (WIFSIGNALED(status))
-        note_failure(g, i, 0, WTERMSIG(status), c->what, false);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    if (c->lost_noted) return; // killed while stopped: reported then
+    if (!code && !sig) {
+        g->finished++;
+        return;
+    }
+    if (!tolerated(g, code)) {
+        note_failure(g, i, code, sig, c->what, false);
+        return;
+    }
+    char how[64];
+    describe_end(code, sig, how, sizeof how);
+    g->last_code = sig ? 128 + sig : code;
+    note_lost(g, i, how, count_running(g));
+}
+
+static bool is_stopped(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) return false;
+    buf[r] = '\0';
+    const char *p = strrchr(buf, ')'); // "pid (comm) state ...": comm may hold spaces
+    return p && (p[2] == 'T' || p[2] == 't');
+}
+
+// Tolerating: children still stopped (SIGSTOP) once every other child has exited would wait
+// forever (the survivors went on without them): kill them.
+static void end_stopped(dsc__group *g) {
+    for (int i = 0; i < g->n; i++)
+        if (g->c[i].running && !is_stopped(g->c[i].pid)) return;
+    for (int i = 0; i < g->n; i++) {
+        child *c = &g->c[i];
+        if (!c->running || c->lost_noted) continue;
+        kill(-c->pid, SIGKILL);
+        kill(-c->pid, SIGCONT);
+        c->lost_noted = true;
+        g->last_code = 128 + SIGKILL;
+        note_lost(g, i, "was stopped (SIGSTOP) when every other rank had exited; killed it", 0);
+    }
 }
 
 static void reap(dsc__group *g) {
@@ -666,13 +755,19 @@ static int poll_timeout(const dsc__group *g, double drain_until) {
     double now = dsc_now(), t = POLL_MAX_MS / 1000.0;
     if (g->stopping && !g->killed && g->kill_at - now < t) t = g->kill_at - now;
     if (drain_until > 0 && drain_until - now < t) t = drain_until - now;
+    if (g->stop_at > 0 && !g->stopping && g->stop_at - now < t) t = g->stop_at - now;
     return t < 0 ? 0 : (int)(t * 1000) + 1;
 }
 
 static void finish_result(dsc__group *g, dsc__group_result *r) {
     if (r->failed >= 0) r->exit_code = r->failed_code;
     else if (r->signal) r->exit_code = 128 + r->signal;
+    else if (g->lost && !g->finished) r->exit_code = g->last_code;
     else r->exit_code = 0;
+    r->lost = g->lost;
+    if (g->lost && r->failed < 0 && !r->signal)
+        snprintf(r->reason, sizeof r->reason, "%d of %d %ss finished; lost: %s", g->finished,
+                 g->n, g->noun, g->lost_text);
     if (r->signal && r->failed < 0) {
         const char *abbrev = sigabbrev_np(r->signal);
         const char *why = r->signal == SIGPIPE ? "our output was closed (whoever started us is "
@@ -709,6 +804,12 @@ dsc_status dsc__group_wait(dsc__group *g, dsc__group_result *r) {
         if (g->stopping && !g->killed && now >= g->kill_at) {
             signal_all(g, SIGKILL);
             g->killed = true;
+        }
+        if (g->stop_at > 0 && !g->stopping && now >= g->stop_at) begin_stop(g, SIGTERM);
+        if (g->tolerate && live && !g->stopping && (g->lost || g->finished) &&
+            now >= g->next_stopped_check) {
+            g->next_stopped_check = now + STOPPED_CHECK_S;
+            end_stopped(g);
         }
         int watch;
         int n = build_poll(g, map, &watch);

@@ -40,6 +40,7 @@ typedef struct dsc__group_result {
     int failed_code;    // its exit code, 128+signal when a signal killed it
     int signal;         // stop signal the launcher received (SIGINT, SIGTERM, SIGHUP, SIGPIPE) or 0
     char reason[384];   // one line without the "dsc launch: " prefix; empty on success
+    int lost;           // children that failed while the others went on (dsc__group_tolerate)
 } dsc__group_result;
 
 typedef struct dsc__group dsc__group;
@@ -50,6 +51,14 @@ typedef struct dsc__group dsc__group;
 // how a node agent notices that the launcher which started it is gone.
 dsc_status dsc__group_create(const char *noun, const char *log_dir, int attempt,
                              bool watch_stdout, dsc__group **out);
+// Leave the others running when a child fails (fault tolerance's degrade and restart policies:
+// the survivors recover, or save and ask for a restart, on their own). Each loss is reported at
+// once on stderr, naming `policy` (e.g. "fault_tolerance.on_failure is degrade"). The group's
+// exit code is then 0 when any child finished with 0, else that of the last child to exit; a
+// child asking for a restart (exit code 75) stops the rest only after RESTART_WAIT_S, so that
+// they can finish their emergency checkpoint; children left stopped (SIGSTOP) when every other
+// child has exited are killed.
+void dsc__group_tolerate(dsc__group *g, const char *policy);
 // Start one child; its stdin is /dev/null.
 dsc_status dsc__group_spawn(dsc__group *g, const dsc__child_spec *spec);
 // Supervise until every child has exited; fills r. Returns non-OK only for system errors.

@@ -17,9 +17,10 @@ dt=$(ms_between "$(injected_time stop)" "$(resumed_time stop)")
 check "degrade: resumed $dt ms after the stop (comm_timeout_s 2 s; limit step_timeout_s 4 s + 1 s)" -- \
   test "$dt" -le 5000
 b=$(restored_step stop)
-check "degrade: restored step $b = 5" -- test "$b" = 5
-check "degrade: weights == 3 ranks continuing from step 5" -- \
-  same_weights "$T/stop/w.safetensors" "$(ref_weights 2 5 $STEPS)" 1e-6
+# 5, or 4 when the stop came before step 5's replica (sent during step 6) had reached the buddy
+check "degrade: restored step $b, 4 or 5" -- test "$b" = 5 -o "$b" = 4
+check "degrade: weights == 3 ranks continuing from step $b" -- \
+  same_weights "$T/stop/w.safetensors" "$(ref_weights 2 "$b" $STEPS)" 1e-6
 
 # Degrade, SIGSTOP sent from outside at an arbitrary moment (every rank takes 50 ms per step).
 slow=DSC_FT_INJECT="0:*:begin:sleep=0.05,1:*:begin:sleep=0.05,2:*:begin:sleep=0.05,3:*:begin:sleep=0.05"

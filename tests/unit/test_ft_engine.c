@@ -208,7 +208,9 @@ static void kill_case(int stage, const char *point) {
         if (r != 2) assert_int_equal(g_res[0].codes[r], 0);
     assert_int_equal(g_res[0].steps, STEPS);
     assert_int_equal(g_res[0].world, 3);
-    assert_true(g_res[0].restored == 3 || g_res[0].restored == 4); // the last complete step
+    // The last committed step: 3 or 4, or 2 when rank 2 died before step 3's replica, which
+    // travels during step 4, had reached its buddy.
+    assert_true(g_res[0].restored >= 2 && g_res[0].restored <= 4);
     snprintf(save, sizeof save, "DSC_FT_SAVE_STATE=%s", g_dir);
     const char *senv[4] = {save, save, save, save};
     run(4, senv, &g_res[1]);

@@ -14,7 +14,7 @@
 
 #include <math.h>   // fabs, sqrt, pow, copysign, INFINITY, NAN
 #include <stdio.h>  // printf
-#include <stdlib.h> // malloc, free, getenv, setenv, strtoull
+#include <stdlib.h> // malloc, aligned_alloc, free, getenv, setenv, strtoull
 #include <string.h> // memcpy, strcmp
 
 #include "dsc/half.h"           // dsc_fp32_to_bf16, dsc_fp32_to_fp16
@@ -402,6 +402,50 @@ static void test_out16_specials(void **state) {
     free(p), free(p_in), free(g), free(o);
 }
 
+// Large calls write the 16-bit copy with streaming stores where it is aligned. Over 2^20 elements,
+// from an aligned and a misaligned copy buffer, every path must give the same p, m, v bits as the
+// same step without a copy, and exactly the rounded copy of p.
+static void check_stream_case(size_t n, int kind, size_t offset, float *init, float *g,
+                              float *st[6], uint16_t *o16) {
+    dsc_opt_hparams h;
+    dsc_opt_hparams_defaults(DSC_OPT_ADAMW, &h);
+    h.weight_decay = 0.01f;
+    for (int k = 0; k < 6; k++) memcpy(st[k], init, n * 4);
+    uint16_t *o = o16 + offset;
+    dsc_opt_step(&h, 3, st[0], g, st[1], st[2], n, 0.5f, NULL, DSC_OPT_OUT_NONE);
+    dsc_opt_step(&h, 3, st[3], g, st[4], st[5], n, 0.5f, o, kind);
+    for (int k = 0; k < 3; k++) assert_memory_equal(st[k], st[k + 3], n * 4);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = kind == DSC_OPT_OUT_BF16 ? dsc_fp32_to_bf16(st[3][i])
+                                                 : dsc_fp32_to_fp16(st[3][i]);
+        if (o[i] != want) {
+            print_error("streamed copy: path %s kind %d offset %zu element %zu: got 0x%04x want "
+                        "0x%04x; seed %llu\n", dsc_opt_simd_name(), kind, offset, i, o[i], want,
+                        (unsigned long long)g_seed);
+            fail();
+        }
+    }
+}
+
+static void test_out16_stream(void **state) {
+    const size_t n = ((size_t)1 << 20) + 37;
+    float *init = xmalloc(n * 4), *g = xmalloc(n * 4), *st[6];
+    uint16_t *o16 = aligned_alloc(64, ((n + 1) * 2 + 63) / 64 * 64); // offset 0: aligned
+    assert_non_null(o16);
+    for (int k = 0; k < 6; k++) st[k] = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) init[i] = rng_uniform(-1.0f, 1.0f);
+    for (size_t i = 0; i < n; i++) g[i] = rng_uniform(-1.0f, 1.0f);
+    for (size_t k = 0; k < NPATHS; k++) {
+        if (!use_path(PATHS[k])) continue;
+        for (int kind = DSC_OPT_OUT_BF16; kind <= DSC_OPT_OUT_FP16; kind++)
+            for (size_t offset = 0; offset < 2; offset++)
+                check_stream_case(n, kind, offset, init, g, st, o16);
+    }
+    assert_int_equal(dsc_opt_simd_force(NULL), DSC_OK);
+    for (int k = 0; k < 6; k++) free(st[k]);
+    free(init), free(g), free(o16);
+}
+
 static double ref_sumsq(const float *g, size_t n, float scale) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += ((double)g[i] * scale) * ((double)g[i] * scale);
@@ -494,7 +538,7 @@ int main(void) {
         cmocka_unit_test(test_force_and_validate), cmocka_unit_test(test_adam),
         cmocka_unit_test(test_sgd),                cmocka_unit_test(test_lion),
         cmocka_unit_test(test_lion_zero_sign),     cmocka_unit_test(test_out16_specials),
-        cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_out16_stream), cmocka_unit_test(test_sumsq),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

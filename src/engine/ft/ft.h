@@ -21,8 +21,10 @@ void dsc__ft_step_end(dsc_engine *e);
 void dsc__ft_point(dsc_engine *e, const char *phase);
 
 // At the optimizer step's boundary, after the update: copy this rank's state into a snapshot and
-// start sending it to the buddy rank (rank + 1); _end waits for the exchange. Together they
-// commit the step: from here it survives the loss of any one rank.
+// start sending it to the buddy rank (rank + 1); the exchange runs during the next step's compute.
+// _end waits for it, at the next boundary before the gradient-norm collective (so no rank passes
+// that collective before every replica is whole). Together they commit the step: from there it
+// survives the loss of any one rank.
 dsc_status dsc__ft_commit_begin(dsc_engine *e);
 dsc_status dsc__ft_commit_end(dsc_engine *e);
 // The state changed outside a step (initial weights, a checkpoint load): snapshot and replicate

@@ -2,7 +2,9 @@
 //
 // At every step boundary, after the optimizer, each rank packs its state (the fp32 master and the
 // moments of its partition, or of everything at stage 0) into one of two snapshot slots, tagged
-// with the step, and sends it to rank + 1, which keeps it in one of two replica slots. Two of
+// with the step, and sends it to rank + 1, which keeps it in one of two replica slots. The send
+// reads the snapshot, not the live state, so it can run on during the next step's compute; it is
+// waited for at the next boundary, and the slot is not overwritten before that. Two of
 // each, because ranks may be one step apart when a fault strikes: a rank that already committed
 // step s and one still inside it can then both restore step s - 1 (or both s), and so can the
 // replica of a dead rank. A slot's tag is cleared before it is overwritten and set only once the
@@ -165,7 +167,9 @@ void dsc__ft_unpack(dsc_engine *e, const float *buf) {
 void dsc__ft_ring_drain(dsc_engine *e) {
     struct dsc__ft *ft = e->ft;
     if (ft->send_req) dsc_comm_wait(ft->send_req);
-    if (ft->recv_req) dsc_comm_wait(ft->recv_req);
+    // A replica that arrived whole before a fault still counts: recovery can use it.
+    if (ft->recv_req && dsc_comm_wait(ft->recv_req) == DSC_OK && ft->recv_slot)
+        ft->recv_slot->tag = ft->recv_tag;
     ft->send_req = ft->recv_req = NULL;
     ft->recv_slot = NULL;
 }

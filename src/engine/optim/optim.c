@@ -35,6 +35,11 @@
 #define PAR_MIN_PER_THREAD ((size_t)1 << 14)
 // Thread ranges start on multiples of this many elements (one 64-byte line of fp32).
 #define PAR_ALIGN ((size_t)16)
+// From this many elements on, the SIMD paths write the 16-bit copy with non-temporal stores. The
+// copy is read next by the transfer to the device, not by this core, and an ordinary store to an
+// array larger than the caches first reads each line (read for ownership): 2 more bytes per
+// element on a step that moves 30. Below it the copy may still be in cache when it is read.
+#define OUT16_STREAM_MIN ((size_t)1 << 20)
 
 // ---- scalar kernels ----
 
@@ -315,6 +320,7 @@ void dsc_opt_step(const dsc_opt_hparams *h, int64_t step, float *p, const float 
     dsc__opt_args a = {.p = p, .g = g, .m = m, .v = v, .grad_scale = grad_scale};
     a.out16_kind = out16 != NULL ? out16_kind : DSC_OPT_OUT_NONE;
     a.out16 = a.out16_kind != DSC_OPT_OUT_NONE ? out16 : NULL;
+    a.out16_stream = a.out16 != NULL && n >= OUT16_STREAM_MIN;
     DSC_ASSERT(a.out16_kind >= DSC_OPT_OUT_NONE && a.out16_kind <= DSC_OPT_OUT_FP16);
     const dsc__opt_kernels *k = path();
     switch (h->kind) {

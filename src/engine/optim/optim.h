@@ -3,8 +3,9 @@
 // One pass per step: each element's gradient is read once, multiplied by `grad_scale` (the
 // inverse loss scale times the clipping coefficient, so unscaling and clipping cost no extra pass),
 // the optimizer state and the parameter are updated, and optionally a 16-bit copy of the new
-// parameter is written. Three code paths are chosen at run time: AVX-512, AVX2+FMA+F16C and a
-// scalar fallback; DSC_SIMD=scalar|avx2|avx512 (read once) or dsc_opt_simd_force() picks one.
+// parameter is written (with non-temporal stores on large calls: nothing here reads it back).
+// Three code paths are chosen at run time: AVX-512, AVX2+FMA+F16C and a scalar fallback;
+// DSC_SIMD=scalar|avx2|avx512 (read once) or dsc_opt_simd_force() picks one.
 // Large arrays are split into contiguous per-thread ranges with OpenMP.
 #ifndef DSC_ENGINE_OPTIM_OPTIM_H
 #define DSC_ENGINE_OPTIM_OPTIM_H
@@ -93,6 +94,7 @@ typedef struct dsc__opt_args {
     float *m, *v;
     uint16_t *out16; // NULL when out16_kind == DSC_OPT_OUT_NONE
     int out16_kind;
+    bool out16_stream; // SIMD paths may store out16 with non-temporal stores (large calls)
     float grad_scale;
     float beta1, one_minus_beta1, beta2, one_minus_beta2;
     float eps;

@@ -6,6 +6,7 @@
 
 #include <immintrin.h> // AVX2, FMA, F16C intrinsics
 #include <math.h>      // fabsf
+#include <stdint.h>    // uintptr_t
 
 // Every function here is compiled for the ISA; only the dispatcher decides whether they run.
 #define ISA __attribute__((target("avx2,fma,f16c")))
@@ -28,11 +29,19 @@ ISA static inline __m128i to_bf16(__m256 x) {
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
-ISA static inline void store16(const dsc__opt_args *a, size_t i, __m256 p) {
-    if (a->out16_kind == DSC_OPT_OUT_BF16)
-        _mm_storeu_si128((__m128i *)(a->out16 + i), to_bf16(p));
-    else if (a->out16_kind == DSC_OPT_OUT_FP16)
-        _mm_storeu_si128((__m128i *)(a->out16 + i), _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+// Whether [lo, ...) may use non-temporal 16-bit stores: the caller allows it and the vectors
+// land on 16-byte boundaries, as the streaming store requires. The kernel then ends with a fence.
+static inline bool stream16(const dsc__opt_args *a, size_t lo) {
+    return a->out16_stream && ((uintptr_t)(a->out16 + lo) & 15) == 0;
+}
+
+ISA static inline void store16(const dsc__opt_args *a, size_t i, __m256 p, bool stream) {
+    if (a->out16_kind == DSC_OPT_OUT_NONE) return;
+    __m128i h = a->out16_kind == DSC_OPT_OUT_BF16
+                    ? to_bf16(p)
+                    : _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT);
+    if (stream) _mm_stream_si128((__m128i *)(a->out16 + i), h);
+    else _mm_storeu_si128((__m128i *)(a->out16 + i), h);
 }
 
 ISA static void adam(const dsc__opt_args *a, size_t lo, size_t hi) {
@@ -41,6 +50,7 @@ ISA static void adam(const dsc__opt_args *a, size_t lo, size_t hi) {
     const __m256 b2 = _mm256_set1_ps(a->beta2), ob2 = _mm256_set1_ps(a->one_minus_beta2);
     const __m256 bias2 = _mm256_set1_ps(a->bias2), eps = _mm256_set1_ps(a->eps);
     const __m256 decay = _mm256_set1_ps(a->decay), step = _mm256_set1_ps(a->step_size);
+    const bool stream = stream16(a, lo);
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         __m256 p = _mm256_loadu_ps(a->p + i);
@@ -54,8 +64,9 @@ ISA static void adam(const dsc__opt_args *a, size_t lo, size_t hi) {
         _mm256_storeu_ps(a->p + i, p);
         _mm256_storeu_ps(a->m + i, m);
         _mm256_storeu_ps(a->v + i, v);
-        store16(a, i, p);
+        store16(a, i, p, stream);
     }
+    if (stream) _mm_sfence(); // order the streaming stores before the caller reads out16
     if (i < hi) dsc__opt_scalar.adam(a, i, hi);
 }
 
@@ -63,6 +74,7 @@ ISA static void sgd(const dsc__opt_args *a, size_t lo, size_t hi) {
     const __m256 gs = _mm256_set1_ps(a->grad_scale), l2 = _mm256_set1_ps(a->l2);
     const __m256 mom = _mm256_set1_ps(a->momentum), odamp = _mm256_set1_ps(a->one_minus_dampening);
     const __m256 step = _mm256_set1_ps(a->step_size);
+    const bool stream = stream16(a, lo);
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         __m256 p = _mm256_loadu_ps(a->p + i);
@@ -78,8 +90,9 @@ ISA static void sgd(const dsc__opt_args *a, size_t lo, size_t hi) {
         }
         p = _mm256_fmadd_ps(u, step, p);
         _mm256_storeu_ps(a->p + i, p);
-        store16(a, i, p);
+        store16(a, i, p, stream);
     }
+    if (stream) _mm_sfence(); // order the streaming stores before the caller reads out16
     if (i < hi) dsc__opt_scalar.sgd(a, i, hi);
 }
 
@@ -91,6 +104,7 @@ ISA static void lion(const dsc__opt_args *a, size_t lo, size_t hi) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     // -|lr| with its sign flipped by c's sign bit is -copysign(lr, c).
     const __m256 neg_lr = _mm256_set1_ps(-fabsf(a->step_size));
+    const bool stream = stream16(a, lo);
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         __m256 p = _mm256_loadu_ps(a->p + i);
@@ -102,8 +116,9 @@ ISA static void lion(const dsc__opt_args *a, size_t lo, size_t hi) {
         m = _mm256_fmadd_ps(g, ob2, _mm256_mul_ps(m, b2));
         _mm256_storeu_ps(a->p + i, p);
         _mm256_storeu_ps(a->m + i, m);
-        store16(a, i, p);
+        store16(a, i, p, stream);
     }
+    if (stream) _mm_sfence(); // order the streaming stores before the caller reads out16
     if (i < hi) dsc__opt_scalar.lion(a, i, hi);
 }
 

@@ -7,6 +7,7 @@
 
 #include <immintrin.h> // AVX-512F intrinsics
 #include <math.h>      // fabsf
+#include <stdint.h>    // uintptr_t
 
 // Every function here is compiled for the ISA; only the dispatcher decides whether they run.
 #define ISA __attribute__((target("avx512f")))
@@ -26,12 +27,19 @@ ISA static inline __m256i to_bf16(__m512 x) {
     return _mm512_cvtepi32_epi16(r);
 }
 
-ISA static inline void store16(const dsc__opt_args *a, size_t i, __m512 p) {
-    if (a->out16_kind == DSC_OPT_OUT_BF16)
-        _mm256_storeu_si256((__m256i *)(a->out16 + i), to_bf16(p));
-    else if (a->out16_kind == DSC_OPT_OUT_FP16)
-        _mm256_storeu_si256((__m256i *)(a->out16 + i),
-                            _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+// Whether [lo, ...) may use non-temporal 16-bit stores: the caller allows it and the vectors
+// land on 32-byte boundaries, as the streaming store requires. The kernel then ends with a fence.
+static inline bool stream16(const dsc__opt_args *a, size_t lo) {
+    return a->out16_stream && ((uintptr_t)(a->out16 + lo) & 31) == 0;
+}
+
+ISA static inline void store16(const dsc__opt_args *a, size_t i, __m512 p, bool stream) {
+    if (a->out16_kind == DSC_OPT_OUT_NONE) return;
+    __m256i h = a->out16_kind == DSC_OPT_OUT_BF16
+                    ? to_bf16(p)
+                    : _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (stream) _mm256_stream_si256((__m256i *)(a->out16 + i), h);
+    else _mm256_storeu_si256((__m256i *)(a->out16 + i), h);
 }
 
 ISA static void adam(const dsc__opt_args *a, size_t lo, size_t hi) {
@@ -40,6 +48,7 @@ ISA static void adam(const dsc__opt_args *a, size_t lo, size_t hi) {
     const __m512 b2 = _mm512_set1_ps(a->beta2), ob2 = _mm512_set1_ps(a->one_minus_beta2);
     const __m512 bias2 = _mm512_set1_ps(a->bias2), eps = _mm512_set1_ps(a->eps);
     const __m512 decay = _mm512_set1_ps(a->decay), step = _mm512_set1_ps(a->step_size);
+    const bool stream = stream16(a, lo);
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         __m512 p = _mm512_loadu_ps(a->p + i);
@@ -53,8 +62,9 @@ ISA static void adam(const dsc__opt_args *a, size_t lo, size_t hi) {
         _mm512_storeu_ps(a->p + i, p);
         _mm512_storeu_ps(a->m + i, m);
         _mm512_storeu_ps(a->v + i, v);
-        store16(a, i, p);
+        store16(a, i, p, stream);
     }
+    if (stream) _mm_sfence(); // order the streaming stores before the caller reads out16
     if (i < hi) dsc__opt_scalar.adam(a, i, hi);
 }
 
@@ -62,6 +72,7 @@ ISA static void sgd(const dsc__opt_args *a, size_t lo, size_t hi) {
     const __m512 gs = _mm512_set1_ps(a->grad_scale), l2 = _mm512_set1_ps(a->l2);
     const __m512 mom = _mm512_set1_ps(a->momentum), odamp = _mm512_set1_ps(a->one_minus_dampening);
     const __m512 step = _mm512_set1_ps(a->step_size);
+    const bool stream = stream16(a, lo);
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         __m512 p = _mm512_loadu_ps(a->p + i);
@@ -77,8 +88,9 @@ ISA static void sgd(const dsc__opt_args *a, size_t lo, size_t hi) {
         }
         p = _mm512_fmadd_ps(u, step, p);
         _mm512_storeu_ps(a->p + i, p);
-        store16(a, i, p);
+        store16(a, i, p, stream);
     }
+    if (stream) _mm_sfence(); // order the streaming stores before the caller reads out16
     if (i < hi) dsc__opt_scalar.sgd(a, i, hi);
 }
 
@@ -90,6 +102,7 @@ ISA static void lion(const dsc__opt_args *a, size_t lo, size_t hi) {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     // -|lr| with its sign flipped by c's sign bit is -copysign(lr, c).
     const __m512i neg_lr = _mm512_castps_si512(_mm512_set1_ps(-fabsf(a->step_size)));
+    const bool stream = stream16(a, lo);
     size_t i = lo;
     for (; i + W <= hi; i += W) {
         __m512 p = _mm512_loadu_ps(a->p + i);
@@ -102,8 +115,9 @@ ISA static void lion(const dsc__opt_args *a, size_t lo, size_t hi) {
         m = _mm512_fmadd_ps(g, ob2, _mm512_mul_ps(m, b2));
         _mm512_storeu_ps(a->p + i, p);
         _mm512_storeu_ps(a->m + i, m);
-        store16(a, i, p);
+        store16(a, i, p, stream);
     }
+    if (stream) _mm_sfence(); // order the streaming stores before the caller reads out16
     if (i < hi) dsc__opt_scalar.lion(a, i, hi);
 }
 

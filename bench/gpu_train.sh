@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# gpu_train.sh - GPT-2 training throughput on one GPU: dsc train --device cuda against the PyTorch
+# baseline (eager and torch.compile) in the same call, plus dsc's step-time breakdown.
+#
+#   bench/gpu_train.sh [DSC_BINARY] [TORCH_GPT2_PY]
+#
+# DSC_BINARY (or $DSC; default build/dsc) is the dsc to measure. TORCH_GPT2_PY (or $TORCH_GPT2)
+# is the PyTorch baseline script (bf16 autocast, fused AdamW, SDPA flash attention, clipping 1.0,
+# random tokens, V 50257; it times gpt2-124M B 16 and gpt2-350M B 8, T 1024, median of 30 steps
+# after 8 warm-ups); without it only dsc is measured. $PYTHON names the interpreter (python3).
+#
+# dsc runs the same models and batch sizes on random tokens (V 50257) with the baseline's
+# hyper-parameters: bf16, AdamW lr 6e-4, betas (0.9, 0.999), weight decay 0.1, clipping 1.0,
+# constant lr. Tokens/s: median over the steps after $WARMUP (default 5) of $STEPS (default 15),
+# from metrics.jsonl (whole steps: data loading and the loss read included). A second run with
+# wall_clock_breakdown gives forward / backward / optimizer step medians; that run waits for the
+# device after each phase (docs/gpu.md), so its step time is not the throughput run's.
+# MFU for every row: the baseline's formula, (6 N + 6 L T C) FLOPs per token against 989 TFLOP/s
+# (N: all parameters, the tied embedding once).
+set -eu
+DSC=${1:-${DSC:-build/dsc}}
+TORCH_GPT2=${2:-${TORCH_GPT2:-}}
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-15}
+WARMUP=${WARMUP:-5}
+[ -x "$DSC" ] || { echo "gpu_train.sh: $DSC is not an executable dsc; pass its path" >&2; exit 2; }
+if [ -n "$TORCH_GPT2" ] && [ ! -f "$TORCH_GPT2" ]; then
+    echo "gpu_train.sh: baseline script $TORCH_GPT2 not found; pass its path or leave it out" >&2
+    exit 2
+fi
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+
+# Random token shards in dsc's format (256 int32 header: magic, version 1, count; uint16 tokens).
+$PY - "$W/data" <<'PYEOF'
+import array, json, os, random, struct, sys
+d = sys.argv[1]
+os.makedirs(d)
+rng = random.Random(1)
+for split, n in (("train", 4_000_000), ("val", 200_000)):
+    with open(f"{d}/{split}.bin", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        array.array("H", (rng.randrange(50257) for _ in range(n))).tofile(f)
+json.dump({"vocab_size": 50257}, open(f"{d}/dataset.json", "w"))
+PYEOF
+
+dsc_run() { # dsc_run NAME MODEL B BREAKDOWN
+    cat >"$W/$1.json" <<JSON
+{"train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": 1, "steps_per_print": 1,
+ "gradient_clipping": 1.0, "bf16": {"enabled": true}, "wall_clock_breakdown": $4,
+ "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.999], "weight_decay": 0.1}}}
+JSON
+    "$DSC" train --device cuda --config "$W/$1.json" --model "$2" --seq-len 1024 --data "$W/data" \
+        --max-steps "$STEPS" --eval-every 0 --eval-batches 1 --sample-tokens 0 --out "$W/$1" \
+        >"$W/$1.log" 2>&1 ||
+        { echo "gpu_train.sh: dsc run $1 failed:" >&2; cat "$W/$1.log" >&2; exit 1; }
+}
+for spec in "124M gpt2-124M 16" "350M gpt2-350M 8"; do
+    set -- $spec
+    dsc_run "dsc$1" "$2" "$3" false
+    dsc_run "brk$1" "$2" "$3" true
+done
+grep -m1 "^run dir" "$W/dsc124M.log" | sed 's/^run dir [^|]*| //' || true
+
+if [ -n "$TORCH_GPT2" ]; then
+    mkdir -p "$W/torch"
+    OUT="$W/torch" $PY "$TORCH_GPT2" >"$W/torch.log" 2>&1 ||
+        { echo "gpu_train.sh: the baseline failed:" >&2; tail -20 "$W/torch.log" >&2; exit 1; }
+fi
+
+$PY - "$W" "$WARMUP" <<'PYEOF'
+import json, os, re, statistics, sys
+w, warm = sys.argv[1], int(sys.argv[2])
+shapes = {"gpt2-124M": (50257, 1024, 12, 768, 16), "gpt2-350M": (50257, 1024, 24, 1024, 8)}
+
+def mfu(model, tok_s):
+    V, T, L, C, _ = shapes[model]
+    n = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    return tok_s * (6 * n + 6 * L * T * C) / 989e12
+
+def dsc_tok_s(name):
+    m = [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl")]
+    return statistics.median(x["tokens_per_s"] for x in m[warm:])
+
+def breakdown(name):
+    rows = re.findall(r"fwd: ([\d.]+) \| bwd: ([\d.]+) \| bwd_inner: [\d.]+ \| bwd_allreduce: "
+                      r"[\d.]+ \| step: ([\d.]+)", open(f"{w}/{name}.log").read())
+    rows = [tuple(map(float, r)) for r in rows[warm:]]
+    return [statistics.median(r[k] for r in rows) for k in range(3)]
+
+torch = {}
+if os.path.exists(f"{w}/torch/torch_gpt2.json"):
+    for r in json.load(open(f"{w}/torch/torch_gpt2.json")):
+        torch[(r["model"], r["compile"])] = r["tok_s"]
+
+print("\n| model | B | dsc tokens/s | dsc MFU | PyTorch eager | MFU | torch.compile | MFU | "
+      "dsc / eager | dsc / compiled |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for key, model in (("124M", "gpt2-124M"), ("350M", "gpt2-350M")):
+    d = dsc_tok_s(f"dsc{key}")
+    e, c = torch.get((model, False)), torch.get((model, True))
+    cell = lambda t: f"{t / 1e3:.1f}k | {100 * mfu(model, t):.1f}%" if t else "- | -"
+    ratio = lambda t: f"{d / t:.2f}x" if t else "-"
+    print(f"| {model} | {shapes[model][4]} | {d / 1e3:.1f}k | {100 * mfu(model, d):.1f}% | "
+          f"{cell(e)} | {cell(c)} | {ratio(e)} | {ratio(c)} |")
+print("\ndsc step-time breakdown (wall_clock_breakdown on: the host waits after each phase), "
+      "median ms per step")
+print("| model | forward | backward | optimizer step | sum |")
+print("|---|---|---|---|---|")
+for key, model in (("124M", "gpt2-124M"), ("350M", "gpt2-350M")):
+    f, b, s = breakdown(f"brk{key}")
+    print(f"| {model} | {f:.2f} | {b:.2f} | {s:.2f} | {f + b + s:.2f} |")
+PYEOF
