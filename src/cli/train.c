@@ -429,15 +429,24 @@ static void write_gpu_memory(trainer *t) {
             (unsigned long long)ms.system_allocs, used);
 }
 
+// A number as JSON: inf and NaN have no JSON spelling, so they are written as null.
+static const char *json_num(char *buf, size_t cap, const char *fmt, double x) {
+    if (!isfinite(x)) return "null";
+    snprintf(buf, cap, fmt, x);
+    return buf;
+}
+
 static void write_metrics(trainer *t, const dsc_step_info *si, double loss, double val,
                           int64_t tokens, double tok_s, double elapsed) {
+    char lb[32], vb[32];
     fprintf(t->metrics,
-            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.17g, \"grad_norm\": %.9g, "
+            "{\"step\": %lld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %.9g, "
             "\"loss_scale\": %.17g, \"skipped\": %s, \"tokens\": %lld, \"tokens_per_s\": %.6g, "
             "\"elapsed_s\": %.6f",
-            (long long)si->step, loss, si->lr, isfinite(si->grad_norm) ? si->grad_norm : -1.0,
-            si->loss_scale, si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
-    if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %.9g", val);
+            (long long)si->step, json_num(lb, sizeof lb, "%.9g", loss), si->lr,
+            isfinite(si->grad_norm) ? si->grad_norm : -1.0, si->loss_scale,
+            si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
+    if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %s", json_num(vb, sizeof vb, "%.9g", val));
     write_gpu_memory(t);
     int64_t faults = dsc_engine_fault_events(t->eng);
     if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
@@ -855,7 +864,7 @@ static dsc_status train_loop(trainer *t) {
     if (t->rank == 0) obs_comms_print(cfg, dsc_engine_global_steps(t->eng));
     if (t->o->max_steps > 0 && t->rank == 0)
         printf("\ntrain loss %.4f -> %.4f over %lld steps (%.1f s)\n", first_loss, last_loss,
-               t->o->max_steps, dsc_now() - start);
+               (long long)(dsc_engine_global_steps(t->eng) - first_step + 1), dsc_now() - start);
     return DSC_OK;
 }
 
