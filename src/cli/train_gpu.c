@@ -10,6 +10,7 @@
 
 #ifdef DSC_WITH_CUDA
 
+#include "dsc/comm.h"         // dsc_comm_env
 #include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda_*
 #include "cuda/train_state.h" // dsc__cuda_state_*
 #include "engine/device.h"    // dsc__engine_*
@@ -18,7 +19,13 @@ struct train_gpu {
     dsc_engine *eng;
     dsc_gpt2_config mc;
     dsc_mem_pool *pool;     // every device buffer of the run (state, activations, workspace)
-    dsc__engine_flat host;  // the engine's flat state
+    dsc__engine_flat host;  // the engine's flat state (one rank); staged: only total is set
+    bool staged;            // several ranks: gradients to the engine every micro-step, the
+                            // engine's dsc_step (reduction + CPU optimizer), weights back
+    int world;              // ranks when created (a change after a failure is not followed)
+    int sharing;            // ranks of this node on this device (MFU's share of its peak)
+    int device;
+    float *hgrad, *hweights; // staged: host copies of a micro-step's gradients / the weights
     dsc_cuda_state *st;     // the device's
     dsc_gpt2_cuda *model;
     int ntensors, gas, micro;
@@ -26,7 +33,7 @@ struct train_gpu {
     const uint16_t **p16;   // per-tensor views into st->p16
     float **grad;           // per-tensor views into st->grad
     double peak;
-    char line[512];
+    char line[1024];
 };
 
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
@@ -49,11 +56,7 @@ dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: %s; check nvidia-smi and "
                          "CUDA_VISIBLE_DEVICES, or train with --device cpu", why);
     }
-    if (world != 1)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: %d ranks; GPU training runs on one "
-                         "rank for now (multi-GPU needs the NCCL path, not built yet); start one "
-                         "process, or use --device cpu for several ranks", world);
-    *cuda = true;
+    *cuda = true; // several ranks: host-staged (train_gpu.h)
     return DSC_OK;
 }
 
@@ -105,30 +108,82 @@ static dsc_status make_pool(train_gpu *g) {
     return dsc_mem_pool_create(&g->pool, dev, 0, &o);
 }
 
+// The node's ranks share the visible devices round-robin by local rank (all on one device when
+// there is one); MFU then counts each rank's share of its device's peak.
+static dsc_status pick_gpu(train_gpu *g) {
+    dsc_comm_env_info env;
+    DSC_TRY(dsc_comm_env(&env));
+    int count = 1;
+    DSC_TRY(dsc__cuda_select_device(env.local_rank, &g->device, &count));
+    int local = env.local_world_size > 0 ? env.local_world_size : 1;
+    g->sharing = (local + count - 1) / count;
+    return DSC_OK;
+}
+
+// One rank: the device holds the engine's flat layout (and, without offload, the optimizer).
+static dsc_status flat_init(train_gpu *g, bool offload, bool *pinned, char *why, size_t cap) {
+    DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
+    int moments = g->host.v ? 2 : 1;
+    DSC_TRY(dsc__cuda_state_create(&g->st, g->host.total, moments, offload, g->pool));
+    if (offload) // gradients come down into acc, weights go up from master: every step
+        dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, pinned, why, cap);
+    return DSC_OK;
+}
+
+// Several ranks: the engine's host buffers are partitioned by stage and move between steps, so
+// the bus copies go through two full-layout host buffers of this rank, page-locked once.
+static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap) {
+    size_t n = dsc__engine_layout_len(g->eng);
+    g->host = (dsc__engine_flat){.total = n};
+    g->hgrad = calloc(n, sizeof *g->hgrad);
+    g->hweights = calloc(n, sizeof *g->hweights);
+    if (!g->hgrad || !g->hweights)
+        return dsc__fail(DSC_ERR_OOM, "out of memory for the host staging of %zu parameters "
+                         "(8 bytes each)", n);
+    DSC_TRY(dsc__cuda_state_create(&g->st, n, 0, true, g->pool));
+    dsc__cuda_state_pin(g->st, g->hgrad, g->hweights, n, pinned, why, cap);
+    return DSC_OK;
+}
+
+static void describe(train_gpu *g, const char *name, bool offload, const char *prec, bool pinned,
+                     const char *why) {
+    char mode[256];
+    if (g->staged)
+        snprintf(mode, sizeof mode, "cuda:%d shared by %d rank%s | %d ranks, host-staged: "
+                 "gradients to the host every micro-step, ZeRO stage %lld reduction, fp32 "
+                 "master and optimizer on the host (CPU step), weights back", g->device,
+                 g->sharing, g->sharing == 1 ? "" : "s", g->world,
+                 (long long)dsc_engine_config(g->eng)->zero_optimization.stage);
+    else
+        snprintf(mode, sizeof mode, "%s", offload
+                 ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU step)"
+                 : "fp32 master + optimizer state on the GPU");
+    bool note = (offload || g->staged) && !pinned;
+    snprintf(g->line, sizeof g->line, "device %s | %s | bf16 compute, %s config%s%s%s", name, mode,
+             prec, note ? " | host buffers not page-locked (" : "", note ? why : "",
+             note ? ")" : "");
+}
+
 static dsc_status gpu_init(train_gpu *g, int B, int T) {
     bool offload = false;
     const char *prec = "";
     DSC_TRY(check_config(g, &offload, &prec));
-    DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
+    g->world = dsc_engine_world_size(g->eng);
+    g->staged = g->world > 1;
+    DSC_TRY(pick_gpu(g));
     char name[256];
     DSC_TRY(dsc__cuda_device_info(name, sizeof name, &g->peak));
-    int moments = g->host.v ? 2 : 1;
+    g->peak /= g->sharing;
     DSC_TRY(make_pool(g));
-    DSC_TRY(dsc__cuda_state_create(&g->st, g->host.total, moments, offload, g->pool));
     char why[256] = "";
     bool pinned = false;
-    if (offload) // gradients come down into acc, weights go up from master: every step
-        dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
-                            sizeof why);
+    if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
+    else DSC_TRY(flat_init(g, offload, &pinned, why, sizeof why));
     DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
     DSC_TRY(make_views(g));
     g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
     g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
-    snprintf(g->line, sizeof g->line, "device %s | %s | bf16 compute, %s config%s%s%s", name,
-             offload ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU step)"
-                     : "fp32 master + optimizer state on the GPU",
-             prec, offload && !pinned ? " | host buffers not page-locked (" : "",
-             offload && !pinned ? why : "", offload && !pinned ? ")" : "");
+    describe(g, name, offload, prec, pinned, why);
     return dsc__train_gpu_load(g);
 }
 
@@ -152,8 +207,10 @@ dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt
 void dsc__train_gpu_destroy(train_gpu *g) {
     if (!g) return;
     dsc_gpt2_cuda_destroy(g->model);
-    dsc__cuda_state_destroy(g->st);
+    dsc__cuda_state_destroy(g->st); // unpins the staging buffers: free them after
     dsc_mem_pool_destroy(g->pool); // after its users: they wait for their streams first
+    free(g->hgrad);
+    free(g->hweights);
     free(g->p16);
     free(g->grad);
     free(g);
@@ -165,12 +222,17 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
 }
 
 dsc_status dsc__train_gpu_load(train_gpu *g) {
+    if (g->staged) { // every rank holds a part of the master at stages 1-3: gather it
+        DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
+        return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
+    }
     if (g->st->offload) return dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
     return dsc__cuda_state_upload(g->st, g->host.master, g->host.m, g->host.v);
 }
 
 dsc_status dsc__train_gpu_store(train_gpu *g) {
-    if (g->st->offload) return DSC_OK; // the host state is the one the optimizer updates
+    if (g->st->offload) return DSC_OK; // the host state is the one the optimizer updates (and
+                                       // staged runs are offloaded)
     DSC_TRY(dsc__cuda_state_download(g->st, g->host.master, g->host.m, g->host.v));
     return dsc__engine_master_changed(g->eng);
 }
@@ -220,7 +282,26 @@ static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
     return info->skipped ? DSC_OK : dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
 }
 
+// Several ranks: every micro-step's gradients go to the engine as the CPU model's backward would
+// hand them over (the engine reduces each micro-step, at every stage), then the engine's own
+// dsc_step; after an applied step the new master weights come back to the device as bf16.
+static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
+    if (dsc_engine_world_size(g->eng) != g->world)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: the run went from %d to %d ranks "
+                         "after a failure, which the GPU path does not follow; restart the job "
+                         "(fault_tolerance.on_failure \"restart\") or use --device cpu", g->world,
+                         dsc_engine_world_size(g->eng));
+    DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->hgrad));
+    DSC_TRY(dsc__cuda_state_zero_grads(g->st));
+    DSC_TRY(dsc__engine_add_grads(g->eng, g->hgrad));
+    DSC_TRY(dsc_step(g->eng, info));
+    if (!info->boundary || info->skipped) return DSC_OK;
+    DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
+    return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
+}
+
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
+    if (g->staged) return staged_step(g, info);
     if (g->st->offload) return offload_step(g, info);
     if (++g->micro < g->gas) {
         memset(info, 0, sizeof *info);

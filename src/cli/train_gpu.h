@@ -1,8 +1,12 @@
-// cli/train_gpu.h - the GPU half of `dsc train` (--device cuda): one GPU, one rank.
+// cli/train_gpu.h - the GPU half of `dsc train` (--device cuda).
 //
 // The engine keeps what the config decides and what checkpoints record (engine/device.h); the GPU
-// runs forward and backward in bf16 (cuda/gpt2_cuda.h) and, unless the config offloads the
-// optimizer (zero_optimization.offload_optimizer.device "cpu"), the optimizer step too.
+// runs forward and backward in bf16 (cuda/gpt2_cuda.h). On one rank it also runs the optimizer
+// step, unless the config offloads it (zero_optimization.offload_optimizer.device "cpu").
+// Several ranks (each on device LOCAL_RANK % visible devices, so several may share one GPU) are
+// always host-staged: every micro-step's gradients go to the engine's host buffers, the engine's
+// ZeRO reduction and CPU optimizer run as on the CPU path, and the new weights come back. A
+// device optimizer there would need a device all-reduce (NCCL), which is not built.
 #ifndef DSC_CLI_TRAIN_GPU_H
 #define DSC_CLI_TRAIN_GPU_H
 
@@ -17,8 +21,8 @@
 typedef struct train_gpu train_gpu;
 
 // What --device means here. flag: NULL or "auto" (the GPU when this build has the CUDA kernels,
-// a device is visible and the run has one rank; otherwise the CPU), "cpu" or "cuda" (an error
-// naming the missing piece when it cannot run). *cuda receives the choice.
+// a device is visible and the run has one rank; otherwise the CPU), "cpu" or "cuda" (any number
+// of ranks; an error naming the missing piece when it cannot run). *cuda receives the choice.
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda);
 
 // Device state and model for micro batches up to B x T, loaded from the engine's host state.

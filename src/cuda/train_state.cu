@@ -76,6 +76,14 @@ extern "C" dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_select_device(int local_rank, int *device, int *count) {
+    DSC_CUDA_TRY(cudaGetDeviceCount(count));
+    if (*count < 1) return dsc__fail(DSC_ERR_UNSUPPORTED, "no CUDA device is visible");
+    *device = (local_rank < 0 ? 0 : local_rank) % *count;
+    DSC_CUDA_TRY(cudaSetDevice(*device));
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_current_device(int *device) {
     DSC_CUDA_TRY(cudaGetDevice(device));
     return DSC_OK;

@@ -49,6 +49,11 @@ typedef struct dsc_cuda_state {
 // CUDA device is usable.
 dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak_flops);
 
+// Makes device `local_rank % count` the calling thread's current device (several ranks of a node
+// share the visible devices round-robin; with one device they all share it). *device: its number,
+// *count: the devices visible.
+dsc_status dsc__cuda_select_device(int local_rank, int *device, int *count);
+
 // The current CUDA device's number and the bytes in use on it (total - free, every process and
 // allocator included: what a leak outside the pools would raise).
 dsc_status dsc__cuda_current_device(int *device);

@@ -65,6 +65,40 @@ double dsc__engine_loss_scale(const dsc_engine *e) { return dsc_loss_scaler_scal
 
 dsc_status dsc__engine_master_changed(dsc_engine *e) { return dsc__zero_sync_params(e); }
 
+size_t dsc__engine_layout_len(const dsc_engine *e) { return e->total; }
+
+// acc += x: the CPU model's backward adds into the gradient buffers too, so the engine sees the
+// same contract whichever side computed the gradients.
+static void add_into(float *acc, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t k = 0; k < n; k++) acc[k] += x[k];
+}
+
+// One group, as backward hands it over: buffers (gather), gradients, reduction, release.
+static dsc_status add_group(dsc_engine *e, int g, const float *grads) {
+    DSC_TRY(dsc_gather(e, g));
+    for (int i = 0; i < e->nparams; i++) {
+        if (e->params[i].group != g) continue;
+        float *dst = dsc_param_grad(e, i);
+        if (!dst)
+            return dsc__fail(DSC_ERR_INTERNAL, "tensor %s has no gradient buffer after its "
+                             "group's gather", e->params[i].name);
+        add_into(dst, grads + e->params[i].off, e->params[i].numel);
+    }
+    DSC_TRY(dsc_grads_ready(e, g));
+    return dsc_release(e, g);
+}
+
+dsc_status dsc__engine_add_grads(dsc_engine *e, const float *grads) {
+    DSC_TRY(dsc_backward_begin(e));
+    for (int g = e->ngroups - 1; g >= 0; g--) DSC_TRY(add_group(e, g, grads));
+    return DSC_OK;
+}
+
+dsc_status dsc__engine_gather_master(dsc_engine *e, float *out) {
+    return dsc__zero_gather_master(e, out);
+}
+
 // An fp16 overflow: nothing is applied; the scaler backs off (or DeepSpeed's error at the minimum).
 static dsc_status skip_step(dsc_engine *e, dsc_step_info *info) {
     double mom;

@@ -1,6 +1,9 @@
 // engine/device.h - the engine's side of training whose arithmetic runs on a device
-// (`dsc train --device cuda`, one rank, any ZeRO stage: on one rank every stage keeps the whole
-// flat layout).
+// (`dsc train --device cuda`, any ZeRO stage). On one rank every stage keeps the whole flat layout
+// and the device may own the state (dsc__engine_flat_state). On several ranks the device only
+// runs forward and backward: each micro-step's gradients are handed to the engine
+// (dsc__engine_add_grads), the engine's own dsc_step reduces them and runs the optimizer on the
+// host, and dsc__engine_gather_master gives the device its new weights.
 //
 // The engine stays the owner of everything the config decides and everything a checkpoint
 // records: optimizer hyper-parameters, the LR schedule, clipping, the loss scaler and the step
@@ -38,6 +41,19 @@ size_t dsc__engine_param_offset(const dsc_engine *e, int i);
 double dsc__engine_loss_scale(const dsc_engine *e);
 // The master weights were written from outside (device -> host): refresh the compute copy.
 dsc_status dsc__engine_master_changed(dsc_engine *e);
+
+// Several ranks (host-staged). Elements of the full flat layout (padding included), the same on
+// every rank; tensor i starts at dsc__engine_param_offset(e, i).
+size_t dsc__engine_layout_len(const dsc_engine *e);
+// One micro-step's gradients, full layout (len elements, scaled as dsc_backward_scale says),
+// given to the engine as a backward would give them: every group is gathered, its tensors'
+// gradients added into dsc_param_grad and its reduction started (dsc_grads_ready), last group
+// first. Call once per micro-step, before that micro-step's dsc_step. A collective at stage 3
+// (the gathers) and wherever the reductions are.
+dsc_status dsc__engine_add_grads(dsc_engine *e, const float *grads);
+// The full fp32 master weights into out (len elements, padding included): a copy at stage 0,
+// one all-gather per group at stages 1-3 (a collective: every rank calls it).
+dsc_status dsc__engine_gather_master(dsc_engine *e, float *out);
 
 // What the device applies at this optimizer step.
 typedef struct dsc__device_step {

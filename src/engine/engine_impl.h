@@ -142,6 +142,9 @@ void dsc__zero_abandon_step(dsc_engine *e);
 // dsc__zero_alloc can lay the engine out again (another world size after a failure). Requests in
 // flight must have been waited.
 void dsc__zero_reset(dsc_engine *e);
+// The full fp32 master, every group in the full layout (len e->total), into out; one all-gather
+// per group at stages 1-3.
+dsc_status dsc__zero_gather_master(dsc_engine *e, float *out);
 // The fp32 master of parameter i, whole (all-gathers its group at stages 1-3).
 dsc_status dsc__zero_full_master(dsc_engine *e, int i, float *out);
 

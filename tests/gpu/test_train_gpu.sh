@@ -16,7 +16,6 @@ if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe
     finish >/dev/null
     exit 77
 fi
-expect 1 "GPU training runs on one rank" -- env WORLD_SIZE=2 RANK=0 "$DSC" train --device cuda --max-steps 1 --out "$T/w2"
 
 cfg() { # cfg FILE EXTRA_JSON: bf16 AdamW + warm-up/cosine + clipping + accumulation 2
     cat >"$1" <<JSON

@@ -6,10 +6,12 @@
 #include <cmocka.h>
 
 #include <math.h>   // sqrt, fabs
-#include <stdlib.h> // setenv
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // setenv, calloc
 #include <string.h> // strstr
 
-#include "dsc/engine.h" // dsc_engine_*
+#include "dsc/engine.h"    // dsc_engine_*
+#include "engine/device.h" // dsc__engine_add_grads, dsc__engine_gather_master
 
 static const dsc_param_desc params[] = {
     {"a.weight", 2, {3, 5}, 0},
@@ -160,6 +162,58 @@ static void test_errors(void **state) {
     dsc_engine_destroy(NULL);
 }
 
+// The host-staged device path hands each micro-step's gradients over as one full-layout vector
+// (dsc__engine_add_grads) and reads the weights back whole (dsc__engine_gather_master): at every
+// stage that must be bitwise what the model's own backward into dsc_param_grad gives at stage 0.
+static dsc_engine *make_stage(int stage) {
+    char json[512];
+    snprintf(json, sizeof json, "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2,"
+             " \"gradient_clipping\": 0.5, \"bf16\": {\"enabled\": true},"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+             " \"zero_optimization\": {\"stage\": %d}}", stage);
+    return make(json);
+}
+
+static void test_device_hooks_match_backward(void **state) {
+    dsc_engine *ref = make_stage(0);
+    size_t n = dsc__engine_layout_len(ref);
+    float *flat = calloc(n, sizeof *flat), *want = calloc(n, sizeof *want);
+    float *got = calloc(n, sizeof *got);
+    assert_non_null(flat);
+    assert_non_null(want);
+    assert_non_null(got);
+    dsc_step_info info, rinfo;
+    for (int step = 0; step < 3; step++)
+        for (int micro = 0; micro < 2; micro++) {
+            backward(ref, 1.0 + micro - 0.7 * step);
+            assert_int_equal(dsc_step(ref, &rinfo), DSC_OK);
+        }
+    assert_int_equal(dsc__engine_gather_master(ref, want), DSC_OK);
+    for (int stage = 0; stage <= 3; stage++) {
+        dsc_engine *e = make_stage(stage);
+        assert_int_equal(dsc__engine_layout_len(e), n);
+        for (int step = 0; step < 3; step++)
+            for (int micro = 0; micro < 2; micro++) {
+                double s = dsc_backward_scale(e), c = 1.0 + micro - 0.7 * step;
+                for (int i = 0; i < 3; i++) {
+                    size_t off = dsc__engine_param_offset(e, i);
+                    for (int k = 0; k < numel(i); k++) flat[off + (size_t)k] = (float)(s * c * (k + 1));
+                }
+                assert_int_equal(dsc__engine_add_grads(e, flat), DSC_OK);
+                assert_int_equal(dsc_step(e, &info), DSC_OK);
+            }
+        assert_true(info.boundary);
+        assert_true(info.grad_norm == rinfo.grad_norm);
+        assert_int_equal(dsc__engine_gather_master(e, got), DSC_OK);
+        assert_memory_equal(got, want, n * sizeof *got);
+        dsc_engine_destroy(e);
+    }
+    free(flat);
+    free(want);
+    free(got);
+    dsc_engine_destroy(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_and_sgd),
@@ -167,6 +221,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_overflow_skips),
         cmocka_unit_test(test_bf16_work_copy_is_rounded),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_device_hooks_match_backward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -558,6 +558,20 @@ dsc_status dsc__zero_full_master(dsc_engine *e, int i, float *out) {
     return st;
 }
 
+// Rank r's slice of group g sits at g's offset + r * slice in the full layout, so an all-gather
+// of the slices lands every group in place: one collective per group, nothing to rearrange.
+dsc_status dsc__zero_gather_master(dsc_engine *e, float *out) {
+    if (e->stage == 0) {
+        memcpy(out, e->master, e->total * sizeof(float));
+        return DSC_OK;
+    }
+    for (int g = 0; g < e->ngroups; g++) {
+        const group *gr = &e->groups[g];
+        DSC_TRY(all_gather(e, dsc__zero_master_slice(e, g), out + gr->off, gr->slice, NULL));
+    }
+    return DSC_OK;
+}
+
 void dsc__zero_abandon_step(dsc_engine *e) {
     for (int g = 0; g < e->ngroups; g++) {
         group *gr = &e->groups[g];
