@@ -262,14 +262,6 @@ dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *t
     return dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss);
 }
 
-dsc_status dsc__train_gpu_next_logits(train_gpu *g, const int32_t *in, int T, float *out) {
-    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, NULL, 1, T, NULL));
-    int ld;
-    const uint16_t *logits = dsc_gpt2_cuda_logits(g->model, &ld);
-    return dsc__cuda_bf16_to_host(out, logits + (size_t)(T - 1) * ld, (size_t)g->mc.vocab_size,
-                                  g->st->stream);
-}
-
 // ZeRO-Offload: the accumulated gradients go to the engine, whose dsc_step runs the CPU
 // optimizer; the updated weights come back as bf16.
 static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
@@ -361,9 +353,6 @@ dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) { return no_cuda(); }
 dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                float *loss) {
-    return no_cuda();
-}
-dsc_status dsc__train_gpu_next_logits(train_gpu *g, const int32_t *in, int T, float *out) {
     return no_cuda();
 }
 

@@ -54,7 +54,5 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info);
 // Mean loss of a batch without gradients (validation).
 dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                float *loss);
-// Logits of the last position of one sequence of T tokens: out (vocab_size) host floats.
-dsc_status dsc__train_gpu_next_logits(train_gpu *g, const int32_t *in, int T, float *out);
 
 #endif
