@@ -8,9 +8,13 @@
 #                    it ON and makes a missing nvcc an error.
 #   DSC_CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES for the kernels; default "90-real;90-virtual"
 #                    (Hopper machine code plus PTX that newer GPUs compile at load).
-#   DS_BUILD_HIP=1   (environment) build the same sources with hipcc instead.
+#   DSC_NCCL         build the nccl comm backend (src/comm/nccl.c) when the CUDA kernels are built
+#                    and NCCL (nccl.h and libnccl, the toolkit's copy or the system's) is found;
+#                    default ON. Without NCCL the build goes on and `dsc report` says so.
+#   DS_BUILD_HIP=1   (environment) build the same sources with hipcc instead. The nccl backend is
+#                    not part of the HIP build (RCCL would serve it; Debian's ROCm has none).
 #   DSC_HIP_ARCH     the AMD target; default $HCC_AMDGPU_TARGET, else gfx90a.
-# Results: DSC_WITH_CUDA / DSC_WITH_HIP (ON/OFF) and, for tests/CMakeLists.txt,
+# Results: DSC_WITH_CUDA / DSC_WITH_HIP / DSC_WITH_NCCL (ON/OFF) and, for tests/CMakeLists.txt,
 # dsc_cuda_add_tests() that builds tests/cuda/test_*.cu (label "kernels"; exit 77 = skipped).
 
 file(GLOB DSC_GPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu)
@@ -18,6 +22,7 @@ file(GLOB DSC_GPU_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.h
      ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh)
 set(DSC_WITH_CUDA OFF)
 set(DSC_WITH_HIP OFF)
+set(DSC_WITH_NCCL OFF)
 
 # The project's warning flags were added for C with add_compile_options; nvcc and hipcc spell
 # them differently, so limit those already set to C and C++ sources (targets made later, in
@@ -34,6 +39,40 @@ function(dsc__gpu_limit_compile_options_to_c)
   endforeach()
   set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_limited}")
   set_property(TARGET dsc_objects PROPERTY COMPILE_OPTIONS "${_limited}")
+endfunction()
+
+# NCCL for the nccl comm backend (src/comm/nccl.c, C against the CUDA runtime's and NCCL's C
+# APIs): the header next to the toolkit's or the system's, the library features.cmake found
+# (DSC_NCCL_LIB) or the system's. Defines DSC_WITH_NCCL=1 for the library and its users.
+function(dsc__find_nccl)
+  option(DSC_NCCL "Build the nccl comm backend (needs NCCL)" ON)
+  if(NOT DSC_NCCL)
+    message(STATUS "dsc GPU: nccl comm backend off (-DDSC_NCCL=OFF)")
+    return()
+  endif()
+  find_path(DSC_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS}
+            ${CUDAToolkit_LIBRARY_ROOT}/include)
+  if(NOT DSC_NCCL_LIB)
+    find_library(DSC_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR}
+                 ${CUDAToolkit_LIBRARY_ROOT}/lib64 ${CUDAToolkit_LIBRARY_ROOT}/lib)
+  endif()
+  if(NOT DSC_NCCL_INCLUDE OR NOT DSC_NCCL_LIB)
+    message(STATUS "dsc GPU: NCCL not found (nccl.h, libnccl): the nccl comm backend is not "
+                   "built; install NCCL (libnccl-dev) to get it")
+    return()
+  endif()
+  file(STRINGS ${DSC_NCCL_INCLUDE}/nccl.h _code REGEX "#define NCCL_VERSION_CODE")
+  string(REGEX MATCH "[0-9]+" _code "${_code}")
+  target_include_directories(dsc_objects PUBLIC ${DSC_NCCL_INCLUDE})
+  target_compile_definitions(dsc_objects PUBLIC DSC_WITH_NCCL=1)
+  target_link_libraries(dsc_objects PUBLIC ${DSC_NCCL_LIB})
+  foreach(_t dsc_static dsc_shared)
+    target_link_libraries(${_t} PUBLIC ${DSC_NCCL_LIB})
+    target_include_directories(${_t} PUBLIC $<BUILD_INTERFACE:${DSC_NCCL_INCLUDE}>)
+    target_compile_definitions(${_t} INTERFACE DSC_WITH_NCCL=1)
+  endforeach()
+  set(DSC_WITH_NCCL ON PARENT_SCOPE)
+  message(STATUS "dsc GPU: nccl comm backend with ${DSC_NCCL_LIB} (NCCL_VERSION_CODE ${_code})")
 endfunction()
 
 if("$ENV{DS_BUILD_HIP}" STREQUAL "1")
@@ -140,6 +179,7 @@ else()
     endforeach()
     set(DSC_WITH_CUDA ON)
     message(STATUS "dsc GPU: CUDA ${CMAKE_CUDA_COMPILER_VERSION} for ${DSC_CUDA_ARCHS}")
+    dsc__find_nccl()
   endif()
 endif()
 

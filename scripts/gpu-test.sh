@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # scripts/gpu-test.sh - build dsc's CUDA kernels and run the GPU tests on a machine with an NVIDIA
-# GPU (Hopper by default): correctness against the CPU/float64 references, compute-sanitizer on
-# the test kernels, and the GPT-2 training-step benchmark.
+# GPU (Hopper by default): correctness against the CPU/float64 references, the nccl comm backend
+# and the trainer's GPU paths, compute-sanitizer on the test kernels, and the GPT-2 training-step
+# and decode benchmarks.
 #
-# Usage: scripts/gpu-test.sh [--no-sanitize] [--no-bench] [--build-only] [--log DIR]
+# Usage: scripts/gpu-test.sh [--no-sanitize] [--no-bench] [--build-only] [--only REGEX] [--log DIR]
+#   --only REGEX runs only the steps whose name matches (e.g. --only 'decode|generate').
+#   --log defaults to $OUT when that is set.
 #   BUILD_DIR (default build-cuda), CUDA_ARCH (default sm_90 for the direct build),
 #   DSC_DIRECT_BUILD=1 (skip CMake even when the dependencies are there).
+#   --log DIR keeps each test's output in DIR/<name>.log (default: $OUT/gpu-test-logs when the
+#   environment has OUT). --only RE runs only the tests and benchmarks whose name matches the
+#   extended regular expression RE (e.g. 'nccl|dump_grads': the nccl backend's tests).
 # Build: with CMake (-DDSC_CUDA=ON) when the CPU library's dependencies are installed (jansson,
 # libmicrohttpd, cmocka, OpenBLAS, xxhash); otherwise the kernels, the tests and the few CPU
 # sources the tests compare against are compiled directly with nvcc and gcc (OpenBLAS replaced by
@@ -17,17 +23,19 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-cuda}
 ARCH=${CUDA_ARCH:-sm_90}
 JOBS=$(nproc 2>/dev/null || echo 4)
-SANITIZE=1 BENCH=1 BUILD_ONLY=0 LOG=""
+SANITIZE=1 BENCH=1 BUILD_ONLY=0 LOG="${OUT:-}" ONLY=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --no-sanitize) SANITIZE=0 ;;
     --no-bench) BENCH=0 ;;
     --build-only) BUILD_ONLY=1 ;;
     --log) LOG=$2; shift ;;
-    *) echo "usage: $0 [--no-sanitize] [--no-bench] [--build-only] [--log DIR]" >&2; exit 2 ;;
+    --only) ONLY=$2; shift ;;
+    *) echo "usage: $0 [--no-sanitize] [--no-bench] [--build-only] [--only REGEX] [--log DIR]" >&2; exit 2 ;;
     esac
     shift
 done
+[ -z "$LOG" ] && [ -n "${OUT:-}" ] && LOG="$OUT/gpu-test-logs"
 [ -n "$LOG" ] && mkdir -p "$LOG"
 SUMMARY=()
 FAILED=0
@@ -51,7 +59,11 @@ have_cpu_deps() {
 }
 
 # ---- build ----
-TESTS=(test_cuda_kernels test_cuda_attention test_cuda_optim test_cuda_gpt2)
+TESTS=(test_cuda_kernels test_cuda_attention test_cuda_optim test_cuda_gpt2 test_cuda_decode
+    test_cuda_nccl)
+# The direct build compiles only the CPU sources the kernel tests compare against; these need
+# the whole library (the generation loop, the comm layer and NCCL) and so the CMake build.
+CMAKE_ONLY_TESTS=" test_cuda_decode test_cuda_nccl "
 build_cmake() {
     note "build: CMake in $BUILD (-DDSC_CUDA=ON)"
     cmake -S "$ROOT" -B "$BUILD" -DDSC_CUDA=ON -DDSC_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release &&
@@ -105,6 +117,7 @@ build_direct() {
     [ $ok = 1 ] || return 1
     pids=()
     for t in "${TESTS[@]}"; do
+        [[ "$CMAKE_ONLY_TESTS" == *" $t "* ]] && continue
         nvcc "${nvflags[@]}" -I"$ROOT/tests/cuda" "$ROOT/tests/cuda/$t.cu" "${objs[@]}" \
             "${cblas[@]}" -lcublasLt -lgomp -lpthread -lm -o "$out/$t" & pids+=($!)
     done
@@ -126,9 +139,17 @@ record "build ($(( $(date +%s) - T0 )) s)" "ok"
 run() { # name, timeout, command...
     local name=$1 limit=$2 rc
     shift 2
+    if [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]]; then return 0; fi
+    local arg
+    for arg in "$@"; do
+        if [[ "$arg" == "$BIN"/* ]] && [ ! -e "$arg" ]; then
+            record "$name" "not run (not built: the direct build lacks it)"
+            return 0
+        fi
+    done
     note "$name"
     if [ -n "$LOG" ]; then
-        timeout "$limit" "$@" 2>&1 | tee "$LOG/$name.log"
+        timeout "$limit" "$@" 2>&1 | tee "$LOG/${name//[^A-Za-z0-9_.=-]/_}.log"
     else
         timeout "$limit" "$@" 2>&1
     fi
@@ -142,17 +163,23 @@ run() { # name, timeout, command...
 }
 
 for t in "${TESTS[@]}"; do run "$t" 300 "$BIN/$t"; done
-# dsc train --device cuda against the CPU path (needs the dsc binary: CMake builds only)
-if [ -x "$BUILD/dsc" ]; then
-    run "test_train_gpu" 600 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/test_train_gpu.sh"
-else
-    record "test_train_gpu" "not run (no dsc binary in the direct build)"
-fi
+# dsc train --device cuda against the CPU path, fp16, several ranks host-staged, the nccl path,
+# --dump-grads on the GPU, generation (need the dsc binary: CMake builds only)
+for t in test_train_gpu test_train_gpu_fp16 test_train_gpu_ranks test_train_nccl \
+    test_dump_grads_gpu test_generate_gpu; do
+    if [ -x "$BUILD/dsc" ]; then
+        run "$t" 900 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/$t.sh"
+    else
+        record "$t" "not run (no dsc binary in the direct build)"
+    fi
+done
 
 if [ "$BENCH" = 1 ]; then
     run "bench gpt2-124M B=16 T=1024" 120 "$BIN/test_cuda_gpt2" --bench gpt2-124M 16 1024 10
     run "bench gpt2-124M B=64 T=1024" 120 "$BIN/test_cuda_gpt2" --bench gpt2-124M 64 1024 5
     run "bench gpt2-350M B=8 T=1024" 120 "$BIN/test_cuda_gpt2" --bench gpt2-350M 8 1024 10
+    run "bench decode gpt2-124M B=1" 120 "$BIN/test_cuda_decode" --bench gpt2-124M 1 64 128
+    run "bench decode gpt2-124M B=8" 120 "$BIN/test_cuda_decode" --bench gpt2-124M 8 64 128
 fi
 
 if [ "$SANITIZE" = 1 ]; then
@@ -164,6 +191,8 @@ if [ "$SANITIZE" = 1 ]; then
         run "initcheck test_cuda_attention" 150 "$SANITIZER" --tool initcheck --error-exitcode 9 "$BIN/test_cuda_attention"
         run "memcheck test_cuda_optim" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_optim"
         run "memcheck test_cuda_gpt2" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_gpt2"
+        run "memcheck test_cuda_decode" 300 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_decode"
+        run "racecheck test_cuda_decode" 300 "$SANITIZER" --tool racecheck --error-exitcode 9 "$BIN/test_cuda_decode"
         unset DSC_TEST_SMALL
     else
         record "compute-sanitizer" "not found, skipped"

@@ -9,6 +9,16 @@
 //          operations run in issue order on a progress thread of the communicator, so that the
 //          caller computes while they run.
 //   "mpi"  Open MPI (when dsc was built with it); CPU buffers; nonblocking MPI collectives.
+//   "nccl" NVIDIA NCCL (when dsc was built with CUDA and NCCL); GPU buffers, device pointers on
+//          the communicator's CUDA device (dsc_comm_opts.device; by default LOCAL_RANK modulo the
+//          visible devices, the launcher's convention). One GPU per rank: NCCL refuses two ranks
+//          of one communicator on the same GPU. Non-blocking NCCL
+//          communicators; the ncclUniqueId goes from rank 0 to the others through the rendezvous
+//          store. Every operation runs on the communicator's own CUDA stream, after the work
+//          already issued there; a request completes when the device finished it (so the
+//          caller's other streams may use the results once dsc_comm_wait returned). Sends and
+//          receives are issued together (one NCCL group) when the next collective, wait or test
+//          comes, so that a ring of send-then-receive does not deadlock.
 //
 // DETERMINISM (shm): every reduction adds element-wise in rank order, accumulating in fp32,
 //     r = ((x_0 + x_1) + x_2) + ... + x_{N-1}
@@ -24,6 +34,11 @@
 // arrived), or as soon as a peer is seen dead (DSC_ERR_PEER, naming the rank and its pid). After
 // any failure the communicator is broken: every later operation fails at once with the first
 // failure's message, and the caller builds a new communicator (e.g. with another group_tag).
+// nccl: NCCL has no deadline of its own; the host polls the operation's completion event and
+// NCCL's asynchronous error against timeout_s, and on a timeout or an error aborts the NCCL
+// communicator (ncclCommAbort), which ends the kernels still waiting for peers. It cannot tell
+// which rank is missing, so the message names the operation, this rank, the world and the fix.
+// 16-bit reductions are NCCL's (rounded at each step of its algorithm), not shm's rank-order sum.
 #ifndef DSC_COMM_H
 #define DSC_COMM_H
 
@@ -45,7 +60,7 @@ typedef struct dsc_comm_req dsc_comm_req; // handle of one asynchronous operatio
 struct dsc_store;                         // comm/store.h: rendezvous key-value store
 
 typedef struct dsc_comm_opts {
-    const char *backend;    // "shm" (default when NULL) or "mpi"
+    const char *backend;    // "shm" (default when NULL), "mpi" or "nccl"
     int rank, world_size;   // -1: from the environment (dsc_comm_env)
     const char *master_addr; // rendezvous store host; NULL: MASTER_ADDR (dsc_comm_env)
     int master_port;        // rendezvous store port; 0: MASTER_PORT (dsc_comm_env)
@@ -54,9 +69,13 @@ typedef struct dsc_comm_opts {
     struct dsc_store *store; // optional: an existing store to rendezvous through (borrowed during
                              // create); NULL: rank 0 hosts one on master_addr:master_port for the
                              // duration of dsc_comm_create
+    int device;             // nccl: this rank's CUDA device; -1 (the default): LOCAL_RANK (or,
+                            // when the environment names no local rank, the rank) modulo the
+                            // visible devices. (A zeroed struct means device 0.) Other backends
+                            // ignore it.
 } dsc_comm_opts;
 
-// Defaults: backend "shm", rank/world from the environment, timeout 30 s.
+// Defaults: backend "shm", rank/world from the environment, timeout 30 s, device -1.
 dsc_comm_opts dsc_comm_opts_default(void);
 
 // Collective: every rank of the group calls it. Returns after all ranks joined (or the deadline).
@@ -67,7 +86,9 @@ void dsc_comm_destroy(dsc_comm *c);
 
 int dsc_comm_rank(const dsc_comm *c);
 int dsc_comm_size(const dsc_comm *c);
-const char *dsc_comm_backend(const dsc_comm *c); // "shm" or "mpi"
+const char *dsc_comm_backend(const dsc_comm *c); // "shm", "mpi" or "nccl"
+// Whether this build has the backend `name` ("shm" always; "mpi" and "nccl" when built).
+bool dsc_comm_backend_available(const char *name);
 // Size in bytes of one element of the dtype (4 or 2).
 size_t dsc_dtype_size(dsc_dtype dt);
 const char *dsc_dtype_name(dsc_dtype dt); // "f32", "f16", "bf16"
@@ -192,6 +213,15 @@ dsc_status dsc_comm_peer_info(dsc_comm *c, int rank, dsc_comm_peer *out);
 // true), otherwise *expected receives its value (*swapped false). Survivors of a fault use it to
 // agree where to meet. shm only (one segment); DSC_ERR_UNSUPPORTED elsewhere.
 dsc_status dsc_comm_note_cas(dsc_comm *c, uint64_t *expected, uint64_t desired, bool *swapped);
+
+// A new communicator of the ranks of c that are not in exclude[0..n) (ranks of c, each at most
+// once), renumbered in order (rank r becomes r minus the excluded ranks below it). Collective over
+// the survivors only: every rank that is not excluded calls it with the same list; the excluded
+// ones do not call it. Operations of c still in flight are ended (NCCL_SHRINK_ABORT) and fail;
+// c stays to be destroyed. nccl only (ncclCommShrink, NCCL 2.27.3 or newer), and only while c's
+// NCCL communicator still exists: after a deadline or dsc_comm_abort it was aborted, and a new
+// communicator (dsc_comm_create) is the way on. DSC_ERR_UNSUPPORTED with the reason otherwise.
+dsc_status dsc_comm_shrink(dsc_comm *c, const int *exclude, int n, dsc_comm **out);
 
 // ---- environment ----
 

@@ -82,6 +82,8 @@ typedef struct dsc_gen_stats {
     double decode_s;        // the token-by-token passes
     double to_inference_s;  // switching the engine to the inference layout (gathers, slices)
     double to_training_s;   // and back (releases, frees)
+    double warmup_s;        // on the GPU: the untimed warm-up pass before prefill_s (the
+                            // products' algorithm choices, the step's graph capture); else 0
 } dsc_gen_stats;
 
 // Generate from n prompts (n >= 1 on every rank), writing out[0..n). Collective at ZeRO stage 3

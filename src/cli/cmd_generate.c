@@ -1,5 +1,7 @@
 // cli/cmd_generate.c - `dsc generate`: GPT-2 weights from a checkpoint or a safetensors file,
-// prompts from the command line or a file (one per line, generated as one batch), text out.
+// prompts from the command line or a file (one per line, generated as one batch), text out. The
+// generation itself runs on the CPU (dsc__generate_run) or on a CUDA device
+// (dsc__generate_run_cuda): this file only picks one.
 #include <errno.h>  // errno
 #include <stdio.h>  // printf, fopen
 #include <stdlib.h> // calloc, free
@@ -18,7 +20,7 @@
 #include "infer/generate.h"          // dsc__generate_run, dsc__gen_model_config
 
 typedef struct gen_cli {
-    const char *checkpoint, *weights, *prompt, *prompt_file, *stop, *device, *tokenizer;
+    const char *checkpoint, *weights, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
     long long max_new, top_k, seed, heads, tp, threads;
     double temperature, top_p;
     bool no_cache;
@@ -210,8 +212,13 @@ static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokeniz
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "the model's vocabulary has %d tokens: give its "
                          "tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
-                         "merges.txt) or --tokenizer byte",
+                         "merges.txt), --tokenizer byte, or --tokenizer ids (token ids in and out)",
                          w->c.vocab_size);
+    char ids[32];
+    if (!strcmp(spec, "ids")) { // token ids of this model's vocabulary
+        snprintf(ids, sizeof ids, "ids:%d", w->c.vocab_size);
+        spec = ids;
+    }
     DSC_TRY(dsc_tokenizer_create(tok, spec));
     if (dsc_tokenizer_vocab_size(*tok) > w->c.vocab_size)
         return dsc__fail(DSC_ERR_INVALID_ARG,
@@ -244,7 +251,7 @@ static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc__g
 }
 
 static void print_results(const gen_cli *o, const dsc_tokenizer *tok, const prompts *ps,
-                          const dsc_gen_output *out, const dsc_gen_stats *gs) {
+                          const dsc_gen_output *out, const dsc_gen_stats *gs, const char *device) {
     for (int i = 0; i < ps->n; i++) {
         char *text = NULL;
         size_t len = 0;
@@ -257,11 +264,32 @@ static void print_results(const gen_cli *o, const dsc_tokenizer *tok, const prom
         free(text);
     }
     double s = gs->prefill_s + gs->decode_s;
+    long long steps = gs->new_tokens - ps->n; // each prompt's first token comes from its pass
     fprintf(stderr,
             "generated %lld tokens for %d prompt(s) in %.3f s (%.1f tokens/s; prompts %.3f s, "
-            "KV cache %.1f KiB%s)\n",
+            "then %.1f tokens/s; KV cache %.1f KiB%s)\n",
             (long long)gs->new_tokens, ps->n, s, s > 0 ? gs->new_tokens / s : 0.0, gs->prefill_s,
-            gs->kv_bytes / 1024.0, o->no_cache ? ", not used" : "");
+            gs->decode_s > 0 ? steps / gs->decode_s : 0.0, gs->kv_bytes / 1024.0,
+            o->no_cache ? ", not used" : "");
+    if (device[0])
+        fprintf(stderr, "device %s (bf16), warm-up pass before the timing %.3f s\n", device,
+                gs->warmup_s);
+}
+
+// --device cuda: say at once when there is no device (before the weights are read).
+static dsc_status pick_device(const gen_cli *o, bool *cuda, char *name, size_t cap) {
+    *cuda = !strcmp(o->device, "cuda");
+    name[0] = '\0';
+    if (!*cuda) return DSC_OK;
+    dsc_status st = dsc__generate_cuda_check(name, cap);
+    if (st != DSC_OK) dsc__error_prefix("--device cuda: ");
+    return st;
+}
+
+static dsc_status open_trace(const gen_cli *o, FILE **f) {
+    if (!o->trace) return DSC_OK;
+    if ((*f = fopen(o->trace, "w"))) return DSC_OK;
+    return dsc__fail(DSC_ERR_IO, "--trace %s: cannot create: %s", o->trace, strerror(errno));
 }
 
 static dsc_status generate(const gen_cli *o) {
@@ -271,7 +299,12 @@ static dsc_status generate(const gen_cli *o) {
     dsc_comm *comm = NULL;
     dsc_gpt2_kv *kv = NULL;
     dsc_gen_output *out = NULL;
+    FILE *trace = NULL;
+    bool cuda;
+    char device[256];
     dsc_status st;
+    DSC_TRY_GOTO(pick_device(o, &cuda, device, sizeof device), st, done);
+    DSC_TRY_GOTO(open_trace(o, &trace), st, done);
     if (o->weights)
         DSC_TRY_GOTO(load_safetensors(&w, o->weights, (int)o->heads), st, done);
     else
@@ -279,7 +312,7 @@ static dsc_status generate(const gen_cli *o) {
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
     DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
     DSC_TRY_GOTO(encode_prompts(tok, &ps), st, done);
-    dsc__gen_model m = {.c = w.c, .params = w.full, .tp = {0, 1, NULL}};
+    dsc__gen_model m = {.c = w.c, .params = w.full, .tp = {0, 1, NULL}, .trace = trace};
     DSC_TRY_GOTO(setup_tp(o, &w, &comm, &m), st, done);
     stop_ctx sc = {tok, o->stop};
     dsc_gen_opts go = {.max_new_tokens = (int)o->max_new,
@@ -294,9 +327,13 @@ static dsc_status generate(const gen_cli *o) {
     dsc_gen_stats gs = {0};
     out = calloc((size_t)ps.n, sizeof *out);
     if (!out) DSC_TRY_GOTO(dsc__fail(DSC_ERR_OOM, "out of memory"), st, done);
-    DSC_TRY_GOTO(dsc__generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
-    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs);
+    if (cuda)
+        DSC_TRY_GOTO(dsc__generate_run_cuda(&m, ps.p, ps.n, &go, out, &gs), st, done);
+    else
+        DSC_TRY_GOTO(dsc__generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
+    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device);
 done:
+    if (trace) fclose(trace);
     if (out) dsc_gen_output_free(out, ps.n);
     free(out);
     dsc__gpt2_kv_destroy(kv);
@@ -323,15 +360,12 @@ static int check_flags(gen_cli *o) {
         why = "--stop needs a non-empty string";
     else if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         why = "--device must be cpu or cuda";
+    else if (!strcmp(o->device, "cuda") && o->tp > 1)
+        why = "--tp splits the model over CPU ranks; with --device cuda leave it out (one GPU "
+              "holds the whole model)";
     if (why) {
         fprintf(stderr, "dsc generate: %s\n", why);
         return 2;
-    }
-    if (!strcmp(o->device, "cuda")) {
-        fprintf(stderr,
-                "dsc generate: --device cuda: this dsc was built without GPU generation "
-                "(the CUDA GPT-2 is not part of the default build yet); use --device cpu\n");
-        return 1;
     }
     return 0;
 }
@@ -364,15 +398,18 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", "S", "seed of the sampling (default 1337)", &seed, NULL},
         {"--stop", "STR", "end a prompt's generation at this text (left out of the output)",
          &o.stop, NULL},
-        {"--device", "cpu|cuda", "where to run (default cpu)", &o.device, NULL},
-        {"--tokenizer", "SPEC", "byte or gpt2:DIR (default: byte for a 256-token vocabulary)",
-         &o.tokenizer, NULL},
+        {"--device", "cpu|cuda", "where to run: the CPU (fp32) or one CUDA device (bf16) "
+         "(default cpu)", &o.device, NULL},
+        {"--tokenizer", "SPEC", "byte, gpt2:DIR, or ids (prompts and output as token ids) "
+         "(default: byte for a 256-token vocabulary)", &o.tokenizer, NULL},
         {"--heads", "N", "attention heads (default: channels / 64, as every GPT-2 size)", &heads,
          NULL},
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},
         {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",
          NULL, &o.no_cache},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
+        {"--trace", "FILE", "write every choice with the two most likely tokens and their logits "
+         "(JSON lines)", &o.trace, NULL},
     };
     const cli_verb v = {"generate",
                         "dsc generate (--checkpoint DIR | --weights FILE) (--prompt TEXT | "

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"       // cli_parse
 #include "cli/commands.h"   // cmd_report
+#include "dsc/comm.h"       // dsc_comm_backend_available
 #include "dsc_build_info.h" // DSC_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads
@@ -60,6 +61,15 @@ int cmd_report(int argc, char **argv) {
     printf("%-28s %s %s\n", "MPI", yes_no(DSC_FEATURE_MPI), DSC_MPI_VERSION);
     printf("%-28s %s %s\n", "CUDA toolkit at build", yes_no(DSC_FEATURE_CUDA_TOOLKIT), DSC_CUDA_VERSION);
     printf("%-28s %s\n", "NCCL at build", yes_no(DSC_FEATURE_NCCL));
+    char backends[128] = "";
+    const char *names[] = {"shm", "mpi", "nccl"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        if (!dsc_comm_backend_available(names[k])) continue;
+        size_t n = strlen(backends);
+        snprintf(backends + n, sizeof backends - n, "%s%s", n ? ", " : "", names[k]);
+    }
+    printf("%-28s %s%s\n", "comm backends", backends,
+           dsc_comm_backend_available("nccl") ? "" : " (nccl not built: needs CUDA and NCCL)");
     printf("%-28s %s\n", "hipcc at build", yes_no(DSC_FEATURE_HIP));
     printf("%-28s DS_BUILD_OPS=%d DS_BUILD_HIP=%d\n", "build switches", DSC_BUILD_OPS, DSC_BUILD_HIP);
     printf("%-28s %d%s%s%s\n", "CUDA devices", ngpu, why[0] ? " (" : "", why, why[0] ? ")" : "");

@@ -448,6 +448,7 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
             si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
     if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %s", json_num(vb, sizeof vb, "%.9g", val));
     write_gpu_memory(t);
+    if (t->gpu) fprintf(t->metrics, ", \"gpu_compute\": \"%s\"", dsc__train_gpu_compute(t->gpu));
     int64_t faults = dsc_engine_fault_events(t->eng);
     if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
     fprintf(t->metrics, "}\n");
@@ -536,6 +537,19 @@ static void emergency_checkpoint(trainer *t, dsc_status failed) {
 // survivors, or on a fresh communicator), take the new rank, world, batch split and parameter
 // pointers, and set *step so that the loop runs the step the engine resumes at.
 static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
+    if (t->gpu && dsc__train_gpu_owns_state(t->gpu)) { // the host copies are stale: no going on
+        const char *policy = dsc_engine_config(t->eng)->fault_tolerance.on_failure;
+        char why[2048];
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        bool comm = failed == DSC_ERR_TIMEOUT || failed == DSC_ERR_PEER || failed == DSC_ERR_NCCL;
+        if (!comm) return dsc__fail(failed, "%s", why); // not a fault of the ranks: as it is
+        if (strcmp(policy, "abort")) t->exit_code = DSC_FT_EXIT_RESTART;
+        return dsc__fail(failed, "%s; the GPUs hold the training state (DSC_COMM_BACKEND=nccl), "
+                         "so a fault is not recovered in place: %s", why,
+                         strcmp(policy, "abort") ? "restart from the last checkpoint "
+                         "(--resume; dsc launch restarts on exit 75 with --max_restarts)"
+                                                 : "fault_tolerance.on_failure is abort");
+    }
     dsc_ft_report rep;
     dsc_status st = dsc_engine_recover(t->eng, failed, &rep);
     if (st != DSC_OK) {
@@ -765,11 +779,16 @@ static void action_after(void *u, const char *action, const char *metric, double
 // --device cuda keeps the live state on the GPU: copy it to the engine's host buffers on the steps
 // where a checkpoint may be taken (interval, stop request, last step; every step when a time
 // interval is set, since only the checkpoint layer knows when it falls due).
+// On several ranks every rank must take that copy at the same steps (the save that follows is
+// collective, and with nccl so is the copy), but SIGUSR1 may reach one rank only: the stop
+// request is agreed first (a mean over the ranks, above 0 when any rank has one).
 static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
     if (!t->gpu || !t->o->save_dir) return DSC_OK;
     const dsc_config *cfg = dsc_engine_config(t->eng);
     long long every = cfg->checkpoint.interval_steps;
-    if (stop_signal || cfg->checkpoint.interval_s > 0 || (every > 0 && step % every == 0) ||
+    double stop = stop_signal ? 1.0 : 0.0;
+    if (t->world > 1) DSC_TRY(dsc_engine_mean(t->eng, &stop, 1));
+    if (stop > 0 || cfg->checkpoint.interval_s > 0 || (every > 0 && step % every == 0) ||
         step == t->o->max_steps)
         return dsc__train_gpu_store(t->gpu);
     return DSC_OK;
@@ -878,8 +897,11 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(open_data(t, &vocab));
     DSC_TRY(dsc_gpt2_config_parse(o->model, vocab, t->T, &t->mc));
     bool cuda; // chosen before the engine, whose creation already waits for the other ranks
-    const char *ws = getenv("WORLD_SIZE"), *dev = o->device;
-    if (o->dump_grads && (!dev || !strcmp(dev, "auto"))) dev = "cpu"; // host gradients only
+    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = getenv("DSC_COMM_BACKEND");
+    bool nccl = be && !strcmp(be, "nccl");
+    // --dump-grads serves comparisons against an fp32 reference: auto keeps it on the CPU's
+    // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.
+    if (o->dump_grads && !nccl && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
     DSC_TRY(dsc__train_pick_device(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
     DSC_TRY(build_engine(t));
     const dsc_config *cfg = dsc_engine_config(t->eng);
@@ -887,9 +909,6 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->gas = (int)cfg->gradient_accumulation_steps;
     t->rank = dsc_engine_rank(t->eng);
     t->world = dsc_engine_world_size(t->eng);
-    if (cuda && o->dump_grads)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "--dump-grads reads the gradients on the host: "
-                         "use it with --device cpu");
     if (!cuda)
         DSC_TRY(dsc_gpt2_create_in(&t->model, &t->mc, t->B, t->T, dsc_engine_mem_pool(t->eng)));
     t->work = calloc((size_t)t->ntensors, sizeof *t->work);

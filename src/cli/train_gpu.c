@@ -5,12 +5,13 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // strcmp
 
-#include "base/status.h" // dsc__fail, DSC_TRY
-#include "base/time.h"   // dsc_now
+#include "base/status.h"     // dsc__fail, DSC_TRY
+#include "base/time.h"       // dsc_now
+#include "cli/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
+#include "dsc/comm.h"         // dsc_comm_backend_available
 
 #ifdef DSC_WITH_CUDA
 
-#include "dsc/comm.h"         // dsc_comm_env
 #include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda_*
 #include "cuda/train_state.h" // dsc__cuda_state_*
 #include "engine/device.h"    // dsc__engine_*
@@ -22,6 +23,9 @@ struct train_gpu {
     dsc__engine_flat host;  // the engine's flat state (one rank); staged: only total is set
     bool staged;            // several ranks: gradients to the engine every micro-step, the
                             // engine's dsc_step (reduction + CPU optimizer), weights back
+    train_dp *dp;           // nccl: gradients reduced among the GPUs, optimizer on the device
+                            // (train_gpu_dp.h); it owns st then
+    char dp_note[256];      // why nccl was selected but not used, for the banner
     int world;              // ranks when created (a change after a failure is not followed)
     int sharing;            // ranks of this node on this device (MFU's share of its peak)
     int device;
@@ -30,38 +34,61 @@ struct train_gpu {
     dsc_gpt2_cuda *model;
     int ntensors, gas, micro;
     bool timed;             // wall_clock_breakdown: wait for the device after each phase
+    bool fp16;              // fp16.enabled: the model computes in fp16 (else bf16)
     const uint16_t **p16;   // per-tensor views into st->p16
     float **grad;           // per-tensor views into st->grad
     double peak;
-    char line[1024];
+    char line[2048];
 };
+
+// DSC_COMM_BACKEND=nccl asks for device collectives: an error when this build has none or the
+// run is on the CPU.
+static dsc_status check_nccl_choice(bool on_cpu) {
+    if (!dsc__train_dp_selected()) return DSC_OK;
+    if (!dsc_comm_backend_available("nccl")) {
+        dsc_comm_opts o = dsc_comm_opts_default();
+        o.backend = "nccl";
+        dsc_comm *c = NULL;
+        dsc_status st = dsc_comm_create(&c, &o); // fails, naming what the build lacks
+        dsc_comm_destroy(c);
+        dsc__error_prefix("DSC_COMM_BACKEND=nccl: ");
+        return st == DSC_OK ? DSC_ERR_INTERNAL : st;
+    }
+    if (on_cpu)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "DSC_COMM_BACKEND=nccl moves GPU buffers, but this "
+                         "run trains on the CPU (--device cpu): use --device cuda, or unset "
+                         "DSC_COMM_BACKEND (shm) or set it to mpi");
+    return DSC_OK;
+}
 
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
     *cuda = false;
     bool autopick = !flag || !strcmp(flag, "auto");
     if (!autopick && strcmp(flag, "cpu") && strcmp(flag, "cuda"))
         return dsc__fail(DSC_ERR_INVALID_ARG, "--device %s: expected cuda, cpu or auto", flag);
+    DSC_TRY(check_nccl_choice(!autopick && !strcmp(flag, "cpu")));
     if (!autopick && !strcmp(flag, "cpu")) return DSC_OK;
     char name[256];
     double peak;
     dsc_status st = dsc__cuda_device_info(name, sizeof name, &peak);
-    if (autopick) {
-        *cuda = st == DSC_OK && world == 1;
+    if (autopick && (st == DSC_OK || !dsc__train_dp_selected())) {
+        *cuda = st == DSC_OK && (world == 1 || dsc__train_dp_selected());
         dsc_clear_error();
         return DSC_OK;
     }
     if (st != DSC_OK) {
         char why[512]; // dsc__fail writes the buffer dsc_last_error() points to: copy first
         snprintf(why, sizeof why, "%s", dsc_last_error());
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: %s; check nvidia-smi and "
-                         "CUDA_VISIBLE_DEVICES, or train with --device cpu", why);
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device %s: %s; check nvidia-smi and "
+                         "CUDA_VISIBLE_DEVICES, or train with --device cpu%s", flag ? flag : "auto",
+                         why, dsc__train_dp_selected() ? " and without DSC_COMM_BACKEND=nccl" : "");
     }
-    *cuda = true; // several ranks: host-staged (train_gpu.h)
+    *cuda = true; // several ranks: nccl data-parallel or host-staged (train_gpu.h)
     return DSC_OK;
 }
 
-// The config's sections that the GPU path cannot honour are errors naming the key; precisions
-// it computes differently get a note.
+// The config's sections that the GPU path cannot honour are errors naming the key; a precision
+// it computes differently (fp32) gets a note. fp16 and bf16 configs compute in their own type.
 static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
     const dsc_config *c = dsc_engine_config(g->eng);
     const char *od = c->zero_optimization.offload_optimizer.device;
@@ -69,17 +96,17 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
     if (strcmp(pd, "none") && pd[0])
         return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param.device \"%s\": "
                          "parameter offload is not built for --device cuda; set it to \"none\" "
-                         "(one GPU holds the bf16 weights), or use --device cpu", pd);
+                         "(one GPU holds the 16-bit weights), or use --device cpu", pd);
     if (!strcmp(od, "nvme"))
         return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device "
                          "\"nvme\" is not built; use \"cpu\" or \"none\"");
     *offload = !strcmp(od, "cpu");
     *prec = c->bf16.enabled ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
-    if (!c->bf16.enabled)
-        fprintf(stderr, "note: --device cuda computes in bf16 (the GPU kernels have no %s "
-                "path): fp32 master weights and optimizer state%s; set \"bf16\": {\"enabled\": "
-                "true} to say so in the config\n", *prec,
-                c->fp16.enabled ? ", with the fp16 section's loss scaler" : "");
+    g->fp16 = c->fp16.enabled;
+    if (!c->bf16.enabled && !c->fp16.enabled)
+        fprintf(stderr, "note: --device cuda computes in bf16 (the GPU kernels have no fp32 "
+                "path): fp32 master weights and optimizer state; set \"bf16\": {\"enabled\": "
+                "true} to say so in the config, or \"fp16\" for fp16 with loss scaling\n");
     return DSC_OK;
 }
 
@@ -147,8 +174,10 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
 
 static void describe(train_gpu *g, const char *name, bool offload, const char *prec, bool pinned,
                      const char *why) {
-    char mode[256];
-    if (g->staged)
+    char mode[512];
+    if (g->dp)
+        dsc__train_dp_describe(g->dp, mode, sizeof mode);
+    else if (g->staged)
         snprintf(mode, sizeof mode, "cuda:%d shared by %d rank%s | %d ranks, host-staged: "
                  "gradients to the host every micro-step, ZeRO stage %lld reduction, fp32 "
                  "master and optimizer on the host (CPU step), weights back", g->device,
@@ -158,10 +187,23 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
         snprintf(mode, sizeof mode, "%s", offload
                  ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU step)"
                  : "fp32 master + optimizer state on the GPU");
-    bool note = (offload || g->staged) && !pinned;
-    snprintf(g->line, sizeof g->line, "device %s | %s | bf16 compute, %s config%s%s%s", name, mode,
-             prec, note ? " | host buffers not page-locked (" : "", note ? why : "",
-             note ? ")" : "");
+    bool note = (offload || g->staged) && !g->dp && !pinned;
+    snprintf(g->line, sizeof g->line, "device %s | %s | %s compute, %s config%s%s%s%s%s", name,
+             mode, dsc__train_gpu_compute(g), prec, note ? " | host buffers not page-locked (" : "",
+             note ? why : "", note ? ")" : "", g->dp_note[0] ? " | " : "", g->dp_note);
+}
+
+// nccl data-parallel or not: every rank decides the same (offload and the selection come from the
+// config and the environment; the GPU check is a collective).
+static dsc_status choose_dp(train_gpu *g, bool offload, bool *use) {
+    *use = false;
+    if (!dsc__train_dp_selected()) return DSC_OK;
+    if (offload) {
+        snprintf(g->dp_note, sizeof g->dp_note, "DSC_COMM_BACKEND=nccl, but the optimizer is "
+                 "offloaded to the CPU (offload_optimizer.device \"cpu\"): no device collectives");
+        return DSC_OK;
+    }
+    return dsc__train_dp_wanted(g->eng, g->device, use, g->dp_note, sizeof g->dp_note);
 }
 
 static dsc_status gpu_init(train_gpu *g, int B, int T) {
@@ -169,20 +211,25 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     const char *prec = "";
     DSC_TRY(check_config(g, &offload, &prec));
     g->world = dsc_engine_world_size(g->eng);
-    g->staged = g->world > 1;
+    g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
+    g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
     DSC_TRY(pick_gpu(g));
     char name[256];
     DSC_TRY(dsc__cuda_device_info(name, sizeof name, &g->peak));
     g->peak /= g->sharing;
     DSC_TRY(make_pool(g));
+    bool dp;
+    DSC_TRY(choose_dp(g, offload, &dp));
+    g->staged = g->world > 1 && !dp;
     char why[256] = "";
     bool pinned = false;
-    if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
+    if (dp) DSC_TRY(dsc__train_dp_create(&g->dp, g->eng, g->pool, g->timed, &g->st));
+    else if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
     else DSC_TRY(flat_init(g, offload, &pinned, why, sizeof why));
+    dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
     DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
+    dsc_gpt2_cuda_set_fp16(g->model, g->fp16);
     DSC_TRY(make_views(g));
-    g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
-    g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
     describe(g, name, offload, prec, pinned, why);
     return dsc__train_gpu_load(g);
 }
@@ -207,7 +254,8 @@ dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt
 void dsc__train_gpu_destroy(train_gpu *g) {
     if (!g) return;
     dsc_gpt2_cuda_destroy(g->model);
-    dsc__cuda_state_destroy(g->st); // unpins the staging buffers: free them after
+    if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
+    else dsc__cuda_state_destroy(g->st); // unpins the staging buffers: free them after
     dsc_mem_pool_destroy(g->pool); // after its users: they wait for their streams first
     free(g->hgrad);
     free(g->hweights);
@@ -221,7 +269,11 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
     return g->line;
 }
 
+const char *dsc__train_gpu_compute(const train_gpu *g) { return g->fp16 ? "fp16" : "bf16"; }
+bool dsc__train_gpu_owns_state(const train_gpu *g) { return g->dp && g->world > 1; }
+
 dsc_status dsc__train_gpu_load(train_gpu *g) {
+    if (g->dp) return dsc__train_dp_load(g->dp);
     if (g->staged) { // every rank holds a part of the master at stages 1-3: gather it
         DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
         return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
@@ -231,6 +283,7 @@ dsc_status dsc__train_gpu_load(train_gpu *g) {
 }
 
 dsc_status dsc__train_gpu_store(train_gpu *g) {
+    if (g->dp) return dsc__train_dp_store(g->dp);
     if (g->st->offload) return DSC_OK; // the host state is the one the optimizer updates (and
                                        // staged runs are offloaded)
     DSC_TRY(dsc__cuda_state_download(g->st, g->host.master, g->host.m, g->host.v));
@@ -241,11 +294,13 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
 // phase (the forward already waits for its loss), so that the phase times are the device's.
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {
+    float scale = (float)dsc_backward_scale(g->eng);
+    if (!g->timed) // one pass over the logits for loss and gradient; bitwise the split calls
+        return dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss);
     double t0 = dsc_now();
     DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss));
     double t1 = dsc_now();
-    DSC_TRY(dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, (float)dsc_backward_scale(g->eng)));
-    if (!g->timed) return DSC_OK;
+    DSC_TRY(dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, scale));
     DSC_TRY(dsc__cuda_stream_wait(g->st->stream));
     *fwd_s += t1 - t0;
     *bwd_s += dsc_now() - t1;
@@ -263,7 +318,7 @@ dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *t
 }
 
 // ZeRO-Offload: the accumulated gradients go to the engine, whose dsc_step runs the CPU
-// optimizer; the updated weights come back as bf16.
+// optimizer; the updated weights come back in the 16-bit type.
 static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
     bool last = g->micro + 1 == g->gas;
     if (last) DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->host.acc));
@@ -276,7 +331,8 @@ static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
 
 // Several ranks: every micro-step's gradients go to the engine as the CPU model's backward would
 // hand them over (the engine reduces each micro-step, at every stage), then the engine's own
-// dsc_step; after an applied step the new master weights come back to the device as bf16.
+// dsc_step; after an applied step the new master weights come back to the device, rounded to
+// the 16-bit type.
 static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
     if (dsc_engine_world_size(g->eng) != g->world)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: the run went from %d to %d ranks "
@@ -292,7 +348,21 @@ static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
     return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
 }
 
+// --dump-grads on one GPU with the device optimizer: the accumulated gradients (nothing to reduce
+// on one rank) into the engine's host accumulator, then the trainer's observer.
+static dsc_status observe_grads(train_gpu *g) {
+    if (!dsc__engine_grads_observed(g->eng)) return DSC_OK;
+    size_t len;
+    float *acc = dsc__engine_grad_acc(g->eng, &len);
+    if (len != g->st->n)
+        return dsc__fail(DSC_ERR_INTERNAL, "--dump-grads: the engine's accumulator holds %zu "
+                         "elements, the device %zu", len, g->st->n);
+    DSC_TRY(dsc__cuda_state_grads_to_host(g->st, acc));
+    return dsc__engine_observe_device_grads(g->eng);
+}
+
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
+    if (g->dp) return dsc__train_dp_step(g->dp, info);
     if (g->staged) return staged_step(g, info);
     if (g->st->offload) return offload_step(g, info);
     if (++g->micro < g->gas) {
@@ -301,8 +371,12 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
         return DSC_OK;
     }
     g->micro = 0;
+    DSC_TRY(observe_grads(g));
     double sumsq;
     bool nonfinite;
+    // fp16: the gradients become fp16 values as the engine's CPU step makes them (an overflow
+    // beyond fp16's range becomes inf there too), so both paths skip the same steps.
+    if (g->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16(g->st));
     DSC_TRY(dsc__cuda_state_grad_sumsq(g->st, (float)(1.0 / dsc__engine_loss_scale(g->eng)),
                                        &sumsq, &nonfinite));
     dsc__device_step plan;
@@ -317,6 +391,11 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
 
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
     *cuda = false;
+    if (dsc__train_dp_selected())
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_COMM_BACKEND=nccl: this dsc was built without "
+                         "the CUDA kernels (nvcc was not found, or -DDSC_CUDA=OFF), so it has no "
+                         "nccl backend; rebuild with the CUDA toolkit and NCCL, or unset "
+                         "DSC_COMM_BACKEND");
     if (!flag || !strcmp(flag, "auto") || !strcmp(flag, "cpu")) return DSC_OK;
     if (strcmp(flag, "cuda"))
         return dsc__fail(DSC_ERR_INVALID_ARG, "--device %s: expected cuda, cpu or auto", flag);
@@ -341,7 +420,9 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
     *peak_flops = 0;
     return "no CUDA";
 }
+const char *dsc__train_gpu_compute(const train_gpu *g) { return "none"; }
 dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
+bool dsc__train_gpu_owns_state(const train_gpu *g) { return false; }
 dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {

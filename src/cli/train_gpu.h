@@ -1,12 +1,15 @@
 // cli/train_gpu.h - the GPU half of `dsc train` (--device cuda).
 //
 // The engine keeps what the config decides and what checkpoints record (engine/device.h); the GPU
-// runs forward and backward in bf16 (cuda/gpt2_cuda.h). On one rank it also runs the optimizer
-// step, unless the config offloads it (zero_optimization.offload_optimizer.device "cpu").
+// runs forward and backward in bf16, or in fp16 under fp16.enabled (cuda/gpt2_cuda.h). On one
+// rank it also runs the optimizer step, unless the config offloads it
+// (zero_optimization.offload_optimizer.device "cpu").
 // Several ranks (each on device LOCAL_RANK % visible devices, so several may share one GPU) are
-// always host-staged: every micro-step's gradients go to the engine's host buffers, the engine's
-// ZeRO reduction and CPU optimizer run as on the CPU path, and the new weights come back. A
-// device optimizer there would need a device all-reduce (NCCL), which is not built.
+// host-staged by default: every micro-step's gradients go to the engine's host buffers, the
+// engine's ZeRO reduction and CPU optimizer run as on the CPU path, and the new weights come
+// back. With DSC_COMM_BACKEND=nccl and a GPU per rank, the GPUs reduce the gradients among
+// themselves and run the optimizer on their ZeRO partitions (cli/train_gpu_dp.h); at world 1
+// with nccl that path runs with one-rank collectives.
 #ifndef DSC_CLI_TRAIN_GPU_H
 #define DSC_CLI_TRAIN_GPU_H
 
@@ -21,8 +24,10 @@
 typedef struct train_gpu train_gpu;
 
 // What --device means here. flag: NULL or "auto" (the GPU when this build has the CUDA kernels,
-// a device is visible and the run has one rank; otherwise the CPU), "cpu" or "cuda" (any number
-// of ranks; an error naming the missing piece when it cannot run). *cuda receives the choice.
+// a device is visible and the run has one rank or DSC_COMM_BACKEND=nccl; otherwise the CPU),
+// "cpu" or "cuda" (any number of ranks; an error naming the missing piece when it cannot run).
+// DSC_COMM_BACKEND=nccl with --device cpu, without a device or in a build without NCCL is an
+// error. *cuda receives the choice.
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda);
 
 // Device state and model for micro batches up to B x T, loaded from the engine's host state.
@@ -33,11 +38,18 @@ void dsc__train_gpu_destroy(train_gpu *g); // NULL ok
 // One line for the start-up banner (device, mode, precision) and the peak FLOP/s of MFU (0 when
 // the device is not in the table: MFU is then reported as 0).
 const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops);
+// The 16-bit type the GPU computes in: "fp16" (fp16.enabled) or "bf16" (bf16.enabled, or an fp32
+// config, which the GPU kernels cannot compute in).
+const char *dsc__train_gpu_compute(const train_gpu *g);
 
 // The engine's host state (weights, moments) -> the device: after initialisation or a resume.
 dsc_status dsc__train_gpu_load(train_gpu *g);
 // The device state -> the engine's host buffers, before a checkpoint or an export reads them.
+// A collective with nccl on several ranks (every rank calls it at the same steps).
 dsc_status dsc__train_gpu_store(train_gpu *g);
+// True when the devices hold the only current copy of a several-rank run's state (nccl): a
+// fault cannot be recovered in place (the engine's host copies are stale), only by a restart.
+bool dsc__train_gpu_owns_state(const train_gpu *g);
 
 // Forward + backward of one micro-batch (host tokens (B, T)), gradients accumulated on the device
 // with the engine's backward scale; *loss: its mean loss. With the config's wall_clock_breakdown

@@ -67,6 +67,10 @@ typedef struct dsc__comm_ops {
     void (*peer)(void *impl, int j, dsc_comm_peer *out);
     // Optional. Compare-and-swap the communicator's shared note (see dsc_comm_note_cas).
     bool (*note_cas)(void *impl, uint64_t *expected, uint64_t desired);
+    // Optional. dsc_comm_shrink: the context of a new communicator nc (not yet usable: comm.c
+    // fills it in after) without the excluded ranks; *rank, *size and *impl as create sets them.
+    dsc_status (*shrink)(void *impl, dsc_comm *nc, const int *exclude, int n, int *rank,
+                         int *size, void **impl_out);
 } dsc__comm_ops;
 
 // Shared by backends (comm.c).
@@ -91,6 +95,9 @@ void dsc__comm_log_record(const dsc__comm_op *op, int world, double seconds);
 
 #if DSC_FEATURE_MPI
 extern const dsc__comm_ops dsc__mpi_ops; // comm/mpi.c
+#endif
+#ifdef DSC_WITH_NCCL
+extern const dsc__comm_ops dsc__nccl_ops; // comm/nccl.c
 #endif
 
 #endif

@@ -35,6 +35,9 @@ static const dsc__comm_ops *const backends[] = {
 #if DSC_FEATURE_MPI
     &dsc__mpi_ops,
 #endif
+#ifdef DSC_WITH_NCCL
+    &dsc__nccl_ops,
+#endif
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
@@ -55,9 +58,17 @@ static dsc_status unknown_backend(const char *name) {
                          "comm backend 'mpi': this dsc was built without MPI (available: %s); "
                          "install Open MPI (libopenmpi-dev) and rebuild",
                          avail);
+    if (!strcmp(name, "nccl"))
+        return dsc__fail(DSC_ERR_UNSUPPORTED,
+                         "comm backend 'nccl': this dsc was built without NCCL (available: %s); "
+                         "build where nvcc, nccl.h and libnccl are found (CUDA toolkit with "
+                         "NCCL, or libnccl-dev), or use shm or mpi with host buffers",
+                         avail);
     return dsc__fail(DSC_ERR_UNSUPPORTED, "comm backend '%s' is unknown (available: %s)", name,
                      avail);
 }
+
+bool dsc_comm_backend_available(const char *name) { return name && find_backend(name); }
 
 // ---- helpers shared with the backends ----
 
@@ -125,7 +136,8 @@ double dsc__comm_timeout(const dsc_comm *c) { return c->timeout_s; }
 // ---- create / destroy ----
 
 dsc_comm_opts dsc_comm_opts_default(void) {
-    dsc_comm_opts o = {.backend = "shm", .rank = -1, .world_size = -1, .timeout_s = 30};
+    dsc_comm_opts o = {.backend = "shm", .rank = -1, .world_size = -1, .timeout_s = 30,
+                       .device = -1};
     return o;
 }
 
@@ -214,6 +226,50 @@ dsc_status dsc_comm_note_cas(dsc_comm *c, uint64_t *expected, uint64_t desired, 
         return dsc__fail(DSC_ERR_UNSUPPORTED, "comm backend '%s' has no shared note",
                          c->ops->name);
     *swapped = c->ops->note_cas(c->impl, expected, desired);
+    return DSC_OK;
+}
+
+static dsc_status check_exclusion(const dsc_comm *c, const int *exclude, int n) {
+    if (n < 0 || (n > 0 && !exclude) || n >= c->size)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_shrink: %d excluded ranks of %d (need "
+                         "0 <= n < world size and a list)", n, c->size);
+    for (int k = 0; k < n; k++) {
+        if (exclude[k] < 0 || exclude[k] >= c->size)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_shrink: excluded rank %d is outside "
+                             "0..%d", exclude[k], c->size - 1);
+        if (exclude[k] == c->rank)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_shrink: rank %d excludes itself; "
+                             "only the ranks that stay call it", c->rank);
+        for (int j = 0; j < k; j++)
+            if (exclude[j] == exclude[k])
+                return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_shrink: rank %d is listed "
+                                 "twice", exclude[k]);
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc_comm_shrink(dsc_comm *c, const int *exclude, int n, dsc_comm **out) {
+    if (!c || !out) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_comm_shrink: NULL argument");
+    *out = NULL;
+    DSC_TRY(check_exclusion(c, exclude, n));
+    if (!c->ops->shrink)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc_comm_shrink: comm backend '%s' cannot shrink "
+                         "a communicator in place; create a new one over the survivors "
+                         "(dsc_comm_create with another group_tag)", c->ops->name);
+    dsc_comm *nc = calloc(1, sizeof *nc);
+    if (!nc) return dsc__fail(DSC_ERR_OOM, "dsc_comm_shrink: out of memory");
+    nc->ops = c->ops;
+    nc->timeout_s = c->timeout_s;
+    pthread_mutex_init(&nc->mu, NULL);
+    dsc_status st = c->ops->shrink(c->impl, nc, exclude, n, &nc->rank, &nc->size, &nc->impl);
+    if (st != DSC_OK) {
+        pthread_mutex_destroy(&nc->mu);
+        free(nc);
+        return st;
+    }
+    DSC_DEBUG("comm", "%s communicator shrunk: rank %d of %d -> rank %d of %d", c->ops->name,
+              c->rank, c->size, nc->rank, nc->size);
+    *out = nc;
     return DSC_OK;
 }
 

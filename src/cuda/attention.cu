@@ -1,10 +1,13 @@
-// cuda/attention.cu - causal flash attention, forward and backward (see attention.h).
+// cuda/attention.cu - causal flash attention, forward and backward (see
+// attention.h).
 //
-// A block has ATT_WARPS warps and works on one (batch, head) and one tile of ATT_TILE rows; each
-// warp owns 16 of them. Tiles of Q, K, V (ATT_TILE x HS bf16) are staged in shared memory with
-// rows padded to LDH elements; 16x16x16 tile products (tile_mma.cuh) produce scores into a
-// per-warp fp32 buffer (rows padded to LDF), where the softmax runs. Softmax exponents are in
-// base 2 (scores pre-multiplied by log2 e), so exp2f does the work; lse is stored in natural log.
+// A block has ATT_WARPS warps and works on one (batch, head) and one tile of
+// ATT_TILE rows; each warp owns 16 of them. Tiles of Q, K, V (ATT_TILE x HS
+// bf16) are staged in shared memory with rows padded to LDH elements; 16x16x16
+// tile products (tile_mma.cuh) produce scores into a per-warp fp32 buffer (rows
+// padded to LDF), where the softmax runs. Softmax exponents are in base 2
+// (scores pre-multiplied by log2 e), so exp2f does the work; lse is stored in
+// natural log.
 #include "cuda/attention.h"
 
 #include "cuda/common.cuh"   // DSC_CUDA_TRY, dsc_f32_bf16, ...
@@ -23,15 +26,25 @@
 
 using namespace dsc_tile;
 
-// Shared memory of each kernel, in bytes (all region sizes are multiples of 32 bytes).
+#if DSC_TILE_WMMA
+#include "cuda/attention_mma.cuh" // dsc_att::* (register-resident tiles; NVIDIA only)
+#define ATT_MMA 1
+#else
+#define ATT_MMA 0
+#endif
+
+// Shared memory of each kernel, in bytes (all region sizes are multiples of 32
+// bytes).
 #define FWD_SMEM (3 * TILE_H * 2 + 2 * ATT_WARPS * WARP_F * 4 + ATT_WARPS * WARP_H * 2)
 #define DKDV_SMEM                                                                                  \
     (4 * TILE_H * 2 + 2 * ATT_WARPS * WARP_F * 4 + 2 * ATT_WARPS * WARP_H * 2 + 2 * ATT_TILE * 4)
 #define DQ_SMEM                                                                                    \
     (4 * TILE_H * 2 + 2 * ATT_WARPS * WARP_F * 4 + ATT_WARPS * WARP_H * 2 + 2 * ATT_TILE * 4)
 
-// Rows [0, nvalid) of a ATT_TILE x 64 tile from global (row stride gld elements) into shared
-// memory; rows past nvalid become zeros (they are masked later, but must not hold NaN bits).
+#if !ATT_MMA
+// Rows [0, nvalid) of a ATT_TILE x 64 tile from global (row stride gld
+// elements) into shared memory; rows past nvalid become zeros (they are masked
+// later, but must not hold NaN bits).
 __device__ static void load_tile(uint16_t *s, const uint16_t *g, size_t gld, int nvalid) {
     for (int i = threadIdx.x; i < ATT_TILE * (ATT_HS / 8); i += blockDim.x) {
         int r = i / (ATT_HS / 8), c = i % (ATT_HS / 8);
@@ -41,8 +54,9 @@ __device__ static void load_tile(uint16_t *s, const uint16_t *g, size_t gld, int
     }
 }
 
-// C (16 x 64, fp32 rows of LDF) = A (16 x 64 as four a-fragments) times B^T, B given as 64 rows
-// of 64 (row n of B is column n of the product): scores Q K^T, or dO V^T.
+// C (16 x 64, fp32 rows of LDF) = A (16 x 64 as four a-fragments) times B^T, B
+// given as 64 rows of 64 (row n of B is column n of the product): scores Q K^T,
+// or dO V^T.
 __device__ static void rows_times_bt(float *out, const frag_a *a, const uint16_t *sB) {
     for (int n = 0; n < 4; n++) {
         frag_c acc;
@@ -56,8 +70,8 @@ __device__ static void rows_times_bt(float *out, const frag_a *a, const uint16_t
     }
 }
 
-// Write a warp's 16 x 64 fp32 rows (scaled) as bf16 rows of global memory (stride gld), rows
-// at or past `valid` skipped.
+// Write a warp's 16 x 64 fp32 rows (scaled) as bf16 rows of global memory
+// (stride gld), rows at or past `valid` skipped.
 __device__ static void store_rows(uint16_t *g, size_t gld, const float *s, int valid) {
     int lane = threadIdx.x % DSC_WARP_SIZE;
     for (int i = lane; i < 16 * ATT_HS; i += DSC_WARP_SIZE) {
@@ -66,7 +80,7 @@ __device__ static void store_rows(uint16_t *g, size_t gld, const float *s, int v
     }
 }
 
-// ---- forward ----
+// ---- forward (portable) ----
 
 __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     att_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
@@ -76,7 +90,8 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     float *sS = (float *)(sV + TILE_H), *sO = sS + ATT_WARPS * WARP_F;
     uint16_t *sP = (uint16_t *)(sO + ATT_WARPS * WARP_F);
 
-    int nt = (T + ATT_TILE - 1) / ATT_TILE, qt = nt - 1 - blockIdx.x; // longest rows first
+    int nt = (T + ATT_TILE - 1) / ATT_TILE,
+        qt = nt - 1 - blockIdx.x; // longest rows first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x / DSC_WARP_SIZE, lane = threadIdx.x % DSC_WARP_SIZE;
     size_t C3 = 3 * (size_t)C;
@@ -93,7 +108,8 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     for (int k = 0; k < 4; k++)
         load_a(qf[k], sQ + warp * 16 * LDH + k * 16, LDH);
 
-    // Each row of the warp's 16 is handled by LPR lanes, which interleave its columns.
+    // Each row of the warp's 16 is handled by LPR lanes, which interleave its
+    // columns.
     const int LPR = DSC_WARP_SIZE / 16;
     int r = lane / LPR, sub = lane % LPR, qi = q0 + warp * 16 + r;
     float m_run = -INFINITY, l_run = 0.0f;
@@ -150,10 +166,13 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
                T - (q0 + warp * 16));
 }
 
+#endif // !ATT_MMA
+
 // ---- backward ----
 
-// Dv (B, NH, T) = rowsum(dO * O) per head: the softmax backward's correction term. One thread
-// per (position, head).
+// Dv (B, NH, T) = rowsum(dO * O) per head: the softmax backward's correction
+// term. One thread per (position, head).
+template <bool F16>
 __global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16_t *out, int BT,
                                    int T, int C, int NH) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -164,15 +183,17 @@ __global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16
     float s = 0.0f;
     for (int c = 0; c < ATT_HS / 8; c++) {
         float x[8], y[8];
-        dsc_unpack8(a[c], x);
-        dsc_unpack8(o[c], y);
+        dsc_unpack8_16<F16>(a[c], x);
+        dsc_unpack8_16<F16>(o[c], y);
         for (int k = 0; k < 8; k++)
             s += x[k] * y[k];
     }
     Dv[((size_t)b * NH + h) * T + t] = s;
 }
 
-// lse (scaled to base 2) and Dv of query rows [q0, q0 + ATT_TILE) into shared memory.
+#if !ATT_MMA
+// lse (scaled to base 2) and Dv of query rows [q0, q0 + ATT_TILE) into shared
+// memory.
 __device__ static void load_row_stats(float *sL, float *sD, const float *lse, const float *Dv,
                                       int q0, int T) {
     for (int i = threadIdx.x; i < ATT_TILE; i += blockDim.x) {
@@ -182,9 +203,9 @@ __device__ static void load_row_stats(float *sL, float *sD, const float *lse, co
     }
 }
 
-// dK, dV of one key tile: loop over the query tiles that can see it. Warps own 16 keys; the
-// products are transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
-// dK += dS^T Q.
+// dK, dV of one key tile: loop over the query tiles that can see it. Warps own
+// 16 keys; the products are transposed (keys as rows): S^T = K Q^T, dP^T = V
+// dO^T, dV += P^T dO, dK += dS^T Q.
 __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     att_bwd_dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
                         const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
@@ -194,7 +215,8 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     uint16_t *sP = (uint16_t *)(sdP + ATT_WARPS * WARP_F), *sdS = sP + ATT_WARPS * WARP_H;
     float *sL = (float *)(sdS + ATT_WARPS * WARP_H), *sD = sL + ATT_TILE;
 
-    int nt = (T + ATT_TILE - 1) / ATT_TILE, kt = blockIdx.x; // most query tiles first
+    int nt = (T + ATT_TILE - 1) / ATT_TILE,
+        kt = blockIdx.x; // most query tiles first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x / DSC_WARP_SIZE, lane = threadIdx.x % DSC_WARP_SIZE;
     size_t C3 = 3 * (size_t)C;
@@ -267,7 +289,8 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     store_rows(g + 2 * C, C3, St, valid);
 }
 
-// dQ of one query tile: loop over the key tiles it sees. S = Q K^T, dP = dO V^T, dQ += dS K.
+// dQ of one query tile: loop over the key tiles it sees. S = Q K^T, dP = dO
+// V^T, dQ += dS K.
 __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     att_bwd_dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
                       const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
@@ -277,7 +300,8 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
     uint16_t *sdS = (uint16_t *)(sdP + ATT_WARPS * WARP_F);
     float *sL = (float *)(sdS + ATT_WARPS * WARP_H), *sD = sL + ATT_TILE;
 
-    int nt = (T + ATT_TILE - 1) / ATT_TILE, qt = nt - 1 - blockIdx.x; // most key tiles first
+    int nt = (T + ATT_TILE - 1) / ATT_TILE,
+        qt = nt - 1 - blockIdx.x; // most key tiles first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x / DSC_WARP_SIZE, lane = threadIdx.x % DSC_WARP_SIZE;
     size_t C3 = 3 * (size_t)C;
@@ -337,6 +361,8 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
                T - (q0 + warp * 16));
 }
 
+#endif // !ATT_MMA
+
 // ---- launchers ----
 
 static dsc_status att_check(const char *what, int B, int T, int C, int NH, const void *a,
@@ -355,37 +381,101 @@ template <typename K> static dsc_status raise_smem(K kernel, int bytes, const ch
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc__cuda_attention_forward(uint16_t *out, float *lse, const uint16_t *qkv,
-                                                  int B, int T, int C, int NH, void *stream) {
+// fp16 operands need the register-tile kernels (attention_mma.cuh, NVIDIA builds); the portable
+// kernels of this file are bf16 only.
+static dsc_status need_mma(bool fp16, const char *what) {
+    if (!fp16 || ATT_MMA) return DSC_OK;
+    return dsc__fail(DSC_ERR_UNSUPPORTED,
+                     "%s: fp16 attention is built for NVIDIA GPUs only (this build's portable "
+                     "kernels take bf16); train with \"bf16\": {\"enabled\": true}",
+                     what);
+}
+
+#if ATT_MMA
+template <bool F16>
+static dsc_status mma_forward(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
+                              dim3 grid, cudaStream_t st) {
+    DSC_TRY(raise_smem(dsc_att::fwd_kernel<F16>, MMA_FWD_SMEM,
+                       "attention forward: shared memory limit"));
+    dsc_att::fwd_kernel<F16>
+        <<<grid, 128, MMA_FWD_SMEM, st>>>(out, lse, qkv, T, C, NH, LOG2E / sqrtf((float)ATT_HS));
+    DSC_CUDA_LAUNCHED("attention forward kernel");
+    return DSC_OK;
+}
+
+template <bool F16>
+static dsc_status mma_backward(uint16_t *dqkv, const float *Dv, const uint16_t *dout,
+                               const uint16_t *qkv, const float *lse, int T, int C, int NH,
+                               dim3 grid, cudaStream_t st) {
+    float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
+    DSC_TRY(raise_smem(dsc_att::dkdv_kernel<F16>, MMA_DKDV_SMEM,
+                       "attention backward: shared memory limit"));
+    dsc_att::dkdv_kernel<F16>
+        <<<grid, 128, MMA_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH, scale_log2, scale);
+    DSC_CUDA_LAUNCHED("attention backward dK dV kernel");
+    DSC_TRY(raise_smem(dsc_att::dq_kernel<F16>, MMA_DQ_SMEM,
+                       "attention backward: shared memory limit"));
+    dsc_att::dq_kernel<F16>
+        <<<grid, 128, MMA_DQ_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH, scale_log2, scale);
+    DSC_CUDA_LAUNCHED("attention backward dQ kernel");
+    return DSC_OK;
+}
+#endif
+
+extern "C" dsc_status dsc__cuda_attention_forward_h(uint16_t *out, float *lse, const uint16_t *qkv,
+                                                    int B, int T, int C, int NH, bool fp16,
+                                                    void *stream) {
     DSC_TRY(att_check("attention forward", B, T, C, NH, out, qkv, qkv));
     DSC_CUDA_ARG(lse != NULL, "attention forward: lse is NULL");
+    DSC_TRY(need_mma(fp16, "attention forward"));
     cudaStream_t st = (cudaStream_t)stream;
-    DSC_TRY(raise_smem(att_fwd_kernel, FWD_SMEM, "attention forward: shared memory limit"));
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+#if ATT_MMA
+    return fp16 ? mma_forward<true>(out, lse, qkv, T, C, NH, grid, st)
+                : mma_forward<false>(out, lse, qkv, T, C, NH, grid, st);
+#else
+    DSC_TRY(raise_smem(att_fwd_kernel, FWD_SMEM, "attention forward: shared memory limit"));
     int threads = ATT_WARPS * dsc__host_warp_size();
     att_fwd_kernel<<<grid, threads, FWD_SMEM, st>>>(out, lse, qkv, T, C, NH,
                                                     LOG2E / sqrtf((float)ATT_HS));
     DSC_CUDA_LAUNCHED("att_fwd_kernel");
     return DSC_OK;
+#endif
+}
+
+extern "C" dsc_status dsc__cuda_attention_forward(uint16_t *out, float *lse, const uint16_t *qkv,
+                                                  int B, int T, int C, int NH, void *stream) {
+    return dsc__cuda_attention_forward_h(out, lse, qkv, B, T, C, NH, false, stream);
 }
 
 extern "C" size_t dsc__cuda_attention_backward_scratch(int B, int T, int NH) {
     return (size_t)B * NH * T;
 }
 
-extern "C" dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratch,
-                                                   const uint16_t *dout, const uint16_t *qkv,
-                                                   const uint16_t *out, const float *lse, int B,
-                                                   int T, int C, int NH, void *stream) {
+extern "C" dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scratch,
+                                                     const uint16_t *dout, const uint16_t *qkv,
+                                                     const uint16_t *out, const float *lse, int B,
+                                                     int T, int C, int NH, bool fp16,
+                                                     void *stream) {
     DSC_TRY(att_check("attention backward", B, T, C, NH, dqkv, dout, qkv));
     DSC_CUDA_ARG(out && lse && scratch && dsc__aligned16(out), "attention backward: bad arguments");
+    DSC_TRY(need_mma(fp16, "attention backward"));
     cudaStream_t st = (cudaStream_t)stream;
-    float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
-    int threads = ATT_WARPS * dsc__host_warp_size();
     long long rows = (long long)B * T * NH;
-    att_bwd_dot_kernel<<<dsc__blocks(rows, 256), 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    if (fp16)
+        att_bwd_dot_kernel<true>
+            <<<dsc__blocks(rows, 256), 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    else
+        att_bwd_dot_kernel<false>
+            <<<dsc__blocks(rows, 256), 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
     DSC_CUDA_LAUNCHED("att_bwd_dot_kernel");
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+#if ATT_MMA
+    return fp16 ? mma_backward<true>(dqkv, scratch, dout, qkv, lse, T, C, NH, grid, st)
+                : mma_backward<false>(dqkv, scratch, dout, qkv, lse, T, C, NH, grid, st);
+#else
+    float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
+    int threads = ATT_WARPS * dsc__host_warp_size();
     DSC_TRY(raise_smem(att_bwd_dkdv_kernel, DKDV_SMEM, "attention backward: shared memory limit"));
     att_bwd_dkdv_kernel<<<grid, threads, DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, scratch, T, C, NH,
                                                           scale_log2, scale);
@@ -395,4 +485,13 @@ extern "C" dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratc
                                                       scale_log2, scale);
     DSC_CUDA_LAUNCHED("att_bwd_dq_kernel");
     return DSC_OK;
+#endif
+}
+
+extern "C" dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratch,
+                                                   const uint16_t *dout, const uint16_t *qkv,
+                                                   const uint16_t *out, const float *lse, int B,
+                                                   int T, int C, int NH, void *stream) {
+    return dsc__cuda_attention_backward_h(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, false,
+                                          stream);
 }

@@ -1,9 +1,11 @@
 // cuda/common.cuh - what every .cu file of dsc shares: error translation, bf16/fp16 bit
 // conversions, warp and block reductions, launch sizing. C++ (nvcc/hipcc) only.
 //
-// 16-bit tensors are passed around as raw bits (uint16_t) rather than __nv_bfloat16, so that the
-// C headers need no vendor types and the HIP build needs no bf16 header: conversions are done
-// here, bit-exactly as dsc/half.h does them on the CPU (round to nearest even, NaN kept quiet).
+// 16-bit tensors are passed around as raw bits (uint16_t) rather than __nv_bfloat16 / __half, so
+// that the C headers need no vendor types and the HIP build needs no 16-bit headers: conversions
+// are done here, bit-exactly as dsc/half.h does them on the CPU (round to nearest even, NaN kept
+// quiet). Kernels that take either storage type are templates on `bool F16` and convert through
+// dsc_16_f32 / dsc_f32_16 / dsc_unpack8_16 / dsc_pack8_16.
 #ifndef DSC_CUDA_COMMON_CUH
 #define DSC_CUDA_COMMON_CUH
 
@@ -12,6 +14,9 @@
 #include <string.h> // strrchr
 
 #include "cuda/vendor.h" // cuda* (or hip*), DSC_WARP_SIZE, dsc_shfl_xor
+#if !DSC_HIP
+#include <cuda_fp16.h> // __half2float, __float2half_rn (the device pass's fp16 conversions)
+#endif
 
 extern "C" {
 #include "base/status.h" // dsc__fail
@@ -86,6 +91,50 @@ __device__ static inline uint16_t dsc_f32_fp16(float f) {
     return sign | (uint16_t)q;
 }
 
+// Exact (every fp16 value is an fp32 value); host and device, as dsc_fp16_to_fp32.
+__host__ __device__ static inline float dsc_fp16_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__) && !DSC_HIP
+    return __half2float(__ushort_as_half(h));
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, a = h & 0x7fffu, u;
+    if (a >= 0x7c00u) {
+        u = 0x7f800000u | ((a & 0x3ffu) << 13); // inf, NaN (payload kept)
+    } else if (a >= 0x0400u) {
+        u = (a << 13) + 0x38000000u; // normal: rebias the exponent (15 -> 127)
+    } else {                         // zero, subnormal: a * 2^-24, a normal fp32 (no flushing)
+        float f = (float)a * 5.9604644775390625e-08f;
+        return sign ? -f : f;
+    }
+    u |= sign;
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+#endif
+}
+
+// The storage type of a 16-bit tensor as a template argument: F16 true is IEEE fp16, false bf16.
+// The NVIDIA device pass converts to fp16 with the hardware instruction (round to nearest even,
+// overflow to inf: the same values as dsc_f32_fp16, NaN payloads aside).
+template <bool F16> __device__ static inline float dsc_16_f32(uint16_t b) {
+    return F16 ? dsc_fp16_f32(b) : dsc_bf16_f32(b);
+}
+
+__device__ static inline uint16_t dsc__f32_fp16_fast(float f) {
+#if defined(__CUDA_ARCH__) && !DSC_HIP
+    return __half_as_ushort(__float2half_rn(f));
+#else
+    return dsc_f32_fp16(f);
+#endif
+}
+
+template <bool F16> __device__ static inline uint16_t dsc_f32_16(float f) {
+    return F16 ? dsc__f32_fp16_fast(f) : dsc_f32_bf16(f);
+}
+
 // Eight bf16 values travel as one 16-byte access (uint4): unpack to / pack from fp32.
 __device__ static inline void dsc_unpack8(uint4 r, float *f) {
     const uint32_t w[4] = {r.x, r.y, r.z, r.w};
@@ -102,6 +151,36 @@ __device__ static inline uint4 dsc_pack8(const float *f) {
     for (int i = 0; i < 4; i++)
         w[i] = (uint32_t)dsc_f32_bf16(f[2 * i]) | ((uint32_t)dsc_f32_bf16(f[2 * i + 1]) << 16);
     return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The same for either storage type (dsc_unpack8 / dsc_pack8 are the bf16 instances).
+__device__ static inline void dsc__unpack8_fp16(uint4 r, float *f) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = dsc_fp16_f32((uint16_t)(w[i] & 0xffffu));
+        f[2 * i + 1] = dsc_fp16_f32((uint16_t)(w[i] >> 16));
+    }
+}
+
+__device__ static inline uint4 dsc__pack8_fp16(const float *f) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (uint32_t)dsc__f32_fp16_fast(f[2 * i]) |
+               ((uint32_t)dsc__f32_fp16_fast(f[2 * i + 1]) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <bool F16> __device__ static inline void dsc_unpack8_16(uint4 r, float *f) {
+    if (F16)
+        dsc__unpack8_fp16(r, f);
+    else
+        dsc_unpack8(r, f);
+}
+
+template <bool F16> __device__ static inline uint4 dsc_pack8_16(const float *f) {
+    return F16 ? dsc__pack8_fp16(f) : dsc_pack8(f);
 }
 
 // ---- reductions ----

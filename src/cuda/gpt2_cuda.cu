@@ -23,13 +23,15 @@ struct dsc_gpt2_cuda {
     dsc_gpt2_config c;
     int maxB, maxT, B, T, Vp;
     bool have_targets, fused_gelu;
+    bool fp16; // 16-bit tensors (parameters, activations, their gradients) are fp16, not bf16
     cudaStream_t st;
     dsc_cuda_blas *blas;
     dsc_cuda_buf slab; // every buffer below is a view of it
-    // bf16 activations; per-layer arrays hold n_layer blocks of maxB * maxT rows.
+    // 16-bit activations; per-layer arrays hold n_layer blocks of maxB * maxT rows.
     uint16_t *res; // (L + 1, BT, C) residual stream into each layer; block L into ln_f
     uint16_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg; // (L, BT, C / 3C / C / C / C / 4C / 4C)
     uint16_t *lnf;                                        // (BT, C)
+    uint16_t *wte_pad; // (Vp, C): the forward's copy of wte, rows [V, Vp) zero (see forward)
     uint16_t *logits;                   // (BT, Vp); their gradients after backward
     uint16_t *dres, *dln, *datt, *dbig; // backward scratch (BT, C) x 3 and (BT, 4C)
     // fp32
@@ -81,6 +83,7 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
         {(void **)&m->fch, L * R * 4 * C * 2},
         {(void **)&m->fchg, L * R * 4 * C * 2},
         {(void **)&m->lnf, R * C * 2},
+        {(void **)&m->wte_pad, Vp * C * 2},
         {(void **)&m->logits, R * Vp * 2},
         {(void **)&m->dres, R * C * 2},
         {(void **)&m->dln, R * C * 2},
@@ -132,6 +135,13 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
     m->fused_gelu = true;
     dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
     if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
+    if (st == DSC_OK) { // the padding rows of wte's copy stay zero for the model's life
+        size_t V = (size_t)c->vocab_size, C = (size_t)c->n_embd;
+        cudaError_t e = cudaMemsetAsync(m->wte_pad + V * C, 0,
+                                        sizeof(uint16_t) * (size_t)(m->Vp - V) * C, m->st);
+        if (e != cudaSuccess)
+            st = dsc__cuda_fail(e, "gpt2 cuda create: clearing wte padding", __FILE__, __LINE__);
+    }
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     if (st != DSC_OK) {
         dsc_gpt2_cuda_destroy(m);
@@ -158,6 +168,14 @@ extern "C" void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on) {
     if (m) m->fused_gelu = on;
 }
 
+extern "C" void dsc_gpt2_cuda_set_fp16(dsc_gpt2_cuda *m, bool on) {
+    if (m) m->fp16 = on;
+}
+
+extern "C" bool dsc_gpt2_cuda_fp16(const dsc_gpt2_cuda *m) {
+    return m && m->fp16;
+}
+
 extern "C" const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld) {
     if (ld) *ld = m ? m->Vp : 0;
     return m ? m->logits : NULL;
@@ -176,7 +194,7 @@ static dsc_status mm_forward(dsc_gpt2_cuda *m, uint16_t *out, int ldo, const uin
     g.A = inp, g.lda = lda, g.B = w, g.ldb = OC, g.D = out, g.ldd = ldo;
     g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
     g.epilogue = epi != DSC_CUDA_EPI_NONE ? epi : (bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE);
-    g.bias = bias, g.aux = aux, g.ldaux = OC;
+    g.bias = bias, g.aux = aux, g.ldaux = OC, g.fp16 = m->fp16;
     return dsc__cuda_gemm(m->blas, &g, m->st);
 }
 
@@ -190,7 +208,7 @@ static dsc_status mm_dinp(dsc_gpt2_cuda *m, uint16_t *dinp, int ldo, const uint1
     g.A = dout, g.lda = ldd, g.B = w, g.ldb = OC, g.D = dinp, g.ldd = ldo;
     g.alpha = 1.0f;
     g.epilogue = aux ? DSC_CUDA_EPI_DGELU : DSC_CUDA_EPI_NONE;
-    g.aux = aux, g.ldaux = IC;
+    g.aux = aux, g.ldaux = IC, g.fp16 = m->fp16;
     return dsc__cuda_gemm(m->blas, &g, m->st);
 }
 
@@ -201,7 +219,7 @@ static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, i
     memset(&g, 0, sizeof g);
     g.trans_a = 1, g.M = IC, g.N = OC, g.K = rows;
     g.A = inp, g.lda = lda, g.B = dout, g.ldb = ldd, g.D = dw, g.ldd = OC, g.d_fp32 = 1;
-    g.alpha = 1.0f, g.beta = 1.0f, g.C = dw, g.ldc = OC;
+    g.alpha = 1.0f, g.beta = 1.0f, g.C = dw, g.ldc = OC, g.fp16 = m->fp16;
     return dsc__cuda_gemm(m->blas, &g, m->st);
 }
 
@@ -213,22 +231,22 @@ static dsc_status layer_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
     layer_acts a = acts_of(m, l);
     const uint16_t *const *p = params + layer_tensor(l, 0);
-    DSC_TRY(dsc__cuda_layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W],
-                                        p[K_LN1B], BT, C, m->st));
+    DSC_TRY(dsc__cuda_layernorm_forward_h(a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W],
+                                          p[K_LN1B], BT, C, m->fp16, m->st));
     DSC_TRY(mm_forward(m, a.qkv, 3 * C, a.ln1, C, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C,
                        DSC_CUDA_EPI_NONE, NULL));
-    DSC_TRY(dsc__cuda_attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH, m->st));
+    DSC_TRY(dsc__cuda_attention_forward_h(a.atty, a.lse, a.qkv, B, T, C, NH, m->fp16, m->st));
     DSC_TRY(mm_forward(m, a.res2, C, a.atty, C, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C,
                        DSC_CUDA_EPI_NONE, NULL));
-    DSC_TRY(dsc__cuda_layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B],
-                                        BT, C, m->st));
+    DSC_TRY(dsc__cuda_layernorm_forward_h(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W],
+                                          p[K_LN2B], BT, C, m->fp16, m->st));
     if (m->fused_gelu) {
         DSC_TRY(mm_forward(m, a.fchg, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
                            DSC_CUDA_EPI_GELU_BIAS, a.fch));
     } else {
         DSC_TRY(mm_forward(m, a.fch, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
                            DSC_CUDA_EPI_NONE, NULL));
-        DSC_TRY(dsc__cuda_gelu_forward(a.fchg, a.fch, (int64_t)BT * 4 * C, m->st));
+        DSC_TRY(dsc__cuda_gelu_forward_h(a.fchg, a.fch, (int64_t)BT * 4 * C, m->fp16, m->st));
     }
     return mm_forward(m, a.res_out, C, a.fchg, 4 * C, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C,
                       C, DSC_CUDA_EPI_NONE, NULL);
@@ -264,9 +282,9 @@ static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
-                                            const int32_t *inputs, const int32_t *targets, int B,
-                                            int T, float *loss) {
+// Everything of a forward up to the logits (tokens checked and copied, targets too when given).
+static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                 const int32_t *inputs, const int32_t *targets, int B, int T) {
     DSC_CUDA_ARG(m && inputs, "gpt2 cuda forward: model and inputs must be set");
     DSC_CUDA_ARG(B >= 1 && T >= 1 && B <= m->maxB && T <= m->maxT,
                  "gpt2 cuda forward: batch %d x %d does not fit the %d x %d this model was "
@@ -282,16 +300,29 @@ extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *co
     if (targets)
         DSC_CUDA_TRY(cudaMemcpyAsync(m->tokens + BT, targets, sizeof(int32_t) * BT,
                                      cudaMemcpyHostToDevice, m->st));
-    DSC_TRY(dsc__cuda_encoder_forward(m->res, m->tokens, params[0], params[1], B, T, C, m->st));
+    DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, params[0], params[1], B, T, C, m->fp16,
+                                        m->st));
     for (int l = 0; l < L; l++)
         DSC_TRY(layer_forward(m, params, l));
     int lnf = layer_tensor(L, 0);
-    DSC_TRY(dsc__cuda_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
-                                        params[lnf], params[lnf + 1], BT, C, m->st));
-    DSC_TRY(mm_dinp(m, m->logits, m->Vp, m->lnf, C, params[0], BT, V, C, NULL));
+    DSC_TRY(dsc__cuda_layernorm_forward_h(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
+                                          params[lnf], params[lnf + 1], BT, C, m->fp16, m->st));
+    // The logits product runs over Vp columns of a padded copy of wte: with V (50257) columns
+    // cuBLASLt can only use its unaligned kernels, measured 5-7x slower on an H200 than the
+    // aligned ones. The copy (V x C, tens of microseconds) is what backward uses too.
+    DSC_CUDA_TRY(cudaMemcpyAsync(m->wte_pad, params[0], sizeof(uint16_t) * (size_t)V * C,
+                                 cudaMemcpyDeviceToDevice, m->st));
+    return mm_dinp(m, m->logits, m->Vp, m->lnf, C, m->wte_pad, BT, m->Vp, C, NULL);
+}
+
+extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                            const int32_t *inputs, const int32_t *targets, int B,
+                                            int T, float *loss) {
+    DSC_TRY(forward_logits(m, params, inputs, targets, B, T));
     if (!targets) return DSC_OK;
-    DSC_TRY(
-        dsc__cuda_xent_forward(m->losses, m->lse, m->logits, m->tokens + BT, BT, V, m->Vp, m->st));
+    int BT = B * T, V = m->c.vocab_size;
+    DSC_TRY(dsc__cuda_xent_forward_h(m->losses, m->lse, m->logits, m->tokens + BT, BT, V, m->Vp,
+                                     m->fp16, m->st));
     m->have_targets = true;
     return loss ? read_loss(m, loss) : DSC_OK;
 }
@@ -311,27 +342,46 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
     DSC_TRY(
         mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, m->fused_gelu ? a.fch : NULL));
     DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
-    DSC_TRY(dsc__cuda_colsum(g[K_MPROJB], m->col_scratch, dres, BT, C, st));
+    DSC_TRY(dsc__cuda_colsum_h(g[K_MPROJB], m->col_scratch, dres, BT, C, m->fp16, st));
     if (!m->fused_gelu)
-        DSC_TRY(dsc__cuda_gelu_backward(dbig, dbig, a.fch, (int64_t)BT * 4 * C, st));
+        DSC_TRY(dsc__cuda_gelu_backward_h(dbig, dbig, a.fch, (int64_t)BT * 4 * C, m->fp16, st));
     // mlp.c_fc and ln_2
     DSC_TRY(mm_dinp(m, dln, C, dbig, 4 * C, p[K_FCW], BT, C, 4 * C, NULL));
     DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
-    DSC_TRY(dsc__cuda_colsum(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, st));
-    DSC_TRY(dsc__cuda_layernorm_backward(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, dln, a.res2,
-                                         p[K_LN2W], a.ln2_mean, a.ln2_rstd, BT, C, st));
+    DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, m->fp16, st));
+    DSC_TRY(dsc__cuda_layernorm_backward_h(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, dln, a.res2,
+                                           p[K_LN2W], a.ln2_mean, a.ln2_rstd, BT, C, m->fp16, st));
     // attn.c_proj and attention
     DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
     DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
-    DSC_TRY(dsc__cuda_colsum(g[K_APROJB], m->col_scratch, dres, BT, C, st));
-    DSC_TRY(dsc__cuda_attention_backward(dbig, m->att_scratch, datt, a.qkv, a.atty, a.lse, B, T, C,
-                                         NH, st));
+    DSC_TRY(dsc__cuda_colsum_h(g[K_APROJB], m->col_scratch, dres, BT, C, m->fp16, st));
+    DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, datt, a.qkv, a.atty, a.lse, B, T,
+                                           C, NH, m->fp16, st));
     // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
     DSC_TRY(mm_dinp(m, dln, C, dbig, 3 * C, p[K_ATTW], BT, C, 3 * C, NULL));
     DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
-    DSC_TRY(dsc__cuda_colsum(g[K_ATTB], m->col_scratch, dbig, BT, 3 * C, st));
-    return dsc__cuda_layernorm_backward(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in,
-                                        p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C, st);
+    DSC_TRY(dsc__cuda_colsum_h(g[K_ATTB], m->col_scratch, dbig, BT, 3 * C, m->fp16, st));
+    return dsc__cuda_layernorm_backward_h(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in,
+                                          p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C, m->fp16, st);
+}
+
+// Backward from the logits' gradients (in m->logits) down to the embeddings.
+static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                        float *const *grads) {
+    int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
+    int lnf = layer_tensor(L, 0);
+    cudaStream_t st = m->st;
+    DSC_TRY(mm_forward(m, m->dln, C, m->logits, m->Vp, m->wte_pad, NULL, NULL, BT, m->Vp, C,
+                       DSC_CUDA_EPI_NONE, NULL)); // columns [V, Vp) of dlogits are zero
+    DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
+    DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
+    DSC_TRY(dsc__cuda_layernorm_backward_h(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch,
+                                           m->dln, acts_of(m, L).res_in, params[lnf], m->lnf_mean,
+                                           m->lnf_rstd, BT, C, m->fp16, st));
+    for (int l = L - 1; l >= 0; l--)
+        DSC_TRY(layer_backward(m, params, grads, l));
+    return dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B,
+                                        T, C, V, m->fp16, st);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
@@ -343,20 +393,23 @@ extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *c
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
     DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
     m->have_targets = false;
-    int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
-    int lnf = layer_tensor(L, 0);
-    cudaStream_t st = m->st;
-    DSC_TRY(dsc__cuda_xent_backward(m->logits, m->logits, m->lse, m->tokens + BT,
-                                    loss_scale / (float)BT, BT, V, m->Vp, st));
-    DSC_TRY(mm_forward(m, m->dln, C, m->logits, m->Vp, params[0], NULL, NULL, BT, V, C,
-                       DSC_CUDA_EPI_NONE, NULL));
-    DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
-    DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
-    DSC_TRY(dsc__cuda_layernorm_backward(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->dln,
-                                         acts_of(m, L).res_in, params[lnf], m->lnf_mean,
-                                         m->lnf_rstd, BT, C, st));
-    for (int l = L - 1; l >= 0; l--)
-        DSC_TRY(layer_backward(m, params, grads, l));
-    return dsc__cuda_encoder_backward(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B, T,
-                                      C, V, st);
+    int BT = m->B * m->T, V = m->c.vocab_size;
+    DSC_TRY(dsc__cuda_xent_backward_h(m->logits, m->logits, m->lse, m->tokens + BT,
+                                      loss_scale / (float)BT, BT, V, m->Vp, m->fp16, m->st));
+    return backward_from_dlogits(m, params, grads);
+}
+
+extern "C" dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                               float *const *grads, const int32_t *inputs,
+                                               const int32_t *targets, int B, int T,
+                                               float loss_scale, float *loss) {
+    DSC_CUDA_ARG(m && targets, "gpt2 cuda train step: model and targets must be set");
+    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
+    DSC_TRY(forward_logits(m, params, inputs, targets, B, T));
+    m->have_targets = false; // the logits become their gradients here
+    int BT = B * T, V = m->c.vocab_size;
+    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, loss_scale / (float)BT,
+                                   BT, V, m->Vp, m->fp16, m->st));
+    DSC_TRY(backward_from_dlogits(m, params, grads));
+    return loss ? read_loss(m, loss) : DSC_OK;
 }

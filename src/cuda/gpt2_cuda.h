@@ -1,11 +1,13 @@
-// cuda/gpt2_cuda.h - GPT-2 forward and backward on one GPU in bf16, with fp32 parameter gradients.
+// cuda/gpt2_cuda.h - GPT-2 forward and backward on one GPU in bf16 or fp16, with fp32 parameter
+// gradients.
 //
 // The same model as model/gpt2/gpt2.h, with the same parameter table (Hugging Face names and
 // shapes, the order of dsc_gpt2_tensor_info_get): the caller keeps fp32 master weights (for the
-// optimizer, e.g. dsc__cuda_opt_step with a bf16 copy out) and hands the model the bf16 copy of
-// each tensor plus an fp32 gradient buffer per tensor. Activations are bf16 and kept for backward
-// (no recomputation); statistics are fp32. Products go through cuBLASLt, attention through the
-// flash kernels of cuda/attention.h, everything else through cuda/gpt2_kernels.h.
+// optimizer, e.g. dsc__cuda_opt_step with a 16-bit copy out) and hands the model the 16-bit copy
+// of each tensor plus an fp32 gradient buffer per tensor. Activations are 16-bit and kept for
+// backward (no recomputation); statistics are fp32. The 16-bit type is bf16 unless
+// dsc_gpt2_cuda_set_fp16 says fp16. Products go through cuBLASLt, attention through the flash
+// kernels of cuda/attention.h, everything else through cuda/gpt2_kernels.h.
 //
 // All device work of a pass is enqueued on the model's stream; the only host synchronisation is
 // the loss read (when forward is given a loss pointer). Results are deterministic: the same
@@ -43,7 +45,16 @@ void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m); // NULL ok; synchronises the strea
 // faster on an H200); both paths are tested against the CPU model.
 void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on);
 
-// params[i]: device bf16 copy of tensor i (borrowed for the call). inputs, targets: HOST (B, T)
+// on: parameters, activations and activation gradients are IEEE fp16 (fp16 training, with the
+// caller's loss scale on backward); off (the default): bf16. Arithmetic stays fp32 inside the
+// kernels either way. fp16 values overflow to inf (never saturate), so a loss scale that is too
+// large shows up as inf/NaN in the fp32 gradients, where the loss scaler looks. Set it before a
+// forward; the parameters handed in must then be fp16 copies (dsc__cuda_f32_to_16).
+// dsc_gpt2_cuda_fp16: the current setting (false for NULL).
+void dsc_gpt2_cuda_set_fp16(dsc_gpt2_cuda *m, bool on);
+bool dsc_gpt2_cuda_fp16(const dsc_gpt2_cuda *m);
+
+// params[i]: device 16-bit copy of tensor i (borrowed for the call). inputs, targets: HOST (B, T)
 // token ids in [0, vocab_size), checked and copied. targets may be NULL (logits only). loss:
 // NULL, or host float that receives the mean loss (this waits for the stream).
 dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
@@ -55,8 +66,18 @@ dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params
 dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                   float *const *grads, float loss_scale);
 
-// The last forward's logits (B, T, ld) bf16 on the device (columns [vocab_size, ld) unused) and
-// ld; borrowed, valid until the next backward.
+// One training micro-step: forward with targets, then backward (grads +=, as
+// dsc_gpt2_cuda_backward), with the softmax cross-entropy's loss and gradient made in one pass
+// over the logits; bitwise the results of forward then backward. The loss (NULL: not read) is
+// read after the whole backward is enqueued, so the host waits once, at the end. The logits are
+// not available afterwards.
+dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                    float *const *grads, const int32_t *inputs,
+                                    const int32_t *targets, int B, int T, float loss_scale,
+                                    float *loss);
+
+// The last forward's logits (B, T, ld) on the device, bf16 (fp16 under dsc_gpt2_cuda_set_fp16;
+// columns [vocab_size, ld) unused) and ld; borrowed, valid until the next backward.
 const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld);
 
 #ifdef __cplusplus

@@ -9,7 +9,7 @@
 #define LNB_THREADS 256  // layernorm backward
 #define LNB_ROWS 32      // rows per partial sum of the layernorm parameter gradients
 #define COLSUM_THREADS 256
-#define COLSUM_ROWS 64   // rows per partial column sum
+#define COLSUM_ROWS 256  // rows per partial column sum
 #define XENT_THREADS 512 // one block per row of logits
 #define SUM_THREADS 1024 // dsc__cuda_sum: one block
 #define ENC_CHUNK 1024   // positions per block of the encoder's counting sort
@@ -48,88 +48,136 @@ __device__ static inline float elem_op(int op, float a, float b) {
 }
 
 // out = op(a, b) over n elements; VEC: eight per thread as 16-byte accesses (n % 8 == 0).
-template <int OP, bool VEC>
+template <int OP, bool VEC, bool F16>
 __global__ void elem_kernel(uint16_t *out, const uint16_t *a, const uint16_t *b, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (VEC) {
         if (i * 8 >= n) return;
         float x[8], y[8] = {0};
-        dsc_unpack8(((const uint4 *)a)[i], x);
-        if (b) dsc_unpack8(((const uint4 *)b)[i], y);
+        dsc_unpack8_16<F16>(((const uint4 *)a)[i], x);
+        if (b) dsc_unpack8_16<F16>(((const uint4 *)b)[i], y);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             x[k] = elem_op(OP, x[k], y[k]);
-        ((uint4 *)out)[i] = dsc_pack8(x);
+        ((uint4 *)out)[i] = dsc_pack8_16<F16>(x);
     } else {
         if (i >= n) return;
-        float y = b ? dsc_bf16_f32(b[i]) : 0.0f;
-        out[i] = dsc_f32_bf16(elem_op(OP, dsc_bf16_f32(a[i]), y));
+        float y = b ? dsc_16_f32<F16>(b[i]) : 0.0f;
+        out[i] = dsc_f32_16<F16>(elem_op(OP, dsc_16_f32<F16>(a[i]), y));
     }
 }
 
-template <int OP> static dsc_status elem_launch(uint16_t *out, const uint16_t *a, const uint16_t *b,
-                                                int64_t n, void *stream, const char *name) {
+template <int OP, bool F16>
+static dsc_status elem_launch(uint16_t *out, const uint16_t *a, const uint16_t *b, int64_t n,
+                              void *stream, const char *name) {
     DSC_CUDA_ARG(n >= 0 && out && a, "%s: bad arguments (n %lld)", name, (long long)n);
     if (n == 0) return DSC_OK;
     bool vec = n % 8 == 0 && dsc__aligned16(out) && dsc__aligned16(a) && (!b || dsc__aligned16(b));
     if (vec)
-        elem_kernel<OP, true>
+        elem_kernel<OP, true, F16>
             <<<dsc__blocks(n / 8, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(out, a, b,
                                                                                        n);
     else
-        elem_kernel<OP, false>
+        elem_kernel<OP, false, F16>
             <<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(out, a, b, n);
     DSC_CUDA_CHECK_AS(cudaGetLastError(), name);
     return DSC_OK;
 }
 
 // dinp = dout * GELU'(inp): the elementwise op takes (inp, dout) in that order.
+extern "C" dsc_status dsc__cuda_gelu_forward_h(uint16_t *out, const uint16_t *inp, int64_t n,
+                                               bool fp16, void *stream) {
+    const char *name = "gelu forward";
+    return fp16 ? elem_launch<OP_GELU_FWD, true>(out, inp, NULL, n, stream, name)
+                : elem_launch<OP_GELU_FWD, false>(out, inp, NULL, n, stream, name);
+}
+
 extern "C" dsc_status dsc__cuda_gelu_forward(uint16_t *out, const uint16_t *inp, int64_t n,
                                              void *stream) {
-    return elem_launch<OP_GELU_FWD>(out, inp, NULL, n, stream, "gelu forward");
+    return dsc__cuda_gelu_forward_h(out, inp, n, false, stream);
+}
+
+extern "C" dsc_status dsc__cuda_gelu_backward_h(uint16_t *dinp, const uint16_t *dout,
+                                                const uint16_t *inp, int64_t n, bool fp16,
+                                                void *stream) {
+    const char *name = "gelu backward";
+    return fp16 ? elem_launch<OP_GELU_BWD, true>(dinp, inp, dout, n, stream, name)
+                : elem_launch<OP_GELU_BWD, false>(dinp, inp, dout, n, stream, name);
 }
 
 extern "C" dsc_status dsc__cuda_gelu_backward(uint16_t *dinp, const uint16_t *dout,
                                               const uint16_t *inp, int64_t n, void *stream) {
-    return elem_launch<OP_GELU_BWD>(dinp, inp, dout, n, stream, "gelu backward");
+    return dsc__cuda_gelu_backward_h(dinp, dout, inp, n, false, stream);
+}
+
+extern "C" dsc_status dsc__cuda_residual_forward_h(uint16_t *out, const uint16_t *a,
+                                                   const uint16_t *b, int64_t n, bool fp16,
+                                                   void *stream) {
+    DSC_CUDA_ARG(b != NULL, "residual forward: b is NULL");
+    const char *name = "residual forward";
+    return fp16 ? elem_launch<OP_ADD, true>(out, a, b, n, stream, name)
+                : elem_launch<OP_ADD, false>(out, a, b, n, stream, name);
 }
 
 extern "C" dsc_status dsc__cuda_residual_forward(uint16_t *out, const uint16_t *a,
                                                  const uint16_t *b, int64_t n, void *stream) {
-    DSC_CUDA_ARG(b != NULL, "residual forward: b is NULL");
-    return elem_launch<OP_ADD>(out, a, b, n, stream, "residual forward");
+    return dsc__cuda_residual_forward_h(out, a, b, n, false, stream);
 }
 
-__global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, long long n) {
+template <bool F16> __global__ void f32_to_16_kernel(uint16_t *dst, const float *src, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = dsc_f32_bf16(src[i]);
+    if (i < n) dst[i] = dsc_f32_16<F16>(src[i]);
+}
+
+extern "C" dsc_status dsc__cuda_f32_to_16(uint16_t *dst, const float *src, int64_t n, bool fp16,
+                                          void *stream) {
+    DSC_CUDA_ARG(n >= 0 && dst && src, "f32 to %s: bad arguments", fp16 ? "fp16" : "bf16");
+    if (n == 0) return DSC_OK;
+    unsigned blocks = dsc__blocks(n, ELEM_THREADS);
+    if (fp16)
+        f32_to_16_kernel<true><<<blocks, ELEM_THREADS, 0, as_stream(stream)>>>(dst, src, n);
+    else
+        f32_to_16_kernel<false><<<blocks, ELEM_THREADS, 0, as_stream(stream)>>>(dst, src, n);
+    DSC_CUDA_LAUNCHED("f32_to_16_kernel");
+    return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_f32_to_bf16(uint16_t *dst, const float *src, int64_t n,
                                             void *stream) {
-    DSC_CUDA_ARG(n >= 0 && dst && src, "f32 to bf16: bad arguments");
+    return dsc__cuda_f32_to_16(dst, src, n, false, stream);
+}
+
+// x = x rounded to fp16 and back: what the engine does to fp16 gradients (dsc_fp32_to_fp16,
+// overflow to inf), in place.
+__global__ void round_fp16_kernel(float *x, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = dsc_fp16_f32(dsc_f32_16<true>(x[i]));
+}
+
+extern "C" dsc_status dsc__cuda_round_fp16(float *x, int64_t n, void *stream) {
+    DSC_CUDA_ARG(n >= 0 && (x || n == 0), "round to fp16: bad arguments");
     if (n == 0) return DSC_OK;
-    f32_to_bf16_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
-        dst, src, n);
-    DSC_CUDA_LAUNCHED("f32_to_bf16_kernel");
+    round_fp16_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(x, n);
+    DSC_CUDA_LAUNCHED("round_fp16_kernel");
     return DSC_OK;
 }
 
 // ---- token and position embeddings ----
 
 // One thread per 8 channels of one position.
+template <bool F16>
 __global__ void encoder_fwd_kernel(uint4 *out, const int32_t *inp, const uint4 *wte,
                                    const uint4 *wpe, int BT, int T, int C8) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)BT * C8) return;
     int bt = (int)(i / C8), c8 = (int)(i % C8);
     float e[8], p[8];
-    dsc_unpack8(wte[(size_t)inp[bt] * C8 + c8], e);
-    dsc_unpack8(wpe[(size_t)(bt % T) * C8 + c8], p);
+    dsc_unpack8_16<F16>(wte[(size_t)inp[bt] * C8 + c8], e);
+    dsc_unpack8_16<F16>(wpe[(size_t)(bt % T) * C8 + c8], p);
 #pragma unroll
     for (int k = 0; k < 8; k++)
         e[k] += p[k];
-    out[i] = dsc_pack8(e);
+    out[i] = dsc_pack8_16<F16>(e);
 }
 
 static dsc_status check_rows(const char *what, int C, const void *a, const void *b, const void *c) {
@@ -139,16 +187,29 @@ static dsc_status check_rows(const char *what, int C, const void *a, const void 
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc__cuda_encoder_forward(uint16_t *out, const int32_t *inp,
-                                                const uint16_t *wte, const uint16_t *wpe, int B,
-                                                int T, int C, void *stream) {
+template <bool F16>
+static dsc_status encoder_forward(uint16_t *out, const int32_t *inp, const uint16_t *wte,
+                                  const uint16_t *wpe, int B, int T, int C, void *stream) {
     DSC_TRY(check_rows("encoder forward", C, out, wte, wpe));
     DSC_CUDA_ARG(B > 0 && T > 0 && inp, "encoder forward: bad batch %d x %d", B, T);
     long long n = (long long)B * T * (C / 8);
-    encoder_fwd_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
+    encoder_fwd_kernel<F16><<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
         (uint4 *)out, inp, (const uint4 *)wte, (const uint4 *)wpe, B * T, T, C / 8);
     DSC_CUDA_LAUNCHED("encoder_fwd_kernel");
     return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp,
+                                                  const uint16_t *wte, const uint16_t *wpe, int B,
+                                                  int T, int C, bool fp16, void *stream) {
+    return fp16 ? encoder_forward<true>(out, inp, wte, wpe, B, T, C, stream)
+                : encoder_forward<false>(out, inp, wte, wpe, B, T, C, stream);
+}
+
+extern "C" dsc_status dsc__cuda_encoder_forward(uint16_t *out, const int32_t *inp,
+                                                const uint16_t *wte, const uint16_t *wpe, int B,
+                                                int T, int C, void *stream) {
+    return dsc__cuda_encoder_forward_h(out, inp, wte, wpe, B, T, C, false, stream);
 }
 
 // Backward, step 1: each position's rank among the earlier positions of its chunk that hold the
@@ -216,6 +277,7 @@ __global__ void enc_scatter_kernel(int *sorted, const int *rank, const int *coun
 
 // Step 5: the first thread of each token's run sums the run's rows (8 channels) in position
 // order and adds them to dwte: one writer per (token, channel group), hence no atomics.
+template <bool F16>
 __global__ void enc_wte_grad_kernel(float *dwte, const uint4 *dout, const int *sorted,
                                     const int32_t *inp, int BT, int C8) {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -227,7 +289,7 @@ __global__ void enc_wte_grad_kernel(float *dwte, const uint4 *dout, const int *s
     for (int j = i; j < BT; j++) {
         int p = sorted[j];
         if (inp[p] != v) break;
-        dsc_unpack8(dout[(size_t)p * C8 + c8], x);
+        dsc_unpack8_16<F16>(dout[(size_t)p * C8 + c8], x);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[k] += x[k];
@@ -239,13 +301,14 @@ __global__ void enc_wte_grad_kernel(float *dwte, const uint4 *dout, const int *s
 }
 
 // dwpe[t] += sum over b of dout[b, t], b in order; one thread per (t, 8 channels).
+template <bool F16>
 __global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T, int C8) {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)T * C8) return;
     int t = (int)(idx / C8), c8 = (int)(idx % C8);
     float acc[8] = {0}, x[8];
     for (int b = 0; b < B; b++) {
-        dsc_unpack8(dout[((size_t)b * T + t) * C8 + c8], x);
+        dsc_unpack8_16<F16>(dout[((size_t)b * T + t) * C8 + c8], x);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[k] += x[k];
@@ -264,9 +327,9 @@ extern "C" size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V) {
     return align256(nchunks * V * 4) + 2 * align256((size_t)V * 4) + 2 * align256(BT * 4);
 }
 
-extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch,
-                                                 const uint16_t *dout, const int32_t *inp, int B,
-                                                 int T, int C, int V, void *stream) {
+extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
+                                                   const uint16_t *dout, const int32_t *inp, int B,
+                                                   int T, int C, int V, bool fp16, void *stream) {
     DSC_TRY(check_rows("encoder backward", C, dwte, dwpe, dout));
     DSC_CUDA_ARG(B > 0 && T > 0 && V > 0 && inp && scratch, "encoder backward: bad arguments");
     cudaStream_t st = as_stream(stream);
@@ -288,18 +351,34 @@ extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void 
     enc_scatter_kernel<<<dsc__blocks(BT, ELEM_THREADS), ELEM_THREADS, 0, st>>>(sorted, rank, counts,
                                                                                offsets, inp, BT, V);
     DSC_CUDA_LAUNCHED("enc_scatter_kernel");
-    enc_wte_grad_kernel<<<dsc__blocks((long long)BT * C8, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
-        dwte, (const uint4 *)dout, sorted, inp, BT, C8);
+    unsigned wte_blocks = dsc__blocks((long long)BT * C8, ELEM_THREADS);
+    unsigned wpe_blocks = dsc__blocks((long long)T * C8, ELEM_THREADS);
+    const uint4 *d = (const uint4 *)dout;
+    if (fp16)
+        enc_wte_grad_kernel<true>
+            <<<wte_blocks, ELEM_THREADS, 0, st>>>(dwte, d, sorted, inp, BT, C8);
+    else
+        enc_wte_grad_kernel<false>
+            <<<wte_blocks, ELEM_THREADS, 0, st>>>(dwte, d, sorted, inp, BT, C8);
     DSC_CUDA_LAUNCHED("enc_wte_grad_kernel");
-    enc_wpe_grad_kernel<<<dsc__blocks((long long)T * C8, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
-        dwpe, (const uint4 *)dout, B, T, C8);
+    if (fp16)
+        enc_wpe_grad_kernel<true><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8);
+    else
+        enc_wpe_grad_kernel<false><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8);
     DSC_CUDA_LAUNCHED("enc_wpe_grad_kernel");
     return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch,
+                                                 const uint16_t *dout, const int32_t *inp, int B,
+                                                 int T, int C, int V, void *stream) {
+    return dsc__cuda_encoder_backward_h(dwte, dwpe, scratch, dout, inp, B, T, C, V, false, stream);
 }
 
 // ---- layernorm ----
 
 // One warp per row: mean, then the centred variance (two passes, as the CPU kernel), then out.
+template <bool F16>
 __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                               const uint16_t *w, const uint16_t *b, long long N, int C) {
     int lane = threadIdx.x % DSC_WARP_SIZE;
@@ -310,7 +389,7 @@ __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uin
     const uint4 *x = (const uint4 *)(inp + row * C);
     float v[8], s = 0.0f;
     for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-        dsc_unpack8(x[i], v);
+        dsc_unpack8_16<F16>(x[i], v);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             s += v[k];
@@ -318,7 +397,7 @@ __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uin
     float m = dsc_warp_sum(s) / (float)C;
     float var = 0.0f;
     for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-        dsc_unpack8(x[i], v);
+        dsc_unpack8_16<F16>(x[i], v);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             var += (v[k] - m) * (v[k] - m);
@@ -327,13 +406,13 @@ __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uin
     uint4 *o = (uint4 *)(out + row * C);
     for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
         float wv[8], bv[8];
-        dsc_unpack8(x[i], v);
-        dsc_unpack8(((const uint4 *)w)[i], wv);
-        dsc_unpack8(((const uint4 *)b)[i], bv);
+        dsc_unpack8_16<F16>(x[i], v);
+        dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
+        dsc_unpack8_16<F16>(((const uint4 *)b)[i], bv);
 #pragma unroll
         for (int k = 0; k < 8; k++)
             v[k] = (v[k] - m) * r * wv[k] + bv[k];
-        o[i] = dsc_pack8(v);
+        o[i] = dsc_pack8_16<F16>(v);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -341,22 +420,34 @@ __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uin
     }
 }
 
+extern "C" dsc_status dsc__cuda_layernorm_forward_h(uint16_t *out, float *mean, float *rstd,
+                                                    const uint16_t *inp, const uint16_t *w,
+                                                    const uint16_t *b, int64_t N, int C, bool fp16,
+                                                    void *stream) {
+    DSC_TRY(check_rows("layernorm forward", C, out, inp, w));
+    DSC_CUDA_ARG(N > 0 && mean && rstd && dsc__aligned16(b), "layernorm forward: bad arguments");
+    int rows_per_block = LN_THREADS / dsc__host_warp_size();
+    unsigned blocks = dsc__blocks(N, rows_per_block);
+    cudaStream_t st = as_stream(stream);
+    if (fp16)
+        ln_fwd_kernel<true><<<blocks, LN_THREADS, 0, st>>>(out, mean, rstd, inp, w, b, N, C);
+    else
+        ln_fwd_kernel<false><<<blocks, LN_THREADS, 0, st>>>(out, mean, rstd, inp, w, b, N, C);
+    DSC_CUDA_LAUNCHED("ln_fwd_kernel");
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_layernorm_forward(uint16_t *out, float *mean, float *rstd,
                                                   const uint16_t *inp, const uint16_t *w,
                                                   const uint16_t *b, int64_t N, int C,
                                                   void *stream) {
-    DSC_TRY(check_rows("layernorm forward", C, out, inp, w));
-    DSC_CUDA_ARG(N > 0 && mean && rstd && dsc__aligned16(b), "layernorm forward: bad arguments");
-    int rows_per_block = LN_THREADS / dsc__host_warp_size();
-    ln_fwd_kernel<<<dsc__blocks(N, rows_per_block), LN_THREADS, 0, as_stream(stream)>>>(
-        out, mean, rstd, inp, w, b, N, C);
-    DSC_CUDA_LAUNCHED("ln_fwd_kernel");
-    return DSC_OK;
+    return dsc__cuda_layernorm_forward_h(out, mean, rstd, inp, w, b, N, C, false, stream);
 }
 
 // One block per chunk of LNB_ROWS rows. Phase 1, a warp per row: dinp += rstd (g - mean(g) -
 // xhat mean(g xhat)), g = dy w. Phase 2, a thread per channel: the chunk's partial sums of
 // dy xhat and dy, rows in order, into scratch (nchunks, 2, C).
+template <bool F16>
 __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout,
                               const uint16_t *inp, const uint16_t *w, const float *mean,
                               const float *rstd, long long N, int C) {
@@ -377,9 +468,9 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
         float m = sm[r], rs = sr[r], s1 = 0.0f, s2 = 0.0f;
         float a[8], xv[8], wv[8];
         for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-            dsc_unpack8(dy[i], a);
-            dsc_unpack8(x[i], xv);
-            dsc_unpack8(((const uint4 *)w)[i], wv);
+            dsc_unpack8_16<F16>(dy[i], a);
+            dsc_unpack8_16<F16>(x[i], xv);
+            dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 float g = a[k] * wv[k];
@@ -391,22 +482,22 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
         s2 = dsc_warp_sum(s2) / (float)C;
         for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
             float d[8];
-            dsc_unpack8(dy[i], a);
-            dsc_unpack8(x[i], xv);
-            dsc_unpack8(((const uint4 *)w)[i], wv);
-            dsc_unpack8(dx[i], d);
+            dsc_unpack8_16<F16>(dy[i], a);
+            dsc_unpack8_16<F16>(x[i], xv);
+            dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
+            dsc_unpack8_16<F16>(dx[i], d);
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 d[k] += rs * (a[k] * wv[k] - s1 - ((xv[k] - m) * rs) * s2);
-            dx[i] = dsc_pack8(d);
+            dx[i] = dsc_pack8_16<F16>(d);
         }
     }
     float *pw = scratch + (size_t)blockIdx.x * 2 * C, *pb = pw + C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float sw = 0.0f, sb = 0.0f;
         for (int r = 0; r < nr; r++) {
-            float dy = dsc_bf16_f32(dout[(r0 + r) * C + c]);
-            sw += dy * ((dsc_bf16_f32(inp[(r0 + r) * C + c]) - sm[r]) * sr[r]);
+            float dy = dsc_16_f32<F16>(dout[(r0 + r) * C + c]);
+            sw += dy * ((dsc_16_f32<F16>(inp[(r0 + r) * C + c]) - sm[r]) * sr[r]);
             sb += dy;
         }
         pw[c] = sw;
@@ -416,18 +507,56 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
 
 // acc (ncols) += sum over k in order of part[k * stride + c]: the second half of every chunked
 // column reduction.
-__global__ void reduce_partials_kernel(float *acc, const float *part, int nchunks, size_t stride,
-                                       int ncols) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ncols) return;
+#define RED_X 32 // columns per block of the partial-sum reduction
+#define RED_Y 16 // lanes along the chunks
+__global__ void __launch_bounds__(RED_X *RED_Y)
+    reduce_partials_kernel(float *acc, const float *part, int nchunks, size_t stride, int ncols) {
+    __shared__ float sh[RED_Y][RED_X + 1];
+    int c = blockIdx.x * RED_X + threadIdx.x;
     float s = 0.0f;
-    for (int k = 0; k < nchunks; k++)
-        s += part[(size_t)k * stride + c];
+    if (c < ncols)
+        for (int k = threadIdx.y; k < nchunks; k += RED_Y)
+            s += part[(size_t)k * stride + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= ncols) return;
+    for (int y = 1; y < RED_Y; y++) // a fixed order: deterministic
+        s += sh[y][threadIdx.x];
     acc[c] += s;
+}
+
+static void reduce_partials(float *acc, const float *part, int nchunks, size_t stride, int ncols,
+                            cudaStream_t st) {
+    reduce_partials_kernel<<<(ncols + RED_X - 1) / RED_X, dim3(RED_X, RED_Y), 0, st>>>(
+        acc, part, nchunks, stride, ncols);
 }
 
 extern "C" size_t dsc__cuda_layernorm_backward_scratch(int64_t N, int C) {
     return (size_t)((N + LNB_ROWS - 1) / LNB_ROWS) * 2 * (size_t)C;
+}
+
+extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, float *db,
+                                                     float *scratch, const uint16_t *dout,
+                                                     const uint16_t *inp, const uint16_t *w,
+                                                     const float *mean, const float *rstd,
+                                                     int64_t N, int C, bool fp16, void *stream) {
+    DSC_TRY(check_rows("layernorm backward", C, dinp, dout, inp));
+    DSC_CUDA_ARG(N > 0 && dsc__aligned16(w) && dw && db && scratch && mean && rstd,
+                 "layernorm backward: bad arguments");
+    cudaStream_t st = as_stream(stream);
+    int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS);
+    if (fp16)
+        ln_bwd_kernel<true>
+            <<<nchunks, LNB_THREADS, 0, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    else
+        ln_bwd_kernel<false>
+            <<<nchunks, LNB_THREADS, 0, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    DSC_CUDA_LAUNCHED("ln_bwd_kernel");
+    reduce_partials(dw, scratch, nchunks, 2 * (size_t)C, C, st);
+    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+    reduce_partials(db, scratch + C, nchunks, 2 * (size_t)C, C, st);
+    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+    return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, float *db,
@@ -435,51 +564,86 @@ extern "C" dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, fl
                                                    const uint16_t *inp, const uint16_t *w,
                                                    const float *mean, const float *rstd, int64_t N,
                                                    int C, void *stream) {
-    DSC_TRY(check_rows("layernorm backward", C, dinp, dout, inp));
-    DSC_CUDA_ARG(N > 0 && dsc__aligned16(w) && dw && db && scratch && mean && rstd,
-                 "layernorm backward: bad arguments");
-    cudaStream_t st = as_stream(stream);
-    int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS);
-    ln_bwd_kernel<<<nchunks, LNB_THREADS, 0, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
-    DSC_CUDA_LAUNCHED("ln_bwd_kernel");
-    reduce_partials_kernel<<<dsc__blocks(C, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
-        dw, scratch, nchunks, 2 * (size_t)C, C);
-    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
-    reduce_partials_kernel<<<dsc__blocks(C, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
-        db, scratch + C, nchunks, 2 * (size_t)C, C);
-    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
-    return DSC_OK;
+    return dsc__cuda_layernorm_backward_h(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C,
+                                          false, stream);
 }
 
 // ---- column sums (bias gradients) ----
 
 // One block per chunk of COLSUM_ROWS rows; threads walk the columns, rows in order.
+template <bool F16>
 __global__ void colsum_kernel(float *part, const uint16_t *d, long long rows, int ncols) {
     long long r0 = (long long)blockIdx.x * COLSUM_ROWS;
     int nr = (int)min((long long)COLSUM_ROWS, rows - r0);
     for (int c = threadIdx.x; c < ncols; c += blockDim.x) {
         float s = 0.0f;
         for (int r = 0; r < nr; r++)
-            s += dsc_bf16_f32(d[(r0 + r) * ncols + c]);
+            s += dsc_16_f32<F16>(d[(r0 + r) * ncols + c]);
         part[(size_t)blockIdx.x * ncols + c] = s;
     }
+}
+
+// The same with 16-byte loads (ncols % 8 == 0, d aligned): block (32, COLSUM_VY) covers 32
+// groups of 8 columns of one chunk of rows; lane y sums rows y, y + COLSUM_VY, ..., then the lanes
+// are added in order.
+#define COLSUM_VY 8
+template <bool F16>
+__global__ void __launch_bounds__(32 * COLSUM_VY)
+    colsum_vec_kernel(float *part, const uint4 *d, long long rows, int ncols) {
+    __shared__ float sh[COLSUM_VY][32 * 8 + 1];
+    int groups = ncols / 8, g = blockIdx.y * 32 + threadIdx.x;
+    long long r0 = (long long)blockIdx.x * COLSUM_ROWS;
+    int nr = (int)min((long long)COLSUM_ROWS, rows - r0);
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (g < groups) {
+        for (int r = threadIdx.y; r < nr; r += COLSUM_VY) {
+            float x[8];
+            dsc_unpack8_16<F16>(d[(r0 + r) * groups + g], x);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                s[k] += x[k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        sh[threadIdx.y][threadIdx.x * 8 + k] = s[k];
+    __syncthreads();
+    int t = threadIdx.y * 32 + threadIdx.x, c = blockIdx.y * 256 + t; // one column per thread
+    if (t >= 256 || c >= ncols) return;
+    float v = 0.0f;
+    for (int y = 0; y < COLSUM_VY; y++)
+        v += sh[y][t];
+    part[(size_t)blockIdx.x * ncols + c] = v;
 }
 
 extern "C" size_t dsc__cuda_colsum_scratch(int64_t rows, int ncols) {
     return (size_t)((rows + COLSUM_ROWS - 1) / COLSUM_ROWS) * (size_t)ncols;
 }
 
-extern "C" dsc_status dsc__cuda_colsum(float *acc, float *scratch, const uint16_t *d, int64_t rows,
-                                       int ncols, void *stream) {
+extern "C" dsc_status dsc__cuda_colsum_h(float *acc, float *scratch, const uint16_t *d,
+                                         int64_t rows, int ncols, bool fp16, void *stream) {
     DSC_CUDA_ARG(rows > 0 && ncols > 0 && acc && scratch && d, "colsum: bad arguments");
     cudaStream_t st = as_stream(stream);
     int nchunks = (int)((rows + COLSUM_ROWS - 1) / COLSUM_ROWS);
-    colsum_kernel<<<nchunks, COLSUM_THREADS, 0, st>>>(scratch, d, rows, ncols);
+    bool vec = ncols % 8 == 0 && dsc__aligned16(d);
+    dim3 vgrid(nchunks, (ncols / 8 + 31) / 32), vblock(32, COLSUM_VY);
+    if (vec && fp16)
+        colsum_vec_kernel<true><<<vgrid, vblock, 0, st>>>(scratch, (const uint4 *)d, rows, ncols);
+    else if (vec)
+        colsum_vec_kernel<false><<<vgrid, vblock, 0, st>>>(scratch, (const uint4 *)d, rows, ncols);
+    else if (fp16)
+        colsum_kernel<true><<<nchunks, COLSUM_THREADS, 0, st>>>(scratch, d, rows, ncols);
+    else
+        colsum_kernel<false><<<nchunks, COLSUM_THREADS, 0, st>>>(scratch, d, rows, ncols);
     DSC_CUDA_LAUNCHED("colsum_kernel");
-    reduce_partials_kernel<<<dsc__blocks(ncols, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
-        acc, scratch, nchunks, (size_t)ncols, ncols);
+    reduce_partials(acc, scratch, nchunks, (size_t)ncols, ncols, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");
     return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_colsum(float *acc, float *scratch, const uint16_t *d, int64_t rows,
+                                       int ncols, void *stream) {
+    return dsc__cuda_colsum_h(acc, scratch, d, rows, ncols, false, stream);
 }
 
 // ---- softmax + cross-entropy ----
@@ -503,6 +667,7 @@ __device__ static inline void online_merge(float &m, float &s, float m2, float s
 }
 
 // logsumexp of one row, returned to every thread of the block. Vector loads when ld % 8 == 0.
+template <bool F16>
 __device__ static float row_lse(const uint16_t *row, int V, bool vec, float *sh) {
     float m = -INFINITY, s = 0.0f;
     int done = 0;
@@ -510,7 +675,7 @@ __device__ static float row_lse(const uint16_t *row, int V, bool vec, float *sh)
         int V8 = V / 8;
         for (int i = threadIdx.x; i < V8; i += blockDim.x) {
             float x[8];
-            dsc_unpack8(((const uint4 *)row)[i], x);
+            dsc_unpack8_16<F16>(((const uint4 *)row)[i], x);
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 online_add(m, s, x[k]);
@@ -518,7 +683,7 @@ __device__ static float row_lse(const uint16_t *row, int V, bool vec, float *sh)
         done = V8 * 8;
     }
     for (int j = done + threadIdx.x; j < V; j += blockDim.x)
-        online_add(m, s, dsc_bf16_f32(row[j]));
+        online_add(m, s, dsc_16_f32<F16>(row[j]));
     for (int o = DSC_WARP_SIZE / 2; o > 0; o >>= 1) {
         float m2 = dsc_shfl_xor(m, o), s2 = dsc_shfl_xor(s, o);
         online_merge(m, s, m2, s2);
@@ -538,6 +703,7 @@ __device__ static float row_lse(const uint16_t *row, int V, bool vec, float *sh)
 }
 
 // d[j] = g (exp(x_j - lse) - [j == target]) over the row, pads [V, ld) zeroed.
+template <bool F16>
 __device__ static void row_grad(uint16_t *drow, const uint16_t *row, float lse, int target, float g,
                                 int V, int ld, bool vec) {
     int done = 0;
@@ -545,26 +711,26 @@ __device__ static void row_grad(uint16_t *drow, const uint16_t *row, float lse, 
         int V8 = V / 8;
         for (int i = threadIdx.x; i < V8; i += blockDim.x) {
             float x[8];
-            dsc_unpack8(((const uint4 *)row)[i], x);
+            dsc_unpack8_16<F16>(((const uint4 *)row)[i], x);
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 x[k] = g * (__expf(x[k] - lse) - (i * 8 + k == target ? 1.0f : 0.0f));
-            ((uint4 *)drow)[i] = dsc_pack8(x);
+            ((uint4 *)drow)[i] = dsc_pack8_16<F16>(x);
         }
         done = V8 * 8;
     }
     for (int j = done + threadIdx.x; j < ld; j += blockDim.x) {
         float d = 0.0f;
-        if (j < V) d = g * (__expf(dsc_bf16_f32(row[j]) - lse) - (j == target ? 1.0f : 0.0f));
-        drow[j] = dsc_f32_bf16(d);
+        if (j < V) d = g * (__expf(dsc_16_f32<F16>(row[j]) - lse) - (j == target ? 1.0f : 0.0f));
+        drow[j] = dsc_f32_16<F16>(d);
     }
 }
 
 // MODE 0: forward (losses, lse); 1: backward (dlogits from lse); 2: both, in place.
-template <int MODE> __global__ void xent_kernel(float *losses, float *lse_out, uint16_t *dlogits,
-                                                const uint16_t *logits, const float *lse_in,
-                                                const int32_t *targets, float g, int V, int ld,
-                                                bool vec) {
+template <int MODE, bool F16>
+__global__ void xent_kernel(float *losses, float *lse_out, uint16_t *dlogits,
+                            const uint16_t *logits, const float *lse_in, const int32_t *targets,
+                            float g, int V, int ld, bool vec) {
     __shared__ float sh[2 * DSC_MAX_WARPS];
     size_t r = blockIdx.x;
     const uint16_t *row = logits + r * ld;
@@ -573,14 +739,14 @@ template <int MODE> __global__ void xent_kernel(float *losses, float *lse_out, u
     if (MODE == 1) {
         lse = lse_in[r];
     } else {
-        lse = row_lse(row, V, vec, sh);
+        lse = row_lse<F16>(row, V, vec, sh);
         if (threadIdx.x == 0) {
-            losses[r] = lse - dsc_bf16_f32(row[target]);
+            losses[r] = lse - dsc_16_f32<F16>(row[target]);
             if (lse_out) lse_out[r] = lse;
         }
         __syncthreads(); // row[target] is read before MODE 2 overwrites the row
     }
-    if (MODE != 0) row_grad(dlogits + r * ld, row, lse, target, g, V, ld, vec);
+    if (MODE != 0) row_grad<F16>(dlogits + r * ld, row, lse, target, g, V, ld, vec);
 }
 
 static dsc_status xent_check(const char *what, int64_t N, int V, int ld, const void *tg) {
@@ -589,36 +755,68 @@ static dsc_status xent_check(const char *what, int64_t N, int V, int ld, const v
     return DSC_OK;
 }
 
+// One block per row; MODE as xent_kernel's.
+template <int MODE>
+static dsc_status xent_launch(float *losses, float *lse_out, uint16_t *dlogits,
+                              const uint16_t *logits, const float *lse_in, const int32_t *targets,
+                              float g, int64_t N, int V, int ld, bool vec, bool fp16,
+                              void *stream) {
+    cudaStream_t st = as_stream(stream);
+    if (fp16)
+        xent_kernel<MODE, true><<<(unsigned)N, XENT_THREADS, 0, st>>>(
+            losses, lse_out, dlogits, logits, lse_in, targets, g, V, ld, vec);
+    else
+        xent_kernel<MODE, false><<<(unsigned)N, XENT_THREADS, 0, st>>>(
+            losses, lse_out, dlogits, logits, lse_in, targets, g, V, ld, vec);
+    const char *name = MODE == 0   ? "launch of xent_kernel<forward>"
+                       : MODE == 1 ? "launch of xent_kernel<backward>"
+                                   : "launch of xent_kernel<fused>";
+    DSC_CUDA_CHECK_AS(cudaGetLastError(), name);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_xent_forward_h(float *losses, float *lse, const uint16_t *logits,
+                                               const int32_t *targets, int64_t N, int V, int ld,
+                                               bool fp16, void *stream) {
+    DSC_TRY(xent_check("xent forward", N, V, ld, targets));
+    bool vec = ld % 8 == 0 && dsc__aligned16(logits);
+    return xent_launch<0>(losses, lse, NULL, logits, NULL, targets, 0.0f, N, V, ld, vec, fp16,
+                          stream);
+}
+
 extern "C" dsc_status dsc__cuda_xent_forward(float *losses, float *lse, const uint16_t *logits,
                                              const int32_t *targets, int64_t N, int V, int ld,
                                              void *stream) {
-    DSC_TRY(xent_check("xent forward", N, V, ld, targets));
-    bool vec = ld % 8 == 0 && dsc__aligned16(logits);
-    xent_kernel<0><<<(unsigned)N, XENT_THREADS, 0, as_stream(stream)>>>(
-        losses, lse, NULL, logits, NULL, targets, 0.0f, V, ld, vec);
-    DSC_CUDA_LAUNCHED("xent_kernel<forward>");
-    return DSC_OK;
+    return dsc__cuda_xent_forward_h(losses, lse, logits, targets, N, V, ld, false, stream);
+}
+
+extern "C" dsc_status dsc__cuda_xent_backward_h(uint16_t *dlogits, const uint16_t *logits,
+                                                const float *lse, const int32_t *targets, float g,
+                                                int64_t N, int V, int ld, bool fp16, void *stream) {
+    DSC_TRY(xent_check("xent backward", N, V, ld, targets));
+    bool vec = ld % 8 == 0 && dsc__aligned16(logits) && dsc__aligned16(dlogits);
+    return xent_launch<1>(NULL, NULL, dlogits, logits, lse, targets, g, N, V, ld, vec, fp16,
+                          stream);
 }
 
 extern "C" dsc_status dsc__cuda_xent_backward(uint16_t *dlogits, const uint16_t *logits,
                                               const float *lse, const int32_t *targets, float g,
                                               int64_t N, int V, int ld, void *stream) {
-    DSC_TRY(xent_check("xent backward", N, V, ld, targets));
-    bool vec = ld % 8 == 0 && dsc__aligned16(logits) && dsc__aligned16(dlogits);
-    xent_kernel<1><<<(unsigned)N, XENT_THREADS, 0, as_stream(stream)>>>(
-        NULL, NULL, dlogits, logits, lse, targets, g, V, ld, vec);
-    DSC_CUDA_LAUNCHED("xent_kernel<backward>");
-    return DSC_OK;
+    return dsc__cuda_xent_backward_h(dlogits, logits, lse, targets, g, N, V, ld, false, stream);
+}
+
+extern "C" dsc_status dsc__cuda_xent_fused_h(float *losses, uint16_t *logits,
+                                             const int32_t *targets, float g, int64_t N, int V,
+                                             int ld, bool fp16, void *stream) {
+    DSC_TRY(xent_check("xent fused", N, V, ld, targets));
+    bool vec = ld % 8 == 0 && dsc__aligned16(logits);
+    return xent_launch<2>(losses, NULL, logits, logits, NULL, targets, g, N, V, ld, vec, fp16,
+                          stream);
 }
 
 extern "C" dsc_status dsc__cuda_xent_fused(float *losses, uint16_t *logits, const int32_t *targets,
                                            float g, int64_t N, int V, int ld, void *stream) {
-    DSC_TRY(xent_check("xent fused", N, V, ld, targets));
-    bool vec = ld % 8 == 0 && dsc__aligned16(logits);
-    xent_kernel<2><<<(unsigned)N, XENT_THREADS, 0, as_stream(stream)>>>(
-        losses, NULL, logits, logits, NULL, targets, g, V, ld, vec);
-    DSC_CUDA_LAUNCHED("xent_kernel<fused>");
-    return DSC_OK;
+    return dsc__cuda_xent_fused_h(losses, logits, targets, g, N, V, ld, false, stream);
 }
 
 // ---- sums ----

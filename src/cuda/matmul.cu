@@ -1,4 +1,4 @@
-// cuda/matmul.cu - bf16 matrix products through cuBLASLt / hipBLASLt (see matmul.h).
+// cuda/matmul.cu - bf16 / fp16 matrix products through cuBLASLt / hipBLASLt (see matmul.h).
 #include "cuda/matmul.h"
 
 #include <stdlib.h> // calloc, free
@@ -13,7 +13,7 @@
 
 // What the heuristic's answer depends on: everything but the pointers' values and alpha, beta.
 typedef struct gemm_key {
-    int trans_a, trans_b, M, N, K, lda, ldb, ldc, ldd, ldaux, d_fp32, epilogue, align;
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, ldd, ldaux, d_fp32, epilogue, align, fp16;
 } gemm_key;
 
 typedef struct algo_entry {
@@ -30,6 +30,16 @@ struct dsc_cuda_blas {
     int ncache, next; // entries used; the slot a new shape replaces once full
 };
 
+// The 16-bit type of the product's operands (and of its 16-bit results).
+static cudaDataType_t type16(const dsc_cuda_gemm *g) {
+    return g->fp16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+static const char *out_name(const dsc_cuda_gemm *g) {
+    if (!g) return "?";
+    return g->d_fp32 ? "fp32" : g->fp16 ? "fp16" : "bf16";
+}
+
 static dsc_status blas_fail(cublasStatus_t s, const char *what, const dsc_cuda_gemm *g) {
 #if DSC_HIP
     const char *why = "hipBLASLt error";
@@ -41,7 +51,7 @@ static dsc_status blas_fail(cublasStatus_t s, const char *what, const dsc_cuda_g
                      "%d %d %d, %s out, epilogue %d); check shapes, alignment and free memory",
                      what, (int)s, why, g ? g->M : 0, g ? g->N : 0, g ? g->K : 0,
                      g ? g->trans_a : 0, g ? g->trans_b : 0, g ? g->lda : 0, g ? g->ldb : 0,
-                     g ? g->ldd : 0, g && g->d_fp32 ? "fp32" : "bf16", g ? g->epilogue : 0);
+                     g ? g->ldd : 0, out_name(g), g ? g->epilogue : 0);
 }
 
 #define BLAS_TRY(expr, what, g)                                                                    \
@@ -109,7 +119,8 @@ static gemm_key key_of(const dsc_cuda_gemm *g) {
                   g->aux ? g->ldaux : 0,
                   g->d_fp32,
                   g->epilogue,
-                  common_alignment(g)};
+                  common_alignment(g),
+                  g->fp16 != 0};
     return k;
 }
 
@@ -126,7 +137,7 @@ static dsc_status check_gemm(const dsc_cuda_gemm *g) {
     DSC_CUDA_ARG(g->epilogue >= DSC_CUDA_EPI_NONE && g->epilogue <= DSC_CUDA_EPI_DGELU,
                  "gemm: unknown epilogue %d", g->epilogue);
     DSC_CUDA_ARG(g->epilogue == DSC_CUDA_EPI_NONE || !g->d_fp32,
-                 "gemm: epilogues need a bf16 result");
+                 "gemm: epilogues need a 16-bit result");
     bool need_bias = g->epilogue == DSC_CUDA_EPI_BIAS || g->epilogue == DSC_CUDA_EPI_GELU_BIAS;
     bool need_aux = g->epilogue == DSC_CUDA_EPI_GELU_BIAS || g->epilogue == DSC_CUDA_EPI_DGELU;
     DSC_CUDA_ARG(!need_bias || g->bias, "gemm: epilogue %d needs a bias", g->epilogue);
@@ -153,7 +164,7 @@ static dsc_status describe(const dsc_cuda_gemm *g, cublasLtMatmulDesc_t *op,
     cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = epilogue_of(g->epilogue);
-    cudaDataType_t dt = g->d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
+    cudaDataType_t dt = g->d_fp32 ? CUDA_R_32F : type16(g);
     BLAS_TRY(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", g);
     BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
              "set TRANSA", g);
@@ -174,10 +185,10 @@ static dsc_status describe(const dsc_cuda_gemm *g, cublasLtMatmulDesc_t *op,
                                                 sizeof ld),
                  "set EPILOGUE_AUX_LD", g);
     }
-    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[0], CUDA_R_16BF, g->trans_b ? g->K : g->N,
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[0], type16(g), g->trans_b ? g->K : g->N,
                                         g->trans_b ? g->N : g->K, g->ldb),
              "layout of B", g);
-    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[1], CUDA_R_16BF, g->trans_a ? g->M : g->K,
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[1], type16(g), g->trans_a ? g->M : g->K,
                                         g->trans_a ? g->K : g->M, g->lda),
              "layout of A", g);
     BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[2], dt, g->N, g->M, g->ldd), "layout of D", g);
@@ -247,7 +258,7 @@ extern "C" dsc_status dsc__cuda_gemm(dsc_cuda_blas *h, const dsc_cuda_gemm *g, v
     int ldc = g->beta != 0.0f ? g->ldc : g->ldd;
     st = describe(g, &op, lay);
     if (st != DSC_OK) goto done;
-    BLAS_TRY(cublasLtMatrixLayoutCreate(&cl, g->d_fp32 ? CUDA_R_32F : CUDA_R_16BF, g->N, g->M, ldc),
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&cl, g->d_fp32 ? CUDA_R_32F : type16(g), g->N, g->M, ldc),
              "layout of C", g);
     st = pick_algo(h, g, op, lay, cl, &algo);
     if (st != DSC_OK) goto done;

@@ -1,5 +1,6 @@
 // cuda/matmul.h - matrix products through the vendor BLAS (cuBLASLt; hipBLASLt in HIP builds):
-// bf16 operands, fp32 accumulation, bf16 or fp32 results, with the epilogues GPT-2 uses.
+// bf16 or fp16 operands, fp32 accumulation, 16-bit (the operands' type) or fp32 results, with the
+// epilogues GPT-2 uses.
 //
 // Shapes are row-major, as the CPU kernels (dsc__gpt2_sgemm): D (M, N) = alpha op(A) op(B) +
 // beta C, op(X) = X^T when its flag is set. The wrapper turns this into the column-major call the
@@ -52,6 +53,10 @@ typedef struct dsc_cuda_gemm {
     const void *bias; // (N) bf16, for BIAS and GELU_BIAS
     uint16_t *aux;    // (M, N) bf16, row stride ldaux (a multiple of 8), for GELU_BIAS, DGELU
     int ldaux;
+    // 0 (what a zeroed struct says): every 16-bit matrix above (A, B, a 16-bit C and D, bias,
+    // aux) is bf16. 1: they are IEEE fp16 instead (fp16 results overflow to inf, as the
+    // library's conversions do; no saturation).
+    int fp16;
 } dsc_cuda_gemm;
 
 // Enqueue one product on stream. DSC_ERR_INVALID_ARG for inconsistent shapes, DSC_ERR_CUDA when

@@ -6,7 +6,7 @@
 #include <string.h> // strstr
 
 #include "cuda/common.cuh"       // DSC_CUDA_TRY
-#include "cuda/gpt2_kernels.h"   // dsc__cuda_f32_to_bf16
+#include "cuda/gpt2_kernels.h"   // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
 #include "cuda/optim.h"          // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
 extern "C" {
@@ -84,6 +84,12 @@ extern "C" dsc_status dsc__cuda_select_device(int local_rank, int *device, int *
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_device_pci(int device, char *buf, size_t cap) {
+    DSC_CUDA_ARG(cap >= 16, "PCI bus id: buffer of %zu bytes", cap);
+    DSC_CUDA_TRY(cudaDeviceGetPCIBusId(buf, (int)(cap < 64 ? cap : 64), device));
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_current_device(int *device) {
     DSC_CUDA_TRY(cudaGetDevice(device));
     return DSC_OK;
@@ -112,34 +118,37 @@ static dsc_status alloc(dsc_cuda_state *s, dsc_mem_pool *pool, int k, void **vie
 }
 
 static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool) {
-    size_t n = s->n;
+    size_t n = s->n, ns = s->nstate;
     cudaStream_t st;
     DSC_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     s->stream = st;
-    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, n * 4, "gpu.master"));
+    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, ns * 4, "gpu.master"));
     DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
     DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
     if (!s->offload && moments >= 1)
-        DSC_TRY(alloc(s, pool, 3, (void **)&s->m, n * 4, "gpu.moments"));
+        DSC_TRY(alloc(s, pool, 3, (void **)&s->m, ns * 4, "gpu.moments"));
     if (!s->offload && moments >= 2)
-        DSC_TRY(alloc(s, pool, 4, (void **)&s->v, n * 4, "gpu.moments"));
+        DSC_TRY(alloc(s, pool, 4, (void **)&s->v, ns * 4, "gpu.moments"));
     DSC_TRY(alloc(s, pool, 5, (void **)&s->sumsq, sizeof(double), "gpu.norm"));
     DSC_TRY(alloc(s, pool, 6, (void **)&s->nonfinite, sizeof(int), "gpu.norm"));
     DSC_TRY(alloc(s, pool, 7, (void **)&s->scratch, DSC_CUDA_SUMSQ_SCRATCH * sizeof(double),
                   "gpu.norm"));
     DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, st));
-    if (s->m) DSC_CUDA_TRY(cudaMemsetAsync(s->m, 0, n * 4, st));
-    if (s->v) DSC_CUDA_TRY(cudaMemsetAsync(s->v, 0, n * 4, st));
+    if (s->m) DSC_CUDA_TRY(cudaMemsetAsync(s->m, 0, ns * 4, st));
+    if (s->v) DSC_CUDA_TRY(cudaMemsetAsync(s->v, 0, ns * 4, st));
     DSC_CUDA_TRY(cudaStreamSynchronize(st));
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments,
-                                             bool offload, dsc_mem_pool *pool) {
+static dsc_status state_create(dsc_cuda_state **out, size_t n, size_t nstate, int moments,
+                               bool offload, dsc_mem_pool *pool) {
     *out = NULL;
+    DSC_CUDA_ARG(nstate <= n, "GPU training state: %zu state elements for a layout of %zu",
+                 nstate, n);
     dsc_cuda_state *s = (dsc_cuda_state *)calloc(1, sizeof *s);
     if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory for the GPU training state");
     s->n = n;
+    s->nstate = nstate;
     s->offload = offload;
     dsc_status st = state_alloc(s, moments, pool);
     if (st != DSC_OK) {
@@ -148,6 +157,16 @@ extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int
     }
     *out = s;
     return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments,
+                                             bool offload, dsc_mem_pool *pool) {
+    return state_create(out, n, n, moments, offload, pool);
+}
+
+extern "C" dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, size_t nstate,
+                                                int moments, dsc_mem_pool *pool) {
+    return state_create(out, n, nstate, moments, false, pool);
 }
 
 extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
@@ -180,14 +199,34 @@ static dsc_status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     return DSC_OK;
 }
 
+extern "C" void dsc__cuda_state_set_fp16(dsc_cuda_state *s, bool on) {
+    s->fp16 = on;
+}
+
 extern "C" dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *master,
                                              const float *m, const float *v) {
+    DSC_CUDA_ARG(s->nstate == s->n, "GPU state upload: the state is a partition (upload_dp)");
     cudaStream_t st = (cudaStream_t)s->stream;
     size_t b = s->n * 4;
     DSC_TRY(copy(s->master, master, b, cudaMemcpyHostToDevice, st));
     DSC_TRY(copy(s->m, m, b, cudaMemcpyHostToDevice, st));
     DSC_TRY(copy(s->v, v, b, cudaMemcpyHostToDevice, st));
-    DSC_TRY(dsc__cuda_f32_to_bf16(s->p16, s->master, (int64_t)s->n, st));
+    DSC_TRY(dsc__cuda_f32_to_16(s->p16, s->master, (int64_t)s->n, s->fp16, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_upload_dp(dsc_cuda_state *s, const float *weights,
+                                                const float *master, const float *m,
+                                                const float *v) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    size_t b = s->nstate * 4;
+    DSC_TRY(copy(s->grad, weights, s->n * 4, cudaMemcpyHostToDevice, st));
+    if (weights) DSC_TRY(dsc__cuda_f32_to_bf16(s->p16, s->grad, (int64_t)s->n, st));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->n * 4, st));
+    DSC_TRY(copy(s->master, master, b, cudaMemcpyHostToDevice, st));
+    DSC_TRY(copy(s->m, m, b, cudaMemcpyHostToDevice, st));
+    DSC_TRY(copy(s->v, v, b, cudaMemcpyHostToDevice, st));
     DSC_CUDA_TRY(cudaStreamSynchronize(st));
     return DSC_OK;
 }
@@ -195,7 +234,7 @@ extern "C" dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *mas
 extern "C" dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m,
                                                float *v) {
     cudaStream_t st = (cudaStream_t)s->stream;
-    size_t b = s->n * 4;
+    size_t b = s->nstate * 4;
     if (!s->offload) DSC_TRY(copy(master, s->master, b, cudaMemcpyDeviceToHost, st));
     DSC_TRY(copy(m, s->m, b, cudaMemcpyDeviceToHost, st));
     DSC_TRY(copy(v, s->v, b, cudaMemcpyDeviceToHost, st));
@@ -212,12 +251,18 @@ extern "C" dsc_status dsc__cuda_state_grads_to_host(dsc_cuda_state *s, float *ds
 
 extern "C" dsc_status dsc__cuda_bf16_to_host(float *dst, const uint16_t *src, size_t n,
                                              void *stream) {
+    return dsc__cuda_16_to_host(dst, src, n, false, stream);
+}
+
+extern "C" dsc_status dsc__cuda_16_to_host(float *dst, const uint16_t *src, size_t n, bool fp16,
+                                           void *stream) {
     uint16_t *bits = (uint16_t *)malloc(n * sizeof *bits);
     if (!bits) return dsc__fail(DSC_ERR_OOM, "out of memory for %zu logits", n);
     cudaStream_t st = (cudaStream_t)stream; // a non-blocking stream: the default one would not wait
     cudaError_t e = cudaMemcpyAsync(bits, src, n * sizeof *bits, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-    for (size_t i = 0; e == cudaSuccess && i < n; i++) dst[i] = dsc_bf16_f32(bits[i]);
+    for (size_t i = 0; e == cudaSuccess && i < n; i++)
+        dst[i] = fp16 ? dsc_fp16_f32(bits[i]) : dsc_bf16_f32(bits[i]);
     free(bits);
     DSC_CUDA_CHECK_AS(e, "cudaMemcpy of logits to the host");
     return DSC_OK;
@@ -230,12 +275,21 @@ extern "C" dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s) {
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s) {
+    return dsc__cuda_round_fp16(s->grad, (int64_t)s->n, s->stream);
+}
+
 extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
                                                  bool *nonfinite) {
+    return dsc__cuda_state_sumsq(s, s->grad, s->n, scale, sumsq, nonfinite);
+}
+
+extern "C" dsc_status dsc__cuda_state_sumsq(dsc_cuda_state *s, const float *x, size_t n,
+                                            float scale, double *sumsq, bool *nonfinite) {
     cudaStream_t st = (cudaStream_t)s->stream;
     DSC_CUDA_TRY(cudaMemsetAsync(s->sumsq, 0, sizeof(double), st));
     DSC_CUDA_TRY(cudaMemsetAsync(s->nonfinite, 0, sizeof(int), st));
-    DSC_TRY(dsc__cuda_opt_sumsq(s->sumsq, s->nonfinite, s->scratch, s->grad, s->n, scale, st));
+    DSC_TRY(dsc__cuda_opt_sumsq(s->sumsq, s->nonfinite, s->scratch, x, n, scale, st));
     int flag = 0;
     DSC_CUDA_TRY(cudaMemcpyAsync(sumsq, s->sumsq, sizeof(double), cudaMemcpyDeviceToHost, st));
     DSC_CUDA_TRY(cudaMemcpyAsync(&flag, s->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, st));
@@ -247,6 +301,19 @@ extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale,
 extern "C" dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hparams *h,
                                            int64_t step, float grad_scale) {
     DSC_CUDA_ARG(!s->offload, "GPU optimizer step: the state is offloaded (the CPU steps)");
+    DSC_CUDA_ARG(s->nstate == s->n, "GPU optimizer step: the state is a partition (step_range)");
     return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, grad_scale, NULL,
-                              s->p16, DSC_OPT_OUT_BF16, s->stream);
+                              s->p16, s->fp16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16, s->stream);
+}
+
+extern "C" dsc_status dsc__cuda_state_step_range(dsc_cuda_state *s, const dsc_opt_hparams *h,
+                                                 int64_t step, float grad_scale, const float *g,
+                                                 size_t off, size_t count, uint16_t *out16) {
+    DSC_CUDA_ARG(!s->offload, "GPU optimizer step: the state is offloaded (the CPU steps)");
+    DSC_CUDA_ARG(off + count <= s->nstate, "GPU optimizer step: range %zu + %zu outside the "
+                 "%zu state elements", off, count, s->nstate);
+    if (count == 0) return DSC_OK;
+    return dsc__cuda_opt_step(h, step, s->master + off, g, s->m ? s->m + off : NULL,
+                              s->v ? s->v + off : NULL, count, grad_scale, NULL, out16,
+                              s->fp16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16, s->stream);
 }

@@ -1,14 +1,18 @@
 // cuda/train_state.h - one GPU's training state for `dsc train --device cuda`: the engine's flat
 // layout (every tensor at the engine's offset, padding included) held on the device as fp32
-// master weights, fp32 gradients, optimizer moments and the bf16 copy the GPU model computes with,
-// plus the copies between that state and the engine's host buffers.
+// master weights, fp32 gradients, optimizer moments and the 16-bit copy the GPU model computes
+// with (bf16, or fp16 after dsc__cuda_state_set_fp16), plus the copies between that state and the
+// engine's host buffers.
 //
 // Two modes:
 //   device   master, moments, gradients and the bf16 copy live on the GPU; the optimizer step runs
 //            there (cuda/optim.h); the host copies are refreshed only for checkpoints and exports.
+//            Data-parallel on several GPUs (dsc__cuda_state_create_dp), master and moments may be
+//            this rank's ZeRO partition only (nstate elements) while gradients and the bf16
+//            weights stay whole.
 //   offload  ZeRO-Offload: the GPU keeps only the bf16 copy and the gradients. Gradients go to the
 //            host after backward, the engine's CPU optimizer updates the fp32 master and moments,
-//            and the new weights come back rounded to bf16.
+//            and the new weights come back rounded to the 16-bit type.
 // Host buffers handed to the offload copies are page-locked once (mem/cuda.h) so that the copies
 // run at full bus speed; when the system refuses, pageable copies are used and a note says so.
 #ifndef DSC_CUDA_TRAIN_STATE_H
@@ -31,16 +35,18 @@ enum { DSC_CUDA_STATE_BUFS = 8 };
 
 typedef struct dsc_cuda_state {
     size_t n;          // elements of the flat layout
+    size_t nstate;     // elements of master, m and v: n, or this rank's partition (create_dp)
     bool offload;      // see above
-    float *master;     // (n) fp32 master weights; offload: staging for the host weights
+    float *master;     // (nstate) fp32 master weights; offload: staging for the host weights
     float *grad;       // (n) fp32 gradients, accumulated over the micro-steps of a step
-    float *m, *v;      // (n) optimizer moments, or NULL (offload; v: optimizers without one)
-    uint16_t *p16;     // (n) bf16 weights the model reads
+    float *m, *v;      // (nstate) optimizer moments, or NULL (offload; v: optimizers without one)
+    uint16_t *p16;     // (n) 16-bit weights the model reads (bf16; fp16 when fp16 is set)
     void *stream;      // cudaStream_t every call enqueues on
     double *sumsq;     // device scalars of the gradient norm
     int *nonfinite;
     double *scratch;   // DSC_CUDA_SUMSQ_SCRATCH doubles
     void *pinned[2];   // host ranges registered by dsc__cuda_state_pin (NULL: none)
+    bool fp16;         // p16 holds IEEE fp16 (fp16 training) instead of bf16
     dsc_cuda_buf bufs[DSC_CUDA_STATE_BUFS]; // what the pointers above are views of
 } dsc_cuda_state;
 
@@ -53,6 +59,10 @@ dsc_status dsc__cuda_device_info(char *name, size_t cap, double *peak_flops);
 // share the visible devices round-robin; with one device they all share it). *device: its number,
 // *count: the devices visible.
 dsc_status dsc__cuda_select_device(int local_rank, int *device, int *count);
+
+// The PCI bus id of device `device` ("0000:1b:00.0"), which names one physical GPU whatever
+// CUDA_VISIBLE_DEVICES renumbers.
+dsc_status dsc__cuda_device_pci(int device, char *buf, size_t cap);
 
 // The current CUDA device's number and the bytes in use on it (total - free, every process and
 // allocator included: what a leak outside the pools would raise).
@@ -67,6 +77,9 @@ dsc_status dsc__cuda_stream_wait(void *stream);
 // cuda/devbuf.h), or NULL for plain cudaMalloc. Caller owns *out.
 dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, bool offload,
                                   dsc_mem_pool *pool);
+// Device mode with master, m and v of nstate elements (<= n: a ZeRO partition) on the device.
+dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, size_t nstate, int moments,
+                                     dsc_mem_pool *pool);
 void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinned
 
 // Page-lock host ranges used for offload copies (at most two); a refusal is not an error: *pinned
@@ -74,22 +87,47 @@ void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinn
 void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_t n, bool *pinned, char *why,
                          size_t cap);
 
-// Host -> device: master (n fp32; makes the bf16 copy too), m and v (n each, or NULL). Waits.
+// fp16 training: p16 holds fp16 from the next upload or step on (call before the first upload).
+void dsc__cuda_state_set_fp16(dsc_cuda_state *s, bool on);
+
+// Host -> device: master (n fp32; makes the 16-bit copy too), m and v (n each, or NULL). Waits.
+// Needs nstate == n.
 dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *master, const float *m,
                                   const float *v);
-// Device -> host of what exists on the device (device mode: master, m, v; NULL skips one). Waits.
+// Host -> device for create_dp's state: weights (n fp32, the whole model) become the bf16 copy
+// (staged through the gradient buffer, which is zero afterwards); master, m, v (nstate each, NULL
+// skips one) are copied. Waits.
+dsc_status dsc__cuda_state_upload_dp(dsc_cuda_state *s, const float *weights, const float *master,
+                                     const float *m, const float *v);
+// Device -> host of what exists on the device (device mode: master, m, v, nstate elements each;
+// NULL skips one). Waits.
 dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m, float *v);
 
 dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s);
 
+// fp16 training, at a step boundary before the norm: the accumulated gradients rounded to fp16
+// values, in place, exactly as the engine's CPU step rounds its fp16 gradients (values beyond
+// fp16's range become inf, so the overflow flag below sees them).
+dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s);
+
 // Sum of squares of grad * scale (double, fixed order) and whether any element was inf/NaN. Waits.
 dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
                                       bool *nonfinite);
+// The same over any device array x (n elements), with the state's scalars and stream. Waits.
+dsc_status dsc__cuda_state_sumsq(dsc_cuda_state *s, const float *x, size_t n, float scale,
+                                 double *sumsq, bool *nonfinite);
 
 // Device mode: one optimizer step over the flat state (grad multiplied by grad_scale), writing
-// the bf16 copy in the same pass. step: 1-based count of applied steps, this one included.
+// the 16-bit copy in the same pass. step: 1-based count of applied steps, this one included.
 dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hparams *h, int64_t step,
                                 float grad_scale);
+// The same step over count state elements at off (master, m, v + off) with gradients g (count,
+// device) and the bf16 result written to out16 (count, device; e.g. this rank's slice of the bf16
+// copy). The per-element arithmetic is that of dsc__cuda_state_step, so steps split into ranges
+// give the same bits as one step over the whole.
+dsc_status dsc__cuda_state_step_range(dsc_cuda_state *s, const dsc_opt_hparams *h, int64_t step,
+                                      float grad_scale, const float *g, size_t off, size_t count,
+                                      uint16_t *out16);
 
 // Offload: gradients -> host (n fp32), waits.
 dsc_status dsc__cuda_state_grads_to_host(dsc_cuda_state *s, float *dst);
@@ -97,6 +135,8 @@ dsc_status dsc__cuda_state_grads_to_host(dsc_cuda_state *s, float *dst);
 // n bf16 values on the device -> host floats (e.g. a row of logits), in the order of `stream`
 // (the producer's cudaStream_t); waits.
 dsc_status dsc__cuda_bf16_to_host(float *dst, const uint16_t *src, size_t n, void *stream);
+// The same for fp16 values when fp16 is set (e.g. the logits of an fp16 model).
+dsc_status dsc__cuda_16_to_host(float *dst, const uint16_t *src, size_t n, bool fp16, void *stream);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
 #define cudaDeviceSynchronize hipDeviceSynchronize
+#define cudaDeviceGetPCIBusId hipDeviceGetPCIBusId
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
 #define cudaMallocHost hipHostMalloc
@@ -61,6 +62,16 @@
 #define cudaEventRecord hipEventRecord
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventElapsedTime hipEventElapsedTime
+#define cudaErrorUnknown hipErrorUnknown
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define cudaGraphInstantiateWithFlags hipGraphInstantiateWithFlags
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraphExecDestroy hipGraphExecDestroy
+#define cudaGraphDestroy hipGraphDestroy
 #define cudaFuncSetAttribute(f, a, v) hipFuncSetAttribute((const void *)(f), a, v)
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 
@@ -103,6 +114,7 @@
 #define CUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
 #define CUDA_R_32F HIP_R_32F
 #define CUDA_R_16BF HIP_R_16BF
+#define CUDA_R_16F HIP_R_16F
 #define cudaDataType_t hipDataType
 #define CUBLASLT_MATMUL_DESC_TRANSA HIPBLASLT_MATMUL_DESC_TRANSA
 #define CUBLASLT_MATMUL_DESC_TRANSB HIPBLASLT_MATMUL_DESC_TRANSB

@@ -163,7 +163,7 @@ static dsc_status tokenize_docs(const dsc_tokenizer *tk, const doc_list *d, toke
                                 int64_t *counts) {
     int32_t eot = dsc_tokenizer_eot(tk);
     for (int i = 0; i < d->n; i++) {
-        if (i > 0) DSC_TRY(tokens_append(all, &eot, 1));
+        if (i > 0 && eot >= 0) DSC_TRY(tokens_append(all, &eot, 1)); // ids: none
         int32_t *ids;
         size_t n;
         DSC_TRY(dsc_tokenizer_encode(tk, d->v[i].text, d->v[i].len, &ids, &n));

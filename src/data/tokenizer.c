@@ -13,7 +13,7 @@
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "data/unicode.h" // dsc__utf8_decode, dsc__unicode_is_*
 
-enum { TOK_BYTE, TOK_GPT2 };
+enum { TOK_BYTE, TOK_GPT2, TOK_IDS };
 
 // GPT-2's byte <-> printable-character map covers code points below this bound.
 #define BYTE_MAP_CPS 324
@@ -586,23 +586,69 @@ static dsc_status encode_gpt2(const dsc_tokenizer *t, const uint8_t *s, size_t l
     return DSC_OK;
 }
 
+// ---- token ids as text ----
+
+// "ids" (vocabulary 65536) or "ids:N" (N >= 1); -1 when spec is neither.
+static int ids_vocab(const char *spec) {
+    if (!strcmp(spec, "ids")) return 65536;
+    if (strncmp(spec, "ids:", 4) || !spec[4]) return -1;
+    long long v = 0;
+    for (const char *c = spec + 4; *c; c++) {
+        if (*c < '0' || *c > '9' || v > INT32_MAX) return -1;
+        v = v * 10 + (*c - '0');
+    }
+    return v >= 1 && v <= INT32_MAX ? (int)v : -1;
+}
+
+// Decimal ids separated by white space or commas.
+static dsc_status encode_ids(const dsc_tokenizer *t, const char *s, size_t len, int32_t **tokens,
+                             size_t *ntok) {
+    int32_t *v = malloc((len / 2 + 1) * sizeof *v);
+    if (!v) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory encoding %zu bytes", len);
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        if (s[i] == ' ' || s[i] == ',' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+            i++;
+            continue;
+        }
+        long long x = 0;
+        size_t start = i;
+        while (i < len && s[i] >= '0' && s[i] <= '9' && x < t->vocab_size)
+            x = x * 10 + (s[i++] - '0');
+        bool sep = i == len || s[i] == ' ' || s[i] == ',' || s[i] == '\t' || s[i] == '\n' ||
+                   s[i] == '\r';
+        if (i == start || !sep || x >= t->vocab_size) {
+            free(v);
+            return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer %s: \"%.20s\" at byte %zu is not "
+                             "a token id below %d; write ids as decimal numbers separated by "
+                             "spaces", t->spec, s + start, start, t->vocab_size);
+        }
+        v[n++] = (int32_t)x;
+    }
+    *tokens = v;
+    *ntok = n;
+    return DSC_OK;
+}
+
 // ---- public API ----
 
 dsc_status dsc_tokenizer_create(dsc_tokenizer **out, const char *spec) {
     *out = NULL;
     if (!spec) return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer: no spec given");
     bool byte = strcmp(spec, "byte") == 0, gpt2 = strncmp(spec, "gpt2:", 5) == 0 && spec[5];
-    if (!byte && !gpt2)
+    int ids = ids_vocab(spec);
+    if (!byte && !gpt2 && ids < 0)
         return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\": unknown; use \"byte\" or "
-                         "\"gpt2:DIR\" (DIR holding GPT-2's vocab.json and merges.txt)", spec);
+                         "\"gpt2:DIR\" (DIR holding GPT-2's vocab.json and merges.txt), or "
+                         "\"ids\" / \"ids:VOCAB\" (token ids written as numbers)", spec);
     if (strlen(spec) >= 4000)
         return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer spec too long: %.80s...", spec);
     dsc_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory");
     snprintf(t->spec, sizeof t->spec, "%s", spec);
-    t->kind = byte ? TOK_BYTE : TOK_GPT2;
-    t->vocab_size = 256;
-    t->eot = 0;
+    t->kind = byte ? TOK_BYTE : gpt2 ? TOK_GPT2 : TOK_IDS;
+    t->vocab_size = ids > 0 ? ids : 256;
+    t->eot = ids > 0 ? -1 : 0;
     dsc_status st = DSC_OK;
     if (gpt2) {
         DSC_TRY_GOTO(load_vocab(t, spec + 5), st, fail);
@@ -633,6 +679,7 @@ dsc_status dsc_tokenizer_encode(const dsc_tokenizer *t, const char *text, size_t
     *tokens = NULL;
     *ntok = 0;
     const uint8_t *s = (const uint8_t *)text;
+    if (t->kind == TOK_IDS) return encode_ids(t, text, len, tokens, ntok);
     if (t->kind == TOK_GPT2) {
         ibuf b = {0};
         DSC_TRY(encode_gpt2(t, s, len, &b));
@@ -657,7 +704,9 @@ dsc_status dsc_tokenizer_decode(const dsc_tokenizer *t, const int32_t *tokens, s
         if (tokens[i] < 0 || tokens[i] >= t->vocab_size)
             return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer %s: token %zu is %d, outside the "
                              "vocabulary [0, %d)", t->spec, i, tokens[i], t->vocab_size);
-        total += t->kind == TOK_GPT2 ? t->off[tokens[i] + 1] - t->off[tokens[i]] : 1;
+        total += t->kind == TOK_GPT2 ? t->off[tokens[i] + 1] - t->off[tokens[i]]
+                 : t->kind == TOK_IDS  ? 12 // " " and at most 10 digits, and the NUL
+                                       : 1;
     }
     char *s = malloc(total + 1);
     if (!s) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory decoding %zu tokens", n);
@@ -665,6 +714,10 @@ dsc_status dsc_tokenizer_decode(const dsc_tokenizer *t, const int32_t *tokens, s
     for (size_t i = 0; i < n; i++) {
         if (t->kind == TOK_BYTE) {
             s[at++] = (char)tokens[i];
+            continue;
+        }
+        if (t->kind == TOK_IDS) {
+            at += (size_t)snprintf(s + at, total + 1 - at, " %d", tokens[i]);
             continue;
         }
         size_t m;

@@ -10,6 +10,11 @@
 //               so a copy that lacks a token reports its own. Merges naming a token vocab.json
 //               lacks are skipped with a warning when they are a handful (a known defect of some
 //               copies); more than that is an error.
+//   "ids", "ids:N"  no text at all: token ids written as decimal numbers separated by spaces
+//               (or commas) are encoded as those ids, and ids decode to " id" each (so a
+//               continuation reads on after its prompt). Vocabulary N (ids: 65536, what a token
+//               shard holds); no end-of-text token (dsc_tokenizer_eot gives -1). For models whose
+//               tokenizer files are not at hand (benchmarks, tests).
 //
 // GPT-2 encoding reproduces the reference tokenizer: bytes are mapped to printable characters,
 // text is split by the pattern

@@ -8,6 +8,7 @@
 #include "base/log.h"                 // DSC_WARN
 #include "base/status.h"              // dsc__fail, DSC_TRY
 #include "engine/engine_impl.h"       // struct dsc_engine, dsc__zero_sync_params
+#include "engine/ft/ft.h"             // dsc__ft_point, dsc__ft_step_end
 #include "engine/optim/loss_scaler.h" // dsc_loss_scaler_*
 #include "engine/optim/lr_schedule.h" // dsc_sched_lr_at
 
@@ -133,5 +134,46 @@ dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
         if (st == DSC_OK) out->opt_step = ++e->applied_steps;
     }
     info->skipped_total = e->skipped_steps;
+    dsc__ft_point(e, "step");
+    dsc__ft_step_end(e);
+    return st;
+}
+
+// ---- data-parallel on the devices ----
+
+void dsc__engine_span_of(const dsc_engine *e, int g, dsc__engine_span *out) {
+    const group *gr = &e->groups[g];
+    *out = (dsc__engine_span){.off = gr->off, .padded = gr->padded, .slice = gr->slice,
+                              .state_off = e->stage == 0 ? gr->off : gr->part_off,
+                              .state_len = e->stage == 0 ? gr->padded : gr->slice};
+}
+
+dsc_status dsc__engine_dp_layout(dsc_engine *e, dsc__engine_dp *out) {
+    double pre = e->cfg.prescale_gradients ? e->world : e->cfg.gradient_predivide_factor;
+    if (!(pre > 0))
+        return dsc__fail(DSC_ERR_CONFIG, "gradient_predivide_factor %g: must be above 0", pre);
+    *out = (dsc__engine_dp){.stage = e->stage, .rank = e->rank, .world = e->world,
+                            .ngroups = e->ngroups, .total = e->total,
+                            .state_len = e->stage == 0 ? e->total : e->part, .m = e->m, .v = e->v,
+                            .comm_dt = e->comm_dt, .pre = pre, .post = pre / e->world};
+    return DSC_OK;
+}
+
+float *dsc__engine_master_of(dsc_engine *e, int g) { return dsc__zero_master_slice(e, g); }
+
+bool dsc__engine_grads_observed(const dsc_engine *e) { return e->observer != NULL; }
+
+float *dsc__engine_grad_acc(dsc_engine *e, size_t *len) {
+    *len = e->stage < 2 ? e->total : e->part;
+    return e->acc;
+}
+
+dsc_status dsc__engine_observe_device_grads(dsc_engine *e) {
+    if (!e->observer) return DSC_OK;
+    dsc_grad_observer fn = e->observer;
+    e->observer = NULL;
+    e->observer_inv_scale = 1.0 / dsc_loss_scaler_scale(&e->scaler); // as dsc_step's info
+    dsc_status st = fn(e->observer_user, e);
+    dsc__zero_zero_acc(e);
     return st;
 }

@@ -1,9 +1,13 @@
 // engine/device.h - the engine's side of training whose arithmetic runs on a device
 // (`dsc train --device cuda`, any ZeRO stage). On one rank every stage keeps the whole flat layout
-// and the device may own the state (dsc__engine_flat_state). On several ranks the device only
-// runs forward and backward: each micro-step's gradients are handed to the engine
-// (dsc__engine_add_grads), the engine's own dsc_step reduces them and runs the optimizer on the
-// host, and dsc__engine_gather_master gives the device its new weights.
+// and the device may own the state (dsc__engine_flat_state). On several ranks sharing devices
+// (host-staged) the device only runs forward and backward: each micro-step's gradients are handed
+// to the engine (dsc__engine_add_grads), the engine's own dsc_step reduces them and runs the
+// optimizer on the host, and dsc__engine_gather_master gives the device its new weights. On
+// several ranks with a GPU each and the nccl backend (data-parallel on the devices), the devices
+// reduce the gradients among themselves and own this rank's optimizer state, laid out as the
+// engine's partitions (dsc__engine_dp_layout); the engine's host copies are refreshed for
+// checkpoints.
 //
 // The engine stays the owner of everything the config decides and everything a checkpoint
 // records: optimizer hyper-parameters, the LR schedule, clipping, the loss scaler and the step
@@ -20,6 +24,7 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int64_t
 
+#include "dsc/comm.h"           // dsc_dtype
 #include "dsc/engine.h"         // dsc_engine, dsc_step_info
 #include "engine/optim/optim.h" // dsc_opt_hparams
 
@@ -55,6 +60,45 @@ dsc_status dsc__engine_add_grads(dsc_engine *e, const float *grads);
 // one all-gather per group at stages 1-3 (a collective: every rank calls it).
 dsc_status dsc__engine_gather_master(dsc_engine *e, float *out);
 
+// ---- data-parallel on the devices (several ranks, one GPU each, nccl) ----
+
+// Where group g's optimizer state of this rank lies: in the full layout the group spans
+// [off, off + padded) and rank r owns [off + r * slice, off + (r + 1) * slice); this rank's
+// master, m and v of the group are state_len elements at state_off of the state arrays (stage 0:
+// the whole group at its full-layout offset; stages 1-3: its slice at the partition offset).
+typedef struct dsc__engine_span {
+    size_t off, padded, slice;
+    size_t state_off, state_len;
+} dsc__engine_span;
+
+typedef struct dsc__engine_dp {
+    int stage, rank, world, ngroups;
+    size_t total;      // full layout length (padding included)
+    size_t state_len;  // this rank's master / m / v: total at stage 0, the partition at 1-3
+    float *m, *v;      // (state_len) the engine's host moments (borrowed; v NULL for SGD, Lion)
+    dsc_dtype comm_dt; // communication_data_type (default: the training dtype)
+    double pre, post;  // DeepSpeed's scaling of the reduction: divide by pre before the sum,
+                       // multiply by post (= pre / world) after
+} dsc__engine_dp;
+
+// The layout above; group g's span from dsc__engine_span_of.
+dsc_status dsc__engine_dp_layout(dsc_engine *e, dsc__engine_dp *out);
+void dsc__engine_span_of(const dsc_engine *e, int g, dsc__engine_span *out);
+// This rank's fp32 master of group g (state_len elements of the span; borrowed). Host buffer.
+float *dsc__engine_master_of(dsc_engine *e, int g);
+// The backend the engine's own (host) communicator uses: DSC_COMM_BACKEND, or with "nccl" there,
+// DSC_HOST_COMM_BACKEND, else "shm".
+const char *dsc__engine_host_backend(void);
+
+// --dump-grads on a device path: whether a gradient observer (dsc_engine_observe_grads) waits
+// for this step; the host accumulator that dsc_engine_full_grad reads (*len elements: the full
+// layout at stages 0-1, this rank's partition at 2-3), into which the caller copies the step's
+// reduced, accumulated gradients (carrying the loss scale); then the observer runs as dsc_step
+// would run it (a collective at ZeRO 2-3) and the accumulator is zeroed again.
+bool dsc__engine_grads_observed(const dsc_engine *e);
+float *dsc__engine_grad_acc(dsc_engine *e, size_t *len);
+dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
+
 // What the device applies at this optimizer step.
 typedef struct dsc__device_step {
     bool apply;          // false: fp16 overflow, nothing changes
@@ -64,8 +108,9 @@ typedef struct dsc__device_step {
 } dsc__device_step;
 
 // At a step boundary. sumsq: sum of squares of the accumulated gradients divided by the loss scale
-// they carry; nonfinite: some gradient was inf/NaN. Updates the engine's counters and scaler
-// exactly as dsc_step does and fills info as dsc_step does. DSC_INJECT_OVERFLOW is honoured.
+// they carry (over every rank: the global norm); nonfinite: some gradient was inf/NaN. Updates
+// the engine's counters and scaler exactly as dsc_step does and fills info as dsc_step does;
+// ends the step for the fault-tolerance watchdog. DSC_INJECT_OVERFLOW is honoured.
 dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
                                    dsc__device_step *out, dsc_step_info *info);
 

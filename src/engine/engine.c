@@ -148,10 +148,25 @@ static dsc_status comm_dtype(dsc_engine *e) {
     return DSC_OK;
 }
 
+// The engine's communicator moves host buffers. DSC_COMM_BACKEND=nccl asks for device
+// collectives, which the GPU trainer makes for itself (cli/train_gpu_dp.c); the engine's own
+// collectives (loss means, norms of the host paths, checkpoints, fault tolerance) then stay on a
+// host backend: DSC_HOST_COMM_BACKEND, else shm.
+const char *dsc__engine_host_backend(void) {
+    const char *b = getenv("DSC_COMM_BACKEND");
+    if (!b || !b[0]) return "shm";
+    if (strcmp(b, "nccl")) return b;
+    const char *h = getenv("DSC_HOST_COMM_BACKEND");
+    return h && h[0] ? h : "shm";
+}
+
 static dsc_status create_comm(dsc_engine *e) {
     if (e->world == 1) return DSC_OK;
-    const char *backend = getenv("DSC_COMM_BACKEND");
-    dsc_comm_opts co = {.backend = backend && backend[0] ? backend : "shm", .rank = e->rank,
+    const char *backend = dsc__engine_host_backend();
+    if (!strcmp(backend, "nccl"))
+        return dsc__fail(DSC_ERR_CONFIG, "DSC_HOST_COMM_BACKEND=nccl: the engine's own "
+                         "collectives move host buffers; use shm (one node) or mpi");
+    dsc_comm_opts co = {.backend = backend, .rank = e->rank,
                         .world_size = e->world,
                         .timeout_s = e->cfg.fault_tolerance.comm_timeout_s};
     dsc_status st = dsc_comm_create(&e->comm, &co);

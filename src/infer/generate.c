@@ -102,15 +102,18 @@ dsc_status dsc__gen_model_config(const char *const *names, const int64_t (*shape
 typedef struct gen_state {
     const dsc__gen_model *m;
     const dsc_gen_opts *o;
-    int n, ctx;    // sequences; positions each may reach
-    int *len;      // (n) tokens so far, prompt included
-    int32_t **seq; // (n) prompt + generated tokens
+    int n, ctx;     // sequences; positions each may reach
+    int *len;       // (n) tokens so far, prompt included
+    int32_t **seq;  // (n) prompt + generated tokens
     bool *live;
     uint64_t *rng;
-    int32_t *rseq, *rpos, *rtok, *rout; // row arrays, sized for every token of every sequence
-    float *logits;                      // (n, V)
-    float *scratch;                     // (2 V) sampling
-    int32_t *sel;                       // (n) sequence of each output row
+    int32_t *sel;    // (n) sequence of each output row
+    int32_t *chosen; // (n) tokens the model picked itself (greedy)
+    int32_t *code;   // (n) how each output row's sequence ends, or -1
+    int32_t *pack;   // (2 n) rank 0's decisions, broadcast
+    float *logits;   // (n, V)
+    float *scratch;  // (2 V) sampling
+    int step;        // passes so far
 } gen_state;
 
 static dsc_status check_inputs(const dsc__gen_model *m, const dsc_gen_prompt *p, int n,
@@ -149,24 +152,24 @@ static void state_free(gen_state *s) {
     for (int i = 0; s->seq && i < s->n; i++)
         free(s->seq[i]);
     free(s->seq), free(s->len), free(s->live), free(s->rng);
-    free(s->rseq), free(s->rpos), free(s->rtok), free(s->rout);
-    free(s->logits), free(s->scratch), free(s->sel);
+    free(s->sel), free(s->chosen), free(s->code), free(s->pack);
+    free(s->logits), free(s->scratch);
 }
 
 static dsc_status state_init(gen_state *s, const dsc_gen_prompt *p) {
     int n = s->n, V = s->m->c.vocab_size;
-    size_t rows = (size_t)n * s->ctx;
     s->seq = calloc((size_t)n, sizeof *s->seq);
     s->len = calloc((size_t)n, sizeof *s->len);
     s->live = calloc((size_t)n, sizeof *s->live);
     s->rng = calloc((size_t)n, sizeof *s->rng);
-    s->rseq = malloc(rows * sizeof(int32_t)), s->rpos = malloc(rows * sizeof(int32_t));
-    s->rtok = malloc(rows * sizeof(int32_t)), s->rout = malloc((size_t)n * sizeof(int32_t));
     s->sel = malloc((size_t)n * sizeof(int32_t));
+    s->chosen = malloc((size_t)n * sizeof(int32_t));
+    s->code = malloc((size_t)n * sizeof(int32_t));
+    s->pack = malloc((size_t)2 * n * sizeof(int32_t));
     s->logits = malloc((size_t)n * V * sizeof(float));
     s->scratch = malloc((size_t)2 * V * sizeof(float));
-    bool ok = s->seq && s->len && s->live && s->rng && s->rseq && s->rpos && s->rtok && s->rout &&
-              s->sel && s->logits && s->scratch;
+    bool ok = s->seq && s->len && s->live && s->rng && s->sel && s->chosen && s->code && s->pack &&
+              s->logits && s->scratch;
     for (int i = 0; ok && i < n; i++) {
         ok = (s->seq[i] = malloc((size_t)s->ctx * sizeof(int32_t))) != NULL;
         if (!ok) break;
@@ -178,21 +181,18 @@ static dsc_status state_init(gen_state *s, const dsc_gen_prompt *p) {
     return ok ? DSC_OK : dsc__fail(DSC_ERR_OOM, "generate: out of memory for %d sequences", n);
 }
 
-// Rows for the next pass: every token of each live sequence (whole: the prompts' pass, or no
-// cache), else only its newest (the cache holds the rest); its last row's logits are wanted.
-static int build_rows(gen_state *s, bool whole, dsc_gpt2_rows *r) {
-    int nr = 0, no = 0;
-    for (int i = 0; i < s->n; i++) {
-        if (!s->live[i]) continue;
-        for (int t = whole ? 0 : s->len[i] - 1; t < s->len[i]; t++) {
-            s->rseq[nr] = i, s->rpos[nr] = t, s->rtok[nr] = s->seq[i][t];
-            nr++;
-        }
-        s->sel[no] = i;
-        s->rout[no++] = nr - 1;
-    }
-    *r = (dsc_gpt2_rows){
-        .n = nr, .seq = s->rseq, .pos = s->rpos, .tokens = s->rtok, .nout = no, .out = s->rout};
+// The next pass: the live sequences, in index order.
+static int next_pass(gen_state *s, dsc__gen_pass *p) {
+    int no = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->live[i]) s->sel[no++] = i;
+    *p = (dsc__gen_pass){.n = s->n,
+                         .tokens = (const int32_t *const *)s->seq,
+                         .len = s->len,
+                         .live = s->live,
+                         .first = s->step == 0,
+                         .nout = no,
+                         .sel = s->sel};
     return no;
 }
 
@@ -207,16 +207,35 @@ static int ends(gen_state *s, int i, const dsc_gen_prompt *p) {
     return -1;
 }
 
+// --trace: the choice and the two best tokens of output row j (largest logit, lowest id first).
+static void trace_row(gen_state *s, int j, int32_t tok) {
+    int V = s->m->c.vocab_size;
+    const float *l = s->logits + (size_t)j * V;
+    int a = 0, b = V > 1 ? 1 : 0;
+    if (V > 1 && l[1] > l[0]) a = 1, b = 0;
+    for (int v = 2; v < V; v++) {
+        if (l[v] > l[a]) b = a, a = v;
+        else if (l[v] > l[b]) b = v;
+    }
+    fprintf(s->m->trace,
+            "{\"seq\": %d, \"step\": %d, \"token\": %d, \"top\": [[%d, %.9g], [%d, %.9g]]}\n",
+            s->sel[j], s->step, tok, a, l[a], b, l[b]);
+}
+
 // One token for every output row, and whether its sequence ends. In a tensor-parallel group
 // rank 0's tokens and decisions are broadcast, so that the ranks never drift apart (their
 // logits agree, but a backend need not promise it bit for bit, and a stop function may differ).
-static dsc_status decide(gen_state *s, int nout, const dsc_gen_prompt *p, dsc_gen_output *out) {
+static dsc_status decide(gen_state *s, int nout, bool picked, const dsc_gen_prompt *p,
+                         dsc_gen_output *out) {
     int V = s->m->c.vocab_size;
-    int32_t *code = s->rpos, *pack = s->rseq; // row arrays: at least 2 n entries
+    int32_t *code = s->code, *pack = s->pack;
     for (int j = 0; j < nout; j++) {
         int i = s->sel[j];
-        s->seq[i][s->len[i]++] =
-            dsc__sample(s->logits + (size_t)j * V, V, s->o, &s->rng[i], s->scratch, NULL);
+        int32_t tok = picked ? s->chosen[j]
+                             : dsc__sample(s->logits + (size_t)j * V, V, s->o, &s->rng[i],
+                                           s->scratch, NULL);
+        if (s->m->trace && !picked) trace_row(s, j, tok);
+        s->seq[i][s->len[i]++] = tok;
         code[j] = ends(s, i, p);
     }
     if (s->m->tp.size > 1) {
@@ -239,18 +258,18 @@ static dsc_status decide(gen_state *s, int nout, const dsc_gen_prompt *p, dsc_ge
     return DSC_OK;
 }
 
-static dsc_status run_loop(gen_state *s, dsc_gpt2_kv *kv, const dsc_gen_prompt *p,
+static dsc_status run_loop(gen_state *s, const dsc__gen_backend *be, const dsc_gen_prompt *p,
                            dsc_gen_output *out, dsc_gen_stats *st) {
-    const dsc__gen_model *m = s->m;
-    dsc_gpt2_rows r;
+    dsc__gen_pass pass;
     double t0 = dsc_now();
-    bool first = true;
+    bool greedy = s->o->temperature <= 0.0f && !s->m->trace; // a trace needs the logits
     int nout;
-    while ((nout = build_rows(s, first || s->o->no_cache, &r)) > 0) {
-        DSC_TRY(dsc__gpt2_infer(kv, m->params, &m->tp, &r, m->hooks, s->logits));
-        if (first) st->prefill_s = dsc_now() - t0;
-        first = false;
-        DSC_TRY(decide(s, nout, p, out));
+    while ((nout = next_pass(s, &pass)) > 0) {
+        bool picked = false;
+        DSC_TRY(be->next(be->ctx, &pass, s->logits, greedy ? s->chosen : NULL, &picked));
+        if (s->step == 0) st->prefill_s = dsc_now() - t0;
+        DSC_TRY(decide(s, nout, picked, p, out));
+        s->step++;
         st->new_tokens += nout;
     }
     st->decode_s = dsc_now() - t0 - st->prefill_s;
@@ -271,6 +290,69 @@ static dsc_status take_outputs(gen_state *s, const dsc_gen_prompt *p, dsc_gen_ou
     return DSC_OK;
 }
 
+dsc_status dsc__generate_positions(const dsc__gen_model *m, const dsc_gen_prompt *prompts, int n,
+                                   const dsc_gen_opts *o, int *positions) {
+    int ctx = m->max_positions > 0 && m->max_positions < m->c.max_seq_len ? m->max_positions
+                                                                          : m->c.max_seq_len;
+    DSC_TRY(check_inputs(m, prompts, n, o, ctx));
+    // The cache holds max_out_tokens positions when bounded (its size proves the bound), else
+    // only what the longest sequence of this call reaches.
+    int reach_max = 0;
+    for (int i = 0; i < n; i++) {
+        int reach = prompts[i].len + o->max_new_tokens;
+        if (reach > ctx) reach = ctx;
+        if (reach > reach_max) reach_max = reach;
+    }
+    *positions = m->max_positions > 0 ? ctx : reach_max;
+    return DSC_OK;
+}
+
+dsc_status dsc__generate_loop(const dsc__gen_model *m, const dsc__gen_backend *be, int positions,
+                              const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
+                              dsc_gen_output *out, dsc_gen_stats *stats) {
+    dsc_gen_stats local = {0};
+    dsc_gen_stats *st = stats ? stats : &local;
+    gen_state s = {.m = m, .o = o, .n = n, .ctx = positions};
+    for (int i = 0; i < n; i++)
+        out[i] = (dsc_gen_output){0};
+    dsc_status rc = state_init(&s, prompts);
+    if (rc == DSC_OK) rc = run_loop(&s, be, prompts, out, st);
+    if (rc == DSC_OK) rc = take_outputs(&s, prompts, out);
+    state_free(&s);
+    return rc;
+}
+
+// ---- the CPU model as the loop's backend ----
+
+typedef struct cpu_backend {
+    const dsc__gen_model *m;
+    dsc_gpt2_kv *kv;
+    bool no_cache;
+    int32_t *rseq, *rpos, *rtok, *rout; // row arrays, sized for every token of every sequence
+} cpu_backend;
+
+// Rows of a pass: every token of each live sequence (the prompts' pass, or no cache), else
+// only its newest (the cache holds the rest); its last row's logits are wanted.
+static dsc_status cpu_next(void *ctx, const dsc__gen_pass *p, float *logits, int32_t *chosen,
+                           bool *picked) {
+    cpu_backend *cb = ctx;
+    bool whole = p->first || cb->no_cache;
+    int nr = 0;
+    for (int j = 0; j < p->nout; j++) {
+        int i = p->sel[j];
+        for (int t = whole ? 0 : p->len[i] - 1; t < p->len[i]; t++) {
+            cb->rseq[nr] = i, cb->rpos[nr] = t, cb->rtok[nr] = p->tokens[i][t];
+            nr++;
+        }
+        cb->rout[j] = nr - 1;
+    }
+    dsc_gpt2_rows r = {.n = nr, .seq = cb->rseq, .pos = cb->rpos, .tokens = cb->rtok,
+                       .nout = p->nout, .out = cb->rout};
+    (void)chosen;
+    *picked = false;
+    return dsc__gpt2_infer(cb->kv, cb->m->params, &cb->m->tp, &r, cb->m->hooks, logits);
+}
+
 // The cache: reused when it fits, else made for n sequences of `positions`.
 static dsc_status cache_for(const dsc__gen_model *m, dsc_gpt2_kv **kv, int n, int positions) {
     if (dsc__gpt2_kv_fits(*kv, &m->c, m->tp.size, n, positions)) return DSC_OK;
@@ -284,27 +366,20 @@ dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_gpt2_kv **kv,
                              dsc_gen_output *out, dsc_gen_stats *stats) {
     dsc_gen_stats local = {0};
     dsc_gen_stats *st = stats ? stats : &local;
-    int ctx = m->max_positions > 0 && m->max_positions < m->c.max_seq_len ? m->max_positions
-                                                                          : m->c.max_seq_len;
-    DSC_TRY(check_inputs(m, prompts, n, o, ctx));
-    // The cache holds max_out_tokens positions when bounded (its size proves the bound), else
-    // only what the longest sequence of this call reaches.
-    int positions = 0;
-    for (int i = 0; i < n; i++) {
-        int reach = prompts[i].len + o->max_new_tokens;
-        if (reach > ctx) reach = ctx;
-        if (reach > positions) positions = reach;
-    }
-    if (m->max_positions > 0) positions = ctx;
+    int positions;
+    DSC_TRY(dsc__generate_positions(m, prompts, n, o, &positions));
     DSC_TRY(cache_for(m, kv, n, positions));
     st->kv_bytes = dsc__gpt2_kv_bytes(&m->c, m->tp.size, n, positions);
     st->kv_positions = positions;
-    gen_state s = {.m = m, .o = o, .n = n, .ctx = positions};
-    for (int i = 0; i < n; i++)
-        out[i] = (dsc_gen_output){0};
-    dsc_status rc = state_init(&s, prompts);
-    if (rc == DSC_OK) rc = run_loop(&s, *kv, prompts, out, st);
-    if (rc == DSC_OK) rc = take_outputs(&s, prompts, out);
-    state_free(&s);
+    size_t rows = (size_t)n * positions;
+    cpu_backend cb = {.m = m, .kv = *kv, .no_cache = o->no_cache};
+    cb.rseq = malloc(rows * sizeof(int32_t)), cb.rpos = malloc(rows * sizeof(int32_t));
+    cb.rtok = malloc(rows * sizeof(int32_t)), cb.rout = malloc((size_t)n * sizeof(int32_t));
+    dsc_status rc = cb.rseq && cb.rpos && cb.rtok && cb.rout
+                        ? DSC_OK
+                        : dsc__fail(DSC_ERR_OOM, "generate: out of memory for %d sequences", n);
+    dsc__gen_backend be = {.ctx = &cb, .next = cpu_next};
+    if (rc == DSC_OK) rc = dsc__generate_loop(m, &be, positions, prompts, n, o, out, st);
+    free(cb.rseq), free(cb.rpos), free(cb.rtok), free(cb.rout);
     return rc;
 }

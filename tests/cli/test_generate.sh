@@ -36,6 +36,25 @@ check "--weights (exported) == --checkpoint" -- cmp -s "$T/cached.txt" "$T/weigh
 check "a prompt alone == the same prompt in the batch" -- \
   bash -c "sed -n '4p' '$T/cached.txt' | cmp -s - '$T/single.txt'"
 
+# --tokenizer ids: the same model fed the bytes of "the cat" as numbers continues with the same
+# bytes as numbers; --trace records each choice with the two most likely tokens
+"${G[@]}" --prompt "the cat" --trace "$T/trace.jsonl" > "$T/text.txt" 2>/dev/null
+"${G[@]}" --tokenizer ids --prompt "116 104 101 32 99 97 116" > "$T/ids.txt" 2>/dev/null
+check "--tokenizer ids == the byte tokenizer, as numbers" -- $PY - "$T/text.txt" "$T/ids.txt" <<'PYEOF'
+import sys
+text = open(sys.argv[1], 'rb').read().rstrip(b'\n')
+ids = [int(x) for x in open(sys.argv[2]).read().split()]
+assert bytes(ids) == text, (bytes(ids), text)
+PYEOF
+check "--trace: one line per token, the greedy choice is the top logit" -- $PY - "$T/trace.jsonl" "$T/ids.txt" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ids = [int(x) for x in open(sys.argv[2]).read().split()][7:]
+assert [r["token"] for r in rows] == ids and [r["step"] for r in rows] == list(range(30)), rows
+assert all(r["top"][0][0] == r["token"] and r["top"][0][1] >= r["top"][1][1] for r in rows)
+PYEOF
+expect 1 "not a token id below 256" -- "${G[@]}" --tokenizer ids --prompt "116 300"
+
 S=("$DSC" generate --checkpoint "$T/ck" --prompt "the " --max-new-tokens 60 --temperature 1.0 --top-k 0)
 "${S[@]}" --seed 5 > "$T/s5a.txt" 2>/dev/null
 "${S[@]}" --seed 5 > "$T/s5b.txt" 2>/dev/null
@@ -51,7 +70,17 @@ check "--stop ends the text before the stop string" -- \
 # bad input
 expect 2 "exactly one of --checkpoint" -- "$DSC" generate --prompt hi
 expect 2 "exactly one of --prompt" -- "$DSC" generate --checkpoint "$T/ck"
-expect 1 "--device cuda" -- "$DSC" generate --checkpoint "$T/ck" --prompt hi --device cuda
+# --device cuda: generates where a GPU is usable (tests/gpu/test_generate_gpu.sh compares it),
+# else a clear error naming the flag and the way out
+cuda_or_clear_error() {
+  local out rc=0
+  out=$("$DSC" generate --checkpoint "$T/ck" --prompt hi --device cuda --max-new-tokens 4 2>&1) || rc=$?
+  [ $rc -eq 0 ] && return 0
+  [ $rc -eq 1 ] && grep -qF -- "--device cuda:" <<<"$out" && grep -qF -- "--device cpu" <<<"$out" && return 0
+  echo "$out"; return 1
+}
+check "--device cuda runs, or says why not" -- cuda_or_clear_error
+expect 2 "--tp splits the model" -- "$DSC" generate --checkpoint "$T/ck" --prompt hi --device cuda --tp 2
 expect 2 "--top-p must be" -- "$DSC" generate --checkpoint "$T/ck" --prompt hi --top-p 0
 expect 1 "cannot open" -- "$DSC" generate --checkpoint "$T/ck" --prompt-file "$T/none.txt"
 expect 1 "" -- "$DSC" generate --weights "$T/none.safetensors" --prompt hi

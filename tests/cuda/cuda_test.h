@@ -1,6 +1,6 @@
 // tests/cuda/cuda_test.h - what the GPU test programs share: a clean SKIP (exit 77) when no GPU is
 // visible, fatal checks of CUDA calls and dsc statuses, seeded random data, relative errors
-// against float64 references, bf16 rounding on the host, and a PASS/FAIL tally.
+// against float64 references, bf16 and fp16 rounding on the host, and a PASS/FAIL tally.
 //
 // Each program prints one line per check ("PASS name err=... tol=...") and exits 1 if any
 // failed, 77 if there is no device, 0 otherwise. DSC_TEST_SEED overrides the seed (printed).
@@ -18,7 +18,7 @@
 #include "cuda/vendor.h" // cuda* names
 
 extern "C" {
-#include "dsc/half.h"   // dsc_fp32_to_bf16, dsc_bf16_to_fp32
+#include "dsc/half.h"   // dsc_fp32_to_bf16, dsc_bf16_to_fp32, dsc_fp32_to_fp16, ...
 #include "dsc/status.h" // dsc_status_name, dsc_last_error
 }
 
@@ -107,6 +107,30 @@ static inline std::vector<float> from_bf16(const std::vector<uint16_t> &b) {
     for (size_t i = 0; i < b.size(); i++)
         v[i] = dsc_bf16_to_fp32(b[i]);
     return v;
+}
+
+// The same for either 16-bit type: IEEE fp16 when fp16 is set, bf16 otherwise.
+static inline std::vector<uint16_t> to_16(std::vector<float> &v, bool fp16) {
+    if (!fp16) return to_bf16(v);
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); i++) {
+        b[i] = dsc_fp32_to_fp16(v[i]);
+        v[i] = dsc_fp16_to_fp32(b[i]);
+    }
+    return b;
+}
+
+static inline std::vector<float> from_16(const std::vector<uint16_t> &b, bool fp16) {
+    if (!fp16) return from_bf16(b);
+    std::vector<float> v(b.size());
+    for (size_t i = 0; i < b.size(); i++)
+        v[i] = dsc_fp16_to_fp32(b[i]);
+    return v;
+}
+
+// " [fp16]" after the names of checks that ran in fp16 (bf16 checks keep their names).
+static inline const char *type_tag(bool fp16) {
+    return fp16 ? " [fp16]" : "";
 }
 
 // Device copies. Buffers are poisoned first where a kernel must write every element.

@@ -1,8 +1,9 @@
-// Causal flash attention on the GPU (cuda/attention.h) against a float64 reference written here:
-// forward output (bf16, 1e-2), lse (fp32, 1e-5), and the backward's dq, dk, dv (bf16 operands
-// through two tile products each: 2e-2), at lengths that are and are not multiples of the tile;
+// Causal flash attention on the GPU (cuda/attention.h) against a float64 reference written here,
+// with bf16 and with fp16 operands: forward output (bf16 1e-2, fp16 2e-3), lse (fp32, 1e-5), and
+// the backward's dq, dk, dv (16-bit operands through two tile products each: bf16 2e-2, fp16
+// 5e-3; a peaked softmax 5e-2 and 1e-2), at lengths that are and are not multiples of the tile;
 // the backward is checked to be bitwise repeatable. Then timings at GPT-2 124M's shape.
-#include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_bf16
+#include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_16
 
 #include <math.h> // exp, log, sqrt
 
@@ -15,6 +16,10 @@ extern "C" {
 #define TOL_BWD 2e-2
 #define TOL_PEAKED 5e-2
 #define TOL_F32 1e-5
+// fp16 keeps 11 significant bits to bf16's 8
+#define TOL_FWD_F16 2e-3
+#define TOL_BWD_F16 5e-3
+#define TOL_PEAKED_F16 1e-2
 
 // Reference for one (b, h): y (T, HS), lse (T), and given dy, dq dk dv (T, HS) each.
 static void ref_bh(const std::vector<float> &qkv, const std::vector<float> &dy, int b, int h, int T,
@@ -70,23 +75,26 @@ static void ref_bh(const std::vector<float> &qkv, const std::vector<float> &dy, 
     }
 }
 
-static void test_attention(int B, int T, int NH, double qscale, double tol_bwd) {
+static void test_attention(int B, int T, int NH, double qscale, bool peaked, bool f16) {
     int C = NH * HS;
     size_t C3 = 3 * (size_t)C;
+    double tol_fwd = f16 ? TOL_FWD_F16 : TOL_FWD;
+    double tol_bwd = peaked ? (f16 ? TOL_PEAKED_F16 : TOL_PEAKED) : (f16 ? TOL_BWD_F16 : TOL_BWD);
     std::vector<float> qkv = randn((size_t)B * T * C3, qscale), dy = randn((size_t)B * T * C, 1.0);
-    std::vector<uint16_t> qkv16 = to_bf16(qkv), dy16 = to_bf16(dy);
+    std::vector<uint16_t> qkv16 = to_16(qkv, f16), dy16 = to_16(dy, f16);
     uint16_t *d_qkv = dev_upload(qkv16), *d_dy = dev_upload(dy16);
     uint16_t *d_out = dev_alloc<uint16_t>((size_t)B * T * C),
              *d_dqkv = dev_alloc<uint16_t>((size_t)B * T * C3);
     float *d_lse = dev_alloc<float>((size_t)B * NH * T);
     float *d_scr = dev_alloc<float>(dsc__cuda_attention_backward_scratch(B, T, NH));
-    DS(dsc__cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NULL));
-    DS(dsc__cuda_attention_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, NULL));
+    DS(dsc__cuda_attention_forward_h(d_out, d_lse, d_qkv, B, T, C, NH, f16, NULL));
+    DS(dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, f16,
+                                      NULL));
     SYNC();
-    std::vector<float> out = from_bf16(dev_download(d_out, (size_t)B * T * C));
+    std::vector<float> out = from_16(dev_download(d_out, (size_t)B * T * C), f16);
     std::vector<float> lse = dev_download(d_lse, (size_t)B * NH * T);
     std::vector<uint16_t> dq16 = dev_download(d_dqkv, (size_t)B * T * C3);
-    std::vector<float> dq = from_bf16(dq16);
+    std::vector<float> dq = from_16(dq16, f16);
     // gather the reference into the device layouts
     std::vector<double> ry((size_t)B * T * C), rl((size_t)B * NH * T), rd((size_t)B * T * C3);
     std::vector<double> y((size_t)T * HS), l(T), d((size_t)T * 3 * HS);
@@ -105,10 +113,11 @@ static void test_attention(int B, int T, int NH, double qscale, double tol_bwd) 
             }
         }
     char name[128];
-    snprintf(name, sizeof name, "attention forward out (B %d T %d NH %d, q x%.0f)", B, T, NH,
-             qscale);
-    check(name, rel_err(out.data(), ry.data(), ry.size()), TOL_FWD);
-    check("attention forward lse", rel_err(lse.data(), rl.data(), rl.size()), TOL_F32);
+    snprintf(name, sizeof name, "attention forward out (B %d T %d NH %d, q x%.0f)%s", B, T, NH,
+             qscale, type_tag(f16));
+    check(name, rel_err(out.data(), ry.data(), ry.size()), tol_fwd);
+    snprintf(name, sizeof name, "attention forward lse%s", type_tag(f16));
+    check(name, rel_err(lse.data(), rl.data(), rl.size()), TOL_F32);
     // dq, dk, dv separately: each is its own kernel path
     for (int part = 0; part < 3; part++) {
         std::vector<float> g;
@@ -118,25 +127,27 @@ static void test_attention(int B, int T, int NH, double qscale, double tol_bwd) 
                 g.push_back(dq[bt * C3 + part * C + c]);
                 r.push_back(rd[bt * C3 + part * C + c]);
             }
-        snprintf(name, sizeof name, "attention backward d%c", "qkv"[part]);
+        snprintf(name, sizeof name, "attention backward d%c%s", "qkv"[part], type_tag(f16));
         check(name, rel_err(g.data(), r.data(), r.size()), tol_bwd);
     }
     CK(cudaMemset(d_dqkv, 0xff, (size_t)B * T * C3 * 2));
-    DS(dsc__cuda_attention_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, NULL));
+    DS(dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, f16,
+                                      NULL));
     SYNC();
     std::vector<uint16_t> again = dev_download(d_dqkv, (size_t)B * T * C3);
-    check_true("attention backward is bitwise repeatable", again == dq16);
+    snprintf(name, sizeof name, "attention backward is bitwise repeatable%s", type_tag(f16));
+    check_true(name, again == dq16);
     cudaFree(d_qkv), cudaFree(d_dy), cudaFree(d_out), cudaFree(d_dqkv), cudaFree(d_lse),
         cudaFree(d_scr);
 }
 
 // Causal attention FLOPs: 2 products of T^2/2 x HS multiply-adds each (forward), 5 in the
 // backward as counted by flash-attention papers (ours does 7: dS is recomputed for dQ).
-static void time_attention(int B, int T, int NH) {
+static void time_attention(int B, int T, int NH, bool f16) {
     int C = NH * HS;
     size_t C3 = 3 * (size_t)C;
     std::vector<float> qkv = randn((size_t)B * T * C3, 1.0), dy = randn((size_t)B * T * C, 1.0);
-    std::vector<uint16_t> qkv16 = to_bf16(qkv), dy16 = to_bf16(dy);
+    std::vector<uint16_t> qkv16 = to_16(qkv, f16), dy16 = to_16(dy, f16);
     uint16_t *d_qkv = dev_upload(qkv16), *d_dy = dev_upload(dy16);
     uint16_t *d_out = dev_alloc<uint16_t>((size_t)B * T * C),
              *d_dqkv = dev_alloc<uint16_t>((size_t)B * T * C3);
@@ -144,19 +155,20 @@ static void time_attention(int B, int T, int NH) {
     float *d_scr = dev_alloc<float>(dsc__cuda_attention_backward_scratch(B, T, NH));
     double fwd_flops = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
     double ms_f = time_ms(
-        [&] { dsc__cuda_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, NULL); }, 3, 20);
+        [&] { dsc__cuda_attention_forward_h(d_out, d_lse, d_qkv, B, T, C, NH, f16, NULL); }, 3, 20);
     double ms_b = time_ms(
         [&] {
-            dsc__cuda_attention_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH,
-                                         NULL);
+            dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH,
+                                           f16, NULL);
         },
         3, 20);
     SYNC();
-    printf("time attention forward  (B %d T %d NH %d): %.3f ms, %.1f TFLOP/s\n", B, T, NH, ms_f,
-           fwd_flops / ms_f / 1e9);
-    printf("time attention backward (B %d T %d NH %d): %.3f ms, %.1f TFLOP/s (2.5x forward "
+    const char *ty = f16 ? "fp16" : "bf16";
+    printf("time attention forward  %s (B %d T %d NH %d): %.3f ms, %.1f TFLOP/s\n", ty, B, T, NH,
+           ms_f, fwd_flops / ms_f / 1e9);
+    printf("time attention backward %s (B %d T %d NH %d): %.3f ms, %.1f TFLOP/s (2.5x forward "
            "FLOPs counted)\n",
-           B, T, NH, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
+           ty, B, T, NH, ms_b, 2.5 * fwd_flops / ms_b / 1e9);
     cudaFree(d_qkv), cudaFree(d_dy), cudaFree(d_out), cudaFree(d_dqkv), cudaFree(d_lse),
         cudaFree(d_scr);
 }
@@ -164,13 +176,17 @@ static void time_attention(int B, int T, int NH) {
 int main(void) {
     require_device("test_cuda_attention");
     bool small = small_mode();
-    test_attention(2, 128, 2, 1.0, TOL_BWD);
-    test_attention(1, 100, 3, 1.0, TOL_BWD); // T not a multiple of the 64-row tile
-    test_attention(1, 37, 1, 1.0, TOL_BWD);  // one partial tile
+    for (int f16 = 0; f16 < 2; f16++) {
+        test_attention(2, 128, 2, 1.0, false, f16);
+        test_attention(1, 100, 3, 1.0, false, f16); // T not a multiple of the 64-row tile
+        test_attention(1, 37, 1, 1.0, false, f16);  // one partial tile
+        if (small) continue;
+        test_attention(2, 300, 2, 2.0, true, f16); // peaked softmax
+        test_attention(1, 1024, 1, 1.0, false, f16);
+    }
     if (!small) {
-        test_attention(2, 300, 2, 2.0, TOL_PEAKED); // peaked softmax
-        test_attention(1, 1024, 1, 1.0, TOL_BWD);
-        time_attention(16, 1024, 12);
+        time_attention(16, 1024, 12, false);
+        time_attention(16, 1024, 12, true);
     }
     return finish("test_cuda_attention");
 }

@@ -1,7 +1,11 @@
 // The GPU GPT-2 (cuda/gpt2_cuda.h) against the CPU model (model/gpt2/gpt2.h) on a small config:
-// same parameters (bf16-rounded for both), same tokens; the loss and every parameter's gradient
-// must agree within bf16 tolerances (the GPU keeps activations in bf16). Run with and without
-// the fused GELU epilogues; the GPU pass must be bitwise repeatable.
+// same parameters (rounded to the GPU's 16-bit type for both), same tokens; the loss and every
+// parameter's gradient must agree within 16-bit tolerances (the GPU keeps activations in bf16 or
+// fp16, the CPU computes in fp32). Run with and without the fused GELU epilogues, in bf16 and in
+// fp16; fp16 runs its backward under a loss scale of 1024 (gradients compared after dividing it
+// out) and must turn a loss scale of 2^32 into non-finite gradients (the overflow the loss scaler
+// watches for). The GPU pass must be bitwise repeatable, and dsc_gpt2_cuda_train_step (one pass
+// over the logits for the loss and its gradient) bitwise equal to forward + backward.
 //
 // With --bench SPEC B T [STEPS] it instead times training steps of a GPT-2 of that spec (e.g.
 // gpt2-124M 16 1024) on random tokens: forward + backward, and the whole step with gradient
@@ -10,7 +14,7 @@
 
 extern "C" {
 #include "cuda/gpt2_cuda.h"    // dsc_gpt2_cuda_*
-#include "cuda/gpt2_kernels.h" // dsc__cuda_f32_to_bf16
+#include "cuda/gpt2_kernels.h" // dsc__cuda_f32_to_16
 #include "cuda/optim.h"        // dsc__cuda_opt_step
 #include "model/gpt2/gpt2.h"   // dsc_gpt2_* (CPU reference)
 }
@@ -18,6 +22,11 @@ extern "C" {
 #define TOL_LOSS 1e-2
 #define TOL_GRAD_ALL 3e-2 // all gradients together
 #define TOL_GRAD_ONE 8e-2 // the worst single tensor (small bias gradients are noisier)
+// fp16 keeps 11 significant bits to bf16's 8
+#define TOL_LOSS_F16 1e-3
+#define TOL_GRAD_ALL_F16 1e-2
+#define TOL_GRAD_ONE_F16 3e-2
+#define LOSS_SCALE_F16 1024.0f
 
 // Flat parameter storage: tensor i at offset[i] (each 256-byte aligned), as an engine keeps it.
 struct flat {
@@ -41,7 +50,14 @@ template <typename T> static std::vector<T *> views(T *base, const flat &f) {
     return v;
 }
 
-static void run_compare(bool fused) {
+// "name" or "name [fp16]" (one buffer: use the result before the next call).
+static const char *nm(const char *name, bool f16) {
+    static char buf[192];
+    snprintf(buf, sizeof buf, "%s%s", name, type_tag(f16));
+    return buf;
+}
+
+static void run_compare(bool fused, bool f16) {
     dsc_gpt2_config c = {2, 2, 128, 1000, 64}; // n_layer, n_head, n_embd, vocab, max_seq_len
     int B = 3, T = 48, BT = B * T;
     flat f(c);
@@ -51,7 +67,7 @@ static void run_compare(bool fused) {
     // perturb so that biases and layernorm weights are not 0 and 1 (their paths get tested)
     for (size_t i = 0; i < f.total; i++)
         params[i] += (float)(0.05 * normal());
-    std::vector<uint16_t> p16 = to_bf16(params); // both models see the bf16 values
+    std::vector<uint16_t> p16 = to_16(params, f16); // both models see the 16-bit values
     std::vector<int32_t> in(BT), tg(BT);
     for (int i = 0; i < BT; i++)
         in[i] = (int32_t)(rng_next() % c.vocab_size), tg[i] = (int32_t)(rng_next() % c.vocab_size);
@@ -77,26 +93,58 @@ static void run_compare(bool fused) {
     dsc_gpt2_cuda *gpu = NULL;
     DS(dsc_gpt2_cuda_create(&gpu, &c, B, T, NULL));
     dsc_gpt2_cuda_set_fused_gelu(gpu, fused);
+    dsc_gpt2_cuda_set_fp16(gpu, f16);
+    check_true(nm("gpt2 gpu reports its 16-bit type", f16), dsc_gpt2_cuda_fp16(gpu) == f16);
+    float scale = f16 ? LOSS_SCALE_F16 : 1.0f;
+    const char *what = fused ? " (fused GELU)" : "";
+    char name[128];
     std::vector<float> g1;
     float loss_gpu = 0;
     for (int rep = 0; rep < 2; rep++) {
         CK(cudaMemset(d_g, 0, f.total * 4));
         DS(dsc_gpt2_cuda_forward(gpu, dpv.data(), in.data(), tg.data(), B, T, &loss_gpu));
-        DS(dsc_gpt2_cuda_backward(gpu, dpv.data(), dgv.data(), 1.0f));
+        DS(dsc_gpt2_cuda_backward(gpu, dpv.data(), dgv.data(), scale));
         SYNC();
         std::vector<float> g = dev_download(d_g, f.total);
-        if (rep == 0)
+        if (rep == 0) {
             g1 = g;
-        else
-            check_true(fused ? "gpt2 gpu (fused GELU) pass is bitwise repeatable"
-                             : "gpt2 gpu pass is bitwise repeatable",
-                       g == g1);
+            continue;
+        }
+        snprintf(name, sizeof name, "gpt2 gpu%s pass is bitwise repeatable%s", what, type_tag(f16));
+        check_true(name, g == g1);
+    }
+    { // the training step's one-pass cross-entropy: bitwise forward + backward
+        float loss_step = 0;
+        CK(cudaMemset(d_g, 0, f.total * 4));
+        DS(dsc_gpt2_cuda_train_step(gpu, dpv.data(), dgv.data(), in.data(), tg.data(), B, T, scale,
+                                    &loss_step));
+        SYNC();
+        std::vector<float> g = dev_download(d_g, f.total);
+        snprintf(name, sizeof name, "gpt2 gpu%s train step == forward + backward, bitwise%s", what,
+                 type_tag(f16));
+        check_true(name, g == g1 && loss_step == loss_gpu);
+    }
+    for (float &x : g1)
+        x /= scale; // exact: a power of two
+    // fp16: a loss scale fp16 cannot hold; the overflow must reach the fp32 gradients
+    if (f16) {
+        CK(cudaMemset(d_g, 0, f.total * 4));
+        DS(dsc_gpt2_cuda_forward(gpu, dpv.data(), in.data(), tg.data(), B, T, NULL));
+        DS(dsc_gpt2_cuda_backward(gpu, dpv.data(), dgv.data(), 4294967296.0f));
+        SYNC();
+        std::vector<float> g = dev_download(d_g, f.total);
+        size_t bad = 0;
+        for (float x : g)
+            bad += !isfinite(x);
+        printf("gpt2 fp16, loss scale 2^32: %zu of %zu gradients not finite\n", bad, g.size());
+        snprintf(name, sizeof name, "gpt2 gpu%s fp16: loss scale 2^32 overflows into the grads",
+                 what);
+        check_true(name, bad > 0);
     }
     dsc_gpt2_cuda_destroy(gpu);
-    char name[128];
-    printf("gpt2 loss: cpu %.6f gpu %.6f\n", loss_cpu, loss_gpu);
-    snprintf(name, sizeof name, "gpt2 loss vs CPU model%s", fused ? " (fused GELU)" : "");
-    check(name, fabs(loss_gpu - loss_cpu) / fabs(loss_cpu), TOL_LOSS);
+    printf("gpt2 loss%s: cpu %.6f gpu %.6f\n", type_tag(f16), loss_cpu, loss_gpu);
+    snprintf(name, sizeof name, "gpt2 loss vs CPU model%s%s", what, type_tag(f16));
+    check(name, fabs(loss_gpu - loss_cpu) / fabs(loss_cpu), f16 ? TOL_LOSS_F16 : TOL_LOSS);
     double worst = 0;
     int worst_i = 0;
     for (size_t i = 0; i < f.off.size(); i++) {
@@ -108,10 +156,10 @@ static void run_compare(bool fused) {
     }
     dsc_gpt2_tensor_info info;
     dsc_gpt2_tensor_info_get(&c, worst_i, &info);
-    snprintf(name, sizeof name, "gpt2 all gradients vs CPU model%s", fused ? " (fused GELU)" : "");
-    check(name, rel_err(g1.data(), gcpu.data(), f.total), TOL_GRAD_ALL);
-    snprintf(name, sizeof name, "gpt2 worst tensor gradient (%s)", info.name);
-    check(name, worst, TOL_GRAD_ONE);
+    snprintf(name, sizeof name, "gpt2 all gradients vs CPU model%s%s", what, type_tag(f16));
+    check(name, rel_err(g1.data(), gcpu.data(), f.total), f16 ? TOL_GRAD_ALL_F16 : TOL_GRAD_ALL);
+    snprintf(name, sizeof name, "gpt2 worst tensor gradient (%s)%s", info.name, type_tag(f16));
+    check(name, worst, f16 ? TOL_GRAD_ONE_F16 : TOL_GRAD_ONE);
     cudaFree(d_p), cudaFree(d_g);
 }
 
@@ -148,32 +196,36 @@ static int bench(const char *spec, int B, int T, int steps) {
     dsc_opt_hparams_defaults(DSC_OPT_ADAMW, &h);
     h.lr = 1e-4f, h.weight_decay = 0.1f;
     double tokens = (double)B * T, flops = dsc_gpt2_flops_per_token(&c, T) * tokens;
-    for (int fused = 0; fused < 2; fused++) {
+    for (int run = 0; run < 3; run++) { // bf16, bf16 with the GELU epilogues, fp16 with them
+        bool fused = run > 0, f16 = run == 2;
+        if (f16) DS(dsc__cuda_f32_to_16(d_p16, d_master, (int64_t)n, true, NULL));
         dsc_gpt2_cuda *m = NULL;
         DS(dsc_gpt2_cuda_create(&m, &c, B, T, NULL));
         dsc_gpt2_cuda_set_fused_gelu(m, fused);
+        dsc_gpt2_cuda_set_fp16(m, f16);
         int step = 0;
         float loss = 0;
         auto fwdbwd = [&] {
             DS(dsc_gpt2_cuda_forward(m, dpv.data(), in.data(), tg.data(), B, T, NULL));
-            DS(dsc_gpt2_cuda_backward(m, dpv.data(), dgv.data(), 1.0f));
+            DS(dsc_gpt2_cuda_backward(m, dpv.data(), dgv.data(), f16 ? 1024.0f : 1.0f));
         };
         auto train = [&] {
             CK(cudaMemsetAsync(d_grad, 0, n * 4, 0));
             fwdbwd();
-            DS(dsc__cuda_opt_step(&h, ++step, d_master, d_grad, d_m, d_v, n, 1.0f, NULL, d_p16,
-                                  DSC_OPT_OUT_BF16, NULL));
+            DS(dsc__cuda_opt_step(&h, ++step, d_master, d_grad, d_m, d_v, n,
+                                  f16 ? 1.0f / 1024.0f : 1.0f, NULL, d_p16,
+                                  f16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16, NULL));
         };
         double ms_fb = time_ms(fwdbwd, 2, steps);
         double ms_tr = time_ms(train, 2, steps);
         DS(dsc_gpt2_cuda_forward(m, dpv.data(), in.data(), tg.data(), B, T, &loss));
         SYNC();
-        printf("bench %s B=%d T=%d%s: fwd+bwd %.2f ms = %.0f tok/s (%.1f%% MFU of 989 TFLOP/s); "
+        printf("bench %s B=%d T=%d%s%s: fwd+bwd %.2f ms = %.0f tok/s (%.1f%% MFU of 989 TFLOP/s); "
                "train step (zero + fwd + bwd + AdamW) %.2f ms = %.0f tok/s (%.1f%% MFU); loss %.4f "
                "after %d steps\n",
-               spec, B, T, fused ? " fused-GELU" : "", ms_fb, tokens / ms_fb * 1e3,
-               100.0 * flops / (ms_fb * 1e-3) / 989e12, ms_tr, tokens / ms_tr * 1e3,
-               100.0 * flops / (ms_tr * 1e-3) / 989e12, loss, step);
+               spec, B, T, fused ? " fused-GELU" : "", f16 ? " fp16" : "", ms_fb,
+               tokens / ms_fb * 1e3, 100.0 * flops / (ms_fb * 1e-3) / 989e12, ms_tr,
+               tokens / ms_tr * 1e3, 100.0 * flops / (ms_tr * 1e-3) / 989e12, loss, step);
         check_true("bench loss is finite", isfinite(loss));
         dsc_gpt2_cuda_destroy(m);
     }
@@ -186,7 +238,9 @@ int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "--bench") == 0)
         return bench(argv[2], (int)strtol(argv[3], NULL, 10), (int)strtol(argv[4], NULL, 10),
                      argc >= 6 ? (int)strtol(argv[5], NULL, 10) : 10);
-    run_compare(false);
-    run_compare(true);
+    for (int f16 = 0; f16 < 2; f16++) {
+        run_compare(false, f16);
+        run_compare(true, f16);
+    }
     return finish("test_cuda_gpt2");
 }

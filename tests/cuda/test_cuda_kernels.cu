@@ -1,8 +1,11 @@
 // GPU kernels of the GPT-2 layers (cuda/gpt2_kernels.h) and the matrix products (cuda/matmul.h)
-// against float64 references computed here on the same bf16-rounded inputs. Tolerances: bf16
-// results 1e-2 relative (L2 over the tensor), fp32 results 1e-5; every output buffer is poisoned
-// (NaN bits) first, so an element a kernel forgets to write fails the check.
-#include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_bf16
+// against float64 references computed here on the same 16-bit-rounded inputs, once with bf16
+// tensors and once with fp16 ones (the `_h` entry points). Tolerances: bf16 results 1e-2
+// relative (L2 over the tensor), fp16 results 2e-3, fp32 results 1e-5 (products into fp32: 1e-4);
+// every output buffer is poisoned (NaN bits) first, so an element a kernel forgets to write fails
+// the check. fp16 only: conversions bitwise against dsc/half.h (all 65536 bit patterns through a
+// kernel), and overflow reaching the outputs as inf/NaN, never clamped to finite values.
+#include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_16
 
 #include <math.h> // tanh, exp, log, sqrt
 
@@ -12,40 +15,52 @@ extern "C" {
 }
 
 #define TOL_BF16 1e-2
+#define TOL_FP16 2e-3
 #define TOL_F32 1e-5
+
+static double tol16(bool f16) {
+    return f16 ? TOL_FP16 : TOL_BF16;
+}
+
+// "name" or "name [fp16]" (one buffer: use the result before the next call).
+static const char *nm(const char *name, bool f16) {
+    static char buf[192];
+    snprintf(buf, sizeof buf, "%s%s", name, type_tag(f16));
+    return buf;
+}
 
 // ---- embeddings ----
 
-static void test_encoder(int B, int T, int C, int V, bool skewed) {
+static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     int BT = B * T;
     std::vector<float> wte = randn((size_t)V * C, 0.5), wpe = randn((size_t)T * C, 0.5);
-    std::vector<uint16_t> wte16 = to_bf16(wte), wpe16 = to_bf16(wpe);
+    std::vector<uint16_t> wte16 = to_16(wte, f16), wpe16 = to_16(wpe, f16);
     std::vector<int32_t> tok(BT);
     for (int i = 0; i < BT; i++) // skewed: a third of the positions share token 7
         tok[i] = skewed && rng_next() % 3 == 0 ? 7 : (int32_t)(rng_next() % V);
     uint16_t *d_wte = dev_upload(wte16), *d_wpe = dev_upload(wpe16),
              *d_out = dev_alloc<uint16_t>((size_t)BT * C);
     int32_t *d_tok = dev_upload(tok);
-    DS(dsc__cuda_encoder_forward(d_out, d_tok, d_wte, d_wpe, B, T, C, NULL));
+    DS(dsc__cuda_encoder_forward_h(d_out, d_tok, d_wte, d_wpe, B, T, C, f16, NULL));
     SYNC();
-    std::vector<float> out = from_bf16(dev_download(d_out, (size_t)BT * C));
+    std::vector<float> out = from_16(dev_download(d_out, (size_t)BT * C), f16);
     std::vector<double> ref((size_t)BT * C);
     for (int i = 0; i < BT; i++)
         for (int c = 0; c < C; c++)
             ref[(size_t)i * C + c] =
                 (double)wte[(size_t)tok[i] * C + c] + wpe[(size_t)(i % T) * C + c];
-    check("encoder forward", rel_err(out.data(), ref.data(), ref.size()), TOL_BF16);
+    check(nm("encoder forward", f16), rel_err(out.data(), ref.data(), ref.size()), tol16(f16));
 
     // backward: gradients start from random values (the kernel adds)
     std::vector<float> dout = randn((size_t)BT * C, 1.0), gte = randn((size_t)V * C, 1.0),
                        gpe = randn((size_t)T * C, 1.0);
-    std::vector<uint16_t> dout16 = to_bf16(dout);
+    std::vector<uint16_t> dout16 = to_16(dout, f16);
     uint16_t *d_dout = dev_upload(dout16);
     float *d_gte = dev_upload(gte), *d_gpe = dev_upload(gpe);
     size_t sb = dsc__cuda_encoder_backward_scratch(B, T, V);
     void *scratch;
     CK(cudaMalloc(&scratch, sb));
-    DS(dsc__cuda_encoder_backward(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, f16, NULL));
     SYNC();
     std::vector<float> g1 = dev_download(d_gte, gte.size()), p1 = dev_download(d_gpe, gpe.size());
     std::vector<double> rte(gte.begin(), gte.end()), rpe(gpe.begin(), gpe.end());
@@ -55,16 +70,17 @@ static void test_encoder(int B, int T, int C, int V, bool skewed) {
             rpe[(size_t)(i % T) * C + c] += dout[(size_t)i * C + c];
         }
     char name[96];
-    snprintf(name, sizeof name, "encoder backward dwte%s", skewed ? " (skewed tokens)" : "");
+    snprintf(name, sizeof name, "encoder backward dwte%s%s", skewed ? " (skewed tokens)" : "",
+             type_tag(f16));
     check(name, rel_err(g1.data(), rte.data(), rte.size()), TOL_F32);
-    check("encoder backward dwpe", rel_err(p1.data(), rpe.data(), rpe.size()), TOL_F32);
+    check(nm("encoder backward dwpe", f16), rel_err(p1.data(), rpe.data(), rpe.size()), TOL_F32);
     // deterministic: the same call on the same inputs gives the same bits
     CK(cudaMemcpy(d_gte, gte.data(), gte.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_gpe, gpe.data(), gpe.size() * 4, cudaMemcpyHostToDevice));
-    DS(dsc__cuda_encoder_backward(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, f16, NULL));
     SYNC();
     std::vector<float> g2 = dev_download(d_gte, gte.size());
-    check_true("encoder backward is bitwise repeatable",
+    check_true(nm("encoder backward is bitwise repeatable", f16),
                memcmp(g1.data(), g2.data(), g1.size() * 4) == 0);
     cudaFree(d_wte), cudaFree(d_wpe), cudaFree(d_out), cudaFree(d_tok), cudaFree(d_dout);
     cudaFree(d_gte), cudaFree(d_gpe), cudaFree(scratch);
@@ -72,14 +88,14 @@ static void test_encoder(int B, int T, int C, int V, bool skewed) {
 
 // ---- layernorm ----
 
-static void test_layernorm(int N, int C) {
+static void test_layernorm(int N, int C, bool f16) {
     std::vector<float> x = randn((size_t)N * C, 2.0, 0.5), w = randn(C, 0.3, 1.0),
                        b = randn(C, 0.3);
-    std::vector<uint16_t> x16 = to_bf16(x), w16 = to_bf16(w), b16 = to_bf16(b);
+    std::vector<uint16_t> x16 = to_16(x, f16), w16 = to_16(w, f16), b16 = to_16(b, f16);
     uint16_t *d_x = dev_upload(x16), *d_w = dev_upload(w16), *d_b = dev_upload(b16);
     uint16_t *d_out = dev_alloc<uint16_t>((size_t)N * C);
     float *d_mean = dev_alloc<float>(N), *d_rstd = dev_alloc<float>(N);
-    DS(dsc__cuda_layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, NULL));
+    DS(dsc__cuda_layernorm_forward_h(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, f16, NULL));
     SYNC();
     std::vector<double> ref((size_t)N * C), rm(N), rr(N);
     std::vector<float> mean_f(N), rstd_f(N);
@@ -95,23 +111,24 @@ static void test_layernorm(int N, int C) {
         for (int c = 0; c < C; c++)
             ref[(size_t)r * C + c] = (x[(size_t)r * C + c] - m) * s * w[c] + b[c];
     }
-    std::vector<float> out = from_bf16(dev_download(d_out, (size_t)N * C));
-    check("layernorm forward out", rel_err(out.data(), ref.data(), ref.size()), TOL_BF16);
+    std::vector<float> out = from_16(dev_download(d_out, (size_t)N * C), f16);
+    check(nm("layernorm forward out", f16), rel_err(out.data(), ref.data(), ref.size()),
+          tol16(f16));
     std::vector<float> gm = dev_download(d_mean, N), gr = dev_download(d_rstd, N);
-    check("layernorm forward mean", rel_err(gm.data(), rm.data(), N), TOL_F32);
-    check("layernorm forward rstd", rel_err(gr.data(), rr.data(), N), TOL_F32);
+    check(nm("layernorm forward mean", f16), rel_err(gm.data(), rm.data(), N), TOL_F32);
+    check(nm("layernorm forward rstd", f16), rel_err(gr.data(), rr.data(), N), TOL_F32);
 
     // backward from the fp32 statistics both sides share
     std::vector<float> dy = randn((size_t)N * C, 1.0), dx0 = randn((size_t)N * C, 1.0);
     std::vector<float> dw0 = randn(C, 1.0), db0 = randn(C, 1.0);
-    std::vector<uint16_t> dy16 = to_bf16(dy), dx16 = to_bf16(dx0);
+    std::vector<uint16_t> dy16 = to_16(dy, f16), dx16 = to_16(dx0, f16);
     uint16_t *d_dy = dev_upload(dy16), *d_dx = dev_upload(dx16);
     float *d_dw = dev_upload(dw0), *d_db = dev_upload(db0);
     CK(cudaMemcpy(d_mean, mean_f.data(), N * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_rstd, rstd_f.data(), N * 4, cudaMemcpyHostToDevice));
     float *d_scr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(N, C));
-    DS(dsc__cuda_layernorm_backward(d_dx, d_dw, d_db, d_scr, d_dy, d_x, d_w, d_mean, d_rstd, N, C,
-                                    NULL));
+    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_scr, d_dy, d_x, d_w, d_mean, d_rstd, N, C,
+                                      f16, NULL));
     SYNC();
     std::vector<double> rdx(dx0.begin(), dx0.end()), rdw(dw0.begin(), dw0.end()),
         rdb(db0.begin(), db0.end());
@@ -129,11 +146,12 @@ static void test_layernorm(int N, int C) {
             rdx[(size_t)r * C + c] += s * ((double)gr2[c] * w[c] - s1 - xh * s2);
         }
     }
-    std::vector<float> gdx = from_bf16(dev_download(d_dx, (size_t)N * C));
+    std::vector<float> gdx = from_16(dev_download(d_dx, (size_t)N * C), f16);
     std::vector<float> gdw = dev_download(d_dw, C), gdb = dev_download(d_db, C);
-    check("layernorm backward dinp (+=)", rel_err(gdx.data(), rdx.data(), rdx.size()), TOL_BF16);
-    check("layernorm backward dw", rel_err(gdw.data(), rdw.data(), C), TOL_F32);
-    check("layernorm backward db", rel_err(gdb.data(), rdb.data(), C), TOL_F32);
+    check(nm("layernorm backward dinp (+=)", f16), rel_err(gdx.data(), rdx.data(), rdx.size()),
+          tol16(f16));
+    check(nm("layernorm backward dw", f16), rel_err(gdw.data(), rdw.data(), C), TOL_F32);
+    check(nm("layernorm backward db", f16), rel_err(gdb.data(), rdb.data(), C), TOL_F32);
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_out), cudaFree(d_mean);
     cudaFree(d_rstd), cudaFree(d_dy), cudaFree(d_dx), cudaFree(d_dw), cudaFree(d_db),
         cudaFree(d_scr);
@@ -150,46 +168,46 @@ static double gelu_grad_ref(double x) {
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
-static void test_elementwise(long long n) {
+static void test_elementwise(long long n, bool f16) {
     std::vector<float> x = randn(n, 3.0), dy = randn(n, 1.0), y = randn(n, 1.0);
-    std::vector<uint16_t> x16 = to_bf16(x), dy16 = to_bf16(dy), y16 = to_bf16(y);
+    std::vector<uint16_t> x16 = to_16(x, f16), dy16 = to_16(dy, f16), y16 = to_16(y, f16);
     uint16_t *d_x = dev_upload(x16), *d_dy = dev_upload(dy16), *d_y = dev_upload(y16);
     uint16_t *d_out = dev_alloc<uint16_t>(n);
     std::vector<double> ref(n);
     char name[96];
     const char *path = n % 8 == 0 ? "vector" : "scalar";
 
-    DS(dsc__cuda_gelu_forward(d_out, d_x, n, NULL));
+    DS(dsc__cuda_gelu_forward_h(d_out, d_x, n, f16, NULL));
     SYNC();
-    std::vector<float> out = from_bf16(dev_download(d_out, n));
+    std::vector<float> out = from_16(dev_download(d_out, n), f16);
     for (long long i = 0; i < n; i++)
         ref[i] = gelu_ref(x[i]);
-    snprintf(name, sizeof name, "gelu forward (%s path)", path);
-    check(name, rel_err(out.data(), ref.data(), n), TOL_BF16);
+    snprintf(name, sizeof name, "gelu forward (%s path)%s", path, type_tag(f16));
+    check(name, rel_err(out.data(), ref.data(), n), tol16(f16));
 
-    DS(dsc__cuda_gelu_backward(d_dy, d_dy, d_x, n, NULL)); // in place, as the model calls it
+    DS(dsc__cuda_gelu_backward_h(d_dy, d_dy, d_x, n, f16, NULL)); // in place, as the model does
     SYNC();
-    out = from_bf16(dev_download(d_dy, n));
+    out = from_16(dev_download(d_dy, n), f16);
     for (long long i = 0; i < n; i++)
         ref[i] = dy[i] * gelu_grad_ref(x[i]);
-    snprintf(name, sizeof name, "gelu backward (%s path, in place)", path);
-    check(name, rel_err(out.data(), ref.data(), n), TOL_BF16);
+    snprintf(name, sizeof name, "gelu backward (%s path, in place)%s", path, type_tag(f16));
+    check(name, rel_err(out.data(), ref.data(), n), tol16(f16));
 
-    DS(dsc__cuda_residual_forward(d_out, d_x, d_y, n, NULL));
+    DS(dsc__cuda_residual_forward_h(d_out, d_x, d_y, n, f16, NULL));
     SYNC();
-    out = from_bf16(dev_download(d_out, n));
+    out = from_16(dev_download(d_out, n), f16);
     for (long long i = 0; i < n; i++)
         ref[i] = (double)x[i] + y[i];
-    snprintf(name, sizeof name, "residual forward (%s path)", path);
-    check(name, rel_err(out.data(), ref.data(), n), TOL_BF16);
+    snprintf(name, sizeof name, "residual forward (%s path)%s", path, type_tag(f16));
+    check(name, rel_err(out.data(), ref.data(), n), tol16(f16));
     cudaFree(d_x), cudaFree(d_dy), cudaFree(d_y), cudaFree(d_out);
 }
 
 // ---- softmax + cross-entropy ----
 
-static void test_xent(int N, int V, int ld) {
+static void test_xent(int N, int V, int ld, bool f16) {
     std::vector<float> lg = randn((size_t)N * ld, 2.0);
-    std::vector<uint16_t> lg16 = to_bf16(lg);
+    std::vector<uint16_t> lg16 = to_16(lg, f16);
     std::vector<int32_t> tg(N);
     for (int i = 0; i < N; i++)
         tg[i] = (int32_t)(rng_next() % V);
@@ -197,9 +215,11 @@ static void test_xent(int N, int V, int ld) {
     int32_t *d_tg = dev_upload(tg);
     float *d_loss = dev_alloc<float>(N), *d_lse = dev_alloc<float>(N),
           *d_loss2 = dev_alloc<float>(N);
-    float g = 1.0f / N;
-    DS(dsc__cuda_xent_forward(d_loss, d_lse, d_lg, d_tg, N, V, ld, NULL));
-    DS(dsc__cuda_xent_backward(d_dl, d_lg, d_lse, d_tg, g, N, V, ld, NULL));
+    // fp16 training scales the loss (here as a loss scale of 1024 would) so that the gradients
+    // stay clear of fp16's subnormals; bf16 has fp32's range.
+    float g = (f16 ? 1024.0f : 1.0f) / N;
+    DS(dsc__cuda_xent_forward_h(d_loss, d_lse, d_lg, d_tg, N, V, ld, f16, NULL));
+    DS(dsc__cuda_xent_backward_h(d_dl, d_lg, d_lse, d_tg, g, N, V, ld, f16, NULL));
     SYNC();
     std::vector<double> rl(N), rd((size_t)N * ld, 0.0);
     for (int r = 0; r < N; r++) {
@@ -216,18 +236,18 @@ static void test_xent(int N, int V, int ld) {
     }
     std::vector<float> gl = dev_download(d_loss, N);
     std::vector<uint16_t> gd16 = dev_download(d_dl, (size_t)N * ld);
-    std::vector<float> gd = from_bf16(gd16);
+    std::vector<float> gd = from_16(gd16, f16);
     char name[96];
-    snprintf(name, sizeof name, "xent forward losses (V %d, ld %d)", V, ld);
+    snprintf(name, sizeof name, "xent forward losses (V %d, ld %d)%s", V, ld, type_tag(f16));
     check(name, rel_err(gl.data(), rl.data(), N), TOL_F32);
-    check("xent backward dlogits (pads zeroed)", rel_err(gd.data(), rd.data(), rd.size()),
-          TOL_BF16);
+    check(nm("xent backward dlogits (pads zeroed)", f16), rel_err(gd.data(), rd.data(), rd.size()),
+          tol16(f16));
     // fused: same losses, same gradient bits, in place
-    DS(dsc__cuda_xent_fused(d_loss2, d_lg, d_tg, g, N, V, ld, NULL));
+    DS(dsc__cuda_xent_fused_h(d_loss2, d_lg, d_tg, g, N, V, ld, f16, NULL));
     SYNC();
     std::vector<float> gl2 = dev_download(d_loss2, N);
     std::vector<uint16_t> gf16 = dev_download(d_lg, (size_t)N * ld);
-    check_true("xent fused == forward + backward (bitwise)",
+    check_true(nm("xent fused == forward + backward (bitwise)", f16),
                memcmp(gl.data(), gl2.data(), N * 4) == 0 && gf16 == gd16);
     cudaFree(d_lg), cudaFree(d_dl), cudaFree(d_tg), cudaFree(d_loss), cudaFree(d_lse),
         cudaFree(d_loss2);
@@ -235,20 +255,24 @@ static void test_xent(int N, int V, int ld) {
 
 // ---- column sums and sums ----
 
-static void test_sums(int rows, int ncols) {
+static void test_sums(int rows, int ncols, bool f16) {
     std::vector<float> d = randn((size_t)rows * ncols, 1.0), acc0 = randn(ncols, 1.0);
-    std::vector<uint16_t> d16 = to_bf16(d);
+    std::vector<uint16_t> d16 = to_16(d, f16);
     uint16_t *d_d = dev_upload(d16);
     float *d_acc = dev_upload(acc0),
           *d_scr = dev_alloc<float>(dsc__cuda_colsum_scratch(rows, ncols));
-    DS(dsc__cuda_colsum(d_acc, d_scr, d_d, rows, ncols, NULL));
+    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_d, rows, ncols, f16, NULL));
     SYNC();
     std::vector<double> ref(acc0.begin(), acc0.end());
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < ncols; c++)
             ref[c] += d[(size_t)r * ncols + c];
     std::vector<float> got = dev_download(d_acc, ncols);
-    check("colsum (bias gradients, +=)", rel_err(got.data(), ref.data(), ncols), TOL_F32);
+    check(nm("colsum (bias gradients, +=)", f16), rel_err(got.data(), ref.data(), ncols), TOL_F32);
+    if (f16) { // the sum below has no 16-bit input: once is enough
+        cudaFree(d_d), cudaFree(d_acc), cudaFree(d_scr);
+        return;
+    }
 
     std::vector<float> x = randn(rows, 1.0, 3.0);
     float *d_x = dev_upload(x), *d_s = dev_alloc<float>(1);
@@ -283,17 +307,17 @@ static double prod_at(const std::vector<float> &A, int lda, const std::vector<fl
     return s;
 }
 
-static void test_matmul(dsc_cuda_blas *h, const mm_case &t) {
+static void test_matmul(dsc_cuda_blas *h, const mm_case &t, bool f16) {
     int rows_a = t.ta ? t.K : t.M, cols_a = t.ta ? t.M : t.K;
     int rows_b = t.tb ? t.N : t.K, cols_b = t.tb ? t.K : t.N;
     int lda = (cols_a + 7) / 8 * 8 + t.pad, ldb = (cols_b + 7) / 8 * 8 + t.pad;
     int ldd = (t.N + 7) / 8 * 8 + t.pad;
     std::vector<float> A = randn((size_t)rows_a * lda, 1.0), B = randn((size_t)rows_b * ldb, 1.0);
     std::vector<float> bias = randn(t.N, 1.0), Cm = randn((size_t)t.M * ldd, 1.0);
-    std::vector<uint16_t> A16 = to_bf16(A), B16 = to_bf16(B), bias16 = to_bf16(bias),
-                          C16 = to_bf16(Cm);
+    std::vector<uint16_t> A16 = to_16(A, f16), B16 = to_16(B, f16), bias16 = to_16(bias, f16),
+                          C16 = to_16(Cm, f16);
     std::vector<float> aux_in = randn((size_t)t.M * ldd, 1.5); // DGELU's pre-activation
-    std::vector<uint16_t> aux16 = to_bf16(aux_in);
+    std::vector<uint16_t> aux16 = to_16(aux_in, f16);
     uint16_t *dA = dev_upload(A16), *dB = dev_upload(B16), *dbias = dev_upload(bias16);
     uint16_t *daux =
         t.epi == DSC_CUDA_EPI_DGELU ? dev_upload(aux16) : dev_alloc<uint16_t>((size_t)t.M * ldd);
@@ -310,6 +334,7 @@ static void test_matmul(dsc_cuda_blas *h, const mm_case &t) {
     g.trans_a = t.ta, g.trans_b = t.tb, g.M = t.M, g.N = t.N, g.K = t.K;
     g.A = dA, g.lda = lda, g.B = dB, g.ldb = ldb, g.D = dD, g.ldd = ldd, g.d_fp32 = t.d_fp32;
     g.C = dC, g.ldc = ldd, g.alpha = 1.0f, g.beta = t.with_c ? 1.0f : 0.0f, g.epilogue = t.epi;
+    g.fp16 = f16;
     if (t.epi == DSC_CUDA_EPI_BIAS || t.epi == DSC_CUDA_EPI_GELU_BIAS) g.bias = dbias;
     if (t.epi == DSC_CUDA_EPI_GELU_BIAS || t.epi == DSC_CUDA_EPI_DGELU) g.aux = daux, g.ldaux = ldd;
     DS(dsc__cuda_gemm(h, &g, NULL));
@@ -332,8 +357,8 @@ static void test_matmul(dsc_cuda_blas *h, const mm_case &t) {
             for (int n = 0; n < t.N; n++)
                 got[(size_t)m * t.N + n] = d[(size_t)m * ldd + n];
     } else {
-        std::vector<float> d = from_bf16(dev_download((uint16_t *)dD, (size_t)t.M * ldd));
-        std::vector<float> x = from_bf16(dev_download(daux, (size_t)t.M * ldd));
+        std::vector<float> d = from_16(dev_download((uint16_t *)dD, (size_t)t.M * ldd), f16);
+        std::vector<float> x = from_16(dev_download(daux, (size_t)t.M * ldd), f16);
         for (int m = 0; m < t.M; m++)
             for (int n = 0; n < t.N; n++) {
                 got[(size_t)m * t.N + n] = d[(size_t)m * ldd + n];
@@ -341,11 +366,11 @@ static void test_matmul(dsc_cuda_blas *h, const mm_case &t) {
             }
     }
     char name[96];
-    snprintf(name, sizeof name, "gemm %s", t.name);
-    check(name, rel_err(got.data(), ref.data(), ref.size()), t.d_fp32 ? 1e-4 : TOL_BF16);
+    snprintf(name, sizeof name, "gemm %s%s", t.name, type_tag(f16));
+    check(name, rel_err(got.data(), ref.data(), ref.size()), t.d_fp32 ? 1e-4 : tol16(f16));
     if (t.epi == DSC_CUDA_EPI_GELU_BIAS) {
-        snprintf(name, sizeof name, "gemm %s: aux (pre-activation)", t.name);
-        check(name, rel_err(gaux.data(), raux.data(), raux.size()), TOL_BF16);
+        snprintf(name, sizeof name, "gemm %s: aux (pre-activation)%s", t.name, type_tag(f16));
+        check(name, rel_err(gaux.data(), raux.data(), raux.size()), tol16(f16));
     }
     cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(daux), cudaFree(dD);
     if (dC && dC != dD) cudaFree(dC);
@@ -368,9 +393,183 @@ static void test_matmuls(bool small) {
         {"dlnf: odd K, padded ld", 0, 0, 128, 256, 1001, 8, 0, DSC_CUDA_EPI_NONE, 0},
         {"dwte: odd M, fp32 +=", 1, 0, 1001, 256, 128, 8, 1, DSC_CUDA_EPI_NONE, 1},
     };
-    for (const mm_case &t : cases)
-        test_matmul(h, t);
+    for (int f16 = 0; f16 < 2; f16++)
+        for (const mm_case &t : cases)
+            test_matmul(h, t, f16);
     dsc__cuda_blas_destroy(h);
+}
+
+// ---- fp16: conversions and overflow ----
+
+static bool is_nan16(uint16_t h) {
+    return (h & 0x7fff) > 0x7c00;
+}
+
+// Every fp16 bit pattern through a kernel (x + -0 = x, so the output bits must be the input's):
+// the device's fp16 -> fp32 and fp32 -> fp16 conversions on the vector and the scalar path.
+// NaNs only need to stay NaN (the hardware's quiet NaN need not keep the payload).
+static void test_fp16_roundtrip(void) {
+    for (int vec = 1; vec >= 0; vec--) {
+        size_t n = vec ? 65536 : 65537; // 65537: not a multiple of 8, the scalar path
+        std::vector<uint16_t> a(n), z(n, 0x8000);
+        for (size_t i = 0; i < n; i++)
+            a[i] = (uint16_t)i;
+        uint16_t *d_a = dev_upload(a), *d_z = dev_upload(z), *d_o = dev_alloc<uint16_t>(n);
+        DS(dsc__cuda_residual_forward_h(d_o, d_a, d_z, (int64_t)n, true, NULL));
+        SYNC();
+        std::vector<uint16_t> o = dev_download(d_o, n);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += is_nan16(a[i]) ? !is_nan16(o[i]) : o[i] != a[i];
+        char name[128];
+        snprintf(name, sizeof name, "fp16 round trip of all 65536 bit patterns (%s path)",
+                 vec ? "vector" : "scalar");
+        check_true(name, bad == 0);
+        cudaFree(d_a), cudaFree(d_z), cudaFree(d_o);
+    }
+}
+
+// fp32 -> fp16 on the device bitwise as dsc_fp32_to_fp16 (nearest even, overflow to inf,
+// subnormals), and the engine's gradient rounding as dsc_fp16_to_fp32(dsc_fp32_to_fp16(x)).
+static void test_fp16_rounding(void) {
+    std::vector<float> x;
+    // zeros, the largest finite fp16 and the rounding boundary to inf, beyond it, the smallest
+    // normal and subnormal, half the smallest subnormal (a tie to 0), ties to even at 1
+    // clang-format off
+    const float special[] = {0.0f, -0.0f, 65504.0f, 65519.996f, 65520.0f, -65520.0f, 1e30f,
+                             -1e30f, INFINITY, -INFINITY, NAN, 6.1035156e-05f, 6.0e-05f,
+                             5.96e-08f, 2.98e-08f, 2.9802322e-08f, 1e-10f, 1.0f + 0x1p-11f,
+                             1.0f + 0x1p-10f + 0x1p-11f};
+    // clang-format on
+    for (float v : special)
+        x.push_back(v);
+    for (int e = -30; e <= 18; e++) // every binade fp16 touches, and some beyond
+        for (int k = 0; k < 4000; k++)
+            x.push_back((float)(normal() * ldexp(1.0, e)));
+    size_t n = x.size();
+    float *d_x = dev_upload(x);
+    uint16_t *d_h = dev_alloc<uint16_t>(n);
+    DS(dsc__cuda_f32_to_16(d_h, d_x, (int64_t)n, true, NULL));
+    DS(dsc__cuda_round_fp16(d_x, (int64_t)n, NULL));
+    SYNC();
+    std::vector<uint16_t> h = dev_download(d_h, n);
+    std::vector<float> r = dev_download(d_x, n);
+    size_t bad_h = 0, bad_r = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = dsc_fp32_to_fp16(x[i]);
+        float wr = dsc_fp16_to_fp32(want);
+        bad_h += is_nan16(want) ? !is_nan16(h[i]) : h[i] != want;
+        bad_r += isnan(wr) ? !isnan(r[i]) : memcmp(&wr, &r[i], 4) != 0;
+    }
+    check_true("f32 -> fp16 bitwise equal to dsc_fp32_to_fp16", bad_h == 0);
+    check_true("fp16 gradient rounding bitwise equal to the engine's", bad_r == 0);
+    cudaFree(d_x), cudaFree(d_h);
+}
+
+static bool all_finite(const std::vector<float> &v) {
+    for (float x : v)
+        if (!isfinite(x)) return false;
+    return true;
+}
+
+// An fp16 result beyond 65504 must come out as inf (and what is computed from it as inf/NaN),
+// never clamped to a finite value: that is how a too-large loss scale reaches the scaler.
+static void test_fp16_overflow(dsc_cuda_blas *h) {
+    const int n = 64, C = 64;
+    std::vector<float> big(n, 60000.0f), three(n, 3.0f);
+    std::vector<uint16_t> big16 = to_16(big, true), three16 = to_16(three, true);
+    uint16_t *d_big = dev_upload(big16), *d_three = dev_upload(three16);
+    uint16_t *d_o = dev_alloc<uint16_t>(n);
+    DS(dsc__cuda_residual_forward_h(d_o, d_big, d_big, n, true, NULL)); // 120000
+    SYNC();
+    std::vector<uint16_t> o = dev_download(d_o, n);
+    bool ok = true;
+    for (uint16_t v : o)
+        ok = ok && v == 0x7c00;
+    check_true("fp16 overflow: residual 60000 + 60000 = inf", ok);
+    DS(dsc__cuda_gelu_backward_h(d_o, d_big, d_three, n, true, NULL)); // 60000 * 1.0116 = 60695
+    SYNC();
+    o = dev_download(d_o, n);
+    ok = true;
+    for (uint16_t v : o)
+        ok = ok && v > 0x7b00 && v < 0x7c00; // finite, above 57344
+    check_true("fp16: gelu backward 60000 * GELU'(3) stays finite (no early overflow)", ok);
+    std::vector<float> x15(n, 1.5f);
+    std::vector<uint16_t> x15h = to_16(x15, true);
+    uint16_t *d_x15 = dev_upload(x15h);
+    DS(dsc__cuda_gelu_backward_h(d_o, d_big, d_x15, n, true, NULL)); // 60000 * 1.1277 = 67663
+    SYNC();
+    o = dev_download(d_o, n);
+    ok = true;
+    for (uint16_t v : o)
+        ok = ok && v == 0x7c00;
+    check_true("fp16 overflow: gelu backward past 65504 = inf", ok);
+
+    // cross-entropy backward with a loss scale far too large: inf in dlogits
+    std::vector<float> lg = randn((size_t)4 * C, 1.0);
+    std::vector<uint16_t> lg16 = to_16(lg, true);
+    std::vector<int32_t> tg = {1, 2, 3, 4};
+    uint16_t *d_lg = dev_upload(lg16);
+    int32_t *d_tg = dev_upload(tg);
+    float *d_loss = dev_alloc<float>(4);
+    DS(dsc__cuda_xent_fused_h(d_loss, d_lg, d_tg, 1e9f, 4, C, C, true, NULL));
+    SYNC();
+    std::vector<uint16_t> dl = dev_download(d_lg, (size_t)4 * C);
+    std::vector<float> dlf = from_16(dl, true);
+    check_true("fp16 overflow: xent backward with a huge loss scale gives inf", !all_finite(dlf));
+
+    // what consumes those gradients: fp32 outputs must turn non-finite, not stay finite
+    float *d_acc = dev_upload(std::vector<float>(C, 0.0f));
+    float *d_scr = dev_alloc<float>(dsc__cuda_colsum_scratch(4, C));
+    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_lg, 4, C, true, NULL));
+    SYNC();
+    check_true("fp16 overflow: colsum of inf is not finite", !all_finite(dev_download(d_acc, C)));
+    std::vector<float> x = randn((size_t)4 * C, 1.0), w(C, 1.0f);
+    std::vector<uint16_t> x16 = to_16(x, true), w16 = to_16(w, true);
+    std::vector<float> mean(4, 0.0f), rstd(4, 1.0f);
+    uint16_t *d_x = dev_upload(x16), *d_w = dev_upload(w16);
+    uint16_t *d_dx = dev_upload(std::vector<uint16_t>((size_t)4 * C, 0));
+    float *d_mean = dev_upload(mean), *d_rstd = dev_upload(rstd);
+    float *d_dw = dev_upload(std::vector<float>(C, 0.0f)),
+          *d_db = dev_upload(std::vector<float>(C, 0.0f));
+    float *d_lscr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(4, C));
+    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_lscr, d_lg, d_x, d_w, d_mean, d_rstd, 4,
+                                      C, true, NULL));
+    SYNC();
+    check_true("fp16 overflow: layernorm backward of inf gives non-finite dinp, dw, db",
+               !all_finite(from_16(dev_download(d_dx, (size_t)4 * C), true)) &&
+                   !all_finite(dev_download(d_dw, C)) && !all_finite(dev_download(d_db, C)));
+
+    // products: an fp16 result past 65504 is inf; the fp32 weight gradient of inf is not finite
+    int K = 256;
+    std::vector<float> A((size_t)C * K, 16.0f), B((size_t)K * C, 16.0f); // 256 * 256 = 65536
+    std::vector<uint16_t> A16 = to_16(A, true), B16 = to_16(B, true);
+    uint16_t *dA = dev_upload(A16), *dB = dev_upload(B16), *dD = dev_alloc<uint16_t>((size_t)C * C);
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = C, g.N = C, g.K = K, g.A = dA, g.lda = K, g.B = dB, g.ldb = C, g.D = dD, g.ldd = C;
+    g.alpha = 1.0f, g.fp16 = 1;
+    DS(dsc__cuda_gemm(h, &g, NULL));
+    SYNC();
+    std::vector<uint16_t> D = dev_download(dD, (size_t)C * C);
+    ok = true;
+    for (uint16_t v : D)
+        ok = ok && v == 0x7c00;
+    check_true("fp16 overflow: a product of 65536 is inf in an fp16 result", ok);
+    float *dW = dev_upload(std::vector<float>((size_t)C * C, 0.0f));
+    memset(&g, 0, sizeof g);
+    g.trans_a = 1, g.M = C, g.N = C, g.K = 4, g.A = d_x, g.lda = C, g.B = d_lg, g.ldb = C;
+    g.D = dW, g.ldd = C, g.d_fp32 = 1, g.alpha = 1.0f, g.beta = 1.0f, g.C = dW, g.ldc = C;
+    g.fp16 = 1;
+    DS(dsc__cuda_gemm(h, &g, NULL));
+    SYNC();
+    check_true("fp16 overflow: an fp32 weight gradient from inf is not finite",
+               !all_finite(dev_download(dW, (size_t)C * C)));
+    cudaFree(d_big), cudaFree(d_three), cudaFree(d_x15), cudaFree(d_o), cudaFree(d_lg);
+    cudaFree(d_tg);
+    cudaFree(d_loss), cudaFree(d_acc), cudaFree(d_scr), cudaFree(d_x), cudaFree(d_w);
+    cudaFree(d_dx), cudaFree(d_mean), cudaFree(d_rstd), cudaFree(d_dw), cudaFree(d_db);
+    cudaFree(d_lscr), cudaFree(dA), cudaFree(dB), cudaFree(dD), cudaFree(dW);
 }
 
 // ---- timings of the memory-bound kernels at GPT-2 124M, B=16, T=1024 ----
@@ -387,9 +586,19 @@ static void time_kernels(void) {
     double ms = time_ms([&] { dsc__cuda_gelu_forward(d_y, d_x, (int64_t)N * 4 * C, NULL); }, 3, 20);
     printf("time gelu forward (%d x %d): %.3f ms, %.0f GB/s\n", N, 4 * C, ms,
            4.0 * N * 4 * C / ms / 1e6);
+    // fp16 (the same bits read as fp16: the conversions cost the same for any value)
+    ms =
+        time_ms([&] { dsc__cuda_gelu_forward_h(d_y, d_x, (int64_t)N * 4 * C, true, NULL); }, 3, 20);
+    printf("time gelu forward fp16 (%d x %d): %.3f ms, %.0f GB/s\n", N, 4 * C, ms,
+           4.0 * N * 4 * C / ms / 1e6);
     ms = time_ms([&] { dsc__cuda_layernorm_forward(d_y, d_m, d_r, d_x, d_w, d_w, N, C, NULL); }, 3,
                  20);
     printf("time layernorm forward (%d x %d): %.3f ms, %.0f GB/s\n", N, C, ms,
+           4.0 * N * C / ms / 1e6);
+    ms = time_ms(
+        [&] { dsc__cuda_layernorm_forward_h(d_y, d_m, d_r, d_x, d_w, d_w, N, C, true, NULL); }, 3,
+        20);
+    printf("time layernorm forward fp16 (%d x %d): %.3f ms, %.0f GB/s\n", N, C, ms,
            4.0 * N * C / ms / 1e6);
     float *d_scr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(N, C)),
           *d_g = dev_alloc<float>(2 * C);
@@ -426,15 +635,26 @@ static void time_kernels(void) {
 int main(void) {
     require_device("test_cuda_kernels");
     bool small = small_mode();
-    test_encoder(small ? 2 : 4, small ? 64 : 256, small ? 64 : 768, 1000, false);
-    test_encoder(small ? 2 : 8, small ? 64 : 512, small ? 64 : 256, small ? 300 : 5000, true);
-    test_layernorm(small ? 70 : 1030, small ? 128 : 768);
-    test_elementwise(small ? 4096 : (1 << 20));
-    test_elementwise(small ? 4099 : (1 << 20) + 3);
-    test_xent(small ? 4 : 64, small ? 1000 : 50257, small ? 1024 : 50304);
-    test_xent(small ? 3 : 17, 999, 999); // odd row stride: scalar path
-    test_sums(small ? 300 : 4100, small ? 200 : 2304);
+    for (int f16 = 0; f16 < 2; f16++) {
+        test_encoder(small ? 2 : 4, small ? 64 : 256, small ? 64 : 768, 1000, false, f16);
+        test_encoder(small ? 2 : 8, small ? 64 : 512, small ? 64 : 256, small ? 300 : 5000, true,
+                     f16);
+        test_layernorm(small ? 70 : 1030, small ? 128 : 768, f16);
+        test_elementwise(small ? 4096 : (1 << 20), f16);
+        test_elementwise(small ? 4099 : (1 << 20) + 3, f16);
+        test_xent(small ? 4 : 64, small ? 1000 : 50257, small ? 1024 : 50304, f16);
+        test_xent(small ? 3 : 17, 999, 999, f16); // odd row stride: scalar path
+        test_sums(small ? 300 : 4100, small ? 200 : 2304, f16);
+    }
     test_matmuls(small);
+    test_fp16_roundtrip();
+    test_fp16_rounding();
+    {
+        dsc_cuda_blas *h = NULL;
+        DS(dsc__cuda_blas_create(&h, 0));
+        test_fp16_overflow(h);
+        dsc__cuda_blas_destroy(h);
+    }
     if (!small) time_kernels();
     return finish("test_cuda_kernels");
 }

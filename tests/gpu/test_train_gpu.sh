@@ -48,37 +48,7 @@ run rest cuda "$T/bf16.json" 20 --save-dir "$T/ck" --resume --dump-weights "$T/w
 # compare A B FIRST MEAN MAX: two runs step by step. The same schedule (lr equal); step 1, where
 # the weights are still equal, within FIRST; the per-step loss and validation loss within MAX and
 # on average within MEAN (relative), since bf16 rounding makes the trajectories drift apart.
-compare() {
-    $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-first, mean, most = map(float, sys.argv[3:6])
-assert len(a) == len(b) and a, f"{len(a)} vs {len(b)} steps"
-rel = lambda x, y: abs(x - y) / abs(x)
-diffs = []
-for x, y in zip(a, b):
-    assert x["step"] == y["step"]
-    assert rel(x["lr"], y["lr"]) <= 1e-12 if x["lr"] else y["lr"] == 0, f"lr at step {x['step']}"
-    for k in ("loss", "val_loss"):
-        if k in x or k in y:
-            assert k in x and k in y, f"step {x['step']}: {k} in one run only"
-            diffs.append(rel(x[k], y[k]))
-            assert diffs[-1] <= most, f"step {x['step']} {k}: {x[k]} vs {y[k]} (> {most})"
-d1 = rel(a[0]["loss"], b[0]["loss"])
-avg = sum(diffs) / len(diffs)
-print(f"  {sys.argv[1].split('/')[-2]} vs {sys.argv[2].split('/')[-2]}: step 1 {d1:.2e}, "
-      f"mean {avg:.2e}, worst {max(diffs):.2e} over {len(a)} steps")
-assert d1 <= first and avg <= mean, (d1, avg)
-PYEOF
-}
-falls() { # the loss falls: mean of the last 5 steps below 80% of the first
-    $PY -c "
-import json, sys
-l = [json.loads(x)['loss'] for x in open('$T/$1/metrics.jsonl')]
-print(f'  $1: loss {l[0]:.4f} -> {sum(l[-5:]) / 5:.4f}')
-sys.exit(0 if sum(l[-5:]) / 5 < 0.8 * l[0] else 1)"
-}
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # compare, falls
 check "GPU and CPU loss curves agree (bf16)" -- compare cpu gpu 5e-3 0.02 0.06
 check "GPU loss falls" -- falls gpu
 check "CPU loss falls" -- falls cpu

@@ -85,6 +85,40 @@ static void test_byte_basics(void **state) {
     dsc_tokenizer_destroy(NULL);
 }
 
+// ---- token ids as text ----
+
+static void test_ids(void **state) {
+    dsc_tokenizer *t;
+    assert_int_equal(dsc_tokenizer_create(&t, "ids:50257"), DSC_OK);
+    assert_int_equal(dsc_tokenizer_vocab_size(t), 50257);
+    assert_int_equal(dsc_tokenizer_eot(t), -1);
+    const char s[] = " 7, 50256\t0 12\n";
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(dsc_tokenizer_encode(t, s, strlen(s), &ids, &n), DSC_OK);
+    int32_t want[] = {7, 50256, 0, 12};
+    assert_int_equal(n, 4);
+    assert_memory_equal(ids, want, sizeof want);
+    char *text;
+    size_t len;
+    assert_int_equal(dsc_tokenizer_decode(t, ids, n, &text, &len), DSC_OK);
+    assert_string_equal(text, " 7 50256 0 12");
+    assert_int_equal(len, 13);
+    free(text);
+    free(ids);
+    assert_int_equal(dsc_tokenizer_encode(t, "1 50257", 7, &ids, &n), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "below 50257"));
+    assert_int_equal(dsc_tokenizer_encode(t, "1 2x", 4, &ids, &n), DSC_ERR_INVALID_ARG);
+    assert_int_equal(dsc_tokenizer_encode(t, "99999999999999999999", 20, &ids, &n),
+                     DSC_ERR_INVALID_ARG);
+    dsc_tokenizer_destroy(t);
+    assert_int_equal(dsc_tokenizer_create(&t, "ids"), DSC_OK);
+    assert_int_equal(dsc_tokenizer_vocab_size(t), 65536);
+    dsc_tokenizer_destroy(t);
+    assert_int_equal(dsc_tokenizer_create(&t, "ids:0"), DSC_ERR_INVALID_ARG);
+    assert_int_equal(dsc_tokenizer_create(&t, "ids:12a"), DSC_ERR_INVALID_ARG);
+}
+
 static void test_bad_specs(void **state) {
     dsc_tokenizer *t = (void *)1;
     assert_int_equal(dsc_tokenizer_create(&t, "sentencepiece"), DSC_ERR_INVALID_ARG);
@@ -384,6 +418,7 @@ static void test_gpt2_round_trip_random(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_byte_basics),
+        cmocka_unit_test(test_ids),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_unicode),

@@ -1,0 +1,65 @@
+// cli/train_gpu_dp.h - data parallelism across GPUs for `dsc train --device cuda`: each rank has a
+// GPU of its own, the gradients are reduced among the devices through the nccl comm backend and
+// the optimizer runs on the device over this rank's ZeRO partition. Chosen when
+// DSC_COMM_BACKEND=nccl and no two ranks of the job share a GPU; also at world 1 with nccl (the
+// collectives then have one rank), which is how one GPU tests it.
+//
+// One optimizer step, after the last micro-step's backward (gradients accumulated on the device):
+//   1. reduction: DeepSpeed's scaling (divide by gradient_predivide_factor before the sum,
+//      multiply by factor / world after), in communication_data_type (fp32, or through a 16-bit
+//      staging copy). Stage 0: one all-reduce of the whole gradient. Stages 1-3: one
+//      reduce-scatter per layer group into this rank's partition (the engine's layout).
+//   2. --dump-grads at step 1: the reduced gradients go to the engine's host accumulator and the
+//      trainer's observer runs as under dsc_step.
+//   3. global norm: stage 0 sums the whole (identical) reduced gradient on every rank and takes
+//      rank 0's; stages 1-3 sum their partition and add the ranks' sums in rank order (an
+//      all-gather of (sum, overflow flag) pairs); the engine decides the step from it
+//      (dsc__engine_device_step: fp16 skip, scaler, clipping, lr).
+//   4. the optimizer on the device: stage 0 over the whole state (every rank the same update);
+//      stages 1-3 over this rank's slices, writing the bf16 copy of its slices, then one
+//      all-gather of bf16 per group rebuilds every rank's whole bf16 model.
+// Stage 3 runs exactly as stage 2: gradients and optimizer state are partitioned, the bf16
+// weights are not (every device keeps the whole bf16 model; parameter partitioning on the device
+// is not built). Gradients are reduced once per optimizer step, not per micro-step as the host
+// engine does: the same sum, rounded differently.
+// The engine's host copies of master and moments are refreshed (store) for checkpoints and
+// exports, a collective; load uploads them. The device state is the only current one, so a fault
+// is not recovered in place: the job restarts from its last checkpoint.
+#ifndef DSC_CLI_TRAIN_GPU_DP_H
+#define DSC_CLI_TRAIN_GPU_DP_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+
+#include "dsc/engine.h" // dsc_engine, dsc_step_info
+#include "dsc/memory.h" // dsc_mem_pool
+
+typedef struct train_dp train_dp;
+struct dsc_cuda_state; // cuda/train_state.h
+
+// Is DSC_COMM_BACKEND nccl? (The choice of `dsc train`, made before anything else.)
+bool dsc__train_dp_selected(void);
+
+// Whether this run takes the path: nccl selected, and no two ranks on one GPU (each rank's device
+// `device` is named by host and PCI bus id, all-gathered over the engine's communicator, so every
+// rank decides the same). When not, why (for the banner) says so, e.g. "ranks 0 and 1 share
+// cuda:0". A collective on several ranks.
+dsc_status dsc__train_dp_wanted(dsc_engine *eng, int device, bool *use, char *why, size_t cap);
+
+// The nccl communicator (group "gpu-dp", the engine's rank and world, comm_timeout_s, the
+// thread's current device) and the device state, master and moments of this rank's partition
+// (*st: borrowed, owned by dp).
+dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, dsc_mem_pool *pool,
+                                bool timed, struct dsc_cuda_state **st);
+void dsc__train_dp_destroy(train_dp *dp); // NULL ok
+
+// The engine's host state -> the device (collective: the full weights are gathered).
+dsc_status dsc__train_dp_load(train_dp *dp);
+// The device state -> the engine's host buffers (collective at ZeRO 1-3).
+dsc_status dsc__train_dp_store(train_dp *dp);
+// After every micro-step, in place of dsc_step (same contract and info).
+dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info);
+// "nccl data-parallel over 4 GPUs, ZeRO stage 2 (optimizer partitioned), reduced in bf16".
+void dsc__train_dp_describe(const train_dp *dp, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,429 @@
+// cuda/attention_mma.cuh - the NVIDIA kernels of attention.cu: tiles held in
+// registers.
+//
+// Included by attention.cu in CUDA builds only (inline PTX: mma.sync m16n8k16,
+// ldmatrix, cp.async; sm_80 and newer). The contracts are attention.h's; the
+// HIP build keeps the portable kernels of attention.cu.
+//
+// Shape of the work: a block is 4 warps and 64 rows of one (batch, head); each
+// warp owns 16 rows and keeps its operand tile (Q, or K and V, or Q and dO),
+// its score tile and its output tile in registers as mma fragments. Only the
+// streamed tiles (64 rows x 64 bf16, rows padded to LDH so ldmatrix's eight row
+// addresses hit different banks) pass through shared memory, double-buffered
+// with cp.async so the next tile loads while this one is multiplied. A score
+// accumulator's layout (row g / g + 8, columns 2t, 2t + 1 of each 8-column
+// slice) is exactly the layout of an A operand once packed to 16-bit pairs, so
+// P and dS go from one product to the next without touching memory.
+//
+// Fragment conventions (PTX ISA, mma.m16n8k16 with .row.col): lane = 4 g + t.
+//   A (16 x 16): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8,
+//   2t+8..) B (16 x 8):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g) C (16 x 8):
+//   c0 c1 (g, 2t..2t+1), c2 c3 (g+8, 2t..2t+1)
+// B from a tile stored as (n rows, k contiguous) is a plain ldmatrix; from (k
+// rows, n contiguous) it is ldmatrix.trans.
+#ifndef DSC_CUDA_ATTENTION_MMA_CUH
+#define DSC_CUDA_ATTENTION_MMA_CUH
+
+#include <cuda_bf16.h> // __floats2bfloat162_rn
+#include <cuda_fp16.h> // __floats2half2_rn
+
+namespace dsc_att {
+
+#define MMA_LDH 72                    // 64 + 8 elements per shared-memory row (144 bytes)
+#define MMA_TILE_ELEMS (64 * MMA_LDH) // one 64 x 64 tile
+
+__device__ static inline uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// Two floats as a pair of 16-bit values (first in the low half), rounded to
+// nearest even.
+template <bool F16> __device__ static inline uint32_t pack2(float lo, float hi) {
+    if (F16) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+// c (16 x 8) += a (16 x 16) b (16 x 8), fp32 accumulation.
+template <bool F16>
+__device__ static inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ static inline void ldsm4(uint32_t r[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ static inline void ldsm4_t(uint32_t r[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// 16 bytes global -> shared without passing through registers; ok false writes
+// zeros.
+__device__ static inline void cp16(void *s, const void *g, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(s)), "l"(g),
+                 "r"(ok ? 16 : 0));
+}
+__device__ static inline void cp4(void *s, const void *g, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(s)), "l"(g),
+                 "r"(ok ? 4 : 0));
+}
+__device__ static inline void cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+// Wait until at most one committed group is still in flight (the prefetch of
+// the next tile).
+__device__ static inline void cp_wait_prev() {
+    asm volatile("cp.async.wait_group 1;\n" ::);
+}
+__device__ static inline void cp_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+// Rows [0, nvalid) of a 64 x 64 tile (global row stride gld) into shared
+// memory; the rest zeros.
+__device__ static inline void tile_async(uint16_t *s, const uint16_t *g, size_t gld, int nvalid) {
+    for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
+        int r = i >> 3, c = i & 7;
+        bool ok = r < nvalid;
+        cp16(s + r * MMA_LDH + c * 8, ok ? g + r * gld + c * 8 : g, ok);
+    }
+}
+
+// 64 floats of row statistics (rows past nvalid: zeros).
+__device__ static inline void stats_async(float *s, const float *g, int nvalid) {
+    for (int i = threadIdx.x; i < 64; i += blockDim.x)
+        cp4(s + i, i < nvalid ? g + i : g, i < nvalid);
+}
+
+// The warp's 16 rows starting at row0 of a shared tile as four A fragments
+// (columns 0..63).
+__device__ static inline void load_a_rows(uint32_t f[4][4], const uint16_t *tile, int row0) {
+    int lane = threadIdx.x & 31;
+    const uint16_t *p =
+        tile + (row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * MMA_LDH + (lane >> 4) * 8;
+    for (int k = 0; k < 4; k++)
+        ldsm4(f[k], p + k * 16);
+}
+
+// acc (16 x 64) = A (16 x 64, fragments) times B^T, B a shared tile of 64 rows
+// x 64 (row n of B is column n of the product): Q K^T, dO V^T, K Q^T, V dO^T.
+template <bool F16>
+__device__ static inline void rows_bt(float acc[8][4], const uint32_t a[4][4],
+                                      const uint16_t *tile) {
+    int lane = threadIdx.x & 31;
+    for (int n = 0; n < 8; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    const uint16_t *p = tile + (lane & 7) * MMA_LDH + (lane >> 3) * 8;
+    for (int n = 0; n < 8; n++) {
+        for (int h = 0; h < 2; h++) {
+            uint32_t b[4];
+            ldsm4(b, p + n * 8 * MMA_LDH + h * 32);
+            mma<F16>(acc[n], a[2 * h], b[0], b[1]);
+            mma<F16>(acc[n], a[2 * h + 1], b[2], b[3]);
+        }
+    }
+}
+
+// out (16 x 64) += P (16 x 64, the accumulator layout, packed here) times a
+// shared tile of 64 rows x 64 (row k of the tile is row k of the right
+// operand): P V, P^T dO, dS^T Q, dS K.
+template <bool F16>
+__device__ static inline void acc_times(float out[8][4], const float p[8][4],
+                                        const uint16_t *tile) {
+    int lane = threadIdx.x & 31;
+    const uint16_t *base = tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * MMA_LDH + (lane >> 4) * 8;
+    for (int kc = 0; kc < 4; kc++) {
+        uint32_t a[4] = {pack2<F16>(p[2 * kc][0], p[2 * kc][1]),
+                         pack2<F16>(p[2 * kc][2], p[2 * kc][3]),
+                         pack2<F16>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                         pack2<F16>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+        for (int d = 0; d < 4; d++) {
+            uint32_t b[4];
+            ldsm4_t(b, base + kc * 16 * MMA_LDH + d * 16);
+            mma<F16>(out[2 * d], a, b[0], b[1]);
+            mma<F16>(out[2 * d + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Rows row0 (values [0..1] of each slice) and row0 + 8 ([2..3]) of a 16 x 64
+// accumulator, times scale, as 16-bit pairs into global rows of stride gld
+// (rows at or past T skipped).
+template <bool F16>
+__device__ static inline void store_acc(uint16_t *g, size_t gld, const float acc[8][4], float s0,
+                                        float s1, int row0, int T) {
+    int lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
+    for (int half = 0; half < 2; half++) {
+        int r = row0 + gi + 8 * half;
+        if (r >= T) continue;
+        float s = half ? s1 : s0;
+        uint16_t *row = g + (size_t)r * gld + 2 * t;
+        for (int n = 0; n < 8; n++)
+            *(uint32_t *)(row + n * 8) = pack2<F16>(acc[n][2 * half] * s, acc[n][2 * half + 1] * s);
+    }
+}
+
+// ---- forward ----
+
+#define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2)
+
+template <bool F16>
+__global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv,
+                                                  int T, int C, int NH, float scale_log2) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint16_t *sQ = (uint16_t *)smem_raw;
+    uint16_t *sK = sQ + MMA_TILE_ELEMS,
+             *sV = sQ + 3 * MMA_TILE_ELEMS; // two buffers each
+
+    int nt = (T + 63) / 64, qt = nt - 1 - blockIdx.x; // longest rows first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
+    size_t C3 = 3 * (size_t)C;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    int q0 = qt * 64, row0 = q0 + warp * 16 + gi, row1 = row0 + 8;
+
+    tile_async(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
+    tile_async(sK, base + C, C3, min(64, T));
+    tile_async(sV, base + 2 * C, C3, min(64, T));
+    cp_commit();
+
+    uint32_t qf[4][4];
+    float o[8][4], s[8][4];
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int cur = kt & 1, k0 = kt * 64;
+        if (kt < qt) {
+            int nk = k0 + 64;
+            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, base + C + (size_t)nk * C3, C3,
+                       min(64, T - nk));
+            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, base + 2 * C + (size_t)nk * C3, C3,
+                       min(64, T - nk));
+        }
+        cp_commit();
+        cp_wait_prev();
+        __syncthreads();
+        if (kt == 0) load_a_rows(qf, sQ, warp * 16);
+
+        rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+        for (int n = 0; n < 8; n++) {
+            for (int e = 0; e < 4; e++) {
+                int col = k0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
+                float v = s[n][e] * scale_log2;
+                if (kt == qt && col > row) v = -INFINITY;
+                s[n][e] = v;
+            }
+            mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+        }
+        for (int x = 1; x < 4; x <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+        }
+        // Finite: key 0 is visible to every row, and each later tile either shows a
+        // row some key or lies wholly below its diagonal.
+        float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1), ls0 = 0.0f, ls1 = 0.0f;
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = exp2f(s[n][0] - mn0);
+            s[n][1] = exp2f(s[n][1] - mn0);
+            s[n][2] = exp2f(s[n][2] - mn1);
+            s[n][3] = exp2f(s[n][3] - mn1);
+            ls0 += s[n][0] + s[n][1];
+            ls1 += s[n][2] + s[n][3];
+            o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
+        }
+        l0 = l0 * a0 + ls0,
+        l1 = l1 * a1 + ls1; // this lane's columns; summed over the quad below
+        m0 = mn0, m1 = mn1;
+        acc_times<F16>(o, s, sV + cur * MMA_TILE_ELEMS);
+        __syncthreads(); // every warp is done with this buffer before it is
+                         // refilled
+    }
+    cp_wait_all();
+    for (int x = 1; x < 4; x <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+    store_acc<F16>(out + (size_t)b * T * C + (size_t)h * 64, C, o, 1.0f / l0, 1.0f / l1,
+                   q0 + warp * 16, T);
+    if (t == 0) {
+        const float ln2 = 0.6931471805599453f;
+        if (row0 < T) lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * ln2;
+        if (row1 < T) lse[(size_t)bh * T + row1] = (m1 + log2f(l1)) * ln2;
+    }
+}
+
+// ---- backward ----
+
+// dK, dV of one 64-key tile (a warp: 16 keys), looping over the query tiles
+// that see it: S^T = K Q^T, dP^T = V dO^T, P^T and dS^T = P^T (dP^T - D), dV +=
+// P^T dO, dK += dS^T Q.
+#define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4)
+
+template <bool F16>
+__global__ void __launch_bounds__(128)
+    dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
+                const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint16_t *sK = (uint16_t *)smem_raw, *sV = sK + MMA_TILE_ELEMS;
+    uint16_t *sQ = sK + 2 * MMA_TILE_ELEMS,
+             *sdO = sK + 4 * MMA_TILE_ELEMS; // two buffers each
+    float *sL = (float *)(sK + 6 * MMA_TILE_ELEMS),
+          *sD = sL + 128; // two rows of 64 each
+
+    int nt = (T + 63) / 64, kt = blockIdx.x; // most query tiles first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
+    size_t C3 = 3 * (size_t)C;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    const uint16_t *dbase = dout + (size_t)b * T * C + (size_t)h * 64;
+    const float *L = lse + (size_t)bh * T, *D = Dv + (size_t)bh * T;
+    int k0 = kt * 64, key0 = k0 + warp * 16 + gi, key1 = key0 + 8;
+
+    tile_async(sK, base + C + (size_t)k0 * C3, C3, min(64, T - k0));
+    tile_async(sV, base + 2 * C + (size_t)k0 * C3, C3, min(64, T - k0));
+    tile_async(sQ, base + (size_t)k0 * C3, C3, min(64, T - k0));
+    tile_async(sdO, dbase + (size_t)k0 * C, C, min(64, T - k0));
+    stats_async(sL, L + k0, T - k0);
+    stats_async(sD, D + k0, T - k0);
+    cp_commit();
+
+    uint32_t kf[4][4], vf[4][4];
+    float dk[8][4], dv[8][4], s[8][4], dp[8][4];
+    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int qt = kt; qt < nt; qt++) {
+        int cur = (qt - kt) & 1, q0 = qt * 64;
+        if (qt + 1 < nt) {
+            int nq = q0 + 64;
+            tile_async(sQ + (cur ^ 1) * MMA_TILE_ELEMS, base + (size_t)nq * C3, C3,
+                       min(64, T - nq));
+            tile_async(sdO + (cur ^ 1) * MMA_TILE_ELEMS, dbase + (size_t)nq * C, C,
+                       min(64, T - nq));
+            stats_async(sL + (cur ^ 1) * 64, L + nq, T - nq);
+            stats_async(sD + (cur ^ 1) * 64, D + nq, T - nq);
+        }
+        cp_commit();
+        cp_wait_prev();
+        __syncthreads();
+        if (qt == kt) {
+            load_a_rows(kf, sK, warp * 16);
+            load_a_rows(vf, sV, warp * 16);
+        }
+        rows_bt<F16>(s, kf, sQ + cur * MMA_TILE_ELEMS);
+        rows_bt<F16>(dp, vf, sdO + cur * MMA_TILE_ELEMS);
+        const float log2e = 1.4426950408889634f;
+        for (int n = 0; n < 8; n++) {
+            for (int e = 0; e < 4; e++) {
+                int c = n * 8 + 2 * t + (e & 1), q = q0 + c, key = e < 2 ? key0 : key1;
+                float p = 0.0f;
+                if (key <= q && q < T) p = exp2f(s[n][e] * scale_log2 - sL[cur * 64 + c] * log2e);
+                s[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - sD[cur * 64 + c]);
+            }
+        }
+        acc_times<F16>(dv, s, sdO + cur * MMA_TILE_ELEMS);
+        acc_times<F16>(dk, dp, sQ + cur * MMA_TILE_ELEMS);
+        __syncthreads();
+    }
+    cp_wait_all();
+    uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
+    store_acc<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T);
+    store_acc<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T);
+}
+
+// dQ of one 64-query tile, looping over the key tiles it sees: S = Q K^T, dP =
+// dO V^T, dS = P (dP - D), dQ += dS K.
+#define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2)
+
+template <bool F16>
+__global__ void __launch_bounds__(128)
+    dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
+              const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint16_t *sQ = (uint16_t *)smem_raw, *sdO = sQ + MMA_TILE_ELEMS;
+    uint16_t *sK = sQ + 2 * MMA_TILE_ELEMS,
+             *sV = sQ + 4 * MMA_TILE_ELEMS; // two buffers each
+
+    int nt = (T + 63) / 64, qt = nt - 1 - blockIdx.x; // most key tiles first
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
+    size_t C3 = 3 * (size_t)C;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    int q0 = qt * 64, row0 = q0 + warp * 16 + gi, row1 = row0 + 8;
+
+    tile_async(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
+    tile_async(sdO, dout + ((size_t)b * T + q0) * C + (size_t)h * 64, C, min(64, T - q0));
+    tile_async(sK, base + C, C3, min(64, T));
+    tile_async(sV, base + 2 * C, C3, min(64, T));
+    cp_commit();
+
+    const float log2e = 1.4426950408889634f;
+    const float *L = lse + (size_t)bh * T, *D = Dv + (size_t)bh * T;
+    float L0 = row0 < T ? L[row0] * log2e : 0.0f, L1 = row1 < T ? L[row1] * log2e : 0.0f;
+    float D0 = row0 < T ? D[row0] : 0.0f, D1 = row1 < T ? D[row1] : 0.0f;
+
+    uint32_t qf[4][4], of[4][4];
+    float dq[8][4], s[8][4], dp[8][4];
+    for (int n = 0; n < 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    for (int kt = 0; kt <= qt; kt++) {
+        int cur = kt & 1, k0 = kt * 64;
+        if (kt < qt) {
+            int nk = k0 + 64;
+            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, base + C + (size_t)nk * C3, C3,
+                       min(64, T - nk));
+            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, base + 2 * C + (size_t)nk * C3, C3,
+                       min(64, T - nk));
+        }
+        cp_commit();
+        cp_wait_prev();
+        __syncthreads();
+        if (kt == 0) {
+            load_a_rows(qf, sQ, warp * 16);
+            load_a_rows(of, sdO, warp * 16);
+        }
+        rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+        rows_bt<F16>(dp, of, sV + cur * MMA_TILE_ELEMS);
+        for (int n = 0; n < 8; n++) {
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
+                float p = 0.0f;
+                if (key <= row && row < T) p = exp2f(s[n][e] * scale_log2 - (e < 2 ? L0 : L1));
+                dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));
+            }
+        }
+        acc_times<F16>(dq, dp, sK + cur * MMA_TILE_ELEMS);
+        __syncthreads();
+    }
+    cp_wait_all();
+    store_acc<F16>(dqkv + (size_t)b * T * C3 + (size_t)h * 64, C3, dq, sm_scale, sm_scale,
+                   q0 + warp * 16, T);
+}
+
+} // namespace dsc_att
+
+#endif

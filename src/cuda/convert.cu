@@ -1,0 +1,86 @@
+// cuda/convert.cu - scaling, 16-bit staging and host copies of flat arrays (see convert.h).
+#include "cuda/convert.h"
+
+#include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_f32_bf16, dsc_f32_fp16
+
+#define CONV_THREADS 256
+#define CONV_MAX_BLOCKS 4096 // grid-stride beyond this: any n, and plenty to fill a GPU
+
+static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
+
+static unsigned conv_blocks(size_t n) {
+    size_t b = (n + CONV_THREADS - 1) / CONV_THREADS;
+    return (unsigned)(b < CONV_MAX_BLOCKS ? b : CONV_MAX_BLOCKS);
+}
+
+// fp16 bits -> fp32, as dsc_fp16_to_fp32 (subnormals exact: man * 2^-24).
+__device__ static inline float fp16_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) return __uint_as_float(sign | __float_as_uint(__fmul_rn((float)man, 0x1p-24f)));
+    return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+__global__ void scale_kernel(float *x, size_t n, float s) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void to16_kernel(uint16_t *dst, const float *src, size_t n, float s, bool fp16) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = s == 1.0f ? src[i] : __fmul_rn(src[i], s);
+        dst[i] = fp16 ? dsc_f32_fp16(v) : dsc_f32_bf16(v);
+    }
+}
+
+__global__ void from16_kernel(float *dst, const uint16_t *src, size_t n, float s, bool fp16) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = fp16 ? fp16_f32(src[i]) : dsc_bf16_f32(src[i]);
+        dst[i] = s == 1.0f ? v : __fmul_rn(v, s);
+    }
+}
+
+extern "C" dsc_status dsc__cuda_scale(float *x, size_t n, float s, void *stream) {
+    DSC_CUDA_ARG(x || n == 0, "scale: NULL array");
+    if (n == 0 || s == 1.0f) return DSC_OK;
+    scale_kernel<<<conv_blocks(n), CONV_THREADS, 0, as_stream(stream)>>>(x, n, s);
+    DSC_CUDA_LAUNCHED("scale_kernel");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_to16(uint16_t *dst, const float *src, size_t n, float scale,
+                                     bool fp16, void *stream) {
+    DSC_CUDA_ARG((dst && src) || n == 0, "to16: NULL array");
+    if (n == 0) return DSC_OK;
+    to16_kernel<<<conv_blocks(n), CONV_THREADS, 0, as_stream(stream)>>>(dst, src, n, scale, fp16);
+    DSC_CUDA_LAUNCHED("to16_kernel");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_from16(float *dst, const uint16_t *src, size_t n, float scale,
+                                       bool fp16, void *stream) {
+    DSC_CUDA_ARG((dst && src) || n == 0, "from16: NULL array");
+    if (n == 0) return DSC_OK;
+    from16_kernel<<<conv_blocks(n), CONV_THREADS, 0, as_stream(stream)>>>(dst, src, n, scale,
+                                                                           fp16);
+    DSC_CUDA_LAUNCHED("from16_kernel");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_to_host(void *host, const void *dev, size_t bytes, void *stream) {
+    if (bytes == 0) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+    DSC_CUDA_TRY(cudaStreamSynchronize(as_stream(stream)));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_to_device(void *dev, const void *host, size_t bytes,
+                                          void *stream) {
+    if (bytes == 0) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+    DSC_CUDA_TRY(cudaStreamSynchronize(as_stream(stream)));
+    return DSC_OK;
+}

@@ -1,0 +1,42 @@
+// cuda/convert.h - flat fp32 arrays on the device: scaling, 16-bit staging of gradient
+// reductions (communication_data_type), and the copies between host and device that the GPU
+// trainer's data-parallel path makes.
+//
+// Conversions round to nearest even exactly as dsc/half.h does on the CPU (bf16: NaN kept quiet;
+// fp16: overflow to inf, subnormals), so a value staged on the device equals the CPU engine's
+// staging of the same value bit for bit. Each element takes one rounded product (x * scale, never
+// fused with anything) and then the rounding to 16 bits.
+//
+// Pointers are device memory unless named host; stream is a cudaStream_t (NULL: the default
+// stream). The kernels only enqueue; the copies wait for the stream.
+#ifndef DSC_CUDA_CONVERT_H
+#define DSC_CUDA_CONVERT_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // uint16_t
+
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// x (n) *= s.
+dsc_status dsc__cuda_scale(float *x, size_t n, float s, void *stream);
+// dst (n) = round16(src * scale): bf16, or fp16 when fp16 is true.
+dsc_status dsc__cuda_to16(uint16_t *dst, const float *src, size_t n, float scale, bool fp16,
+                          void *stream);
+// dst (n) = float(src) * scale (scale 1: exact).
+dsc_status dsc__cuda_from16(float *dst, const uint16_t *src, size_t n, float scale, bool fp16,
+                            void *stream);
+
+// bytes from the device to host memory, or from host memory to the device, in the order of
+// `stream`; both wait for it.
+dsc_status dsc__cuda_to_host(void *host, const void *dev, size_t bytes, void *stream);
+dsc_status dsc__cuda_to_device(void *dev, const void *host, size_t bytes, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# dsc train --device cuda with DSC_COMM_BACKEND=nccl (gradients reduced among the GPUs, the
+# optimizer on each GPU's ZeRO partition). One GPU: at world 1 the nccl path at ZeRO stages 0-3
+# gives bitwise the losses, lr, norms, validation losses and final weights of the GPU path without
+# it (communication_data_type fp32: a one-rank reduction is the identity); with bf16 or fp16
+# communication (the 16-bit staging runs) step 1 is equal and the rest within bf16 tolerance; a
+# checkpoint of the nccl path resumes bit for bit; two ranks forced onto one GPU fall back to
+# host-staged with a note. Several GPUs (W = min(GPUs, 4)): stages 0-3 at world W train, stages
+# 1-3 are bitwise equal, stage 0 and the host-staged path agree within bf16 tolerance, the loss
+# falls. Exit 77 (skipped) when no CUDA device is usable or this build has no nccl backend.
+set -u
+. "$DSC_SOURCE_DIR/tests/cli/lib.sh"
+: "${DSC:?set DSC to the dsc binary}"
+PY=${PYTHON:-python3}
+export DSC_DATA_HOME="$T/home" OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+unset DSC_COMM_BACKEND DSC_HOST_COMM_BACKEND
+
+probe=$(DSC_COMM_BACKEND=nccl "$DSC" train --device cuda --model d1 --max-steps 1 \
+    --sample-tokens 0 --out "$T/probe" 2>&1)
+if grep -qE "no CUDA device is usable|built without the CUDA kernels|built without NCCL" <<<"$probe"; then
+    echo "SKIP: $(grep -o 'error: .*' <<<"$probe" | head -1)"
+    finish >/dev/null
+    exit 77
+fi
+NGPU=$("$DSC" report | sed -n 's/^CUDA devices *\([0-9]*\).*/\1/p')
+echo "  $NGPU GPU(s) visible"
+"$DSC" data default --out "$T/data" >/dev/null
+
+# config FILE STAGE [extra json]: bf16 AdamW, warm-up + cosine, clipping, global batch 48;
+# gradients reduced in $COMM_DT (default fp32)
+config() {
+    cat >"$1" <<JSON
+{"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000,
+ "gradient_clipping": 1.0, "bf16": {"enabled": true}, "communication_data_type": "${COMM_DT:-fp32}",
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 20}},
+ "zero_optimization": {"stage": $2} ${3:-}}
+JSON
+}
+
+# run NAME WORLD CONFIG [flags...]: WORLD ranks with torch-style variables, rank r on GPU r
+# (LOCAL_RANK % visible devices); the caller's environment (DSC_COMM_BACKEND) passes through.
+run() {
+    local name=$1 world=$2 conf=$3 port pids=() r rc=0
+    shift 3
+    port=$(free_port)
+    for ((r = 0; r < world; r++)); do
+        RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port timeout 300 "$DSC" train --device cuda --config "$conf" \
+            --data "$T/data" --model d2 --seq-len 64 --seed 7 --eval-every 10 --eval-batches 4 \
+            --sample-tokens 0 --out "$T/$name" "$@" >"$T/$name.$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    [ $rc -eq 0 ] || { echo "run $name failed:"; tail -5 "$T/$name".*.log; }
+    return $rc
+}
+
+# nrun: run with DSC_COMM_BACKEND=nccl; one_gpu_nrun: the same with every rank on the first GPU.
+nrun() { DSC_COMM_BACKEND=nccl run "$@"; }
+one_gpu_nrun() {
+    local v=${CUDA_VISIBLE_DEVICES:-0}
+    CUDA_VISIBLE_DEVICES=${v%%,*} DSC_COMM_BACKEND=nccl run "$@"
+}
+
+cols() { $PY -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(r['step'], repr(r['loss']), repr(r['lr']), repr(r['grad_norm']), r['skipped'], repr(r.get('val_loss')))
+" "$1"; }
+
+# near A B FIRST MEAN MAX: step 1 within FIRST, every loss and validation loss within MAX and
+# their mean within MEAN (relative), the same lr every step.
+near() {
+    $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+first, mean, most = map(float, sys.argv[3:6])
+assert len(a) == len(b) and a, (len(a), len(b))
+rel = lambda x, y: abs(x - y) / abs(x)
+diffs = []
+for x, y in zip(a, b):
+    assert x["step"] == y["step"] and x["lr"] == y["lr"], (x, y)
+    for k in ("loss", "val_loss"):
+        if k in x or k in y:
+            diffs.append(rel(x[k], y[k]))
+            assert diffs[-1] <= most, f"step {x['step']} {k}: {x[k]} vs {y[k]}"
+d1 = rel(a[0]["loss"], b[0]["loss"])
+avg = sum(diffs) / len(diffs)
+print(f"  {sys.argv[1].split('/')[-2]} vs {sys.argv[2].split('/')[-2]}: step 1 {d1:.2e}, "
+      f"mean {avg:.2e}, worst {max(diffs):.2e}")
+assert d1 <= first and avg <= mean, (d1, avg)
+PYEOF
+}
+
+falls() { $PY -c "
+import json, sys
+l = [json.loads(x)['loss'] for x in open('$T/$1/metrics.jsonl')]
+print(f'  $1: loss {l[0]:.4f} -> {sum(l[-5:]) / 5:.4f}')
+sys.exit(0 if sum(l[-5:]) / 5 < 0.85 * l[0] else 1)"; }
+
+# ---- one GPU, world 1 ----
+for st in 0 1 2 3; do config "$T/z$st.json" $st ""; done
+check "world 1 without nccl trains (the reference)" -- \
+    run base 1 "$T/z0.json" --max-steps 20 --dump-weights "$T/base.safetensors"
+for st in 0 1 2 3; do
+    check "world 1, nccl, stage $st trains" -- \
+        nrun n$st 1 "$T/z$st.json" --max-steps 20 --dump-weights "$T/n$st.safetensors"
+    check "world 1, nccl, stage $st: metrics bitwise equal to the GPU path without nccl" -- \
+        cmp -s <(cols "$T/base/metrics.jsonl") <(cols "$T/n$st/metrics.jsonl")
+    check "world 1, nccl, stage $st: final weights bitwise equal" -- \
+        cmp -s "$T/base.safetensors" "$T/n$st.safetensors"
+done
+check "the banner names the nccl path" -- \
+    grep -q "nccl data-parallel over 1 GPU, ZeRO stage 2 (optimizer state partitioned), gradients reduced in f32" "$T/n2.0.log"
+check "the banner of stage 3 says it runs as stage 2" -- grep -q "run as stage 2" "$T/n3.0.log"
+echo "  world 1: $(cols "$T/base/metrics.jsonl" | sed -n '1p;20p' | cut -d' ' -f1-4 | tr '\n' ' ')"
+
+for dt in bf16 fp16; do
+    COMM_DT=$dt config "$T/c$dt.json" 2
+    check "world 1, nccl, gradients reduced in $dt, trains" -- nrun c$dt 1 "$T/c$dt.json" --max-steps 20
+    check "  ... the banner says $dt" -- grep -q "gradients reduced in ${dt/fp/f}" "$T/c$dt.0.log"
+    check "  ... step 1 equal, the rest within bf16 tolerance of fp32 reduction" -- \
+        near base "c$dt" 0 5e-3 2e-2
+done
+
+check "world 1, nccl, stage 2: 10 steps saved" -- \
+    nrun half 1 "$T/z2.json" --max-steps 10 --save-dir "$T/ck" --save-at-end
+check "  ... resumed to 20" -- nrun rest 1 "$T/z2.json" --max-steps 20 --save-dir "$T/ck" --resume
+check "  ... steps 11-20 bitwise equal to the run without a break" -- \
+    cmp -s <(cols "$T/n2/metrics.jsonl" | sed -n '11,20p') <(cols "$T/rest/metrics.jsonl")
+
+# Two ranks forced onto one GPU: NCCL cannot take them, so the run is host-staged and says why.
+config "$T/two.json" 2 ""
+check "two ranks on one GPU with nccl selected: host-staged, trains" -- \
+    one_gpu_nrun two 2 "$T/two.json" --max-steps 5
+check "  ... the banner says why" -- grep -q "ranks 0 and 1 share one GPU.*host-staged instead" "$T/two.0.log"
+
+# ---- several GPUs ----
+if [ "${NGPU:-1}" -lt 2 ]; then
+    echo "  several GPUs: $NGPU visible, the world-W part is left out (it needs 2 or more)"
+    finish
+    exit $?
+fi
+W=$((NGPU < 4 ? NGPU : 4))
+# Bitwise comparisons between runs need NCCL to pick the same algorithm each time; the ring's
+# summation order is fixed (NVLS and tree choices would only add tolerance questions).
+export NCCL_ALGO=${NCCL_ALGO:-Ring}
+for st in 0 1 2 3; do
+    check "world $W, nccl, stage $st trains" -- nrun w$st $W "$T/z$st.json" --max-steps 20
+done
+check "world $W: the banner names the nccl path" -- grep -q "nccl data-parallel over $W GPUs" "$T/w2.0.log"
+for st in 1 3; do
+    check "world $W, nccl: stage $st == stage 2, bitwise" -- \
+        cmp -s <(cols "$T/w2/metrics.jsonl") <(cols "$T/w$st/metrics.jsonl")
+done
+check "world $W, nccl: stage 0 (all-reduce) agrees with stage 2 (reduce-scatter)" -- near w2 w0 1e-3 5e-3 1e-2
+check "world $W host-staged (no nccl), stage 2, trains" -- run hs $W "$T/z2.json" --max-steps 20
+check "world $W, nccl agrees with host-staged" -- near hs w2 1e-3 5e-3 1e-2
+check "world $W, nccl agrees with world 1" -- near base w2 1e-3 5e-3 1e-2
+check "world $W, nccl: the loss falls" -- falls w2
+finish
