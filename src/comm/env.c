@@ -231,17 +231,18 @@ static dsc_status expand(hostvec *h, const char *item, size_t len, const char *s
         return dsc__fail(DSC_ERR_INVALID_ARG, "host list \"%s\": unbalanced or empty brackets",
                          spec);
     size_t plen = (size_t)(lb - item), tlen = len - (size_t)(rb + 1 - item);
-    for (const char *r = lb + 1; r < rb;) {
+    for (const char *r = lb + 1;; r++) { // every item, empty ones too ("n[1,]" is an error)
         const char *comma = memchr(r, ',', (size_t)(rb - r));
         const char *end = comma ? comma : rb;
         DSC_TRY(expand_range(h, item, plen, r, (size_t)(end - r), rb + 1, tlen, spec));
-        r = end + 1;
+        if (end == rb) return DSC_OK;
+        r = end;
     }
-    return DSC_OK;
 }
 
 dsc_status dsc_hostlist_expand(const char *spec, char ***hosts, size_t *n) {
     if (!spec || !hosts || !n) return dsc__fail(DSC_ERR_INVALID_ARG, "host list: NULL argument");
+    *hosts = NULL, *n = 0;
     hostvec h = {0};
     dsc_status st = DSC_OK;
     size_t len = strlen(spec), start = 0;

@@ -56,12 +56,8 @@ dsc_status dsc__launch_pool_parse(const char *spec, dsc__launch_pool *out);
 dsc_status dsc__launch_pool_copy(const dsc__launch_pool *in, dsc__launch_pool *out);
 void dsc__launch_pool_free(dsc__launch_pool *p); // leaves p zeroed
 
-// Expand a SLURM host list ("node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5): commas
-// separate names outside brackets, each [..] holds numbers and ranges whose zero padding follows
-// the range's first number, several bracket groups in a name multiply. Returns *n strings, caller
-// owns (free with dsc__launch_hostlist_free). DSC_ERR_INVALID_ARG on bad syntax.
-dsc_status dsc__launch_hostlist_expand(const char *spec, char ***hosts, size_t *n);
-void dsc__launch_hostlist_free(char **hosts, size_t n);
+// SLURM host lists are expanded by dsc_hostlist_expand (dsc/comm.h), the one parser the
+// launcher and the comm layer's environment reading share.
 
 // Tasks on node `node` from SLURM's tasks-per-node form ("2(x3),1": nodes 0-2 run 2, node 3 runs
 // 1); -1 when the string is malformed or has no such node.

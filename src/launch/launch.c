@@ -16,6 +16,7 @@
 #include <unistd.h>    // access, getcwd, readlink
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
+#include "dsc/comm.h"           // dsc_hostlist_expand
 #include "launch/launch_impl.h" // dsc__launch_job, start_*
 
 extern char **environ;
@@ -439,13 +440,13 @@ static dsc_status slurm_first_host(char *out, size_t cap) {
     if (!list || !*list) return DSC_OK;
     char **hosts = NULL;
     size_t n = 0;
-    dsc_status st = dsc__launch_hostlist_expand(list, &hosts, &n);
+    dsc_status st = dsc_hostlist_expand(list, &hosts, &n);
     if (st != DSC_OK) {
         dsc__error_prefix("SLURM_JOB_NODELIST: ");
         return st;
     }
     if (n) snprintf(out, cap, "%s", hosts[0]);
-    dsc__launch_hostlist_free(hosts, n);
+    dsc_hostlist_free(hosts, n);
     return DSC_OK;
 }
 

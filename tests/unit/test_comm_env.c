@@ -149,13 +149,22 @@ static void test_hostlist(void **state) {
     expect_hosts("n[8-11]", "n8 n9 n10 n11");
     expect_hosts("n[098-101].ib", "n098.ib n099.ib n100.ib n101.ib");
     expect_hosts("x[5]", "x5");
+    expect_hosts("vm", "vm");
+    expect_hosts("n[008-010]", "n008 n009 n010");
+    expect_hosts("r[1-2]-n[3-4]", "r1-n3 r1-n4 r2-n3 r2-n4");
+    expect_hosts("a,b[1],c", "a b1 c");
+    expect_hosts("x[5]y", "x5y");
+    // the launcher (SLURM_JOB_NODELIST's first host) uses this parser too
     const char *bad[] = {"", "node[3-1]", "node[", "node]", "node[a-b]", "n[]", "a,,b",
-                         "n[0-9999999]", "n[[1]]"};
+                         "n[0-9999999]", "n[[1]]", "n[1-", "n[a]", "n[1-2", ",a", "a,",
+                         "n[1-x]", "n[-1]", "n[1,]", "n[,1]", "n[1,,2]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char **h = NULL;
-        size_t n = 0;
+        char **h = (char **)1;
+        size_t n = 7;
         if (dsc_hostlist_expand(bad[i], &h, &n) != DSC_ERR_INVALID_ARG)
             fail_msg("\"%s\" was accepted", bad[i]);
+        if (!strstr(dsc_last_error(), "host list")) fail_msg("%s: %s", bad[i], dsc_last_error());
+        if (h != NULL || n != 0) fail_msg("\"%s\": outputs not cleared on failure", bad[i]);
     }
     // the limit counts the whole product of bracket groups
     char **h = NULL;

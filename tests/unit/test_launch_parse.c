@@ -187,47 +187,6 @@ static void test_world_info(void **state) {
 
 // ---- SLURM ----
 
-static void expect_hosts(const char *spec, const char *want) {
-    char **h = NULL;
-    size_t n = 0;
-    dsc_status st = dsc__launch_hostlist_expand(spec, &h, &n);
-    if (st != DSC_OK) printf("%s: %s\n", spec, dsc_last_error());
-    assert_int_equal(st, DSC_OK);
-    char got[1024] = "";
-    for (size_t i = 0; i < n; i++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", i ? " " : "", h[i]);
-    if (strcmp(got, want)) printf("%s: got '%s', want '%s'\n", spec, got, want);
-    assert_string_equal(got, want);
-    dsc__launch_hostlist_free(h, n);
-}
-
-static void test_hostlist(void **state) {
-    (void)state;
-    expect_hosts("vm", "vm");
-    expect_hosts("node[01-03,07],gpu5", "node01 node02 node03 node07 gpu5");
-    expect_hosts("n[9-11]", "n9 n10 n11");
-    expect_hosts("n[008-010]", "n008 n009 n010");
-    expect_hosts("r[1-2]-n[3-4]", "r1-n3 r1-n4 r2-n3 r2-n4");
-    expect_hosts("a,b[1],c", "a b1 c");
-    expect_hosts("x[5]y", "x5y");
-    static const char *bad[] = {"n[1-", "n[3-1]", "n[]", "n]", "a,,b", "n[a]", "n[1-2",
-                                "n[[1]]", ",a", "a,", "n[1-x]", "n[-1]", "n[1,]"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char **h = (char **)1;
-        size_t n = 7;
-        dsc_status st = dsc__launch_hostlist_expand(bad[i], &h, &n);
-        if (st != DSC_ERR_INVALID_ARG) printf("'%s' was accepted\n", bad[i]);
-        assert_int_equal(st, DSC_ERR_INVALID_ARG);
-        assert_non_null(strstr(dsc_last_error(), "host list"));
-        assert_null(h);
-        assert_int_equal(n, 0);
-    }
-    char **h = NULL;
-    size_t n = 0;
-    expect_error(dsc__launch_hostlist_expand("n[0-9999999]", &h, &n), DSC_ERR_INVALID_ARG,
-                 "more than");
-}
-
 static void test_tasks_per_node(void **state) {
     (void)state;
     assert_int_equal(dsc__launch_slurm_tasks_on_node("4", 0), 4);
@@ -430,7 +389,7 @@ int main(void) {
         cmocka_unit_test(test_hostfile_ok),     cmocka_unit_test(test_hostfile_malformed),
         cmocka_unit_test(test_filters),         cmocka_unit_test(test_filters_malformed),
         cmocka_unit_test(test_limits),          cmocka_unit_test(test_world_info),
-        cmocka_unit_test(test_hostlist),        cmocka_unit_test(test_tasks_per_node),
+        cmocka_unit_test(test_tasks_per_node),
         cmocka_unit_test(test_envfile),         cmocka_unit_test(test_split),
         cmocka_unit_test(test_quote_roundtrip), cmocka_unit_test(test_strv_env),
         cmocka_unit_test(test_program_argv),    cmocka_unit_test(test_labels),
