@@ -41,6 +41,8 @@ struct dsc_comm_req {
     struct dsc_comm_req *live_prev, *live_next; // comm.c's list of requests not yet released
     void *impl;                // backend's per-request state
     double t_start, t_end;     // dsc_now() when the backend started / finished it
+    double t_clock;            // backend's use: when the deadline started counting (nccl: when the
+                               // operation became the oldest one NCCL holds for this rank)
     bool blocking;             // the caller waits right after submit (req == NULL)
     dsc_status st;             // valid once done
     char msg[DSC__COMM_MSG_MAX];

@@ -283,6 +283,7 @@ static dsc_status record(ncb *b, dsc_comm_req *r) {
         return cuda_fail(e, "cudaEventRecord after an NCCL operation", __FILE__, __LINE__);
     }
     r->impl = (void *)ev;
+    r->t_clock = dsc_now(); // the deadline counts from NCCL's taking it (see progress)
     push(&b->fly_head, &b->fly_tail, r);
     return DSC_OK;
 }
@@ -308,15 +309,28 @@ static dsc_status settled(ncb *b, ncclResult_t res, double t0, const char *what)
     return dsc__fail(DSC_ERR_NCCL, "%s", msg);
 }
 
-// Issue every pending send/receive as one group.
+// Finish the requests of a detached list with the communicator's first failure.
+static void fail_list(ncb *b, dsc_comm_req *head) {
+    dsc_status st = DSC_ERR_INTERNAL;
+    const char *msg = "the NCCL communicator was aborted";
+    dsc__comm_broken(b->comm, &st, &msg);
+    dsc_comm_req *tail = NULL, *r;
+    while ((r = pop(&head, &tail))) dsc__req_finish(r, st, msg);
+}
+
+// Issue every pending send/receive as one group. The list is detached first: settling the group
+// may release the lock, and a send another thread submits meanwhile belongs to the next group.
 static dsc_status flush(ncb *b) {
     if (!b->pend_head) return DSC_OK;
     if (!wait_idle(b)) return broken_error(b, "send/recv");
+    dsc_comm_req *head = b->pend_head, *tail = b->pend_tail, *r;
+    b->pend_head = b->pend_tail = NULL;
     char what[160];
-    dsc__op_describe(&b->pend_head->op, what, sizeof what);
+    dsc__op_describe(&head->op, what, sizeof what);
     int n = 0;
+    double t0 = dsc_now();
     ncclResult_t res = ncclGroupStart(), r2;
-    for (dsc_comm_req *r = b->pend_head; r && res == ncclSuccess; r = r->next, n++)
+    for (r = head; r && res == ncclSuccess; r = r->next, n++)
         if ((r2 = issue(b, &r->op)) != ncclSuccess && r2 != ncclInProgress) res = r2;
     r2 = ncclGroupEnd();
     if (res == ncclSuccess) res = r2;
@@ -324,15 +338,19 @@ static dsc_status flush(ncb *b) {
         size_t len = strlen(what);
         snprintf(what + len, sizeof what - len, " and %d more sends/receives", n - 1);
     }
-    DSC_TRY(settled(b, res, b->pend_head->t_start, what));
-    dsc_comm_req *r;
-    while ((r = pop(&b->pend_head, &b->pend_tail))) {
-        dsc_status st = record(b, r);
+    dsc_status st = settled(b, res, t0, what);
+    if (st != DSC_OK) {
+        fail_list(b, head);
+        return st;
+    }
+    while ((r = pop(&head, &tail))) {
+        st = record(b, r);
         if (st != DSC_OK) {
             char msg[DSC__COMM_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", dsc_last_error());
             dsc__req_finish(r, st, msg);
             fault(b, st, msg);
+            fail_list(b, head);
             return st;
         }
     }
@@ -345,7 +363,7 @@ static dsc_status launch(ncb *b, dsc_comm_req *r) {
     char what[128];
     dsc__op_describe(&r->op, what, sizeof what);
     if (!wait_idle(b)) return broken_error(b, what);
-    DSC_TRY(settled(b, issue(b, &r->op), r->t_start, what));
+    DSC_TRY(settled(b, issue(b, &r->op), dsc_now(), what));
     dsc_status st = record(b, r);
     if (st != DSC_OK) { // NCCL has the operation but nothing would tell its end: give up
         char msg[DSC__COMM_MSG_MAX];
@@ -362,7 +380,7 @@ static dsc__nccl_verdict probe(ncb *b, dsc_comm_req *r, char *detail, size_t cap
     if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
         (void)cudaGetLastError(); // not an error: keep it out of the next launch check
     dsc__nccl_probe p = {.event = e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1,
-                         .elapsed_s = dsc_now() - r->t_start, .timeout_s = b->timeout};
+                         .elapsed_s = dsc_now() - r->t_clock, .timeout_s = b->timeout};
     if (p.event < 0) {
         snprintf(detail, cap, "%s", cudaGetErrorString(e));
         (void)cudaGetLastError();
@@ -389,11 +407,14 @@ static bool progress(ncb *b, dsc_comm_req *r) {
             event_give(b, (cudaEvent_t)h->impl);
             h->impl = NULL;
             dsc__req_finish(h, DSC_OK, NULL);
+            // The next one waited behind h on the stream: its deadline counts from now.
+            if (b->fly_head && b->fly_head->t_clock < dsc_now())
+                b->fly_head->t_clock = dsc_now();
             if (h == r) return true; // r belongs to the caller from here
             continue;
         }
         dsc__op_describe(&h->op, what, sizeof what);
-        dsc__nccl_fault_msg(msg, sizeof msg, &b->at, what, v, dsc_now() - h->t_start,
+        dsc__nccl_fault_msg(msg, sizeof msg, &b->at, what, v, dsc_now() - h->t_clock,
                             b->timeout, detail);
         fault(b, v == DSC__NCCL_TIMEOUT ? DSC_ERR_TIMEOUT
                  : v == DSC__NCCL_CUDA_ERROR ? DSC_ERR_CUDA : DSC_ERR_NCCL, msg);
@@ -731,6 +752,7 @@ static dsc_status nccl_shrink(void *impl, dsc_comm *nc_comm, const int *exclude,
             st = settle_new(b, newc, res, "ncclCommShrink");
             if (st != DSC_OK && newc) (void)ncclCommAbort(newc);
         }
+        if (busy && !newc) kill_nccl(b); // shrink never ran: end the parent's work ourselves
         if (busy) { // the parent's operations were ended: its requests fail, it stays broken
             char msg[DSC__COMM_MSG_MAX];
             dsc__comm_msg(msg, "rank %d: the operation was ended by dsc_comm_shrink", b->at.rank);

@@ -369,6 +369,10 @@ static dsc_status att_check(const char *what, int B, int T, int C, int NH, const
                             const void *b, const void *c) {
     DSC_CUDA_ARG(B > 0 && T > 0 && NH > 0 && C == NH * ATT_HS,
                  "%s: head size C / NH = %d / %d must be %d", what, C, NH, ATT_HS);
+    DSC_CUDA_ARG((int64_t)B * NH <= DSC_CUDA_ATT_MAX_BH,
+                 "%s: batch %d x %d heads = %lld (batch, head) pairs, more than the %d one launch "
+                 "takes; use a smaller micro-batch",
+                 what, B, NH, (long long)B * NH, DSC_CUDA_ATT_MAX_BH);
     DSC_CUDA_ARG(dsc__aligned16(a) && dsc__aligned16(b) && dsc__aligned16(c),
                  "%s: tensors must be 16-byte aligned", what);
     return DSC_OK;

@@ -23,6 +23,9 @@
 extern "C" {
 #endif
 
+// At most this many (batch, head) pairs per call (a grid dimension's limit).
+#define DSC_CUDA_ATT_MAX_BH 65535
+
 // qkv (B, T, 3C): q, k, v of NH heads; out (B, T, C); lse (B, NH, T) the natural-log
 // logsumexp of each softmax row, kept for backward.
 dsc_status dsc__cuda_attention_forward(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T,

@@ -125,6 +125,10 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
     DSC_CUDA_ARG(B >= 1 && T >= 1 && T <= c->max_seq_len && (int64_t)B * T <= (1 << 24),
                  "gpt2 cuda create: batch %d x %d is invalid (T <= %d, B * T <= 16M)", B, T,
                  c->max_seq_len);
+    DSC_CUDA_ARG((int64_t)B * c->n_head <= DSC_CUDA_ATT_MAX_BH,
+                 "gpt2 cuda create: micro-batch %d x %d heads is more than the %d (sequence, "
+                 "head) pairs attention takes in one launch; lower train_micro_batch_size_per_gpu",
+                 B, c->n_head, DSC_CUDA_ATT_MAX_BH);
     dsc_gpt2_cuda *m = (dsc_gpt2_cuda *)calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 cuda create: out of host memory");
     m->c = *c;

@@ -434,6 +434,10 @@ static dsc_status check_create(const dsc_gpt2_config *c, const dsc_gpt2_decode_o
                  "gpt2 decode: %d sequences of %d positions is invalid (positions 1 .. the "
                  "context %d, sequences x positions <= 16M)",
                  o->batch, o->max_len, c->max_seq_len);
+    DSC_CUDA_ARG((int64_t)o->batch * c->n_head <= DSC_CUDA_ATT_MAX_BH,
+                 "gpt2 decode: %d sequences x %d heads is more than the %d (sequence, head) "
+                 "pairs attention takes in one launch; generate fewer prompts at once",
+                 o->batch, c->n_head, DSC_CUDA_ATT_MAX_BH);
     return DSC_OK;
 }
 

@@ -222,7 +222,7 @@ extern "C" dsc_status dsc__cuda_state_upload_dp(dsc_cuda_state *s, const float *
     cudaStream_t st = (cudaStream_t)s->stream;
     size_t b = s->nstate * 4;
     DSC_TRY(copy(s->grad, weights, s->n * 4, cudaMemcpyHostToDevice, st));
-    if (weights) DSC_TRY(dsc__cuda_f32_to_bf16(s->p16, s->grad, (int64_t)s->n, st));
+    if (weights) DSC_TRY(dsc__cuda_f32_to_16(s->p16, s->grad, (int64_t)s->n, s->fp16, st));
     DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->n * 4, st));
     DSC_TRY(copy(s->master, master, b, cudaMemcpyHostToDevice, st));
     DSC_TRY(copy(s->m, m, b, cudaMemcpyHostToDevice, st));
