@@ -5,6 +5,7 @@
 # and their losses (and validation losses) agree: step 1 within FIRST, the mean relative
 # difference within MEAN, every step within WORST.
 # falls RUN: the loss falls (mean of the last 5 steps below 80% of the first).
+# run_ranks, cols: below.
 compare() {
     $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
 import json, sys
@@ -36,3 +37,30 @@ l = [json.loads(x)['loss'] for x in open('$T/$1/metrics.jsonl')]
 print(f'  $1: loss {l[0]:.4f} -> {sum(l[-5:]) / 5:.4f}')
 sys.exit(0 if sum(l[-5:]) / 5 < 0.8 * l[0] else 1)"
 }
+
+# run_ranks NAME WORLD CONFIG [flags...]: WORLD ranks of `dsc train --device cuda` (d2, T 64, seed
+# 7) with torch-style variables, rank r on GPU r (LOCAL_RANK % visible devices); the caller's
+# environment (DSC_COMM_BACKEND) passes through. Logs in $T/NAME.RANK.log, the run in $T/NAME.
+run_ranks() {
+    local name=$1 world=$2 conf=$3 port pids=() r rc=0
+    shift 3
+    port=$(free_port)
+    for ((r = 0; r < world; r++)); do
+        RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port timeout 300 "$DSC" train --device cuda --config "$conf" \
+            --data "$T/data" --model d2 --seq-len 64 --seed 7 --eval-every 10 --eval-batches 4 \
+            --sample-tokens 0 --out "$T/$name" "$@" >"$T/$name.$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    [ $rc -eq 0 ] || { echo "run $name failed:"; tail -5 "$T/$name".*.log; }
+    return $rc
+}
+
+# cols METRICS: step, loss, lr, grad norm, skipped and validation loss of every step, exactly.
+cols() { $PY -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(r['step'], repr(r['loss']), repr(r['lr']), repr(r['grad_norm']), r['skipped'], repr(r.get('val_loss')))
+" "$1"; }

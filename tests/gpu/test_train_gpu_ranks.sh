@@ -18,22 +18,8 @@ if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe
 fi
 "$DSC" data default --out "$T/data" >/dev/null
 
-# run NAME WORLD CONFIG [flags...]: WORLD ranks on this machine's GPU(s), torch-style variables.
-run() {
-    local name=$1 world=$2 conf=$3 port pids=() r rc=0
-    shift 3
-    port=$(free_port)
-    for ((r = 0; r < world; r++)); do
-        RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=$port timeout 300 "$DSC" train --device cuda --config "$conf" \
-            --data "$T/data" --model d2 --seq-len 64 --seed 7 --eval-every 10 --eval-batches 4 \
-            --sample-tokens 0 --out "$T/$name" "$@" >"$T/$name.$r.log" 2>&1 &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    [ $rc -eq 0 ] || { echo "run $name failed:"; tail -5 "$T/$name".*.log; }
-    return $rc
-}
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # run_ranks, cols, compare, falls
+run() { run_ranks "$@"; }
 
 config() { # config FILE STAGE [extra json]: global batch 16 at every world size
     cat >"$1" <<JSON
@@ -46,12 +32,6 @@ JSON
 }
 
 # the fields that must agree bitwise: everything but timing and memory
-cols() { $PY -c "
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print(r['step'], repr(r['loss']), repr(r['lr']), repr(r['grad_norm']), r['skipped'], repr(r.get('val_loss')))
-" "$1"; }
 
 for st in 0 1 2 3; do
     config "$T/z$st.json" $st ""

@@ -38,23 +38,8 @@ config() {
 JSON
 }
 
-# run NAME WORLD CONFIG [flags...]: WORLD ranks with torch-style variables, rank r on GPU r
-# (LOCAL_RANK % visible devices); the caller's environment (DSC_COMM_BACKEND) passes through.
-run() {
-    local name=$1 world=$2 conf=$3 port pids=() r rc=0
-    shift 3
-    port=$(free_port)
-    for ((r = 0; r < world; r++)); do
-        RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=$port timeout 300 "$DSC" train --device cuda --config "$conf" \
-            --data "$T/data" --model d2 --seq-len 64 --seed 7 --eval-every 10 --eval-batches 4 \
-            --sample-tokens 0 --out "$T/$name" "$@" >"$T/$name.$r.log" 2>&1 &
-        pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    [ $rc -eq 0 ] || { echo "run $name failed:"; tail -5 "$T/$name".*.log; }
-    return $rc
-}
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # run_ranks, cols, compare, falls
+run() { run_ranks "$@"; }
 
 # nrun: run with DSC_COMM_BACKEND=nccl; one_gpu_nrun: the same with every rank on the first GPU.
 nrun() { DSC_COMM_BACKEND=nccl run "$@"; }
@@ -63,12 +48,6 @@ one_gpu_nrun() {
     CUDA_VISIBLE_DEVICES=${v%%,*} DSC_COMM_BACKEND=nccl run "$@"
 }
 
-cols() { $PY -c "
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print(r['step'], repr(r['loss']), repr(r['lr']), repr(r['grad_norm']), r['skipped'], repr(r.get('val_loss')))
-" "$1"; }
 
 # near A B FIRST MEAN MAX: step 1 within FIRST, every loss and validation loss within MAX and
 # their mean within MEAN (relative), the same lr every step.
