@@ -5,7 +5,7 @@
 # and their losses (and validation losses) agree: step 1 within FIRST, the mean relative
 # difference within MEAN, every step within WORST.
 # falls RUN: the loss falls (mean of the last 5 steps below 80% of the first).
-# run_ranks, cols: below.
+# run_ranks, cols, cfg, run_one: below.
 compare() {
     $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
 import json, sys
@@ -64,3 +64,25 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     print(r['step'], repr(r['loss']), repr(r['lr']), repr(r['grad_norm']), r['skipped'], repr(r.get('val_loss')))
 " "$1"; }
+
+# cfg FILE EXTRA_JSON: AdamW + warm-up/cosine + clipping + accumulation 2 (micro-batch 4), plus
+# EXTRA_JSON (the precision, ZeRO sections), for the one-rank GPU training tests.
+cfg() {
+    cat >"$1" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 100,
+ "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 40}}
+ $2}
+JSON
+}
+
+# run_one NAME DEVICE CONFIG STEPS [FLAGS...]: one rank of `dsc train` (d2, T 64, seed 7, default
+# data) into $T/NAME; a failure counts and shows the log.
+run_one() {
+    local name=$1 dev=$2 conf=$3 steps=$4
+    shift 4
+    "$DSC" train --device "$dev" --config "$conf" --model d2 --seq-len 64 --max-steps "$steps" \
+        --seed 7 --eval-every 10 --eval-batches 4 --sample-tokens 0 --out "$T/$name" "$@" \
+        >"$T/$name.log" 2>&1 || { echo "FAIL: run $name"; cat "$T/$name.log"; failed=$((failed+1)); }
+}

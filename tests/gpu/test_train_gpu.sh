@@ -17,25 +17,11 @@ if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe
     exit 77
 fi
 
-cfg() { # cfg FILE EXTRA_JSON: bf16 AdamW + warm-up/cosine + clipping + accumulation 2
-    cat >"$1" <<JSON
-{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 100,
- "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
- "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 40}}
- $2}
-JSON
-}
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # cfg, run_one, compare, falls
 cfg "$T/bf16.json" ', "bf16": {"enabled": true}'
 cfg "$T/offload.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}'
 cfg "$T/fp16.json" ', "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 4, "hysteresis": 1}'
-run() { # run NAME DEVICE CONFIG STEPS [FLAGS...]
-    local name=$1 dev=$2 conf=$3 steps=$4
-    shift 4
-    "$DSC" train --device "$dev" --config "$conf" --model d2 --seq-len 64 --max-steps "$steps" \
-        --seed 7 --eval-every 10 --eval-batches 4 --sample-tokens 0 --out "$T/$name" "$@" \
-        >"$T/$name.log" 2>&1 || { echo "FAIL: run $name"; cat "$T/$name.log"; failed=$((failed+1)); }
-}
+run() { run_one "$@"; }
 run cpu cpu "$T/bf16.json" 40
 run gpu cuda "$T/bf16.json" 40
 DSC_SIMD=scalar run off cuda "$T/offload.json" 40 # the GPU step equals the scalar CPU step
@@ -48,7 +34,6 @@ run rest cuda "$T/bf16.json" 20 --save-dir "$T/ck" --resume --dump-weights "$T/w
 # compare A B FIRST MEAN MAX: two runs step by step. The same schedule (lr equal); step 1, where
 # the weights are still equal, within FIRST; the per-step loss and validation loss within MAX and
 # on average within MEAN (relative), since bf16 rounding makes the trajectories drift apart.
-. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # compare, falls
 check "GPU and CPU loss curves agree (bf16)" -- compare cpu gpu 5e-3 0.02 0.06
 check "GPU loss falls" -- falls gpu
 check "CPU loss falls" -- falls cpu

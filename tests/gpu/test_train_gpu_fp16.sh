@@ -17,15 +17,7 @@ if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe
     exit 77
 fi
 
-cfg() { # cfg FILE EXTRA_JSON: AdamW + warm-up/cosine + clipping + accumulation 2
-    cat >"$1" <<JSON
-{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 100,
- "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
- "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5, "total_num_steps": 40}}
- $2}
-JSON
-}
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # cfg, run_one, compare, falls
 # A fixed scale of 2^12 (the window is longer than the run): no overflow, so the runs compare
 # step for step.
 cfg "$T/fp16.json" ', "fp16": {"enabled": true, "initial_scale_power": 12}'
@@ -34,13 +26,7 @@ cfg "$T/fp32.json" ''
 cfg "$T/offload.json" ', "fp16": {"enabled": true, "initial_scale_power": 12}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}'
 # 2^32: every step overflows until the scale has come down (one halving per skipped step).
 cfg "$T/forced.json" ', "fp16": {"enabled": true, "initial_scale_power": 32, "hysteresis": 1}'
-run() { # run NAME DEVICE CONFIG STEPS [FLAGS...]
-    local name=$1 dev=$2 conf=$3 steps=$4
-    shift 4
-    "$DSC" train --device "$dev" --config "$conf" --model d2 --seq-len 64 --max-steps "$steps" \
-        --seed 7 --eval-every 10 --eval-batches 4 --sample-tokens 0 --out "$T/$name" "$@" \
-        >"$T/$name.log" 2>&1 || { echo "FAIL: run $name"; cat "$T/$name.log"; failed=$((failed+1)); }
-}
+run() { run_one "$@"; }
 run cpu16 cpu "$T/fp16.json" 40
 run gpu16 cuda "$T/fp16.json" 40
 run gpu_bf16 cuda "$T/bf16.json" 40
@@ -51,7 +37,6 @@ run fp32 cuda "$T/fp32.json" 2
 
 # compare A B FIRST MEAN MAX: two runs step by step (as in test_train_gpu.sh): the same lr every
 # step; step 1 within FIRST; every loss and validation loss within MAX, their mean within MEAN.
-. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # compare, falls
 clean() { # no step skipped and the scale stayed at 2^12: the runs are comparable step for step
     $PY -c "
 import json
