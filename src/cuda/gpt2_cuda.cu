@@ -42,6 +42,8 @@ struct dsc_gpt2_cuda {
     float *ln_scratch, *col_scratch, *att_scratch;
     void *enc_scratch;
     int32_t *tokens; // (2, BT): inputs, targets
+    dsc_gpt2_cuda_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
+    void *hook_user;
 };
 
 typedef struct layer_acts {
@@ -369,6 +371,16 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
                                           p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C, m->fp16, st);
 }
 
+extern "C" void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn,
+                                           void *user) {
+    m->hook = fn;
+    m->hook_user = user;
+}
+
+static dsc_status group_done(dsc_gpt2_cuda *m, int group) {
+    return m->hook ? m->hook(m->hook_user, group) : DSC_OK;
+}
+
 // Backward from the logits' gradients (in m->logits) down to the embeddings.
 static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                         float *const *grads) {
@@ -382,10 +394,14 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
     DSC_TRY(dsc__cuda_layernorm_backward_h(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch,
                                            m->dln, acts_of(m, L).res_in, params[lnf], m->lnf_mean,
                                            m->lnf_rstd, BT, C, m->fp16, st));
-    for (int l = L - 1; l >= 0; l--)
+    DSC_TRY(group_done(m, L + 1));
+    for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(layer_backward(m, params, grads, l));
-    return dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B,
-                                        T, C, V, m->fp16, st);
+        DSC_TRY(group_done(m, l + 1));
+    }
+    DSC_TRY(dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B,
+                                         T, C, V, m->fp16, st));
+    return group_done(m, 0);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,

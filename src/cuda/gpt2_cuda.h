@@ -76,6 +76,17 @@ dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *par
                                     const int32_t *targets, int B, int T, float loss_scale,
                                     float *loss);
 
+// A hook called on the host while a backward (dsc_gpt2_cuda_backward or _train_step) is being
+// enqueued: once per parameter group of the model table (dsc_gpt2_tensor_info.group), right after
+// the last kernel that writes that group's gradients has been enqueued on the model's stream, in
+// the order the backward finishes them: ln_f's group (n_layer + 1) first, then the layers' groups
+// n_layer .. 1, then group 0 (wte and wpe, whose gradients the embedding backward completes last).
+// The hook typically records an event on the stream and starts copies or reductions of those
+// gradients on another stream, so they overlap the rest of the backward. A non-OK return ends the
+// backward with that status. fn NULL: no hook (the default).
+typedef dsc_status (*dsc_gpt2_cuda_grad_hook)(void *user, int group);
+void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn, void *user);
+
 // The last forward's logits (B, T, ld) on the device, bf16 (fp16 under dsc_gpt2_cuda_set_fp16;
 // columns [vocab_size, ld) unused) and ld; borrowed, valid until the next backward.
 const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld);
