@@ -6,8 +6,10 @@
 #
 # DSC_BINARY (or $DSC; default build/dsc) is the dsc to measure. TORCH_GPT2_PY (or $TORCH_GPT2)
 # is the PyTorch baseline script (bf16 autocast, fused AdamW, SDPA flash attention, clipping 1.0,
-# random tokens, V 50257; it times gpt2-124M B 16 and gpt2-350M B 8, T 1024, median of 30 steps
-# after 8 warm-ups); without it only dsc is measured. $PYTHON names the interpreter (python3).
+# random tokens, V 50257, T 1024, median of 30 steps after 8 warm-ups; its run() is called here for
+# each shape); without it only dsc is measured. $PYTHON names the interpreter (python3).
+# SHAPES (default "gpt2-124M:16 gpt2-350M:8"): MODEL:BATCH pairs, models gpt2-124M and gpt2-350M;
+# BREAKDOWN=0 skips the breakdown runs.
 #
 # dsc runs the same models and batch sizes on random tokens (V 50257) with the baseline's
 # hyper-parameters: bf16, AdamW lr 6e-4, betas (0.9, 0.999), weight decay 0.1, clipping 1.0,
@@ -22,6 +24,8 @@ DSC=${1:-${DSC:-build/dsc}}
 TORCH_GPT2=${2:-${TORCH_GPT2:-}}
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-15}
+SHAPES=${SHAPES:-gpt2-124M:16 gpt2-350M:8}
+BREAKDOWN=${BREAKDOWN:-1}
 WARMUP=${WARMUP:-5}
 [ -x "$DSC" ] || { echo "gpu_train.sh: $DSC is not an executable dsc; pass its path" >&2; exit 2; }
 if [ -n "$TORCH_GPT2" ] && [ ! -f "$TORCH_GPT2" ]; then
@@ -55,26 +59,52 @@ JSON
         >"$W/$1.log" 2>&1 ||
         { echo "gpu_train.sh: dsc run $1 failed:" >&2; cat "$W/$1.log" >&2; exit 1; }
 }
-for spec in "124M gpt2-124M 16" "350M gpt2-350M 8"; do
-    set -- $spec
-    dsc_run "dsc$1" "$2" "$3" false
-    dsc_run "brk$1" "$2" "$3" true
+first=
+for shape in $SHAPES; do
+    model=${shape%%:*} b=${shape##*:}
+    case $model in gpt2-124M | gpt2-350M) ;; *)
+        echo "gpu_train.sh: SHAPES: $shape: the model must be gpt2-124M or gpt2-350M" >&2; exit 2 ;;
+    esac
+    dsc_run "dsc_$shape" "$model" "$b" false
+    [ "$BREAKDOWN" = 0 ] || dsc_run "brk_$shape" "$model" "$b" true
+    first=${first:-$shape}
 done
-grep -m1 "^run dir" "$W/dsc124M.log" | sed 's/^run dir [^|]*| //' || true
+grep -m1 "^run dir" "$W/dsc_$first.log" | sed 's/^run dir [^|]*| //' || true
 
 if [ -n "$TORCH_GPT2" ]; then
     mkdir -p "$W/torch"
-    OUT="$W/torch" $PY "$TORCH_GPT2" >"$W/torch.log" 2>&1 ||
+    $PY - "$TORCH_GPT2" "$W/torch" $SHAPES >"$W/torch.log" 2>&1 <<'PYEOF' ||
+import importlib.util, json, sys
+import torch
+spec = importlib.util.spec_from_file_location("baseline", sys.argv[1])
+base = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(base)
+dims = {"gpt2-124M": (12, 12, 768), "gpt2-350M": (24, 16, 1024)}
+out = []
+for shape in sys.argv[3:]:
+    model, b = shape.split(":")
+    L, H, C = dims[model]
+    for compiled in (False, True):
+        r = base.run((50257, 1024, L, H, C, int(b)), compiled)
+        r["model"] = model
+        out.append(r)
+        print(json.dumps(r), flush=True)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+json.dump(out, open(sys.argv[2] + "/torch_gpt2.json", "w"), indent=1)
+PYEOF
         { echo "gpu_train.sh: the baseline failed:" >&2; tail -20 "$W/torch.log" >&2; exit 1; }
 fi
 
-$PY - "$W" "$WARMUP" <<'PYEOF'
+$PY - "$W" "$WARMUP" "$BREAKDOWN" $SHAPES <<'PYEOF'
 import json, os, re, statistics, sys
-w, warm = sys.argv[1], int(sys.argv[2])
-shapes = {"gpt2-124M": (50257, 1024, 12, 768, 16), "gpt2-350M": (50257, 1024, 24, 1024, 8)}
+w, warm, brk = sys.argv[1], int(sys.argv[2]), sys.argv[3] != "0"
+runs = [(s.split(":")[0], int(s.split(":")[1])) for s in sys.argv[4:]]
+shapes = {"gpt2-124M": (50257, 1024, 12, 768), "gpt2-350M": (50257, 1024, 24, 1024)}
 
 def mfu(model, tok_s):
-    V, T, L, C, _ = shapes[model]
+    V, T, L, C = shapes[model]
     n = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     return tok_s * (6 * n + 6 * L * T * C) / 989e12
 
@@ -91,23 +121,25 @@ def breakdown(name):
 torch = {}
 if os.path.exists(f"{w}/torch/torch_gpt2.json"):
     for r in json.load(open(f"{w}/torch/torch_gpt2.json")):
-        torch[(r["model"], r["compile"])] = r["tok_s"]
+        torch[(r["model"], r["B"], r["compile"])] = r["tok_s"]
 
 print("\n| model | B | dsc tokens/s | dsc MFU | PyTorch eager | MFU | torch.compile | MFU | "
       "dsc / eager | dsc / compiled |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for key, model in (("124M", "gpt2-124M"), ("350M", "gpt2-350M")):
-    d = dsc_tok_s(f"dsc{key}")
-    e, c = torch.get((model, False)), torch.get((model, True))
+for model, b in runs:
+    d = dsc_tok_s(f"dsc_{model}:{b}")
+    e, c = torch.get((model, b, False)), torch.get((model, b, True))
     cell = lambda t: f"{t / 1e3:.1f}k | {100 * mfu(model, t):.1f}%" if t else "- | -"
     ratio = lambda t: f"{d / t:.2f}x" if t else "-"
-    print(f"| {model} | {shapes[model][4]} | {d / 1e3:.1f}k | {100 * mfu(model, d):.1f}% | "
+    print(f"| {model} | {b} | {d / 1e3:.1f}k | {100 * mfu(model, d):.1f}% | "
           f"{cell(e)} | {cell(c)} | {ratio(e)} | {ratio(c)} |")
+if not brk:
+    sys.exit(0)
 print("\ndsc step-time breakdown (wall_clock_breakdown on: the host waits after each phase), "
       "median ms per step")
 print("| model | forward | backward | optimizer step | sum |")
 print("|---|---|---|---|---|")
-for key, model in (("124M", "gpt2-124M"), ("350M", "gpt2-350M")):
-    f, b, s = breakdown(f"brk{key}")
-    print(f"| {model} | {f:.2f} | {b:.2f} | {s:.2f} | {f + b + s:.2f} |")
+for model, b in runs:
+    f, bw, s = breakdown(f"brk_{model}:{b}")
+    print(f"| {model} B {b} | {f:.2f} | {bw:.2f} | {s:.2f} | {f + bw + s:.2f} |")
 PYEOF

@@ -189,9 +189,11 @@ static dsc_status open_data(trainer *t, int *vocab) {
 
 static void print_warning(void *user, const char *msg) { fprintf(stderr, "warning: %s\n", msg); }
 
-static dsc_status build_engine(trainer *t) {
+// device_model: one rank whose model lives on a GPU, which keeps its own 16-bit weights, so the
+// engine needs no host compute copy of them.
+static dsc_status build_engine(trainer *t, bool device_model) {
     const train_opts *o = t->o;
-    dsc_engine_opts eo = {.warn = print_warning};
+    dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model};
     char json[1024];
     if (o->config) {
         eo.config_path = o->config;
@@ -448,7 +450,11 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
             si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
     if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %s", json_num(vb, sizeof vb, "%.9g", val));
     write_gpu_memory(t);
-    if (t->gpu) fprintf(t->metrics, ", \"gpu_compute\": \"%s\"", dsc__train_gpu_compute(t->gpu));
+    if (t->gpu) {
+        char extra[256];
+        dsc__train_gpu_metrics(t->gpu, extra, sizeof extra);
+        fprintf(t->metrics, ", \"gpu_compute\": \"%s\"%s", dsc__train_gpu_compute(t->gpu), extra);
+    }
     int64_t faults = dsc_engine_fault_events(t->eng);
     if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
     fprintf(t->metrics, "}\n");
@@ -903,7 +909,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.
     if (o->dump_grads && !nccl && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
     DSC_TRY(dsc__train_pick_device(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
-    DSC_TRY(build_engine(t));
+    DSC_TRY(build_engine(t, cuda && (!ws || strtol(ws, NULL, 10) <= 1)));
     const dsc_config *cfg = dsc_engine_config(t->eng);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->gas = (int)cfg->gradient_accumulation_steps;

@@ -2,12 +2,13 @@
 #include "cli/train_gpu.h"
 
 #include <stdio.h>  // snprintf
-#include <stdlib.h> // calloc, free
+#include <stdlib.h> // calloc, free, getenv
 #include <string.h> // strcmp
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
 #include "base/time.h"       // dsc_now
 #include "cli/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
+#include "cli/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
 #include "dsc/comm.h"         // dsc_comm_backend_available
 
 #ifdef DSC_WITH_CUDA
@@ -25,6 +26,8 @@ struct train_gpu {
                             // engine's dsc_step (reduction + CPU optimizer), weights back
     train_dp *dp;           // nccl: gradients reduced among the GPUs, optimizer on the device
                             // (train_gpu_dp.h); it owns st then
+    train_off *off;         // ZeRO-Offload on one GPU (train_gpu_offload.h)
+    bool unstreamed;        // ZeRO-Offload, DSC_OFFLOAD_STREAM=0: whole gradient after backward
     char dp_note[256];      // why nccl was selected but not used, for the banner
     int world;              // ranks when created (a change after a failure is not followed)
     int sharing;            // ranks of this node on this device (MFU's share of its peak)
@@ -147,14 +150,12 @@ static dsc_status pick_gpu(train_gpu *g) {
     return DSC_OK;
 }
 
-// One rank: the device holds the engine's flat layout (and, without offload, the optimizer).
-static dsc_status flat_init(train_gpu *g, bool offload, bool *pinned, char *why, size_t cap) {
+// One rank: the device holds the engine's flat layout (and, without offload, the optimizer;
+// with it, train_gpu_offload.c moves gradients and weights once the model exists).
+static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
     int moments = g->host.v ? 2 : 1;
-    DSC_TRY(dsc__cuda_state_create(&g->st, g->host.total, moments, offload, g->pool));
-    if (offload) // gradients come down into acc, weights go up from master: every step
-        dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, pinned, why, cap);
-    return DSC_OK;
+    return dsc__cuda_state_create(&g->st, g->host.total, moments, offload, g->pool);
 }
 
 // Several ranks: the engine's host buffers are partitioned by stage and move between steps, so
@@ -185,7 +186,11 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
                  (long long)dsc_engine_config(g->eng)->zero_optimization.stage);
     else
         snprintf(mode, sizeof mode, "%s", offload
-                 ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU step)"
+                 ? (g->unstreamed ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU "
+                                    "step), not streamed (DSC_OFFLOAD_STREAM=0)"
+                                  : "ZeRO-Offload: fp32 master + optimizer on the host (CPU "
+                                    "step), gradients down and 16-bit weights up per layer "
+                                    "group, overlapping the backward")
                  : "fp32 master + optimizer state on the GPU");
     bool note = (offload || g->staged) && !g->dp && !pinned;
     snprintf(g->line, sizeof g->line, "device %s | %s | %s compute, %s config%s%s%s%s%s", name,
@@ -225,10 +230,18 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     bool pinned = false;
     if (dp) DSC_TRY(dsc__train_dp_create(&g->dp, g->eng, g->pool, g->timed, &g->st));
     else if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
-    else DSC_TRY(flat_init(g, offload, &pinned, why, sizeof why));
+    else DSC_TRY(flat_init(g, offload));
     dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
     DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
     dsc_gpt2_cuda_set_fp16(g->model, g->fp16);
+    const char *stream = getenv("DSC_OFFLOAD_STREAM");
+    g->unstreamed = offload && !g->staged && stream && !strcmp(stream, "0");
+    if (offload && !g->staged && !g->unstreamed)
+        DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, &g->mc,
+                                      g->fp16, &pinned, why, sizeof why));
+    if (g->unstreamed) // the gradients come down into acc, the weights go up from master
+        dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
+                            sizeof why);
     DSC_TRY(make_views(g));
     describe(g, name, offload, prec, pinned, why);
     return dsc__train_gpu_load(g);
@@ -253,6 +266,7 @@ dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt
 
 void dsc__train_gpu_destroy(train_gpu *g) {
     if (!g) return;
+    dsc__train_off_destroy(g->off); // its copies end and its host buffers are unpinned first
     dsc_gpt2_cuda_destroy(g->model);
     if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
     else dsc__cuda_state_destroy(g->st); // unpins the staging buffers: free them after
@@ -270,6 +284,16 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
 }
 
 const char *dsc__train_gpu_compute(const train_gpu *g) { return g->fp16 ? "fp16" : "bf16"; }
+
+void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (!g->off) return;
+    train_off_times t;
+    dsc__train_off_times(g->off, &t);
+    snprintf(buf, cap, ", \"offload_grad_wait_ms\": %.3f, \"offload_cpu_ms\": %.3f, "
+             "\"offload_overlapped\": %s", t.grad_wait * 1e3, t.cpu * 1e3,
+             t.overlapped ? "true" : "false");
+}
 bool dsc__train_gpu_owns_state(const train_gpu *g) { return g->dp && g->world > 1; }
 
 dsc_status dsc__train_gpu_load(train_gpu *g) {
@@ -295,6 +319,15 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {
     float scale = (float)dsc_backward_scale(g->eng);
+    if (g->off)
+        return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
+                                    fwd_s, bwd_s);
+    if (g->dp) { // the last micro-step's backward starts each group's reduction as it completes
+        dsc_gpt2_cuda_grad_hook fn;
+        void *user;
+        dsc__train_dp_backward_hook(g->dp, &fn, &user);
+        dsc_gpt2_cuda_set_grad_hook(g->model, fn, user);
+    }
     if (!g->timed) // one pass over the logits for loss and gradient; bitwise the split calls
         return dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss);
     double t0 = dsc_now();
@@ -317,8 +350,9 @@ dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *t
     return dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss);
 }
 
-// ZeRO-Offload: the accumulated gradients go to the engine, whose dsc_step runs the CPU
-// optimizer; the updated weights come back in the 16-bit type.
+// ZeRO-Offload without streaming (DSC_OFFLOAD_STREAM=0, for comparisons): after the backward the
+// whole gradient goes to the engine, whose dsc_step runs the CPU optimizer; the updated master
+// weights come back and are rounded to the 16-bit type on the device.
 static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
     bool last = g->micro + 1 == g->gas;
     if (last) DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->host.acc));
@@ -364,6 +398,10 @@ static dsc_status observe_grads(train_gpu *g) {
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
     if (g->dp) return dsc__train_dp_step(g->dp, info);
     if (g->staged) return staged_step(g, info);
+    if (g->off) {
+        DSC_TRY(dsc__train_off_step(g->off, info));
+        return g->timed ? dsc__cuda_stream_wait(g->st->stream) : DSC_OK;
+    }
     if (g->st->offload) return offload_step(g, info);
     if (++g->micro < g->gas) {
         memset(info, 0, sizeof *info);
@@ -421,6 +459,7 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
     return "no CUDA";
 }
 const char *dsc__train_gpu_compute(const train_gpu *g) { return "none"; }
+void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) { buf[0] = '\0'; }
 dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
 bool dsc__train_gpu_owns_state(const train_gpu *g) { return false; }
 dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }

@@ -41,6 +41,9 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops);
 // The 16-bit type the GPU computes in: "fp16" (fp16.enabled) or "bf16" (bf16.enabled, or an fp32
 // config, which the GPU kernels cannot compute in).
 const char *dsc__train_gpu_compute(const train_gpu *g);
+// Extra metrics.jsonl fields of the last step (", \"key\": value" ...; empty when none):
+// ZeRO-Offload's host times (offload_grad_wait_ms, offload_cpu_ms, offload_overlapped).
+void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap);
 
 // The engine's host state (weights, moments) -> the device: after initialisation or a resume.
 dsc_status dsc__train_gpu_load(train_gpu *g);

@@ -17,7 +17,8 @@ bool dsc__train_dp_selected(void) {
 
 #include "base/hash.h"        // dsc_hash64
 #include "base/status.h"      // dsc__fail, DSC_TRY
-#include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale
+#include "comm/nccl.h"        // dsc__nccl_after_event
+#include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events
 #include "cuda/devbuf.h"      // dsc__cuda_buf_*
 #include "cuda/train_state.h" // dsc__cuda_state_*
 #include "dsc/comm.h"         // dsc_comm_*
@@ -39,6 +40,9 @@ struct train_dp {
     float *norm;           // (4 + 4 world) this rank's (sum, flag) doubles, then every rank's
     float *hfull, *hpart;  // host: the whole fp32 weights (total), this rank's master (state_len)
     dsc_comm_req **reqs;   // (ngroups) one per group in flight
+    void **ready;          // (ngroups) cudaEvent_t: group g staged for its collective on the
+                           // compute stream (recorded every step; created once)
+    bool *begun;           // (ngroups) group g's reduction was started at this step
     int micro, gas;
     bool timed;
 };
@@ -137,9 +141,12 @@ static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool) {
     dp->hfull = malloc(L->total * sizeof *dp->hfull);
     dp->hpart = malloc((ns ? ns : 1) * sizeof *dp->hpart);
     dp->reqs = calloc((size_t)L->ngroups, sizeof *dp->reqs);
-    if (!dp->hfull || !dp->hpart || !dp->reqs)
+    dp->ready = calloc((size_t)L->ngroups, sizeof *dp->ready);
+    dp->begun = calloc((size_t)L->ngroups, sizeof *dp->begun);
+    if (!dp->hfull || !dp->hpart || !dp->reqs || !dp->ready || !dp->begun)
         return dsc__fail(DSC_ERR_OOM, "out of memory for the host copies of %zu parameters",
                          L->total);
+    for (int g = 0; g < L->ngroups; g++) DSC_TRY(dsc__cuda_event_create(&dp->ready[g]));
     return DSC_OK;
 }
 
@@ -166,11 +173,14 @@ dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, dsc_mem_pool *p
 void dsc__train_dp_destroy(train_dp *dp) {
     if (!dp) return;
     dsc__cuda_state_destroy(dp->st); // waits for its stream
-    dsc_comm_destroy(dp->nccl);
+    dsc_comm_destroy(dp->nccl);      // ends and frees requests still in reqs
     for (int k = 0; k < NBUFS; k++) dsc__cuda_buf_free(&dp->bufs[k]);
+    for (int g = 0; dp->ready && g < dp->L.ngroups; g++) dsc__cuda_event_destroy(dp->ready[g]);
     free(dp->hfull);
     free(dp->hpart);
     free(dp->reqs);
+    free(dp->ready);
+    free(dp->begun);
     free(dp);
 }
 
@@ -227,48 +237,95 @@ static dsc_status wait_all(dsc_comm_req **reqs, int n) {
     return first == DSC_OK ? DSC_OK : dsc__fail(first, "%s", msg);
 }
 
-// One reduce-scatter per group: send (total, element size es) -> recv (state_len).
-static dsc_status scatter_groups(train_dp *dp, const void *send, void *recv, size_t es,
-                                 dsc_dtype dt) {
-    dsc_status st = DSC_OK;
-    int g = 0;
-    for (; g < dp->L.ngroups && st == DSC_OK; g++) {
-        dsc__engine_span sp;
-        dsc__engine_span_of(dp->eng, g, &sp);
-        st = dsc_comm_reduce_scatter(dp->nccl, (const char *)send + sp.off * es,
-                                     (char *)recv + sp.state_off * es, sp.slice, dt, DSC_OP_SUM,
-                                     &dp->reqs[g]);
-    }
-    dsc_status w = wait_all(dp->reqs, g);
-    return st != DSC_OK ? st : w;
+// Group g's collective on the communicator's stream, after everything enqueued there before:
+// stage 0 an all-reduce of the group's range in place, stages 1-3 a reduce-scatter of it into
+// this rank's slice of the partition. fp32 in the gradients, else in the 16-bit staging copy.
+static dsc_status issue_group(train_dp *dp, int g, const dsc__engine_span *sp) {
+    const dsc__engine_dp *L = &dp->L;
+    bool wide = L->comm_dt == DSC_DT_F32;
+    size_t es = wide ? 4 : 2;
+    char *send = wide ? (char *)dp->st->grad : (char *)dp->send16;
+    if (L->stage == 0)
+        return dsc_comm_all_reduce(dp->nccl, send + sp->off * es, send + sp->off * es,
+                                   sp->padded, L->comm_dt, DSC_OP_SUM, &dp->reqs[g]);
+    char *recv = wide ? (char *)dp->red : (char *)dp->recv16;
+    return dsc_comm_reduce_scatter(dp->nccl, send + sp->off * es, recv + sp->state_off * es,
+                                   sp->slice, L->comm_dt, DSC_OP_SUM, &dp->reqs[g]);
 }
 
-// Step 1 (train_gpu_dp.h): the accumulated gradients reduced into dp->red, scaled by post.
+// Group g's gradients are final on the compute stream: there its fp16 rounding (fp16 training;
+// the same bits as the whole-array rounding one GPU does at the step) and DeepSpeed's
+// pre-scaling or the 16-bit staging of its range [off, off + padded), then its event, which the
+// communicator's stream waits for before the group's collective. Only enqueues: the host never
+// waits here. The groups tile the layout, so every element is staged once per step.
+static dsc_status stage_group(train_dp *dp, int g) {
+    const dsc__engine_dp *L = &dp->L;
+    dsc__engine_span sp;
+    dsc__engine_span_of(dp->eng, g, &sp);
+    void *s = dp->st->stream;
+    float *grad = dp->st->grad + sp.off;
+    float pre = L->pre != 1.0 ? (float)(1.0 / L->pre) : 1.0f;
+    dp->begun[g] = true;
+    if (dp->st->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16_range(dp->st, sp.off, sp.padded));
+    if (L->comm_dt == DSC_DT_F32) DSC_TRY(dsc__cuda_scale(grad, sp.padded, pre, s));
+    else
+        DSC_TRY(dsc__cuda_to16(dp->send16 + sp.off, grad, sp.padded, pre,
+                               L->comm_dt == DSC_DT_F16, s));
+    DSC_TRY(dsc__cuda_event_record(dp->ready[g], s));
+    DSC_TRY(dsc__nccl_after_event(dp->nccl, dp->ready[g]));
+    return issue_group(dp, g, &sp);
+}
+
+static dsc_status begin_group(train_dp *dp, int g) {
+    dsc_status st = stage_group(dp, g);
+    if (st != DSC_OK)
+        dsc__error_prefix("--device cuda with DSC_COMM_BACKEND=nccl: starting the gradient "
+                          "reduction of parameter group %d (of %d): ", g, dp->L.ngroups);
+    return st;
+}
+
+// The backward's hook (dsc_gpt2_cuda_grad_hook). The model's group numbers are the engine's:
+// the engine numbers its groups by dsc_param_desc.group, which the trainer copies from the
+// model's tensor table (0: wte and wpe, 1 + l: layer l, n_layer + 1: ln_f), and lays them out in
+// that order.
+static dsc_status grads_final(void *user, int g) {
+    train_dp *dp = user;
+    if (g < 0 || g >= dp->L.ngroups)
+        return dsc__fail(DSC_ERR_INTERNAL, "--device cuda with DSC_COMM_BACKEND=nccl: the "
+                         "backward finished parameter group %d, but the engine has groups 0-%d; "
+                         "the model and the engine disagree on the parameter table (a bug: "
+                         "report it)", g, dp->L.ngroups - 1);
+    if (dp->begun[g])
+        return dsc__fail(DSC_ERR_INTERNAL, "--device cuda with DSC_COMM_BACKEND=nccl: parameter "
+                         "group %d was reported complete twice in the last micro-step of step "
+                         "%lld (a second backward carried the hook; a bug: report it)", g,
+                         (long long)dsc_engine_global_steps(dp->eng) + 1);
+    return begin_group(dp, g);
+}
+
+void dsc__train_dp_backward_hook(train_dp *dp, dsc_gpt2_cuda_grad_hook *fn, void **user) {
+    bool last = dp->micro + 1 == dp->gas;
+    *fn = last ? grads_final : NULL;
+    *user = last ? dp : NULL;
+}
+
+// Step 1 (train_gpu_dp.h): the groups the hook did not start are started now, in the hook's
+// order (the same on every rank, as NCCL needs); every group's collective is waited for; the
+// reduced gradients in dp->red are scaled by post (or converted back from 16 bits).
 static dsc_status reduce(train_dp *dp) {
     const dsc__engine_dp *L = &dp->L;
+    dsc_status st = DSC_OK;
+    for (int g = L->ngroups - 1; g >= 0 && st == DSC_OK; g--)
+        if (!dp->begun[g]) st = begin_group(dp, g);
+    dsc_status w = wait_all(dp->reqs, L->ngroups);
+    memset(dp->begun, 0, (size_t)L->ngroups * sizeof *dp->begun);
+    DSC_TRY(st != DSC_OK ? st : w);
     void *s = dp->st->stream;
-    float pre = L->pre != 1.0 ? (float)(1.0 / L->pre) : 1.0f, post = (float)L->post;
-    float *grad = dp->st->grad;
-    if (L->comm_dt == DSC_DT_F32) {
-        DSC_TRY(dsc__cuda_scale(grad, L->total, pre, s));
-        DSC_TRY(dsc__cuda_stream_wait(s)); // backward and the scaling are done
-        if (L->stage == 0)
-            DSC_TRY(dsc_comm_all_reduce(dp->nccl, grad, grad, L->total, DSC_DT_F32, DSC_OP_SUM,
-                                        NULL));
-        else
-            DSC_TRY(scatter_groups(dp, grad, dp->red, 4, DSC_DT_F32));
-        return dsc__cuda_scale(dp->red, L->stage == 0 ? L->total : L->state_len, post, s);
-    }
-    bool fp16 = L->comm_dt == DSC_DT_F16;
-    DSC_TRY(dsc__cuda_to16(dp->send16, grad, L->total, pre, fp16, s));
-    DSC_TRY(dsc__cuda_stream_wait(s));
-    if (L->stage == 0) {
-        DSC_TRY(dsc_comm_all_reduce(dp->nccl, dp->send16, dp->send16, L->total, L->comm_dt,
-                                    DSC_OP_SUM, NULL));
-        return dsc__cuda_from16(grad, dp->send16, L->total, post, fp16, s);
-    }
-    DSC_TRY(scatter_groups(dp, dp->send16, dp->recv16, 2, L->comm_dt));
-    return dsc__cuda_from16(dp->red, dp->recv16, L->state_len, post, fp16, s);
+    float post = (float)L->post;
+    size_t n = L->stage == 0 ? L->total : L->state_len;
+    if (L->comm_dt == DSC_DT_F32) return dsc__cuda_scale(dp->red, n, post, s);
+    const uint16_t *src = L->stage == 0 ? dp->send16 : dp->recv16;
+    return dsc__cuda_from16(dp->red, src, n, post, L->comm_dt == DSC_DT_F16, s);
 }
 
 // Step 2: --dump-grads. The engine's accumulator takes the full reduced gradient at stages 0-1
@@ -363,8 +420,8 @@ dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info) {
     }
     dp->micro = 0;
     DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
-    // fp16: the accumulated gradients become fp16 values before the reduction, as on one GPU.
-    if (dp->st->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16(dp->st));
+    // fp16: the accumulated gradients become fp16 values before the reduction, as on one GPU;
+    // each group's when its reduction starts (stage_group), so never twice.
     DSC_TRY(reduce(dp));
     if (dsc__engine_grads_observed(dp->eng)) DSC_TRY(observe(dp));
     double sumsq = 0;

@@ -4,11 +4,17 @@
 // DSC_COMM_BACKEND=nccl and no two ranks of the job share a GPU; also at world 1 with nccl (the
 // collectives then have one rank), which is how one GPU tests it.
 //
-// One optimizer step, after the last micro-step's backward (gradients accumulated on the device):
-//   1. reduction: DeepSpeed's scaling (divide by gradient_predivide_factor before the sum,
-//      multiply by factor / world after), in communication_data_type (fp32, or through a 16-bit
-//      staging copy). Stage 0: one all-reduce of the whole gradient. Stages 1-3: one
-//      reduce-scatter per layer group into this rank's partition (the engine's layout).
+// One optimizer step (gradients accumulated on the device over the micro-steps):
+//   1. reduction, per parameter group, started during the last micro-step's backward: the
+//      backward's hook (dsc__train_dp_backward_hook) is called as each group's gradients are
+//      complete and enqueues, on the compute stream, the group's fp16 rounding (fp16 training)
+//      and DeepSpeed's pre-scaling (divide by gradient_predivide_factor) or 16-bit staging
+//      (communication_data_type), records the group's event, and issues the group's collective
+//      on the communicator's stream behind that event: stage 0 an all-reduce of the group's
+//      range in place, stages 1-3 a reduce-scatter into this rank's partition (the engine's
+//      layout). So the reduction of the last layers overlaps the backward of the first. At the
+//      step, groups not started yet (no hook) are started, all are waited for, and the result
+//      is multiplied by factor / world (or converted back from 16 bits).
 //   2. --dump-grads at step 1: the reduced gradients go to the engine's host accumulator and the
 //      trainer's observer runs as under dsc_step.
 //   3. global norm: stage 0 sums the whole (identical) reduced gradient on every rank and takes
@@ -31,8 +37,9 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 
-#include "dsc/engine.h" // dsc_engine, dsc_step_info
-#include "dsc/memory.h" // dsc_mem_pool
+#include "cuda/gpt2_cuda.h" // dsc_gpt2_cuda_grad_hook
+#include "dsc/engine.h"      // dsc_engine, dsc_step_info
+#include "dsc/memory.h"      // dsc_mem_pool
 
 typedef struct train_dp train_dp;
 struct dsc_cuda_state; // cuda/train_state.h
@@ -57,6 +64,11 @@ void dsc__train_dp_destroy(train_dp *dp); // NULL ok
 dsc_status dsc__train_dp_load(train_dp *dp);
 // The device state -> the engine's host buffers (collective at ZeRO 1-3).
 dsc_status dsc__train_dp_store(train_dp *dp);
+// The gradient hook the next micro-step's backward should carry (dsc_gpt2_cuda_set_grad_hook):
+// on the last micro-step of an optimizer step, *fn starts each group's reduction as the backward
+// completes it (*user: dp); on the others *fn and *user are NULL. Call before every micro-step.
+// Without it the step starts every group itself, after the backward: the same result.
+void dsc__train_dp_backward_hook(train_dp *dp, dsc_gpt2_cuda_grad_hook *fn, void **user);
 // After every micro-step, in place of dsc_step (same contract and info).
 dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info);
 // "nccl data-parallel over 4 GPUs, ZeRO stage 2 (optimizer partitioned), reduced in bf16".

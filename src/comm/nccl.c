@@ -18,8 +18,12 @@
 //   recorded; the request is done when the event is reached. Sends and receives wait in a
 //   pending list and are issued together in one ncclGroupStart/End when the next collective,
 //   wait or test comes, so that a ring of send-then-receive cannot deadlock.
+// - dsc__nccl_after_event (comm/nccl.h) makes the stream wait for an event of another stream and
+//   records a start event (the gate) after the wait; the next operation carries it, and its
+//   deadline does not count until the poll sees the gate reached.
 // - A failed or late operation (comm/nccl.h) breaks the dsc communicator, aborts the NCCL one
 //   (ncclCommAbort) and fails every request still pending or in flight with the first reason.
+// - A process-wide list of the live contexts lets dsc__nccl_after_event find a communicator's.
 // - Destroy: a healthy communicator is finalized (ncclCommFinalize, polled) and destroyed; a
 //   broken one, or one whose finalize misses the deadline, is aborted.
 // - dsc_comm_shrink: ncclCommShrink (NCCL >= 2.27.3) on the survivors, NCCL_SHRINK_ABORT when
@@ -46,7 +50,15 @@
 
 #define EVENT_POOL 64 // completion events kept for reuse
 
+// An operation in flight (r->impl).
+typedef struct flight {
+    cudaEvent_t done;  // recorded after the operation: reached when it finished
+    cudaEvent_t start; // recorded before it, after a wait on another stream (the gate of
+                       // dsc__nccl_after_event); NULL: no such wait, or the poll saw it passed
+} flight;
+
 typedef struct ncb {
+    struct ncb *next;    // the list of live contexts (dsc__nccl_after_event)
     dsc_comm *comm;
     ncclComm_t nc;       // NULL once aborted or destroyed
     dsc__nccl_site at;   // rank, world, device
@@ -55,8 +67,10 @@ typedef struct ncb {
     float *scratch;      // one device float: the barrier's all_reduce
     pthread_mutex_t mu;  // every NCCL and CUDA call of this communicator, and the lists below
     dsc_comm_req *pend_head, *pend_tail; // sends/receives not yet issued
-    dsc_comm_req *fly_head, *fly_tail;   // issued, in issue order; r->impl is the event
+    dsc_comm_req *fly_head, *fly_tail;   // issued, in issue order; r->impl is a flight
     bool settling;       // a thread waits out ncclInProgress with the lock released
+    cudaEvent_t gate;    // recorded after the last dsc__nccl_after_event wait, for the next
+                         // operation to carry (NULL: none waiting)
     cudaEvent_t pool[EVENT_POOL];
     int npool;
     long issued;         // operations issued (the inject hook counts them)
@@ -64,6 +78,9 @@ typedef struct ncb {
 } ncb;
 
 static double inject_s; // DSC_NCCL_INJECT_DELAY's pause (one per process; read by the stream)
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static ncb *live_head; // every context between create (or shrink) and destroy
 
 // ---- error translation ----
 
@@ -196,13 +213,33 @@ static void event_give(ncb *b, cudaEvent_t ev) {
     else (void)cudaEventDestroy(ev);
 }
 
+// r leaves the flight list: its events back to the pool (the stream may still reach them:
+// harmless reuse).
+static void flight_end(ncb *b, dsc_comm_req *r) {
+    flight *f = r->impl;
+    if (f) {
+        event_give(b, f->done);
+        event_give(b, f->start);
+        free(f);
+    }
+    r->impl = NULL;
+}
+
+// 1 reached, 0 not yet, -1 the query failed (*err says why).
+static int reached(cudaEvent_t ev, cudaError_t *err) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
+        (void)cudaGetLastError(); // not an error: keep it out of the next launch check
+    if (e != cudaErrorNotReady) *err = e;
+    return e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1;
+}
+
 // Finish every pending and in-flight request with (st, msg).
 static void fail_all(ncb *b, dsc_status st, const char *msg) {
     dsc_comm_req *r;
     while ((r = pop(&b->pend_head, &b->pend_tail))) dsc__req_finish(r, st, msg);
     while ((r = pop(&b->fly_head, &b->fly_tail))) {
-        event_give(b, (cudaEvent_t)r->impl); // the stream may still reach it: harmless reuse
-        r->impl = NULL;
+        flight_end(b, r);
         dsc__req_finish(r, st, msg);
     }
 }
@@ -264,8 +301,9 @@ static void inject_sleep(void *user) {
     nanosleep(&ts, NULL);
 }
 
-// After NCCL took the operation: its completion event, and the request joins the flight list.
-static dsc_status record(ncb *b, dsc_comm_req *r) {
+// The completion event after an operation (and before it the test hook's pause, if this is the
+// operation it names).
+static dsc_status mark_done(ncb *b, cudaEvent_t *out) {
     cudaEvent_t ev = NULL;
     CUDA_TRY(event_take(b, &ev));
     if (++b->issued == b->inject_op) {
@@ -282,8 +320,24 @@ static dsc_status record(ncb *b, dsc_comm_req *r) {
         event_give(b, ev);
         return cuda_fail(e, "cudaEventRecord after an NCCL operation", __FILE__, __LINE__);
     }
-    r->impl = (void *)ev;
-    r->t_clock = dsc_now(); // the deadline counts from NCCL's taking it (see progress)
+    *out = ev;
+    return DSC_OK;
+}
+
+// After NCCL took the operation: its completion event, the start event of a wait before it (if
+// one is open), and the request joins the flight list.
+static dsc_status record(ncb *b, dsc_comm_req *r) {
+    flight *f = calloc(1, sizeof *f);
+    if (!f) return dsc__fail(DSC_ERR_OOM, "nccl: out of memory for an operation in flight");
+    dsc_status st = mark_done(b, &f->done);
+    if (st != DSC_OK) {
+        free(f);
+        return st;
+    }
+    f->start = b->gate; // the operation is behind that wait, and so is everything after it
+    b->gate = NULL;
+    r->impl = f;
+    r->t_clock = dsc_now(); // the deadline counts from NCCL's taking it (see progress, probe)
     push(&b->fly_head, &b->fly_tail, r);
     return DSC_OK;
 }
@@ -375,19 +429,30 @@ static dsc_status launch(ncb *b, dsc_comm_req *r) {
 
 // ---- completion (lock held, device entered) ----
 
+// The head of the flight list, judged (comm/nccl.h). An operation behind a wait on another stream
+// is not timed until the poll sees that wait passed: its clock restarts at every poll until then.
 static dsc__nccl_verdict probe(ncb *b, dsc_comm_req *r, char *detail, size_t cap) {
-    cudaError_t e = cudaEventQuery((cudaEvent_t)r->impl);
-    if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
-        (void)cudaGetLastError(); // not an error: keep it out of the next launch check
-    dsc__nccl_probe p = {.event = e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1,
-                         .elapsed_s = dsc_now() - r->t_clock, .timeout_s = b->timeout};
-    if (p.event < 0) {
+    flight *f = r->impl;
+    cudaError_t e = cudaSuccess;
+    dsc__nccl_probe p = {.timeout_s = b->timeout};
+    if (f->start) {
+        int passed = reached(f->start, &e);
+        p.held = passed < 0 ? -1 : !passed;
+        if (passed >= 0) r->t_clock = dsc_now();
+        if (passed > 0) {
+            event_give(b, f->start);
+            f->start = NULL;
+        }
+    }
+    if (p.held >= 0) p.event = reached(f->done, &e);
+    p.elapsed_s = dsc_now() - r->t_clock;
+    if (p.held < 0 || p.event < 0) {
         snprintf(detail, cap, "%s", cudaGetErrorString(e));
         (void)cudaGetLastError();
     }
     ncclResult_t as = async_state(b->nc);
     p.async = as == ncclSuccess ? 0 : as == ncclInProgress ? 1 : -1;
-    if (p.async < 0 && p.event >= 0)
+    if (p.async < 0 && p.event >= 0 && p.held >= 0)
         snprintf(detail, cap, "%s: %s", ncclGetErrorString(as), ncclGetLastError(b->nc));
     return dsc__nccl_judge(&p);
 }
@@ -404,8 +469,7 @@ static bool progress(ncb *b, dsc_comm_req *r) {
         if (v == DSC__NCCL_RUNNING) break;
         if (v == DSC__NCCL_DONE) {
             pop(&b->fly_head, &b->fly_tail);
-            event_give(b, (cudaEvent_t)h->impl);
-            h->impl = NULL;
+            flight_end(b, h);
             dsc__req_finish(h, DSC_OK, NULL);
             // The next one waited behind h on the stream: its deadline counts from now.
             if (b->fly_head && b->fly_head->t_clock < dsc_now())
@@ -463,6 +527,62 @@ static void nccl_abort(void *impl, dsc_status st, const char *msg) {
     fail_all(b, st, msg);
     dev_leave(b, prev);
     pthread_mutex_unlock(&b->mu);
+}
+
+// ---- waiting for another stream ----
+
+static void live_add(ncb *b) {
+    pthread_mutex_lock(&live_mu);
+    b->next = live_head;
+    live_head = b;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(ncb *b) {
+    pthread_mutex_lock(&live_mu);
+    ncb **p = &live_head;
+    while (*p && *p != b) p = &(*p)->next;
+    if (*p) *p = b->next;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static ncb *live_find(const dsc_comm *c) {
+    pthread_mutex_lock(&live_mu);
+    ncb *b = live_head;
+    while (b && b->comm != c) b = b->next;
+    pthread_mutex_unlock(&live_mu);
+    return b;
+}
+
+// The stream waits for ev, then the gate is recorded (lock held, device entered). Pending sends
+// and receives go out first; an NCCL call settling on another thread finishes first, so that the
+// wait lands between whole operations.
+static dsc_status hold(ncb *b, cudaEvent_t ev) {
+    const char *what = "waiting for another stream (dsc__nccl_after_event)";
+    if (!b->nc) return broken_error(b, what);
+    DSC_TRY(flush(b));
+    if (!wait_idle(b)) return broken_error(b, what);
+    if (!b->gate) CUDA_TRY(event_take(b, &b->gate));
+    CUDA_TRY(cudaStreamWaitEvent(b->stream, ev, 0));
+    CUDA_TRY(cudaEventRecord(b->gate, b->stream)); // a gate not yet carried moves to here
+    return DSC_OK;
+}
+
+dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
+    if (!c || !cuda_event)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_after_event: NULL %s",
+                         c ? "event" : "communicator");
+    ncb *b = live_find(c);
+    if (!b)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_after_event: the communicator's "
+                         "backend is %s; only nccl communicators run on a CUDA stream",
+                         dsc_comm_backend(c));
+    pthread_mutex_lock(&b->mu);
+    int prev = dev_enter(b);
+    dsc_status st = hold(b, (cudaEvent_t)cuda_event);
+    dev_leave(b, prev);
+    pthread_mutex_unlock(&b->mu);
+    return st;
 }
 
 // ---- create / destroy ----
@@ -647,6 +767,7 @@ static void ncb_free(ncb *b) {
         (void)cudaGetLastError();
     }
     for (int k = 0; k < b->npool; k++) (void)cudaEventDestroy(b->pool[k]);
+    if (b->gate) (void)cudaEventDestroy(b->gate);
     if (b->scratch) (void)cudaFree(b->scratch);
     if (b->stream) (void)cudaStreamDestroy(b->stream);
     pthread_mutex_destroy(&b->mu);
@@ -681,6 +802,7 @@ static dsc_status nccl_create(dsc_comm *c, const dsc_comm_opts *o, int *rank_out
         return st;
     }
     dev_leave(b, prev);
+    live_add(b);
     DSC_DEBUG("comm", "nccl communicator: rank %d of %d on cuda:%d (NCCL %d)", rank, world, dev,
               NCCL_VERSION_CODE);
     *rank_out = rank;
@@ -711,6 +833,7 @@ static void end_nccl(ncb *b) {
 
 static void nccl_destroy(void *impl) {
     ncb *b = impl;
+    live_remove(b);
     pthread_mutex_lock(&b->mu);
     wait_idle(b);
     int prev = dev_enter(b), dev = b->at.device;
@@ -773,6 +896,7 @@ static dsc_status nccl_shrink(void *impl, dsc_comm *nc_comm, const int *exclude,
         *rank = nb->at.rank;
         *size = nb->at.world;
         *impl_out = nb;
+        live_add(nb);
     } else if (nb) {
         if (nb->nc) (void)ncclCommAbort(nb->nc);
         ncb_free(nb);
@@ -796,5 +920,18 @@ const dsc__comm_ops dsc__nccl_ops = {
     .shrink = nccl_shrink,
 #endif
 };
+
+#else // a build without NCCL: the entry point exists and says why it cannot work
+
+#include "base/status.h" // dsc__fail
+#include "comm/nccl.h"   // dsc__nccl_after_event
+
+dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
+    (void)c;
+    (void)cuda_event;
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc__nccl_after_event: this dsc was built without "
+                     "NCCL, so it has no nccl communicators; install NCCL (libnccl-dev) and "
+                     "rebuild");
+}
 
 #endif // DSC_WITH_NCCL

@@ -1,17 +1,23 @@
 // comm/nccl.h - the nccl backend's host-side decisions, apart from NCCL so that every build tests
-// them (tests/unit/test_comm_nccl.c), and its test hook.
+// them (tests/unit/test_comm_nccl.c), its test hook, and its one entry point beyond dsc/comm.h
+// (dsc__nccl_after_event).
 //
 // An NCCL operation of dsc is done when the CUDA event recorded after it on the communicator's
 // stream has been reached. NCCL itself never gives up on a peer that hangs, so the host polls
-// three things together, in this precedence:
-//   1. the event query failed (a CUDA error: a kernel fault, a lost device)   -> CUDA error
+// these together, in this precedence:
+//   1. an event query failed (a CUDA error: a kernel fault, a lost device)    -> CUDA error
 //   2. ncclCommGetAsyncError reports an error (a peer failed, a network error) -> NCCL error
 //      (also when the event was reached: NCCL's kernels leave early on an error, so the data
 //      are not the result)
 //   3. the event was reached                                                   -> done
-//   4. the request is older than the deadline (fault_tolerance.comm_timeout_s)  -> timeout
-//   otherwise it is still running.
-// On 1, 2 and 4 the backend aborts the NCCL communicator (ncclCommAbort: kernels waiting for
+//   4. the operation is still held by a wait on another stream (issued after
+//      dsc__nccl_after_event, whose event is not reached yet)                  -> running, with
+//      no deadline: it has not started, and the caller's kernels are not communication
+//   5. the request is older than the deadline (fault_tolerance.comm_timeout_s)  -> timeout
+//   otherwise it is still running. The age counts from when NCCL took the operation, from when
+//   the operation before it finished, or from when the poll first saw its wait passed, the latest
+//   of these.
+// On 1, 2 and 5 the backend aborts the NCCL communicator (ncclCommAbort: kernels waiting for
 // peers exit) and the dsc communicator is broken with the message made here.
 //
 // Test hook (docs/comm.md): DSC_NCCL_INJECT_DELAY="K:S" makes the K-th operation (1-based) of
@@ -25,6 +31,8 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 
+#include "dsc/comm.h" // dsc_comm, dsc_status
+
 typedef enum dsc__nccl_verdict {
     DSC__NCCL_RUNNING = 0,
     DSC__NCCL_DONE,
@@ -36,8 +44,10 @@ typedef enum dsc__nccl_verdict {
 typedef struct dsc__nccl_probe {
     int event;        // cudaEventQuery: 1 reached, 0 not yet, -1 failed
     int async;        // ncclCommGetAsyncError: 0 ncclSuccess, 1 ncclInProgress, -1 an error
-    double elapsed_s; // since the request was submitted
+    double elapsed_s; // since the deadline started counting (see above)
     double timeout_s; // the communicator's deadline
+    int held;         // the wait before it (dsc__nccl_after_event): 0 none or passed, 1 not yet
+                      // passed, -1 its event query failed
 } dsc__nccl_probe;
 
 dsc__nccl_verdict dsc__nccl_judge(const dsc__nccl_probe *p);
@@ -56,5 +66,14 @@ void dsc__nccl_fault_msg(char *msg, size_t cap, const dsc__nccl_site *at, const 
 
 // DSC_NCCL_INJECT_DELAY parsed: *op (0: none) and *seconds. false when it is set but malformed.
 bool dsc__nccl_inject_parse(const char *spec, long *op, double *seconds);
+
+// Operations issued on c after this call start on the device only once cuda_event (a cudaEvent_t
+// the caller recorded, on any stream, before the call) is reached: the communicator's stream
+// waits for it (cudaStreamWaitEvent); the host does not wait. Sends and receives posted before
+// the call are issued first, so they stay ahead of the wait. The first operation issued after
+// the call is not timed while the wait holds it (rule 4 above). c must be an nccl communicator;
+// DSC_ERR_INVALID_ARG otherwise, DSC_ERR_UNSUPPORTED in a build without NCCL, the broken reason
+// when c is broken, DSC_ERR_CUDA when the wait cannot be enqueued.
+dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event);
 
 #endif

@@ -6,9 +6,10 @@
 #include <stdlib.h> // strtol, strtod
 
 dsc__nccl_verdict dsc__nccl_judge(const dsc__nccl_probe *p) {
-    if (p->event < 0) return DSC__NCCL_CUDA_ERROR;
+    if (p->event < 0 || p->held < 0) return DSC__NCCL_CUDA_ERROR;
     if (p->async < 0) return DSC__NCCL_NCCL_ERROR;
     if (p->event > 0) return DSC__NCCL_DONE;
+    if (p->held > 0) return DSC__NCCL_RUNNING; // not started: the deadline does not count yet
     if (p->elapsed_s >= p->timeout_s) return DSC__NCCL_TIMEOUT;
     return DSC__NCCL_RUNNING;
 }

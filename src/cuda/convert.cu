@@ -1,4 +1,4 @@
-// cuda/convert.cu - scaling, 16-bit staging and host copies of flat arrays (see convert.h).
+// cuda/convert.cu - scaling, 16-bit staging, host copies and events (see convert.h).
 #include "cuda/convert.h"
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_f32_bf16, dsc_f32_fp16
@@ -82,5 +82,24 @@ extern "C" dsc_status dsc__cuda_to_device(void *dev, const void *host, size_t by
     if (bytes == 0) return DSC_OK;
     DSC_CUDA_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
     DSC_CUDA_TRY(cudaStreamSynchronize(as_stream(stream)));
+    return DSC_OK;
+}
+
+// ---- events ----
+
+extern "C" dsc_status dsc__cuda_event_create(void **ev) {
+    cudaEvent_t e = NULL;
+    DSC_CUDA_TRY(cudaEventCreate(&e));
+    *ev = (void *)e;
+    return DSC_OK;
+}
+
+extern "C" void dsc__cuda_event_destroy(void *ev) {
+    if (ev) (void)cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" dsc_status dsc__cuda_event_record(void *ev, void *stream) {
+    DSC_CUDA_ARG(ev != NULL, "event record: NULL event");
+    DSC_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, as_stream(stream)));
     return DSC_OK;
 }

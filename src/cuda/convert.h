@@ -1,6 +1,7 @@
 // cuda/convert.h - flat fp32 arrays on the device: scaling, 16-bit staging of gradient
-// reductions (communication_data_type), and the copies between host and device that the GPU
-// trainer's data-parallel path makes.
+// reductions (communication_data_type), the copies between host and device that the GPU
+// trainer's data-parallel path makes, and the events by which it hands a range of gradients from
+// its compute stream to the communicator's stream.
 //
 // Conversions round to nearest even exactly as dsc/half.h does on the CPU (bf16: NaN kept quiet;
 // fp16: overflow to inf, subnormals), so a value staged on the device equals the CPU engine's
@@ -35,6 +36,12 @@ dsc_status dsc__cuda_from16(float *dst, const uint16_t *src, size_t n, float sca
 // `stream`; both wait for it.
 dsc_status dsc__cuda_to_host(void *host, const void *dev, size_t bytes, void *stream);
 dsc_status dsc__cuda_to_device(void *dev, const void *host, size_t bytes, void *stream);
+
+// A CUDA event (*ev: a cudaEvent_t, caller owns; destroy(NULL) is a no-op), and its recording on
+// `stream`: the event is reached once the work enqueued there before it is done. Nothing waits.
+dsc_status dsc__cuda_event_create(void **ev);
+void dsc__cuda_event_destroy(void *ev);
+dsc_status dsc__cuda_event_record(void *ev, void *stream);
 
 #ifdef __cplusplus
 }

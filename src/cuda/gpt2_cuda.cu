@@ -371,6 +371,11 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
                                           p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C, m->fp16, st);
 }
 
+extern "C" dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss) {
+    DSC_CUDA_ARG(m && loss && m->B > 0, "gpt2 cuda read loss: needs a model that ran a forward");
+    return read_loss(m, loss);
+}
+
 extern "C" void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn,
                                            void *user) {
     m->hook = fn;

@@ -76,6 +76,11 @@ dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *par
                                     const int32_t *targets, int B, int T, float loss_scale,
                                     float *loss);
 
+// The mean loss of the last forward with targets (or train step), read now: waits for the
+// model's stream. For a train step called with loss NULL, so that the host can do other work
+// (e.g. take gradients as the hook hands them over) before it waits.
+dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss);
+
 // A hook called on the host while a backward (dsc_gpt2_cuda_backward or _train_step) is being
 // enqueued: once per parameter group of the model table (dsc_gpt2_tensor_info.group), right after
 // the last kernel that writes that group's gradients has been enqueued on the model's stream, in

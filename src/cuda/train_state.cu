@@ -33,6 +33,13 @@ static void host_unregister(void *p) { (void)cudaHostUnregister(p); }
 #endif
 }
 
+extern "C" bool dsc__cuda_host_pin(void *p, size_t bytes, char *why, size_t cap) {
+    return host_register(p, bytes, why, cap);
+}
+extern "C" void dsc__cuda_host_unpin(void *p) {
+    if (p) host_unregister(p);
+}
+
 // ---- the device ----
 
 // Dense bf16 tensor-core peaks (FLOP/s, fp32 accumulation) from the vendors' data sheets. The
@@ -276,7 +283,14 @@ extern "C" dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s) {
 }
 
 extern "C" dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s) {
-    return dsc__cuda_round_fp16(s->grad, (int64_t)s->n, s->stream);
+    return dsc__cuda_state_round_grads_fp16_range(s, 0, s->n);
+}
+
+extern "C" dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, size_t off,
+                                                             size_t n) {
+    DSC_CUDA_ARG(off <= s->n && n <= s->n - off, "round to fp16: range %zu + %zu outside the %zu "
+                 "gradients", off, n, s->n);
+    return dsc__cuda_round_fp16(s->grad + off, (int64_t)n, s->stream);
 }
 
 extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,

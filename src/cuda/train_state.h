@@ -87,6 +87,11 @@ void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinn
 void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_t n, bool *pinned, char *why,
                          size_t cap);
 
+// Page-lock any host range for fast bus copies (false, with the reason in why, when the system
+// refuses); unpin it before freeing it. NULL ok for unpin.
+bool dsc__cuda_host_pin(void *p, size_t bytes, char *why, size_t cap);
+void dsc__cuda_host_unpin(void *p);
+
 // fp16 training: p16 holds fp16 from the next upload or step on (call before the first upload).
 void dsc__cuda_state_set_fp16(dsc_cuda_state *s, bool on);
 
@@ -109,6 +114,9 @@ dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s);
 // values, in place, exactly as the engine's CPU step rounds its fp16 gradients (values beyond
 // fp16's range become inf, so the overflow flag below sees them).
 dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s);
+// The same over the n gradients at off (e.g. one parameter group's range, as soon as the backward
+// has finished it): element by element the same bits as the whole-array call.
+dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, size_t off, size_t n);
 
 // Sum of squares of grad * scale (double, fixed order) and whether any element was inf/NaN. Waits.
 dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,

@@ -62,6 +62,9 @@
 #define cudaEventRecord hipEventRecord
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventElapsedTime hipEventElapsedTime
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDisableTiming hipEventDisableTiming
+#define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaErrorUnknown hipErrorUnknown
 #define cudaGraph_t hipGraph_t
 #define cudaGraphExec_t hipGraphExec_t

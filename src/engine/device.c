@@ -168,12 +168,20 @@ float *dsc__engine_grad_acc(dsc_engine *e, size_t *len) {
     return e->acc;
 }
 
-dsc_status dsc__engine_observe_device_grads(dsc_engine *e) {
-    if (!e->observer) return DSC_OK;
+static dsc_status observe(dsc_engine *e) {
     dsc_grad_observer fn = e->observer;
     e->observer = NULL;
     e->observer_inv_scale = 1.0 / dsc_loss_scaler_scale(&e->scaler); // as dsc_step's info
-    dsc_status st = fn(e->observer_user, e);
+    return fn(e->observer_user, e);
+}
+
+dsc_status dsc__engine_observe_device_grads(dsc_engine *e) {
+    if (!e->observer) return DSC_OK;
+    dsc_status st = observe(e);
     dsc__zero_zero_acc(e);
     return st;
+}
+
+dsc_status dsc__engine_observe_host_grads(dsc_engine *e) {
+    return e->observer ? observe(e) : DSC_OK;
 }

@@ -98,6 +98,9 @@ const char *dsc__engine_host_backend(void);
 bool dsc__engine_grads_observed(const dsc_engine *e);
 float *dsc__engine_grad_acc(dsc_engine *e, size_t *len);
 dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
+// The same for a caller that keeps the step's gradients in that accumulator (ZeRO-Offload from a
+// device: the CPU optimizer reads them next): the observer runs, the accumulator stays.
+dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
 
 // What the device applies at this optimizer step.
 typedef struct dsc__device_step {

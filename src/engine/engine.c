@@ -189,6 +189,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(load_config(e, o));
     e->prec = e->cfg.fp16.enabled ? PREC_FP16 : e->cfg.bf16.enabled ? PREC_BF16 : PREC_FP32;
     e->stage = (int)e->cfg.zero_optimization.stage;
+    e->no_compute_copy = o->no_compute_copy;
     DSC_TRY(comm_dtype(e));
     DSC_TRY(optimizer_from_config(e));
     DSC_TRY(schedule_from_config(e));

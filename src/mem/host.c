@@ -47,6 +47,11 @@ static dsc_status host_reserve(dsc_mem_pool *p, size_t bytes, uintptr_t *base) {
         return dsc__fail(DSC_ERR_OOM, "%s: the system refused %s more (mmap: %s)", p->name,
                          dsc_mem_format_bytes(bytes, b, sizeof b), strerror(errno));
     }
+#ifdef MADV_HUGEPAGE
+    // Transparent huge pages where the system offers them: a model's state is tens of GB, and
+    // first-touching it 4 KiB at a time costs millions of page faults (a hint; failure is fine).
+    if (bytes >= ((size_t)2 << 20)) (void)madvise(m, bytes, MADV_HUGEPAGE);
+#endif
     if (p->pinned) pin(p, m, bytes);
     *base = (uintptr_t)m;
     return DSC_OK;

@@ -15,6 +15,11 @@
 // messages to oneself; the abort of a kernel stuck on a peer is for several GPUs.)
 // dsc_comm_shrink with nobody excluded gives a working one-rank communicator (or is reported as
 // refused by NCCL).
+// dsc__nccl_after_event (comm/nccl.h): a user stream held by a host function, then a kernel
+// writing the input, then an event; the communicator waits for the event without the host
+// waiting, and its all_reduce must see the kernel's data; a wait of 2.5 s on the user stream with
+// comm_timeout_s 1 is no timeout; an operation that is late after its wait passed (the test
+// hook) times out about comm_timeout_s after the wait passed, not after it was issued.
 // Several GPUs (when visible): one thread per GPU, world = GPUs (at most 8), every collective and
 // dtype against host sums of small integers (exact in every dtype and summation order), a
 // send-then-receive ring, and dsc_comm_shrink without the last rank followed by an all_reduce
@@ -31,6 +36,7 @@
 
 extern "C" {
 #include "base/time.h" // dsc_now
+#include "comm/nccl.h" // dsc__nccl_after_event
 }
 #include "cuda/convert.h" // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale
 #include "dsc/comm.h"     // dsc_comm_*
@@ -366,6 +372,149 @@ static void shrink_one(void) {
     dsc_comm_destroy(c);
 }
 
+// ---- waiting for another stream: dsc__nccl_after_event ----
+
+__global__ void fill_kernel(float *x, size_t n, float base) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = base + (float)(i % 1000);
+}
+
+// One thread busy for ns nanoseconds of the GPU's global timer: a stream held by device work, as
+// a backward holds it (a host function would also hold CUDA's host-function thread, which other
+// libraries' host functions queue behind).
+__global__ void spin_kernel(long long ns) {
+    long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+// On `user`: hold the stream *hold_s seconds (a spinning kernel), then fill x (n) with base + i %
+// 1000, then record ev. Returns at once.
+static void held_fill(cudaStream_t user, const double *hold_s, float *x, size_t n, float base,
+                      cudaEvent_t ev) {
+    spin_kernel<<<1, 1, 0, user>>>((long long)(*hold_s * 1e9));
+    CK(cudaGetLastError());
+    fill_kernel<<<64, 256, 0, user>>>(x, n, base);
+    CK(cudaGetLastError());
+    CK(cudaEventRecord(ev, user));
+}
+
+static bool filled(const float *x, size_t n, float base) {
+    std::vector<float> h = dev_download(x, n);
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != base + (float)(i % 1000)) return false;
+    return true;
+}
+
+// The collective sees what the user stream wrote before the event; nobody waits on the host.
+static void after_event_order(void) {
+    dsc_comm *c = make_one(30);
+    const size_t n = 1 << 20;
+    static const double hold = 1.0;
+    float *x = dev_alloc<float>(n), *out = dev_alloc<float>(n);
+    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, NULL)); // NCCL's first-use setup
+    poison(x, n * 4);
+    poison(out, n * 4);
+    SYNC();
+    cudaStream_t user;
+    cudaEvent_t ev;
+    CK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    double t0 = dsc_now();
+    held_fill(user, &hold, x, n, 7.0f, ev);
+    dsc_comm_req *r = NULL;
+    DS(dsc__nccl_after_event(c, ev));
+    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, &r));
+    double issued = dsc_now() - t0;
+    bool early = false;
+    DS(dsc_comm_test(r, &early));
+    if (!early) DS(dsc_comm_wait(r));
+    double dt = dsc_now() - t0;
+    printf("  after_event: issued after %.3f s, done after %.3f s (user stream held %.1f s)\n",
+           issued, dt, hold);
+    check_true("after_event: the host did not wait for the user stream (issued < 0.5 s)",
+               issued < 0.5);
+    check_true("after_event: the collective waited for the event (not done while held, done "
+               "after the hold)", !early && dt >= hold * 0.9);
+    check_true("after_event: the result is the data the user stream wrote before the event",
+               filled(out, n, 7.0f));
+    // with no wait in between, the next operation runs at once and the event is not waited again
+    DS(dsc_comm_all_reduce(c, out, x, n, DSC_DT_F32, DSC_OP_SUM, NULL));
+    check_true("after_event: later operations keep working", filled(x, n, 7.0f));
+    bool e1 = dsc__nccl_after_event(c, NULL) == DSC_ERR_INVALID_ARG;
+    bool e2 = dsc__nccl_after_event(NULL, ev) == DSC_ERR_INVALID_ARG;
+    check_true("after_event: NULL event or communicator refused", e1 && e2);
+    dsc_comm_destroy(c);
+    CK(cudaEventDestroy(ev));
+    CK(cudaStreamDestroy(user));
+    CK(cudaFree(x));
+    CK(cudaFree(out));
+}
+
+// A wait longer than comm_timeout_s on the user stream is not communication: no timeout.
+static void after_event_untimed(void) {
+    dsc_comm *c = make_one(1.0);
+    const size_t n = 4096;
+    static const double hold = 2.5;
+    float *x = dev_alloc<float>(n);
+    cudaStream_t user;
+    cudaEvent_t ev;
+    CK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    SYNC();
+    double t0 = dsc_now();
+    held_fill(user, &hold, x, n, 3.0f, ev);
+    dsc_status st = dsc__nccl_after_event(c, ev);
+    if (st == DSC_OK) st = dsc_comm_all_reduce(c, x, x, n, DSC_DT_F32, DSC_OP_SUM, NULL);
+    double dt = dsc_now() - t0;
+    printf("  after_event: a %.1f s wait with comm_timeout_s 1: %s after %.3f s%s%s\n", hold,
+           dsc_status_name(st), dt, st == DSC_OK ? "" : ": ", st == DSC_OK ? "" : dsc_last_error());
+    check_true("after_event: a wait for the user stream longer than comm_timeout_s is no timeout",
+               st == DSC_OK && dt >= hold * 0.9 && !dsc_comm_is_broken(c, NULL, NULL) &&
+                   filled(x, n, 3.0f));
+    dsc_comm_destroy(c);
+    CK(cudaEventDestroy(ev));
+    CK(cudaStreamDestroy(user));
+    CK(cudaFree(x));
+}
+
+// The operation behind the wait is late (the test hook holds its stream 3 s after NCCL's work):
+// the deadline counts from the wait's end (1 s hold + 1 s limit), not from the issue (1 s).
+static void after_event_late(void) {
+    setenv("DSC_NCCL_INJECT_DELAY", "1:3", 1);
+    dsc_comm *c = make_one(1.0);
+    unsetenv("DSC_NCCL_INJECT_DELAY");
+    const size_t n = 4096;
+    static const double hold = 1.0;
+    float *x = dev_alloc<float>(n);
+    cudaStream_t user;
+    cudaEvent_t ev;
+    CK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    SYNC();
+    watch w = {c, dsc_now(), -1, 0};
+    held_fill(user, &hold, x, n, 1.0f, ev);
+    pthread_t th;
+    pthread_create(&th, NULL, watch_broken, &w);
+    dsc_status st = dsc__nccl_after_event(c, ev);
+    if (st == DSC_OK) st = dsc_comm_all_reduce(c, x, x, n, DSC_DT_F32, DSC_OP_SUM, NULL);
+    w.stop = 1;
+    pthread_join(th, NULL);
+    printf("  after_event: a late operation behind a %.1f s wait: broken after %.3f s, %s\n",
+           hold, w.at, dsc_status_name(st));
+    check_true("after_event: a late operation times out comm_timeout_s after its wait passed "
+               "(broken within 1.8-3 s: hold 1 s + limit 1 s)",
+               st == DSC_ERR_TIMEOUT && w.at >= 1.8 && w.at < 3.0);
+    dsc_comm_destroy(c);
+    CK(cudaStreamSynchronize(user));
+    CK(cudaEventDestroy(ev));
+    CK(cudaStreamDestroy(user));
+    CK(cudaFree(x));
+}
+
 // ---- several GPUs: one thread per rank ----
 
 typedef struct rank_ctx {
@@ -586,6 +735,9 @@ int main(void) {
     deadline();
     abort_from_thread();
     shrink_one();
+    after_event_order();
+    after_event_untimed();
+    after_event_late();
     several_gpus();
     return finish("test_cuda_nccl");
 }

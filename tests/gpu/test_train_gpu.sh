@@ -25,6 +25,11 @@ run() { run_one "$@"; }
 run cpu cpu "$T/bf16.json" 40
 run gpu cuda "$T/bf16.json" 40
 DSC_SIMD=scalar run off cuda "$T/offload.json" 40 # the GPU step equals the scalar CPU step
+DSC_SIMD=scalar DSC_OFFLOAD_STREAM=0 run off_whole cuda "$T/offload.json" 40
+# Without clipping the streamed offload's optimizer runs as the groups land (during backward).
+sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/offload.json" >"$T/off_noclip.json"
+run early cuda "$T/off_noclip.json" 20
+DSC_OFFLOAD_STREAM=0 run early_whole cuda "$T/off_noclip.json" 20
 run fp16 cuda "$T/fp16.json" 12
 DSC_INJECT_OVERFLOW=3 run inject cuda "$T/fp16.json" 6
 run full cuda "$T/bf16.json" 20
@@ -39,6 +44,17 @@ check "GPU loss falls" -- falls gpu
 check "CPU loss falls" -- falls cpu
 check "ZeRO-Offload agrees with the GPU optimizer" -- compare gpu off 1e-6 1e-4 1e-3
 check "the GPU banner names the device and offload" -- grep -q "ZeRO-Offload" "$T/off.log"
+check "the banner says the offload is streamed per layer group" -- grep -q "per layer group, overlapping the backward" "$T/off.log"
+check "streamed ZeRO-Offload equals the whole-gradient offload step bit for bit (clipping on)" -- cmp <(cols "$T/off/metrics.jsonl") <(cols "$T/off_whole/metrics.jsonl")
+check "streamed ZeRO-Offload without clipping (optimizer during backward) bit for bit" -- cmp <(cols "$T/early/metrics.jsonl") <(cols "$T/early_whole/metrics.jsonl")
+check "metrics.jsonl: offload host times; the optimizer overlaps the backward only without clipping" -- $PY -c "
+import json
+def rows(n): return [json.loads(x) for x in open('$T/' + n + '/metrics.jsonl')]
+for r in rows('early'):
+    assert r['offload_overlapped'] is True and r['offload_cpu_ms'] > 0 and r['offload_grad_wait_ms'] >= 0, r
+for r in rows('off'):
+    assert r['offload_overlapped'] is False and r['offload_cpu_ms'] > 0, r
+assert all('offload_cpu_ms' not in r for r in rows('off_whole') + rows('gpu'))"
 check "fp16 on the GPU: a loss scale, growing every 4 clean steps" -- $PY -c "
 import json
 s = [json.loads(x)['loss_scale'] for x in open('$T/fp16/metrics.jsonl')]

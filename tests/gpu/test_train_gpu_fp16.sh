@@ -31,6 +31,10 @@ run cpu16 cpu "$T/fp16.json" 40
 run gpu16 cuda "$T/fp16.json" 40
 run gpu_bf16 cuda "$T/bf16.json" 40
 DSC_SIMD=scalar run off16 cuda "$T/offload.json" 40 # the GPU step equals the scalar CPU step
+DSC_SIMD=scalar DSC_OFFLOAD_STREAM=0 run off16_whole cuda "$T/offload.json" 40
+cfg "$T/forced_off.json" ', "fp16": {"enabled": true, "initial_scale_power": 32, "hysteresis": 1}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}'
+run forced_off cuda "$T/forced_off.json" 24
+DSC_OFFLOAD_STREAM=0 run forced_off_whole cuda "$T/forced_off.json" 24
 run forced cuda "$T/forced.json" 40
 run cpu_forced cpu "$T/forced.json" 40
 run fp32 cuda "$T/fp32.json" 2
@@ -96,4 +100,7 @@ check "no bf16 note for an fp16 config" -- bash -c "! grep -q 'computes in bf16'
 check "metrics name fp16" -- compute_is gpu16 fp16
 check "metrics name bf16" -- compute_is gpu_bf16 bf16
 check "an fp32 config: the note and bf16 compute" -- bash -c "grep -qF 'computes in bf16' '$T/fp32.log' && grep -qF 'bf16 compute, fp32 config' '$T/fp32.log'"
+check "streamed fp16 ZeRO-Offload equals the whole-gradient offload step bit for bit" -- cmp <(cols "$T/off16/metrics.jsonl") <(cols "$T/off16_whole/metrics.jsonl")
+check "streamed fp16 ZeRO-Offload skips the same overflowing steps, bit for bit" -- cmp <(cols "$T/forced_off/metrics.jsonl") <(cols "$T/forced_off_whole/metrics.jsonl")
+check "the forced offload run skipped steps" -- grep -q '"skipped": true' "$T/forced_off/metrics.jsonl"
 finish

@@ -1,8 +1,9 @@
 // Tests of the nccl backend's host-side parts, on any machine: the polling verdict (event,
-// NCCL's asynchronous error, deadline) and the broken communicator's messages, the test hook's
-// parser, the registry (dsc_comm_backend_available, the error when nccl is asked for but cannot
-// run here), dsc_comm_shrink's checks, and where the engine's own collectives go when nccl is
-// selected. The collectives themselves run on a GPU: tests/cuda/test_cuda_nccl.cu.
+// NCCL's asynchronous error, a wait on another stream, deadline) and the broken communicator's
+// messages, the test hook's parser, the registry (dsc_comm_backend_available, the error when nccl
+// is asked for but cannot run here), dsc_comm_shrink's checks, dsc__nccl_after_event's refusals,
+// and where the engine's own collectives go when nccl is selected. The collectives themselves
+// run on a GPU: tests/cuda/test_cuda_nccl.cu.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,25 @@ static void test_verdict(void **state) {
     // a failed event query wins over everything
     assert_int_equal(judge(-1, -1, 99.0, 30), DSC__NCCL_CUDA_ERROR);
     assert_int_equal(judge(-1, 0, 0.0, 30), DSC__NCCL_CUDA_ERROR);
+}
+
+static dsc__nccl_verdict judge_held(int held, int event, int async, double elapsed) {
+    dsc__nccl_probe p = {.event = event, .async = async, .elapsed_s = elapsed, .timeout_s = 30,
+                         .held = held};
+    return dsc__nccl_judge(&p);
+}
+
+// An operation behind a wait on another stream (dsc__nccl_after_event) is not timed while held.
+static void test_verdict_held(void **state) {
+    assert_int_equal(judge_held(1, 0, 0, 0.0), DSC__NCCL_RUNNING);
+    assert_int_equal(judge_held(1, 0, 0, 1e6), DSC__NCCL_RUNNING); // a long backward: not late
+    assert_int_equal(judge_held(1, 0, 1, 1e6), DSC__NCCL_RUNNING);
+    assert_int_equal(judge_held(0, 0, 0, 30.0), DSC__NCCL_TIMEOUT); // passed: timed again
+    assert_int_equal(judge_held(0, 1, 0, 99.0), DSC__NCCL_DONE);
+    // errors still end it while held: NCCL's (a peer failed), and a failed query of the wait
+    assert_int_equal(judge_held(1, 0, -1, 0.0), DSC__NCCL_NCCL_ERROR);
+    assert_int_equal(judge_held(-1, 0, 0, 0.0), DSC__NCCL_CUDA_ERROR);
+    assert_int_equal(judge_held(-1, 0, -1, 0.0), DSC__NCCL_CUDA_ERROR);
 }
 
 static void has(const char *msg, const char *needle) {
@@ -141,6 +161,26 @@ static void test_shrink_checks(void **state) {
     dsc_comm_destroy(c);
 }
 
+// dsc__nccl_after_event is for nccl communicators only; without NCCL it says the build lacks it.
+static void test_after_event_refusals(void **state) {
+    dsc_comm_opts o = dsc_comm_opts_default();
+    o.rank = 0;
+    o.world_size = 1;
+    dsc_comm *c = NULL;
+    assert_int_equal(dsc_comm_create(&c, &o), DSC_OK); // shm
+    int not_an_event = 0;
+#ifdef DSC_WITH_NCCL
+    assert_int_equal(dsc__nccl_after_event(c, &not_an_event), DSC_ERR_INVALID_ARG);
+    has(dsc_last_error(), "backend is shm");
+    assert_int_equal(dsc__nccl_after_event(NULL, &not_an_event), DSC_ERR_INVALID_ARG);
+    assert_int_equal(dsc__nccl_after_event(c, NULL), DSC_ERR_INVALID_ARG);
+#else
+    assert_int_equal(dsc__nccl_after_event(c, &not_an_event), DSC_ERR_UNSUPPORTED);
+    has(dsc_last_error(), "built without NCCL");
+#endif
+    dsc_comm_destroy(c);
+}
+
 // DSC_COMM_BACKEND=nccl is for the device collectives; the engine's own stay on a host backend.
 static void test_engine_host_backend(void **state) {
     unsetenv("DSC_COMM_BACKEND");
@@ -159,10 +199,12 @@ static void test_engine_host_backend(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verdict),
+        cmocka_unit_test(test_verdict_held),
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_inject_parse),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_shrink_checks),
+        cmocka_unit_test(test_after_event_refusals),
         cmocka_unit_test(test_engine_host_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -214,6 +214,49 @@ static void test_device_hooks_match_backward(void **state) {
     dsc_engine_destroy(ref);
 }
 
+// no_compute_copy (a model on a GPU): no host compute copy (dsc_param_data NULL, 4 bytes per
+// parameter less), and the engine's own steps give the same masters bit for bit. Stages 0 and 1
+// (stage 2's gradients need the gather protocol, which `backward` here does not follow).
+static void test_no_compute_copy(void **state) {
+    for (int stage = 0; stage <= 1; stage++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": "
+                 "{\"enabled\": true}, \"gradient_clipping\": 0.5, \"zero_optimization\": "
+                 "{\"stage\": %d}, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+                 "{\"lr\": 0.01}}}", stage);
+        dsc_engine *a = make(json), *b = NULL;
+        dsc_engine_opts o = {.config_json = json, .params = params, .nparams = 3,
+                             .world_size = 1, .no_compute_copy = true};
+        assert_int_equal(dsc_engine_create(&b, &o), DSC_OK);
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < numel(i); k++)
+                dsc_param_master(b, i)[k] = 0.1f * (float)(k + 1) * (i == 2 ? -1.0f : 1.0f);
+        assert_int_equal(dsc_params_updated(b), DSC_OK);
+        assert_non_null(dsc_param_data(a, 0));
+        assert_null(dsc_param_data(b, 0));
+        dsc_engine_memory ma, mb;
+        dsc_engine_memory_get(a, &ma);
+        dsc_engine_memory_get(b, &mb);
+        assert_true(mb.params < ma.params);
+        for (int step = 0; step < 3; step++) {
+            dsc_step_info ia, ib;
+            backward(a, 1.0 + step);
+            backward(b, 1.0 + step);
+            assert_int_equal(dsc_step(a, &ia), DSC_OK);
+            assert_int_equal(dsc_step(b, &ib), DSC_OK);
+            assert_true(ia.grad_norm == ib.grad_norm);
+        }
+        for (int i = 0; i < 3; i++) {
+            float x[15], y[15];
+            assert_int_equal(dsc_engine_full_param(a, i, x), DSC_OK);
+            assert_int_equal(dsc_engine_full_param(b, i, y), DSC_OK);
+            assert_memory_equal(x, y, (size_t)numel(i) * sizeof(float));
+        }
+        dsc_engine_destroy(a);
+        dsc_engine_destroy(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_and_sgd),
@@ -222,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_work_copy_is_rounded),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_device_hooks_match_backward),
+        cmocka_unit_test(test_no_compute_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

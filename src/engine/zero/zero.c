@@ -106,7 +106,8 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
     if (need_v) DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_v));
     if (e->stage < 3) {
         if (e->stage == 0 && fp32) e->h_work = e->h_master;
-        else DSC_TRY(persistent(e, full, "zero.params", &e->h_work));
+        else if (!e->no_compute_copy || master_in_work(e))
+            DSC_TRY(persistent(e, full, "zero.params", &e->h_work));
     } else {
         if (fp32) e->h_work_part = e->h_master;
         else DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
@@ -212,7 +213,7 @@ static void point_params(dsc_engine *e, int g) {
     for (int i = 0; i < e->nparams; i++) {
         if (e->params[i].group != g) continue;
         size_t off = e->params[i].off;
-        if (e->stage < 3) e->pdata[i] = e->work + off;
+        if (e->stage < 3) e->pdata[i] = e->work ? e->work + off : NULL;
         else e->pdata[i] = gr->pbuf ? gr->pbuf + (off - gr->off) : NULL;
     }
 }
@@ -296,6 +297,10 @@ static dsc_status drop_gathered(dsc_engine *e) {
 }
 
 dsc_status dsc__zero_sync_params(dsc_engine *e) {
+    if (e->stage < 3 && !e->work) { // no_compute_copy: the model keeps its own weights
+        dsc__zero_repoint(e);
+        return DSC_OK;
+    }
     if (e->stage == 0) {
         round_to(e->prec, e->work, e->master, e->total);
     } else if (e->stage < 3) {

@@ -1,0 +1,65 @@
+// cli/train_gpu_offload.h - ZeRO-Offload on one GPU (offload_optimizer.device "cpu"), streamed:
+// the GPU keeps the 16-bit weights and the fp32 gradients; the host keeps the fp32 master and the
+// optimizer moments (the engine's flat state) and runs the engine's CPU optimizer.
+//
+// One optimizer step, on its last micro-step:
+//   1. backward: as the backward completes each parameter group (the GPT-2 backward's hook:
+//      ln_f, the layers from the last to the first, then the embeddings), that group's gradients
+//      go to the engine's host accumulator on a copy stream, while the GPU computes the rest;
+//   2. the host takes the groups as they land: fp16 rounding (fp16 runs), the group's sum of
+//      squares for the global norm; when nothing in the step depends on the whole gradient (no
+//      gradient_clipping and no fp16 loss scaling) the CPU optimizer also updates the group right
+//      away, while the GPU is still computing the backward of the groups before it;
+//   3. otherwise, once every group has landed: the engine decides (norm, clipping, overflow skip,
+//      lr) exactly as dsc_step does, and the CPU optimizer updates group after group, writing
+//      the new 16-bit weights into a page-locked buffer; each group goes up to the GPU on a second
+//      copy stream while the CPU updates the next;
+//   4. the GPU's next kernels wait for the uploads (no host wait).
+// The arithmetic is dsc_step's, group by group in its order (the norm's partial sums in group
+// order, the same dsc_opt_step per group), so the results are bitwise those of the engine's own
+// step on the same gradients.
+#ifndef DSC_CLI_TRAIN_GPU_OFFLOAD_H
+#define DSC_CLI_TRAIN_GPU_OFFLOAD_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t, uint16_t
+
+#include "dsc/engine.h" // dsc_engine, dsc_step_info
+
+#ifdef DSC_WITH_CUDA
+
+#include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda
+#include "cuda/train_state.h" // dsc_cuda_state
+#include "engine/device.h"    // dsc__engine_flat
+
+typedef struct train_off train_off;
+
+// What the last optimizer step spent on the host (seconds), for metrics.jsonl.
+typedef struct train_off_times {
+    double grad_wait; // waiting for gradients to land (the GPU was still computing or copying)
+    double cpu;       // rounding, norm and the CPU optimizer
+    bool overlapped;  // the optimizer ran while the backward was still running (step 2 above)
+} train_off_times;
+
+// st: an offload state (cuda/train_state.h) of the engine's flat layout; host: the engine's flat
+// state (its accumulator gets page-locked); model: the GPU model whose backward hands over the
+// groups, mc its shape. *pinned false (reason in why) when the host refused to page-lock the buffers.
+dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
+                                 const dsc__engine_flat *host, dsc_gpt2_cuda *model,
+                                 const dsc_gpt2_config *mc, bool fp16, bool *pinned, char *why,
+                                 size_t cap);
+void dsc__train_off_destroy(train_off *o); // NULL ok; waits for its copies, unpins
+
+// One micro-step (forward + backward, gradients +=). On the last micro-step of a step it also
+// does steps 1-2 above. timed: wait for the device after the forward and the backward and add
+// the two times to *fwd_s and *bwd_s (wall_clock_breakdown).
+dsc_status dsc__train_off_micro(train_off *o, const uint16_t *const *p16, float *const *grad,
+                                const int32_t *in, const int32_t *tg, int B, int T, float scale,
+                                bool timed, float *loss, double *fwd_s, double *bwd_s);
+// After each micro-step, as dsc_step: at the step boundary steps 3-4 above.
+dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info);
+void dsc__train_off_times(const train_off *o, train_off_times *out);
+
+#endif // DSC_WITH_CUDA
+#endif

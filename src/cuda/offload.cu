@@ -1,0 +1,106 @@
+// cuda/offload.cu - the bus side of ZeRO-Offload on one GPU (see offload.h).
+#include "cuda/offload.h"
+
+#include <stdlib.h> // calloc, free
+
+#include "cuda/common.cuh" // DSC_CUDA_TRY, DSC_CUDA_ARG
+
+enum { EV_DONE, EV_LANDED, EV_UP, EV_KINDS };
+
+struct dsc_cuda_offload {
+    int ngroups;
+    cudaStream_t model, down, up;
+    cudaEvent_t *ev;  // (EV_KINDS * ngroups), kind-major
+    bool *uploading;  // (ngroups) up[g] recorded since the last fence
+};
+
+static cudaEvent_t *event(dsc_cuda_offload *o, int kind, int g) {
+    return &o->ev[(size_t)kind * o->ngroups + g];
+}
+
+static dsc_status check_group(const dsc_cuda_offload *o, int g) {
+    DSC_CUDA_ARG(o && g >= 0 && g < o->ngroups, "offload copies: group %d of %d", g,
+                 o ? o->ngroups : 0);
+    return DSC_OK;
+}
+
+static dsc_status init(dsc_cuda_offload *o) {
+    o->ev = (cudaEvent_t *)calloc((size_t)EV_KINDS * o->ngroups, sizeof *o->ev);
+    o->uploading = (bool *)calloc((size_t)o->ngroups, sizeof *o->uploading);
+    if (!o->ev || !o->uploading) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    DSC_CUDA_TRY(cudaStreamCreateWithFlags(&o->down, cudaStreamNonBlocking));
+    DSC_CUDA_TRY(cudaStreamCreateWithFlags(&o->up, cudaStreamNonBlocking));
+    for (int k = 0; k < EV_KINDS * o->ngroups; k++)
+        DSC_CUDA_TRY(cudaEventCreateWithFlags(&o->ev[k], cudaEventDisableTiming));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_create(dsc_cuda_offload **out, int ngroups,
+                                               void *model_stream) {
+    *out = NULL;
+    DSC_CUDA_ARG(ngroups > 0, "offload copies: %d groups", ngroups);
+    dsc_cuda_offload *o = (dsc_cuda_offload *)calloc(1, sizeof *o);
+    if (!o) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    o->ngroups = ngroups;
+    o->model = (cudaStream_t)model_stream;
+    dsc_status st = init(o);
+    if (st != DSC_OK) {
+        dsc__cuda_offload_destroy(o);
+        return st;
+    }
+    *out = o;
+    return DSC_OK;
+}
+
+extern "C" void dsc__cuda_offload_destroy(dsc_cuda_offload *o) {
+    if (!o) return;
+    if (o->down) (void)cudaStreamSynchronize(o->down);
+    if (o->up) (void)cudaStreamSynchronize(o->up);
+    for (int k = 0; o->ev && k < EV_KINDS * o->ngroups; k++)
+        if (o->ev[k]) (void)cudaEventDestroy(o->ev[k]);
+    if (o->down) (void)cudaStreamDestroy(o->down);
+    if (o->up) (void)cudaStreamDestroy(o->up);
+    free(o->ev);
+    free(o->uploading);
+    free(o);
+}
+
+extern "C" dsc_status dsc__cuda_offload_grads_out(dsc_cuda_offload *o, int g, float *host,
+                                                  const float *dev, size_t n) {
+    DSC_TRY(check_group(o, g));
+    DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_DONE, g), o->model));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->down, *event(o, EV_DONE, g), 0));
+    DSC_CUDA_TRY(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, o->down));
+    DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_LANDED, g), o->down));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_grads_wait(dsc_cuda_offload *o, int g) {
+    DSC_TRY(check_group(o, g));
+    DSC_CUDA_TRY(cudaEventSynchronize(*event(o, EV_LANDED, g)));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, uint16_t *dev,
+                                                   const uint16_t *host, size_t n) {
+    DSC_TRY(check_group(o, g));
+    DSC_CUDA_TRY(cudaMemcpyAsync(dev, host, n * sizeof(uint16_t), cudaMemcpyHostToDevice, o->up));
+    DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_UP, g), o->up));
+    o->uploading[g] = true;
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_fence(dsc_cuda_offload *o) {
+    for (int g = 0; g < o->ngroups; g++) {
+        if (!o->uploading[g]) continue;
+        DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *event(o, EV_UP, g), 0));
+        o->uploading[g] = false;
+    }
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_sync(dsc_cuda_offload *o) {
+    DSC_CUDA_TRY(cudaStreamSynchronize(o->down));
+    DSC_CUDA_TRY(cudaStreamSynchronize(o->up));
+    return DSC_OK;
+}
