@@ -12,6 +12,7 @@
 # 16 bytes per parameter for master, moments and gradients plus 2 for the page-locked 16-bit
 # staging (about 95 GB for d47). Runs: stream (clipping 1.0), noclip (stream, clipping off: the
 # CPU optimizer runs while the backward is still running), whole (clipping 1.0, not streamed),
+# param (stage 3 with offload_param: the layers' weights streamed from the host as well),
 # and brk (stream with wall_clock_breakdown: forward / backward / step medians). RUNS (default
 # "stream noclip whole brk") picks some. Each run's output lines carry the seconds since its
 # start; with $OUT set, the logs and metrics are copied there.
@@ -40,13 +41,13 @@ for split, n in (("train", 1_000_000), ("val", 100_000)):
 json.dump({"vocab_size": 50257}, open(f"{d}/dataset.json", "w"))
 PYEOF
 
-run() { # run NAME CLIPPING BREAKDOWN [ENV...]
-    local name=$1 clip=$2 brk=$3
-    shift 3
+run() { # run NAME CLIPPING BREAKDOWN ZERO [ENV...]
+    local name=$1 clip=$2 brk=$3 zero=$4
+    shift 4
     cat >"$W/$name.json" <<JSON
 {"train_micro_batch_size_per_gpu": $B, "gradient_accumulation_steps": 1, "steps_per_print": 1,
  "gradient_clipping": $clip, "bf16": {"enabled": true}, "wall_clock_breakdown": $brk,
- "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+ "zero_optimization": $zero,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.999], "weight_decay": 0.1}}}
 JSON
     local t0=$SECONDS rc=0
@@ -70,13 +71,16 @@ print(f"{os.path.basename(sys.argv[1])}: {sys.argv[3]} s in all, start-up {sys.a
       f"{med('offload_cpu_ms'):.0f} ms; loss {m[0]['loss']:.3f} -> {m[-1]['loss']:.3f}", flush=True)
 PYEOF
 }
+Z2='{"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}}'
+Z3='{"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}, "offload_param": {"device": "cpu", "pin_memory": true}}'
 for r in $RUNS; do
     case $r in
-    stream) run stream 1.0 false ;;
-    noclip) run noclip 0.0 false ;;
-    whole) run whole 1.0 false DSC_OFFLOAD_STREAM=0 ;;
-    brk) run brk 1.0 true ;;
-    *) echo "gpu_offload.sh: RUNS: unknown run $r (stream, noclip, whole, brk)" >&2; exit 2 ;;
+    stream) run stream 1.0 false "$Z2" ;;
+    noclip) run noclip 0.0 false "$Z2" ;;
+    whole) run whole 1.0 false "$Z2" DSC_OFFLOAD_STREAM=0 ;;
+    brk) run brk 1.0 true "$Z2" ;;
+    param) run param 1.0 false "$Z3" ;;
+    *) echo "gpu_offload.sh: RUNS: unknown run $r (stream, noclip, whole, brk, param)" >&2; exit 2 ;;
     esac
 done
 first=${RUNS%% *}
@@ -103,7 +107,7 @@ print(f"\nmodel {model}: {params / 1e9:.2f} B parameters, B {B}, T {T}, "
 print("| run | tokens/s | step s | MFU | grad wait ms | host CPU ms | optimizer during backward | "
       "GPU used GiB | loss first -> last |")
 print("|---|---|---|---|---|---|---|---|---|")
-for name in [n for n in ("stream", "noclip", "whole") if n in done]:
+for name in [n for n in ("stream", "noclip", "whole", "param") if n in done]:
     r = rows(name)
     tok = med(name, "tokens_per_s")
     print(f"| {name} | {tok:.0f} | {B * T / tok:.3f} | {100 * tok * flops_tok / 989e12:.1f}% | "
@@ -113,7 +117,7 @@ for name in [n for n in ("stream", "noclip", "whole") if n in done]:
           f"{r[-1]['loss']:.3f} |")
 if "whole" in done:
     h = med("whole", "tokens_per_s")
-    for name in [n for n in ("stream", "noclip") if n in done]:
+    for name in [n for n in ("stream", "noclip", "param") if n in done]:
         print(f"{name} / whole-gradient: {med(name, 'tokens_per_s') / h:.2f}x")
 br = []
 if "brk" in done:

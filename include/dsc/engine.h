@@ -49,10 +49,10 @@ typedef struct dsc_engine_opts {
     // makes its own. Giving one lets the caller put its own buffers (the model's activations)
     // under the same accounting and compaction.
     dsc_mem_pool *pool;
-    // The model computes somewhere else (a GPU holds its own 16-bit weights): at stages 0-2 the
-    // engine keeps no host compute copy of the weights (4 bytes per parameter less; fp32 training
-    // at stages 1-2 keeps it, since the master lives in it). dsc_param_data then returns NULL
-    // there; masters, gradients, optimizer state and checkpoints are unchanged.
+    // The model computes somewhere else (a GPU holds its own 16-bit weights): the engine keeps no
+    // host compute copy of the weights (4 bytes per parameter less; fp32 training keeps it where
+    // the master lives in it). dsc_param_data then returns NULL, and at stage 3 dsc_gather of a
+    // group fails; masters, gradients, optimizer state and checkpoints are unchanged.
     bool no_compute_copy;
 } dsc_engine_opts;
 

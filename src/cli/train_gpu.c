@@ -28,6 +28,7 @@ struct train_gpu {
                             // (train_gpu_dp.h); it owns st then
     train_off *off;         // ZeRO-Offload on one GPU (train_gpu_offload.h)
     bool unstreamed;        // ZeRO-Offload, DSC_OFFLOAD_STREAM=0: whole gradient after backward
+    bool param_offload;     // offload_param: layer weights on the host, streamed (off owns views)
     char dp_note[256];      // why nccl was selected but not used, for the banner
     int world;              // ranks when created (a change after a failure is not followed)
     int sharing;            // ranks of this node on this device (MFU's share of its peak)
@@ -96,14 +97,25 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
     const dsc_config *c = dsc_engine_config(g->eng);
     const char *od = c->zero_optimization.offload_optimizer.device;
     const char *pd = c->zero_optimization.offload_param.device;
-    if (strcmp(pd, "none") && pd[0])
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param.device \"%s\": "
-                         "parameter offload is not built for --device cuda; set it to \"none\" "
-                         "(one GPU holds the 16-bit weights), or use --device cpu", pd);
-    if (!strcmp(od, "nvme"))
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device "
-                         "\"nvme\" is not built; use \"cpu\" or \"none\"");
+    if (!strcmp(od, "nvme") || !strcmp(pd, "nvme"))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.%s.device \"nvme\" is not "
+                         "built; use \"cpu\" or \"none\"",
+                         !strcmp(od, "nvme") ? "offload_optimizer" : "offload_param");
     *offload = !strcmp(od, "cpu");
+    g->param_offload = !strcmp(pd, "cpu");
+    if (g->param_offload && c->zero_optimization.stage != 3)
+        return dsc__fail(DSC_ERR_CONFIG, "zero_optimization.offload_param needs ZeRO stage 3 (as "
+                         "in DeepSpeed); set zero_optimization.stage to 3, or offload_param.device "
+                         "to \"none\"");
+    if (g->param_offload && !*offload)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param on --device cuda "
+                         "streams the weights the CPU optimizer writes: set "
+                         "zero_optimization.offload_optimizer.device to \"cpu\" too, or "
+                         "offload_param.device to \"none\"");
+    if (g->param_offload && g->world > 1)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param on --device cuda "
+                         "runs on one rank (this run has %d); set offload_param.device to "
+                         "\"none\", or train on one GPU", g->world);
     *prec = c->bf16.enabled ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
     g->fp16 = c->fp16.enabled;
     if (!c->bf16.enabled && !c->fp16.enabled)
@@ -117,6 +129,10 @@ static dsc_status make_views(train_gpu *g) {
     g->p16 = calloc((size_t)g->ntensors, sizeof *g->p16);
     g->grad = calloc((size_t)g->ntensors, sizeof *g->grad);
     if (!g->p16 || !g->grad) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    if (g->param_offload) {
+        dsc__train_off_views(g->off, g->p16, g->grad);
+        return DSC_OK;
+    }
     for (int i = 0; i < g->ntensors; i++) {
         size_t off = dsc__engine_param_offset(g->eng, i);
         g->p16[i] = g->st->p16 + off;
@@ -155,7 +171,8 @@ static dsc_status pick_gpu(train_gpu *g) {
 static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
     int moments = g->host.v ? 2 : 1;
-    return dsc__cuda_state_create(&g->st, g->host.total, moments, offload, g->pool);
+    size_t n = dsc__train_off_device_len(g->eng, &g->mc, g->param_offload);
+    return dsc__cuda_state_create(&g->st, n, moments, offload, g->pool);
 }
 
 // Several ranks: the engine's host buffers are partitioned by stage and move between steps, so
@@ -188,6 +205,11 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
         snprintf(mode, sizeof mode, "%s", offload
                  ? (g->unstreamed ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU "
                                     "step), not streamed (DSC_OFFLOAD_STREAM=0)"
+                  : g->param_offload
+                                  ? "ZeRO-Offload with parameter offload: fp32 master + "
+                                    "optimizer and the layers' 16-bit weights on the host, "
+                                    "streamed through two layer slots; gradients down per "
+                                    "layer group, overlapping the backward"
                                   : "ZeRO-Offload: fp32 master + optimizer on the host (CPU "
                                     "step), gradients down and 16-bit weights up per layer "
                                     "group, overlapping the backward")
@@ -214,8 +236,8 @@ static dsc_status choose_dp(train_gpu *g, bool offload, bool *use) {
 static dsc_status gpu_init(train_gpu *g, int B, int T) {
     bool offload = false;
     const char *prec = "";
-    DSC_TRY(check_config(g, &offload, &prec));
     g->world = dsc_engine_world_size(g->eng);
+    DSC_TRY(check_config(g, &offload, &prec));
     g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
     g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
     DSC_TRY(pick_gpu(g));
@@ -236,9 +258,13 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     dsc_gpt2_cuda_set_fp16(g->model, g->fp16);
     const char *stream = getenv("DSC_OFFLOAD_STREAM");
     g->unstreamed = offload && !g->staged && stream && !strcmp(stream, "0");
+    if (g->unstreamed && g->param_offload)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_OFFLOAD_STREAM=0 (the whole-gradient "
+                         "offload) cannot stream parameters: unset it, or set "
+                         "zero_optimization.offload_param.device to \"none\"");
     if (offload && !g->staged && !g->unstreamed)
         DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, &g->mc,
-                                      g->fp16, &pinned, why, sizeof why));
+                                      g->fp16, g->param_offload, &pinned, why, sizeof why));
     if (g->unstreamed) // the gradients come down into acc, the weights go up from master
         dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
                             sizeof why);
@@ -302,6 +328,7 @@ dsc_status dsc__train_gpu_load(train_gpu *g) {
         DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
         return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
     }
+    if (g->param_offload) return dsc__train_off_load(g->off);
     if (g->st->offload) return dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
     return dsc__cuda_state_upload(g->st, g->host.master, g->host.m, g->host.v);
 }

@@ -18,6 +18,14 @@
 // The arithmetic is dsc_step's, group by group in its order (the norm's partial sums in group
 // order, the same dsc_opt_step per group), so the results are bitwise those of the engine's own
 // step on the same gradients.
+//
+// Parameter offload (zero_optimization.offload_param.device "cpu", stage 3): the 16-bit weights
+// of the layers live only on the host (the page-locked buffer the CPU optimizer writes); the GPU
+// keeps the embeddings and ln_f and two layer-sized slots, through which the layers' weights are
+// fetched one layer ahead of use in the forward and again in the backward (the model's layer
+// hook), and two gradient slots: each layer's gradients go to the host as soon as its backward
+// is done, every micro-step (the host adds later micro-steps into the accumulator). GPU memory
+// is then activations plus two layers, whatever the depth.
 #ifndef DSC_CLI_TRAIN_GPU_OFFLOAD_H
 #define DSC_CLI_TRAIN_GPU_OFFLOAD_H
 
@@ -44,11 +52,22 @@ typedef struct train_off_times {
 
 // st: an offload state (cuda/train_state.h) of the engine's flat layout; host: the engine's flat
 // state (its accumulator gets page-locked); model: the GPU model whose backward hands over the
-// groups, mc its shape. *pinned false (reason in why) when the host refused to page-lock the buffers.
+// groups, mc its shape. *pinned false (reason in why) when the host refused to page-lock the
+// buffers. params: parameter offload; st must then have been created for dsc__train_off_device_len
+// elements (the resident groups and the slots), otherwise for the engine's whole layout.
 dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
                                  const dsc__engine_flat *host, dsc_gpt2_cuda *model,
-                                 const dsc_gpt2_config *mc, bool fp16, bool *pinned, char *why,
-                                 size_t cap);
+                                 const dsc_gpt2_config *mc, bool fp16, bool params, bool *pinned,
+                                 char *why, size_t cap);
+// Elements of the device state for the engine's layout: the whole layout, or with parameter
+// offload the resident groups and two slots.
+size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc, bool params);
+// Parameter offload: fill the per-tensor view tables the model is called with (ntensors each;
+// kept and repointed layer by layer while the model runs) and set the model's layer hook.
+void dsc__train_off_views(train_off *o, const uint16_t **p16, float **grad);
+// Parameter offload: the engine's master weights -> the host 16-bit copy and the resident
+// groups on the device (after initialisation or a resume).
+dsc_status dsc__train_off_load(train_off *o);
 void dsc__train_off_destroy(train_off *o); // NULL ok; waits for its copies, unpins
 
 // One micro-step (forward + backward, gradients +=). On the last micro-step of a step it also

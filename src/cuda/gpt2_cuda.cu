@@ -44,6 +44,8 @@ struct dsc_gpt2_cuda {
     int32_t *tokens; // (2, BT): inputs, targets
     dsc_gpt2_cuda_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
     void *hook_user;
+    dsc_gpt2_cuda_layer_hook layer_hook; // before each layer (set_layer_hook); NULL: none
+    void *layer_user;
 };
 
 typedef struct layer_acts {
@@ -288,6 +290,16 @@ static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
     return DSC_OK;
 }
 
+static dsc_status before_layer(dsc_gpt2_cuda *m, int pass, int layer) {
+    return m->layer_hook ? m->layer_hook(m->layer_user, pass, layer) : DSC_OK;
+}
+
+extern "C" void dsc_gpt2_cuda_set_layer_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_layer_hook fn,
+                                            void *user) {
+    m->layer_hook = fn;
+    m->layer_user = user;
+}
+
 // Everything of a forward up to the logits (tokens checked and copied, targets too when given).
 static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -308,8 +320,11 @@ static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params
                                      cudaMemcpyHostToDevice, m->st));
     DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, params[0], params[1], B, T, C, m->fp16,
                                         m->st));
-    for (int l = 0; l < L; l++)
+    for (int l = 0; l < L; l++) {
+        DSC_TRY(before_layer(m, 0, l));
         DSC_TRY(layer_forward(m, params, l));
+    }
+    DSC_TRY(before_layer(m, 0, L));
     int lnf = layer_tensor(L, 0);
     DSC_TRY(dsc__cuda_layernorm_forward_h(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
                                           params[lnf], params[lnf + 1], BT, C, m->fp16, m->st));
@@ -401,9 +416,11 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
                                            m->lnf_rstd, BT, C, m->fp16, st));
     DSC_TRY(group_done(m, L + 1));
     for (int l = L - 1; l >= 0; l--) {
+        DSC_TRY(before_layer(m, 1, l));
         DSC_TRY(layer_backward(m, params, grads, l));
         DSC_TRY(group_done(m, l + 1));
     }
+    DSC_TRY(before_layer(m, 1, -1));
     DSC_TRY(dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B,
                                          T, C, V, m->fp16, st));
     return group_done(m, 0);

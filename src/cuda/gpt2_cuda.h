@@ -92,6 +92,16 @@ dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss);
 typedef dsc_status (*dsc_gpt2_cuda_grad_hook)(void *user, int group);
 void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn, void *user);
 
+// A hook called on the host before each layer's kernels are enqueued: pass 0 (forward) for
+// layers 0 .. n_layer - 1 and then once more with layer n_layer (after the last), pass 1
+// (backward) for layers n_layer - 1 .. 0 and then with layer -1. It may change that layer's
+// entries of the params table (and in backward of the grads table) the pass was called with:
+// the model reads a layer's entries after its hook (a caller streaming layer weights through a
+// few device buffers points them at the buffer that holds the layer). A non-OK return ends the
+// pass with that status. fn NULL: no hook (the default).
+typedef dsc_status (*dsc_gpt2_cuda_layer_hook)(void *user, int pass, int layer);
+void dsc_gpt2_cuda_set_layer_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_layer_hook fn, void *user);
+
 // The last forward's logits (B, T, ld) on the device, bf16 (fp16 under dsc_gpt2_cuda_set_fp16;
 // columns [vocab_size, ld) unused) and ld; borrowed, valid until the next backward.
 const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld);

@@ -6,12 +6,14 @@
 #include "cuda/common.cuh" // DSC_CUDA_TRY, DSC_CUDA_ARG
 
 enum { EV_DONE, EV_LANDED, EV_UP, EV_KINDS };
+enum { SLOT_READY, SLOT_FREE, SLOT_KINDS };
 
 struct dsc_cuda_offload {
-    int ngroups;
+    int ngroups, nslots;
     cudaStream_t model, down, up;
-    cudaEvent_t *ev;  // (EV_KINDS * ngroups), kind-major
-    bool *uploading;  // (ngroups) up[g] recorded since the last fence
+    cudaEvent_t *slot_ev; // (SLOT_KINDS * nslots), kind-major
+    cudaEvent_t *ev;      // (EV_KINDS * ngroups), kind-major
+    bool *uploading;      // (ngroups) up[g] recorded since the last fence
 };
 
 static cudaEvent_t *event(dsc_cuda_offload *o, int kind, int g) {
@@ -32,16 +34,23 @@ static dsc_status init(dsc_cuda_offload *o) {
     DSC_CUDA_TRY(cudaStreamCreateWithFlags(&o->up, cudaStreamNonBlocking));
     for (int k = 0; k < EV_KINDS * o->ngroups; k++)
         DSC_CUDA_TRY(cudaEventCreateWithFlags(&o->ev[k], cudaEventDisableTiming));
+    if (o->nslots == 0) return DSC_OK;
+    o->slot_ev = (cudaEvent_t *)calloc((size_t)SLOT_KINDS * o->nslots, sizeof *o->slot_ev);
+    if (!o->slot_ev) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int k = 0; k < SLOT_KINDS * o->nslots; k++)
+        DSC_CUDA_TRY(cudaEventCreateWithFlags(&o->slot_ev[k], cudaEventDisableTiming));
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc__cuda_offload_create(dsc_cuda_offload **out, int ngroups,
+extern "C" dsc_status dsc__cuda_offload_create(dsc_cuda_offload **out, int ngroups, int nslots,
                                                void *model_stream) {
     *out = NULL;
-    DSC_CUDA_ARG(ngroups > 0, "offload copies: %d groups", ngroups);
+    DSC_CUDA_ARG(ngroups > 0 && nslots >= 0, "offload copies: %d groups, %d slots", ngroups,
+                 nslots);
     dsc_cuda_offload *o = (dsc_cuda_offload *)calloc(1, sizeof *o);
     if (!o) return dsc__fail(DSC_ERR_OOM, "out of memory");
     o->ngroups = ngroups;
+    o->nslots = nslots;
     o->model = (cudaStream_t)model_stream;
     dsc_status st = init(o);
     if (st != DSC_OK) {
@@ -60,6 +69,9 @@ extern "C" void dsc__cuda_offload_destroy(dsc_cuda_offload *o) {
         if (o->ev[k]) (void)cudaEventDestroy(o->ev[k]);
     if (o->down) (void)cudaStreamDestroy(o->down);
     if (o->up) (void)cudaStreamDestroy(o->up);
+    for (int k = 0; o->slot_ev && k < SLOT_KINDS * o->nslots; k++)
+        if (o->slot_ev[k]) (void)cudaEventDestroy(o->slot_ev[k]);
+    free(o->slot_ev);
     free(o->ev);
     free(o->uploading);
     free(o);
@@ -87,6 +99,45 @@ extern "C" dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, u
     DSC_CUDA_TRY(cudaMemcpyAsync(dev, host, n * sizeof(uint16_t), cudaMemcpyHostToDevice, o->up));
     DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_UP, g), o->up));
     o->uploading[g] = true;
+    return DSC_OK;
+}
+
+static cudaEvent_t *slot_event(dsc_cuda_offload *o, int kind, int k) {
+    return &o->slot_ev[(size_t)kind * o->nslots + k];
+}
+
+static dsc_status check_slot(const dsc_cuda_offload *o, int k) {
+    DSC_CUDA_ARG(o && k >= 0 && k < o->nslots, "offload copies: slot %d of %d", k,
+                 o ? o->nslots : 0);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_fetch(dsc_cuda_offload *o, int k, uint16_t *slot,
+                                              const uint16_t *host, size_t n) {
+    DSC_TRY(check_slot(o, k));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->up, *slot_event(o, SLOT_FREE, k), 0));
+    DSC_CUDA_TRY(cudaMemcpyAsync(slot, host, n * sizeof(uint16_t), cudaMemcpyHostToDevice, o->up));
+    DSC_CUDA_TRY(cudaEventRecord(*slot_event(o, SLOT_READY, k), o->up));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_use(dsc_cuda_offload *o, int k) {
+    DSC_TRY(check_slot(o, k));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *slot_event(o, SLOT_READY, k), 0));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_release(dsc_cuda_offload *o, int k) {
+    DSC_TRY(check_slot(o, k));
+    DSC_CUDA_TRY(cudaEventRecord(*slot_event(o, SLOT_FREE, k), o->model));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_reuse_grads(dsc_cuda_offload *o, int g, float *dev,
+                                                    size_t n) {
+    DSC_TRY(check_group(o, g));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *event(o, EV_LANDED, g), 0));
+    if (dev) DSC_CUDA_TRY(cudaMemsetAsync(dev, 0, n * sizeof(float), o->model));
     return DSC_OK;
 }
 

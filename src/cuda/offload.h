@@ -8,7 +8,13 @@
 //              backward's hook); the down stream waits for it, then copies them to the host
 //   landed[g]  recorded on the down stream after that copy: the host waits for it before reading
 //   up[g]      recorded on the up stream after group g's new weights went to the device; the
-//              model's stream waits for every up[g] before its next kernel (dsc__cuda_offload_fence)
+//              model's stream waits for every up[g] before its next kernel (..._fence)
+// Parameter offload (zero_optimization.offload_param) adds device slots that hold one layer's
+// 16-bit weights each, two events per slot:
+//   ready[k]   recorded on the up stream after a layer's weights were copied into slot k; the
+//              model's stream waits for it before the layer's kernels
+//   free[k]    recorded on the model's stream after the last kernel reading slot k; the next copy
+//              into slot k waits for it
 // Nothing here waits on the host except dsc__cuda_offload_grads_wait.
 #ifndef DSC_CUDA_OFFLOAD_H
 #define DSC_CUDA_OFFLOAD_H
@@ -24,8 +30,10 @@ extern "C" {
 
 typedef struct dsc_cuda_offload dsc_cuda_offload;
 
-// For ngroups groups; model_stream: the cudaStream_t the model's kernels run on (borrowed).
-dsc_status dsc__cuda_offload_create(dsc_cuda_offload **out, int ngroups, void *model_stream);
+// For ngroups groups and nslots weight slots (0 without parameter offload); model_stream: the
+// cudaStream_t the model's kernels run on (borrowed).
+dsc_status dsc__cuda_offload_create(dsc_cuda_offload **out, int ngroups, int nslots,
+                                    void *model_stream);
 void dsc__cuda_offload_destroy(dsc_cuda_offload *o); // NULL ok; waits for its copies first
 
 // Group g's gradients are complete on the model's stream: copy n floats dev -> host (page-locked
@@ -38,6 +46,18 @@ dsc_status dsc__cuda_offload_grads_wait(dsc_cuda_offload *o, int g);
 // not change until the copy is done: dsc__cuda_offload_fence, then the model stream's next work).
 dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, uint16_t *dev,
                                         const uint16_t *host, size_t n);
+// Slot k receives n 16-bit values from host (page-locked, unchanged until the copy is done), on
+// the up stream, once the model's stream passed slot k's release.
+dsc_status dsc__cuda_offload_fetch(dsc_cuda_offload *o, int k, uint16_t *slot, const uint16_t *host,
+                                   size_t n);
+// The model's stream waits for slot k's last fetch; dsc__cuda_offload_release: its kernels
+// enqueued so far are the last readers of slot k's contents.
+dsc_status dsc__cuda_offload_use(dsc_cuda_offload *o, int k);
+dsc_status dsc__cuda_offload_release(dsc_cuda_offload *o, int k);
+// The model's stream waits until group g's gradients have left for the host (their device
+// buffer may be reused after), then zeroes n floats at dev (NULL: only the wait).
+dsc_status dsc__cuda_offload_reuse_grads(dsc_cuda_offload *o, int g, float *dev, size_t n);
+
 // The model's stream waits for every upload enqueued so far (no host wait).
 dsc_status dsc__cuda_offload_fence(dsc_cuda_offload *o);
 // Waits (host) for every copy enqueued so far, both directions.

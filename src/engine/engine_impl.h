@@ -56,7 +56,7 @@ struct dsc_engine {
     size_t total;     // full layout length incl. padding
     size_t part;      // partition length (sum of slices)
     precision prec;
-    bool no_compute_copy; // dsc_engine_opts.no_compute_copy (stages 0-2: no `work` buffer)
+    bool no_compute_copy; // dsc_engine_opts.no_compute_copy: no `work` / `work_part` buffer
     dsc_dtype comm_dt; // communication_data_type
     // buffers (see zero.c for which stage has which): blocks of `pool`, named by the handles
     // h_*; the pointers are their current addresses (dsc__engine_resolve). Buffers that alias

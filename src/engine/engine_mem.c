@@ -50,12 +50,28 @@ dsc_status dsc__engine_alloc_raw(dsc_engine *e, size_t bytes, const char *tag,
     return DSC_OK;
 }
 
+// memset on all threads for large buffers: a model's state is tens of GB, and zeroing it is
+// mostly the kernel faulting fresh pages in, which scales with the threads touching them.
+static void zero(void *p, size_t bytes) {
+    enum { CHUNK = 2 << 20 };
+    if (bytes < ((size_t)64 << 20)) {
+        memset(p, 0, bytes);
+        return;
+    }
+    size_t chunks = (bytes + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t at = c * CHUNK, len = bytes - at < CHUNK ? bytes - at : CHUNK;
+        memset((char *)p + at, 0, len);
+    }
+}
+
 dsc_status dsc__engine_alloc(dsc_engine *e, size_t n, const char *tag, dsc_mem_handle *h,
                              float **ptr) {
     size_t bytes = (n ? n : DSC_ALIGN_ELEMS) * sizeof(float);
     void *p;
     DSC_TRY(dsc__engine_alloc_raw(e, bytes, tag, h, &p));
-    memset(p, 0, bytes);
+    zero(p, bytes);
     *ptr = p;
     return DSC_OK;
 }

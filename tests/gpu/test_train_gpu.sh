@@ -30,6 +30,25 @@ DSC_SIMD=scalar DSC_OFFLOAD_STREAM=0 run off_whole cuda "$T/offload.json" 40
 sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/offload.json" >"$T/off_noclip.json"
 run early cuda "$T/off_noclip.json" 20
 DSC_OFFLOAD_STREAM=0 run early_whole cuda "$T/off_noclip.json" 20
+# Parameter offload (stage 3): the layers' weights streamed from the host through two slots,
+# their gradients down every micro-step; against ZeRO-Offload with the weights on the GPU.
+cfg "$T/off3.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}'
+cfg "$T/poff.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu", "pin_memory": true}}'
+sed 's/"gradient_accumulation_steps": 2/"gradient_accumulation_steps": 1/' "$T/off3.json" >"$T/off3_g1.json"
+sed 's/"gradient_accumulation_steps": 2/"gradient_accumulation_steps": 1/' "$T/poff.json" >"$T/poff_g1.json"
+run off3 cuda "$T/off3.json" 40
+run poff cuda "$T/poff.json" 40
+run off3_g1 cuda "$T/off3_g1.json" 12
+run poff_g1 cuda "$T/poff_g1.json" 12
+run poff_half cuda "$T/poff.json" 20 --save-dir "$T/pck" --save-at-end
+run poff_rest cuda "$T/poff.json" 40 --save-dir "$T/pck" --resume
+for m in off3 poff; do # a deeper model, where two layer slots are a small part of the layers
+    "$DSC" train --device cuda --config "$T/$m.json" --model d8 --seq-len 64 --max-steps 3 \
+        --seed 7 --eval-every 0 --eval-batches 1 --sample-tokens 0 --out "$T/mem_$m" \
+        >"$T/mem_$m.log" 2>&1 || { echo "FAIL: run mem_$m"; cat "$T/mem_$m.log"; failed=$((failed+1)); }
+done
+cfg "$T/poff2.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}'
+cfg "$T/poffgpu.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}'
 run fp16 cuda "$T/fp16.json" 12
 DSC_INJECT_OVERFLOW=3 run inject cuda "$T/fp16.json" 6
 run full cuda "$T/bf16.json" 20
@@ -47,6 +66,24 @@ check "the GPU banner names the device and offload" -- grep -q "ZeRO-Offload" "$
 check "the banner says the offload is streamed per layer group" -- grep -q "per layer group, overlapping the backward" "$T/off.log"
 check "streamed ZeRO-Offload equals the whole-gradient offload step bit for bit (clipping on)" -- cmp <(cols "$T/off/metrics.jsonl") <(cols "$T/off_whole/metrics.jsonl")
 check "streamed ZeRO-Offload without clipping (optimizer during backward) bit for bit" -- cmp <(cols "$T/early/metrics.jsonl") <(cols "$T/early_whole/metrics.jsonl")
+check "parameter offload agrees with ZeRO-Offload (accumulation 2)" -- compare off3 poff 1e-6 1e-5 1e-4
+check "parameter offload equals ZeRO-Offload bit for bit (accumulation 1)" -- cmp <(cols "$T/off3_g1/metrics.jsonl") <(cols "$T/poff_g1/metrics.jsonl")
+check "parameter offload: the banner says so" -- grep -q "parameter offload" "$T/poff.log"
+check "parameter offload: loss falls" -- falls poff
+check "parameter offload: a checkpoint resumes bit for bit" -- $PY -c "
+import json
+a = [json.loads(x) for x in open('$T/poff/metrics.jsonl')]
+b = [json.loads(x) for x in open('$T/poff_rest/metrics.jsonl')]
+assert b[0]['step'] == 21 and [x['loss'] for x in a[20:]] == [x['loss'] for x in b], (a[20:], b)"
+check "parameter offload: the GPU holds two layers, not eight (d8: the pool's bytes)" -- $PY -c "
+import json
+a = json.loads(open('$T/mem_off3/metrics.jsonl').readlines()[-1])['gpu_allocated']
+b = json.loads(open('$T/mem_poff/metrics.jsonl').readlines()[-1])['gpu_allocated']
+layer = 12 * 512 * 512 + 13 * 512  # d8: 512 channels
+print(f'  d8 device pool: {a / 2**20:.1f} MiB without, {b / 2**20:.1f} MiB with parameter offload')
+assert a - b >= 6 * layer * 6 * 0.9, (a, b)"
+expect 1 "offload_param needs ZeRO stage 3" -- "$DSC" train --device cuda --config "$T/poff2.json" --model d2 --max-steps 1 --out "$T/bad2"
+expect 1 "set zero_optimization.offload_optimizer.device to \"cpu\" too" -- "$DSC" train --device cuda --config "$T/poffgpu.json" --model d2 --max-steps 1 --out "$T/bad3"
 check "metrics.jsonl: offload host times; the optimizer overlaps the backward only without clipping" -- $PY -c "
 import json
 def rows(n): return [json.loads(x) for x in open('$T/' + n + '/metrics.jsonl')]

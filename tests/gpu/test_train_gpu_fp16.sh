@@ -35,6 +35,8 @@ DSC_SIMD=scalar DSC_OFFLOAD_STREAM=0 run off16_whole cuda "$T/offload.json" 40
 cfg "$T/forced_off.json" ', "fp16": {"enabled": true, "initial_scale_power": 32, "hysteresis": 1}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}'
 run forced_off cuda "$T/forced_off.json" 24
 DSC_OFFLOAD_STREAM=0 run forced_off_whole cuda "$T/forced_off.json" 24
+sed 's/"stage": 1, "offload_optimizer": {"device": "cpu"}/"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}/' "$T/forced_off.json" >"$T/forced_poff.json"
+run forced_poff cuda "$T/forced_poff.json" 24
 run forced cuda "$T/forced.json" 40
 run cpu_forced cpu "$T/forced.json" 40
 run fp32 cuda "$T/fp32.json" 2
@@ -103,4 +105,10 @@ check "an fp32 config: the note and bf16 compute" -- bash -c "grep -qF 'computes
 check "streamed fp16 ZeRO-Offload equals the whole-gradient offload step bit for bit" -- cmp <(cols "$T/off16/metrics.jsonl") <(cols "$T/off16_whole/metrics.jsonl")
 check "streamed fp16 ZeRO-Offload skips the same overflowing steps, bit for bit" -- cmp <(cols "$T/forced_off/metrics.jsonl") <(cols "$T/forced_off_whole/metrics.jsonl")
 check "the forced offload run skipped steps" -- grep -q '"skipped": true' "$T/forced_off/metrics.jsonl"
+check "fp16 parameter offload (stage 3) skips the same steps and follows the same losses" -- $PY -c "
+import json
+a = [json.loads(x) for x in open('$T/forced_off/metrics.jsonl')]
+b = [json.loads(x) for x in open('$T/forced_poff/metrics.jsonl')]
+assert [x['skipped'] for x in a] == [x['skipped'] for x in b], 'skips differ'
+assert all(abs(x['loss'] - y['loss']) <= 1e-3 * abs(x['loss']) for x, y in zip(a, b)), 'losses differ'"
 finish

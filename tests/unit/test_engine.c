@@ -255,6 +255,17 @@ static void test_no_compute_copy(void **state) {
         dsc_engine_destroy(a);
         dsc_engine_destroy(b);
     }
+    // Stage 3: no compute-copy partition either; a gather says why it cannot run.
+    const char *j3 = "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
+                     "\"zero_optimization\": {\"stage\": 3, \"param_persistence_threshold\": 0}}";
+    dsc_engine *c = NULL;
+    dsc_engine_opts o3 = {.config_json = j3, .params = params, .nparams = 3, .world_size = 1,
+                          .no_compute_copy = true};
+    assert_int_equal(dsc_engine_create(&c, &o3), DSC_OK);
+    assert_int_equal(dsc_params_updated(c), DSC_OK);
+    assert_int_equal(dsc_gather(c, 0), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "no_compute_copy"));
+    dsc_engine_destroy(c);
 }
 
 int main(void) {

@@ -110,7 +110,7 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
             DSC_TRY(persistent(e, full, "zero.params", &e->h_work));
     } else {
         if (fp32) e->h_work_part = e->h_master;
-        else DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
+        else if (!e->no_compute_copy) DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
     }
     if (e->stage < 2) {
         DSC_TRY(persistent(e, full, "zero.grads", &e->h_gfull));
@@ -238,6 +238,10 @@ static dsc_status wait_req(dsc_comm_req **req) {
 // Stage 3: start gathering group g into a fresh buffer (asynchronously when req is given).
 static dsc_status start_gather(dsc_engine *e, int g, bool async) {
     group *gr = &e->groups[g];
+    if (!e->work_part)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "gathering layer group %d: this engine keeps no "
+                         "compute copy of the weights (dsc_engine_opts.no_compute_copy: the model "
+                         "computes on a device)", g);
     dsc_status st = take(e, gr->padded, &gr->hp, &gr->pbuf);
     if (st != DSC_OK) {
         dsc__error_prefix("gathering layer group %d: ", g);
@@ -297,7 +301,7 @@ static dsc_status drop_gathered(dsc_engine *e) {
 }
 
 dsc_status dsc__zero_sync_params(dsc_engine *e) {
-    if (e->stage < 3 && !e->work) { // no_compute_copy: the model keeps its own weights
+    if (e->stage < 3 ? !e->work : !e->work_part) { // no_compute_copy: the model has its own
         dsc__zero_repoint(e);
         return DSC_OK;
     }
