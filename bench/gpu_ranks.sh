@@ -20,18 +20,8 @@ WARMUP=${WARMUP:-4}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-# Random token shards in dsc's format (256 int32 header: magic, version 1, count; uint16 tokens).
-$PY - "$W/data" <<'PYEOF'
-import array, json, os, random, struct, sys
-d = sys.argv[1]
-os.makedirs(d)
-rng = random.Random(1)
-for split, n in (("train", 1_000_000), ("val", 50_000)):
-    with open(f"{d}/{split}.bin", "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        array.array("H", (rng.randrange(50257) for _ in range(n))).tofile(f)
-json.dump({"vocab_size": 50257}, open(f"{d}/dataset.json", "w"))
-PYEOF
+. "$(dirname "$0")/lib_data.sh" # random_shards
+random_shards "$W/data" 1000000 50000
 
 port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 

@@ -35,18 +35,8 @@ fi
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-# Random token shards in dsc's format (256 int32 header: magic, version 1, count; uint16 tokens).
-$PY - "$W/data" <<'PYEOF'
-import array, json, os, random, struct, sys
-d = sys.argv[1]
-os.makedirs(d)
-rng = random.Random(1)
-for split, n in (("train", 4_000_000), ("val", 200_000)):
-    with open(f"{d}/{split}.bin", "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        array.array("H", (rng.randrange(50257) for _ in range(n))).tofile(f)
-json.dump({"vocab_size": 50257}, open(f"{d}/dataset.json", "w"))
-PYEOF
+. "$(dirname "$0")/lib_data.sh" # random_shards
+random_shards "$W/data" 4000000 200000
 
 dsc_run() { # dsc_run NAME MODEL B BREAKDOWN
     cat >"$W/$1.json" <<JSON
