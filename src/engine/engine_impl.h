@@ -131,6 +131,8 @@ dsc_status dsc__zero_grads_ready(dsc_engine *e, int g);
 dsc_status dsc__zero_finish_micro(dsc_engine *e);      // wait for reductions, accumulate
 dsc_status dsc__zero_norm(dsc_engine *e, double inv_scale, double *sumsq, bool *nonfinite);
 void dsc__zero_round_fp16(dsc_engine *e);
+// x (n) rounded in place to the training type's values (the compute copy's rounding).
+void dsc__zero_round_compute(const dsc_engine *e, float *x, size_t n);
 dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step,
                                float grad_scale);
 void dsc__zero_zero_acc(dsc_engine *e);

@@ -3,7 +3,8 @@
 
 #include <string.h> // memcpy
 
-#include "engine/engine_impl.h" // struct dsc_engine
+#include "base/status.h"        // DSC_TRY
+#include "engine/engine_impl.h" // struct dsc_engine, dsc__zero_round_compute
 
 const char *dsc__engine_param_name(const dsc_engine *e, int i) { return e->params[i].name; }
 
@@ -16,3 +17,13 @@ int dsc__engine_param_group(const dsc_engine *e, int i) { return e->params[i].gr
 int dsc__engine_num_groups(const dsc_engine *e) { return e->ngroups; }
 int dsc__engine_stage(const dsc_engine *e) { return e->stage; }
 dsc_comm *dsc__engine_comm(dsc_engine *e) { return e->comm; }
+
+bool dsc__engine_has_compute_copy(const dsc_engine *e) {
+    return e->stage < 3 ? e->work != NULL : e->work_part != NULL;
+}
+
+dsc_status dsc__engine_compute_copy(dsc_engine *e, int i, float *out) {
+    DSC_TRY(dsc_engine_full_param(e, i, out));
+    dsc__zero_round_compute(e, out, (size_t)e->params[i].numel);
+    return DSC_OK;
+}

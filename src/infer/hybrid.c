@@ -97,9 +97,26 @@ static dsc_status slice_group(layout *ly, int g) {
     return DSC_OK;
 }
 
+// An engine without a host compute copy (its model trains on a GPU): tensor k made from the
+// master weights, rounded as the compute copy would be, in a block of the pool.
+static dsc_status compute_copy(layout *ly, int k) {
+    int i = ly->order[k];
+    int64_t shape[DSC_PARAM_MAX_DIMS];
+    int nd = dsc__engine_param_shape(ly->eng, i, shape);
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)shape[d];
+    DSC_TRY(dsc_mem_alloc(ly->pool, n * sizeof(float), "infer.params", &ly->held[k]));
+    ly->params[k] = dsc_mem_ptr(ly->pool, ly->held[k]);
+    return dsc__engine_compute_copy(ly->eng, i, ly->params[k]);
+}
+
 // Training layout -> inference layout. ZeRO-3 gathers each group; tensor parallelism copies this
 // rank's slices out of it and releases it again, so only 1 / tp of the layers stays resident.
 static dsc_status to_inference(layout *ly) {
+    if (!dsc__engine_has_compute_copy(ly->eng)) { // one rank (tp 1): made from the master
+        for (int k = 0; k < ly->nt; k++) DSC_TRY(compute_copy(ly, k));
+        return DSC_OK;
+    }
     int ng = dsc__engine_num_groups(ly->eng);
     for (int g = 0; g < ng; g++) {
         DSC_TRY(dsc_gather(ly->eng, g));

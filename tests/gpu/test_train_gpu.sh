@@ -40,6 +40,7 @@ run off3 cuda "$T/off3.json" 40
 run poff cuda "$T/poff.json" 40
 run off3_g1 cuda "$T/off3_g1.json" 12
 run poff_g1 cuda "$T/poff_g1.json" 12
+run poff_samp cuda "$T/poff.json" 2 --sample-tokens 16
 run poff_half cuda "$T/poff.json" 20 --save-dir "$T/pck" --save-at-end
 run poff_rest cuda "$T/poff.json" 40 --save-dir "$T/pck" --resume
 for m in off3 poff; do # a deeper model, where two layer slots are a small part of the layers
@@ -50,6 +51,7 @@ done
 cfg "$T/poff2.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}'
 cfg "$T/poffgpu.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}'
 run fp16 cuda "$T/fp16.json" 12
+run bf16_sample cuda "$T/bf16.json" 2 --sample-tokens 16 # the engine keeps no bf16 host copy
 DSC_INJECT_OVERFLOW=3 run inject cuda "$T/fp16.json" 6
 run full cuda "$T/bf16.json" 20
 run half cuda "$T/bf16.json" 10 --save-dir "$T/ck" --save-at-end
@@ -107,4 +109,6 @@ b = [json.loads(x) for x in open('$T/rest/metrics.jsonl')]
 assert b[0]['step'] == 11 and [x['loss'] for x in a[10:]] == [x['loss'] for x in b], (a[10:], b)"
 check "--dump-weights after a GPU run" -- test -s "$T/w.safetensors"
 check "a GPU run ends with a text sample drawn from the GPU's logits" -- grep -qF "sample (temperature" <<<"$probe"
+check "a bf16 GPU run ends with a text sample (from the master weights, rounded)" -- grep -qF "sample (temperature" "$T/bf16_sample.log"
+check "a parameter-offload run (stage 3) ends with a text sample" -- grep -qF "sample (temperature" "$T/poff_samp.log"
 finish

@@ -239,7 +239,7 @@ typedef struct trainer {
     int nt;
 } trainer;
 
-static trainer make_trainer(const char *json, uint64_t seed) {
+static trainer make_trainer_as(const char *json, uint64_t seed, bool no_compute_copy) {
     trainer t = {.nt = dsc_gpt2_num_tensors(&cfg)};
     dsc_param_desc *pd = calloc((size_t)t.nt, sizeof *pd);
     dsc_gpt2_tensor_info *ti = calloc((size_t)t.nt, sizeof *ti);
@@ -249,7 +249,8 @@ static trainer make_trainer(const char *json, uint64_t seed) {
         for (int d = 0; d < ti[i].ndim; d++)
             pd[i].shape[d] = ti[i].shape[d];
     }
-    dsc_engine_opts eo = {.config_json = json, .params = pd, .nparams = t.nt, .world_size = 1};
+    dsc_engine_opts eo = {.config_json = json, .params = pd, .nparams = t.nt, .world_size = 1,
+                          .no_compute_copy = no_compute_copy};
     if (dsc_engine_create(&t.eng, &eo) != DSC_OK) fail_msg("engine: %s", dsc_last_error());
     model m = make_model(seed);
     for (int i = 0; i < t.nt; i++)
@@ -262,6 +263,10 @@ static trainer make_trainer(const char *json, uint64_t seed) {
     t.grads = calloc((size_t)t.nt, sizeof *t.grads);
     assert_int_equal(dsc_gpt2_create(&t.g, &cfg, 2, 16), DSC_OK);
     return t;
+}
+
+static trainer make_trainer(const char *json, uint64_t seed) {
+    return make_trainer_as(json, seed, false);
 }
 
 static void free_trainer(trainer *t) {
@@ -362,6 +367,36 @@ static void test_engine_generate(void **state) {
     free_trainer(&t);
 }
 
+// An engine without a host compute copy (its model trains on a GPU) generates from its master
+// weights rounded as the compute copy would be: the same tokens as an engine with the copy, bf16,
+// at stages 0 and 3 (where it gathers nothing).
+static void test_generate_without_compute_copy(void **state) {
+    (void)state;
+    const int32_t prompt[4] = {5, 6, 7, 8};
+    dsc_gen_prompt p = {prompt, 4};
+    dsc_gen_opts o = dsc_gen_opts_default();
+    o.temperature = 0;
+    o.max_new_tokens = 12;
+    o.n_head = cfg.n_head;
+    const char *fmt = "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
+                      "\"zero_optimization\": {\"stage\": %d}}";
+    for (int stage = 0; stage <= 3; stage += 3) {
+        char json[256];
+        snprintf(json, sizeof json, fmt, stage);
+        trainer a = make_trainer_as(json, 5, false), b = make_trainer_as(json, 5, true);
+        assert_null(dsc_param_data(b.eng, 0));
+        dsc_gen_output x, y;
+        assert_int_equal(dsc_generate(a.eng, &p, 1, &o, &x, NULL), DSC_OK);
+        assert_int_equal(dsc_generate(b.eng, &p, 1, &o, &y, NULL), DSC_OK);
+        assert_int_equal(x.len, y.len);
+        assert_memory_equal(x.tokens, y.tokens, (size_t)x.len * sizeof(int32_t));
+        dsc_gen_output_free(&x, 1);
+        dsc_gen_output_free(&y, 1);
+        free_trainer(&a);
+        free_trainer(&b);
+    }
+}
+
 // Train, generate, train: the losses equal those of training without the generation, bit for
 // bit, at ZeRO stages 0 and 3 (nothing of the training state moved through the switch).
 static void test_generate_mid_training(void **state) {
@@ -398,6 +433,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_rules),           cmocka_unit_test(test_cache_equals_forward),
         cmocka_unit_test(test_ragged_batch_and_stops), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_generate_without_compute_copy),
         cmocka_unit_test(test_engine_generate),        cmocka_unit_test(test_generate_mid_training),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

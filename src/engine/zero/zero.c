@@ -119,8 +119,8 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
     } else {
         DSC_TRY(persistent(e, part, "zero.grads", &e->h_acc));
     }
-    for (int g = 0; g < e->ngroups; g++)
-        if (e->groups[g].persistent)
+    for (int g = 0; g < e->ngroups; g++) // (no compute copy at stage 3: nothing to keep gathered)
+        if (e->groups[g].persistent && (e->stage < 3 || e->h_work_part))
             DSC_TRY(persistent(e, e->groups[g].padded, "zero.params", &e->groups[g].hp));
     e->pdata = calloc((size_t)e->nparams, sizeof *e->pdata);
     e->pgrad = calloc((size_t)e->nparams, sizeof *e->pgrad);
@@ -493,6 +493,10 @@ dsc_status dsc__zero_norm(dsc_engine *e, double inv_scale, double *sumsq, bool *
     *sumsq = sum;
     *nonfinite = flag || !isfinite(sum);
     return st;
+}
+
+void dsc__zero_round_compute(const dsc_engine *e, float *x, size_t n) {
+    round_to(e->prec, x, x, n);
 }
 
 // fp16 emulation: gradients take half-precision values (overflow becomes inf).
