@@ -116,6 +116,12 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
         return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param on --device cuda "
                          "runs on one rank (this run has %d); set offload_param.device to "
                          "\"none\", or train on one GPU", g->world);
+    const char *stream = getenv("DSC_OFFLOAD_STREAM");
+    g->unstreamed = *offload && g->world == 1 && stream && !strcmp(stream, "0");
+    if (g->unstreamed && g->param_offload)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_OFFLOAD_STREAM=0 (the whole-gradient "
+                         "offload) cannot stream parameters: unset it, or set "
+                         "zero_optimization.offload_param.device to \"none\"");
     *prec = c->bf16.enabled ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
     g->fp16 = c->fp16.enabled;
     if (!c->bf16.enabled && !c->fp16.enabled)
@@ -171,7 +177,7 @@ static dsc_status pick_gpu(train_gpu *g) {
 static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
     int moments = g->host.v ? 2 : 1;
-    size_t n = dsc__train_off_device_len(g->eng, &g->mc, g->param_offload);
+    size_t n = g->param_offload ? dsc__train_off_device_len(g->eng, &g->mc) : g->host.total;
     return dsc__cuda_state_create(&g->st, n, moments, offload, g->pool);
 }
 
@@ -190,6 +196,20 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
     return DSC_OK;
 }
 
+// The banner's words for a one-rank run.
+static const char *one_rank_mode(const train_gpu *g, bool offload) {
+    if (!offload) return "fp32 master + optimizer state on the GPU";
+    if (g->unstreamed)
+        return "ZeRO-Offload: fp32 master + optimizer on the host (CPU step), not streamed "
+               "(DSC_OFFLOAD_STREAM=0)";
+    if (g->param_offload)
+        return "ZeRO-Offload with parameter offload: fp32 master + optimizer and the layers' "
+               "16-bit weights on the host, streamed through two layer slots; gradients down "
+               "per layer group, overlapping the backward";
+    return "ZeRO-Offload: fp32 master + optimizer on the host (CPU step), gradients down and "
+           "16-bit weights up per layer group, overlapping the backward";
+}
+
 static void describe(train_gpu *g, const char *name, bool offload, const char *prec, bool pinned,
                      const char *why) {
     char mode[512];
@@ -202,18 +222,7 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
                  g->sharing, g->sharing == 1 ? "" : "s", g->world,
                  (long long)dsc_engine_config(g->eng)->zero_optimization.stage);
     else
-        snprintf(mode, sizeof mode, "%s", offload
-                 ? (g->unstreamed ? "ZeRO-Offload: fp32 master + optimizer on the host (CPU "
-                                    "step), not streamed (DSC_OFFLOAD_STREAM=0)"
-                  : g->param_offload
-                                  ? "ZeRO-Offload with parameter offload: fp32 master + "
-                                    "optimizer and the layers' 16-bit weights on the host, "
-                                    "streamed through two layer slots; gradients down per "
-                                    "layer group, overlapping the backward"
-                                  : "ZeRO-Offload: fp32 master + optimizer on the host (CPU "
-                                    "step), gradients down and 16-bit weights up per layer "
-                                    "group, overlapping the backward")
-                 : "fp32 master + optimizer state on the GPU");
+        snprintf(mode, sizeof mode, "%s", one_rank_mode(g, offload));
     bool note = (offload || g->staged) && !g->dp && !pinned;
     snprintf(g->line, sizeof g->line, "device %s | %s | %s compute, %s config%s%s%s%s%s", name,
              mode, dsc__train_gpu_compute(g), prec, note ? " | host buffers not page-locked (" : "",
@@ -256,12 +265,6 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
     DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
     dsc_gpt2_cuda_set_fp16(g->model, g->fp16);
-    const char *stream = getenv("DSC_OFFLOAD_STREAM");
-    g->unstreamed = offload && !g->staged && stream && !strcmp(stream, "0");
-    if (g->unstreamed && g->param_offload)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_OFFLOAD_STREAM=0 (the whole-gradient "
-                         "offload) cannot stream parameters: unset it, or set "
-                         "zero_optimization.offload_param.device to \"none\"");
     if (offload && !g->staged && !g->unstreamed)
         DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, &g->mc,
                                       g->fp16, g->param_offload, &pinned, why, sizeof why));

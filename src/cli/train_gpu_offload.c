@@ -113,11 +113,7 @@ static size_t device_layout(dsc_engine *eng, int L, size_t *dev_off, size_t *slo
     return at + 2 * slot;
 }
 
-size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc, bool params) {
-    if (!params) {
-        dsc__engine_dp L;
-        return dsc__engine_dp_layout(eng, &L) == DSC_OK ? L.total : 0;
-    }
+size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc) {
     return device_layout(eng, mc->n_layer, NULL, NULL);
 }
 

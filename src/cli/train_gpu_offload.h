@@ -59,9 +59,8 @@ dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_stat
                                  const dsc__engine_flat *host, dsc_gpt2_cuda *model,
                                  const dsc_gpt2_config *mc, bool fp16, bool params, bool *pinned,
                                  char *why, size_t cap);
-// Elements of the device state for the engine's layout: the whole layout, or with parameter
-// offload the resident groups and two slots.
-size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc, bool params);
+// Parameter offload: elements of the device state (the resident groups and two layer slots).
+size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc);
 // Parameter offload: fill the per-tensor view tables the model is called with (ntensors each;
 // kept and repointed layer by layer while the model runs) and set the model's layer hook.
 void dsc__train_off_views(train_off *o, const uint16_t **p16, float **grad);

@@ -19,6 +19,7 @@
 #include "dsc/half.h"           // dsc_fp32_to_fp16, ...
 #include "engine/engine_impl.h" // dsc_engine, group
 #include "engine/ft/ft.h"       // dsc__ft_point
+#include "engine/hybrid.h"      // dsc__engine_has_compute_copy
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
@@ -301,7 +302,7 @@ static dsc_status drop_gathered(dsc_engine *e) {
 }
 
 dsc_status dsc__zero_sync_params(dsc_engine *e) {
-    if (e->stage < 3 ? !e->work : !e->work_part) { // no_compute_copy: the model has its own
+    if (!dsc__engine_has_compute_copy(e)) { // no_compute_copy: the model has its own weights
         dsc__zero_repoint(e);
         return DSC_OK;
     }
