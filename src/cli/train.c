@@ -800,6 +800,25 @@ static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
     return DSC_OK;
 }
 
+// Rank 0's account of a finished step: its metrics.jsonl line, the progress line, the printed
+// step at steps_per_print, the validation loss.
+static void report_step(trainer *t, int64_t step, const dsc_step_info *si, double loss, double val,
+                        int64_t tokens, double tok_s, double mfu, double start, int64_t first_step) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    write_metrics(t, si, loss, val, tokens, tok_s, dsc_now() - start);
+    double per_step = (dsc_now() - start) / (double)(step - first_step + 1);
+    double eta = per_step * (double)(t->o->max_steps - step);
+    obs_progress_update(step, t->o->max_steps, loss, tok_s, eta);
+    if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps) {
+        obs_progress_clear();
+        print_progress(t, si, loss, tok_s, mfu);
+    }
+    if (!isnan(val)) {
+        obs_progress_clear();
+        printf("step %5lld | validation loss %.4f\n", (long long)step, val);
+    }
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
@@ -862,21 +881,13 @@ static dsc_status train_loop(trainer *t) {
                                .grad_norm = si.grad_norm, .tokens_per_s = tok_s, .mfu = mfu,
                                .step_time_s = dt};
         DSC_TRY(dsc_monitor_log_step(t->mon, &ms));
+        // Rank 0 reports the step before the checkpoint tick: the tick may commit this step's
+        // snapshot and then meet a fault in its collectives, and the run resumes after the
+        // committed step; reported after the tick, that step would have no metrics line. (A
+        // fault that restores an earlier step redoes this one; its line then appears twice.)
+        if (t->rank == 0) report_step(t, step, &si, loss, val, tokens, tok_s, mfu, start, first_step);
         DSC_TRY(gpu_store_for_ckpt(t, step));
         if ((st = ckpt_after_step(t)) != DSC_OK) goto fault; // its collectives can meet a fault
-        if (t->rank != 0) continue;
-        write_metrics(t, &si, loss, val, tokens, tok_s, dsc_now() - start);
-        double per_step = (dsc_now() - start) / (double)(step - first_step + 1);
-        double eta = per_step * (double)(t->o->max_steps - step);
-        obs_progress_update(step, t->o->max_steps, loss, tok_s, eta);
-        if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps) {
-            obs_progress_clear();
-            print_progress(t, &si, loss, tok_s, mfu);
-        }
-        if (!isnan(val)) {
-            obs_progress_clear();
-            printf("step %5lld | validation loss %.4f\n", (long long)step, val);
-        }
         continue;
     fault:
         dsc_checkpoint_fence(t->eng); // a save's copy of the state ends before recovery changes it
