@@ -10,6 +10,7 @@
 #include "base/log.h"           // DSC_WARN
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "base/time.h"          // dsc_now
+#include "cuda/layer_slots.h"    // dsc__slots_*
 #include "cuda/convert.h"       // dsc__cuda_to_device
 #include "cuda/offload.h"       // dsc__cuda_offload_*
 #include "dsc/half.h"           // dsc_fp32_to_fp16_n, dsc_fp16_to_fp32_n
@@ -35,29 +36,18 @@ struct train_off {
     dsc_step_info early_info;
     train_off_times t;
     // offload_param: the layers' 16-bit weights live in h16 only and pass through two device
-    // slots (the embeddings and ln_f stay on the device); the layers' gradients pass through two
-    // gradient slots and go to the host every micro-step (later micro-steps through tmp, added
-    // into the accumulator on the host).
+    // slots (cuda/layer_slots.h; the embeddings and ln_f stay on the device); the layers'
+    // gradients pass through two gradient slots and go to the host every micro-step (later
+    // micro-steps through tmp, added into the accumulator on the host).
     bool params;
-    int L;              // layers: groups 1 .. L
-    size_t *dev_off;    // (ngroups) resident groups' offset in the device arrays
-    size_t slot_len;    // elements of a slot: the largest layer group
-    uint16_t *wslot[2]; // device weight slots (views of st->p16)
-    float *gslot[2];    // device gradient slots (views of st->grad)
-    int wslot_layer[2]; // the layer whose current weights slot k holds (-1: none)
-    int gslot_group[2]; // the group whose gradients last used gradient slot k (-1: none)
-    float *tmp[2];      // page-locked host: a later micro-step's gradients of a layer
+    dsc__slots sl;
+    float *tmp[2]; // page-locked host: a later micro-step's gradients of a layer
     bool tmp_pinned[2];
-    int tmp_group[2];     // the group landing in tmp[k], not yet added (-1: none)
-    const uint16_t **p16; // the trainer's view tables, repointed layer by layer
-    float **grad;
-    int ntensors;
-    int *tgroup; // (ntensors) each tensor's group
-    size_t *tin; // (ntensors) its offset inside the group
+    int tmp_group[2]; // the group landing in tmp[k], not yet added (-1: none)
 };
 
 static bool ring_group(const train_off *o, int g) {
-    return o->params && g >= 1 && g <= o->L;
+    return o->params && dsc__slots_layer_group(&o->sl, g);
 }
 
 // ---- create / destroy ----
@@ -95,54 +85,20 @@ static void pin(void *p, size_t bytes, bool *ok, bool *all, char *why, size_t ca
     if (!*ok) *all = false;
 }
 
-// Parameter offload's device layout: the resident groups (0: embeddings, L + 1: ln_f) in group
-// order, then two slots of the largest layer group; 16-bit weights and fp32 gradients alike.
-static size_t device_layout(dsc_engine *eng, int L, size_t *dev_off, size_t *slot_len) {
-    size_t at = 0, slot = 0;
-    for (int g = 0; g <= L + 1; g++) {
-        dsc__engine_span sp;
-        dsc__engine_span_of(eng, g, &sp);
-        if (g >= 1 && g <= L) {
-            if (sp.padded > slot) slot = sp.padded;
-            continue;
-        }
-        if (dev_off) dev_off[g] = at;
-        at += sp.padded;
-    }
-    if (slot_len) *slot_len = slot;
-    return at + 2 * slot;
+size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc) {
+    return dsc__slots_layout(eng, mc->n_layer, NULL, NULL);
 }
 
-size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc) {
-    return device_layout(eng, mc->n_layer, NULL, NULL);
-}
+static const dsc__slots_ops slot_ops; // below
 
 static dsc_status param_init(train_off *o, const dsc_gpt2_config *mc, bool *pinned, char *why,
                              size_t cap) {
-    o->L = mc->n_layer;
-    o->ntensors = dsc_gpt2_num_tensors(mc);
-    o->dev_off = calloc((size_t)o->ngroups, sizeof *o->dev_off);
-    o->tgroup = calloc((size_t)o->ntensors, sizeof *o->tgroup);
-    o->tin = calloc((size_t)o->ntensors, sizeof *o->tin);
-    if (!o->dev_off || !o->tgroup || !o->tin) return dsc__fail(DSC_ERR_OOM, "out of memory");
-    size_t len = device_layout(o->eng, o->L, o->dev_off, &o->slot_len);
-    if (len != o->st->n)
-        return dsc__fail(DSC_ERR_INTERNAL,
-                         "parameter offload: a device state of %zu elements "
-                         "for a layout of %zu",
-                         o->st->n, len);
+    DSC_TRY(dsc__slots_init(&o->sl, o->eng, mc, o->st->p16, o->st->grad, o->st->n, &slot_ops,
+                            o));
     for (int k = 0; k < 2; k++) {
-        o->wslot[k] = o->st->p16 + len - (size_t)(2 - k) * o->slot_len;
-        o->gslot[k] = o->st->grad + len - (size_t)(2 - k) * o->slot_len;
-        o->tmp[k] = aligned_alloc(64, (o->slot_len * sizeof(float) + 63) / 64 * 64);
+        o->tmp[k] = aligned_alloc(64, (o->sl.slot_len * sizeof(float) + 63) / 64 * 64);
         if (!o->tmp[k]) return dsc__fail(DSC_ERR_OOM, "parameter offload: out of memory");
-        pin(o->tmp[k], o->slot_len * sizeof(float), &o->tmp_pinned[k], pinned, why, cap);
-    }
-    for (int i = 0; i < o->ntensors; i++) {
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(mc, i, &info);
-        o->tgroup[i] = info.group;
-        o->tin[i] = dsc__engine_param_offset(o->eng, i) - o->spans[info.group].off;
+        pin(o->tmp[k], o->sl.slot_len * sizeof(float), &o->tmp_pinned[k], pinned, why, cap);
     }
     return DSC_OK;
 }
@@ -186,8 +142,6 @@ dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_stat
                      .host = *host,
                      .fp16 = fp16,
                      .params = params,
-                     .wslot_layer = {-1, -1},
-                     .gslot_group = {-1, -1},
                      .tmp_group = {-1, -1}};
     dsc_status s = init(o, mc, pinned, why, cap);
     if (s != DSC_OK) {
@@ -207,73 +161,43 @@ void dsc__train_off_destroy(train_off *o) {
         if (o->tmp_pinned[k]) dsc__cuda_host_unpin(o->tmp[k]);
         free(o->tmp[k]);
     }
-    free(o->dev_off);
-    free(o->tgroup);
-    free(o->tin);
+    dsc__slots_free(&o->sl);
     free(o->h16);
     free(o->spans);
     free(o->part);
     free(o);
 }
 
-// ---- parameter offload: the layers through the slots ----
+// ---- parameter offload: the layers through the slots (cuda/layer_slots.h) ----
 
-static int wslot_of(const train_off *o, int layer) {
-    for (int k = 0; k < 2; k++)
-        if (o->wslot_layer[k] == layer) return k;
-    return -1;
-}
-
-// Layer `layer`'s weights into a slot unless one holds them (not the slot of `keep`).
-static dsc_status fetch_layer(train_off *o, int layer, int keep) {
-    if (layer < 0 || layer >= o->L || wslot_of(o, layer) >= 0) return DSC_OK;
-    int k = keep >= 0 && wslot_of(o, keep) == 0 ? 1 : 0;
-    const dsc__engine_span *sp = &o->spans[layer + 1];
-    DSC_TRY(dsc__cuda_offload_fetch(o->bus, k, o->wslot[k], o->h16 + sp->off, sp->padded));
-    o->wslot_layer[k] = layer;
-    return DSC_OK;
-}
-
-// Point the view tables' entries of `layer` at its slots (weights; in backward gradients too).
-static void point_layer(train_off *o, int layer, const uint16_t *w, float *g) {
-    int first = 2 + layer * ((o->ntensors - 4) / o->L);
-    for (int i = first; i < o->ntensors && o->tgroup[i] == layer + 1; i++) {
-        o->p16[i] = w + o->tin[i];
-        if (g) o->grad[i] = g + o->tin[i];
-    }
-}
-
-// The model's layer hook (cuda/gpt2_cuda.h): the layer just enqueued gives its slot back; this
-// layer's weights are waited for (fetched now if no slot holds them) and the next layer's are
-// fetched into the other slot while this one computes. In backward the layer also gets a zeroed
-// gradient slot, once the gradients that used it before have left for the host.
-static dsc_status on_layer(void *user, int pass, int layer) {
+static dsc_status slot_fetch(void *user, int k, int layer) {
     train_off *o = user;
-    int prev = pass == 0 ? layer - 1 : layer + 1, next = pass == 0 ? layer + 1 : layer - 1;
-    int k = prev >= 0 && prev < o->L ? wslot_of(o, prev) : -1;
-    if (k >= 0) DSC_TRY(dsc__cuda_offload_release(o->bus, k));
-    if (layer < 0 || layer >= o->L) return DSC_OK;
-    DSC_TRY(fetch_layer(o, layer, prev));
-    k = wslot_of(o, layer);
-    DSC_TRY(dsc__cuda_offload_use(o->bus, k));
-    DSC_TRY(fetch_layer(o, next, layer));
-    float *g = NULL;
-    if (pass == 1) {
-        int j = layer & 1, before = o->gslot_group[j];
-        DSC_TRY(dsc__cuda_offload_reuse_grads(o->bus, before >= 0 ? before : layer + 1, o->gslot[j],
-                                              o->slot_len));
-        o->gslot_group[j] = layer + 1;
-        g = o->gslot[j];
-    }
-    point_layer(o, layer, o->wslot[k], g);
-    return DSC_OK;
+    const dsc__engine_span *sp = &o->spans[layer + 1];
+    return dsc__cuda_offload_fetch(o->bus, k, o->sl.w[k], o->h16 + sp->off, sp->padded);
 }
+
+static dsc_status slot_use(void *user, int k) {
+    return dsc__cuda_offload_use(((train_off *)user)->bus, k);
+}
+
+static dsc_status slot_release(void *user, int k) {
+    return dsc__cuda_offload_release(((train_off *)user)->bus, k);
+}
+
+// A gradient slot is free once the gradients that used it last have left for the host.
+static dsc_status slot_reuse(void *user, int j, int before, int g) {
+    train_off *o = user;
+    return dsc__cuda_offload_reuse_grads(o->bus, before >= 0 ? before : g, o->sl.g[j],
+                                         o->sl.slot_len);
+}
+
+static const dsc__slots_ops slot_ops = {slot_fetch, slot_use, slot_release, slot_reuse};
 
 // ---- the step ----
 
 // Where group g's gradients and 16-bit weights are on the device.
 static size_t dev_off(const train_off *o, int g) {
-    return o->params ? o->dev_off[g] : o->spans[g].off;
+    return o->params ? o->sl.dev_off[g] : o->spans[g].off;
 }
 
 // The CPU optimizer over group g, its 16-bit result up to the GPU (with parameter offload, a
@@ -317,7 +241,7 @@ static dsc_status grads_out(void *user, int g) {
     const float *src = o->st->grad + dev_off(o, g);
     if (ring_group(o, g)) {
         int k = (g - 1) & 1;
-        src = o->gslot[k];
+        src = o->sl.g[k];
         if (o->micro > 0) {
             DSC_TRY(drain_tmp(o, k));
             dst = o->tmp[k];
@@ -436,25 +360,13 @@ dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
             DSC_TRY(update_group(o, g));
     }
     o->t.cpu += dsc_now() - t0;
-    if (o->plan.apply) o->wslot_layer[0] = o->wslot_layer[1] = -1; // the layers' weights changed
+    if (o->plan.apply) dsc__slots_forget(&o->sl); // the layers' weights changed
     DSC_TRY(dsc__cuda_offload_fence(o->bus)); // the next kernels read the new weights
     return dsc__cuda_state_zero_grads(o->st);
 }
 
 void dsc__train_off_views(train_off *o, const uint16_t **p16, float **grad) {
-    o->p16 = p16;
-    o->grad = grad;
-    for (int i = 0; i < o->ntensors; i++) {
-        int g = o->tgroup[i];
-        if (ring_group(o, g)) { // the layer hook repoints them before every use
-            p16[i] = o->wslot[0] + o->tin[i];
-            grad[i] = o->gslot[0] + o->tin[i];
-        } else {
-            p16[i] = o->st->p16 + o->dev_off[g] + o->tin[i];
-            grad[i] = o->st->grad + o->dev_off[g] + o->tin[i];
-        }
-    }
-    dsc_gpt2_cuda_set_layer_hook(o->model, on_layer, o);
+    dsc__slots_views(&o->sl, o->model, p16, grad);
 }
 
 dsc_status dsc__train_off_load(train_off *o) {
@@ -463,11 +375,11 @@ dsc_status dsc__train_off_load(train_off *o) {
         dsc_fp32_to_fp16_n(o->h16, o->host.master, n);
     else
         dsc_fp32_to_bf16_n(o->h16, o->host.master, n);
-    o->wslot_layer[0] = o->wslot_layer[1] = -1;
+    dsc__slots_forget(&o->sl);
     for (int g = 0; g < o->ngroups; g++) {
         if (ring_group(o, g)) continue;
         const dsc__engine_span *sp = &o->spans[g];
-        DSC_TRY(dsc__cuda_to_device(o->st->p16 + o->dev_off[g], o->h16 + sp->off,
+        DSC_TRY(dsc__cuda_to_device(o->st->p16 + o->sl.dev_off[g], o->h16 + sp->off,
                                     sp->padded * sizeof(uint16_t), o->st->stream));
     }
     return DSC_OK;
