@@ -585,6 +585,31 @@ dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
     return st;
 }
 
+static dsc_status mark(ncb *b, cudaEvent_t ev) {
+    const char *what = "recording an event after its operations (dsc__nccl_record_event)";
+    if (!b->nc) return broken_error(b, what);
+    DSC_TRY(flush(b));
+    CUDA_TRY(cudaEventRecord(ev, b->stream));
+    return DSC_OK;
+}
+
+dsc_status dsc__nccl_record_event(dsc_comm *c, void *cuda_event) {
+    if (!c || !cuda_event)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_record_event: NULL %s",
+                         c ? "event" : "communicator");
+    ncb *b = live_find(c);
+    if (!b)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_record_event: the communicator's "
+                         "backend is %s; only nccl communicators run on a CUDA stream",
+                         dsc_comm_backend(c));
+    pthread_mutex_lock(&b->mu);
+    int prev = dev_enter(b);
+    dsc_status st = mark(b, (cudaEvent_t)cuda_event);
+    dev_leave(b, prev);
+    pthread_mutex_unlock(&b->mu);
+    return st;
+}
+
 // ---- create / destroy ----
 
 static dsc_status resolve(const dsc_comm_opts *o, int *rank, int *world, char *addr, size_t alen,
@@ -930,6 +955,14 @@ dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
     (void)c;
     (void)cuda_event;
     return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc__nccl_after_event: this dsc was built without "
+                     "NCCL, so it has no nccl communicators; install NCCL (libnccl-dev) and "
+                     "rebuild");
+}
+
+dsc_status dsc__nccl_record_event(dsc_comm *c, void *cuda_event) {
+    (void)c;
+    (void)cuda_event;
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc__nccl_record_event: this dsc was built without "
                      "NCCL, so it has no nccl communicators; install NCCL (libnccl-dev) and "
                      "rebuild");
 }

@@ -1,6 +1,6 @@
 // comm/nccl.h - the nccl backend's host-side decisions, apart from NCCL so that every build tests
-// them (tests/unit/test_comm_nccl.c), its test hook, and its one entry point beyond dsc/comm.h
-// (dsc__nccl_after_event).
+// them (tests/unit/test_comm_nccl.c), its test hook, and its two entry points beyond dsc/comm.h
+// (dsc__nccl_after_event, dsc__nccl_record_event).
 //
 // An NCCL operation of dsc is done when the CUDA event recorded after it on the communicator's
 // stream has been reached. NCCL itself never gives up on a peer that hangs, so the host polls
@@ -75,5 +75,13 @@ bool dsc__nccl_inject_parse(const char *spec, long *op, double *seconds);
 // DSC_ERR_INVALID_ARG otherwise, DSC_ERR_UNSUPPORTED in a build without NCCL, the broken reason
 // when c is broken, DSC_ERR_CUDA when the wait cannot be enqueued.
 dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event);
+
+// The reverse: records cuda_event (a cudaEvent_t of the caller's) on the communicator's stream
+// after every operation issued on c so far (sends and receives posted are issued first), so that
+// another stream can wait for them (cudaStreamWaitEvent) without the host waiting. The
+// operations must still be waited for with dsc_comm_wait, which is where a failed or late peer is
+// detected: a stream that waits on the event waits as long as NCCL does, so the caller waits for
+// the requests before it waits for such a stream on the host. Errors as dsc__nccl_after_event.
+dsc_status dsc__nccl_record_event(dsc_comm *c, void *cuda_event);
 
 #endif

@@ -43,6 +43,45 @@ __global__ void from16_kernel(float *dst, const uint16_t *src, size_t n, float s
     }
 }
 
+__global__ void add_kernel(float *dst, const float *src, const uint16_t *src16, size_t n,
+                           bool fp16) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = src ? src[i] : fp16 ? fp16_f32(src16[i]) : dsc_bf16_f32(src16[i]);
+        dst[i] = __fadd_rn(dst[i], v);
+    }
+}
+
+static dsc_status add_any(float *dst, const float *src, const uint16_t *src16, size_t n,
+                          bool fp16, void *stream) {
+    DSC_CUDA_ARG((dst && (src || src16)) || n == 0, "add: NULL array");
+    if (n == 0) return DSC_OK;
+    add_kernel<<<conv_blocks(n), CONV_THREADS, 0, as_stream(stream)>>>(dst, src, src16, n, fp16);
+    DSC_CUDA_LAUNCHED("add_kernel");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_add(float *dst, const float *src, size_t n, void *stream) {
+    return add_any(dst, src, NULL, n, false, stream);
+}
+
+extern "C" dsc_status dsc__cuda_add_from16(float *dst, const uint16_t *src, size_t n, bool fp16,
+                                           void *stream) {
+    return add_any(dst, NULL, src, n, fp16, stream);
+}
+
+extern "C" dsc_status dsc__cuda_copy(void *dst, const void *src, size_t bytes, void *stream) {
+    if (bytes == 0) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_zero(void *dst, size_t bytes, void *stream) {
+    if (bytes == 0) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, as_stream(stream)));
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_scale(float *x, size_t n, float s, void *stream) {
     DSC_CUDA_ARG(x || n == 0, "scale: NULL array");
     if (n == 0 || s == 1.0f) return DSC_OK;
@@ -101,5 +140,11 @@ extern "C" void dsc__cuda_event_destroy(void *ev) {
 extern "C" dsc_status dsc__cuda_event_record(void *ev, void *stream) {
     DSC_CUDA_ARG(ev != NULL, "event record: NULL event");
     DSC_CUDA_TRY(cudaEventRecord((cudaEvent_t)ev, as_stream(stream)));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_stream_wait_event(void *stream, void *ev) {
+    DSC_CUDA_ARG(ev != NULL, "stream wait: NULL event");
+    DSC_CUDA_TRY(cudaStreamWaitEvent(as_stream(stream), (cudaEvent_t)ev, 0));
     return DSC_OK;
 }

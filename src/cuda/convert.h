@@ -32,6 +32,16 @@ dsc_status dsc__cuda_to16(uint16_t *dst, const float *src, size_t n, float scale
 dsc_status dsc__cuda_from16(float *dst, const uint16_t *src, size_t n, float scale, bool fp16,
                             void *stream);
 
+// dst (n) += src (fp32); dst (n) += float(src16) (bf16 bits, or fp16 when fp16 is true). One
+// rounded addition per element: accumulating partial sums so gives the bits of adding them in
+// place.
+dsc_status dsc__cuda_add(float *dst, const float *src, size_t n, void *stream);
+dsc_status dsc__cuda_add_from16(float *dst, const uint16_t *src, size_t n, bool fp16,
+                                void *stream);
+// bytes from one device buffer to another, and bytes set to zero, enqueued (nothing waits).
+dsc_status dsc__cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
+dsc_status dsc__cuda_zero(void *dst, size_t bytes, void *stream);
+
 // bytes from the device to host memory, or from host memory to the device, in the order of
 // `stream`; both wait for it.
 dsc_status dsc__cuda_to_host(void *host, const void *dev, size_t bytes, void *stream);
@@ -42,6 +52,9 @@ dsc_status dsc__cuda_to_device(void *dev, const void *host, size_t bytes, void *
 dsc_status dsc__cuda_event_create(void **ev);
 void dsc__cuda_event_destroy(void *ev);
 dsc_status dsc__cuda_event_record(void *ev, void *stream);
+// Work enqueued on `stream` after this call starts once ev's last recording is reached (an event
+// never recorded: at once). The host does not wait.
+dsc_status dsc__cuda_stream_wait_event(void *stream, void *ev);
 
 #ifdef __cplusplus
 }

@@ -15,11 +15,13 @@
 // messages to oneself; the abort of a kernel stuck on a peer is for several GPUs.)
 // dsc_comm_shrink with nobody excluded gives a working one-rank communicator (or is reported as
 // refused by NCCL).
-// dsc__nccl_after_event (comm/nccl.h): a user stream held by a host function, then a kernel
+// dsc__nccl_after_event (comm/nccl.h): a user stream held by a spinning kernel, then a kernel
 // writing the input, then an event; the communicator waits for the event without the host
 // waiting, and its all_reduce must see the kernel's data; a wait of 2.5 s on the user stream with
 // comm_timeout_s 1 is no timeout; an operation that is late after its wait passed (the test
 // hook) times out about comm_timeout_s after the wait passed, not after it was issued.
+// dsc__nccl_record_event: a second stream waits for such a held collective through the event and
+// copies its result (the copy is the result; the host did not wait at the record).
 // Several GPUs (when visible): one thread per GPU, world = GPUs (at most 8), every collective and
 // dtype against host sums of small integers (exact in every dtype and summation order), a
 // send-then-receive ring, and dsc_comm_shrink without the last rank followed by an all_reduce
@@ -36,7 +38,7 @@
 
 extern "C" {
 #include "base/time.h" // dsc_now
-#include "comm/nccl.h" // dsc__nccl_after_event
+#include "comm/nccl.h" // dsc__nccl_after_event, dsc__nccl_record_event
 }
 #include "cuda/convert.h" // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale
 #include "dsc/comm.h"     // dsc_comm_*
@@ -454,6 +456,55 @@ static void after_event_order(void) {
     CK(cudaFree(out));
 }
 
+// dsc__nccl_record_event: another stream waits for a collective on the device, the host does not.
+// The collective is held behind a user stream (after_event), so a stream that did not wait for
+// it would copy the poisoned output.
+static void record_event_order(void) {
+    dsc_comm *c = make_one(30);
+    const size_t n = 1 << 20;
+    static const double hold = 1.0;
+    float *x = dev_alloc<float>(n), *out = dev_alloc<float>(n), *copy = dev_alloc<float>(n);
+    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, NULL)); // first-use setup
+    poison(x, n * 4);
+    poison(out, n * 4);
+    poison(copy, n * 4);
+    SYNC();
+    cudaStream_t user, reader;
+    cudaEvent_t ev, done;
+    CK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    double t0 = dsc_now();
+    held_fill(user, &hold, x, n, 3.0f, ev);
+    dsc_comm_req *r = NULL;
+    DS(dsc__nccl_after_event(c, ev));
+    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, &r));
+    DS(dsc__nccl_record_event(c, done));
+    CK(cudaStreamWaitEvent(reader, done, 0));
+    CK(cudaMemcpyAsync(copy, out, n * 4, cudaMemcpyDeviceToDevice, reader));
+    double issued = dsc_now() - t0;
+    DS(dsc_comm_wait(r));
+    CK(cudaStreamSynchronize(reader));
+    double dt = dsc_now() - t0;
+    printf("  record_event: recorded after %.3f s, the reader's copy done after %.3f s\n", issued,
+           dt);
+    check_true("record_event: the host did not wait (recorded < 0.5 s)", issued < 0.5);
+    check_true("record_event: the other stream waited for the collective (its copy is the "
+               "result)", filled(copy, n, 3.0f) && dt >= hold * 0.9);
+    bool e1 = dsc__nccl_record_event(c, NULL) == DSC_ERR_INVALID_ARG;
+    bool e2 = dsc__nccl_record_event(NULL, done) == DSC_ERR_INVALID_ARG;
+    check_true("record_event: NULL event or communicator refused", e1 && e2);
+    dsc_comm_destroy(c);
+    CK(cudaEventDestroy(ev));
+    CK(cudaEventDestroy(done));
+    CK(cudaStreamDestroy(user));
+    CK(cudaStreamDestroy(reader));
+    CK(cudaFree(x));
+    CK(cudaFree(out));
+    CK(cudaFree(copy));
+}
+
 // A wait longer than comm_timeout_s on the user stream is not communication: no timeout.
 static void after_event_untimed(void) {
     dsc_comm *c = make_one(1.0);
@@ -736,6 +787,7 @@ int main(void) {
     abort_from_thread();
     shrink_one();
     after_event_order();
+    record_event_order();
     after_event_untimed();
     after_event_late();
     several_gpus();

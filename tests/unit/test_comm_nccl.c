@@ -1,7 +1,7 @@
 // Tests of the nccl backend's host-side parts, on any machine: the polling verdict (event,
 // NCCL's asynchronous error, a wait on another stream, deadline) and the broken communicator's
 // messages, the test hook's parser, the registry (dsc_comm_backend_available, the error when nccl
-// is asked for but cannot run here), dsc_comm_shrink's checks, dsc__nccl_after_event's refusals,
+// is asked for but cannot run here), dsc_comm_shrink's checks, dsc__nccl_after_event's and _record_event's refusals,
 // and where the engine's own collectives go when nccl is selected. The collectives themselves
 // run on a GPU: tests/cuda/test_cuda_nccl.cu.
 #include <stdarg.h>
@@ -161,7 +161,8 @@ static void test_shrink_checks(void **state) {
     dsc_comm_destroy(c);
 }
 
-// dsc__nccl_after_event is for nccl communicators only; without NCCL it says the build lacks it.
+// dsc__nccl_after_event and dsc__nccl_record_event are for nccl communicators only; without NCCL
+// they say the build lacks it.
 static void test_after_event_refusals(void **state) {
     dsc_comm_opts o = dsc_comm_opts_default();
     o.rank = 0;
@@ -174,8 +175,14 @@ static void test_after_event_refusals(void **state) {
     has(dsc_last_error(), "backend is shm");
     assert_int_equal(dsc__nccl_after_event(NULL, &not_an_event), DSC_ERR_INVALID_ARG);
     assert_int_equal(dsc__nccl_after_event(c, NULL), DSC_ERR_INVALID_ARG);
+    assert_int_equal(dsc__nccl_record_event(c, &not_an_event), DSC_ERR_INVALID_ARG);
+    has(dsc_last_error(), "backend is shm");
+    assert_int_equal(dsc__nccl_record_event(NULL, &not_an_event), DSC_ERR_INVALID_ARG);
+    assert_int_equal(dsc__nccl_record_event(c, NULL), DSC_ERR_INVALID_ARG);
 #else
     assert_int_equal(dsc__nccl_after_event(c, &not_an_event), DSC_ERR_UNSUPPORTED);
+    has(dsc_last_error(), "built without NCCL");
+    assert_int_equal(dsc__nccl_record_event(c, &not_an_event), DSC_ERR_UNSUPPORTED);
     has(dsc_last_error(), "built without NCCL");
 #endif
     dsc_comm_destroy(c);
