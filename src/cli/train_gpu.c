@@ -139,6 +139,7 @@ static dsc_status make_views(train_gpu *g) {
         dsc__train_off_views(g->off, g->p16, g->grad);
         return DSC_OK;
     }
+    if (g->dp && dsc__train_dp_views(g->dp, g->model, g->p16, g->grad)) return DSC_OK;
     for (int i = 0; i < g->ntensors; i++) {
         size_t off = dsc__engine_param_offset(g->eng, i);
         g->p16[i] = g->st->p16 + off;
@@ -259,7 +260,7 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     g->staged = g->world > 1 && !dp;
     char why[256] = "";
     bool pinned = false;
-    if (dp) DSC_TRY(dsc__train_dp_create(&g->dp, g->eng, g->pool, g->timed, &g->st));
+    if (dp) DSC_TRY(dsc__train_dp_create(&g->dp, g->eng, &g->mc, g->pool, g->timed, &g->st));
     else if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
     else DSC_TRY(flat_init(g, offload));
     dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
@@ -358,12 +359,23 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
         dsc__train_dp_backward_hook(g->dp, &fn, &user);
         dsc_gpt2_cuda_set_grad_hook(g->model, fn, user);
     }
-    if (!g->timed) // one pass over the logits for loss and gradient; bitwise the split calls
-        return dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss);
+    // With nccl the loss is read after the pass's collectives were waited for (pass_done).
+    if (!g->timed) { // one pass over the logits for loss and gradient; bitwise the split calls
+        if (!g->dp)
+            return dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss);
+        DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, NULL));
+        DSC_TRY(dsc__train_dp_pass_done(g->dp));
+        return dsc_gpt2_cuda_read_loss(g->model, loss);
+    }
     double t0 = dsc_now();
-    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss));
+    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, g->dp ? NULL : loss));
+    if (g->dp) {
+        DSC_TRY(dsc__train_dp_pass_done(g->dp));
+        DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, loss));
+    }
     double t1 = dsc_now();
     DSC_TRY(dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, scale));
+    if (g->dp) DSC_TRY(dsc__train_dp_pass_done(g->dp));
     DSC_TRY(dsc__cuda_stream_wait(g->st->stream));
     *fwd_s += t1 - t0;
     *bwd_s += dsc_now() - t1;
@@ -377,7 +389,10 @@ dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t
 
 dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                float *loss) {
-    return dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss);
+    if (!g->dp) return dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss);
+    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, NULL));
+    DSC_TRY(dsc__train_dp_pass_done(g->dp)); // stage 3's gathers, waited with their deadline
+    return dsc_gpt2_cuda_read_loss(g->model, loss);
 }
 
 // ZeRO-Offload without streaming (DSC_OFFLOAD_STREAM=0, for comparisons): after the backward the

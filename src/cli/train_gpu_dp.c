@@ -17,15 +17,17 @@ bool dsc__train_dp_selected(void) {
 
 #include "base/hash.h"        // dsc_hash64
 #include "base/status.h"      // dsc__fail, DSC_TRY
-#include "comm/nccl.h"        // dsc__nccl_after_event
+#include "cuda/layer_slots.h"  // dsc__slots_* (stage 3)
+#include "comm/nccl.h"        // dsc__nccl_after_event, dsc__nccl_record_event
 #include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events
+#include "cuda/gpt2_kernels.h" // dsc__cuda_round_fp16
 #include "cuda/devbuf.h"      // dsc__cuda_buf_*
 #include "cuda/train_state.h" // dsc__cuda_state_*
 #include "dsc/comm.h"         // dsc_comm_*
 #include "engine/device.h"    // dsc__engine_dp_layout, dsc__engine_device_step
 #include "engine/hybrid.h"    // dsc__engine_comm
 
-enum { BUF_GSHARD, BUF_SEND16, BUF_RECV16, BUF_NORM, NBUFS };
+enum { BUF_GSHARD, BUF_SEND16, BUF_RECV16, BUF_NORM, BUF_OWN16, NBUFS };
 
 struct train_dp {
     dsc_engine *eng;
@@ -45,6 +47,23 @@ struct train_dp {
     bool *begun;           // (ngroups) group g's reduction was started at this step
     int micro, gas;
     bool timed;
+    // Stage 3 (shard): the layers' 16-bit weights are partitioned as the optimizer state is.
+    // This rank keeps its slice of each layer group (own16); a layer is all-gathered into one of
+    // two device slots one layer ahead of use (cuda/layer_slots.h), in forward and again in
+    // backward. The layers' gradients go through two gradient slots: reduce-scattered in place
+    // every micro-step, then added into the partition (red). The embeddings and ln_f stay whole
+    // on every device (resident) and are reduced once per step, as at stage 2.
+    bool shard;
+    dsc__slots sl;
+    uint16_t *own16;   // (state_len) this rank's slices of the 16-bit weights (layer groups)
+    float *hdev;       // host: the device layout's fp32 weights, for a load
+    void *wfree[2];    // cudaEvent_t, compute stream: weight slot k's readers are enqueued
+    void *wready[2];   // communicator's stream: weight slot k's gather is done
+    void *gdone[2];    // communicator's stream: gradient slot j's reduce-scatter is done
+    int gpend[2];      // the group whose reduce-scatter in gradient slot j is not yet added
+                       // into red (-1: none)
+    dsc_comm_req **mreqs; // the gathers and reduce-scatters of the pass running
+    int nm, mcap;
 };
 
 // ---- choosing ----
@@ -123,16 +142,54 @@ static dsc_status buf(train_dp *dp, dsc_mem_pool *pool, int k, size_t bytes, con
     return DSC_OK;
 }
 
-static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool) {
+static const dsc__slots_ops slot_ops; // stage 3, below
+
+// Stage 3's own buffers: the weight partition, the slots' events, the pass's requests.
+static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_config *mc) {
+    const dsc__engine_dp *L = &dp->L;
+    DSC_TRY(dsc__slots_init(&dp->sl, dp->eng, mc, dp->st->p16, dp->st->grad, dp->st->n,
+                            &slot_ops, dp));
+    DSC_TRY(buf(dp, pool, BUF_OWN16, L->state_len * 2, "gpu.weight_partition",
+                (void **)&dp->own16));
+    dp->mcap = 4 * mc->n_layer + 8; // a pass issues at most 3 per layer
+    dp->mreqs = calloc((size_t)dp->mcap, sizeof *dp->mreqs);
+    dp->hdev = calloc(dp->st->n, sizeof *dp->hdev);
+    if (!dp->mreqs || !dp->hdev) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int k = 0; k < 2; k++) {
+        DSC_TRY(dsc__cuda_event_create(&dp->wfree[k]));
+        DSC_TRY(dsc__cuda_event_create(&dp->wready[k]));
+        DSC_TRY(dsc__cuda_event_create(&dp->gdone[k]));
+    }
+    return DSC_OK;
+}
+
+// Stage 3's weight partitioning is new and opt-in until it has run on GPUs:
+// DSC_GPU_STAGE3_PARTITION=1 turns it on; unset or 0, stage 3 keeps the whole 16-bit weights on
+// every GPU (as stage 2).
+static dsc_status partition_wanted(int stage, bool *on) {
+    const char *v = getenv("DSC_GPU_STAGE3_PARTITION");
+    *on = false;
+    if (!v || !*v || !strcmp(v, "0")) return DSC_OK;
+    if (strcmp(v, "1"))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "DSC_GPU_STAGE3_PARTITION=%s: expected 1 (partition "
+                         "the 16-bit weights at ZeRO stage 3) or 0", v);
+    *on = stage == 3;
+    return DSC_OK;
+}
+
+static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_config *mc) {
     const dsc__engine_dp *L = &dp->L;
     size_t ns = L->state_len;
     int moments = L->v ? 2 : 1;
-    DSC_TRY(dsc__cuda_state_create_dp(&dp->st, L->total, ns, moments, pool));
+    DSC_TRY(partition_wanted(L->stage, &dp->shard));
+    // stage 3: the device arrays hold the resident groups and the slots (cuda/layer_slots.h)
+    size_t n = dp->shard ? dsc__slots_layout(dp->eng, mc->n_layer, NULL, NULL) : L->total;
+    DSC_TRY(dsc__cuda_state_create_dp(&dp->st, n, ns, moments, pool));
     dp->red = dp->st->grad;
     if (L->stage > 0)
         DSC_TRY(buf(dp, pool, BUF_GSHARD, ns * 4, "gpu.grad_partition", (void **)&dp->red));
     if (L->comm_dt != DSC_DT_F32) {
-        DSC_TRY(buf(dp, pool, BUF_SEND16, L->total * 2, "gpu.comm_stage16", (void **)&dp->send16));
+        DSC_TRY(buf(dp, pool, BUF_SEND16, n * 2, "gpu.comm_stage16", (void **)&dp->send16));
         if (L->stage > 0)
             DSC_TRY(buf(dp, pool, BUF_RECV16, ns * 2, "gpu.comm_stage16", (void **)&dp->recv16));
     }
@@ -147,20 +204,21 @@ static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool) {
         return dsc__fail(DSC_ERR_OOM, "out of memory for the host copies of %zu parameters",
                          L->total);
     for (int g = 0; g < L->ngroups; g++) DSC_TRY(dsc__cuda_event_create(&dp->ready[g]));
-    return DSC_OK;
+    return dp->shard ? shard_init(dp, pool, mc) : DSC_OK;
 }
 
-dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, dsc_mem_pool *pool, bool timed,
-                                dsc_cuda_state **st) {
+dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+                                dsc_mem_pool *pool, bool timed, dsc_cuda_state **st) {
     *out = NULL;
     train_dp *dp = calloc(1, sizeof *dp);
     if (!dp) return dsc__fail(DSC_ERR_OOM, "out of memory");
     dp->eng = eng;
     dp->timed = timed;
+    dp->gpend[0] = dp->gpend[1] = -1;
     dp->gas = (int)dsc_engine_config(eng)->gradient_accumulation_steps;
     dsc_status s = dsc__engine_dp_layout(eng, &dp->L);
     if (s == DSC_OK) s = make_comm(dp);
-    if (s == DSC_OK) s = make_buffers(dp, pool);
+    if (s == DSC_OK) s = make_buffers(dp, pool, mc);
     if (s != DSC_OK) {
         dsc__train_dp_destroy(dp);
         return s;
@@ -173,7 +231,15 @@ dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, dsc_mem_pool *p
 void dsc__train_dp_destroy(train_dp *dp) {
     if (!dp) return;
     dsc__cuda_state_destroy(dp->st); // waits for its stream
-    dsc_comm_destroy(dp->nccl);      // ends and frees requests still in reqs
+    dsc_comm_destroy(dp->nccl);      // ends and frees requests still in reqs and mreqs
+    for (int k = 0; k < 2; k++) {
+        dsc__cuda_event_destroy(dp->wfree[k]);
+        dsc__cuda_event_destroy(dp->wready[k]);
+        dsc__cuda_event_destroy(dp->gdone[k]);
+    }
+    dsc__slots_free(&dp->sl);
+    free(dp->mreqs);
+    free(dp->hdev);
     for (int k = 0; k < NBUFS; k++) dsc__cuda_buf_free(&dp->bufs[k]);
     for (int g = 0; dp->ready && g < dp->L.ngroups; g++) dsc__cuda_event_destroy(dp->ready[g]);
     free(dp->hfull);
@@ -186,9 +252,13 @@ void dsc__train_dp_destroy(train_dp *dp) {
 
 void dsc__train_dp_describe(const train_dp *dp, char *buf, size_t cap) {
     const dsc__engine_dp *L = &dp->L;
-    const char *how = L->stage == 0 ? "optimizer state whole on every GPU"
+    const char *how = L->stage == 0  ? "optimizer state whole on every GPU"
+                      : dp->shard    ? "16-bit weights, gradients and optimizer state "
+                                       "partitioned; each layer gathered one ahead into two "
+                                       "slots, its gradients reduce-scattered every micro-step"
                       : L->stage == 3 ? "gradients and optimizer state partitioned, bf16 weights "
-                                        "whole on every GPU (run as stage 2)"
+                                        "whole on every GPU (run as stage 2; "
+                                        "DSC_GPU_STAGE3_PARTITION=1 partitions them)"
                                       : "optimizer state partitioned";
     snprintf(buf, cap, "nccl data-parallel over %d GPU%s, ZeRO stage %d (%s), gradients reduced "
              "in %s, fp32 master and optimizer on the GPU", L->world, L->world == 1 ? "" : "s",
@@ -196,6 +266,23 @@ void dsc__train_dp_describe(const train_dp *dp, char *buf, size_t cap) {
 }
 
 // ---- host state <-> device ----
+
+// Stage 3: the resident groups' weights go up whole (through hdev, in the device layout), the
+// layers' 16-bit slices are this rank's master partition rounded on the device (the same bits as
+// rounding the whole weights: the master slices are those weights).
+static dsc_status shard_load(train_dp *dp) {
+    for (int g = 0; g < dp->L.ngroups; g++) {
+        if (dsc__slots_layer_group(&dp->sl, g)) continue;
+        dsc__engine_span sp;
+        dsc__engine_span_of(dp->eng, g, &sp);
+        memcpy(dp->hdev + dp->sl.dev_off[g], dp->hfull + sp.off, sp.padded * 4);
+    }
+    DSC_TRY(dsc__cuda_state_upload_dp(dp->st, dp->hdev, dp->hpart, dp->L.m, dp->L.v));
+    DSC_TRY(dsc__cuda_to16(dp->own16, dp->st->master, dp->L.state_len, 1.0f, dp->st->fp16,
+                           dp->st->stream));
+    dsc__slots_forget(&dp->sl);
+    return dsc__cuda_stream_wait(dp->st->stream);
+}
 
 dsc_status dsc__train_dp_load(train_dp *dp) {
     DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
@@ -205,6 +292,7 @@ dsc_status dsc__train_dp_load(train_dp *dp) {
         dsc__engine_span_of(dp->eng, g, &sp);
         memcpy(dp->hpart + sp.state_off, dsc__engine_master_of(dp->eng, g), sp.state_len * 4);
     }
+    if (dp->shard) return shard_load(dp);
     return dsc__cuda_state_upload_dp(dp->st, dp->hfull, dp->hpart, dp->L.m, dp->L.v);
 }
 
@@ -237,6 +325,12 @@ static dsc_status wait_all(dsc_comm_req **reqs, int n) {
     return first == DSC_OK ? DSC_OK : dsc__fail(first, "%s", msg);
 }
 
+// Where group g's gradients (and 16-bit weights) start in the device arrays: the engine's
+// offset, or at stage 3 the resident group's offset in the slots' layout.
+static size_t dev_off(const train_dp *dp, int g, const dsc__engine_span *sp) {
+    return dp->shard ? dp->sl.dev_off[g] : sp->off;
+}
+
 // Group g's collective on the communicator's stream, after everything enqueued there before:
 // stage 0 an all-reduce of the group's range in place, stages 1-3 a reduce-scatter of it into
 // this rank's slice of the partition. fp32 in the gradients, else in the 16-bit staging copy.
@@ -244,12 +338,12 @@ static dsc_status issue_group(train_dp *dp, int g, const dsc__engine_span *sp) {
     const dsc__engine_dp *L = &dp->L;
     bool wide = L->comm_dt == DSC_DT_F32;
     size_t es = wide ? 4 : 2;
-    char *send = wide ? (char *)dp->st->grad : (char *)dp->send16;
+    char *send = (wide ? (char *)dp->st->grad : (char *)dp->send16) + dev_off(dp, g, sp) * es;
     if (L->stage == 0)
-        return dsc_comm_all_reduce(dp->nccl, send + sp->off * es, send + sp->off * es,
-                                   sp->padded, L->comm_dt, DSC_OP_SUM, &dp->reqs[g]);
+        return dsc_comm_all_reduce(dp->nccl, send, send, sp->padded, L->comm_dt, DSC_OP_SUM,
+                                   &dp->reqs[g]);
     char *recv = wide ? (char *)dp->red : (char *)dp->recv16;
-    return dsc_comm_reduce_scatter(dp->nccl, send + sp->off * es, recv + sp->state_off * es,
+    return dsc_comm_reduce_scatter(dp->nccl, send, recv + sp->state_off * es,
                                    sp->slice, L->comm_dt, DSC_OP_SUM, &dp->reqs[g]);
 }
 
@@ -263,14 +357,15 @@ static dsc_status stage_group(train_dp *dp, int g) {
     dsc__engine_span sp;
     dsc__engine_span_of(dp->eng, g, &sp);
     void *s = dp->st->stream;
-    float *grad = dp->st->grad + sp.off;
+    size_t off = dev_off(dp, g, &sp);
+    float *grad = dp->st->grad + off;
     float pre = L->pre != 1.0 ? (float)(1.0 / L->pre) : 1.0f;
     dp->begun[g] = true;
-    if (dp->st->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16_range(dp->st, sp.off, sp.padded));
+    if (dp->st->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16_range(dp->st, off, sp.padded));
     if (L->comm_dt == DSC_DT_F32) DSC_TRY(dsc__cuda_scale(grad, sp.padded, pre, s));
     else
-        DSC_TRY(dsc__cuda_to16(dp->send16 + sp.off, grad, sp.padded, pre,
-                               L->comm_dt == DSC_DT_F16, s));
+        DSC_TRY(dsc__cuda_to16(dp->send16 + off, grad, sp.padded, pre, L->comm_dt == DSC_DT_F16,
+                               s));
     DSC_TRY(dsc__cuda_event_record(dp->ready[g], s));
     DSC_TRY(dsc__nccl_after_event(dp->nccl, dp->ready[g]));
     return issue_group(dp, g, &sp);
@@ -288,6 +383,8 @@ static dsc_status begin_group(train_dp *dp, int g) {
 // the engine numbers its groups by dsc_param_desc.group, which the trainer copies from the
 // model's tensor table (0: wte and wpe, 1 + l: layer l, n_layer + 1: ln_f), and lays them out in
 // that order.
+static dsc_status reduce_layer(train_dp *dp, int g); // stage 3, below
+
 static dsc_status grads_final(void *user, int g) {
     train_dp *dp = user;
     if (g < 0 || g >= dp->L.ngroups)
@@ -295,6 +392,8 @@ static dsc_status grads_final(void *user, int g) {
                          "backward finished parameter group %d, but the engine has groups 0-%d; "
                          "the model and the engine disagree on the parameter table (a bug: "
                          "report it)", g, dp->L.ngroups - 1);
+    if (dp->shard && dsc__slots_layer_group(&dp->sl, g)) return reduce_layer(dp, g);
+    if (dp->micro + 1 < dp->gas) return DSC_OK; // stage 3's resident groups: at the last one
     if (dp->begun[g])
         return dsc__fail(DSC_ERR_INTERNAL, "--device cuda with DSC_COMM_BACKEND=nccl: parameter "
                          "group %d was reported complete twice in the last micro-step of step "
@@ -304,22 +403,26 @@ static dsc_status grads_final(void *user, int g) {
 }
 
 void dsc__train_dp_backward_hook(train_dp *dp, dsc_gpt2_cuda_grad_hook *fn, void **user) {
-    bool last = dp->micro + 1 == dp->gas;
-    *fn = last ? grads_final : NULL;
-    *user = last ? dp : NULL;
+    bool hooked = dp->micro + 1 == dp->gas || dp->shard; // stage 3 reduces layers every time
+    *fn = hooked ? grads_final : NULL;
+    *user = hooked ? dp : NULL;
 }
 
 // Step 1 (train_gpu_dp.h): the groups the hook did not start are started now, in the hook's
 // order (the same on every rank, as NCCL needs); every group's collective is waited for; the
 // reduced gradients in dp->red are scaled by post (or converted back from 16 bits).
+static dsc_status shard_finish(train_dp *dp); // stage 3, below
+
 static dsc_status reduce(train_dp *dp) {
     const dsc__engine_dp *L = &dp->L;
     dsc_status st = DSC_OK;
     for (int g = L->ngroups - 1; g >= 0 && st == DSC_OK; g--)
-        if (!dp->begun[g]) st = begin_group(dp, g);
+        if (!dp->begun[g] && !(dp->shard && dsc__slots_layer_group(&dp->sl, g)))
+            st = begin_group(dp, g);
     dsc_status w = wait_all(dp->reqs, L->ngroups);
     memset(dp->begun, 0, (size_t)L->ngroups * sizeof *dp->begun);
     DSC_TRY(st != DSC_OK ? st : w);
+    if (dp->shard) return shard_finish(dp);
     void *s = dp->st->stream;
     float post = (float)L->post;
     size_t n = L->stage == 0 ? L->total : L->state_len;
@@ -391,25 +494,176 @@ static dsc_status apply(train_dp *dp, const dsc__device_step *plan) {
     const dsc__engine_dp *L = &dp->L;
     dsc_cuda_state *st = dp->st;
     if (L->stage == 0) return dsc__cuda_state_step(st, &plan->hp, plan->opt_step, plan->grad_scale);
-    for (int g = 0; g < L->ngroups; g++) {
+    for (int g = 0; g < L->ngroups; g++) { // stage 3's layers: into this rank's slices only
         dsc__engine_span sp;
         dsc__engine_span_of(dp->eng, g, &sp);
+        bool sliced = dp->shard && dsc__slots_layer_group(&dp->sl, g);
+        uint16_t *out16 = sliced ? dp->own16 + sp.state_off
+                                 : st->p16 + dev_off(dp, g, &sp) + (size_t)L->rank * sp.slice;
         DSC_TRY(dsc__cuda_state_step_range(st, &plan->hp, plan->opt_step, plan->grad_scale,
                                            dp->red + sp.state_off, sp.state_off, sp.slice,
-                                           st->p16 + sp.off + (size_t)L->rank * sp.slice));
+                                           out16));
     }
+    if (dp->shard) dsc__slots_forget(&dp->sl); // the slots' copies are stale
     DSC_TRY(dsc__cuda_stream_wait(st->stream));
     dsc_status s = DSC_OK;
     int g = 0;
     for (; g < L->ngroups && s == DSC_OK; g++) { // in place: send is recv + rank * slice
+        if (dp->shard && dsc__slots_layer_group(&dp->sl, g)) continue; // gathered when used
         dsc__engine_span sp;
         dsc__engine_span_of(dp->eng, g, &sp);
-        uint16_t *whole = st->p16 + sp.off;
+        uint16_t *whole = st->p16 + dev_off(dp, g, &sp);
         s = dsc_comm_all_gather(dp->nccl, whole + (size_t)L->rank * sp.slice, whole, sp.slice,
                                 DSC_DT_BF16, &dp->reqs[g]);
     }
     dsc_status w = wait_all(dp->reqs, g);
     return s != DSC_OK ? s : w;
+}
+
+// ---- stage 3: the layers through the slots ----
+
+// The pass's requests: the next free entry (when full, the ones issued so far are waited for
+// first; a pass issues at most three per layer, so this does not happen).
+static dsc_status next_req(train_dp *dp, dsc_comm_req ***r) {
+    if (dp->nm == dp->mcap) {
+        DSC_TRY(wait_all(dp->mreqs, dp->nm));
+        dp->nm = 0;
+    }
+    *r = &dp->mreqs[dp->nm++];
+    return DSC_OK;
+}
+
+// Layer `layer`'s slices from every rank into weight slot k, on the communicator's stream once
+// the slot's last readers are done; the slot's ready event after it.
+static dsc_status slot_fetch(void *user, int k, int layer) {
+    train_dp *dp = user;
+    dsc__engine_span sp;
+    dsc__engine_span_of(dp->eng, layer + 1, &sp);
+    dsc_comm_req **r;
+    DSC_TRY(next_req(dp, &r));
+    DSC_TRY(dsc__nccl_after_event(dp->nccl, dp->wfree[k]));
+    DSC_TRY(dsc_comm_all_gather(dp->nccl, dp->own16 + sp.state_off, dp->sl.w[k], sp.slice,
+                                DSC_DT_BF16, r));
+    return dsc__nccl_record_event(dp->nccl, dp->wready[k]);
+}
+
+static dsc_status slot_use(void *user, int k) {
+    train_dp *dp = user;
+    return dsc__cuda_stream_wait_event(dp->st->stream, dp->wready[k]);
+}
+
+static dsc_status slot_release(void *user, int k) {
+    train_dp *dp = user;
+    return dsc__cuda_event_record(dp->wfree[k], dp->st->stream);
+}
+
+// Gradient slot j's reduced slice (this rank's, in place at rank x slice) into the partition,
+// once its reduce-scatter is done: written at a step's first micro-step, added at the others.
+static dsc_status settle(train_dp *dp, int j) {
+    int g = dp->gpend[j];
+    if (g < 0) return DSC_OK;
+    dp->gpend[j] = -1;
+    const dsc__engine_dp *L = &dp->L;
+    dsc__engine_span sp;
+    dsc__engine_span_of(dp->eng, g, &sp);
+    void *s = dp->st->stream;
+    DSC_TRY(dsc__cuda_stream_wait_event(s, dp->gdone[j]));
+    float *dst = dp->red + sp.state_off;
+    size_t at = (size_t)L->rank * sp.slice;
+    bool f16 = L->comm_dt == DSC_DT_F16;
+    if (L->comm_dt == DSC_DT_F32) {
+        const float *src = dp->sl.g[j] + at;
+        return dp->micro == 0 ? dsc__cuda_copy(dst, src, sp.slice * 4, s)
+                              : dsc__cuda_add(dst, src, sp.slice, s);
+    }
+    const uint16_t *src16 = dp->send16 + (dp->sl.g[j] - dp->st->grad) + at;
+    return dp->micro == 0 ? dsc__cuda_from16(dst, src16, sp.slice, 1.0f, f16, s)
+                          : dsc__cuda_add_from16(dst, src16, sp.slice, f16, s);
+}
+
+// Gradient slot j may take group g's gradients: the last group's result is added first (which
+// waits for its reduce-scatter), then the slot is zeroed for the backward's +=.
+static dsc_status slot_reuse(void *user, int j, int before, int g) {
+    train_dp *dp = user;
+    (void)before;
+    (void)g;
+    DSC_TRY(settle(dp, j));
+    return dsc__cuda_zero(dp->sl.g[j], dp->sl.slot_len * sizeof(float), dp->st->stream);
+}
+
+static const dsc__slots_ops slot_ops = {slot_fetch, slot_use, slot_release, slot_reuse};
+
+// Layer group g's gradients are complete in its gradient slot (the backward's hook, every
+// micro-step): pre-scaled or staged in 16 bits there, then reduce-scattered in place on the
+// communicator's stream behind the compute stream's event; the slot's done event after it.
+static dsc_status shard_reduce(train_dp *dp, int g) {
+    const dsc__engine_dp *L = &dp->L;
+    dsc__engine_span sp;
+    dsc__engine_span_of(dp->eng, g, &sp);
+    int j = (g - 1) & 1; // the layer's gradient slot (layer_slots.h)
+    float *slot = dp->sl.g[j];
+    void *s = dp->st->stream;
+    float pre = L->pre != 1.0 ? (float)(1.0 / L->pre) : 1.0f;
+    bool wide = L->comm_dt == DSC_DT_F32;
+    size_t es = wide ? 4 : 2;
+    char *buf = wide ? (char *)slot : (char *)(dp->send16 + (slot - dp->st->grad));
+    if (wide) DSC_TRY(dsc__cuda_scale(slot, sp.padded, pre, s));
+    else DSC_TRY(dsc__cuda_to16((uint16_t *)buf, slot, sp.padded, pre, L->comm_dt == DSC_DT_F16, s));
+    DSC_TRY(dsc__cuda_event_record(dp->ready[g], s));
+    dsc_comm_req **r;
+    DSC_TRY(next_req(dp, &r));
+    DSC_TRY(dsc__nccl_after_event(dp->nccl, dp->ready[g]));
+    DSC_TRY(dsc_comm_reduce_scatter(dp->nccl, buf, buf + (size_t)L->rank * sp.slice * es,
+                                    sp.slice, L->comm_dt, DSC_OP_SUM, r));
+    DSC_TRY(dsc__nccl_record_event(dp->nccl, dp->gdone[j]));
+    dp->gpend[j] = g;
+    return DSC_OK;
+}
+
+static dsc_status reduce_layer(train_dp *dp, int g) {
+    dsc_status st = shard_reduce(dp, g);
+    if (st != DSC_OK)
+        dsc__error_prefix("--device cuda with DSC_COMM_BACKEND=nccl, ZeRO stage 3: reducing "
+                          "the gradients of layer %d: ", g - 1);
+    return st;
+}
+
+// At the step, after the resident groups' reductions: post-scaling (or the conversion back from
+// 16 bits) of the resident groups' results; the layers' partition (sums of the micro-steps'
+// reductions) scaled by post and, in fp16 training, rounded to fp16 values, as the resident
+// groups were before their reduction.
+static dsc_status shard_finish(train_dp *dp) {
+    const dsc__engine_dp *L = &dp->L;
+    void *s = dp->st->stream;
+    float post = (float)L->post;
+    for (int g = 0; g < L->ngroups; g++) {
+        dsc__engine_span sp;
+        dsc__engine_span_of(dp->eng, g, &sp);
+        float *r = dp->red + sp.state_off;
+        bool layer = dsc__slots_layer_group(&dp->sl, g);
+        if (layer || L->comm_dt == DSC_DT_F32) DSC_TRY(dsc__cuda_scale(r, sp.slice, post, s));
+        else
+            DSC_TRY(dsc__cuda_from16(r, dp->recv16 + sp.state_off, sp.slice, post,
+                                     L->comm_dt == DSC_DT_F16, s));
+        if (layer && dp->st->fp16) DSC_TRY(dsc__cuda_round_fp16(r, (int64_t)sp.slice, s));
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__train_dp_pass_done(train_dp *dp) {
+    if (!dp->shard) return DSC_OK;
+    DSC_TRY(settle(dp, 0));
+    DSC_TRY(settle(dp, 1));
+    dsc_status st = wait_all(dp->mreqs, dp->nm);
+    dp->nm = 0;
+    return st;
+}
+
+bool dsc__train_dp_views(train_dp *dp, dsc_gpt2_cuda *model, const uint16_t **p16,
+                         float **grad) {
+    if (!dp->shard) return false;
+    dsc__slots_views(&dp->sl, model, p16, grad);
+    return true;
 }
 
 dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info) {

@@ -24,10 +24,20 @@
 //   4. the optimizer on the device: stage 0 over the whole state (every rank the same update);
 //      stages 1-3 over this rank's slices, writing the bf16 copy of its slices, then one
 //      all-gather of bf16 per group rebuilds every rank's whole bf16 model.
-// Stage 3 runs exactly as stage 2: gradients and optimizer state are partitioned, the bf16
-// weights are not (every device keeps the whole bf16 model; parameter partitioning on the device
-// is not built). Gradients are reduced once per optimizer step, not per micro-step as the host
-// engine does: the same sum, rounded differently.
+// Stages 0-2 reduce the gradients once per optimizer step, not per micro-step as the host engine
+// does: the same sum, rounded differently.
+// Stage 3 runs as stage 2 unless DSC_GPU_STAGE3_PARTITION=1 (opt-in until it has run on GPUs);
+// with it, stage 3 partitions the 16-bit weights too: each device keeps its slice of every layer's
+// weights; the model's layer hook all-gathers a layer into one of two device slots one layer
+// ahead of use (cuda/layer_slots.h), in forward and again in backward, so the gather of the next
+// layer overlaps this layer's compute. The layers' gradients pass through two gradient slots:
+// each layer's are reduce-scattered in place as soon as its backward is done, every micro-step,
+// and added into this rank's partition (whose sum over the micro-steps is then post-scaled, and
+// in fp16 training rounded to fp16 values, at the step). The embeddings and ln_f stay whole on
+// every device and are reduced once per step as at stage 2; after the optimizer only they are
+// all-gathered. The host waits for the pass's gathers and reductions (dsc__train_dp_pass_done)
+// before it reads the loss: a stream that waits on NCCL waits as long as a hung peer does, and
+// the request waits are where comm_timeout_s is enforced.
 // The engine's host copies of master and moments are refreshed (store) for checkpoints and
 // exports, a collective; load uploads them. The device state is the only current one, so a fault
 // is not recovered in place: the job restarts from its last checkpoint.
@@ -36,6 +46,7 @@
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
+#include <stdint.h>  // uint16_t
 
 #include "cuda/gpt2_cuda.h" // dsc_gpt2_cuda_grad_hook
 #include "dsc/engine.h"      // dsc_engine, dsc_step_info
@@ -55,20 +66,30 @@ dsc_status dsc__train_dp_wanted(dsc_engine *eng, int device, bool *use, char *wh
 
 // The nccl communicator (group "gpu-dp", the engine's rank and world, comm_timeout_s, the
 // thread's current device) and the device state, master and moments of this rank's partition
-// (*st: borrowed, owned by dp).
-dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, dsc_mem_pool *pool,
-                                bool timed, struct dsc_cuda_state **st);
+// (*st: borrowed, owned by dp). mc: the model's shape (stage 3 lays out its slots by it).
+dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+                                dsc_mem_pool *pool, bool timed, struct dsc_cuda_state **st);
 void dsc__train_dp_destroy(train_dp *dp); // NULL ok
 
 // The engine's host state -> the device (collective: the full weights are gathered).
 dsc_status dsc__train_dp_load(train_dp *dp);
 // The device state -> the engine's host buffers (collective at ZeRO 1-3).
 dsc_status dsc__train_dp_store(train_dp *dp);
+// Stage 3: the trainer's per-tensor views (the resident groups' tensors, the layers' in the
+// slots) and the model's layer hook that streams the layers; false (nothing done) at stages 0-2,
+// where the views are the state's whole arrays at the engine's offsets.
+bool dsc__train_dp_views(train_dp *dp, dsc_gpt2_cuda *model, const uint16_t **p16,
+                         float **grad);
 // The gradient hook the next micro-step's backward should carry (dsc_gpt2_cuda_set_grad_hook):
-// on the last micro-step of an optimizer step, *fn starts each group's reduction as the backward
-// completes it (*user: dp); on the others *fn and *user are NULL. Call before every micro-step.
-// Without it the step starts every group itself, after the backward: the same result.
+// on the last micro-step of an optimizer step (at stage 3 on every one), *fn starts each group's
+// reduction as the backward completes it (*user: dp); on the others *fn and *user are NULL. Call
+// before every micro-step. Without it the step starts every group itself, after the backward:
+// the same result (stage 3 needs it).
 void dsc__train_dp_backward_hook(train_dp *dp, dsc_gpt2_cuda_grad_hook *fn, void **user);
+// After every pass of the model (a micro-step's forward + backward, an evaluation's forward),
+// before the host waits for the model's stream: stage 3's slot results are added in and the
+// pass's collectives waited for (with the communicator's deadline). A no-op at stages 0-2.
+dsc_status dsc__train_dp_pass_done(train_dp *dp);
 // After every micro-step, in place of dsc_step (same contract and info).
 dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info);
 // "nccl data-parallel over 4 GPUs, ZeRO stage 2 (optimizer partitioned), reduced in bf16".

@@ -150,8 +150,6 @@ static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool
 static dsc_status state_create(dsc_cuda_state **out, size_t n, size_t nstate, int moments,
                                bool offload, dsc_mem_pool *pool) {
     *out = NULL;
-    DSC_CUDA_ARG(nstate <= n, "GPU training state: %zu state elements for a layout of %zu",
-                 nstate, n);
     dsc_cuda_state *s = (dsc_cuda_state *)calloc(1, sizeof *s);
     if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory for the GPU training state");
     s->n = n;

@@ -9,7 +9,7 @@
 //            there (cuda/optim.h); the host copies are refreshed only for checkpoints and exports.
 //            Data-parallel on several GPUs (dsc__cuda_state_create_dp), master and moments may be
 //            this rank's ZeRO partition only (nstate elements) while gradients and the bf16
-//            weights stay whole.
+//            weights stay whole (or, at stage 3, hold the resident groups and two layer slots).
 //   offload  ZeRO-Offload: the GPU keeps only the bf16 copy and the gradients. Gradients go to the
 //            host after backward, the engine's CPU optimizer updates the fp32 master and moments,
 //            and the new weights come back rounded to the 16-bit type.
@@ -77,7 +77,9 @@ dsc_status dsc__cuda_stream_wait(void *stream);
 // cuda/devbuf.h), or NULL for plain cudaMalloc. Caller owns *out.
 dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, bool offload,
                                   dsc_mem_pool *pool);
-// Device mode with master, m and v of nstate elements (<= n: a ZeRO partition) on the device.
+// Device mode with master, m and v of nstate elements (a ZeRO partition) on the device; the
+// gradients and the 16-bit copy have n (the whole layout, or at ZeRO stage 3 over nccl the
+// resident groups and the layer slots, which may be fewer than nstate).
 dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, size_t nstate, int moments,
                                      dsc_mem_pool *pool);
 void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinned

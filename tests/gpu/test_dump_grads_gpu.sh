@@ -5,8 +5,9 @@
 # micro-batches of 4) on the CPU and on the GPU: the same tensor names, shapes and metadata, identical inputs and targets,
 # every gradient within relative L2 error 2e-2 of the CPU's and the loss within 1e-2. The GPU's
 # own paths agree bit for bit: the device optimizer, ZeRO-Offload (the engine's dsc_step reads
-# the gradients) and the nccl path at ZeRO stages 0, 1 and 2 (communication_data_type fp32). With
-# several GPUs, nccl at world W (stages 1 and 2) against the CPU at world W. Exit 77 (skipped)
+# the gradients) and the nccl path at ZeRO stages 0-3 (communication_data_type fp32; stage 3 with its
+# weights partitioned, DSC_GPU_STAGE3_PARTITION=1). With
+# several GPUs, nccl at world W (stages 1-3) against the CPU at world W. Exit 77 (skipped)
 # when no CUDA device is usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
@@ -52,7 +53,7 @@ dump() {
     [ $rc -eq 0 ] || { echo "run $name failed:"; tail -5 "$T/$name".*.log; }
     return $rc
 }
-ndump() { DSC_COMM_BACKEND=nccl dump "$@"; }
+ndump() { DSC_COMM_BACKEND=nccl DSC_GPU_STAGE3_PARTITION=1 dump "$@"; } # stage 3: weights partitioned
 
 # compare A B TOL: the dump format, then per tensor ||a - b|| / ||a|| <= TOL (0: bitwise) and the
 # loss within TOL (relative; 1e-2 when TOL is larger).
@@ -100,6 +101,7 @@ PYEOF
 config "$T/z0.json" 0 ""
 config "$T/z1.json" 1 ""
 config "$T/z2.json" 2 ""
+config "$T/z3.json" 3 ""
 config "$T/off.json" 2 ', "offload_optimizer": {"device": "cpu"}'
 check "CPU dump" -- dump cpu cpu 1 "$T/z0.json"
 check "GPU dump (device optimizer)" -- dump gpu cuda 1 "$T/z0.json"
@@ -108,7 +110,7 @@ check "GPU vs CPU: the same file, gradients within bf16 tolerance, the loss with
     compare cpu gpu 2e-2
 check "GPU: ZeRO-Offload's dump is bitwise the device optimizer's" -- compare gpu off 0
 if [ "$NCCL" -ge 1 ]; then
-    for st in 0 1 2; do
+    for st in 0 1 2 3; do
         check "GPU, nccl, stage $st dump" -- ndump n$st cuda 1 "$T/z$st.json"
         check "  ... bitwise the GPU dump without nccl" -- compare gpu n$st 0
     done
@@ -120,7 +122,7 @@ if [ "${NGPU:-1}" -ge 2 ] && [ "$NCCL" -ge 1 ]; then
     W=$((NGPU < 4 ? NGPU : 4))
     export NCCL_ALGO=${NCCL_ALGO:-Ring} # the same summation order in both nccl runs
     check "CPU dump, world $W" -- dump cpuw cpu $W "$T/z2.json"
-    for st in 1 2; do
+    for st in 1 2 3; do
         check "GPU, nccl, world $W, stage $st dump" -- ndump w$st cuda $W "$T/z$st.json"
         check "  ... against the CPU at world $W" -- compare cpuw w$st 2e-2
     done
