@@ -568,46 +568,39 @@ static dsc_status hold(ncb *b, cudaEvent_t ev) {
     return DSC_OK;
 }
 
-dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
-    if (!c || !cuda_event)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_after_event: NULL %s",
-                         c ? "event" : "communicator");
-    ncb *b = live_find(c);
-    if (!b)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_after_event: the communicator's "
-                         "backend is %s; only nccl communicators run on a CUDA stream",
-                         dsc_comm_backend(c));
-    pthread_mutex_lock(&b->mu);
-    int prev = dev_enter(b);
-    dsc_status st = hold(b, (cudaEvent_t)cuda_event);
-    dev_leave(b, prev);
-    pthread_mutex_unlock(&b->mu);
-    return st;
-}
-
+// ev is recorded after every operation issued so far, whole (as hold).
 static dsc_status mark(ncb *b, cudaEvent_t ev) {
     const char *what = "recording an event after its operations (dsc__nccl_record_event)";
     if (!b->nc) return broken_error(b, what);
     DSC_TRY(flush(b));
+    if (!wait_idle(b)) return broken_error(b, what);
     CUDA_TRY(cudaEventRecord(ev, b->stream));
     return DSC_OK;
 }
 
-dsc_status dsc__nccl_record_event(dsc_comm *c, void *cuda_event) {
+// fn on c's context with its lock held and its device entered; `who` names the entry point.
+static dsc_status on_stream(dsc_comm *c, void *cuda_event, const char *who,
+                            dsc_status (*fn)(ncb *, cudaEvent_t)) {
     if (!c || !cuda_event)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_record_event: NULL %s",
-                         c ? "event" : "communicator");
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: NULL %s", who, c ? "event" : "communicator");
     ncb *b = live_find(c);
     if (!b)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__nccl_record_event: the communicator's "
-                         "backend is %s; only nccl communicators run on a CUDA stream",
-                         dsc_comm_backend(c));
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: the communicator's backend is %s; only nccl "
+                         "communicators run on a CUDA stream", who, dsc_comm_backend(c));
     pthread_mutex_lock(&b->mu);
     int prev = dev_enter(b);
-    dsc_status st = mark(b, (cudaEvent_t)cuda_event);
+    dsc_status st = fn(b, (cudaEvent_t)cuda_event);
     dev_leave(b, prev);
     pthread_mutex_unlock(&b->mu);
     return st;
+}
+
+dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
+    return on_stream(c, cuda_event, "dsc__nccl_after_event", hold);
+}
+
+dsc_status dsc__nccl_record_event(dsc_comm *c, void *cuda_event) {
+    return on_stream(c, cuda_event, "dsc__nccl_record_event", mark);
 }
 
 // ---- create / destroy ----
@@ -951,20 +944,21 @@ const dsc__comm_ops dsc__nccl_ops = {
 #include "base/status.h" // dsc__fail
 #include "comm/nccl.h"   // dsc__nccl_after_event
 
+static dsc_status no_nccl(const char *who) {
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: this dsc was built without NCCL, so it has no nccl "
+                     "communicators; install NCCL (libnccl-dev) and rebuild", who);
+}
+
 dsc_status dsc__nccl_after_event(dsc_comm *c, void *cuda_event) {
     (void)c;
     (void)cuda_event;
-    return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc__nccl_after_event: this dsc was built without "
-                     "NCCL, so it has no nccl communicators; install NCCL (libnccl-dev) and "
-                     "rebuild");
+    return no_nccl("dsc__nccl_after_event");
 }
 
 dsc_status dsc__nccl_record_event(dsc_comm *c, void *cuda_event) {
     (void)c;
     (void)cuda_event;
-    return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc__nccl_record_event: this dsc was built without "
-                     "NCCL, so it has no nccl communicators; install NCCL (libnccl-dev) and "
-                     "rebuild");
+    return no_nccl("dsc__nccl_record_event");
 }
 
 #endif // DSC_WITH_NCCL
