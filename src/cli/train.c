@@ -1,11 +1,11 @@
-// cli/train.c - the reference trainer: GPT-2 through the engine on token shards.
-#include "cli/train.h"
-#include "cli/train_gpu.h" // dsc__train_gpu_* (--device cuda)
+// cli/train.c - the reference trainer: GPT-2 through the engine on token shards (setup, the
+// loop, checkpoints and recovery; what a run writes is train_out.c).
+#include "cli/train_impl.h" // trainer, train__* (train_out.c)
 
 #include <cblas.h>    // cblas_sgemm (CPU peak for MFU)
 #include <errno.h>    // errno
 #include <jansson.h>  // json_* (dataset.json)
-#include <math.h>     // expf, logf
+#include <math.h>     // isnan
 #include <signal.h>   // sigaction, SIGUSR1
 #include <stdio.h>    // printf, fopen
 #include <stdlib.h>   // calloc, free, getenv
@@ -25,7 +25,6 @@
 #include "data/tokenizer.h"              // dsc_tokenizer_*
 #include "dsc/checkpoint.h"              // dsc_checkpointing_*, dsc_save_checkpoint
 #include "dsc/engine.h"                  // dsc_engine_*
-#include "dsc/generate.h"                // dsc_generate
 #include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
 #include "dsc/monitor.h"                 // dsc_monitor_*
 #include "engine/ckpt/safetensors.h"     // dsc_st_*
@@ -39,30 +38,6 @@ static const char *default_config_fmt =
     " \"eps\": 1e-8, \"weight_decay\": 0.01}},"
     " \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": %lld,"
     " \"total_num_steps\": %lld, \"warmup_type\": \"linear\", \"cos_min_ratio\": 0.1}}}";
-
-typedef struct trainer {
-    const train_opts *o;
-    dsc_engine *eng;
-    dsc_gpt2 *model;
-    dsc_gpt2_config mc;
-    train_gpu *gpu;        // --device cuda: the GPU model and state; NULL on the CPU
-    dsc_loader *train, *val;
-    dsc_tokenizer *tok;
-    int ntensors, B, T, gas, rank, world;
-    float **work, **grads; // per-tensor pointers into the engine's buffers (refreshed on gather)
-    int *tgroup;           // layer group of each tensor
-    int32_t *in, *tg;      // (gas * B, T): one optimizer step's tokens (kept for --dump-grads)
-    FILE *metrics;
-    dsc_monitor *mon;      // TensorBoard / CSV / Prometheus sinks of the config (rank 0 writes)
-    double peak_flops;     // measured CPU matrix-product throughput, for MFU
-    double dump_loss;      // --dump-grads: the mean loss of step 1 over ranks
-    char data_dir[4096];
-    train_times cur;       // wall_clock_breakdown of the step running (all ranks time it)
-    train_times since_print; // summed since the last breakdown line
-    double *prof_times;    // flops profiler: per-module forward seconds of the profiled step
-    bool ck_stop;          // a stop was requested (SIGUSR1): the state is saved, the loop ends
-    int exit_code;         // DSC_FT_EXIT_RESTART when fault tolerance asks for a restart
-} trainer;
 
 // ---- hooks: the model asks the engine for its parameters ----
 
@@ -364,169 +339,6 @@ static dsc_status evaluate(trainer *t, double *out) {
     return dsc_engine_mean(t->eng, out, 1);
 }
 
-// --dump-grads: the first step's reduced, unscaled, accumulated gradients with Hugging Face
-// names, the global batch's input and target tokens, and the step's loss, so the step can be
-// recomputed outside dsc. Runs inside the engine's gradient observer (a collective at ZeRO 2-3:
-// every rank takes part, rank 0 writes).
-static dsc_status dump_grads_observer(void *user, dsc_engine *eng) {
-    trainer *t = user;
-    int n = t->ntensors;
-    int64_t rows = (int64_t)t->gas * t->world * t->B;
-    size_t ntok = (size_t)rows * t->T;
-    dsc_st_tensor *ts = calloc((size_t)n + 2, sizeof *ts);
-    float **copies = calloc((size_t)n, sizeof *copies);
-    dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
-    int32_t *in = malloc(ntok * sizeof *in), *tg = malloc(ntok * sizeof *tg);
-    dsc_status st = DSC_OK;
-    if (!ts || !copies || !info || !in || !tg) {
-        st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
-        goto done;
-    }
-    for (int i = 0; i < n && st == DSC_OK; i++) {
-        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
-        copies[i] = malloc((size_t)info[i].numel * sizeof(float));
-        if (!copies[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
-        else st = dsc_engine_full_grad(eng, i, copies[i]);
-        ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
-                                .data = copies[i], .nbytes = (size_t)info[i].numel * 4};
-        for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
-    }
-    if (st != DSC_OK || t->rank != 0) goto done;
-    // The global batch of step 1, in (micro-step, rank, sample) order: the loader is
-    // deterministic by global sample index, so rank 0 reads every rank's share itself.
-    for (int64_t r = 0; r < (int64_t)t->gas * t->world && st == DSC_OK; r++)
-        st = dsc_loader_get(t->train, r * t->B, t->B, in + r * t->B * t->T, tg + r * t->B * t->T);
-    if (st != DSC_OK) goto done;
-    ts[n] = (dsc_st_tensor){"inputs", "I32", 2, {rows, t->T}, in, ntok * 4};
-    ts[n + 1] = (dsc_st_tensor){"targets", "I32", 2, {rows, t->T}, tg, ntok * 4};
-    char sloss[64], sgas[32], sworld[32];
-    snprintf(sloss, sizeof sloss, "%.9g", t->dump_loss);
-    snprintf(sgas, sizeof sgas, "%d", t->gas);
-    snprintf(sworld, sizeof sworld, "%d", t->world);
-    const char *meta[] = {"loss", sloss, "step", "1", "model", t->o->model,
-                          "gradient_accumulation_steps", sgas, "world_size", sworld,
-                          "format", "dsc-dump-grads-1"};
-    st = dsc_st_write(t->o->dump_grads, ts, n + 2, meta, 6);
-done:
-    for (int i = 0; copies && i < n; i++) free(copies[i]);
-    free(copies);
-    free(ts);
-    free(info);
-    free(in);
-    free(tg);
-    return st;
-}
-
-// --device cuda: the run's device pool and the device's used bytes, so that a run shows whether
-// its steps allocate device memory (tests/gpu/test_gpu_mem.sh reads them). A failed query only
-// leaves the fields out: the next device call reports the fault.
-static void write_gpu_memory(trainer *t) {
-    dsc_mem_stats ms;
-    size_t used;
-    if (!t->gpu || dsc__train_gpu_memory(t->gpu, &ms, &used) != DSC_OK) return;
-    fprintf(t->metrics,
-            ", \"gpu_reserved\": %zu, \"gpu_allocated\": %zu, \"gpu_allocs\": %llu, "
-            "\"gpu_system_allocs\": %llu, \"gpu_device_used\": %zu",
-            ms.reserved, ms.allocated, (unsigned long long)ms.alloc_count,
-            (unsigned long long)ms.system_allocs, used);
-}
-
-// A number as JSON: inf and NaN have no JSON spelling, so they are written as null.
-static const char *json_num(char *buf, size_t cap, const char *fmt, double x) {
-    if (!isfinite(x)) return "null";
-    snprintf(buf, cap, fmt, x);
-    return buf;
-}
-
-static void write_metrics(trainer *t, const dsc_step_info *si, double loss, double val,
-                          int64_t tokens, double tok_s, double elapsed) {
-    char lb[32], vb[32];
-    fprintf(t->metrics,
-            "{\"step\": %lld, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %.9g, "
-            "\"loss_scale\": %.17g, \"skipped\": %s, \"tokens\": %lld, \"tokens_per_s\": %.6g, "
-            "\"elapsed_s\": %.6f",
-            (long long)si->step, json_num(lb, sizeof lb, "%.9g", loss), si->lr,
-            isfinite(si->grad_norm) ? si->grad_norm : -1.0, si->loss_scale,
-            si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
-    if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %s", json_num(vb, sizeof vb, "%.9g", val));
-    write_gpu_memory(t);
-    if (t->gpu) {
-        char extra[256];
-        dsc__train_gpu_metrics(t->gpu, extra, sizeof extra);
-        fprintf(t->metrics, ", \"gpu_compute\": \"%s\"%s", dsc__train_gpu_compute(t->gpu), extra);
-    }
-    int64_t faults = dsc_engine_fault_events(t->eng);
-    if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
-    fprintf(t->metrics, "}\n");
-    fflush(t->metrics);
-}
-
-// The closing sample: dsc_generate on the engine's live weights (temperature 0.8, top-40,
-// seeded), up to the context length. Every rank takes part (ZeRO-3 gathers); rank 0 prints.
-static void sample_text(trainer *t) {
-    if (!t->tok || t->o->sample_tokens <= 0) return;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    if (dsc_tokenizer_encode(t->tok, t->o->prompt, strlen(t->o->prompt), &ids, &n) != DSC_OK || !n)
-        return;
-    dsc_gen_opts go = dsc_gen_opts_default();
-    go.max_new_tokens = (int)t->o->sample_tokens;
-    go.seed = (uint64_t)t->o->seed;
-    go.n_head = t->mc.n_head;
-    dsc_gen_prompt p = {ids, (int)n};
-    dsc_gen_output out = {0};
-    // On the GPU the weights live on the device: bring them into the engine, whose host copy the
-    // generator reads (a KV-cached decode of a few tokens; the CPU is quick enough for a sample).
-    dsc_status st = t->gpu ? dsc__train_gpu_store(t->gpu) : DSC_OK;
-    if (st == DSC_OK) st = dsc_generate(t->eng, &p, 1, &go, &out, NULL);
-    dsc_generate_release(t->eng);
-    char *text = NULL;
-    size_t tl = 0;
-    if (st != DSC_OK) fprintf(stderr, "note: no text sample: %s\n", dsc_last_error());
-    else if (t->rank == 0 && dsc_tokenizer_decode(t->tok, out.tokens, (size_t)out.len, &text, &tl) == DSC_OK)
-        printf("\nsample (temperature 0.8, top-40):\n----\n%s%.*s\n----\n", t->o->prompt, (int)tl, text);
-    free(text);
-    dsc_gen_output_free(&out, 1);
-    free(ids);
-}
-
-static void print_progress(const trainer *t, const dsc_step_info *si, double loss, double tok_s,
-                           double mfu) {
-    printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %7.4f | loss scale %g | %8.0f tok/s "
-           "| MFU %.1f%%%s\n",
-           (long long)si->step, t->o->max_steps, loss, si->lr, si->grad_norm, si->loss_scale,
-           tok_s, 100 * mfu, si->skipped ? " | skipped (overflow)" : "");
-    fflush(stdout);
-}
-
-// --dump-weights: the final fp32 master weights with Hugging Face names (a collective at ZeRO
-// stages 1-3; rank 0 writes), to compare runs bit for bit.
-static dsc_status dump_weights(trainer *t) {
-    int n = t->ntensors;
-    dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);
-    float **vals = calloc((size_t)n, sizeof *vals);
-    dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
-    dsc_status st = ts && vals && info ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
-    for (int i = 0; i < n && st == DSC_OK; i++) {
-        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
-        vals[i] = malloc((size_t)info[i].numel * sizeof(float));
-        st = vals[i] ? dsc_engine_full_param(t->eng, i, vals[i]) : dsc__fail(DSC_ERR_OOM, "out of memory");
-        ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
-                                .data = vals[i], .nbytes = (size_t)info[i].numel * 4};
-        for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
-    }
-    char steps[32], world[32];
-    snprintf(steps, sizeof steps, "%lld", (long long)dsc_engine_global_steps(t->eng));
-    snprintf(world, sizeof world, "%d", t->world);
-    const char *meta[] = {"global_steps", steps, "world_size", world, "format", "dsc-weights-1"};
-    if (st == DSC_OK && t->rank == 0) st = dsc_st_write(t->o->dump_weights, ts, n, meta, 3);
-    for (int i = 0; vals && i < n; i++) free(vals[i]);
-    free(vals);
-    free(ts);
-    free(info);
-    return st;
-}
-
 // fault_tolerance asks for a restart after the survivors restored the last complete step
 // together: save it (when checkpointing runs) so that the restarted job loses nothing.
 static void emergency_checkpoint(trainer *t, dsc_status failed) {
@@ -800,25 +612,6 @@ static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
     return DSC_OK;
 }
 
-// Rank 0's account of a finished step: its metrics.jsonl line, the progress line, the printed
-// step at steps_per_print, the validation loss.
-static void report_step(trainer *t, int64_t step, const dsc_step_info *si, double loss, double val,
-                        int64_t tokens, double tok_s, double mfu, double start, int64_t first_step) {
-    const dsc_config *cfg = dsc_engine_config(t->eng);
-    write_metrics(t, si, loss, val, tokens, tok_s, dsc_now() - start);
-    double per_step = (dsc_now() - start) / (double)(step - first_step + 1);
-    double eta = per_step * (double)(t->o->max_steps - step);
-    obs_progress_update(step, t->o->max_steps, loss, tok_s, eta);
-    if (step == 1 || step % cfg->steps_per_print == 0 || step == t->o->max_steps) {
-        obs_progress_clear();
-        print_progress(t, si, loss, tok_s, mfu);
-    }
-    if (!isnan(val)) {
-        obs_progress_clear();
-        printf("step %5lld | validation loss %.4f\n", (long long)step, val);
-    }
-}
-
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
@@ -840,7 +633,7 @@ static dsc_status train_loop(trainer *t) {
                 double mean = loss_sum / t->gas;
                 DSC_TRY(dsc_engine_mean(t->eng, &mean, 1));
                 t->dump_loss = mean;
-                dsc_engine_observe_grads(t->eng, dump_grads_observer, t);
+                dsc_engine_observe_grads(t->eng, train__dump_grads_observer, t);
             }
             if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
             double ts = dsc_now();
@@ -885,7 +678,7 @@ static dsc_status train_loop(trainer *t) {
         // snapshot and then meet a fault in its collectives, and the run resumes after the
         // committed step; reported after the tick, that step would have no metrics line. (A
         // fault that restores an earlier step redoes this one; its line then appears twice.)
-        if (t->rank == 0) report_step(t, step, &si, loss, val, tokens, tok_s, mfu, start, first_step);
+        if (t->rank == 0) train__report_step(t, step, &si, loss, val, tokens, tok_s, mfu, start, first_step);
         DSC_TRY(gpu_store_for_ckpt(t, step));
         if ((st = ckpt_after_step(t)) != DSC_OK) goto fault; // its collectives can meet a fault
         continue;
@@ -894,7 +687,7 @@ static dsc_status train_loop(trainer *t) {
         DSC_TRY(recover_step(t, st, &step));
     }
     if (t->gpu) DSC_TRY(dsc__train_gpu_store(t->gpu)); // the final state, for exports and saves
-    if (t->o->dump_weights) DSC_TRY(dump_weights(t));
+    if (t->o->dump_weights) DSC_TRY(train__dump_weights(t));
     DSC_TRY(dsc_monitor_flush(t->mon));
     obs_progress_clear();
     if (t->rank == 0) obs_comms_print(cfg, dsc_engine_global_steps(t->eng));
@@ -991,7 +784,7 @@ int dsc__train_run(const train_opts *o) {
     dsc_status st = trainer_setup(&t, run_dir, sizeof run_dir);
     if (st == DSC_OK) st = train_loop(&t);
     st = ckpt_finish(&t, st);
-    if (st == DSC_OK && !t.ck_stop) sample_text(&t);
+    if (st == DSC_OK && !t.ck_stop) train__sample_text(&t);
     trainer_free(&t);
     if (st != DSC_OK) {
         fprintf(stderr, "dsc train: error: %s\n", dsc_last_error());
