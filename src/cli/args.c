@@ -51,6 +51,12 @@ int cli_parse(const cli_verb *v, int argc, char **argv, int *npos, char **pos) {
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         const cli_flag *f = find_flag(v, a, len);
+        if (!f && len == 12 && !strncmp(a, "--local_rank", len)) {
+            // dsc launch (as DeepSpeed's launcher) appends --local_rank=N; the rank's LOCAL_RANK
+            // is in its environment, so every verb takes the flag and ignores it.
+            if (!eq && i + 1 < argc && argv[i + 1][0] != '-') i++;
+            continue;
+        }
         if (!f) {
             fprintf(stderr, "dsc %s: unknown flag '%.*s'; see dsc %s --help\n", v->name, (int)len,
                     a, v->name);

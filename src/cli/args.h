@@ -24,7 +24,8 @@ typedef struct cli_verb {
 
 // Parse argv (after the verb). Returns 0 when the caller should run, 1 when --help was printed
 // (exit 0), 2 on a usage error (message printed; exit 2). Positional arguments are returned in
-// pos (borrowed from argv); a lone "--" ends flags.
+// pos (borrowed from argv); a lone "--" ends flags. --local_rank[=]N, which dsc launch appends as
+// DeepSpeed's launcher does, is accepted and ignored by every verb that does not define it.
 int cli_parse(const cli_verb *v, int argc, char **argv, int *npos, char **pos);
 
 void cli_print_help(const cli_verb *v);
