@@ -176,6 +176,9 @@ size_t dsc_comm_logger_entries(dsc_comm_log_entry *out, size_t cap);
 // S/t * 2(n-1)/n, all_gather / reduce_scatter nS/t * (n-1)/n, others S/t.
 void dsc_comm_log_bandwidth(const char *op, double msg_bytes, double ms, int world,
                             double *algbw_gbps, double *busbw_gbps);
+// DeepSpeed's convert_size: "0B", "512.0 B", "4.0 KB", "1.5 MB" (1024-based, two decimals at
+// most, as Python's round() then str() print them), into buf (cap bytes).
+void dsc_comm_format_size(uint64_t bytes, char *buf, size_t cap);
 // DeepSpeed's log_all table (Comm. Op, Message Size, Count, Total Latency(ms), Avg Latency(ms),
 // tput_avg (Gbps), busbw_avg (Gbps)) into out (a FILE *).
 void dsc_comm_logger_print(void *out);

@@ -10,6 +10,6 @@ int cmd_plot(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
-int cmd_not_built(const char *verb, int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

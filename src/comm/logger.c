@@ -171,9 +171,7 @@ size_t dsc_comm_logger_entries(dsc_comm_log_entry *out, size_t cap) {
     return n;
 }
 
-// DeepSpeed's convert_size: "0B", "512.0 B", "4.0 KB", "1.5 MB" (1024-based, two decimals
-// at most as Python's round() then str() print them).
-static void format_size(uint64_t b, char *buf, size_t cap) {
+void dsc_comm_format_size(uint64_t b, char *buf, size_t cap) {
     static const char *const names[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
     if (b == 0) {
         snprintf(buf, cap, "0B");
@@ -200,7 +198,7 @@ void dsc_comm_logger_print(void *out) {
     for (size_t i = 0; i < n; i++) {
         if (i == 0 || strcmp(e[i].op, e[i - 1].op) != 0) fprintf(f, "%s\n", e[i].op);
         char size[32];
-        format_size(e[i].msg_bytes, size, sizeof size);
+        dsc_comm_format_size(e[i].msg_bytes, size, sizeof size);
         fprintf(f, "%-20s%-20s%-20llu%-20.2f%-20.2f%-20.2f%-20.2f\n", "", size,
                 (unsigned long long)e[i].count, e[i].total_ms, e[i].avg_ms, e[i].algbw_gbps,
                 e[i].busbw_gbps);

@@ -9,8 +9,7 @@ expect 0 "usage: dsc <verb>" -- "$DSC" --help
 expect 2 "unknown verb 'frobnicate'" -- "$DSC" frobnicate
 expect 2 "usage: dsc <verb>" -- "$DSC"
 expect 0 "dsc 0." -- "$DSC" --version
-expect 3 "not built in this version" -- "$DSC" bench
-expect 0 "not built in this version" -- "$DSC" bench --help
+expect 0 "usage: dsc bench" -- "$DSC" bench --help
 expect 0 "usage: dsc generate" -- "$DSC" generate --help
 expect 2 "exactly one of --checkpoint" -- "$DSC" generate
 
@@ -24,6 +23,8 @@ JSON
 expect 0 "train_micro_batch_size_per_gpu" -- "$DSC" config check "$T/ok.json" --world-size 4
 expect 0 'unknown key "mystery"' -- "$DSC" config check "$T/ok.json" --world-size 4
 expect 0 "1 warning" -- "$DSC" config check "$T/ok.json" --world-size=2
+expect 0 "1 warning" -- "$DSC" config check "$T/ok.json" --local_rank=3 # as dsc launch appends it
+expect 0 "1 warning" -- "$DSC" config check "$T/ok.json" --local_rank 3
 expect 1 "world size (3)" -- "$DSC" config check "$T/ok.json" --world-size 3
 expect 2 "unknown flag '--wrld-size'" -- "$DSC" config check "$T/ok.json" --wrld-size 2
 expect 2 "expected a whole number" -- "$DSC" config check "$T/ok.json" --world-size two
