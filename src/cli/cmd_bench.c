@@ -329,9 +329,9 @@ static bool parse_dtype(const char *s, dsc_dtype *dt) {
 }
 
 // The comm backend and, for nccl, this rank's GPU.
-static int open_comm(bench *b) {
+static int open_comm(bench *b, const char *flag) {
     dsc_comm_opts o = dsc_comm_opts_default();
-    const char *backend = getenv("DSC_COMM_BACKEND");
+    const char *backend = flag ? flag : getenv("DSC_COMM_BACKEND");
     o.backend = backend && *backend ? backend : "shm";
     o.group_tag = "bench";
     b->device = !strcmp(o.backend, "nccl");
@@ -363,7 +363,7 @@ static int open_comm(bench *b) {
 }
 
 typedef struct bench_args {
-    const char *trials, *warmups, *maxsize, *minsize, *dtype, *unit, *json;
+    const char *trials, *warmups, *maxsize, *minsize, *dtype, *unit, *json, *backend;
     bool ops[NOPS], all_to_all, scan, async, raw;
 } bench_args;
 
@@ -469,6 +469,8 @@ int cmd_bench(int argc, char **argv) {
         {"--raw", NULL, "sizes in bytes and durations in microseconds, without units", NULL,
          &a.raw},
         {"--json", "FILE", "also write one JSON line per measurement (rank 0)", &a.json, NULL},
+        {"--backend", "NAME", "shm, mpi or nccl (default: DSC_COMM_BACKEND, else shm)", &a.backend,
+         NULL},
     };
     const cli_verb v = {"bench",
                         "dsc bench [comm] [flags]   (under dsc launch for several ranks)",
@@ -493,7 +495,7 @@ int cmd_bench(int argc, char **argv) {
     bench b = {0};
     int minp, maxp;
     if ((rc = settle_args(&a, &b, &minp, &maxp))) return rc;
-    if (open_comm(&b)) return 1;
+    if (open_comm(&b, a.backend)) return 1;
     if (a.json && b.rank == 0 && !(b.json = fopen(a.json, "w"))) {
         fprintf(stderr, "dsc bench: --json %s: cannot write it\n", a.json);
         dsc_comm_destroy(b.c);

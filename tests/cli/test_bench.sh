@@ -19,6 +19,7 @@ expect 2 "--maxsize" -- "$DSC" bench --maxsize 40
 expect 2 "--minsize 12 is above --maxsize 10" -- "$DSC" bench --scan --minsize 12 --maxsize 10
 expect 2 "unknown benchmark 'gemm'" -- "$DSC" bench gemm
 expect 2 "expected a whole number" -- "$DSC" bench --trials many
+expect 1 "comm backend 'tcp' is unknown" -- "$DSC" bench --backend tcp --maxsize 10
 
 . "$(dirname "$0")/lib_bench.sh" # json_ok
 
@@ -61,9 +62,9 @@ done
 # The mpi backend under mpirun (dsc launch --launcher openmpi), where Open MPI is installed.
 if "$DSC" report | grep -q "^comm backends.*mpi" && command -v mpirun >/dev/null &&
     mpirun --version 2>&1 | grep -q "Open MPI"; then
-    check "mpi backend, 2 ranks under mpirun" -- env DSC_COMM_BACKEND=mpi "$DSC" launch \
-        --launcher openmpi --num_procs 2 --master_port "$(free_port)" "$DSC" bench --scan --minsize 10 --maxsize 14 \
-        --trials 5 --json "$T/mpi.jsonl" >"$T/mpi.out" 2>&1
+    check "mpi backend (--backend mpi), 2 ranks under mpirun" -- "$DSC" launch --launcher openmpi \
+        --num_procs 2 --master_port "$(free_port)" "$DSC" bench --backend mpi --scan \
+        --minsize 10 --maxsize 14 --trials 5 --json "$T/mpi.jsonl" >"$T/mpi.out" 2>&1
     check "  ... checked, DeepSpeed's bandwidths, backend mpi" -- eval \
         'json_ok "$T/mpi.jsonl" 2 all_reduce,all_gather,reduce_scatter,broadcast,pt2pt \
          1024,2048,4096,8192,16384 && grep -q "\"backend\": \"mpi\"" "$T/mpi.jsonl"'
