@@ -2,7 +2,8 @@
 # dsc bench over the nccl backend (buffers on the GPU): at world 1 on one GPU every collective
 # from 1 KiB to 16 MiB in f32 and bf16, each result checked, DeepSpeed's bandwidths; with W =
 # min(GPUs, 8) GPUs, the same under `dsc launch --num_gpus W`, and all_reduce's bus bandwidth at
-# 256 MiB printed (the figure to set beside nccl-tests'). Exit 77 (skipped) without a usable GPU
+# 256 MiB printed (--async-op: the calls back to back on the GPU; the figure to set beside
+# nccl-tests'). Exit 77 (skipped) without a usable GPU
 # or without the nccl backend.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
@@ -36,5 +37,6 @@ check "$W GPUs, nccl: every operation, 2^10..2^24 bytes" -- "$DSC" launch --num_
     bench --scan --minsize 10 --maxsize 24 --trials 10 --json "$T/gw.jsonl"
 check "  ... checked, DeepSpeed's bandwidths" -- json_ok "$T/gw.jsonl" $W \
     all_reduce,all_gather,reduce_scatter,broadcast,pt2pt "$SIZES"
-"$DSC" launch --num_gpus $W "$DSC" bench --all-reduce --maxsize 28 --trials 20 2>&1 | tail -2
+"$DSC" launch --num_gpus $W "$DSC" bench --all-reduce --maxsize 28 --trials 20 --async-op 2>&1 |
+    tail -2
 finish
