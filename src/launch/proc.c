@@ -492,14 +492,26 @@ static void end_stopped(dsc__group *g) {
     }
 }
 
+// Has child pid ended by a signal? Looked at without reaping it (WNOWAIT).
+static bool killed_by_signal(pid_t pid) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0) return false;
+    return si.si_pid == pid && (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED);
+}
+
+// Children that ended since the last look. Those killed by a signal are noted first: when a rank
+// is killed its peers fail on it within milliseconds, and when one look finds both, the kill is
+// the cause, which names the failure and the launcher's exit code.
 static void reap(dsc__group *g) {
-    for (int i = 0; i < g->n; i++) {
-        if (!g->c[i].running) continue;
-        int st;
-        pid_t w = waitpid(g->c[i].pid, &st, WNOHANG);
-        if (w == g->c[i].pid) note_exit(g, i, st);
-        else if (w < 0 && errno == ECHILD) g->c[i].running = false; // reaped elsewhere
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->n; i++) {
+            if (!g->c[i].running || (pass == 0 && !killed_by_signal(g->c[i].pid))) continue;
+            int st;
+            pid_t w = waitpid(g->c[i].pid, &st, WNOHANG);
+            if (w == g->c[i].pid) note_exit(g, i, st);
+            else if (w < 0 && errno == ECHILD) g->c[i].running = false; // reaped elsewhere
+        }
 }
 
 static void on_launcher_signal(void *arg, int s) {
