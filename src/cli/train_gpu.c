@@ -37,6 +37,7 @@ struct train_gpu {
     dsc_cuda_state *st;     // the device's
     dsc_gpt2_cuda *model;
     int ntensors, gas, micro;
+    int maxB;               // the micro-batch the model was made for
     bool timed;             // wall_clock_breakdown: wait for the device after each phase
     bool fp16;              // fp16.enabled: the model computes in fp16 (else bf16)
     const uint16_t **p16;   // per-tensor views into st->p16
@@ -132,8 +133,8 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
 }
 
 static dsc_status make_views(train_gpu *g) {
-    g->p16 = calloc((size_t)g->ntensors, sizeof *g->p16);
-    g->grad = calloc((size_t)g->ntensors, sizeof *g->grad);
+    if (!g->p16) g->p16 = calloc((size_t)g->ntensors, sizeof *g->p16);
+    if (!g->grad) g->grad = calloc((size_t)g->ntensors, sizeof *g->grad);
     if (!g->p16 || !g->grad) return dsc__fail(DSC_ERR_OOM, "out of memory");
     if (g->param_offload) {
         dsc__train_off_views(g->off, g->p16, g->grad);
@@ -184,17 +185,25 @@ static dsc_status flat_init(train_gpu *g, bool offload) {
 
 // Several ranks: the engine's host buffers are partitioned by stage and move between steps, so
 // the bus copies go through two full-layout host buffers of this rank, page-locked once.
-static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap) {
-    size_t n = dsc__engine_layout_len(g->eng);
+// The two full-layout host buffers of the staging (n elements each), page-locked when the system
+// allows; earlier ones are freed (the state unpinned them first).
+static dsc_status staged_host(train_gpu *g, size_t n, bool *pinned, char *why, size_t cap) {
+    free(g->hgrad);
+    free(g->hweights);
     g->host = (dsc__engine_flat){.total = n};
     g->hgrad = calloc(n, sizeof *g->hgrad);
     g->hweights = calloc(n, sizeof *g->hweights);
     if (!g->hgrad || !g->hweights)
         return dsc__fail(DSC_ERR_OOM, "out of memory for the host staging of %zu parameters "
                          "(8 bytes each)", n);
-    DSC_TRY(dsc__cuda_state_create(&g->st, n, 0, true, g->pool));
     dsc__cuda_state_pin(g->st, g->hgrad, g->hweights, n, pinned, why, cap);
     return DSC_OK;
+}
+
+static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap) {
+    size_t n = dsc__engine_layout_len(g->eng);
+    DSC_TRY(dsc__cuda_state_create(&g->st, n, 0, true, g->pool));
+    return staged_host(g, n, pinned, why, cap);
 }
 
 // The banner's words for a one-rank run.
@@ -265,6 +274,7 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     else DSC_TRY(flat_init(g, offload));
     dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
     DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
+    g->maxB = B;
     dsc_gpt2_cuda_set_fp16(g->model, g->fp16);
     if (offload && !g->staged && !g->unstreamed)
         DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, &g->mc,
@@ -325,6 +335,29 @@ void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) {
              t.overlapped ? "true" : "false");
 }
 bool dsc__train_gpu_owns_state(const train_gpu *g) { return g->dp && g->world > 1; }
+
+// Host-staged: the staging buffers and the device state for the engine's layout as it is now
+// (the device state keeps its stream, which the model borrowed).
+static dsc_status staged_remake(train_gpu *g) {
+    size_t n = dsc__engine_layout_len(g->eng);
+    DSC_TRY(dsc__cuda_state_resize(g->st, n)); // waits for the stream; unpins the old buffers
+    bool pinned;
+    char why[256];
+    return staged_host(g, n, &pinned, why, sizeof why);
+}
+
+dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
+    if (B > g->maxB)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: after the recovery each rank takes "
+                         "micro-batches of %d, but the GPU model was made for %d; restart the job "
+                         "(fault_tolerance.on_failure \"restart\")", B, g->maxB);
+    if (g->staged && dsc__engine_layout_len(g->eng) != g->host.total) DSC_TRY(staged_remake(g));
+    g->world = dsc_engine_world_size(g->eng);
+    g->micro = 0;
+    DSC_TRY(dsc__cuda_state_zero_grads(g->st)); // a failed step's partial gradients go
+    DSC_TRY(make_views(g));
+    return dsc__train_gpu_load(g);
+}
 
 dsc_status dsc__train_gpu_load(train_gpu *g) {
     if (g->dp) return dsc__train_dp_load(g->dp);
@@ -414,10 +447,9 @@ static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
 // the 16-bit type.
 static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
     if (dsc_engine_world_size(g->eng) != g->world)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: the run went from %d to %d ranks "
-                         "after a failure, which the GPU path does not follow; restart the job "
-                         "(fault_tolerance.on_failure \"restart\") or use --device cpu", g->world,
-                         dsc_engine_world_size(g->eng));
+        return dsc__fail(DSC_ERR_INTERNAL, "--device cuda: the engine has %d ranks, the GPU "
+                         "staging was made for %d (a recovery that did not reach the GPU side; "
+                         "a bug: report it)", dsc_engine_world_size(g->eng), g->world);
     DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->hgrad));
     DSC_TRY(dsc__cuda_state_zero_grads(g->st));
     DSC_TRY(dsc__engine_add_grads(g->eng, g->hgrad));
@@ -507,6 +539,7 @@ const char *dsc__train_gpu_compute(const train_gpu *g) { return "none"; }
 void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) { buf[0] = '\0'; }
 dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
 bool dsc__train_gpu_owns_state(const train_gpu *g) { return false; }
+dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) { return no_cuda(); }
 dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {

@@ -53,6 +53,12 @@ dsc_status dsc__train_gpu_store(train_gpu *g);
 // True when the devices hold the only current copy of a several-rank run's state (nccl): a
 // fault cannot be recovered in place (the engine's host copies are stale), only by a restart.
 bool dsc__train_gpu_owns_state(const train_gpu *g);
+// After the engine recovered from a fault in place (dsc_engine_recover: a snapshot restored,
+// perhaps on fewer ranks): the device takes the restored state. Host-staged runs rebuild their
+// staging for the engine's new layout (a different world pads the groups differently), zero the
+// device gradients, and upload the gathered weights (a collective among the survivors). B: the
+// micro-batch from now on (at most the one the model was made for).
+dsc_status dsc__train_gpu_recovered(train_gpu *g, int B);
 
 // Forward + backward of one micro-batch (host tokens (B, T)), gradients accumulated on the device
 // with the engine's backward scale; *loss: its mean loss. With the config's wall_clock_breakdown

@@ -184,6 +184,25 @@ extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
     free(s);
 }
 
+extern "C" dsc_status dsc__cuda_state_resize(dsc_cuda_state *s, size_t n) {
+    DSC_CUDA_ARG(s && s->offload, "GPU state resize: only an offload (host-staged) state");
+    DSC_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)s->stream));
+    for (int k = 0; k < 2; k++)
+        if (s->pinned[k]) host_unregister(s->pinned[k]);
+    s->pinned[0] = s->pinned[1] = NULL;
+    dsc_mem_pool *pool = s->bufs[1].pool;
+    for (int k = 0; k < 3; k++) dsc__cuda_buf_free(&s->bufs[k]);
+    s->master = s->grad = NULL;
+    s->p16 = NULL;
+    s->n = s->nstate = n;
+    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, n * 4, "gpu.master"));
+    DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
+    DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, (cudaStream_t)s->stream));
+    DSC_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)s->stream));
+    return DSC_OK;
+}
+
 extern "C" void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_t n, bool *pinned,
                                     char *why, size_t cap) {
     float *ranges[2] = {a, b};

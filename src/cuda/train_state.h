@@ -83,6 +83,11 @@ dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, b
 dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, size_t nstate, int moments,
                                      dsc_mem_pool *pool);
 void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinned
+// An offload state for a layout of n elements instead (a host-staged run whose engine changed its
+// layout after a recovery on fewer ranks): master staging, gradients (zero) and the 16-bit copy
+// made again from the same pool; the stream (which a model may have borrowed) and the scalars
+// stay. The host ranges it had pinned are unpinned: pin the new ones.
+dsc_status dsc__cuda_state_resize(dsc_cuda_state *s, size_t n);
 
 // Page-lock host ranges used for offload copies (at most two); a refusal is not an error: *pinned
 // says whether it worked and why not goes to `why`.
