@@ -108,7 +108,7 @@ a = [json.loads(x) for x in open('$T/full/metrics.jsonl')]
 b = [json.loads(x) for x in open('$T/rest/metrics.jsonl')]
 assert b[0]['step'] == 11 and [x['loss'] for x in a[10:]] == [x['loss'] for x in b], (a[10:], b)"
 check "--dump-weights after a GPU run" -- test -s "$T/w.safetensors"
-check "a GPU run ends with a text sample drawn from the GPU's logits" -- grep -qF "sample (temperature" <<<"$probe"
+check "a GPU run ends with a text sample (generated on the host from the trained weights)" -- grep -qF "sample (temperature" <<<"$probe"
 check "a bf16 GPU run ends with a text sample (from the master weights, rounded)" -- grep -qF "sample (temperature" "$T/bf16_sample.log"
 check "a parameter-offload run (stage 3) ends with a text sample" -- grep -qF "sample (temperature" "$T/poff_samp.log"
 finish
