@@ -45,7 +45,6 @@ typedef struct bench {
     void *send, *recv;       // each max_bytes * world
     float *host;             // max_bytes * world / es floats: staging of the values and the check
     uint16_t *half;          // the same in 16 bits
-    size_t cap;              // bytes of send and recv
 #ifdef DSC_WITH_CUDA
     dsc_cuda_buf bufs[3]; // send, recv, one float for the ranks' maximum
 #endif
@@ -54,7 +53,6 @@ typedef struct bench {
 // ---- buffers and values ----
 
 static int alloc_buffers(bench *b, size_t bytes) {
-    b->cap = bytes;
     size_t n = bytes / b->es;
     b->host = calloc(n ? n : 1, sizeof *b->host);
     b->half = calloc(n ? n : 1, sizeof *b->half);

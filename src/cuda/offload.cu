@@ -16,13 +16,16 @@ struct dsc_cuda_offload {
     bool *uploading;      // (ngroups) up[g] recorded since the last fence
 };
 
-static cudaEvent_t *event(dsc_cuda_offload *o, int kind, int g) {
-    return &o->ev[(size_t)kind * o->ngroups + g];
+// Event `kind` of item i in a kind-major table of n items per kind (groups or slots).
+static cudaEvent_t *at(cudaEvent_t *table, int n, int kind, int i) {
+    return &table[(size_t)kind * n + i];
 }
 
-static dsc_status check_group(const dsc_cuda_offload *o, int g) {
-    DSC_CUDA_ARG(o && g >= 0 && g < o->ngroups, "offload copies: group %d of %d", g,
-                 o ? o->ngroups : 0);
+// Item i of the groups (slot false) or of the weight slots exists.
+static dsc_status check(const dsc_cuda_offload *o, int i, bool slot) {
+    int n = !o ? 0 : slot ? o->nslots : o->ngroups;
+    DSC_CUDA_ARG(o && i >= 0 && i < n, "offload copies: %s %d of %d", slot ? "slot" : "group", i,
+                 n);
     return DSC_OK;
 }
 
@@ -79,64 +82,54 @@ extern "C" void dsc__cuda_offload_destroy(dsc_cuda_offload *o) {
 
 extern "C" dsc_status dsc__cuda_offload_grads_out(dsc_cuda_offload *o, int g, float *host,
                                                   const float *dev, size_t n) {
-    DSC_TRY(check_group(o, g));
-    DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_DONE, g), o->model));
-    DSC_CUDA_TRY(cudaStreamWaitEvent(o->down, *event(o, EV_DONE, g), 0));
+    DSC_TRY(check(o, g, false));
+    DSC_CUDA_TRY(cudaEventRecord(*at(o->ev, o->ngroups, EV_DONE, g), o->model));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->down, *at(o->ev, o->ngroups, EV_DONE, g), 0));
     DSC_CUDA_TRY(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, o->down));
-    DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_LANDED, g), o->down));
+    DSC_CUDA_TRY(cudaEventRecord(*at(o->ev, o->ngroups, EV_LANDED, g), o->down));
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_offload_grads_wait(dsc_cuda_offload *o, int g) {
-    DSC_TRY(check_group(o, g));
-    DSC_CUDA_TRY(cudaEventSynchronize(*event(o, EV_LANDED, g)));
+    DSC_TRY(check(o, g, false));
+    DSC_CUDA_TRY(cudaEventSynchronize(*at(o->ev, o->ngroups, EV_LANDED, g)));
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, uint16_t *dev,
                                                    const uint16_t *host, size_t n) {
-    DSC_TRY(check_group(o, g));
+    DSC_TRY(check(o, g, false));
     DSC_CUDA_TRY(cudaMemcpyAsync(dev, host, n * sizeof(uint16_t), cudaMemcpyHostToDevice, o->up));
-    DSC_CUDA_TRY(cudaEventRecord(*event(o, EV_UP, g), o->up));
+    DSC_CUDA_TRY(cudaEventRecord(*at(o->ev, o->ngroups, EV_UP, g), o->up));
     o->uploading[g] = true;
-    return DSC_OK;
-}
-
-static cudaEvent_t *slot_event(dsc_cuda_offload *o, int kind, int k) {
-    return &o->slot_ev[(size_t)kind * o->nslots + k];
-}
-
-static dsc_status check_slot(const dsc_cuda_offload *o, int k) {
-    DSC_CUDA_ARG(o && k >= 0 && k < o->nslots, "offload copies: slot %d of %d", k,
-                 o ? o->nslots : 0);
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_offload_fetch(dsc_cuda_offload *o, int k, uint16_t *slot,
                                               const uint16_t *host, size_t n) {
-    DSC_TRY(check_slot(o, k));
-    DSC_CUDA_TRY(cudaStreamWaitEvent(o->up, *slot_event(o, SLOT_FREE, k), 0));
+    DSC_TRY(check(o, k, true));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->up, *at(o->slot_ev, o->nslots, SLOT_FREE, k), 0));
     DSC_CUDA_TRY(cudaMemcpyAsync(slot, host, n * sizeof(uint16_t), cudaMemcpyHostToDevice, o->up));
-    DSC_CUDA_TRY(cudaEventRecord(*slot_event(o, SLOT_READY, k), o->up));
+    DSC_CUDA_TRY(cudaEventRecord(*at(o->slot_ev, o->nslots, SLOT_READY, k), o->up));
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_offload_use(dsc_cuda_offload *o, int k) {
-    DSC_TRY(check_slot(o, k));
-    DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *slot_event(o, SLOT_READY, k), 0));
+    DSC_TRY(check(o, k, true));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *at(o->slot_ev, o->nslots, SLOT_READY, k), 0));
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_offload_release(dsc_cuda_offload *o, int k) {
-    DSC_TRY(check_slot(o, k));
-    DSC_CUDA_TRY(cudaEventRecord(*slot_event(o, SLOT_FREE, k), o->model));
+    DSC_TRY(check(o, k, true));
+    DSC_CUDA_TRY(cudaEventRecord(*at(o->slot_ev, o->nslots, SLOT_FREE, k), o->model));
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_offload_reuse_grads(dsc_cuda_offload *o, int g, float *dev,
                                                     size_t n) {
-    DSC_TRY(check_group(o, g));
-    DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *event(o, EV_LANDED, g), 0));
+    DSC_TRY(check(o, g, false));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *at(o->ev, o->ngroups, EV_LANDED, g), 0));
     if (dev) DSC_CUDA_TRY(cudaMemsetAsync(dev, 0, n * sizeof(float), o->model));
     return DSC_OK;
 }
@@ -144,7 +137,7 @@ extern "C" dsc_status dsc__cuda_offload_reuse_grads(dsc_cuda_offload *o, int g, 
 extern "C" dsc_status dsc__cuda_offload_fence(dsc_cuda_offload *o) {
     for (int g = 0; g < o->ngroups; g++) {
         if (!o->uploading[g]) continue;
-        DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *event(o, EV_UP, g), 0));
+        DSC_CUDA_TRY(cudaStreamWaitEvent(o->model, *at(o->ev, o->ngroups, EV_UP, g), 0));
         o->uploading[g] = false;
     }
     return DSC_OK;

@@ -20,8 +20,8 @@
 // waiting, and its all_reduce must see the kernel's data; a wait of 2.5 s on the user stream with
 // comm_timeout_s 1 is no timeout; an operation that is late after its wait passed (the test
 // hook) times out about comm_timeout_s after the wait passed, not after it was issued.
-// dsc__nccl_record_event: a second stream waits for such a held collective through the event and
-// copies its result (the copy is the result; the host did not wait at the record).
+// dsc__nccl_record_event: a second stream waits for that held collective through the event and
+// copies its result.
 // Several GPUs (when visible): one thread per GPU, world = GPUs (at most 8), every collective and
 // dtype against host sums of small integers (exact in every dtype and summation order), a
 // send-then-receive ring, and dsc_comm_shrink without the last rank followed by an all_reduce
@@ -412,59 +412,14 @@ static bool filled(const float *x, size_t n, float base) {
 }
 
 // The collective sees what the user stream wrote before the event; nobody waits on the host.
+// dsc__nccl_record_event: a second stream (reader) waits for the held collective on the device
+// and copies its output; had it not waited, it would have copied the poisoned output.
 static void after_event_order(void) {
     dsc_comm *c = make_one(30);
     const size_t n = 1 << 20;
     static const double hold = 1.0;
-    float *x = dev_alloc<float>(n), *out = dev_alloc<float>(n);
-    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, NULL)); // NCCL's first-use setup
-    poison(x, n * 4);
-    poison(out, n * 4);
-    SYNC();
-    cudaStream_t user;
-    cudaEvent_t ev;
-    CK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
-    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    double t0 = dsc_now();
-    held_fill(user, &hold, x, n, 7.0f, ev);
-    dsc_comm_req *r = NULL;
-    DS(dsc__nccl_after_event(c, ev));
-    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, &r));
-    double issued = dsc_now() - t0;
-    bool early = false;
-    DS(dsc_comm_test(r, &early));
-    if (!early) DS(dsc_comm_wait(r));
-    double dt = dsc_now() - t0;
-    printf("  after_event: issued after %.3f s, done after %.3f s (user stream held %.1f s)\n",
-           issued, dt, hold);
-    check_true("after_event: the host did not wait for the user stream (issued < 0.5 s)",
-               issued < 0.5);
-    check_true("after_event: the collective waited for the event (not done while held, done "
-               "after the hold)", !early && dt >= hold * 0.9);
-    check_true("after_event: the result is the data the user stream wrote before the event",
-               filled(out, n, 7.0f));
-    // with no wait in between, the next operation runs at once and the event is not waited again
-    DS(dsc_comm_all_reduce(c, out, x, n, DSC_DT_F32, DSC_OP_SUM, NULL));
-    check_true("after_event: later operations keep working", filled(x, n, 7.0f));
-    bool e1 = dsc__nccl_after_event(c, NULL) == DSC_ERR_INVALID_ARG;
-    bool e2 = dsc__nccl_after_event(NULL, ev) == DSC_ERR_INVALID_ARG;
-    check_true("after_event: NULL event or communicator refused", e1 && e2);
-    dsc_comm_destroy(c);
-    CK(cudaEventDestroy(ev));
-    CK(cudaStreamDestroy(user));
-    CK(cudaFree(x));
-    CK(cudaFree(out));
-}
-
-// dsc__nccl_record_event: another stream waits for a collective on the device, the host does not.
-// The collective is held behind a user stream (after_event), so a stream that did not wait for
-// it would copy the poisoned output.
-static void record_event_order(void) {
-    dsc_comm *c = make_one(30);
-    const size_t n = 1 << 20;
-    static const double hold = 1.0;
     float *x = dev_alloc<float>(n), *out = dev_alloc<float>(n), *copy = dev_alloc<float>(n);
-    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, NULL)); // first-use setup
+    DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, NULL)); // NCCL's first-use setup
     poison(x, n * 4);
     poison(out, n * 4);
     poison(copy, n * 4);
@@ -476,7 +431,7 @@ static void record_event_order(void) {
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     double t0 = dsc_now();
-    held_fill(user, &hold, x, n, 3.0f, ev);
+    held_fill(user, &hold, x, n, 7.0f, ev);
     dsc_comm_req *r = NULL;
     DS(dsc__nccl_after_event(c, ev));
     DS(dsc_comm_all_reduce(c, x, out, n, DSC_DT_F32, DSC_OP_SUM, &r));
@@ -484,16 +439,29 @@ static void record_event_order(void) {
     CK(cudaStreamWaitEvent(reader, done, 0));
     CK(cudaMemcpyAsync(copy, out, n * 4, cudaMemcpyDeviceToDevice, reader));
     double issued = dsc_now() - t0;
-    DS(dsc_comm_wait(r));
+    bool early = false;
+    DS(dsc_comm_test(r, &early));
+    if (!early) DS(dsc_comm_wait(r));
     CK(cudaStreamSynchronize(reader));
     double dt = dsc_now() - t0;
-    printf("  record_event: recorded after %.3f s, the reader's copy done after %.3f s\n", issued,
-           dt);
-    check_true("record_event: the host did not wait (recorded < 0.5 s)", issued < 0.5);
-    check_true("record_event: the other stream waited for the collective (its copy is the "
-               "result)", filled(copy, n, 3.0f) && dt >= hold * 0.9);
-    bool e1 = dsc__nccl_record_event(c, NULL) == DSC_ERR_INVALID_ARG;
-    bool e2 = dsc__nccl_record_event(NULL, done) == DSC_ERR_INVALID_ARG;
+    printf("  after_event: issued after %.3f s, done after %.3f s (user stream held %.1f s)\n",
+           issued, dt, hold);
+    check_true("after_event: the host did not wait for the user stream (issued < 0.5 s)",
+               issued < 0.5);
+    check_true("after_event: the collective waited for the event (not done while held, done "
+               "after the hold)", !early && dt >= hold * 0.9);
+    check_true("after_event: the result is the data the user stream wrote before the event",
+               filled(out, n, 7.0f));
+    check_true("record_event: the reader stream waited for the collective (its copy is the "
+               "result)", filled(copy, n, 7.0f));
+    // with no wait in between, the next operation runs at once and the event is not waited again
+    DS(dsc_comm_all_reduce(c, out, x, n, DSC_DT_F32, DSC_OP_SUM, NULL));
+    check_true("after_event: later operations keep working", filled(x, n, 7.0f));
+    bool e1 = dsc__nccl_after_event(c, NULL) == DSC_ERR_INVALID_ARG;
+    bool e2 = dsc__nccl_after_event(NULL, ev) == DSC_ERR_INVALID_ARG;
+    check_true("after_event: NULL event or communicator refused", e1 && e2);
+    e1 = dsc__nccl_record_event(c, NULL) == DSC_ERR_INVALID_ARG;
+    e2 = dsc__nccl_record_event(NULL, done) == DSC_ERR_INVALID_ARG;
     check_true("record_event: NULL event or communicator refused", e1 && e2);
     dsc_comm_destroy(c);
     CK(cudaEventDestroy(ev));
@@ -787,7 +755,6 @@ int main(void) {
     abort_from_thread();
     shrink_one();
     after_event_order();
-    record_event_order();
     after_event_untimed();
     after_event_late();
     several_gpus();

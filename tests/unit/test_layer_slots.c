@@ -38,8 +38,7 @@ typedef struct sim {
     // what the ops saw
     bool in_use[2]; // weight slot k has unreleased readers
     int fetches;
-    int last_fetch[2]; // the layer last fetched into slot k
-    int gused[2];      // the group that last took gradient slot j
+    int gused[2]; // the group that last took gradient slot j
     int reuses;
 } sim;
 
@@ -54,7 +53,6 @@ static dsc_status op_fetch(void *u, int k, int layer) {
     dsc__engine_span sp;
     dsc__engine_span_of(m->eng, layer + 1, &sp);
     memcpy(m->s.w[k], m->src + sp.off, sp.padded * sizeof(uint16_t));
-    m->last_fetch[k] = layer;
     m->fetches++;
     return DSC_OK;
 }
@@ -84,8 +82,7 @@ static dsc_status op_reuse(void *u, int j, int before, int g) {
 static const dsc__slots_ops ops = {op_fetch, op_use, op_release, op_reuse};
 
 static sim make(const dsc_gpt2_config *c) {
-    sim m = {
-        .c = c, .ntensors = dsc_gpt2_num_tensors(c), .gused = {-1, -1}, .last_fetch = {-1, -1}};
+    sim m = {.c = c, .ntensors = dsc_gpt2_num_tensors(c), .gused = {-1, -1}};
     dsc_param_desc *pd = calloc((size_t)m.ntensors, sizeof *pd);
     dsc_gpt2_tensor_info *ti = calloc((size_t)m.ntensors, sizeof *ti);
     for (int i = 0; i < m.ntensors; i++) {
