@@ -383,6 +383,7 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {
     float scale = (float)dsc_backward_scale(g->eng);
+    dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
                                     fwd_s, bwd_s);
@@ -394,9 +395,13 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
     }
     // With nccl the loss is read after the pass's collectives were waited for (pass_done).
     if (!g->timed) { // one pass over the logits for loss and gradient; bitwise the split calls
-        if (!g->dp)
-            return dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss);
+        if (!g->dp) {
+            DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss));
+            dsc__engine_phase(g->eng, "backward"); // its loss read: the backward is enqueued
+            return DSC_OK;
+        }
         DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, NULL));
+        dsc__engine_phase(g->eng, "backward");
         DSC_TRY(dsc__train_dp_pass_done(g->dp));
         return dsc_gpt2_cuda_read_loss(g->model, loss);
     }
@@ -407,6 +412,7 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
         DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, loss));
     }
     double t1 = dsc_now();
+    dsc__engine_phase(g->eng, "backward");
     DSC_TRY(dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, scale));
     if (g->dp) DSC_TRY(dsc__train_dp_pass_done(g->dp));
     DSC_TRY(dsc__cuda_stream_wait(g->st->stream));

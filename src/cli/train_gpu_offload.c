@@ -317,9 +317,11 @@ dsc_status dsc__train_off_micro(train_off *o, const uint16_t *const *p16, float 
     if (timed) {
         DSC_TRY(dsc_gpt2_cuda_forward(o->model, p16, in, tg, B, T, loss));
         t1 = dsc_now();
+        dsc__engine_phase(o->eng, "backward");
         DSC_TRY(dsc_gpt2_cuda_backward(o->model, p16, grad, scale));
     } else {
         DSC_TRY(dsc_gpt2_cuda_train_step(o->model, p16, grad, in, tg, B, T, scale, NULL));
+        dsc__engine_phase(o->eng, "backward"); // enqueued; the gradients come in take_all
     }
     if (hook) DSC_TRY(take_all(o)); // while the GPU finishes the backward
     if (timed) {

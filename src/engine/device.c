@@ -139,6 +139,10 @@ dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
     return st;
 }
 
+void dsc__engine_phase(dsc_engine *e, const char *phase) {
+    dsc__ft_point(e, phase);
+}
+
 // ---- data-parallel on the devices ----
 
 void dsc__engine_span_of(const dsc_engine *e, int g, dsc__engine_span *out) {

@@ -46,6 +46,10 @@ size_t dsc__engine_param_offset(const dsc_engine *e, int i);
 double dsc__engine_loss_scale(const dsc_engine *e);
 // The master weights were written from outside (device -> host): refresh the compute copy.
 dsc_status dsc__engine_master_changed(dsc_engine *e);
+// The device is at PHASE ("forward", "backward": a static string) of the current micro-step: what
+// the step deadline's report names, and where DSC_FT_INJECT's points of that name act (the device
+// paths do not call dsc_gather, which marks them on the host path).
+void dsc__engine_phase(dsc_engine *e, const char *phase);
 
 // Several ranks (host-staged). Elements of the full flat layout (padding included), the same on
 // every rank; tensor i starts at dsc__engine_param_offset(e, i).
