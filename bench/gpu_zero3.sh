@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_zero3.sh [DSC] - ZeRO stage 3 on the GPU (DSC_COMM_BACKEND=nccl with
+# bench/gpu_zero3.sh [DSC] - ZeRO stage 3 on the GPU (DSC_COMM_BACKEND=nccl, stage 3's default
 # DSC_GPU_STAGE3_PARTITION=1: the layers' 16-bit weights partitioned and gathered one layer ahead
 # through two slots, their gradients reduce-scattered every micro-step) against stage 2 (whole 16-bit weights on every GPU, one
 # reduction per step), on the same GPUs in the same call: tokens/s (median after WARMUP steps),

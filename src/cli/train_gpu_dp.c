@@ -163,17 +163,16 @@ static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_co
     return DSC_OK;
 }
 
-// Stage 3's weight partitioning is new and opt-in until it has run on GPUs:
-// DSC_GPU_STAGE3_PARTITION=1 turns it on; unset or 0, stage 3 keeps the whole 16-bit weights on
-// every GPU (as stage 2).
+// Stage 3 partitions the 16-bit weights unless DSC_GPU_STAGE3_PARTITION=0, which keeps them whole
+// on every GPU (stage 3 then runs as stage 2: faster where the memory allows it).
 static dsc_status partition_wanted(int stage, bool *on) {
     const char *v = getenv("DSC_GPU_STAGE3_PARTITION");
+    *on = stage == 3;
+    if (!v || !*v || !strcmp(v, "1")) return DSC_OK;
     *on = false;
-    if (!v || !*v || !strcmp(v, "0")) return DSC_OK;
-    if (strcmp(v, "1"))
+    if (strcmp(v, "0"))
         return dsc__fail(DSC_ERR_INVALID_ARG, "DSC_GPU_STAGE3_PARTITION=%s: expected 1 (partition "
                          "the 16-bit weights at ZeRO stage 3) or 0", v);
-    *on = stage == 3;
     return DSC_OK;
 }
 
@@ -257,8 +256,8 @@ void dsc__train_dp_describe(const train_dp *dp, char *buf, size_t cap) {
                                        "partitioned; each layer gathered one ahead into two "
                                        "slots, its gradients reduce-scattered every micro-step"
                       : L->stage == 3 ? "gradients and optimizer state partitioned, bf16 weights "
-                                        "whole on every GPU (run as stage 2; "
-                                        "DSC_GPU_STAGE3_PARTITION=1 partitions them)"
+                                        "whole on every GPU (run as stage 2: "
+                                        "DSC_GPU_STAGE3_PARTITION=0)"
                                       : "optimizer state partitioned";
     snprintf(buf, cap, "nccl data-parallel over %d GPU%s, ZeRO stage %d (%s), gradients reduced "
              "in %s, fp32 master and optimizer on the GPU", L->world, L->world == 1 ? "" : "s",

@@ -26,11 +26,10 @@
 //      all-gather of bf16 per group rebuilds every rank's whole bf16 model.
 // Stages 0-2 reduce the gradients once per optimizer step, not per micro-step as the host engine
 // does: the same sum, rounded differently.
-// Stage 3 runs as stage 2 unless DSC_GPU_STAGE3_PARTITION=1 (opt-in until it has run on GPUs);
-// with it, stage 3 partitions the 16-bit weights too: each device keeps its slice of every layer's
-// weights; the model's layer hook all-gathers a layer into one of two device slots one layer
-// ahead of use (cuda/layer_slots.h), in forward and again in backward, so the gather of the next
-// layer overlaps this layer's compute. The layers' gradients pass through two gradient slots:
+// Stage 3 (unless DSC_GPU_STAGE3_PARTITION=0, which runs it as stage 2) partitions the 16-bit
+// weights too: each device keeps its slice of every layer's weights; the model's layer hook
+// all-gathers a layer into one of two device slots one layer ahead of use (cuda/layer_slots.h),
+// in forward and again in backward, so the gather of the next layer overlaps this layer's compute. The layers' gradients pass through two gradient slots:
 // each layer's are reduce-scattered in place as soon as its backward is done, every micro-step,
 // and added into this rank's partition (whose sum over the micro-steps is then post-scaled, and
 // in fp16 training rounded to fp16 values, at the step). The embeddings and ln_f stay whole on

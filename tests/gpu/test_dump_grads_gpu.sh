@@ -6,7 +6,7 @@
 # every gradient within relative L2 error 2e-2 of the CPU's and the loss within 1e-2. The GPU's
 # own paths agree bit for bit: the device optimizer, ZeRO-Offload (the engine's dsc_step reads
 # the gradients) and the nccl path at ZeRO stages 0-3 (communication_data_type fp32; stage 3 with its
-# weights partitioned, DSC_GPU_STAGE3_PARTITION=1). With
+# weights partitioned, its default). With
 # several GPUs, nccl at world W (stages 1-3) against the CPU at world W. Exit 77 (skipped)
 # when no CUDA device is usable.
 set -u

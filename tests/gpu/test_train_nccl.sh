@@ -87,9 +87,10 @@ sys.exit(0 if sum(l[-5:]) / 5 < 0.85 * l[0] else 1)"; }
 for st in 0 1 2 3; do config "$T/z$st.json" $st ""; done
 check "world 1 without nccl trains (the reference)" -- \
     run base 1 "$T/z0.json" --max-steps 20 --dump-weights "$T/base.safetensors"
-for st in 0 1 2 3; do
+for st in 0 1 2 3; do # stage 3 here with the weights whole (as stage 2)
     check "world 1, nccl, stage $st trains" -- \
-        nrun n$st 1 "$T/z$st.json" --max-steps 20 --dump-weights "$T/n$st.safetensors"
+        DSC_GPU_STAGE3_PARTITION=0 nrun n$st 1 "$T/z$st.json" --max-steps 20 \
+        --dump-weights "$T/n$st.safetensors"
     check "world 1, nccl, stage $st: metrics bitwise equal to the GPU path without nccl" -- \
         cmp -s <(cols "$T/base/metrics.jsonl") <(cols "$T/n$st/metrics.jsonl")
     check "world 1, nccl, stage $st: final weights bitwise equal" -- \
@@ -97,13 +98,13 @@ for st in 0 1 2 3; do
 done
 check "the banner names the nccl path" -- \
     grep -q "nccl data-parallel over 1 GPU, ZeRO stage 2 (optimizer state partitioned), gradients reduced in f32" "$T/n2.0.log"
-check "the banner of stage 3 says it runs as stage 2 (weights whole)" -- grep -q "run as stage 2" "$T/n3.0.log"
+check "DSC_GPU_STAGE3_PARTITION=0: the banner of stage 3 says it runs as stage 2 (weights whole)" -- \
+    grep -q "run as stage 2" "$T/n3.0.log"
 echo "  world 1: $(cols "$T/base/metrics.jsonl" | sed -n '1p;20p' | cut -d' ' -f1-4 | tr '\n' ' ')"
 
-# Stage 3 with DSC_GPU_STAGE3_PARTITION=1 streams the layers through two slots: six layers, so that
-# each slot is reused (gathers one layer ahead, gradient slots settled and zeroed on reuse), 12
-# micro-steps per step.
-export DSC_GPU_STAGE3_PARTITION=1
+# Stage 3 (its default: the 16-bit weights partitioned) streams the layers through two slots: six
+# layers, so that each slot is reused (gathers one layer ahead, gradient slots settled and zeroed on
+# reuse), 12 micro-steps per step.
 check "world 1, d6 without nccl (the reference)" -- \
     run d6base 1 "$T/z0.json" --model d6 --max-steps 8 --dump-weights "$T/d6base.safetensors"
 check "world 1, d6, nccl, stage 3 trains" -- \
@@ -132,7 +133,7 @@ sed 's/"bf16": {"enabled": true}/"fp16": {"enabled": true, "initial_scale_power"
 sed 's/"bf16": {"enabled": true}/"fp16": {"enabled": true, "initial_scale_power": 12}/' \
     "$T/z3.json" >"$T/f3.json"
 check "world 1, d6, fp16 training without nccl" -- run d6f 1 "$T/f0.json" --model d6 --max-steps 8
-check "world 1, d6, fp16 training, nccl, stage 3" -- nrun d6f3 1 "$T/f3.json" --model d6 --max-steps 8
+check "world 1, d6, fp16 training, nccl, stage 3" -- DSC_GPU_STAGE3_PARTITION=1 nrun d6f3 1 "$T/f3.json" --model d6 --max-steps 8
 check "  ... bitwise equal (losses, loss scale, skipped steps)" -- \
     cmp -s <(cols "$T/d6f/metrics.jsonl") <(cols "$T/d6f3/metrics.jsonl")
 check "the banner of stage 3 says the weights are partitioned" -- \
