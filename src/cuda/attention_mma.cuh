@@ -29,6 +29,15 @@
 
 namespace dsc_att {
 
+// Blocks per multiprocessor the backward kernels are compiled for (registers
+// per thread: 65536 / (128 x blocks)); the shared memory of that many fits.
+#ifndef DSC_ATT_DKDV_BLOCKS
+#define DSC_ATT_DKDV_BLOCKS 3
+#endif
+#ifndef DSC_ATT_DQ_BLOCKS
+#define DSC_ATT_DQ_BLOCKS 3
+#endif
+
 #define MMA_LDH 72                    // 64 + 8 elements per shared-memory row (144 bytes)
 #define MMA_TILE_ELEMS (64 * MMA_LDH) // one 64 x 64 tile
 
@@ -162,6 +171,41 @@ __device__ static inline void acc_times(float out[8][4], const float p[8][4],
     }
 }
 
+// acc_times with the left operand already packed: a[kc] is columns 16 kc .. 16 kc + 15 of P as
+// the A fragment (pack_acc's layout).
+template <bool F16>
+__device__ static inline void packed_times(float out[8][4], const uint32_t a[4][4],
+                                           const uint16_t *tile) {
+    int lane = threadIdx.x & 31;
+    const uint16_t *base = tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * MMA_LDH + (lane >> 4) * 8;
+    for (int kc = 0; kc < 4; kc++) {
+        for (int d = 0; d < 4; d++) {
+            uint32_t b[4];
+            ldsm4_t(b, base + kc * 16 * MMA_LDH + d * 16);
+            mma<F16>(out[2 * d], a[kc], b[0], b[1]);
+            mma<F16>(out[2 * d + 1], a[kc], b[2], b[3]);
+        }
+    }
+}
+
+// A 16 x 64 accumulator as four A fragments of 16-bit pairs (what acc_times packs on the fly).
+template <bool F16>
+__device__ static inline void pack_acc(uint32_t a[4][4], const float p[8][4]) {
+    for (int kc = 0; kc < 4; kc++) {
+        a[kc][0] = pack2<F16>(p[2 * kc][0], p[2 * kc][1]);
+        a[kc][1] = pack2<F16>(p[2 * kc][2], p[2 * kc][3]);
+        a[kc][2] = pack2<F16>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+        a[kc][3] = pack2<F16>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+    }
+}
+
+// The low (hi false) or high 16-bit value of a packed pair as a float.
+template <bool F16> __device__ static inline float unpack1(uint32_t v, bool hi) {
+    uint16_t h = (uint16_t)(hi ? v >> 16 : v & 0xffffu);
+    if (F16) return __half2float(__ushort_as_half(h));
+    return __uint_as_float((uint32_t)h << 16);
+}
+
 // Rows row0 (values [0..1] of each slice) and row0 + 8 ([2..3]) of a 16 x 64
 // accumulator, times scale, as 16-bit pairs into global rows of stride gld
 // (rows at or past T skipped).
@@ -276,12 +320,15 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
 // ---- backward ----
 
 // dK, dV of one 64-key tile (a warp: 16 keys), looping over the query tiles
-// that see it: S^T = K Q^T, dP^T = V dO^T, P^T and dS^T = P^T (dP^T - D), dV +=
-// P^T dO, dK += dS^T Q.
+// that see it: S^T = K Q^T, P^T (packed to 16 bits at once), dV += P^T dO; then
+// dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q. K and V stay in shared
+// memory (their fragments are read again each tile) and P^T is held packed, so
+// that three blocks fit on a multiprocessor (168 registers) instead of two.
+// dS is formed from the 16-bit P that the dV product also uses.
 #define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4)
 
 template <bool F16>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
                 const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -308,11 +355,11 @@ __global__ void __launch_bounds__(128)
     stats_async(sD, D + k0, T - k0);
     cp_commit();
 
-    uint32_t kf[4][4], vf[4][4];
-    float dk[8][4], dv[8][4], s[8][4], dp[8][4];
+    float dk[8][4], dv[8][4], s[8][4];
     for (int n = 0; n < 8; n++)
         for (int e = 0; e < 4; e++)
             dk[n][e] = dv[n][e] = 0.0f;
+    const float log2e = 1.4426950408889634f;
 
     for (int qt = kt; qt < nt; qt++) {
         int cur = (qt - kt) & 1, q0 = qt * 64;
@@ -328,24 +375,41 @@ __global__ void __launch_bounds__(128)
         cp_commit();
         cp_wait_prev();
         __syncthreads();
-        if (qt == kt) {
+        const uint16_t *tQ = sQ + cur * MMA_TILE_ELEMS, *tdO = sdO + cur * MMA_TILE_ELEMS;
+        const float *tL = sL + cur * 64, *tD = sD + cur * 64;
+        uint32_t pf[4][4]; // P^T, packed
+        {
+            uint32_t kf[4][4];
             load_a_rows(kf, sK, warp * 16);
-            load_a_rows(vf, sV, warp * 16);
+            rows_bt<F16>(s, kf, tQ);
         }
-        rows_bt<F16>(s, kf, sQ + cur * MMA_TILE_ELEMS);
-        rows_bt<F16>(dp, vf, sdO + cur * MMA_TILE_ELEMS);
-        const float log2e = 1.4426950408889634f;
+        bool diag = q0 < k0 + 64 || q0 + 64 > T; // a tile with masked columns
         for (int n = 0; n < 8; n++) {
             for (int e = 0; e < 4; e++) {
                 int c = n * 8 + 2 * t + (e & 1), q = q0 + c, key = e < 2 ? key0 : key1;
-                float p = 0.0f;
-                if (key <= q && q < T) p = exp2f(s[n][e] * scale_log2 - sL[cur * 64 + c] * log2e);
+                float p = exp2f(s[n][e] * scale_log2 - tL[c] * log2e);
+                if (diag && !(key <= q && q < T)) p = 0.0f;
                 s[n][e] = p;
-                dp[n][e] = p * (dp[n][e] - sD[cur * 64 + c]);
             }
         }
-        acc_times<F16>(dv, s, sdO + cur * MMA_TILE_ELEMS);
-        acc_times<F16>(dk, dp, sQ + cur * MMA_TILE_ELEMS);
+        pack_acc<F16>(pf, s);
+        packed_times<F16>(dv, pf, tdO);
+        {
+            uint32_t vf[4][4];
+            load_a_rows(vf, sV, warp * 16);
+            rows_bt<F16>(s, vf, tdO); // dP^T
+        }
+        for (int kc = 0; kc < 4; kc++) {
+            for (int j = 0; j < 2; j++) {
+                int n = 2 * kc + j;
+                for (int e = 0; e < 4; e++) {
+                    int c = n * 8 + 2 * t + (e & 1);
+                    float p = unpack1<F16>(pf[kc][2 * j + (e >> 1)], e & 1);
+                    s[n][e] = p * (s[n][e] - tD[c]);
+                }
+            }
+        }
+        acc_times<F16>(dk, s, tQ);
         __syncthreads();
     }
     cp_wait_all();
@@ -355,11 +419,12 @@ __global__ void __launch_bounds__(128)
 }
 
 // dQ of one 64-query tile, looping over the key tiles it sees: S = Q K^T, dP =
-// dO V^T, dS = P (dP - D), dQ += dS K.
+// dO V^T, dS = P (dP - D), dQ += dS K. dO stays in shared memory (its fragments
+// are read again each tile).
 #define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2)
 
 template <bool F16>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
               const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -385,7 +450,7 @@ __global__ void __launch_bounds__(128)
     float L0 = row0 < T ? L[row0] * log2e : 0.0f, L1 = row1 < T ? L[row1] * log2e : 0.0f;
     float D0 = row0 < T ? D[row0] : 0.0f, D1 = row1 < T ? D[row1] : 0.0f;
 
-    uint32_t qf[4][4], of[4][4];
+    uint32_t qf[4][4];
     float dq[8][4], s[8][4], dp[8][4];
     for (int n = 0; n < 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -402,17 +467,19 @@ __global__ void __launch_bounds__(128)
         cp_commit();
         cp_wait_prev();
         __syncthreads();
-        if (kt == 0) {
-            load_a_rows(qf, sQ, warp * 16);
-            load_a_rows(of, sdO, warp * 16);
-        }
+        if (kt == 0) load_a_rows(qf, sQ, warp * 16);
         rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
-        rows_bt<F16>(dp, of, sV + cur * MMA_TILE_ELEMS);
+        {
+            uint32_t of[4][4];
+            load_a_rows(of, sdO, warp * 16);
+            rows_bt<F16>(dp, of, sV + cur * MMA_TILE_ELEMS);
+        }
+        bool diag = kt == qt; // the only tile with masked keys (rows past T give zeros below)
         for (int n = 0; n < 8; n++) {
             for (int e = 0; e < 4; e++) {
                 int key = k0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                float p = 0.0f;
-                if (key <= row && row < T) p = exp2f(s[n][e] * scale_log2 - (e < 2 ? L0 : L1));
+                float p = exp2f(s[n][e] * scale_log2 - (e < 2 ? L0 : L1));
+                if (diag && key > row) p = 0.0f;
                 dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));
             }
         }

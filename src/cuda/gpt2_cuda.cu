@@ -228,6 +228,14 @@ static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, i
     g.trans_a = 1, g.M = IC, g.N = OC, g.K = rows;
     g.A = inp, g.lda = lda, g.B = dout, g.ldb = ldd, g.D = dw, g.ldd = OC, g.d_fp32 = 1;
     g.alpha = 1.0f, g.beta = 1.0f, g.C = dw, g.ldc = OC, g.fp16 = m->fp16;
+    // A long unaligned IC (the vocabulary: 50257 rows of the lm-head's gradient) leaves cuBLASLt
+    // only older kernels (sm80-era, about 510 TFLOP/s here): the aligned rows first, the last
+    // few in a small product of their own.
+    int tail = IC >= 4096 ? IC % 64 : 0;
+    if (!tail) return dsc__cuda_gemm(m->blas, &g, m->st);
+    g.M = IC - tail;
+    DSC_TRY(dsc__cuda_gemm(m->blas, &g, m->st));
+    g.M = tail, g.A = inp + (IC - tail), g.D = dw + (size_t)(IC - tail) * OC, g.C = g.D;
     return dsc__cuda_gemm(m->blas, &g, m->st);
 }
 

@@ -621,6 +621,8 @@ static void time_kernels(void) {
     ms = time_ms([&] { dsc__cuda_xent_backward(d_lg, d_lg, d_lse, d_tg, 1e-4f, N, V, ld, NULL); },
                  3, 10);
     printf("time xent backward (%d x %d): %.3f ms, %.0f GB/s\n", N, V, ms, 4.0 * N * ld / ms / 1e6);
+    ms = time_ms([&] { dsc__cuda_xent_fused(d_loss, d_lg, d_tg, 1e-4f, N, V, ld, NULL); }, 3, 10);
+    printf("time xent fused (%d x %d): %.3f ms, %.0f GB/s\n", N, V, ms, 4.0 * N * ld / ms / 1e6);
     float *d_acc = dev_alloc<float>(4 * C),
           *d_cs = dev_alloc<float>(dsc__cuda_colsum_scratch(N, 4 * C));
     CK(cudaMemset(d_acc, 0, 16 * C));
@@ -644,6 +646,7 @@ int main(void) {
         test_elementwise(small ? 4099 : (1 << 20) + 3, f16);
         test_xent(small ? 4 : 64, small ? 1000 : 50257, small ? 1024 : 50304, f16);
         test_xent(small ? 3 : 17, 999, 999, f16); // odd row stride: scalar path
+        test_xent(3, 60001, 60008, f16);             // rows too long for the registers
         test_sums(small ? 300 : 4100, small ? 200 : 2304, f16);
     }
     test_matmuls(small);
