@@ -388,7 +388,10 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
     t->gas = gas;
     t->rank = dsc_engine_rank(t->eng);
     t->world = dsc_engine_world_size(t->eng);
-    if (t->gpu) DSC_TRY(dsc__train_gpu_recovered(t->gpu, t->B)); // the restored state goes up
+    if (t->gpu) { // the restored state goes up; the ranks' share of the device may have grown
+        DSC_TRY(dsc__train_gpu_recovered(t->gpu, t->B));
+        dsc__train_gpu_describe(t->gpu, &t->peak_flops);
+    }
     dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
     for (int i = 0; i < t->ntensors; i++) {
         t->work[i] = dsc_param_data(t->eng, i);

@@ -30,8 +30,10 @@ struct train_gpu {
     bool unstreamed;        // ZeRO-Offload, DSC_OFFLOAD_STREAM=0: whole gradient after backward
     bool param_offload;     // offload_param: layer weights on the host, streamed (off owns views)
     char dp_note[256];      // why nccl was selected but not used, for the banner
-    int world;              // ranks when created (a change after a failure is not followed)
+    int world;              // ranks now (dsc__train_gpu_recovered follows a smaller world)
     int sharing;            // ranks of this node on this device (MFU's share of its peak)
+    int devices;            // devices visible to this node's ranks
+    bool one_node;          // every rank on this node (then a recovery's world is the node's)
     int device;
     float *hgrad, *hweights; // staged: host copies of a micro-step's gradients / the weights
     dsc_cuda_state *st;     // the device's
@@ -42,7 +44,8 @@ struct train_gpu {
     bool fp16;              // fp16.enabled: the model computes in fp16 (else bf16)
     const uint16_t **p16;   // per-tensor views into st->p16
     float **grad;           // per-tensor views into st->grad
-    double peak;
+    double peak;            // this rank's share of the device's peak (FLOP/s)
+    double device_peak;
     char line[2048];
 };
 
@@ -167,10 +170,11 @@ static dsc_status make_pool(train_gpu *g) {
 static dsc_status pick_gpu(train_gpu *g) {
     dsc_comm_env_info env;
     DSC_TRY(dsc_comm_env(&env));
-    int count = 1;
-    DSC_TRY(dsc__cuda_select_device(env.local_rank, &g->device, &count));
+    g->devices = 1;
+    DSC_TRY(dsc__cuda_select_device(env.local_rank, &g->device, &g->devices));
     int local = env.local_world_size > 0 ? env.local_world_size : 1;
-    g->sharing = (local + count - 1) / count;
+    g->sharing = (local + g->devices - 1) / g->devices;
+    g->one_node = local == dsc_engine_world_size(g->eng);
     return DSC_OK;
 }
 
@@ -261,8 +265,8 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
     DSC_TRY(pick_gpu(g));
     char name[256];
-    DSC_TRY(dsc__cuda_device_info(name, sizeof name, &g->peak));
-    g->peak /= g->sharing;
+    DSC_TRY(dsc__cuda_device_info(name, sizeof name, &g->device_peak));
+    g->peak = g->device_peak / g->sharing;
     DSC_TRY(make_pool(g));
     bool dp;
     DSC_TRY(choose_dp(g, offload, &dp));
@@ -353,6 +357,12 @@ dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
                          "(fault_tolerance.on_failure \"restart\")", B, g->maxB);
     if (g->staged && dsc__engine_layout_len(g->eng) != g->host.total) DSC_TRY(staged_remake(g));
     g->world = dsc_engine_world_size(g->eng);
+    // Fewer ranks share the devices now; on one node the survivors are all of the node's ranks
+    // (on several nodes which ones survived here is not known: the share stays).
+    if (g->one_node) {
+        g->sharing = (g->world + g->devices - 1) / g->devices;
+        g->peak = g->device_peak / g->sharing;
+    }
     g->micro = 0;
     DSC_TRY(dsc__cuda_state_zero_grads(g->st)); // a failed step's partial gradients go
     DSC_TRY(make_views(g));

@@ -29,10 +29,22 @@ check "  ... retried at the same world" -- grep -q "on 4 ranks (was 4; transient
 check "  ... weights == the fault-free run, bit for bit" -- \
     same_weights "$T/tr/w.safetensors" "$T/base/w.safetensors" 0
 
-run_ranks kill 4 "$T/z2.json" $STEPS DSC_FT_INJECT=2:6:reduce
+config "$T/z2m.json" 2 "" ", \"csv_monitor\": {\"enabled\": true, \"output_path\": \"$T/csv\", \"job_name\": \"kill\"}"
+run_ranks kill 4 "$T/z2m.json" $STEPS DSC_FT_INJECT=2:6:reduce
 check "rank 2 killed in step 6: survivors finish (codes ${CODES[*]})" -- test "${CODES[*]}" = "0 0 137 0"
 b=$(restored_step kill)
 check "  ... restored step $b (4 or 5) on 3 ranks" -- test "$b" = 4 -o "$b" = 5
 check "  ... weights == 3 ranks on the GPU continuing from step $b, bit for bit" -- \
     same_weights "$T/kill/w.safetensors" "$(ref_weights 2 "${b:-0}" $STEPS)" 0
+# MFU counts each rank's share of the GPU: 4 ranks a quarter each, the 3 survivors a third each,
+# so MFU per token/s (the whole device's peak in both) is the same before and after.
+check "  ... MFU per token/s unchanged by the recovery (each survivor's share of the GPU grew)" -- \
+    $PY - "$T/csv/kill" << 'PYEOF'
+import csv, sys
+rows = lambda f: [float(r[1]) for r in csv.reader(open(f"{sys.argv[1]}/{f}")) if r and r[0] != "step"]
+mfu, tps = rows("Train_Samples_mfu.csv"), rows("Train_Samples_tokens_per_s.csv")
+r = [m / t for m, t in zip(mfu, tps)]
+print(f"  MFU per token/s: first {r[0]:.4g}, last {r[-1]:.4g}")
+sys.exit(0 if len(r) >= 10 and abs(r[-1] / r[0] - 1) < 0.01 else 1)
+PYEOF
 finish
