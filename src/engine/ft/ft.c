@@ -186,6 +186,7 @@ void dsc__ft_step_begin(dsc_engine *e) {
     pthread_mutex_lock(&ft->mu);
     if (ft->step_t0 > 0 && ft->step == e->global_steps) ft->last_step_s = now - ft->step_t0;
     ft->step = e->global_steps + 1;
+    ft->acked = e->global_steps;
     ft->step_t0 = now;
     ft->deadline = now + ft->step_timeout;
     ft->armed = ft->thread_started;
@@ -225,6 +226,7 @@ dsc_status dsc__ft_create(dsc_engine *e) {
     ft->ring = c->fault_tolerance.replicate && e->stage >= 1;
     ft->orig_rank = e->rank;
     ft->retried_step = -1;
+    ft->acked = INT64_MAX;
     ft->watch_comm = e->comm;
     atomic_store(&ft->phase, "setup");
     ft->orig_of = calloc((size_t)e->world, sizeof *ft->orig_of);

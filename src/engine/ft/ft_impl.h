@@ -67,6 +67,11 @@ struct dsc__ft {
     _Atomic int64_t events;
     // retries (recover.c): the step whose transient fault was already retried, or -1
     int64_t retried_step;
+    // The newest boundary the caller has gone past (dsc_step_begin of the step after it);
+    // INT64_MAX while the caller never calls dsc_step_begin. A recovery restores no later
+    // boundary: a step whose state was committed but whose caller met the fault before its next
+    // dsc_step_begin (in the loss mean, say, before it reported the step) is redone.
+    int64_t acked;
     // fault injection (tests)
     ft_inject inject[FT_MAX_INJECT];
     int ninject;

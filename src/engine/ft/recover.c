@@ -86,6 +86,7 @@ static void classify(dsc_engine *e, ft_view *v) {
 typedef struct ft_info { // what a member posts
     int rank, orig, pid;  // rank in the failed communicator
     int64_t own[2], rep[2];
+    int64_t acked; // dsc__ft's acked: restore no boundary past it
 } ft_info;
 
 typedef struct ft_group {
@@ -161,14 +162,15 @@ static dsc_status read_info(ft_group *g, int gen, int k) {
     size_t len = 0;
     DSC_TRY(dsc_store_get(g->store, key, &v, &len));
     ft_info *in = &g->info[k];
-    long long t[4];
-    int got = sscanf(v, "%d %d %lld %lld %lld %lld", &in->orig, &in->pid, &t[0], &t[1], &t[2],
-                     &t[3]);
+    long long t[5];
+    int got = sscanf(v, "%d %d %lld %lld %lld %lld %lld", &in->orig, &in->pid, &t[0], &t[1],
+                     &t[2], &t[3], &t[4]);
     free(v);
-    if (got != 6)
+    if (got != 7)
         return dsc__fail(DSC_ERR_CORRUPT, "fault tolerance: store key %s is malformed", key);
     in->rank = g->ranks[k];
     in->own[0] = t[0], in->own[1] = t[1], in->rep[0] = t[2], in->rep[1] = t[3];
+    in->acked = t[4];
     return DSC_OK;
 }
 
@@ -210,10 +212,10 @@ static dsc_status membership(dsc_engine *e, int gen, ft_group *g) {
     DSC_TRY(connect_store(e, gen, g));
     char key[96], val[256];
     snprintf(key, sizeof key, "dsc/ft/%d/info/%d", gen, e->rank);
-    int n = snprintf(val, sizeof val, "%d %d %lld %lld %lld %lld", ft->orig_rank, (int)getpid(),
-                     (long long)ft->own[0].tag, (long long)ft->own[1].tag,
+    int n = snprintf(val, sizeof val, "%d %d %lld %lld %lld %lld %lld", ft->orig_rank,
+                     (int)getpid(), (long long)ft->own[0].tag, (long long)ft->own[1].tag,
                      (long long)(ft->ring ? ft->rep[0].tag : -1),
-                     (long long)(ft->ring ? ft->rep[1].tag : -1));
+                     (long long)(ft->ring ? ft->rep[1].tag : -1), (long long)ft->acked);
     DSC_TRY(dsc_store_set(g->store, key, val, (size_t)n));
     if (g->host) DSC_TRY(host_decide(e, gen, g->store));
     snprintf(key, sizeof key, "dsc/ft/%d/members", gen);
@@ -321,9 +323,12 @@ static dsc_status make_plan(dsc_engine *e, const ft_group *g, ft_plan *p) {
     p->world = g->n;
     p->rank = member_index(g, e->rank);
     p->b = -1;
+    int64_t acked = INT64_MAX; // the members' oldest: the same limit for every member
+    for (int k = 0; k < g->n; k++)
+        if (g->info[k].acked < acked) acked = g->info[k].acked;
     for (int k = 0; k < 2; k++) { // candidates: this rank's own boundaries, latest first
         int64_t b = e->ft->own[k].tag;
-        if (b > p->b && plan_at(e, g, b, p->provider)) p->b = b;
+        if (b > p->b && b <= acked && plan_at(e, g, b, p->provider)) p->b = b;
     }
     if (p->b >= 0) plan_at(e, g, p->b, p->provider);
     if (p->b < 0 && e->stage > 0 && !e->ft->ring)
