@@ -46,6 +46,7 @@ run() { run_ranks "$@"; }
 
 # nrun: run with DSC_COMM_BACKEND=nccl; one_gpu_nrun: the same with every rank on the first GPU.
 nrun() { DSC_COMM_BACKEND=nccl run "$@"; }
+whole() { DSC_GPU_STAGE3_PARTITION=0 "$@"; } # stage 3 with the 16-bit weights whole
 one_gpu_nrun() {
     local v=${CUDA_VISIBLE_DEVICES:-0}
     CUDA_VISIBLE_DEVICES=${v%%,*} DSC_COMM_BACKEND=nccl run "$@"
@@ -89,7 +90,7 @@ check "world 1 without nccl trains (the reference)" -- \
     run base 1 "$T/z0.json" --max-steps 20 --dump-weights "$T/base.safetensors"
 for st in 0 1 2 3; do # stage 3 here with the weights whole (as stage 2)
     check "world 1, nccl, stage $st trains" -- \
-        DSC_GPU_STAGE3_PARTITION=0 nrun n$st 1 "$T/z$st.json" --max-steps 20 \
+        whole nrun n$st 1 "$T/z$st.json" --max-steps 20 \
         --dump-weights "$T/n$st.safetensors"
     check "world 1, nccl, stage $st: metrics bitwise equal to the GPU path without nccl" -- \
         cmp -s <(cols "$T/base/metrics.jsonl") <(cols "$T/n$st/metrics.jsonl")
@@ -133,7 +134,7 @@ sed 's/"bf16": {"enabled": true}/"fp16": {"enabled": true, "initial_scale_power"
 sed 's/"bf16": {"enabled": true}/"fp16": {"enabled": true, "initial_scale_power": 12}/' \
     "$T/z3.json" >"$T/f3.json"
 check "world 1, d6, fp16 training without nccl" -- run d6f 1 "$T/f0.json" --model d6 --max-steps 8
-check "world 1, d6, fp16 training, nccl, stage 3" -- DSC_GPU_STAGE3_PARTITION=1 nrun d6f3 1 "$T/f3.json" --model d6 --max-steps 8
+check "world 1, d6, fp16 training, nccl, stage 3" -- nrun d6f3 1 "$T/f3.json" --model d6 --max-steps 8
 check "  ... bitwise equal (losses, loss scale, skipped steps)" -- \
     cmp -s <(cols "$T/d6f/metrics.jsonl") <(cols "$T/d6f3/metrics.jsonl")
 check "the banner of stage 3 says the weights are partitioned" -- \
