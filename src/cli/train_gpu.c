@@ -165,6 +165,11 @@ static dsc_status make_pool(train_gpu *g) {
     return dsc_mem_pool_create(&g->pool, dev, 0, &o);
 }
 
+// Ranks of this node on one device when `ranks` share the visible devices round-robin.
+static int ranks_per_device(const train_gpu *g, int ranks) {
+    return (ranks + g->devices - 1) / g->devices;
+}
+
 // The node's ranks share the visible devices round-robin by local rank (all on one device when
 // there is one); MFU then counts each rank's share of its device's peak.
 static dsc_status pick_gpu(train_gpu *g) {
@@ -173,7 +178,7 @@ static dsc_status pick_gpu(train_gpu *g) {
     g->devices = 1;
     DSC_TRY(dsc__cuda_select_device(env.local_rank, &g->device, &g->devices));
     int local = env.local_world_size > 0 ? env.local_world_size : 1;
-    g->sharing = (local + g->devices - 1) / g->devices;
+    g->sharing = ranks_per_device(g, local);
     g->one_node = local == dsc_engine_world_size(g->eng);
     return DSC_OK;
 }
@@ -360,7 +365,7 @@ dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
     // Fewer ranks share the devices now; on one node the survivors are all of the node's ranks
     // (on several nodes which ones survived here is not known: the share stays).
     if (g->one_node) {
-        g->sharing = (g->world + g->devices - 1) / g->devices;
+        g->sharing = ranks_per_device(g, g->world);
         g->peak = g->device_peak / g->sharing;
     }
     g->micro = 0;

@@ -29,9 +29,10 @@
 // Stage 3 (unless DSC_GPU_STAGE3_PARTITION=0, which runs it as stage 2) partitions the 16-bit
 // weights too: each device keeps its slice of every layer's weights; the model's layer hook
 // all-gathers a layer into one of two device slots one layer ahead of use (cuda/layer_slots.h),
-// in forward and again in backward, so the gather of the next layer overlaps this layer's compute. The layers' gradients pass through two gradient slots:
-// each layer's are reduce-scattered in place as soon as its backward is done, every micro-step,
-// and added into this rank's partition (whose sum over the micro-steps is then post-scaled, and
+// in forward and again in backward, so the gather of the next layer overlaps this layer's
+// compute. The layers' gradients pass through two gradient slots: each layer's are
+// reduce-scattered in place as soon as its backward is done, every micro-step, and added into
+// this rank's partition (whose sum over the micro-steps is then post-scaled, and
 // in fp16 training rounded to fp16 values, at the step). The embeddings and ln_f stay whole on
 // every device and are reduced once per step as at stage 2; after the optimizer only they are
 // all-gathered. The host waits for the pass's gathers and reductions (dsc__train_dp_pass_done)
