@@ -6,7 +6,7 @@
 # Options and switches:
 #   DSC_CUDA         build the CUDA kernels; default ON when nvcc is found. DS_BUILD_OPS=1 forces
 #                    it ON and makes a missing nvcc an error.
-#   DSC_CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES for the kernels; default "90-real;90-virtual"
+#   DSC_CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES for the kernels; default "90a-real;90-virtual"
 #                    (Hopper machine code plus PTX that newer GPUs compile at load).
 #   DSC_NCCL         build the nccl comm backend (src/comm/nccl.c) when the CUDA kernels are built
 #                    and NCCL (nccl.h and libnccl, the toolkit's copy or the system's) is found;
@@ -150,7 +150,7 @@ else()
     if(NOT CMAKE_CUDA_COMPILER)
       set(CMAKE_CUDA_COMPILER ${DSC_NVCC})
     endif()
-    set(DSC_CUDA_ARCHS "90-real;90-virtual" CACHE STRING
+    set(DSC_CUDA_ARCHS "90a-real;90-virtual" CACHE STRING
         "CUDA architectures of the kernels (CMAKE_CUDA_ARCHITECTURES syntax)")
     set(CMAKE_CUDA_ARCHITECTURES ${DSC_CUDA_ARCHS})
     # One CUDA runtime per process: the library links the shared one, so test programs must too.

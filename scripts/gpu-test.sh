@@ -7,7 +7,7 @@
 # Usage: scripts/gpu-test.sh [--no-sanitize] [--no-bench] [--build-only] [--only REGEX] [--log DIR]
 #   --only REGEX runs only the steps whose name matches (e.g. --only 'decode|generate').
 #   --log defaults to $OUT when that is set.
-#   BUILD_DIR (default build-cuda), CUDA_ARCH (default sm_90 for the direct build),
+#   BUILD_DIR (default build-cuda), CUDA_ARCH (default sm_90a for the direct build),
 #   DSC_DIRECT_BUILD=1 (skip CMake even when the dependencies are there).
 #   --log DIR keeps each test's output in DIR/<name>.log (default: $OUT/gpu-test-logs when the
 #   environment has OUT). --only RE runs only the tests and benchmarks whose name matches the
@@ -21,7 +21,7 @@ set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-cuda}
-ARCH=${CUDA_ARCH:-sm_90}
+ARCH=${CUDA_ARCH:-sm_90a}
 JOBS=$(nproc 2>/dev/null || echo 4)
 SANITIZE=1 BENCH=1 BUILD_ONLY=0 LOG="${OUT:-}" ONLY=""
 while [ $# -gt 0 ]; do

@@ -5,22 +5,32 @@
 // ldmatrix, cp.async; sm_80 and newer). The contracts are attention.h's; the
 // HIP build keeps the portable kernels of attention.cu.
 //
-// Shape of the work: a block is 4 warps and 64 rows of one (batch, head); each
-// warp owns 16 rows and keeps its operand tile (Q, or K and V, or Q and dO),
-// its score tile and its output tile in registers as mma fragments. Only the
-// streamed tiles (64 rows x 64 bf16, rows padded to LDH so ldmatrix's eight row
-// addresses hit different banks) pass through shared memory, double-buffered
-// with cp.async so the next tile loads while this one is multiplied. A score
-// accumulator's layout (row g / g + 8, columns 2t, 2t + 1 of each 8-column
-// slice) is exactly the layout of an A operand once packed to 16-bit pairs, so
-// P and dS go from one product to the next without touching memory.
+// Shape of the work: a block is 4 warps (one warpgroup) and 64 rows of one (batch, head); each
+// warp owns 16 rows and keeps its operand tile (Q, or K and V, or Q and dO), its score tile and
+// its output tile in registers as mma fragments. Only the streamed tiles (64 rows x 64 16-bit
+// values) pass through shared memory, double-buffered with cp.async so the next tile loads while
+// this one is multiplied. A score accumulator's layout (row g / g + 8, columns 2t, 2t + 1 of each
+// 8-column slice) is exactly the layout of an A operand once packed to 16-bit pairs, so P and dS
+// go from one product to the next without touching memory.
 //
-// Fragment conventions (PTX ISA, mma.m16n8k16 with .row.col): lane = 4 g + t.
-//   A (16 x 16): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8,
-//   2t+8..) B (16 x 8):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g) C (16 x 8):
-//   c0 c1 (g, 2t..2t+1), c2 c3 (g+8, 2t..2t+1)
-// B from a tile stored as (n rows, k contiguous) is a plain ldmatrix; from (k
-// rows, n contiguous) it is ldmatrix.trans.
+// Shared tiles are dense (128 bytes a row) with the 128-byte swizzle: the 16-byte chunk c of row
+// r sits at chunk c ^ (r & 7), and every tile starts on a 1024-byte boundary. That is the layout
+// Hopper's warpgroup products (wgmma) read their B operand from, and it keeps ldmatrix free of
+// bank conflicts as the padded rows did before.
+//
+// Products: on sm_90a (the build's Hopper target) each product is a warpgroup product, m64 n64
+// k16, its A operand from registers and its B operand read by the tensor cores straight from the
+// shared tile (once for the four warps, where ldmatrix read it four times), with fp32
+// accumulators in the same registers and layout as the mma.sync path below. Other targets (the
+// compute_90 PTX, which later GPUs compile) use mma.sync m16n8k16 with ldmatrix.
+//
+// Fragment conventions (PTX ISA, mma.m16n8k16 with .row.col, and wgmma's register fragments of
+// a warp's 16 rows): lane = 4 g + t.
+//   A (16 x 16): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+//   B (16 x 8):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+//   C (16 x 8):  c0 c1 (g, 2t..2t+1), c2 c3 (g+8, 2t..2t+1)
+// B from a tile stored as (n rows, k contiguous) is a plain ldmatrix (wgmma: K-major); from (k
+// rows, n contiguous) it is ldmatrix.trans (wgmma: MN-major, transposed B).
 #ifndef DSC_CUDA_ATTENTION_MMA_CUH
 #define DSC_CUDA_ATTENTION_MMA_CUH
 
@@ -38,11 +48,30 @@ namespace dsc_att {
 #define DSC_ATT_DQ_BLOCKS 3
 #endif
 
-#define MMA_LDH 72                    // 64 + 8 elements per shared-memory row (144 bytes)
-#define MMA_TILE_ELEMS (64 * MMA_LDH) // one 64 x 64 tile
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSC_ATT_WGMMA 1 // warpgroup products (sm_90a)
+#else
+#define DSC_ATT_WGMMA 0
+#endif
+
+#define MMA_TILE_ELEMS (64 * 64) // one 64 x 64 tile, 8 KB
+#define MMA_SMEM_ALIGN 1024      // tiles start on the swizzle pattern's period
 
 __device__ static inline uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// Element offset of 16-byte chunk c (0..7) of row r in a swizzled tile.
+__device__ static inline int swz(int r, int c) {
+    return r * 64 + ((c ^ (r & 7)) << 3);
+}
+
+// The block's dynamic shared memory from its first 1024-byte boundary (the launch asks for
+// MMA_SMEM_ALIGN bytes more than the tiles need).
+__device__ static inline uint16_t *aligned_smem(unsigned char *raw) {
+    uint32_t a = smem_addr(raw);
+    return (uint16_t *)(raw +
+                        ((MMA_SMEM_ALIGN - (a & (MMA_SMEM_ALIGN - 1))) & (MMA_SMEM_ALIGN - 1)));
 }
 
 // Two floats as a pair of 16-bit values (first in the low half), rounded to
@@ -95,10 +124,14 @@ __device__ static inline void cp4(void *s, const void *g, bool ok) {
 __device__ static inline void cp_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }
-// Wait until at most one committed group is still in flight (the prefetch of
-// the next tile).
+// Wait until at most one committed group is still in flight (the prefetch of the next tile).
+// With warpgroup products the landed tile is then made visible to the async proxy, through
+// which wgmma reads shared memory (the barrier that follows orders it for the other threads).
 __device__ static inline void cp_wait_prev() {
     asm volatile("cp.async.wait_group 1;\n" ::);
+#if DSC_ATT_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 __device__ static inline void cp_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -110,7 +143,7 @@ __device__ static inline void tile_async(uint16_t *s, const uint16_t *g, size_t 
     for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
         int r = i >> 3, c = i & 7;
         bool ok = r < nvalid;
-        cp16(s + r * MMA_LDH + c * 8, ok ? g + r * gld + c * 8 : g, ok);
+        cp16(s + swz(r, c), ok ? g + r * gld + c * 8 : g, ok);
     }
 }
 
@@ -123,80 +156,179 @@ __device__ static inline void stats_async(float *s, const float *g, int nvalid) 
 // The warp's 16 rows starting at row0 of a shared tile as four A fragments
 // (columns 0..63).
 __device__ static inline void load_a_rows(uint32_t f[4][4], const uint16_t *tile, int row0) {
-    int lane = threadIdx.x & 31;
-    const uint16_t *p =
-        tile + (row0 + (lane & 7) + ((lane >> 3) & 1) * 8) * MMA_LDH + (lane >> 4) * 8;
+    int lane = threadIdx.x & 31, r = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
     for (int k = 0; k < 4; k++)
-        ldsm4(f[k], p + k * 16);
+        ldsm4(f[k], tile + swz(r, 2 * k + (lane >> 4)));
 }
 
-// acc (16 x 64) = A (16 x 64, fragments) times B^T, B a shared tile of 64 rows
-// x 64 (row n of B is column n of the product): Q K^T, dO V^T, K Q^T, V dO^T.
+#if DSC_ATT_WGMMA
+// ---- warpgroup products (sm_90a) ----
+
+// Shared-memory descriptor of a swizzled tile (or of a k-step inside one): start address,
+// leading-dimension offset 16 bytes (unused by these layouts), stride 1024 bytes between groups
+// of eight 128-byte rows, 128-byte swizzle.
+__device__ static inline uint64_t wg_desc(const uint16_t *p) {
+    uint64_t a = smem_addr(p);
+    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ static inline void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ static inline void wg_commit_wait() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n"
+                 "wgmma.wait_group.sync.aligned 0;\n" ::
+                     : "memory");
+}
+// Keeps the compiler from moving accumulator registers across the asynchronous product.
+__device__ static inline void wg_pin(float d[8][4]) {
+    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(d[n][e])::"memory");
+}
+
+// d (64 x 64 over the warpgroup; this warp's 16 rows) (+)= a (16 x 16) times the B operand that
+// desc names (16 x 64); TB 0: B stored n-major (K-major), 1: k-major (MN-major, transposed).
+template <bool F16, int TB>
+__device__ static inline void wg_mma(float d[8][4], const uint32_t a[4], uint64_t desc,
+                                     int accumulate) {
+#define DSC_WG_D(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define DSC_WG_BODY(TY)                                                                            \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"                                                   \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                    \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
+    "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+    if (F16)
+        asm volatile(DSC_WG_BODY("f16")
+                     : DSC_WG_D(0), DSC_WG_D(1), DSC_WG_D(2), DSC_WG_D(3), DSC_WG_D(4), DSC_WG_D(5),
+                       DSC_WG_D(6), DSC_WG_D(7)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TB),
+                       "r"(accumulate));
+    else
+        asm volatile(DSC_WG_BODY("bf16")
+                     : DSC_WG_D(0), DSC_WG_D(1), DSC_WG_D(2), DSC_WG_D(3), DSC_WG_D(4), DSC_WG_D(5),
+                       DSC_WG_D(6), DSC_WG_D(7)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TB),
+                       "r"(accumulate));
+#undef DSC_WG_BODY
+#undef DSC_WG_D
+}
+
+// acc (16 x 64) = A (16 x 64, fragments) times B^T, B a shared tile of 64 rows x 64 (row n of B
+// is column n of the product): Q K^T, dO V^T, K Q^T, V dO^T. A k-step is 32 bytes along the row.
 template <bool F16>
-__device__ static inline void rows_bt(float acc[8][4], const uint32_t a[4][4],
-                                      const uint16_t *tile) {
+__device__ static inline void rows_bt_wg(float acc[8][4], const uint32_t a[4][4],
+                                         const uint16_t *tile) {
+    uint64_t desc = wg_desc(tile);
+    wg_pin(acc);
+    wg_fence();
+    for (int k = 0; k < 4; k++)
+        wg_mma<F16, 0>(acc, a[k], desc + 2 * k, k > 0);
+    wg_commit_wait();
+    wg_pin(acc);
+}
+
+// out (16 x 64) += P (16 x 64, packed: a[kc] is columns 16 kc .. 16 kc + 15, pack_acc's layout)
+// times a shared tile of 64 rows x 64 (row k of the tile is row k of the right operand): P V,
+// P^T dO, dS^T Q, dS K. A k-step is 16 rows, 2048 bytes.
+template <bool F16>
+__device__ static inline void packed_times_wg(float out[8][4], const uint32_t a[4][4],
+                                              const uint16_t *tile) {
+    uint64_t desc = wg_desc(tile);
+    wg_pin(out);
+    wg_fence();
+    for (int kc = 0; kc < 4; kc++)
+        wg_mma<F16, 1>(out, a[kc], desc + 128 * kc, 1);
+    wg_commit_wait();
+    wg_pin(out);
+}
+
+#endif
+
+// ---- mma.sync products (other targets) ----
+
+// acc (16 x 64) = A (16 x 64, fragments) times B^T, B a shared tile of 64 rows x 64 (row n of B
+// is column n of the product): Q K^T, dO V^T, K Q^T, V dO^T.
+template <bool F16>
+__device__ static inline void rows_bt_mma(float acc[8][4], const uint32_t a[4][4],
+                                          const uint16_t *tile) {
     int lane = threadIdx.x & 31;
     for (int n = 0; n < 8; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    const uint16_t *p = tile + (lane & 7) * MMA_LDH + (lane >> 3) * 8;
     for (int n = 0; n < 8; n++) {
         for (int h = 0; h < 2; h++) {
             uint32_t b[4];
-            ldsm4(b, p + n * 8 * MMA_LDH + h * 32);
+            ldsm4(b, tile + swz(n * 8 + (lane & 7), h * 4 + (lane >> 3)));
             mma<F16>(acc[n], a[2 * h], b[0], b[1]);
             mma<F16>(acc[n], a[2 * h + 1], b[2], b[3]);
         }
     }
 }
 
-// out (16 x 64) += P (16 x 64, the accumulator layout, packed here) times a
-// shared tile of 64 rows x 64 (row k of the tile is row k of the right
-// operand): P V, P^T dO, dS^T Q, dS K.
+// out (16 x 64) += P (16 x 64, packed: a[kc] is columns 16 kc .. 16 kc + 15, pack_acc's layout)
+// times a shared tile of 64 rows x 64 (row k of the tile is row k of the right operand): P V,
+// P^T dO, dS^T Q, dS K.
 template <bool F16>
-__device__ static inline void acc_times(float out[8][4], const float p[8][4],
-                                        const uint16_t *tile) {
-    int lane = threadIdx.x & 31;
-    const uint16_t *base = tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * MMA_LDH + (lane >> 4) * 8;
-    for (int kc = 0; kc < 4; kc++) {
-        uint32_t a[4] = {pack2<F16>(p[2 * kc][0], p[2 * kc][1]),
-                         pack2<F16>(p[2 * kc][2], p[2 * kc][3]),
-                         pack2<F16>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
-                         pack2<F16>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-        for (int d = 0; d < 4; d++) {
-            uint32_t b[4];
-            ldsm4_t(b, base + kc * 16 * MMA_LDH + d * 16);
-            mma<F16>(out[2 * d], a, b[0], b[1]);
-            mma<F16>(out[2 * d + 1], a, b[2], b[3]);
-        }
-    }
-}
-
-// acc_times with the left operand already packed: a[kc] is columns 16 kc .. 16 kc + 15 of P as
-// the A fragment (pack_acc's layout).
-template <bool F16>
-__device__ static inline void packed_times(float out[8][4], const uint32_t a[4][4],
-                                           const uint16_t *tile) {
-    int lane = threadIdx.x & 31;
-    const uint16_t *base = tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * MMA_LDH + (lane >> 4) * 8;
+__device__ static inline void packed_times_mma(float out[8][4], const uint32_t a[4][4],
+                                               const uint16_t *tile) {
+    int lane = threadIdx.x & 31, r = (lane & 7) + ((lane >> 3) & 1) * 8;
     for (int kc = 0; kc < 4; kc++) {
         for (int d = 0; d < 4; d++) {
             uint32_t b[4];
-            ldsm4_t(b, base + kc * 16 * MMA_LDH + d * 16);
+            ldsm4_t(b, tile + swz(kc * 16 + r, 2 * d + (lane >> 4)));
             mma<F16>(out[2 * d], a[kc], b[0], b[1]);
             mma<F16>(out[2 * d + 1], a[kc], b[2], b[3]);
         }
     }
 }
 
-// A 16 x 64 accumulator as four A fragments of 16-bit pairs (what acc_times packs on the fly).
+// The product each kernel calls. DSC_ATT_WG_BT / DSC_ATT_WG_TIMES (default 1) choose wgmma for
+// each where sm_90a allows; building with both 0 runs the mma.sync products on Hopper too,
+// which is how that path is tested there.
+#ifndef DSC_ATT_WG_BT
+#define DSC_ATT_WG_BT 1
+#endif
+#ifndef DSC_ATT_WG_TIMES
+#define DSC_ATT_WG_TIMES 1
+#endif
 template <bool F16>
-__device__ static inline void pack_acc(uint32_t a[4][4], const float p[8][4]) {
+__device__ static inline void rows_bt(float acc[8][4], const uint32_t a[4][4],
+                                      const uint16_t *tile) {
+#if DSC_ATT_WGMMA && DSC_ATT_WG_BT
+    rows_bt_wg<F16>(acc, a, tile);
+#else
+    rows_bt_mma<F16>(acc, a, tile);
+#endif
+}
+template <bool F16>
+__device__ static inline void packed_times(float out[8][4], const uint32_t a[4][4],
+                                           const uint16_t *tile) {
+#if DSC_ATT_WGMMA && DSC_ATT_WG_TIMES
+    packed_times_wg<F16>(out, a, tile);
+#else
+    packed_times_mma<F16>(out, a, tile);
+#endif
+}
+
+// A 16 x 64 accumulator as four A fragments of 16-bit pairs.
+template <bool F16> __device__ static inline void pack_acc(uint32_t a[4][4], const float p[8][4]) {
     for (int kc = 0; kc < 4; kc++) {
         a[kc][0] = pack2<F16>(p[2 * kc][0], p[2 * kc][1]);
         a[kc][1] = pack2<F16>(p[2 * kc][2], p[2 * kc][3]);
         a[kc][2] = pack2<F16>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
         a[kc][3] = pack2<F16>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
     }
+}
+
+// out (16 x 64) += P (16 x 64, the accumulator layout, packed here) times a shared tile of 64
+// rows x 64 (row k of the tile is row k of the right operand).
+template <bool F16>
+__device__ static inline void acc_times(float out[8][4], const float p[8][4],
+                                        const uint16_t *tile) {
+    uint32_t a[4][4];
+    pack_acc<F16>(a, p);
+    packed_times<F16>(out, a, tile);
 }
 
 // The low (hi false) or high 16-bit value of a packed pair as a float.
@@ -225,13 +357,13 @@ __device__ static inline void store_acc(uint16_t *g, size_t gld, const float acc
 
 // ---- forward ----
 
-#define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2)
+#define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
 template <bool F16>
 __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv,
                                                   int T, int C, int NH, float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint16_t *sQ = (uint16_t *)smem_raw;
+    uint16_t *sQ = aligned_smem(smem_raw);
     uint16_t *sK = sQ + MMA_TILE_ELEMS,
              *sV = sQ + 3 * MMA_TILE_ELEMS; // two buffers each
 
@@ -247,7 +379,6 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
     tile_async(sV, base + 2 * C, C3, min(64, T));
     cp_commit();
 
-    uint32_t qf[4][4];
     float o[8][4], s[8][4];
     for (int n = 0; n < 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -265,9 +396,14 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
         cp_commit();
         cp_wait_prev();
         __syncthreads();
-        if (kt == 0) load_a_rows(qf, sQ, warp * 16);
-
-        rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+        // Q's fragments are read from shared memory every tile rather than held across the
+        // loop: with both products on wgmma, ptxas gave the packed P the registers of a held Q
+        // (sm_90a, CUDA 13.0), which broke every tile after the first.
+        {
+            uint32_t qf[4][4];
+            load_a_rows(qf, sQ, warp * 16);
+            rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+        }
         float mx0 = -INFINITY, mx1 = -INFINITY;
         for (int n = 0; n < 8; n++) {
             for (int e = 0; e < 4; e++) {
@@ -323,16 +459,16 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
 // that see it: S^T = K Q^T, P^T (packed to 16 bits at once), dV += P^T dO; then
 // dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q. K and V stay in shared
 // memory (their fragments are read again each tile) and P^T is held packed, so
-// that three blocks fit on a multiprocessor (168 registers) instead of two.
-// dS is formed from the 16-bit P that the dV product also uses.
-#define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4)
+// that three blocks fit on a multiprocessor (158 registers with wgmma, 168 with mma.sync) instead
+// of two. dS is formed from the 16-bit P that the dV product also uses.
+#define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4 + MMA_SMEM_ALIGN)
 
 template <bool F16>
 __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
                 const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint16_t *sK = (uint16_t *)smem_raw, *sV = sK + MMA_TILE_ELEMS;
+    uint16_t *sK = aligned_smem(smem_raw), *sV = sK + MMA_TILE_ELEMS;
     uint16_t *sQ = sK + 2 * MMA_TILE_ELEMS,
              *sdO = sK + 4 * MMA_TILE_ELEMS; // two buffers each
     float *sL = (float *)(sK + 6 * MMA_TILE_ELEMS),
@@ -421,14 +557,14 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
 // dQ of one 64-query tile, looping over the key tiles it sees: S = Q K^T, dP =
 // dO V^T, dS = P (dP - D), dQ += dS K. dO stays in shared memory (its fragments
 // are read again each tile).
-#define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2)
+#define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
 template <bool F16>
 __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
               const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint16_t *sQ = (uint16_t *)smem_raw, *sdO = sQ + MMA_TILE_ELEMS;
+    uint16_t *sQ = aligned_smem(smem_raw), *sdO = sQ + MMA_TILE_ELEMS;
     uint16_t *sK = sQ + 2 * MMA_TILE_ELEMS,
              *sV = sQ + 4 * MMA_TILE_ELEMS; // two buffers each
 
@@ -450,7 +586,6 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     float L0 = row0 < T ? L[row0] * log2e : 0.0f, L1 = row1 < T ? L[row1] * log2e : 0.0f;
     float D0 = row0 < T ? D[row0] : 0.0f, D1 = row1 < T ? D[row1] : 0.0f;
 
-    uint32_t qf[4][4];
     float dq[8][4], s[8][4], dp[8][4];
     for (int n = 0; n < 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -467,8 +602,11 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
         cp_commit();
         cp_wait_prev();
         __syncthreads();
-        if (kt == 0) load_a_rows(qf, sQ, warp * 16);
-        rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+        {
+            uint32_t qf[4][4]; // read every tile, as in fwd_kernel
+            load_a_rows(qf, sQ, warp * 16);
+            rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+        }
         {
             uint32_t of[4][4];
             load_a_rows(of, sdO, warp * 16);
