@@ -39,13 +39,16 @@
 
 namespace dsc_att {
 
-// Blocks per multiprocessor the backward kernels are compiled for (registers
+// Blocks per multiprocessor the kernels are compiled for (registers
 // per thread: 65536 / (128 x blocks)); the shared memory of that many fits.
 #ifndef DSC_ATT_DKDV_BLOCKS
 #define DSC_ATT_DKDV_BLOCKS 3
 #endif
 #ifndef DSC_ATT_DQ_BLOCKS
-#define DSC_ATT_DQ_BLOCKS 3
+#define DSC_ATT_DQ_BLOCKS 4
+#endif
+#ifndef DSC_ATT_FWD_BLOCKS
+#define DSC_ATT_FWD_BLOCKS 5
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -83,6 +86,14 @@ template <bool F16> __device__ static inline uint32_t pack2(float lo, float hi) 
     }
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
+}
+
+// 2^x with the hardware's approximation (2 ulp), subnormal results flushed to zero: what exp2f
+// computes for the softmax's range without its subnormal handling around it.
+__device__ static inline float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 // c (16 x 8) += a (16 x 16) b (16 x 8), fp32 accumulation.
@@ -137,20 +148,24 @@ __device__ static inline void cp_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
-// Rows [0, nvalid) of a 64 x 64 tile (global row stride gld) into shared
-// memory; the rest zeros.
+// Rows [0, nvalid) of a 64 x 64 tile (global row stride gld) into shared memory; the rest zeros.
+// The kernels' 128 threads each copy 16 bytes of rows r, r + 16, r + 32, r + 48 (the swizzle
+// repeats every 8 rows, so the four share one pattern).
 __device__ static inline void tile_async(uint16_t *s, const uint16_t *g, size_t gld, int nvalid) {
-    for (int i = threadIdx.x; i < 64 * 8; i += blockDim.x) {
-        int r = i >> 3, c = i & 7;
-        bool ok = r < nvalid;
-        cp16(s + swz(r, c), ok ? g + r * gld + c * 8 : g, ok);
+    int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+    const uint16_t *gp = g + (size_t)r * gld + c * 8;
+    uint16_t *sp = s + swz(r, c);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        bool ok = r + 16 * j < nvalid;
+        cp16(sp + j * 16 * 64, ok ? gp + (size_t)j * 16 * gld : g, ok);
     }
 }
 
 // 64 floats of row statistics (rows past nvalid: zeros).
 __device__ static inline void stats_async(float *s, const float *g, int nvalid) {
-    for (int i = threadIdx.x; i < 64; i += blockDim.x)
-        cp4(s + i, i < nvalid ? g + i : g, i < nvalid);
+    int i = threadIdx.x;
+    if (i < 64) cp4(s + i, i < nvalid ? g + i : g, i < nvalid);
 }
 
 // The warp's 16 rows starting at row0 of a shared tile as four A fragments
@@ -172,84 +187,58 @@ __device__ static inline uint64_t wg_desc(const uint16_t *p) {
     return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
 
-__device__ static inline void wg_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ static inline void wg_commit_wait() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n"
-                 "wgmma.wait_group.sync.aligned 0;\n" ::
-                     : "memory");
-}
-// Keeps the compiler from moving accumulator registers across the asynchronous product.
-__device__ static inline void wg_pin(float d[8][4]) {
-    for (int n = 0; n < 8; n++)
-        for (int e = 0; e < 4; e++)
-            asm volatile("" : "+f"(d[n][e])::"memory");
-}
-
 // d (64 x 64 over the warpgroup; this warp's 16 rows) (+)= a (16 x 16) times the B operand that
 // desc names (16 x 64); TB 0: B stored n-major (K-major), 1: k-major (MN-major, transposed).
-template <bool F16, int TB>
-__device__ static inline void wg_mma(float d[8][4], const uint32_t a[4], uint64_t desc,
-                                     int accumulate) {
 #define DSC_WG_D(n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define DSC_WG_DS                                                                                  \
+    DSC_WG_D(0), DSC_WG_D(1), DSC_WG_D(2), DSC_WG_D(3), DSC_WG_D(4), DSC_WG_D(5), DSC_WG_D(6),     \
+        DSC_WG_D(7)
+#define DSC_WG_REGS                                                                                \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+template <bool F16, int TB>
+__device__ static inline void wg_mma_rs(float d[8][4], const uint32_t a[4], uint64_t desc,
+                                        int accumulate) {
 #define DSC_WG_BODY(TY)                                                                            \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"                                                   \
-    "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                    \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                      \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "            \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " DSC_WG_REGS                        \
     "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
     if (F16)
         asm volatile(DSC_WG_BODY("f16")
-                     : DSC_WG_D(0), DSC_WG_D(1), DSC_WG_D(2), DSC_WG_D(3), DSC_WG_D(4), DSC_WG_D(5),
-                       DSC_WG_D(6), DSC_WG_D(7)
+                     : DSC_WG_DS
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TB),
                        "r"(accumulate));
     else
         asm volatile(DSC_WG_BODY("bf16")
-                     : DSC_WG_D(0), DSC_WG_D(1), DSC_WG_D(2), DSC_WG_D(3), DSC_WG_D(4), DSC_WG_D(5),
-                       DSC_WG_D(6), DSC_WG_D(7)
+                     : DSC_WG_DS
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(TB),
                        "r"(accumulate));
 #undef DSC_WG_BODY
+}
+
+// The same with A (the warpgroup's 64 rows) read from shared memory too, K-major.
+template <bool F16>
+__device__ static inline void wg_mma_ss(float d[8][4], uint64_t adesc, uint64_t bdesc,
+                                        int accumulate) {
+#define DSC_WG_BODY(TY)                                                                            \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                   \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " DSC_WG_REGS                        \
+    "%32, %33, p, 1, 1, 0, 0;\n}\n"
+    if (F16)
+        asm volatile(DSC_WG_BODY("f16") : DSC_WG_DS : "l"(adesc), "l"(bdesc), "r"(accumulate));
+    else
+        asm volatile(DSC_WG_BODY("bf16") : DSC_WG_DS : "l"(adesc), "l"(bdesc), "r"(accumulate));
+#undef DSC_WG_BODY
+}
+#undef DSC_WG_REGS
+#undef DSC_WG_DS
 #undef DSC_WG_D
-}
-
-// acc (16 x 64) = A (16 x 64, fragments) times B^T, B a shared tile of 64 rows x 64 (row n of B
-// is column n of the product): Q K^T, dO V^T, K Q^T, V dO^T. A k-step is 32 bytes along the row.
-template <bool F16>
-__device__ static inline void rows_bt_wg(float acc[8][4], const uint32_t a[4][4],
-                                         const uint16_t *tile) {
-    uint64_t desc = wg_desc(tile);
-    wg_pin(acc);
-    wg_fence();
-    for (int k = 0; k < 4; k++)
-        wg_mma<F16, 0>(acc, a[k], desc + 2 * k, k > 0);
-    wg_commit_wait();
-    wg_pin(acc);
-}
-
-// out (16 x 64) += P (16 x 64, packed: a[kc] is columns 16 kc .. 16 kc + 15, pack_acc's layout)
-// times a shared tile of 64 rows x 64 (row k of the tile is row k of the right operand): P V,
-// P^T dO, dS^T Q, dS K. A k-step is 16 rows, 2048 bytes.
-template <bool F16>
-__device__ static inline void packed_times_wg(float out[8][4], const uint32_t a[4][4],
-                                              const uint16_t *tile) {
-    uint64_t desc = wg_desc(tile);
-    wg_pin(out);
-    wg_fence();
-    for (int kc = 0; kc < 4; kc++)
-        wg_mma<F16, 1>(out, a[kc], desc + 128 * kc, 1);
-    wg_commit_wait();
-    wg_pin(out);
-}
-
-#endif
+#endif // DSC_ATT_WGMMA
 
 // ---- mma.sync products (other targets) ----
 
 // acc (16 x 64) = A (16 x 64, fragments) times B^T, B a shared tile of 64 rows x 64 (row n of B
-// is column n of the product): Q K^T, dO V^T, K Q^T, V dO^T.
+// is column n of the product).
 template <bool F16>
 __device__ static inline void rows_bt_mma(float acc[8][4], const uint32_t a[4][4],
                                           const uint16_t *tile) {
@@ -267,8 +256,7 @@ __device__ static inline void rows_bt_mma(float acc[8][4], const uint32_t a[4][4
 }
 
 // out (16 x 64) += P (16 x 64, packed: a[kc] is columns 16 kc .. 16 kc + 15, pack_acc's layout)
-// times a shared tile of 64 rows x 64 (row k of the tile is row k of the right operand): P V,
-// P^T dO, dS^T Q, dS K.
+// times a shared tile of 64 rows x 64 (row k of the tile is row k of the right operand).
 template <bool F16>
 __device__ static inline void packed_times_mma(float out[8][4], const uint32_t a[4][4],
                                                const uint16_t *tile) {
@@ -283,29 +271,75 @@ __device__ static inline void packed_times_mma(float out[8][4], const uint32_t a
     }
 }
 
-// The product each kernel calls. DSC_ATT_WG_BT / DSC_ATT_WG_TIMES (default 1) choose wgmma for
-// each where sm_90a allows; building with both 0 runs the mma.sync products on Hopper too,
-// which is how that path is tested there.
-#ifndef DSC_ATT_WG_BT
-#define DSC_ATT_WG_BT 1
+// ---- the products the kernels call ----
+//
+// bt and times start a product; with wgmma it runs asynchronously: prod_begin() comes before a
+// batch of them (after the registers they use were written), prod_commit() closes a group, and
+// prod_wait<N>() returns once at most N of the committed groups are unfinished (groups finish in
+// order); pin() then keeps the compiler from using an accumulator early. With mma.sync every
+// product is complete when it returns and the rest do nothing. DSC_ATT_WG (default 1) set to 0
+// builds the mma.sync products on sm_90a too, which is how that path is tested on Hopper.
+#ifndef DSC_ATT_WG
+#define DSC_ATT_WG 1
 #endif
-#ifndef DSC_ATT_WG_TIMES
-#define DSC_ATT_WG_TIMES 1
-#endif
-template <bool F16>
-__device__ static inline void rows_bt(float acc[8][4], const uint32_t a[4][4],
-                                      const uint16_t *tile) {
-#if DSC_ATT_WGMMA && DSC_ATT_WG_BT
-    rows_bt_wg<F16>(acc, a, tile);
+#if DSC_ATT_WGMMA && DSC_ATT_WG
+#define DSC_ATT_ASYNC 1
 #else
-    rows_bt_mma<F16>(acc, a, tile);
+#define DSC_ATT_ASYNC 0
+#endif
+
+__device__ static inline void prod_begin() {
+#if DSC_ATT_ASYNC
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
+__device__ static inline void prod_commit() {
+#if DSC_ATT_ASYNC
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ static inline void prod_wait() {
+#if DSC_ATT_ASYNC
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ static inline void pin(float d[8][4]) {
+#if DSC_ATT_ASYNC
+    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(d[n][e])::"memory");
+#else
+    (void)d;
+#endif
+}
+
+// acc (this warp's 16 x 64) = rows 16 warp .. 16 warp + 15 of the shared tile A (64 x 64) times
+// B^T, B a shared tile of 64 rows x 64 (row n of B is column n of the product): Q K^T, dO V^T,
+// K Q^T, V dO^T. With wgmma both operands are read from shared memory (a k-step is 32 bytes
+// along the rows).
 template <bool F16>
-__device__ static inline void packed_times(float out[8][4], const uint32_t a[4][4],
-                                           const uint16_t *tile) {
-#if DSC_ATT_WGMMA && DSC_ATT_WG_TIMES
-    packed_times_wg<F16>(out, a, tile);
+__device__ static inline void bt(float acc[8][4], const uint16_t *tileA, const uint16_t *tileB) {
+#if DSC_ATT_ASYNC
+    uint64_t da = wg_desc(tileA), db = wg_desc(tileB);
+    for (int k = 0; k < 4; k++)
+        wg_mma_ss<F16>(acc, da + 2 * k, db + 2 * k, k > 0);
+#else
+    uint32_t af[4][4];
+    load_a_rows(af, tileA, (threadIdx.x >> 5) * 16);
+    rows_bt_mma<F16>(acc, af, tileB);
+#endif
+}
+
+// out (16 x 64) += P (16 x 64, packed: a[kc] is columns 16 kc .. 16 kc + 15, pack_acc's layout)
+// times a shared tile of 64 rows x 64 (row k of the tile is row k of the right operand): P V,
+// P^T dO, dS^T Q, dS K. With wgmma a k-step is 16 rows, 2048 bytes, and a must stay unchanged
+// until the product is waited for.
+template <bool F16>
+__device__ static inline void times(float out[8][4], const uint32_t a[4][4], const uint16_t *tile) {
+#if DSC_ATT_ASYNC
+    uint64_t db = wg_desc(tile);
+    for (int kc = 0; kc < 4; kc++)
+        wg_mma_rs<F16, 1>(out, a[kc], db + 128 * kc, 1);
 #else
     packed_times_mma<F16>(out, a, tile);
 #endif
@@ -319,16 +353,6 @@ template <bool F16> __device__ static inline void pack_acc(uint32_t a[4][4], con
         a[kc][2] = pack2<F16>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
         a[kc][3] = pack2<F16>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
     }
-}
-
-// out (16 x 64) += P (16 x 64, the accumulator layout, packed here) times a shared tile of 64
-// rows x 64 (row k of the tile is row k of the right operand).
-template <bool F16>
-__device__ static inline void acc_times(float out[8][4], const float p[8][4],
-                                        const uint16_t *tile) {
-    uint32_t a[4][4];
-    pack_acc<F16>(a, p);
-    packed_times<F16>(out, a, tile);
 }
 
 // The low (hi false) or high 16-bit value of a packed pair as a float.
@@ -360,8 +384,9 @@ __device__ static inline void store_acc(uint16_t *g, size_t gld, const float acc
 #define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
 template <bool F16>
-__global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv,
-                                                  int T, int C, int NH, float scale_log2) {
+__global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
+    fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
+               float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t *sQ = aligned_smem(smem_raw);
     uint16_t *sK = sQ + MMA_TILE_ELEMS,
@@ -396,22 +421,17 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
         cp_commit();
         cp_wait_prev();
         __syncthreads();
-        // Q's fragments are read from shared memory every tile rather than held across the
-        // loop: with both products on wgmma, ptxas gave the packed P the registers of a held Q
-        // (sm_90a, CUDA 13.0), which broke every tile after the first.
-        {
-            uint32_t qf[4][4];
-            load_a_rows(qf, sQ, warp * 16);
-            rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
-        }
+        prod_begin();
+        bt<F16>(s, sQ, sK + cur * MMA_TILE_ELEMS);
+        prod_commit();
+        prod_wait<0>();
+        pin(s);
+        if (kt == qt) // the diagonal tile: keys past the row are masked
+            for (int n = 0; n < 8; n++)
+                for (int e = 0; e < 4; e++)
+                    if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? row0 : row1)) s[n][e] = -INFINITY;
         float mx0 = -INFINITY, mx1 = -INFINITY;
         for (int n = 0; n < 8; n++) {
-            for (int e = 0; e < 4; e++) {
-                int col = k0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                float v = s[n][e] * scale_log2;
-                if (kt == qt && col > row) v = -INFINITY;
-                s[n][e] = v;
-            }
             mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
             mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
         }
@@ -420,14 +440,15 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
         }
         // Finite: key 0 is visible to every row, and each later tile either shows a
-        // row some key or lies wholly below its diagonal.
-        float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1), ls0 = 0.0f, ls1 = 0.0f;
+        // row some key or lies wholly below its diagonal. Scores are scaled inside the
+        // exponent (scale_log2 > 0, so the maximum of the scaled scores is the scaled maximum).
+        float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
+        float a0 = ex2(m0 - mn0), a1 = ex2(m1 - mn1), ls0 = 0.0f, ls1 = 0.0f;
         for (int n = 0; n < 8; n++) {
-            s[n][0] = exp2f(s[n][0] - mn0);
-            s[n][1] = exp2f(s[n][1] - mn0);
-            s[n][2] = exp2f(s[n][2] - mn1);
-            s[n][3] = exp2f(s[n][3] - mn1);
+            s[n][0] = ex2(fmaf(s[n][0], scale_log2, -mn0));
+            s[n][1] = ex2(fmaf(s[n][1], scale_log2, -mn0));
+            s[n][2] = ex2(fmaf(s[n][2], scale_log2, -mn1));
+            s[n][3] = ex2(fmaf(s[n][3], scale_log2, -mn1));
             ls0 += s[n][0] + s[n][1];
             ls1 += s[n][2] + s[n][3];
             o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
@@ -435,7 +456,16 @@ __global__ void __launch_bounds__(128) fwd_kernel(uint16_t *out, float *lse, con
         l0 = l0 * a0 + ls0,
         l1 = l1 * a1 + ls1; // this lane's columns; summed over the quad below
         m0 = mn0, m1 = mn1;
-        acc_times<F16>(o, s, sV + cur * MMA_TILE_ELEMS);
+        {
+            uint32_t pa[4][4];
+            pack_acc<F16>(pa, s);
+            pin(o);
+            prod_begin();
+            times<F16>(o, pa, sV + cur * MMA_TILE_ELEMS);
+            prod_commit();
+            prod_wait<0>();
+            pin(o);
+        }
         __syncthreads(); // every warp is done with this buffer before it is
                          // refilled
     }
@@ -513,39 +543,53 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
         __syncthreads();
         const uint16_t *tQ = sQ + cur * MMA_TILE_ELEMS, *tdO = sdO + cur * MMA_TILE_ELEMS;
         const float *tL = sL + cur * 64, *tD = sD + cur * 64;
-        uint32_t pf[4][4]; // P^T, packed
-        {
-            uint32_t kf[4][4];
-            load_a_rows(kf, sK, warp * 16);
-            rows_bt<F16>(s, kf, tQ);
-        }
-        bool diag = q0 < k0 + 64 || q0 + 64 > T; // a tile with masked columns
-        for (int n = 0; n < 8; n++) {
-            for (int e = 0; e < 4; e++) {
-                int c = n * 8 + 2 * t + (e & 1), q = q0 + c, key = e < 2 ? key0 : key1;
-                float p = exp2f(s[n][e] * scale_log2 - tL[c] * log2e);
-                if (diag && !(key <= q && q < T)) p = 0.0f;
-                s[n][e] = p;
-            }
-        }
+        // S^T and dP^T start together; P^T is formed while dP^T is still being multiplied, and
+        // dV's product runs while dS^T is formed.
+        float dp[8][4];
+        pin(s);
+        pin(dp);
+        prod_begin();
+        bt<F16>(s, sK, tQ); // S^T = K Q^T
+        prod_commit();
+        bt<F16>(dp, sV, tdO); // dP^T = V dO^T
+        prod_commit();
+        prod_wait<1>();
+        pin(s);
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++)
+                s[n][e] = ex2(fmaf(s[n][e], scale_log2, -tL[n * 8 + 2 * t + (e & 1)] * log2e));
+        if (q0 < k0 + 64 || q0 + 64 > T) // a tile with masked columns
+            for (int n = 0; n < 8; n++)
+                for (int e = 0; e < 4; e++) {
+                    int q = q0 + n * 8 + 2 * t + (e & 1), key = e < 2 ? key0 : key1;
+                    if (!(key <= q && q < T)) s[n][e] = 0.0f;
+                }
+        uint32_t pf[4][4], df[4][4]; // P^T and dS^T, packed
         pack_acc<F16>(pf, s);
-        packed_times<F16>(dv, pf, tdO);
-        {
-            uint32_t vf[4][4];
-            load_a_rows(vf, sV, warp * 16);
-            rows_bt<F16>(s, vf, tdO); // dP^T
-        }
+        pin(dv);
+        prod_begin();
+        times<F16>(dv, pf, tdO); // dV += P^T dO
+        prod_commit();
+        prod_wait<1>();
+        pin(dp);
         for (int kc = 0; kc < 4; kc++) {
             for (int j = 0; j < 2; j++) {
                 int n = 2 * kc + j;
                 for (int e = 0; e < 4; e++) {
                     int c = n * 8 + 2 * t + (e & 1);
                     float p = unpack1<F16>(pf[kc][2 * j + (e >> 1)], e & 1);
-                    s[n][e] = p * (s[n][e] - tD[c]);
+                    dp[n][e] = p * (dp[n][e] - tD[c]);
                 }
             }
         }
-        acc_times<F16>(dk, s, tQ);
+        pack_acc<F16>(df, dp);
+        pin(dk);
+        prod_begin();
+        times<F16>(dk, df, tQ); // dK += dS^T Q
+        prod_commit();
+        prod_wait<0>();
+        pin(dv);
+        pin(dk);
         __syncthreads();
     }
     cp_wait_all();
@@ -602,26 +646,37 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
         cp_commit();
         cp_wait_prev();
         __syncthreads();
+        pin(s);
+        pin(dp);
+        prod_begin();
+        bt<F16>(s, sQ, sK + cur * MMA_TILE_ELEMS); // S = Q K^T
+        prod_commit();
+        bt<F16>(dp, sdO, sV + cur * MMA_TILE_ELEMS); // dP = dO V^T
+        prod_commit();
+        prod_wait<1>(); // P while dP is still being multiplied
+        pin(s);
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++)
+                s[n][e] = ex2(fmaf(s[n][e], scale_log2, -(e < 2 ? L0 : L1)));
+        if (kt == qt) // the only tile with masked keys (rows past T give zeros below)
+            for (int n = 0; n < 8; n++)
+                for (int e = 0; e < 4; e++)
+                    if (k0 + n * 8 + 2 * t + (e & 1) > (e < 2 ? row0 : row1)) s[n][e] = 0.0f;
+        prod_wait<0>();
+        pin(dp);
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++)
+                dp[n][e] = s[n][e] * (dp[n][e] - (e < 2 ? D0 : D1));
         {
-            uint32_t qf[4][4]; // read every tile, as in fwd_kernel
-            load_a_rows(qf, sQ, warp * 16);
-            rows_bt<F16>(s, qf, sK + cur * MMA_TILE_ELEMS);
+            uint32_t df[4][4];
+            pack_acc<F16>(df, dp);
+            pin(dq);
+            prod_begin();
+            times<F16>(dq, df, sK + cur * MMA_TILE_ELEMS); // dQ += dS K
+            prod_commit();
+            prod_wait<0>();
+            pin(dq);
         }
-        {
-            uint32_t of[4][4];
-            load_a_rows(of, sdO, warp * 16);
-            rows_bt<F16>(dp, of, sV + cur * MMA_TILE_ELEMS);
-        }
-        bool diag = kt == qt; // the only tile with masked keys (rows past T give zeros below)
-        for (int n = 0; n < 8; n++) {
-            for (int e = 0; e < 4; e++) {
-                int key = k0 + n * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                float p = exp2f(s[n][e] * scale_log2 - (e < 2 ? L0 : L1));
-                if (diag && key > row) p = 0.0f;
-                dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));
-            }
-        }
-        acc_times<F16>(dq, dp, sK + cur * MMA_TILE_ELEMS);
         __syncthreads();
     }
     cp_wait_all();

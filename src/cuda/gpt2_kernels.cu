@@ -4,10 +4,10 @@
 #include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
 
 // Threads per block of each family; all multiples of 64 so that AMD wavefronts divide them.
-#define ELEM_THREADS 256 // elementwise passes
-#define LN_THREADS 256   // layernorm forward: one warp per row
-#define LNB_THREADS 256  // layernorm backward
-#define LNB_ROWS 32      // rows per partial sum of the layernorm parameter gradients
+#define ELEM_THREADS 256    // elementwise passes
+#define LN_THREADS 256      // layernorm forward: one warp per row
+#define LNB_ROWS 32         // rows per partial sum of the layernorm parameter gradients
+#define LNB_REG_THREADS 128 // layernorm backward, rows held in registers
 #define COLSUM_THREADS 256
 #define COLSUM_ROWS 256  // rows per partial column sum
 #define XENT_THREADS 512 // one block per row of logits
@@ -444,23 +444,42 @@ extern "C" dsc_status dsc__cuda_layernorm_forward(uint16_t *out, float *mean, fl
     return dsc__cuda_layernorm_forward_h(out, mean, rstd, inp, w, b, N, C, false, stream);
 }
 
-// One block per chunk of LNB_ROWS rows. Phase 1, a warp per row: dinp += rstd (g - mean(g) -
-// xhat mean(g xhat)), g = dy w. Phase 2, a thread per channel: the chunk's partial sums of
-// dy xhat and dy, rows in order, into scratch (nchunks, 2, C).
+// pw[0..7] += dy xhat, pb[0..7] += dy: eight channels of a warp's partial sums in shared memory
+// (16-byte accesses, so a warp's lanes do not collide on banks).
+__device__ static inline void ln_add_partials(float *pw, float *pb, const float a[8],
+                                              const float xh[8]) {
+    float4 *w4 = (float4 *)pw, *b4 = (float4 *)pb;
+    float4 w0 = w4[0], w1 = w4[1], b0 = b4[0], b1 = b4[1];
+    w0.x += a[0] * xh[0], w0.y += a[1] * xh[1], w0.z += a[2] * xh[2], w0.w += a[3] * xh[3];
+    w1.x += a[4] * xh[4], w1.y += a[5] * xh[5], w1.z += a[6] * xh[6], w1.w += a[7] * xh[7];
+    b0.x += a[0], b0.y += a[1], b0.z += a[2], b0.w += a[3];
+    b1.x += a[4], b1.y += a[5], b1.z += a[6], b1.w += a[7];
+    w4[0] = w0, w4[1] = w1, b4[0] = b0, b4[1] = b1;
+}
+
+// One block per chunk of LNB_ROWS rows, a warp per row: dinp += rstd (g - mean(g) - xhat
+// mean(g xhat)), g = dy w. In the same pass each lane adds dy xhat and dy of its channels into
+// its warp's slice of shared memory (2 C floats a warp, each channel one lane's, so no atomics);
+// the block then sums the slices in warp order into scratch (nchunks, 2, C). Deterministic.
 template <bool F16>
 __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout,
                               const uint16_t *inp, const uint16_t *w, const float *mean,
                               const float *rstd, long long N, int C) {
-    __shared__ float sm[LNB_ROWS], sr[LNB_ROWS];
-    long long r0 = (long long)blockIdx.x * LNB_ROWS;
-    int nr = (int)min((long long)LNB_ROWS, N - r0);
-    if ((int)threadIdx.x < nr) {
-        sm[threadIdx.x] = mean[r0 + threadIdx.x];
-        sr[threadIdx.x] = rstd[r0 + threadIdx.x];
-    }
-    __syncthreads();
+    extern __shared__ float4 ln_sh4[]; // [nwarps][2][C] partial sums, then mean and rstd
+    float *sh = (float *)ln_sh4;
     int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
     int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
+    float *sm = sh + (size_t)nwarps * 2 * C, *sr = sm + LNB_ROWS;
+    float *pw = sh + (size_t)warp * 2 * C, *pb = pw + C;
+    long long r0 = (long long)blockIdx.x * LNB_ROWS;
+    int nr = (int)min((long long)LNB_ROWS, N - r0);
+    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
+        sm[i] = mean[r0 + i];
+        sr[i] = rstd[r0 + i];
+    }
+    for (int i = lane; i < 2 * C / 4; i += DSC_WARP_SIZE)
+        ((float4 *)pw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    __syncthreads();
     for (int r = warp; r < nr; r += nwarps) {
         const uint4 *dy = (const uint4 *)(dout + (r0 + r) * C);
         const uint4 *x = (const uint4 *)(inp + (r0 + r) * C);
@@ -481,28 +500,144 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
         s1 = dsc_warp_sum(s1) / (float)C;
         s2 = dsc_warp_sum(s2) / (float)C;
         for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-            float d[8];
+            float d[8], xh[8];
             dsc_unpack8_16<F16>(dy[i], a);
             dsc_unpack8_16<F16>(x[i], xv);
             dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
             dsc_unpack8_16<F16>(dx[i], d);
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                d[k] += rs * (a[k] * wv[k] - s1 - ((xv[k] - m) * rs) * s2);
+            for (int k = 0; k < 8; k++) {
+                xh[k] = (xv[k] - m) * rs;
+                d[k] += rs * (a[k] * wv[k] - s1 - xh[k] * s2);
+            }
             dx[i] = dsc_pack8_16<F16>(d);
+            ln_add_partials(pw + i * 8, pb + i * 8, a, xh);
         }
     }
-    float *pw = scratch + (size_t)blockIdx.x * 2 * C, *pb = pw + C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int r = 0; r < nr; r++) {
-            float dy = dsc_16_f32<F16>(dout[(r0 + r) * C + c]);
-            sw += dy * ((dsc_16_f32<F16>(inp[(r0 + r) * C + c]) - sm[r]) * sr[r]);
-            sb += dy;
-        }
-        pw[c] = sw;
-        pb[c] = sb;
+    __syncthreads();
+    float *out = scratch + (size_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < nwarps; k++) // warp order: deterministic
+            v += sh[(size_t)k * 2 * C + c];
+        out[c] = v;
     }
+}
+
+// The same for rows of at most NCH chunks of 8 channels per lane (C <= 256 NCH with 32 lanes),
+// the row's values in registers: dy and x are read once, all chunks at a time, so each warp has
+// its whole row in flight, and the parameter-gradient sums stay in registers until the end.
+template <bool F16, int NCH>
+__global__ void __launch_bounds__(LNB_REG_THREADS, 4)
+    ln_bwd_reg_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout, const uint16_t *inp,
+                      const uint16_t *w, const float *mean, const float *rstd, long long N, int C) {
+    extern __shared__ float4 ln_sh4[]; // [nwarps][2][C] partial sums, then mean and rstd
+    float *sh = (float *)ln_sh4;
+    int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
+    int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
+    float *sm = sh + (size_t)nwarps * 2 * C, *sr = sm + LNB_ROWS;
+    long long r0 = (long long)blockIdx.x * LNB_ROWS;
+    int nr = (int)min((long long)LNB_ROWS, N - r0);
+    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
+        sm[i] = mean[r0 + i];
+        sr[i] = rstd[r0 + i];
+    }
+    __syncthreads();
+    float *pws = sh + (size_t)warp * 2 * C, *pbs = pws + C;
+    for (int i = lane; i < 2 * C / 4; i += DSC_WARP_SIZE)
+        ((float4 *)pws)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    uint4 wq[NCH];
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        int i = lane + j * DSC_WARP_SIZE;
+        wq[j] = i < C8 ? ((const uint4 *)w)[i] : make_uint4(0, 0, 0, 0);
+    }
+    for (int r = warp; r < nr; r += nwarps) {
+        const uint4 *dy = (const uint4 *)(dout + (r0 + r) * C);
+        const uint4 *x = (const uint4 *)(inp + (r0 + r) * C);
+        uint4 *dx = (uint4 *)(dinp + (r0 + r) * C);
+        uint4 dyq[NCH], xq[NCH];
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            dyq[j] = i < C8 ? dy[i] : make_uint4(0, 0, 0, 0);
+            xq[j] = i < C8 ? x[i] : make_uint4(0, 0, 0, 0);
+        }
+        float m = sm[r], rs = sr[r], s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            float a[8], xv[8], wv[8];
+            dsc_unpack8_16<F16>(dyq[j], a);
+            dsc_unpack8_16<F16>(xq[j], xv);
+            dsc_unpack8_16<F16>(wq[j], wv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float g = a[k] * wv[k];
+                s1 += g;
+                s2 += g * ((xv[k] - m) * rs);
+            }
+        }
+        s1 = dsc_warp_sum(s1) / (float)C;
+        s2 = dsc_warp_sum(s2) / (float)C;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            if (i >= C8) continue;
+            float a[8], xv[8], wv[8], d[8], xh[8];
+            dsc_unpack8_16<F16>(dyq[j], a);
+            dsc_unpack8_16<F16>(xq[j], xv);
+            dsc_unpack8_16<F16>(wq[j], wv);
+            dsc_unpack8_16<F16>(dx[i], d);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                xh[k] = (xv[k] - m) * rs;
+                d[k] += rs * (a[k] * wv[k] - s1 - xh[k] * s2);
+            }
+            dx[i] = dsc_pack8_16<F16>(d);
+            ln_add_partials(pws + i * 8, pbs + i * 8, a, xh);
+        }
+    }
+    __syncthreads();
+    float *out = scratch + (size_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < nwarps; k++) // warp order: deterministic
+            v += sh[(size_t)k * 2 * C + c];
+        out[c] = v;
+    }
+}
+
+static size_t ln_bwd_smem(int C, int warps) {
+    return ((size_t)warps * 2 * C + 2 * LNB_ROWS) * sizeof(float);
+}
+
+// Warps per layernorm backward block: as many (up to 8) as the device's shared memory per block
+// holds with 2 C floats of partial sums each; 0 if not even one fits.
+static dsc_status ln_bwd_warps(int C, int *warps, size_t *smem) {
+    int dev = 0, optin = 0;
+    DSC_CUDA_TRY(cudaGetDevice(&dev));
+    DSC_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    int w = 8;
+    while (w > 0 && ln_bwd_smem(C, w) > (size_t)optin)
+        w--;
+    DSC_CUDA_ARG(w > 0,
+                 "layernorm backward: C = %d needs %zu bytes of shared memory a block, more than "
+                 "this device's %d",
+                 C, ln_bwd_smem(C, 1), optin);
+    *warps = w;
+    *smem = ln_bwd_smem(C, w);
+    return DSC_OK;
+}
+
+// The register kernel's shared-memory allowance (above 48 KB from C = 769 on).
+static cudaError_t ln_bwd_reg_attr(bool fp16, int nch, int smem) {
+    const void *k[2][4] = {
+        {(const void *)ln_bwd_reg_kernel<false, 1>, (const void *)ln_bwd_reg_kernel<false, 2>,
+         (const void *)ln_bwd_reg_kernel<false, 3>, (const void *)ln_bwd_reg_kernel<false, 4>},
+        {(const void *)ln_bwd_reg_kernel<true, 1>, (const void *)ln_bwd_reg_kernel<true, 2>,
+         (const void *)ln_bwd_reg_kernel<true, 3>, (const void *)ln_bwd_reg_kernel<true, 4>}};
+    return cudaFuncSetAttribute(k[fp16][nch - 1], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                smem);
 }
 
 // acc (ncols) += sum over k in order of part[k * stride + c]: the second half of every chunked
@@ -545,12 +680,69 @@ extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, 
                  "layernorm backward: bad arguments");
     cudaStream_t st = as_stream(stream);
     int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS);
-    if (fp16)
+    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws;
+    if (nch <= 4) { // the register kernel
+        int threads = LNB_REG_THREADS;
+        size_t smem = ln_bwd_smem(C, threads / ws);
+#define DSC_LNB_REG(F, N)                                                                          \
+    ln_bwd_reg_kernel<F, N>                                                                        \
+        <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N_ROWS, C)
+        const long long N_ROWS = N;
+        DSC_CUDA_CHECK_AS(ln_bwd_reg_attr(fp16, nch, (int)smem),
+                          "layernorm backward: shared memory limit");
+        switch (nch * 2 + fp16) {
+        case 2:
+            DSC_LNB_REG(false, 1);
+            break;
+        case 3:
+            DSC_LNB_REG(true, 1);
+            break;
+        case 4:
+            DSC_LNB_REG(false, 2);
+            break;
+        case 5:
+            DSC_LNB_REG(true, 2);
+            break;
+        case 6:
+            DSC_LNB_REG(false, 3);
+            break;
+        case 7:
+            DSC_LNB_REG(true, 3);
+            break;
+        case 8:
+            DSC_LNB_REG(false, 4);
+            break;
+        default:
+            DSC_LNB_REG(true, 4);
+            break;
+        }
+#undef DSC_LNB_REG
+        DSC_CUDA_LAUNCHED("ln_bwd_reg_kernel");
+        reduce_partials(dw, scratch, nchunks, 2 * (size_t)C, C, st);
+        DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+        reduce_partials(db, scratch + C, nchunks, 2 * (size_t)C, C, st);
+        DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+        return DSC_OK;
+    }
+    int warps = 0;
+    size_t smem = 0;
+    DSC_TRY(ln_bwd_warps(C, &warps, &smem));
+    int threads = warps * ws;
+    if (fp16) {
+        DSC_CUDA_CHECK_AS(cudaFuncSetAttribute(ln_bwd_kernel<true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem),
+                          "layernorm backward: shared memory limit");
         ln_bwd_kernel<true>
-            <<<nchunks, LNB_THREADS, 0, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
-    else
+            <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    } else {
+        DSC_CUDA_CHECK_AS(cudaFuncSetAttribute(ln_bwd_kernel<false>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem),
+                          "layernorm backward: shared memory limit");
         ln_bwd_kernel<false>
-            <<<nchunks, LNB_THREADS, 0, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+            <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    }
     DSC_CUDA_LAUNCHED("ln_bwd_kernel");
     reduce_partials(dw, scratch, nchunks, 2 * (size_t)C, C, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");

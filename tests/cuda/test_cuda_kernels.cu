@@ -642,6 +642,8 @@ int main(void) {
         test_encoder(small ? 2 : 8, small ? 64 : 512, small ? 64 : 256, small ? 300 : 5000, true,
                      f16);
         test_layernorm(small ? 70 : 1030, small ? 128 : 768, f16);
+        test_layernorm(small ? 33 : 257, 1600, f16); // lanes with 6 or 7 chunks of channels
+        test_layernorm(small ? 9 : 65, 3008, f16);   // 188 KB of partial sums a block
         test_elementwise(small ? 4096 : (1 << 20), f16);
         test_elementwise(small ? 4099 : (1 << 20) + 3, f16);
         test_xent(small ? 4 : 64, small ? 1000 : 50257, small ? 1024 : 50304, f16);
