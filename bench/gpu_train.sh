@@ -2,7 +2,7 @@
 # gpu_train.sh - GPT-2 training throughput on one GPU: dsc train --device cuda against the PyTorch
 # baseline (eager and torch.compile) in the same call, plus dsc's step-time breakdown.
 #
-#   bench/gpu_train.sh [DSC_BINARY] [TORCH_GPT2_PY]
+#   bench/gpu_train.sh [DSC_BINARY] [TORCH_GPT2_PY]      (LLMC=train_gpt2cu adds llm.c)
 #
 # DSC_BINARY (or $DSC; default build/dsc) is the dsc to measure. TORCH_GPT2_PY (or $TORCH_GPT2)
 # is the PyTorch baseline script (bf16 autocast, fused AdamW, SDPA flash attention, clipping 1.0,
@@ -19,15 +19,25 @@
 # device after each phase (docs/gpu.md), so its step time is not the throughput run's.
 # MFU for every row: the baseline's formula, (6 N + 6 L T C) FLOPs per token against 989 TFLOP/s
 # (N: all parameters, the tied embedding once).
+# LLMC (optional): the path of an llm.c `train_gpt2cu` binary that the user built (with cuDNN
+# attention, for the reference numbers); it trains the same shapes from scratch (-e d12 / d24) on
+# the same token file with the same hyper-parameters (its default recompute and fused GELU
+# settings), and its table column is the median of its printed step times after $WARMUP steps.
 set -eu
 DSC=${1:-${DSC:-build/dsc}}
 TORCH_GPT2=${2:-${TORCH_GPT2:-}}
 PY=${PYTHON:-python3}
+LLMC=${LLMC:-}
 STEPS=${STEPS:-15}
 SHAPES=${SHAPES:-gpt2-124M:16 gpt2-350M:8}
 BREAKDOWN=${BREAKDOWN:-1}
 WARMUP=${WARMUP:-5}
 [ -x "$DSC" ] || { echo "gpu_train.sh: $DSC is not an executable dsc; pass its path" >&2; exit 2; }
+if [ -n "$LLMC" ] && [ ! -x "$LLMC" ]; then
+    echo "gpu_train.sh: LLMC=$LLMC is not an executable llm.c train_gpt2cu; build it or" \
+        "leave it out" >&2
+    exit 2
+fi
 if [ -n "$TORCH_GPT2" ] && [ ! -f "$TORCH_GPT2" ]; then
     echo "gpu_train.sh: baseline script $TORCH_GPT2 not found; pass its path or leave it out" >&2
     exit 2
@@ -60,6 +70,21 @@ for shape in $SHAPES; do
     first=${first:-$shape}
 done
 grep -m1 "^run dir" "$W/dsc_$first.log" | sed 's/^run dir [^|]*| //' || true
+
+if [ -n "$LLMC" ]; then
+    for shape in $SHAPES; do
+        model=${shape%%:*} b=${shape##*:}
+        depth=12
+        [ "$model" = gpt2-350M ] && depth=24
+        # -v above the step count: validation only at the first and last step, outside the
+        # medians; -s 0 -h 0: no sampling, no HellaSwag.
+        (cd "$W" && "$LLMC" -i "$W/data/train.bin" -j "$W/data/val.bin" -e "d$depth" -b "$b" \
+            -t 1024 -d $((b * 1024)) -x "$STEPS" -v 100000 -s 0 -h 0 -l 6e-4 -u 0 -c 0.1 \
+            >"$W/llmc_$shape.log" 2>&1) ||
+            { echo "gpu_train.sh: llm.c run $shape failed:" >&2; tail -20 "$W/llmc_$shape.log" >&2
+              exit 1; }
+    done
+fi
 
 if [ -n "$TORCH_GPT2" ]; then
     mkdir -p "$W/torch"
@@ -108,21 +133,30 @@ def breakdown(name):
     rows = [tuple(map(float, r)) for r in rows[warm:]]
     return [statistics.median(r[k] for r in rows) for k in range(3)]
 
+def llmc_tok_s(model, b):
+    path = f"{w}/llmc_{model}:{b}.log"
+    if not os.path.exists(path):
+        return None
+    step = re.compile(r"^step\s+\d+/\d+ \|.*\| ([\d.]+) ms \|", re.M)
+    ms = [float(x) for x in step.findall(open(path).read())]
+    return b * 1024 / (statistics.median(ms[warm:]) / 1e3) if len(ms) > warm else None
+
 torch = {}
 if os.path.exists(f"{w}/torch/torch_gpt2.json"):
     for r in json.load(open(f"{w}/torch/torch_gpt2.json")):
         torch[(r["model"], r["B"], r["compile"])] = r["tok_s"]
 
 print("\n| model | B | dsc tokens/s | dsc MFU | PyTorch eager | MFU | torch.compile | MFU | "
-      "dsc / eager | dsc / compiled |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "llm.c | MFU | dsc / eager | dsc / compiled | dsc / llm.c |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for model, b in runs:
     d = dsc_tok_s(f"dsc_{model}:{b}")
     e, c = torch.get((model, b, False)), torch.get((model, b, True))
+    l = llmc_tok_s(model, b)
     cell = lambda t: f"{t / 1e3:.1f}k | {100 * mfu(model, t):.1f}%" if t else "- | -"
     ratio = lambda t: f"{d / t:.2f}x" if t else "-"
     print(f"| {model} | {b} | {d / 1e3:.1f}k | {100 * mfu(model, d):.1f}% | "
-          f"{cell(e)} | {cell(c)} | {ratio(e)} | {ratio(c)} |")
+          f"{cell(e)} | {cell(c)} | {cell(l)} | {ratio(e)} | {ratio(c)} | {ratio(l)} |")
 if not brk:
     sys.exit(0)
 print("\ndsc step-time breakdown (wall_clock_breakdown on: the host waits after each phase), "

@@ -641,11 +641,13 @@ static cudaError_t ln_bwd_reg_attr(bool fp16, int nch, int smem) {
 }
 
 // acc (ncols) += sum over k in order of part[k * stride + c]: the second half of every chunked
-// column reduction.
+// column reduction. Columns from split on go to acc2[c - split] instead (the layernorm's dw and
+// db in one launch); split = ncols when there is one destination.
 #define RED_X 32 // columns per block of the partial-sum reduction
 #define RED_Y 16 // lanes along the chunks
 __global__ void __launch_bounds__(RED_X *RED_Y)
-    reduce_partials_kernel(float *acc, const float *part, int nchunks, size_t stride, int ncols) {
+    reduce_partials_kernel(float *acc, float *acc2, int split, const float *part, int nchunks,
+                           size_t stride, int ncols) {
     __shared__ float sh[RED_Y][RED_X + 1];
     int c = blockIdx.x * RED_X + threadIdx.x;
     float s = 0.0f;
@@ -657,13 +659,21 @@ __global__ void __launch_bounds__(RED_X *RED_Y)
     if (threadIdx.y != 0 || c >= ncols) return;
     for (int y = 1; y < RED_Y; y++) // a fixed order: deterministic
         s += sh[y][threadIdx.x];
-    acc[c] += s;
+    if (c < split)
+        acc[c] += s;
+    else
+        acc2[c - split] += s;
+}
+
+static void reduce_partials2(float *acc, float *acc2, int split, const float *part, int nchunks,
+                             size_t stride, int ncols, cudaStream_t st) {
+    reduce_partials_kernel<<<(ncols + RED_X - 1) / RED_X, dim3(RED_X, RED_Y), 0, st>>>(
+        acc, acc2, split, part, nchunks, stride, ncols);
 }
 
 static void reduce_partials(float *acc, const float *part, int nchunks, size_t stride, int ncols,
                             cudaStream_t st) {
-    reduce_partials_kernel<<<(ncols + RED_X - 1) / RED_X, dim3(RED_X, RED_Y), 0, st>>>(
-        acc, part, nchunks, stride, ncols);
+    reduce_partials2(acc, NULL, ncols, part, nchunks, stride, ncols, st);
 }
 
 extern "C" size_t dsc__cuda_layernorm_backward_scratch(int64_t N, int C) {
@@ -718,9 +728,7 @@ extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, 
         }
 #undef DSC_LNB_REG
         DSC_CUDA_LAUNCHED("ln_bwd_reg_kernel");
-        reduce_partials(dw, scratch, nchunks, 2 * (size_t)C, C, st);
-        DSC_CUDA_LAUNCHED("reduce_partials_kernel");
-        reduce_partials(db, scratch + C, nchunks, 2 * (size_t)C, C, st);
+        reduce_partials2(dw, db, C, scratch, nchunks, 2 * (size_t)C, 2 * C, st);
         DSC_CUDA_LAUNCHED("reduce_partials_kernel");
         return DSC_OK;
     }
@@ -744,9 +752,7 @@ extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, 
             <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
     }
     DSC_CUDA_LAUNCHED("ln_bwd_kernel");
-    reduce_partials(dw, scratch, nchunks, 2 * (size_t)C, C, st);
-    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
-    reduce_partials(db, scratch + C, nchunks, 2 * (size_t)C, C, st);
+    reduce_partials2(dw, db, C, scratch, nchunks, 2 * (size_t)C, 2 * C, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");
     return DSC_OK;
 }

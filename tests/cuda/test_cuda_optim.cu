@@ -70,6 +70,14 @@ static void test_sumsq(void) {
     check("sumsq (+=) vs dsc_opt_sumsq", fabs(got - ref) / ref, 1e-12);
     check_true("sumsq leaves the overflow flag clear on finite data",
                dev_download(d_flag, 1)[0] == 0);
+    // A range that is not 16-byte aligned takes the scalar loads.
+    double *d_acc1 = dev_upload(std::vector<double>(1, 0.0));
+    DS(dsc__cuda_opt_sumsq(d_acc1, NULL, d_scr, d_g + 1, n - 1, 0.5f, NULL));
+    SYNC();
+    double ref1 = dsc_opt_sumsq(g.data() + 1, n - 1, 0.5f, &nonfinite);
+    check("sumsq of an unaligned range vs dsc_opt_sumsq",
+          fabs(dev_download(d_acc1, 1)[0] - ref1) / ref1, 1e-12);
+    cudaFree(d_acc1);
     float *d_coef = dev_alloc<float>(1);
     DS(dsc__cuda_opt_clip_coef(d_coef, d_acc, 1.0f, NULL));
     SYNC();
