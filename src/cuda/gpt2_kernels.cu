@@ -457,6 +457,63 @@ __device__ static inline void ln_add_partials(float *pw, float *pb, const float 
     w4[0] = w0, w4[1] = w1, b4[0] = b0, b4[1] = b1;
 }
 
+// Eight channels of a row: s1 += g, s2 += g xhat, g = dy w.
+template <bool F16>
+__device__ static inline void ln_bwd_sums(uint4 dyq, uint4 xq, uint4 wq, float m, float rs,
+                                          float &s1, float &s2) {
+    float a[8], xv[8], wv[8];
+    dsc_unpack8_16<F16>(dyq, a);
+    dsc_unpack8_16<F16>(xq, xv);
+    dsc_unpack8_16<F16>(wq, wv);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float g = a[k] * wv[k];
+        s1 += g;
+        s2 += g * ((xv[k] - m) * rs);
+    }
+}
+
+// Eight channels of a row once s1 and s2 are the row's means: dx + rstd (g - s1 - xhat s2) as
+// the result, and dy xhat, dy into the warp's partial sums.
+template <bool F16>
+__device__ static inline uint4 ln_bwd_dx(uint4 dyq, uint4 xq, uint4 wq, uint4 dxq, float m,
+                                         float rs, float s1, float s2, float *pw, float *pb) {
+    float a[8], xv[8], wv[8], d[8], xh[8];
+    dsc_unpack8_16<F16>(dyq, a);
+    dsc_unpack8_16<F16>(xq, xv);
+    dsc_unpack8_16<F16>(wq, wv);
+    dsc_unpack8_16<F16>(dxq, d);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        xh[k] = (xv[k] - m) * rs;
+        d[k] += rs * (a[k] * wv[k] - s1 - xh[k] * s2);
+    }
+    ln_add_partials(pw, pb, a, xh);
+    return dsc_pack8_16<F16>(d);
+}
+
+// A block's start: its rows' mean and rstd into shared memory, the calling warp's slice of
+// partial sums zeroed (the block synchronises after).
+__device__ static inline void ln_bwd_start(float *sm, float *sr, float *pw, const float *mean,
+                                           const float *rstd, long long r0, int nr, int C) {
+    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
+        sm[i] = mean[r0 + i];
+        sr[i] = rstd[r0 + i];
+    }
+    for (int i = threadIdx.x % DSC_WARP_SIZE; i < 2 * C / 4; i += DSC_WARP_SIZE)
+        ((float4 *)pw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// A block's end: the warps' slices summed in warp order (deterministic) into out (2 C).
+__device__ static inline void ln_bwd_finish(float *out, const float *sh, int C, int nwarps) {
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < nwarps; k++)
+            v += sh[(size_t)k * 2 * C + c];
+        out[c] = v;
+    }
+}
+
 // One block per chunk of LNB_ROWS rows, a warp per row: dinp += rstd (g - mean(g) - xhat
 // mean(g xhat)), g = dy w. In the same pass each lane adds dy xhat and dy of its channels into
 // its warp's slice of shared memory (2 C floats a warp, each channel one lane's, so no atomics);
@@ -471,62 +528,31 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
     int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
     float *sm = sh + (size_t)nwarps * 2 * C, *sr = sm + LNB_ROWS;
     float *pw = sh + (size_t)warp * 2 * C, *pb = pw + C;
+    const uint4 *w4 = (const uint4 *)w;
     long long r0 = (long long)blockIdx.x * LNB_ROWS;
     int nr = (int)min((long long)LNB_ROWS, N - r0);
-    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
-        sm[i] = mean[r0 + i];
-        sr[i] = rstd[r0 + i];
-    }
-    for (int i = lane; i < 2 * C / 4; i += DSC_WARP_SIZE)
-        ((float4 *)pw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ln_bwd_start(sm, sr, pw, mean, rstd, r0, nr, C);
     __syncthreads();
     for (int r = warp; r < nr; r += nwarps) {
         const uint4 *dy = (const uint4 *)(dout + (r0 + r) * C);
         const uint4 *x = (const uint4 *)(inp + (r0 + r) * C);
         uint4 *dx = (uint4 *)(dinp + (r0 + r) * C);
         float m = sm[r], rs = sr[r], s1 = 0.0f, s2 = 0.0f;
-        float a[8], xv[8], wv[8];
-        for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-            dsc_unpack8_16<F16>(dy[i], a);
-            dsc_unpack8_16<F16>(x[i], xv);
-            dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float g = a[k] * wv[k];
-                s1 += g;
-                s2 += g * ((xv[k] - m) * rs);
-            }
-        }
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+            ln_bwd_sums<F16>(dy[i], x[i], w4[i], m, rs, s1, s2);
         s1 = dsc_warp_sum(s1) / (float)C;
         s2 = dsc_warp_sum(s2) / (float)C;
-        for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-            float d[8], xh[8];
-            dsc_unpack8_16<F16>(dy[i], a);
-            dsc_unpack8_16<F16>(x[i], xv);
-            dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
-            dsc_unpack8_16<F16>(dx[i], d);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                xh[k] = (xv[k] - m) * rs;
-                d[k] += rs * (a[k] * wv[k] - s1 - xh[k] * s2);
-            }
-            dx[i] = dsc_pack8_16<F16>(d);
-            ln_add_partials(pw + i * 8, pb + i * 8, a, xh);
-        }
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+            dx[i] =
+                ln_bwd_dx<F16>(dy[i], x[i], w4[i], dx[i], m, rs, s1, s2, pw + i * 8, pb + i * 8);
     }
     __syncthreads();
-    float *out = scratch + (size_t)blockIdx.x * 2 * C;
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-        float v = 0.0f;
-        for (int k = 0; k < nwarps; k++) // warp order: deterministic
-            v += sh[(size_t)k * 2 * C + c];
-        out[c] = v;
-    }
+    ln_bwd_finish(scratch + (size_t)blockIdx.x * 2 * C, sh, C, nwarps);
 }
 
 // The same for rows of at most NCH chunks of 8 channels per lane (C <= 256 NCH with 32 lanes),
 // the row's values in registers: dy and x are read once, all chunks at a time, so each warp has
-// its whole row in flight, and the parameter-gradient sums stay in registers until the end.
+// its whole row in flight.
 template <bool F16, int NCH>
 __global__ void __launch_bounds__(LNB_REG_THREADS, 4)
     ln_bwd_reg_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout, const uint16_t *inp,
@@ -536,22 +562,17 @@ __global__ void __launch_bounds__(LNB_REG_THREADS, 4)
     int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
     int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
     float *sm = sh + (size_t)nwarps * 2 * C, *sr = sm + LNB_ROWS;
+    float *pw = sh + (size_t)warp * 2 * C, *pb = pw + C;
     long long r0 = (long long)blockIdx.x * LNB_ROWS;
     int nr = (int)min((long long)LNB_ROWS, N - r0);
-    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
-        sm[i] = mean[r0 + i];
-        sr[i] = rstd[r0 + i];
-    }
-    __syncthreads();
-    float *pws = sh + (size_t)warp * 2 * C, *pbs = pws + C;
-    for (int i = lane; i < 2 * C / 4; i += DSC_WARP_SIZE)
-        ((float4 *)pws)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ln_bwd_start(sm, sr, pw, mean, rstd, r0, nr, C);
     uint4 wq[NCH];
 #pragma unroll
     for (int j = 0; j < NCH; j++) {
         int i = lane + j * DSC_WARP_SIZE;
         wq[j] = i < C8 ? ((const uint4 *)w)[i] : make_uint4(0, 0, 0, 0);
     }
+    __syncthreads();
     for (int r = warp; r < nr; r += nwarps) {
         const uint4 *dy = (const uint4 *)(dout + (r0 + r) * C);
         const uint4 *x = (const uint4 *)(inp + (r0 + r) * C);
@@ -565,46 +586,20 @@ __global__ void __launch_bounds__(LNB_REG_THREADS, 4)
         }
         float m = sm[r], rs = sr[r], s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
-        for (int j = 0; j < NCH; j++) {
-            float a[8], xv[8], wv[8];
-            dsc_unpack8_16<F16>(dyq[j], a);
-            dsc_unpack8_16<F16>(xq[j], xv);
-            dsc_unpack8_16<F16>(wq[j], wv);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float g = a[k] * wv[k];
-                s1 += g;
-                s2 += g * ((xv[k] - m) * rs);
-            }
-        }
+        for (int j = 0; j < NCH; j++) // zeros past the row add nothing
+            ln_bwd_sums<F16>(dyq[j], xq[j], wq[j], m, rs, s1, s2);
         s1 = dsc_warp_sum(s1) / (float)C;
         s2 = dsc_warp_sum(s2) / (float)C;
 #pragma unroll
         for (int j = 0; j < NCH; j++) {
             int i = lane + j * DSC_WARP_SIZE;
-            if (i >= C8) continue;
-            float a[8], xv[8], wv[8], d[8], xh[8];
-            dsc_unpack8_16<F16>(dyq[j], a);
-            dsc_unpack8_16<F16>(xq[j], xv);
-            dsc_unpack8_16<F16>(wq[j], wv);
-            dsc_unpack8_16<F16>(dx[i], d);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                xh[k] = (xv[k] - m) * rs;
-                d[k] += rs * (a[k] * wv[k] - s1 - xh[k] * s2);
-            }
-            dx[i] = dsc_pack8_16<F16>(d);
-            ln_add_partials(pws + i * 8, pbs + i * 8, a, xh);
+            if (i < C8)
+                dx[i] = ln_bwd_dx<F16>(dyq[j], xq[j], wq[j], dx[i], m, rs, s1, s2, pw + i * 8,
+                                       pb + i * 8);
         }
     }
     __syncthreads();
-    float *out = scratch + (size_t)blockIdx.x * 2 * C;
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-        float v = 0.0f;
-        for (int k = 0; k < nwarps; k++) // warp order: deterministic
-            v += sh[(size_t)k * 2 * C + c];
-        out[c] = v;
-    }
+    ln_bwd_finish(scratch + (size_t)blockIdx.x * 2 * C, sh, C, nwarps);
 }
 
 static size_t ln_bwd_smem(int C, int warps) {
@@ -629,15 +624,17 @@ static dsc_status ln_bwd_warps(int C, int *warps, size_t *smem) {
     return DSC_OK;
 }
 
-// The register kernel's shared-memory allowance (above 48 KB from C = 769 on).
-static cudaError_t ln_bwd_reg_attr(bool fp16, int nch, int smem) {
-    const void *k[2][4] = {
-        {(const void *)ln_bwd_reg_kernel<false, 1>, (const void *)ln_bwd_reg_kernel<false, 2>,
-         (const void *)ln_bwd_reg_kernel<false, 3>, (const void *)ln_bwd_reg_kernel<false, 4>},
-        {(const void *)ln_bwd_reg_kernel<true, 1>, (const void *)ln_bwd_reg_kernel<true, 2>,
-         (const void *)ln_bwd_reg_kernel<true, 3>, (const void *)ln_bwd_reg_kernel<true, 4>}};
-    return cudaFuncSetAttribute(k[fp16][nch - 1], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                smem);
+// The layernorm backward kernel for a 16-bit type and a row width: the register kernel for
+// rows of at most 4 chunks of 8 channels per lane (nch), the shared-memory one beyond.
+typedef void (*ln_bwd_fn)(uint16_t *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
+                          const float *, const float *, long long, int);
+static ln_bwd_fn ln_bwd_pick(bool fp16, int nch) {
+    static const ln_bwd_fn reg[2][4] = {{ln_bwd_reg_kernel<false, 1>, ln_bwd_reg_kernel<false, 2>,
+                                         ln_bwd_reg_kernel<false, 3>, ln_bwd_reg_kernel<false, 4>},
+                                        {ln_bwd_reg_kernel<true, 1>, ln_bwd_reg_kernel<true, 2>,
+                                         ln_bwd_reg_kernel<true, 3>, ln_bwd_reg_kernel<true, 4>}};
+    if (nch <= 4) return reg[fp16][nch - 1];
+    return fp16 ? ln_bwd_kernel<true> : ln_bwd_kernel<false>;
 }
 
 // acc (ncols) += sum over k in order of part[k * stride + c]: the second half of every chunked
@@ -690,67 +687,18 @@ extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, 
                  "layernorm backward: bad arguments");
     cudaStream_t st = as_stream(stream);
     int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS);
-    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws;
-    if (nch <= 4) { // the register kernel
-        int threads = LNB_REG_THREADS;
-        size_t smem = ln_bwd_smem(C, threads / ws);
-#define DSC_LNB_REG(F, N)                                                                          \
-    ln_bwd_reg_kernel<F, N>                                                                        \
-        <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N_ROWS, C)
-        const long long N_ROWS = N;
-        DSC_CUDA_CHECK_AS(ln_bwd_reg_attr(fp16, nch, (int)smem),
-                          "layernorm backward: shared memory limit");
-        switch (nch * 2 + fp16) {
-        case 2:
-            DSC_LNB_REG(false, 1);
-            break;
-        case 3:
-            DSC_LNB_REG(true, 1);
-            break;
-        case 4:
-            DSC_LNB_REG(false, 2);
-            break;
-        case 5:
-            DSC_LNB_REG(true, 2);
-            break;
-        case 6:
-            DSC_LNB_REG(false, 3);
-            break;
-        case 7:
-            DSC_LNB_REG(true, 3);
-            break;
-        case 8:
-            DSC_LNB_REG(false, 4);
-            break;
-        default:
-            DSC_LNB_REG(true, 4);
-            break;
-        }
-#undef DSC_LNB_REG
-        DSC_CUDA_LAUNCHED("ln_bwd_reg_kernel");
-        reduce_partials2(dw, db, C, scratch, nchunks, 2 * (size_t)C, 2 * C, st);
-        DSC_CUDA_LAUNCHED("reduce_partials_kernel");
-        return DSC_OK;
+    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws, threads = LNB_REG_THREADS;
+    size_t smem = ln_bwd_smem(C, threads / ws);
+    if (nch > 4) { // the shared-memory kernel: as many warps as its partial sums leave room for
+        int warps = 0;
+        DSC_TRY(ln_bwd_warps(C, &warps, &smem));
+        threads = warps * ws;
     }
-    int warps = 0;
-    size_t smem = 0;
-    DSC_TRY(ln_bwd_warps(C, &warps, &smem));
-    int threads = warps * ws;
-    if (fp16) {
-        DSC_CUDA_CHECK_AS(cudaFuncSetAttribute(ln_bwd_kernel<true>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem),
-                          "layernorm backward: shared memory limit");
-        ln_bwd_kernel<true>
-            <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
-    } else {
-        DSC_CUDA_CHECK_AS(cudaFuncSetAttribute(ln_bwd_kernel<false>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem),
-                          "layernorm backward: shared memory limit");
-        ln_bwd_kernel<false>
-            <<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
-    }
+    ln_bwd_fn k = ln_bwd_pick(fp16, nch);
+    DSC_CUDA_CHECK_AS(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        "layernorm backward: shared memory limit");
+    k<<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
     DSC_CUDA_LAUNCHED("ln_bwd_kernel");
     reduce_partials2(dw, db, C, scratch, nchunks, 2 * (size_t)C, 2 * C, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");
