@@ -1,15 +1,15 @@
-// cuda/attention_mma.cuh - the NVIDIA kernels of attention.cu: tiles held in
+// cuda/attention_mma.cuh - the NVIDIA kernels of attention.cu: score and output tiles held in
 // registers.
 //
-// Included by attention.cu in CUDA builds only (inline PTX: mma.sync m16n8k16,
-// ldmatrix, cp.async; sm_80 and newer). The contracts are attention.h's; the
-// HIP build keeps the portable kernels of attention.cu.
+// Included by attention.cu in CUDA builds only (inline PTX: wgmma on sm_90a; mma.sync m16n8k16
+// and ldmatrix elsewhere, sm_80 and newer; cp.async). The contracts are attention.h's; the HIP
+// build keeps the portable kernels of attention.cu.
 //
 // Shape of the work: a block is 4 warps (one warpgroup) and 64 rows of one (batch, head); each
-// warp owns 16 rows and keeps its operand tile (Q, or K and V, or Q and dO), its score tile and
-// its output tile in registers as mma fragments. Only the streamed tiles (64 rows x 64 16-bit
-// values) pass through shared memory, double-buffered with cp.async so the next tile loads while
-// this one is multiplied. A score accumulator's layout (row g / g + 8, columns 2t, 2t + 1 of each
+// warp owns 16 rows and keeps its score tiles and its output tile in registers as mma fragments.
+// The operand tiles (Q, K, V, dO: 64 rows x 64 16-bit values) sit in shared memory; the streamed
+// ones are double-buffered with cp.async so the next tile loads while this one is multiplied.
+// A score accumulator's layout (row g / g + 8, columns 2t, 2t + 1 of each
 // 8-column slice) is exactly the layout of an A operand once packed to 16-bit pairs, so P and dS
 // go from one product to the next without touching memory.
 //
@@ -19,8 +19,9 @@
 // bank conflicts as the padded rows did before.
 //
 // Products: on sm_90a (the build's Hopper target) each product is a warpgroup product, m64 n64
-// k16, its A operand from registers and its B operand read by the tensor cores straight from the
-// shared tile (once for the four warps, where ldmatrix read it four times), with fp32
+// k16, reading the shared tiles straight into the tensor cores (once for the four warps, where
+// ldmatrix read them once a warp): both operands of the score products (Q K^T and the like) from
+// shared memory, the packed P or dS of the output products from registers, with fp32
 // accumulators in the same registers and layout as the mma.sync path below. Other targets (the
 // compute_90 PTX, which later GPUs compile) use mma.sync m16n8k16 with ldmatrix.
 //
@@ -488,9 +489,8 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
 // dK, dV of one 64-key tile (a warp: 16 keys), looping over the query tiles
 // that see it: S^T = K Q^T, P^T (packed to 16 bits at once), dV += P^T dO; then
 // dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q. K and V stay in shared
-// memory (their fragments are read again each tile) and P^T is held packed, so
-// that three blocks fit on a multiprocessor (158 registers with wgmma, 168 with mma.sync) instead
-// of two. dS is formed from the 16-bit P that the dV product also uses.
+// memory and P^T is held packed, so that three blocks fit on a multiprocessor (166 registers
+// with wgmma) instead of two. dS is formed from the 16-bit P that the dV product also uses.
 #define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4 + MMA_SMEM_ALIGN)
 
 template <bool F16>
@@ -599,8 +599,7 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
 }
 
 // dQ of one 64-query tile, looping over the key tiles it sees: S = Q K^T, dP =
-// dO V^T, dS = P (dP - D), dQ += dS K. dO stays in shared memory (its fragments
-// are read again each tile).
+// dO V^T, dS = P (dP - D), dQ += dS K. Q and dO stay in shared memory.
 #define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
 template <bool F16>
