@@ -634,6 +634,8 @@ static dsc_status train_loop(trainer *t) {
             if ((st = micro_step(t, step, micro, &loss)) != DSC_OK) goto fault;
             loss_sum += loss;
             if (step == 1 && micro == t->gas - 1 && t->o->dump_grads) {
+                if (t->gpu && (st = dsc__train_gpu_take_loss(t->gpu, &loss_sum)) != DSC_OK)
+                    goto fault;
                 double mean = loss_sum / t->gas;
                 DSC_TRY(dsc_engine_mean(t->eng, &mean, 1));
                 t->dump_loss = mean;
@@ -645,6 +647,8 @@ static dsc_status train_loop(trainer *t) {
             if (st != DSC_OK) goto fault;
             t->cur.step += dsc_now() - ts;
         }
+        // --device cuda reads the last micro-step's loss with the step's results
+        if (t->gpu && (st = dsc__train_gpu_take_loss(t->gpu, &loss_sum)) != DSC_OK) goto fault;
         // Between steps the engine may compact its pool: re-read the pointers. Not with --device
         // cuda: the GPU path keeps the host state's addresses (registered with the driver for
         // its copies) for the whole run.

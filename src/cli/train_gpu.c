@@ -42,6 +42,9 @@ struct train_gpu {
     int maxB;               // the micro-batch the model was made for
     bool timed;             // wall_clock_breakdown: wait for the device after each phase
     bool fp16;              // fp16.enabled: the model computes in fp16 (else bf16)
+    bool loss_pending;      // the last micro-step's loss is not in the trainer's sum yet
+    bool loss_ready;        // ... and loss_value holds it (read with the step's results)
+    float loss_value;
     const uint16_t **p16;   // per-tensor views into st->p16
     float **grad;           // per-tensor views into st->grad
     double peak;            // this rank's share of the device's peak (FLOP/s)
@@ -398,6 +401,7 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {
     float scale = (float)dsc_backward_scale(g->eng);
+    g->loss_pending = false; // one not taken belonged to a step a fault abandoned
     dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
@@ -410,9 +414,12 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
     }
     // With nccl the loss is read after the pass's collectives were waited for (pass_done).
     if (!g->timed) { // one pass over the logits for loss and gradient; bitwise the split calls
-        if (!g->dp) {
-            DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, loss));
-            dsc__engine_phase(g->eng, "backward"); // its loss read: the backward is enqueued
+        if (!g->dp) { // the step's last loss is read with its results (take_loss)
+            bool defer = g->micro + 1 == g->gas;
+            DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale,
+                                             defer ? NULL : loss));
+            dsc__engine_phase(g->eng, "backward"); // the backward is enqueued
+            if (defer) *loss = 0.0f, g->loss_pending = true, g->loss_ready = false;
             return DSC_OK;
         }
         DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, NULL));
@@ -433,6 +440,14 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
     DSC_TRY(dsc__cuda_stream_wait(g->st->stream));
     *fwd_s += t1 - t0;
     *bwd_s += dsc_now() - t1;
+    return DSC_OK;
+}
+
+dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum) {
+    if (!g->loss_pending) return DSC_OK;
+    if (!g->loss_ready) DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, &g->loss_value));
+    *loss_sum += g->loss_value;
+    g->loss_pending = g->loss_ready = false;
     return DSC_OK;
 }
 
@@ -493,7 +508,43 @@ static dsc_status observe_grads(train_gpu *g) {
     return dsc__engine_observe_device_grads(g->eng);
 }
 
+// bf16 / fp32 on one GPU (no step is skipped): the norm, the loss copies, the clipping divisor
+// and the optimizer step are all queued before the host waits, once, for the copies; the
+// optimizer runs while the host reports the step and starts the next one.
+static dsc_status queued_step(train_gpu *g, dsc_step_info *info) {
+    const float *loss_dev = NULL;
+    float inv = (float)(1.0 / dsc__engine_loss_scale(g->eng));
+    DSC_TRY(dsc__cuda_state_grad_sumsq_enqueue(g->st, inv));
+    if (g->loss_pending && !g->loss_ready) DSC_TRY(dsc_gpt2_cuda_loss_enqueue(g->model, &loss_dev));
+    DSC_TRY(dsc__cuda_state_results_enqueue(g->st, loss_dev));
+    dsc__device_step plan;
+    dsc__device_divisor div;
+    DSC_TRY(dsc__engine_device_step_begin(g->eng, &plan, info, &div));
+    if (plan.apply)
+        DSC_TRY(dsc__cuda_state_step_div(g->st, &plan.hp, plan.opt_step, div.prev, div.scale,
+                                         div.clipping));
+    DSC_TRY(dsc__cuda_state_zero_grads(g->st));
+    double sumsq;
+    bool nonfinite;
+    float loss;
+    DSC_TRY(dsc__cuda_state_results_wait(g->st, &loss, &sumsq, &nonfinite));
+    if (loss_dev) g->loss_value = loss, g->loss_ready = true;
+    dsc__engine_device_step_end(g->eng, sumsq, nonfinite, info);
+    return DSC_OK;
+}
+
+// Whether this step boundary goes through queued_step.
+static bool queued(const train_gpu *g) {
+    return !g->dp && !g->staged && !g->off && !g->st->offload && g->micro + 1 == g->gas &&
+           !g->fp16 && !g->timed && !dsc__engine_grads_observed(g->eng);
+}
+
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
+    bool q = queued(g);
+    if (g->loss_pending && !g->loss_ready && !q) { // read before the step, as ever
+        DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, &g->loss_value));
+        g->loss_ready = true;
+    }
     if (g->dp) return dsc__train_dp_step(g->dp, info);
     if (g->staged) return staged_step(g, info);
     if (g->off) {
@@ -507,6 +558,7 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
         return DSC_OK;
     }
     g->micro = 0;
+    if (q) return queued_step(g, info);
     DSC_TRY(observe_grads(g));
     double sumsq;
     bool nonfinite;
@@ -566,6 +618,7 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
                                 float *loss, double *fwd_s, double *bwd_s) {
     return no_cuda();
 }
+dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum) { return no_cuda(); }
 dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used) {
     return no_cuda();
 }

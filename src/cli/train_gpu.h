@@ -67,6 +67,10 @@ dsc_status dsc__train_gpu_recovered(train_gpu *g, int B);
 // otherwise the device runs ahead and the two are left alone.
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s);
+// The last micro-step of a step may leave its loss on the device (*loss 0 then), to be read with
+// the step's other results: the trainer adds it to its sum here, after the step (or before, where
+// it needs the sum earlier; the loss is then read at once). Nothing pending: nothing added.
+dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum);
 // The run's device pool (every device buffer of the run is a block of it) and the bytes in use on
 // the device (cudaMemGetInfo: total - free).
 dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used);

@@ -1,7 +1,12 @@
 // cuda/gpt2_cuda.cu - GPT-2 forward and backward on one GPU (see gpt2_cuda.h).
 #include "cuda/gpt2_cuda.h"
 
-#include <stdlib.h> // calloc, free
+#include <stdlib.h> // calloc, free, getenv
+#include <string.h> // memcmp, memcpy, memset, strcmp
+
+extern "C" {
+#include "base/log.h" // DSC_WARN
+}
 
 #include "cuda/attention.h"    // dsc__cuda_attention_*
 #include "cuda/common.cuh"     // DSC_CUDA_TRY
@@ -18,6 +23,12 @@ enum {
     K_LN2W, K_LN2B, K_FCW, K_FCB, K_MPROJW, K_MPROJB, PER_LAYER
 };
 // clang-format on
+
+typedef struct graph_key {
+    int B, T;
+    float loss_scale;
+    bool fp16, fused_gelu;
+} graph_key;
 
 struct dsc_gpt2_cuda {
     dsc_gpt2_config c;
@@ -40,12 +51,21 @@ struct dsc_gpt2_cuda {
     float *lnf_mean, *lnf_rstd, *losses, *lse;        // (BT)
     float *loss_dev;                                  // (1)
     float *ln_scratch, *col_scratch, *att_scratch;
+    float *bias_carry; // (C) mlp.c_proj's bias gradient of the layer below, from ln_1's backward
     void *enc_scratch;
     int32_t *tokens; // (2, BT): inputs, targets
     dsc_gpt2_cuda_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
     void *hook_user;
     dsc_gpt2_cuda_layer_hook layer_hook; // before each layer (set_layer_hook); NULL: none
     void *layer_user;
+    // The training step's kernels as one CUDA graph (train_step without hooks): the first step of
+    // a key (shape, scale, parameter and gradient addresses) runs eagerly, the second captures
+    // it, the rest replay it. DSC_GPU_GRAPH=0, or a capture the runtime refuses: never.
+    bool use_graph;
+    int graph_state; // 0: no step of the key yet, 1: one eager step, 2: captured (exec or refused)
+    cudaGraphExec_t graph_exec;
+    graph_key gkey;
+    const void **graph_ptrs; // (2, ntensors): the key's parameter and gradient addresses
 };
 
 typedef struct layer_acts {
@@ -105,6 +125,7 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
         {(void **)&m->loss_dev, 4},
         {(void **)&m->ln_scratch, dsc__cuda_layernorm_backward_scratch((int64_t)R, (int)C) * 4},
         {(void **)&m->col_scratch, colsum * 4},
+        {(void **)&m->bias_carry, C * 4},
         {(void **)&m->att_scratch,
          dsc__cuda_attention_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
         {(void **)&m->enc_scratch, dsc__cuda_encoder_backward_scratch(m->maxB, m->maxT, (int)V)},
@@ -141,6 +162,10 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
     m->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
     m->st = (cudaStream_t)stream;
     m->fused_gelu = true;
+    const char *graph = getenv("DSC_GPU_GRAPH");
+    m->use_graph = !(graph && !strcmp(graph, "0"));
+    m->graph_ptrs = (const void **)calloc(2 * (size_t)dsc_gpt2_num_tensors(c), sizeof(void *));
+    if (!m->graph_ptrs) m->use_graph = false;
     dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
     if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
     if (st == DSC_OK) { // the padding rows of wte's copy stay zero for the model's life
@@ -167,6 +192,8 @@ extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_c
 extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
+    if (m->graph_exec) (void)cudaGraphExecDestroy(m->graph_exec);
+    free(m->graph_ptrs);
     dsc__cuda_blas_destroy(m->blas);
     dsc__cuda_buf_free(&m->slab);
     free(m);
@@ -290,10 +317,18 @@ static dsc_status check_params(const dsc_gpt2_cuda *m, const void *const *t, con
     return DSC_OK;
 }
 
-static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
+extern "C" dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev) {
+    DSC_CUDA_ARG(m && loss_dev, "gpt2 cuda loss: model and out must be set");
     int BT = m->B * m->T;
     DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, BT, 1.0f / (float)BT, m->st));
-    DSC_CUDA_TRY(cudaMemcpyAsync(loss, m->loss_dev, sizeof(float), cudaMemcpyDeviceToHost, m->st));
+    *loss_dev = m->loss_dev;
+    return DSC_OK;
+}
+
+static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
+    const float *dev;
+    DSC_TRY(dsc_gpt2_cuda_loss_enqueue(m, &dev));
+    DSC_CUDA_TRY(cudaMemcpyAsync(loss, dev, sizeof(float), cudaMemcpyDeviceToHost, m->st));
     DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
     return DSC_OK;
 }
@@ -309,7 +344,8 @@ extern "C" void dsc_gpt2_cuda_set_layer_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_lay
 }
 
 // Everything of a forward up to the logits (tokens checked and copied, targets too when given).
-static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params,
+// Checks the batch's shape, the parameters and the tokens, and queues the tokens' upload.
+static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T) {
     DSC_CUDA_ARG(m && inputs, "gpt2 cuda forward: model and inputs must be set");
     DSC_CUDA_ARG(B >= 1 && T >= 1 && B <= m->maxB && T <= m->maxT,
@@ -317,7 +353,7 @@ static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params
                  "created for",
                  B, T, m->maxB, m->maxT);
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
-    int BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
+    int BT = B * T, V = m->c.vocab_size;
     DSC_TRY(check_tokens(inputs, "inputs", BT, T, V));
     if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V));
     m->B = B, m->T = T, m->have_targets = false;
@@ -326,6 +362,12 @@ static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params
     if (targets)
         DSC_CUDA_TRY(cudaMemcpyAsync(m->tokens + BT, targets, sizeof(int32_t) * BT,
                                      cudaMemcpyHostToDevice, m->st));
+    return DSC_OK;
+}
+
+// The forward's kernels from the tokens (on the device) to the logits, for m->B x m->T.
+static dsc_status enqueue_forward(dsc_gpt2_cuda *m, const uint16_t *const *params) {
+    int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, params[0], params[1], B, T, C, m->fp16,
                                         m->st));
     for (int l = 0; l < L; l++) {
@@ -344,6 +386,12 @@ static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params
     return mm_dinp(m, m->logits, m->Vp, m->lnf, C, m->wte_pad, BT, m->Vp, C, NULL);
 }
 
+static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                 const int32_t *inputs, const int32_t *targets, int B, int T) {
+    DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
+    return enqueue_forward(m, params);
+}
+
 extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                             const int32_t *inputs, const int32_t *targets, int B,
                                             int T, float *loss) {
@@ -358,7 +406,11 @@ extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *co
 
 // ---- backward ----
 
-// On entry m->dres holds the gradient of layer l's output; on return that of its input.
+// On entry m->dres holds the gradient of layer l's output; on return that of its input. The two
+// projections that read the residual stream's gradient (attn.c_proj, mlp.c_proj) take their bias
+// gradients from the layernorm backward that wrote it (its column sums, dsum): attn.c_proj's
+// from ln_2 directly, mlp.c_proj's from the layer above's ln_1 (or ln_f) through bias_carry,
+// added here: a streamed layer's gradient buffer exists only during its own backward.
 static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                  float *const *grads, int l) {
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
@@ -371,7 +423,7 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
     DSC_TRY(
         mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, m->fused_gelu ? a.fch : NULL));
     DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
-    DSC_TRY(dsc__cuda_colsum_h(g[K_MPROJB], m->col_scratch, dres, BT, C, m->fp16, st));
+    DSC_TRY(dsc__cuda_add_f32_clear(g[K_MPROJB], m->bias_carry, C, st));
     if (!m->fused_gelu)
         DSC_TRY(dsc__cuda_gelu_backward_h(dbig, dbig, a.fch, (int64_t)BT * 4 * C, m->fp16, st));
     // mlp.c_fc and ln_2
@@ -379,11 +431,12 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
     DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
     DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, m->fp16, st));
     DSC_TRY(dsc__cuda_layernorm_backward_h(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, dln, a.res2,
-                                           p[K_LN2W], a.ln2_mean, a.ln2_rstd, BT, C, m->fp16, st));
+                                           p[K_LN2W], a.ln2_mean, a.ln2_rstd, g[K_APROJB], BT, C,
+                                           m->fp16, st));
     // attn.c_proj and attention
     DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
     DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
-    DSC_TRY(dsc__cuda_colsum_h(g[K_APROJB], m->col_scratch, dres, BT, C, m->fp16, st));
+
     DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, datt, a.qkv, a.atty, a.lse, B, T,
                                            C, NH, m->fp16, st));
     // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
@@ -391,7 +444,8 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
     DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
     DSC_TRY(dsc__cuda_colsum_h(g[K_ATTB], m->col_scratch, dbig, BT, 3 * C, m->fp16, st));
     return dsc__cuda_layernorm_backward_h(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in,
-                                          p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C, m->fp16, st);
+                                          p[K_LN1W], a.ln1_mean, a.ln1_rstd,
+                                          l > 0 ? m->bias_carry : NULL, BT, C, m->fp16, st);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss) {
@@ -419,9 +473,10 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
                        DSC_CUDA_EPI_NONE, NULL)); // columns [V, Vp) of dlogits are zero
     DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
+    DSC_CUDA_TRY(cudaMemsetAsync(m->bias_carry, 0, sizeof(float) * C, st));
     DSC_TRY(dsc__cuda_layernorm_backward_h(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch,
                                            m->dln, acts_of(m, L).res_in, params[lnf], m->lnf_mean,
-                                           m->lnf_rstd, BT, C, m->fp16, st));
+                                           m->lnf_rstd, m->bias_carry, BT, C, m->fp16, st));
     DSC_TRY(group_done(m, L + 1));
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(before_layer(m, 1, l));
@@ -449,17 +504,107 @@ extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *c
     return backward_from_dlogits(m, params, grads);
 }
 
+// ---- the training step ----
+
+// After the forward: loss and logits' gradients in one pass, then the backward.
+static dsc_status enqueue_train_rest(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                     float *const *grads, float loss_scale) {
+    int BT = m->B * m->T, V = m->c.vocab_size;
+    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, loss_scale / (float)BT,
+                                   BT, V, m->Vp, m->fp16, m->st));
+    return backward_from_dlogits(m, params, grads);
+}
+
+static dsc_status enqueue_train(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                float *const *grads, float loss_scale) {
+    DSC_TRY(enqueue_forward(m, params));
+    return enqueue_train_rest(m, params, grads, loss_scale);
+}
+
+// Hooks run host code between kernels (collectives, gathers): those steps stay eager.
+static bool graph_allowed(const dsc_gpt2_cuda *m) {
+    return m->use_graph && !m->hook && !m->layer_hook;
+}
+
+static graph_key key_now(const dsc_gpt2_cuda *m, float loss_scale) {
+    graph_key k;
+    memset(&k, 0, sizeof k); // padding too: keys are compared with memcmp
+    k.B = m->B, k.T = m->T, k.loss_scale = loss_scale, k.fp16 = m->fp16;
+    k.fused_gelu = m->fused_gelu;
+    return k;
+}
+
+static bool same_key(const dsc_gpt2_cuda *m, const graph_key *k, const uint16_t *const *params,
+                     float *const *grads) {
+    size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
+    return memcmp(&m->gkey, k, sizeof *k) == 0 &&
+           memcmp(m->graph_ptrs, params, nt * sizeof(void *)) == 0 &&
+           memcmp(m->graph_ptrs + nt, grads, nt * sizeof(void *)) == 0;
+}
+
+// Capture the step into m->graph_exec. Anything the runtime refuses leaves graphs off for this
+// model: the caller then runs the step eagerly, with the same results.
+static void capture_train(dsc_gpt2_cuda *m, const uint16_t *const *params, float *const *grads,
+                          float loss_scale) {
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        dsc_status st = enqueue_train(m, params, grads, loss_scale);
+        e = cudaStreamEndCapture(m->st, &graph);
+        if (st != DSC_OK && e == cudaSuccess) e = cudaErrorUnknown;
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiateWithFlags(&m->graph_exec, graph, 0);
+    if (graph) (void)cudaGraphDestroy(graph);
+    if (e == cudaSuccess) return;
+    DSC_WARN("gpu", "the training step could not be captured as a CUDA graph (%s); each step "
+             "launches its kernels one by one from now on (same results, a little slower)",
+             cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    dsc_clear_error();
+    m->graph_exec = NULL;
+    m->use_graph = false;
+}
+
+// The step's kernels through the graph of its key (see use_graph).
+static dsc_status run_train_graph(dsc_gpt2_cuda *m, const uint16_t *const *params,
+                                  float *const *grads, float loss_scale) {
+    graph_key k = key_now(m, loss_scale);
+    if (m->graph_state > 0 && !same_key(m, &k, params, grads)) {
+        if (m->graph_exec) (void)cudaGraphExecDestroy(m->graph_exec);
+        m->graph_exec = NULL;
+        m->graph_state = 0;
+    }
+    if (m->graph_state == 0) { // eagerly: the products' algorithm choices are made and cached
+        DSC_TRY(enqueue_train(m, params, grads, loss_scale));
+        size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
+        memcpy(m->graph_ptrs, params, nt * sizeof(void *));
+        memcpy(m->graph_ptrs + nt, grads, nt * sizeof(void *));
+        m->gkey = k, m->graph_state = 1;
+        return DSC_OK;
+    }
+    if (m->graph_state == 1) {
+        capture_train(m, params, grads, loss_scale);
+        m->graph_state = 2;
+        if (!m->graph_exec) return enqueue_train(m, params, grads, loss_scale);
+    }
+    DSC_CUDA_TRY(cudaGraphLaunch(m->graph_exec, m->st));
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                                float *const *grads, const int32_t *inputs,
                                                const int32_t *targets, int B, int T,
                                                float loss_scale, float *loss) {
     DSC_CUDA_ARG(m && targets, "gpt2 cuda train step: model and targets must be set");
     DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
-    DSC_TRY(forward_logits(m, params, inputs, targets, B, T));
-    m->have_targets = false; // the logits become their gradients here
-    int BT = B * T, V = m->c.vocab_size;
-    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, loss_scale / (float)BT,
-                                   BT, V, m->Vp, m->fp16, m->st));
-    DSC_TRY(backward_from_dlogits(m, params, grads));
+    // The tokens are checked and uploaded outside the graph; forward_logits enqueues the rest.
+    if (!graph_allowed(m)) {
+        DSC_TRY(forward_logits(m, params, inputs, targets, B, T));
+        DSC_TRY(enqueue_train_rest(m, params, grads, loss_scale));
+    } else {
+        DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
+        DSC_TRY(run_train_graph(m, params, grads, loss_scale));
+    }
+    m->have_targets = false; // the logits became their gradients
     return loss ? read_loss(m, loss) : DSC_OK;
 }

@@ -80,6 +80,8 @@ dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *par
 // model's stream. For a train step called with loss NULL, so that the host can do other work
 // (e.g. take gradients as the hook hands them over) before it waits.
 dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss);
+// The same mean queued into a device float (*loss_dev, valid until the next forward), not read.
+dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev);
 
 // A hook called on the host while a backward (dsc_gpt2_cuda_backward or _train_step) is being
 // enqueued: once per parameter group of the model table (dsc_gpt2_tensor_info.group), right after

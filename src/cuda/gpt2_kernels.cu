@@ -14,7 +14,6 @@
 #define SUM_THREADS 1024 // dsc__cuda_sum: one block
 #define ENC_CHUNK 1024   // positions per block of the encoder's counting sort
 #define ENC_THREADS 256
-#define SCAN_THREADS 1024 // the one block of the vocabulary scan
 
 #define LN_EPS 1e-5f
 #define GELU_K 0.79788456080286536f // sqrt(2 / pi)
@@ -230,8 +229,10 @@ __global__ void enc_rank_kernel(int *rank, int *counts, const int32_t *inp, int 
     }
 }
 
-// Step 2: per token, counts become exclusive prefixes over the chunks; totals (V) per token.
-__global__ void enc_chunk_prefix_kernel(int *counts, int *totals, int nchunks, int V) {
+// Step 2: per token, counts become exclusive prefixes over the chunks; totals (V) per token,
+// and per block of ELEM_THREADS tokens their sum (blocksum, zeroed before; integer atomics).
+__global__ void enc_chunk_prefix_kernel(int *counts, int *totals, int *blocksum, int nchunks,
+                                        int V) {
     int v = blockIdx.x * blockDim.x + threadIdx.x;
     if (v >= V) return;
     int run = 0;
@@ -241,29 +242,34 @@ __global__ void enc_chunk_prefix_kernel(int *counts, int *totals, int nchunks, i
         run += k;
     }
     totals[v] = run;
+    if (run) atomicAdd(&blocksum[blockIdx.x], run);
 }
 
-// Step 3 (one block): offsets (V) = exclusive scan of totals; each thread owns a contiguous run.
-__global__ void enc_scan_kernel(int *offsets, const int *totals, int V) {
-    __shared__ int sh[SCAN_THREADS];
-    int per = (V + blockDim.x - 1) / blockDim.x;
-    int lo = min(V, (int)threadIdx.x * per), hi = min(V, lo + per);
-    int s = 0;
-    for (int v = lo; v < hi; v++)
-        s += totals[v];
-    sh[threadIdx.x] = s;
+// Step 3: offsets (V) = exclusive scan of totals; block b (ELEM_THREADS tokens, as step 2's)
+// starts from the sum of the blocks before it, then scans its own tokens in shared memory.
+__global__ void __launch_bounds__(ELEM_THREADS)
+    enc_scan_kernel(int *offsets, const int *totals, const int *blocksum, int V) {
+    __shared__ int sh[ELEM_THREADS];
+    int t = threadIdx.x, v = blockIdx.x * ELEM_THREADS + t, before = 0;
+    for (int k = t; k < (int)blockIdx.x; k += ELEM_THREADS)
+        before += blocksum[k];
+    sh[t] = before;
     __syncthreads();
-    for (int off = 1; off < (int)blockDim.x; off <<= 1) { // inclusive Hillis-Steele scan
-        int x = (int)threadIdx.x >= off ? sh[threadIdx.x - off] : 0;
-        __syncthreads();
-        sh[threadIdx.x] += x;
+    for (int half = ELEM_THREADS / 2; half > 0; half >>= 1) {
+        if (t < half) sh[t] += sh[t + half];
         __syncthreads();
     }
-    int run = sh[threadIdx.x] - s;
-    for (int v = lo; v < hi; v++) {
-        offsets[v] = run;
-        run += totals[v];
+    int base = sh[0], own = v < V ? totals[v] : 0;
+    __syncthreads();
+    sh[t] = own;
+    __syncthreads();
+    for (int off = 1; off < ELEM_THREADS; off <<= 1) { // inclusive Hillis-Steele scan
+        int x = t >= off ? sh[t - off] : 0;
+        __syncthreads();
+        sh[t] += x;
+        __syncthreads();
     }
+    if (v < V) offsets[v] = base + sh[t] - own;
 }
 
 // Step 4: sorted (BT) = positions ordered by (token, position): a stable counting sort.
@@ -321,10 +327,15 @@ __global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// Scratch: counts (nchunks, V), totals (V), offsets (V), rank (BT), sorted (BT), all int.
+// Scratch: counts (nchunks, V) and blocksum (V / ELEM_THREADS, rounded up) zeroed together,
+// totals (V), offsets (V), rank (BT), sorted (BT), all int.
+static size_t enc_counts_bytes(size_t nchunks, int V) {
+    return align256((nchunks * V + (V + ELEM_THREADS - 1) / ELEM_THREADS) * 4);
+}
+
 extern "C" size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V) {
     size_t BT = (size_t)B * T, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK;
-    return align256(nchunks * V * 4) + 2 * align256((size_t)V * 4) + 2 * align256(BT * 4);
+    return enc_counts_bytes(nchunks, V) + 2 * align256((size_t)V * 4) + 2 * align256(BT * 4);
 }
 
 extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
@@ -335,18 +346,18 @@ extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, voi
     cudaStream_t st = as_stream(stream);
     int BT = B * T, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK, C8 = C / 8;
     char *s = (char *)scratch;
-    int *counts = (int *)s;
-    s += align256((size_t)nchunks * V * 4);
+    int *counts = (int *)s, *blocksum = counts + (size_t)nchunks * V;
+    s += enc_counts_bytes(nchunks, V);
     int *totals = (int *)s, *offsets = (int *)(s + align256((size_t)V * 4));
     s += 2 * align256((size_t)V * 4);
     int *rank = (int *)s, *sorted = (int *)(s + align256((size_t)BT * 4));
-    DSC_CUDA_TRY(cudaMemsetAsync(counts, 0, (size_t)nchunks * V * 4, st));
+    DSC_CUDA_TRY(cudaMemsetAsync(counts, 0, enc_counts_bytes(nchunks, V), st));
     enc_rank_kernel<<<nchunks, ENC_THREADS, 0, st>>>(rank, counts, inp, BT, V);
     DSC_CUDA_LAUNCHED("enc_rank_kernel");
-    enc_chunk_prefix_kernel<<<dsc__blocks(V, ELEM_THREADS), ELEM_THREADS, 0, st>>>(counts, totals,
-                                                                                   nchunks, V);
+    unsigned vblocks = dsc__blocks(V, ELEM_THREADS);
+    enc_chunk_prefix_kernel<<<vblocks, ELEM_THREADS, 0, st>>>(counts, totals, blocksum, nchunks, V);
     DSC_CUDA_LAUNCHED("enc_chunk_prefix_kernel");
-    enc_scan_kernel<<<1, SCAN_THREADS, 0, st>>>(offsets, totals, V);
+    enc_scan_kernel<<<vblocks, ELEM_THREADS, 0, st>>>(offsets, totals, blocksum, V);
     DSC_CUDA_LAUNCHED("enc_scan_kernel");
     enc_scatter_kernel<<<dsc__blocks(BT, ELEM_THREADS), ELEM_THREADS, 0, st>>>(sorted, rank, counts,
                                                                                offsets, inp, BT, V);
@@ -420,6 +431,64 @@ __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uin
     }
 }
 
+// The same with the row in registers (at most NCH chunks of 8 channels per lane): all of a
+// lane's loads in flight at once, then the three passes over registers, in the same order (so
+// bitwise ln_fwd_kernel's results).
+template <bool F16, int NCH>
+__global__ void ln_fwd_reg_kernel(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                                  const uint16_t *w, const uint16_t *b, long long N, int C) {
+    int lane = threadIdx.x % DSC_WARP_SIZE;
+    long long row =
+        (long long)blockIdx.x * (blockDim.x / DSC_WARP_SIZE) + threadIdx.x / DSC_WARP_SIZE;
+    if (row >= N) return; // whole warps leave together
+    int C8 = C / 8;
+    const uint4 *x = (const uint4 *)(inp + row * C);
+    uint4 xq[NCH];
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        int i = lane + j * DSC_WARP_SIZE;
+        xq[j] = i < C8 ? x[i] : make_uint4(0, 0, 0, 0);
+    }
+    float v[8], s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        if (lane + j * DSC_WARP_SIZE >= C8) continue;
+        dsc_unpack8_16<F16>(xq[j], v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s += v[k];
+    }
+    float m = dsc_warp_sum(s) / (float)C;
+    float var = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        if (lane + j * DSC_WARP_SIZE >= C8) continue;
+        dsc_unpack8_16<F16>(xq[j], v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            var += (v[k] - m) * (v[k] - m);
+    }
+    float r = 1.0f / sqrtf(dsc_warp_sum(var) / (float)C + LN_EPS);
+    uint4 *o = (uint4 *)(out + row * C);
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        int i = lane + j * DSC_WARP_SIZE;
+        if (i >= C8) continue;
+        float wv[8], bv[8];
+        dsc_unpack8_16<F16>(xq[j], v);
+        dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
+        dsc_unpack8_16<F16>(((const uint4 *)b)[i], bv);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = (v[k] - m) * r * wv[k] + bv[k];
+        o[i] = dsc_pack8_16<F16>(v);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
 extern "C" dsc_status dsc__cuda_layernorm_forward_h(uint16_t *out, float *mean, float *rstd,
                                                     const uint16_t *inp, const uint16_t *w,
                                                     const uint16_t *b, int64_t N, int C, bool fp16,
@@ -429,10 +498,16 @@ extern "C" dsc_status dsc__cuda_layernorm_forward_h(uint16_t *out, float *mean, 
     int rows_per_block = LN_THREADS / dsc__host_warp_size();
     unsigned blocks = dsc__blocks(N, rows_per_block);
     cudaStream_t st = as_stream(stream);
-    if (fp16)
-        ln_fwd_kernel<true><<<blocks, LN_THREADS, 0, st>>>(out, mean, rstd, inp, w, b, N, C);
-    else
-        ln_fwd_kernel<false><<<blocks, LN_THREADS, 0, st>>>(out, mean, rstd, inp, w, b, N, C);
+    typedef void (*ln_fwd_fn)(uint16_t *, float *, float *, const uint16_t *, const uint16_t *,
+                              const uint16_t *, long long, int);
+    static const ln_fwd_fn reg[2][4] = {
+        {ln_fwd_reg_kernel<false, 1>, ln_fwd_reg_kernel<false, 2>, ln_fwd_reg_kernel<false, 3>,
+         ln_fwd_reg_kernel<false, 4>},
+        {ln_fwd_reg_kernel<true, 1>, ln_fwd_reg_kernel<true, 2>, ln_fwd_reg_kernel<true, 3>,
+         ln_fwd_reg_kernel<true, 4>}};
+    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws;
+    ln_fwd_fn k = nch <= 4 ? reg[fp16][nch - 1] : fp16 ? ln_fwd_kernel<true> : ln_fwd_kernel<false>;
+    k<<<blocks, LN_THREADS, 0, st>>>(out, mean, rstd, inp, w, b, N, C);
     DSC_CUDA_LAUNCHED("ln_fwd_kernel");
     return DSC_OK;
 }
@@ -474,10 +549,12 @@ __device__ static inline void ln_bwd_sums(uint4 dyq, uint4 xq, uint4 wq, float m
 }
 
 // Eight channels of a row once s1 and s2 are the row's means: dx + rstd (g - s1 - xhat s2) as
-// the result, and dy xhat, dy into the warp's partial sums.
+// the result, and dy xhat, dy into the warp's partial sums; pc (NULL: none) += the result as
+// stored (16-bit), for the column sums of dinp.
 template <bool F16>
 __device__ static inline uint4 ln_bwd_dx(uint4 dyq, uint4 xq, uint4 wq, uint4 dxq, float m,
-                                         float rs, float s1, float s2, float *pw, float *pb) {
+                                         float rs, float s1, float s2, float *pw, float *pb,
+                                         float *pc) {
     float a[8], xv[8], wv[8], d[8], xh[8];
     dsc_unpack8_16<F16>(dyq, a);
     dsc_unpack8_16<F16>(xq, xv);
@@ -489,27 +566,38 @@ __device__ static inline uint4 ln_bwd_dx(uint4 dyq, uint4 xq, uint4 wq, uint4 dx
         d[k] += rs * (a[k] * wv[k] - s1 - xh[k] * s2);
     }
     ln_add_partials(pw, pb, a, xh);
-    return dsc_pack8_16<F16>(d);
+    uint4 out = dsc_pack8_16<F16>(d);
+    if (pc) {
+        dsc_unpack8_16<F16>(out, d);
+        float4 *c4 = (float4 *)pc;
+        float4 c0 = c4[0], c1 = c4[1];
+        c0.x += d[0], c0.y += d[1], c0.z += d[2], c0.w += d[3];
+        c1.x += d[4], c1.y += d[5], c1.z += d[6], c1.w += d[7];
+        c4[0] = c0, c4[1] = c1;
+    }
+    return out;
 }
 
 // A block's start: its rows' mean and rstd into shared memory, the calling warp's slice of
-// partial sums zeroed (the block synchronises after).
+// partial sums (nparts C floats) zeroed (the block synchronises after).
 __device__ static inline void ln_bwd_start(float *sm, float *sr, float *pw, const float *mean,
-                                           const float *rstd, long long r0, int nr, int C) {
+                                           const float *rstd, long long r0, int nr, int C,
+                                           int nparts) {
     for (int i = threadIdx.x; i < nr; i += blockDim.x) {
         sm[i] = mean[r0 + i];
         sr[i] = rstd[r0 + i];
     }
-    for (int i = threadIdx.x % DSC_WARP_SIZE; i < 2 * C / 4; i += DSC_WARP_SIZE)
+    for (int i = threadIdx.x % DSC_WARP_SIZE; i < nparts * C / 4; i += DSC_WARP_SIZE)
         ((float4 *)pw)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
-// A block's end: the warps' slices summed in warp order (deterministic) into out (2 C).
-__device__ static inline void ln_bwd_finish(float *out, const float *sh, int C, int nwarps) {
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+// A block's end: the warps' slices summed in warp order (deterministic) into out (nparts C).
+__device__ static inline void ln_bwd_finish(float *out, const float *sh, int C, int nwarps,
+                                            int nparts) {
+    for (int c = threadIdx.x; c < nparts * C; c += blockDim.x) {
         float v = 0.0f;
         for (int k = 0; k < nwarps; k++)
-            v += sh[(size_t)k * 2 * C + c];
+            v += sh[(size_t)k * nparts * C + c];
         out[c] = v;
     }
 }
@@ -517,21 +605,22 @@ __device__ static inline void ln_bwd_finish(float *out, const float *sh, int C, 
 // One block per chunk of LNB_ROWS rows, a warp per row: dinp += rstd (g - mean(g) - xhat
 // mean(g xhat)), g = dy w. In the same pass each lane adds dy xhat and dy of its channels into
 // its warp's slice of shared memory (2 C floats a warp, each channel one lane's, so no atomics);
-// the block then sums the slices in warp order into scratch (nchunks, 2, C). Deterministic.
+// the block then sums the slices in warp order into scratch (nchunks, nparts, C). nparts 3: the
+// third slice sums the resulting dinp's columns. Deterministic.
 template <bool F16>
 __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout,
                               const uint16_t *inp, const uint16_t *w, const float *mean,
-                              const float *rstd, long long N, int C) {
-    extern __shared__ float4 ln_sh4[]; // [nwarps][2][C] partial sums, then mean and rstd
+                              const float *rstd, long long N, int C, int nparts) {
+    extern __shared__ float4 ln_sh4[]; // [nwarps][nparts][C] partial sums, then mean and rstd
     float *sh = (float *)ln_sh4;
     int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
     int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
-    float *sm = sh + (size_t)nwarps * 2 * C, *sr = sm + LNB_ROWS;
-    float *pw = sh + (size_t)warp * 2 * C, *pb = pw + C;
+    float *sm = sh + (size_t)nwarps * nparts * C, *sr = sm + LNB_ROWS;
+    float *pw = sh + (size_t)warp * nparts * C, *pb = pw + C, *pc = nparts > 2 ? pb + C : NULL;
     const uint4 *w4 = (const uint4 *)w;
     long long r0 = (long long)blockIdx.x * LNB_ROWS;
     int nr = (int)min((long long)LNB_ROWS, N - r0);
-    ln_bwd_start(sm, sr, pw, mean, rstd, r0, nr, C);
+    ln_bwd_start(sm, sr, pw, mean, rstd, r0, nr, C, nparts);
     __syncthreads();
     for (int r = warp; r < nr; r += nwarps) {
         const uint4 *dy = (const uint4 *)(dout + (r0 + r) * C);
@@ -543,11 +632,11 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
         s1 = dsc_warp_sum(s1) / (float)C;
         s2 = dsc_warp_sum(s2) / (float)C;
         for (int i = lane; i < C8; i += DSC_WARP_SIZE)
-            dx[i] =
-                ln_bwd_dx<F16>(dy[i], x[i], w4[i], dx[i], m, rs, s1, s2, pw + i * 8, pb + i * 8);
+            dx[i] = ln_bwd_dx<F16>(dy[i], x[i], w4[i], dx[i], m, rs, s1, s2, pw + i * 8,
+                                   pb + i * 8, pc ? pc + i * 8 : NULL);
     }
     __syncthreads();
-    ln_bwd_finish(scratch + (size_t)blockIdx.x * 2 * C, sh, C, nwarps);
+    ln_bwd_finish(scratch + (size_t)blockIdx.x * nparts * C, sh, C, nwarps, nparts);
 }
 
 // The same for rows of at most NCH chunks of 8 channels per lane (C <= 256 NCH with 32 lanes),
@@ -556,16 +645,17 @@ __global__ void ln_bwd_kernel(uint16_t *dinp, float *scratch, const uint16_t *do
 template <bool F16, int NCH>
 __global__ void __launch_bounds__(LNB_REG_THREADS, 4)
     ln_bwd_reg_kernel(uint16_t *dinp, float *scratch, const uint16_t *dout, const uint16_t *inp,
-                      const uint16_t *w, const float *mean, const float *rstd, long long N, int C) {
-    extern __shared__ float4 ln_sh4[]; // [nwarps][2][C] partial sums, then mean and rstd
+                      const uint16_t *w, const float *mean, const float *rstd, long long N, int C,
+                      int nparts) {
+    extern __shared__ float4 ln_sh4[]; // [nwarps][nparts][C] partial sums, then mean and rstd
     float *sh = (float *)ln_sh4;
     int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
     int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
-    float *sm = sh + (size_t)nwarps * 2 * C, *sr = sm + LNB_ROWS;
-    float *pw = sh + (size_t)warp * 2 * C, *pb = pw + C;
+    float *sm = sh + (size_t)nwarps * nparts * C, *sr = sm + LNB_ROWS;
+    float *pw = sh + (size_t)warp * nparts * C, *pb = pw + C, *pc = nparts > 2 ? pb + C : NULL;
     long long r0 = (long long)blockIdx.x * LNB_ROWS;
     int nr = (int)min((long long)LNB_ROWS, N - r0);
-    ln_bwd_start(sm, sr, pw, mean, rstd, r0, nr, C);
+    ln_bwd_start(sm, sr, pw, mean, rstd, r0, nr, C, nparts);
     uint4 wq[NCH];
 #pragma unroll
     for (int j = 0; j < NCH; j++) {
@@ -595,39 +685,39 @@ __global__ void __launch_bounds__(LNB_REG_THREADS, 4)
             int i = lane + j * DSC_WARP_SIZE;
             if (i < C8)
                 dx[i] = ln_bwd_dx<F16>(dyq[j], xq[j], wq[j], dx[i], m, rs, s1, s2, pw + i * 8,
-                                       pb + i * 8);
+                                       pb + i * 8, pc ? pc + i * 8 : NULL);
         }
     }
     __syncthreads();
-    ln_bwd_finish(scratch + (size_t)blockIdx.x * 2 * C, sh, C, nwarps);
+    ln_bwd_finish(scratch + (size_t)blockIdx.x * nparts * C, sh, C, nwarps, nparts);
 }
 
-static size_t ln_bwd_smem(int C, int warps) {
-    return ((size_t)warps * 2 * C + 2 * LNB_ROWS) * sizeof(float);
+static size_t ln_bwd_smem(int C, int warps, int nparts) {
+    return ((size_t)warps * nparts * C + 2 * LNB_ROWS) * sizeof(float);
 }
 
 // Warps per layernorm backward block: as many (up to 8) as the device's shared memory per block
-// holds with 2 C floats of partial sums each; 0 if not even one fits.
-static dsc_status ln_bwd_warps(int C, int *warps, size_t *smem) {
+// holds with nparts C floats of partial sums each; 0 if not even one fits.
+static dsc_status ln_bwd_warps(int C, int nparts, int *warps, size_t *smem) {
     int dev = 0, optin = 0;
     DSC_CUDA_TRY(cudaGetDevice(&dev));
     DSC_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     int w = 8;
-    while (w > 0 && ln_bwd_smem(C, w) > (size_t)optin)
+    while (w > 0 && ln_bwd_smem(C, w, nparts) > (size_t)optin)
         w--;
     DSC_CUDA_ARG(w > 0,
                  "layernorm backward: C = %d needs %zu bytes of shared memory a block, more than "
                  "this device's %d",
-                 C, ln_bwd_smem(C, 1), optin);
+                 C, ln_bwd_smem(C, 1, nparts), optin);
     *warps = w;
-    *smem = ln_bwd_smem(C, w);
+    *smem = ln_bwd_smem(C, w, nparts);
     return DSC_OK;
 }
 
 // The layernorm backward kernel for a 16-bit type and a row width: the register kernel for
 // rows of at most 4 chunks of 8 channels per lane (nch), the shared-memory one beyond.
 typedef void (*ln_bwd_fn)(uint16_t *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
-                          const float *, const float *, long long, int);
+                          const float *, const float *, long long, int, int);
 static ln_bwd_fn ln_bwd_pick(bool fp16, int nch) {
     static const ln_bwd_fn reg[2][4] = {{ln_bwd_reg_kernel<false, 1>, ln_bwd_reg_kernel<false, 2>,
                                          ln_bwd_reg_kernel<false, 3>, ln_bwd_reg_kernel<false, 4>},
@@ -637,13 +727,17 @@ static ln_bwd_fn ln_bwd_pick(bool fp16, int nch) {
     return fp16 ? ln_bwd_kernel<true> : ln_bwd_kernel<false>;
 }
 
-// acc (ncols) += sum over k in order of part[k * stride + c]: the second half of every chunked
-// column reduction. Columns from split on go to acc2[c - split] instead (the layernorm's dw and
-// db in one launch); split = ncols when there is one destination.
+// Column c of part (nchunks rows, stride apart) summed over k in order, added to dest[c / width]
+// [c % width]: the second half of every chunked column reduction; several destinations (the
+// layernorm's dw, db and dinp's column sums) in one launch. One destination: width = ncols.
 #define RED_X 32 // columns per block of the partial-sum reduction
 #define RED_Y 16 // lanes along the chunks
+typedef struct red_dests {
+    float *d[3];
+} red_dests;
+
 __global__ void __launch_bounds__(RED_X *RED_Y)
-    reduce_partials_kernel(float *acc, float *acc2, int split, const float *part, int nchunks,
+    reduce_partials_kernel(red_dests dest, int width, const float *part, int nchunks,
                            size_t stride, int ncols) {
     __shared__ float sh[RED_Y][RED_X + 1];
     int c = blockIdx.x * RED_X + threadIdx.x;
@@ -656,51 +750,52 @@ __global__ void __launch_bounds__(RED_X *RED_Y)
     if (threadIdx.y != 0 || c >= ncols) return;
     for (int y = 1; y < RED_Y; y++) // a fixed order: deterministic
         s += sh[y][threadIdx.x];
-    if (c < split)
-        acc[c] += s;
-    else
-        acc2[c - split] += s;
+    dest.d[c / width][c % width] += s;
 }
 
-static void reduce_partials2(float *acc, float *acc2, int split, const float *part, int nchunks,
-                             size_t stride, int ncols, cudaStream_t st) {
+static void reduce_partials_to(red_dests dest, int width, const float *part, int nchunks,
+                               size_t stride, int ncols, cudaStream_t st) {
     reduce_partials_kernel<<<(ncols + RED_X - 1) / RED_X, dim3(RED_X, RED_Y), 0, st>>>(
-        acc, acc2, split, part, nchunks, stride, ncols);
+        dest, width, part, nchunks, stride, ncols);
 }
 
 static void reduce_partials(float *acc, const float *part, int nchunks, size_t stride, int ncols,
                             cudaStream_t st) {
-    reduce_partials2(acc, NULL, ncols, part, nchunks, stride, ncols, st);
+    red_dests dest = {{acc, NULL, NULL}};
+    reduce_partials_to(dest, ncols, part, nchunks, stride, ncols, st);
 }
 
 extern "C" size_t dsc__cuda_layernorm_backward_scratch(int64_t N, int C) {
-    return (size_t)((N + LNB_ROWS - 1) / LNB_ROWS) * 2 * (size_t)C;
+    return (size_t)((N + LNB_ROWS - 1) / LNB_ROWS) * 3 * (size_t)C;
 }
 
 extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, float *db,
                                                      float *scratch, const uint16_t *dout,
                                                      const uint16_t *inp, const uint16_t *w,
                                                      const float *mean, const float *rstd,
-                                                     int64_t N, int C, bool fp16, void *stream) {
+                                                     float *dsum, int64_t N, int C, bool fp16,
+                                                     void *stream) {
     DSC_TRY(check_rows("layernorm backward", C, dinp, dout, inp));
     DSC_CUDA_ARG(N > 0 && dsc__aligned16(w) && dw && db && scratch && mean && rstd,
                  "layernorm backward: bad arguments");
     cudaStream_t st = as_stream(stream);
-    int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS);
+    int nchunks = (int)((N + LNB_ROWS - 1) / LNB_ROWS), nparts = dsum ? 3 : 2;
     int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws, threads = LNB_REG_THREADS;
-    size_t smem = ln_bwd_smem(C, threads / ws);
-    if (nch > 4) { // the shared-memory kernel: as many warps as its partial sums leave room for
-        int warps = 0;
-        DSC_TRY(ln_bwd_warps(C, &warps, &smem));
+    size_t smem = ln_bwd_smem(C, threads / ws, nparts);
+    if (nch > 4) { // the shared-memory kernel: as many warps as three parts leave room for (with
+        int warps = 0; // or without dsum: the same blocks, so dw and db come out the same bits)
+        DSC_TRY(ln_bwd_warps(C, 3, &warps, &smem));
         threads = warps * ws;
+        smem = ln_bwd_smem(C, warps, nparts);
     }
     ln_bwd_fn k = ln_bwd_pick(fp16, nch);
     DSC_CUDA_CHECK_AS(
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
         "layernorm backward: shared memory limit");
-    k<<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    k<<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C, nparts);
     DSC_CUDA_LAUNCHED("ln_bwd_kernel");
-    reduce_partials2(dw, db, C, scratch, nchunks, 2 * (size_t)C, 2 * C, st);
+    red_dests dest = {{dw, db, dsum}};
+    reduce_partials_to(dest, C, scratch, nchunks, (size_t)nparts * C, nparts * C, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");
     return DSC_OK;
 }
@@ -710,8 +805,8 @@ extern "C" dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, fl
                                                    const uint16_t *inp, const uint16_t *w,
                                                    const float *mean, const float *rstd, int64_t N,
                                                    int C, void *stream) {
-    return dsc__cuda_layernorm_backward_h(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C,
-                                          false, stream);
+    return dsc__cuda_layernorm_backward_h(dinp, dw, db, scratch, dout, inp, w, mean, rstd, NULL, N,
+                                          C, false, stream);
 }
 
 // ---- column sums (bias gradients) ----
@@ -966,6 +1061,35 @@ extern "C" dsc_status dsc__cuda_xent_fused(float *losses, uint16_t *logits, cons
 }
 
 // ---- sums ----
+
+__global__ void add_f32_kernel(float *acc, const float *x, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += x[i];
+}
+
+extern "C" dsc_status dsc__cuda_add_f32(float *acc, const float *x, int64_t n, void *stream) {
+    DSC_CUDA_ARG(n >= 0 && (n == 0 || (acc && x)), "add f32: bad arguments");
+    if (n == 0) return DSC_OK;
+    add_f32_kernel<<<dsc__blocks(n, 256), 256, 0, as_stream(stream)>>>(acc, x, n);
+    DSC_CUDA_LAUNCHED("add_f32_kernel");
+    return DSC_OK;
+}
+
+__global__ void add_f32_clear_kernel(float *acc, float *x, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    acc[i] += x[i];
+    x[i] = 0.0f;
+}
+
+extern "C" dsc_status dsc__cuda_add_f32_clear(float *acc, float *x, int64_t n, void *stream) {
+    DSC_CUDA_ARG(n >= 0 && (n == 0 || (acc && x)), "add f32: bad arguments");
+    if (n == 0) return DSC_OK;
+    add_f32_clear_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
+        acc, x, n);
+    DSC_CUDA_LAUNCHED("add_f32_clear_kernel");
+    return DSC_OK;
+}
 
 // One block: thread t adds x[t], x[t + blockDim], ... in order, then a fixed tree.
 __global__ void sum_kernel(float *out, const float *x, long long n, float scale) {

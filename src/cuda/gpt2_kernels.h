@@ -61,7 +61,9 @@ dsc_status dsc__cuda_layernorm_forward_h(uint16_t *out, float *mean, float *rstd
                                          int64_t N, int C, bool fp16, void *stream);
 
 // dinp (N, C) += the gradient through the layernorm (it sits on the residual stream);
-// dw, db (C) +=. scratch: dsc__cuda_layernorm_backward_scratch(N, C) floats.
+// dw, db (C) +=; dsum (C; NULL: none) += the column sums of the resulting dinp (as stored, 16-bit:
+// the bias gradient of the product that reads it next). scratch:
+// dsc__cuda_layernorm_backward_scratch(N, C) floats.
 size_t dsc__cuda_layernorm_backward_scratch(int64_t N, int C);
 dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, float *db, float *scratch,
                                         const uint16_t *dout, const uint16_t *inp,
@@ -70,7 +72,7 @@ dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, float *db, fl
 dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, float *db, float *scratch,
                                           const uint16_t *dout, const uint16_t *inp,
                                           const uint16_t *w, const float *mean, const float *rstd,
-                                          int64_t N, int C, bool fp16, void *stream);
+                                          float *dsum, int64_t N, int C, bool fp16, void *stream);
 
 // out (n) = GELU(inp), GPT-2's tanh approximation; dinp (n) = dout * GELU'(inp), dinp may alias
 // dout. Any n; 16-byte aligned pointers with n % 8 == 0 take the vector path.
@@ -108,6 +110,9 @@ dsc_status dsc__cuda_xent_fused(float *losses, uint16_t *logits, const int32_t *
                                 int64_t N, int V, int ld, void *stream);
 dsc_status dsc__cuda_xent_fused_h(float *losses, uint16_t *logits, const int32_t *targets, float g,
                                   int64_t N, int V, int ld, bool fp16, void *stream);
+
+// acc[i] += x[i], then x[i] = 0, for i < n (fp32 on the device).
+dsc_status dsc__cuda_add_f32_clear(float *acc, float *x, int64_t n, void *stream);
 
 // acc (ncols) += column sums of d (rows, ncols) (bias gradients).
 // scratch: dsc__cuda_colsum_scratch(rows, ncols) floats.

@@ -258,6 +258,27 @@ __global__ void clip_coef_kernel(float *coef, const double *sumsq, float max_nor
     coef[0] = c;
 }
 
+// dsc__step_divisor (engine/device.c) in the same order and rounding: correctly rounded double
+// operations on both sides, so the step equals the host-planned one bit for bit.
+__global__ void divisor_kernel(float *scale_out, const double *sumsq, double prev, double scale,
+                               double clipping) {
+    double norm = __dsqrt_rn(*sumsq), combined = scale;
+    if (clipping > 0) {
+        double clip = __ddiv_rn(__dadd_rn(__ddiv_rn(__dmul_rn(norm, prev), scale), 1e-6), clipping);
+        if (clip > 1) combined = __dmul_rn(clip, scale);
+    }
+    *scale_out = (float)__ddiv_rn(1.0, combined);
+}
+
+extern "C" dsc_status dsc__cuda_opt_divisor(float *scale_out, const double *sumsq, double prev,
+                                            double scale, double clipping, void *stream) {
+    DSC_CUDA_ARG(scale_out && sumsq && prev > 0 && scale > 0,
+                 "step divisor: bad arguments (prev %g, scale %g)", prev, scale);
+    divisor_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(scale_out, sumsq, prev, scale, clipping);
+    DSC_CUDA_LAUNCHED("divisor_kernel");
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_opt_clip_coef(float *coef, const double *sumsq, float max_norm,
                                               void *stream) {
     DSC_CUDA_ARG(coef && sumsq, "clip coefficient: coef and sumsq must be set");

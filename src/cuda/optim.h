@@ -46,6 +46,12 @@ dsc_status dsc__cuda_opt_sumsq(double *acc, int *nonfinite, double *scratch, con
 // global norm whose square is sumsq; 1 when max_norm <= 0 or the norm is not finite.
 dsc_status dsc__cuda_opt_clip_coef(float *coef, const double *sumsq, float max_norm, void *stream);
 
+// scale_out[0] = 1 / dsc__step_divisor(sqrt(sumsq[0]), prev, scale, clipping) (engine/device.h),
+// computed on the device in the host's order, for dsc__cuda_opt_step's dev_scale (with
+// grad_scale 1): the clipped step queued without the norm on the host.
+dsc_status dsc__cuda_opt_divisor(float *scale_out, const double *sumsq, double prev, double scale,
+                                 double clipping, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

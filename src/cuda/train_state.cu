@@ -136,7 +136,12 @@ static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool
         DSC_TRY(alloc(s, pool, 3, (void **)&s->m, ns * 4, "gpu.moments"));
     if (!s->offload && moments >= 2)
         DSC_TRY(alloc(s, pool, 4, (void **)&s->v, ns * 4, "gpu.moments"));
-    DSC_TRY(alloc(s, pool, 5, (void **)&s->sumsq, sizeof(double), "gpu.norm"));
+    // sumsq, then the divisor's float (step_div) in the same buffer
+    DSC_TRY(alloc(s, pool, 5, (void **)&s->sumsq, 2 * sizeof(double), "gpu.norm"));
+    s->dev_scale = (float *)(s->sumsq + 1);
+    DSC_CUDA_TRY(cudaMallocHost((void **)&s->results, sizeof *s->results));
+    DSC_CUDA_TRY(cudaEventCreateWithFlags((cudaEvent_t *)&s->results_ready,
+                                          cudaEventDisableTiming));
     DSC_TRY(alloc(s, pool, 6, (void **)&s->nonfinite, sizeof(int), "gpu.norm"));
     DSC_TRY(alloc(s, pool, 7, (void **)&s->scratch, DSC_CUDA_SUMSQ_SCRATCH * sizeof(double),
                   "gpu.norm"));
@@ -180,6 +185,8 @@ extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
     for (int k = 0; k < 2; k++)
         if (s->pinned[k]) host_unregister(s->pinned[k]);
     for (int k = 0; k < DSC_CUDA_STATE_BUFS; k++) dsc__cuda_buf_free(&s->bufs[k]);
+    if (s->results) (void)cudaFreeHost(s->results);
+    if (s->results_ready) (void)cudaEventDestroy((cudaEvent_t)s->results_ready);
     if (s->stream) (void)cudaStreamDestroy((cudaStream_t)s->stream);
     free(s);
 }
@@ -313,6 +320,46 @@ extern "C" dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, 
 extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
                                                  bool *nonfinite) {
     return dsc__cuda_state_sumsq(s, s->grad, s->n, scale, sumsq, nonfinite);
+}
+
+extern "C" dsc_status dsc__cuda_state_grad_sumsq_enqueue(dsc_cuda_state *s, float scale) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    DSC_CUDA_TRY(cudaMemsetAsync(s->sumsq, 0, sizeof(double), st));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->nonfinite, 0, sizeof(int), st));
+    return dsc__cuda_opt_sumsq(s->sumsq, s->nonfinite, s->scratch, s->grad, s->n, scale, st);
+}
+
+extern "C" dsc_status dsc__cuda_state_results_enqueue(dsc_cuda_state *s, const float *loss_dev) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    dsc_cuda_step_results *r = s->results;
+    if (loss_dev)
+        DSC_CUDA_TRY(cudaMemcpyAsync(&r->loss, loss_dev, sizeof r->loss, cudaMemcpyDeviceToHost,
+                                     st));
+    DSC_CUDA_TRY(
+        cudaMemcpyAsync(&r->sumsq, s->sumsq, sizeof r->sumsq, cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaMemcpyAsync(&r->nonfinite, s->nonfinite, sizeof r->nonfinite,
+                                 cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaEventRecord((cudaEvent_t)s->results_ready, st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_results_wait(dsc_cuda_state *s, float *loss, double *sumsq,
+                                                   bool *nonfinite) {
+    DSC_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)s->results_ready));
+    if (loss) *loss = s->results->loss;
+    *sumsq = s->results->sumsq;
+    *nonfinite = s->results->nonfinite != 0;
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_step_div(dsc_cuda_state *s, const dsc_opt_hparams *h,
+                                               int64_t step, double prev, double scale,
+                                               double clipping) {
+    DSC_CUDA_ARG(!s->offload && s->nstate == s->n,
+                 "GPU optimizer step: the state is offloaded or a partition");
+    DSC_TRY(dsc__cuda_opt_divisor(s->dev_scale, s->sumsq, prev, scale, clipping, s->stream));
+    return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, 1.0f, s->dev_scale,
+                              s->p16, s->fp16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16, s->stream);
 }
 
 extern "C" dsc_status dsc__cuda_state_sumsq(dsc_cuda_state *s, const float *x, size_t n,

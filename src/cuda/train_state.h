@@ -33,6 +33,12 @@ extern "C" {
 
 enum { DSC_CUDA_STATE_BUFS = 8 };
 
+typedef struct dsc_cuda_step_results {
+    double sumsq;
+    int nonfinite;
+    float loss;
+} dsc_cuda_step_results;
+
 typedef struct dsc_cuda_state {
     size_t n;          // elements of the flat layout
     size_t nstate;     // elements of master, m and v: n, or this rank's partition (create_dp)
@@ -44,6 +50,9 @@ typedef struct dsc_cuda_state {
     void *stream;      // cudaStream_t every call enqueues on
     double *sumsq;     // device scalars of the gradient norm
     int *nonfinite;
+    float *dev_scale;  // device: 1 / the step's divisor (step_div)
+    struct dsc_cuda_step_results *results; // pinned host copies (results_enqueue)
+    void *results_ready;                   // cudaEvent_t recorded behind those copies
     double *scratch;   // DSC_CUDA_SUMSQ_SCRATCH doubles
     void *pinned[2];   // host ranges registered by dsc__cuda_state_pin (NULL: none)
     bool fp16;         // p16 holds IEEE fp16 (fp16 training) instead of bf16
@@ -131,6 +140,20 @@ dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *su
 // The same over any device array x (n elements), with the state's scalars and stream. Waits.
 dsc_status dsc__cuda_state_sumsq(dsc_cuda_state *s, const float *x, size_t n, float scale,
                                  double *sumsq, bool *nonfinite);
+
+// A step whose results the host reads once, after the optimizer step is queued (one wait a step):
+// grad_sumsq_enqueue queues the gradients' norm (times scale) into the device scalars; results_
+// enqueue queues copies of loss_dev (a device float; NULL: none), the norm and the inf/NaN flag
+// into pinned host memory and records an event behind them; results_wait waits for that event
+// only (work queued after it keeps running) and returns them. step_div: the optimizer step with
+// the gradients divided by dsc__step_divisor of the device's norm (engine/device.h), computed on
+// the device (dsc__cuda_opt_divisor); the same step as dsc__cuda_state_step given that divisor.
+dsc_status dsc__cuda_state_grad_sumsq_enqueue(dsc_cuda_state *s, float scale);
+dsc_status dsc__cuda_state_results_enqueue(dsc_cuda_state *s, const float *loss_dev);
+dsc_status dsc__cuda_state_results_wait(dsc_cuda_state *s, float *loss, double *sumsq,
+                                        bool *nonfinite);
+dsc_status dsc__cuda_state_step_div(dsc_cuda_state *s, const dsc_opt_hparams *h, int64_t step,
+                                    double prev, double scale, double clipping);
 
 // Device mode: one optimizer step over the flat state (grad multiplied by grad_scale), writing
 // the 16-bit copy in the same pass. step: 1-based count of applied steps, this one included.

@@ -16,21 +16,26 @@
 // before it unscales: on a step where the scale grows, the gradients (scaled by the old scale)
 // are divided by the new one, and clipping compares against that too. The reported norm uses the
 // old scale. Mirrored exactly so that runs match DeepSpeed step for step.
-dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, float *grad_scale,
-                          double *lr, double *norm) {
+double dsc__step_divisor(double norm, double prev, double scale, double clipping) {
+    double combined = scale;
+    if (clipping > 0) {
+        double clip = (norm * prev / scale + 1e-6) / clipping;
+        if (clip > 1) combined = clip * scale;
+    }
+    return combined;
+}
+
+// Everything of an applied step but what the norm decides: lr, hp, and the loss scale before
+// (prev) and after (scale) the scaler's update.
+static dsc_status plan_common(dsc_engine *e, dsc_opt_hparams *hp, double *lr, double *prev,
+                              double *scale) {
     double mom = NAN; // NAN: the schedule leaves the momentum alone
     *lr = e->base_lr;
     if (e->has_sched) // before anything changes: a schedule error leaves the state as it was
         DSC_TRY(dsc_sched_lr_at(&e->sched, e->base_lr, e->applied_steps + 1, lr, &mom));
-    double prev = dsc_loss_scaler_scale(&e->scaler);
-    *norm = sqrt(sumsq); // of g / prev: the true gradient norm
+    *prev = dsc_loss_scaler_scale(&e->scaler);
     DSC_TRY(dsc_loss_scaler_update(&e->scaler, false));
-    double scale = dsc_loss_scaler_scale(&e->scaler);
-    double combined = scale;
-    if (e->cfg.gradient_clipping > 0) {
-        double clip = (*norm * prev / scale + 1e-6) / e->cfg.gradient_clipping;
-        if (clip > 1) combined = clip * scale;
-    }
+    *scale = dsc_loss_scaler_scale(&e->scaler);
     *hp = e->hp;
     hp->lr = (float)*lr;
     if (!isnan(mom) && hp->kind != DSC_OPT_SGD) {
@@ -39,7 +44,15 @@ dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, floa
         hp->beta1 = (float)mom;
         hp->beta2 = (float)DSC_SCHED_ONE_CYCLE_BETA2;
     }
-    *grad_scale = (float)(1.0 / combined);
+    return DSC_OK;
+}
+
+dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, float *grad_scale,
+                          double *lr, double *norm) {
+    double prev, scale;
+    DSC_TRY(plan_common(e, hp, lr, &prev, &scale));
+    *norm = sqrt(sumsq); // of g / prev: the true gradient norm
+    *grad_scale = (float)(1.0 / dsc__step_divisor(*norm, prev, scale, e->cfg.gradient_clipping));
     return DSC_OK;
 }
 
@@ -137,6 +150,38 @@ dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
     dsc__ft_point(e, "step");
     dsc__ft_step_end(e);
     return st;
+}
+
+dsc_status dsc__engine_device_step_begin(dsc_engine *e, dsc__device_step *out,
+                                         dsc_step_info *info, dsc__device_divisor *div) {
+    if (e->prec == PREC_FP16)
+        return dsc__fail(DSC_ERR_INTERNAL, "device step begin: fp16 steps may be skipped, which "
+                         "needs the norm first (use dsc__engine_device_step; a bug: report it)");
+    memset(info, 0, sizeof *info);
+    memset(out, 0, sizeof *out);
+    e->global_steps++;
+    info->boundary = true;
+    info->step = e->global_steps;
+    info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
+    dsc_status st = plan_common(e, &out->hp, &info->lr, &div->prev, &div->scale);
+    div->clipping = e->cfg.gradient_clipping;
+    out->apply = st == DSC_OK;
+    out->grad_scale = 1.0f; // the device's divisor replaces it
+    if (st == DSC_OK) out->opt_step = ++e->applied_steps;
+    info->skipped_total = e->skipped_steps;
+    dsc__ft_point(e, "step");
+    dsc__ft_step_end(e);
+    return st;
+}
+
+void dsc__engine_device_step_end(dsc_engine *e, double sumsq, bool nonfinite,
+                                 dsc_step_info *info) {
+    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
+    if (nonfinite)
+        DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
+                 "training to skip the step)", (long long)e->global_steps,
+                 e->prec == PREC_BF16 ? "bf16" : "fp32");
+    info->grad_norm = sqrt(sumsq);
 }
 
 void dsc__engine_phase(dsc_engine *e, const char *phase) {

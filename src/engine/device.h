@@ -121,4 +121,21 @@ typedef struct dsc__device_step {
 dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
                                    dsc__device_step *out, dsc_step_info *info);
 
+// The same in two halves, for a device that divides the gradients by a divisor it computes from
+// the norm itself (dsc__step_divisor of the norm and div), so that the optimizer step is queued
+// before the norm reaches the host. Only where no step is ever skipped (bf16, fp32): begin fills
+// out (grad_scale 1) and info but for the norm, and ends the step for the watchdog; end, with
+// the norm read, fills info->grad_norm and warns about inf/NaN as dsc__engine_device_step does.
+// What the accumulated gradients are divided by: the loss scale, times norm / clipping where the
+// true norm is above the clipping threshold (clipping 0: none). prev and scale: the loss scale
+// before and after this step's update. dsc__cuda_opt_divisor computes the same on a device.
+double dsc__step_divisor(double norm, double prev, double scale, double clipping);
+typedef struct dsc__device_divisor {
+    double prev, scale, clipping; // dsc__step_divisor's arguments but the norm
+} dsc__device_divisor;
+dsc_status dsc__engine_device_step_begin(dsc_engine *e, dsc__device_step *out,
+                                         dsc_step_info *info, dsc__device_divisor *div);
+void dsc__engine_device_step_end(dsc_engine *e, double sumsq, bool nonfinite,
+                                 dsc_step_info *info);
+
 #endif

@@ -127,8 +127,10 @@ static void test_layernorm(int N, int C, bool f16) {
     CK(cudaMemcpy(d_mean, mean_f.data(), N * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_rstd, rstd_f.data(), N * 4, cudaMemcpyHostToDevice));
     float *d_scr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(N, C));
-    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_scr, d_dy, d_x, d_w, d_mean, d_rstd, N, C,
-                                      f16, NULL));
+    std::vector<float> ds0 = randn(C, 1.0);
+    float *d_ds = dev_upload(ds0); // += the column sums of the resulting dinp
+    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_scr, d_dy, d_x, d_w, d_mean, d_rstd,
+                                      d_ds, N, C, f16, NULL));
     SYNC();
     std::vector<double> rdx(dx0.begin(), dx0.end()), rdw(dw0.begin(), dw0.end()),
         rdb(db0.begin(), db0.end());
@@ -152,6 +154,24 @@ static void test_layernorm(int N, int C, bool f16) {
           tol16(f16));
     check(nm("layernorm backward dw", f16), rel_err(gdw.data(), rdw.data(), C), TOL_F32);
     check(nm("layernorm backward db", f16), rel_err(gdb.data(), rdb.data(), C), TOL_F32);
+    std::vector<double> rds(ds0.begin(), ds0.end()); // of dinp as stored (16-bit)
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++)
+            rds[c] += gdx[(size_t)r * C + c];
+    std::vector<float> gds = dev_download(d_ds, C);
+    check(nm("layernorm backward column sums of dinp", f16), rel_err(gds.data(), rds.data(), C),
+          TOL_F32);
+    // without dsum: the same dinp, dw and db bit for bit
+    uint16_t *d_dx2 = dev_upload(dx16);
+    float *d_dw2 = dev_upload(dw0), *d_db2 = dev_upload(db0);
+    DS(dsc__cuda_layernorm_backward_h(d_dx2, d_dw2, d_db2, d_scr, d_dy, d_x, d_w, d_mean, d_rstd,
+                                      NULL, N, C, f16, NULL));
+    SYNC();
+    check_true(nm("layernorm backward without dsum: dinp, dw, db bitwise the same", f16),
+               dev_download(d_dx2, (size_t)N * C) == dev_download(d_dx, (size_t)N * C) &&
+                   dev_download(d_dw2, C) == dev_download(d_dw, C) &&
+                   dev_download(d_db2, C) == dev_download(d_db, C));
+    cudaFree(d_dx2), cudaFree(d_dw2), cudaFree(d_db2), cudaFree(d_ds);
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_out), cudaFree(d_mean);
     cudaFree(d_rstd), cudaFree(d_dy), cudaFree(d_dx), cudaFree(d_dw), cudaFree(d_db),
         cudaFree(d_scr);
@@ -533,8 +553,8 @@ static void test_fp16_overflow(dsc_cuda_blas *h) {
     float *d_dw = dev_upload(std::vector<float>(C, 0.0f)),
           *d_db = dev_upload(std::vector<float>(C, 0.0f));
     float *d_lscr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(4, C));
-    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_lscr, d_lg, d_x, d_w, d_mean, d_rstd, 4,
-                                      C, true, NULL));
+    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_lscr, d_lg, d_x, d_w, d_mean, d_rstd,
+                                      NULL, 4, C, true, NULL));
     SYNC();
     check_true("fp16 overflow: layernorm backward of inf gives non-finite dinp, dw, db",
                !all_finite(from_16(dev_download(d_dx, (size_t)4 * C), true)) &&

@@ -24,6 +24,7 @@ cfg "$T/fp16.json" ', "fp16": {"enabled": true, "initial_scale_power": 12, "loss
 run() { run_one "$@"; }
 run cpu cpu "$T/bf16.json" 40
 run gpu cuda "$T/bf16.json" 40
+DSC_GPU_GRAPH=0 run gpu_eager cuda "$T/bf16.json" 40 # every step's kernels launched one by one
 DSC_SIMD=scalar run off cuda "$T/offload.json" 40 # the GPU step equals the scalar CPU step
 DSC_SIMD=scalar DSC_OFFLOAD_STREAM=0 run off_whole cuda "$T/offload.json" 40
 # Without clipping the streamed offload's optimizer runs as the groups land (during backward).
@@ -62,6 +63,8 @@ run rest cuda "$T/bf16.json" 20 --save-dir "$T/ck" --resume --dump-weights "$T/w
 # on average within MEAN (relative), since bf16 rounding makes the trajectories drift apart.
 check "GPU and CPU loss curves agree (bf16)" -- compare cpu gpu 5e-3 0.02 0.06
 check "GPU loss falls" -- falls gpu
+check "the step replayed as a CUDA graph equals the eager step bit for bit" -- cmp <(cols "$T/gpu/metrics.jsonl") <(cols "$T/gpu_eager/metrics.jsonl")
+check "the step was captured as a CUDA graph (no fallback warning)" -- bash -c "! grep -q 'captured as a CUDA graph' '$T/gpu.log'"
 check "CPU loss falls" -- falls cpu
 check "ZeRO-Offload agrees with the GPU optimizer" -- compare gpu off 1e-6 1e-4 1e-3
 check "the GPU banner names the device and offload" -- grep -q "ZeRO-Offload" "$T/off.log"
