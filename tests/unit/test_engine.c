@@ -268,6 +268,48 @@ static void test_no_compute_copy(void **state) {
     dsc_engine_destroy(c);
 }
 
+// The device step in two halves (the divisor computed where the norm is) plans exactly the step
+// dsc__engine_device_step plans from the norm: same lr, hyper-parameters, step numbers, reported
+// norm, and 1 / divisor bitwise the grad_scale. fp16 (whose steps may be skipped) is refused.
+static void test_device_step_halves(void **state) {
+    const char *cfg = "{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2,"
+                      " \"gradient_clipping\": 1.0, \"bf16\": {\"enabled\": true},"
+                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
+                      " \"scheduler\": {\"type\": \"WarmupLR\", \"params\":"
+                      " {\"warmup_min_lr\": 0, \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 3}}}";
+    dsc_engine *a = make(cfg), *b = make(cfg);
+    const double sumsqs[] = {0.0, 0.25, 0.999999, 1.0, 4.0, 1e6, 3.0e-9};
+    for (size_t k = 0; k < sizeof sumsqs / sizeof sumsqs[0]; k++) {
+        dsc__device_step pa, pb;
+        dsc_step_info ia, ib;
+        dsc__device_divisor div;
+        assert_int_equal(dsc__engine_device_step(a, sumsqs[k], false, &pa, &ia), DSC_OK);
+        assert_int_equal(dsc__engine_device_step_begin(b, &pb, &ib, &div), DSC_OK);
+        dsc__engine_device_step_end(b, sumsqs[k], false, &ib);
+        assert_true(pa.apply && pb.apply);
+        assert_int_equal(pa.opt_step, pb.opt_step);
+        assert_memory_equal(&pa.hp, &pb.hp, sizeof pa.hp);
+        assert_true(ia.step == ib.step && ia.lr == ib.lr && ia.grad_norm == ib.grad_norm);
+        assert_true(ia.loss_scale == ib.loss_scale && ib.boundary && !ib.skipped);
+        float scale = (float)(1.0 / dsc__step_divisor(sqrt(sumsqs[k]), div.prev, div.scale,
+                                                      div.clipping));
+        assert_memory_equal(&scale, &pa.grad_scale, sizeof scale);
+        assert_true(pb.grad_scale == 1.0f);
+    }
+    dsc_engine_destroy(a);
+    dsc_engine_destroy(b);
+    dsc_engine *h = make("{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2,"
+                         " \"fp16\": {\"enabled\": true},"
+                         " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.001}}}");
+    dsc__device_step p;
+    dsc_step_info info;
+    dsc__device_divisor div;
+    assert_int_equal(dsc__engine_device_step_begin(h, &p, &info, &div), DSC_ERR_INTERNAL);
+    assert_non_null(strstr(dsc_last_error(), "fp16"));
+    dsc_clear_error();
+    dsc_engine_destroy(h);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_and_sgd),
@@ -277,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_device_hooks_match_backward),
         cmocka_unit_test(test_no_compute_copy),
+        cmocka_unit_test(test_device_step_halves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
