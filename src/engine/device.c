@@ -125,30 +125,46 @@ static dsc_status skip_step(dsc_engine *e, dsc_step_info *info) {
     return dsc_loss_scaler_update(&e->scaler, true);
 }
 
-dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
-                                   dsc__device_step *out, dsc_step_info *info) {
+// A device step's start and end, whichever way it is planned: the counters and info's fields, and
+// the end of the step for the fault-tolerance watchdog.
+static void device_step_start(dsc_engine *e, dsc__device_step *out, dsc_step_info *info) {
     memset(info, 0, sizeof *info);
     memset(out, 0, sizeof *out);
     e->global_steps++;
     info->boundary = true;
     info->step = e->global_steps;
     info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
+}
+
+static void device_step_finish(dsc_engine *e, dsc_step_info *info) {
+    info->skipped_total = e->skipped_steps;
+    dsc__ft_point(e, "step");
+    dsc__ft_step_end(e);
+}
+
+// Whether this step's gradients count as inf/NaN (DSC_INJECT_OVERFLOW too); without loss
+// scaling to skip the step, a warning says so.
+static bool nonfinite_step(dsc_engine *e, bool nonfinite) {
     if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
+    if (nonfinite && e->prec != PREC_FP16)
+        DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
+                 "training to skip the step)", (long long)e->global_steps,
+                 e->prec == PREC_BF16 ? "bf16" : "fp32");
+    return nonfinite;
+}
+
+dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
+                                   dsc__device_step *out, dsc_step_info *info) {
+    device_step_start(e, out, info);
     dsc_status st;
-    if (nonfinite && e->prec == PREC_FP16) {
+    if (nonfinite_step(e, nonfinite) && e->prec == PREC_FP16) {
         st = skip_step(e, info);
     } else {
-        if (nonfinite)
-            DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
-                     "training to skip the step)", (long long)e->global_steps,
-                     e->prec == PREC_BF16 ? "bf16" : "fp32");
         st = dsc__step_plan(e, sumsq, &out->hp, &out->grad_scale, &info->lr, &info->grad_norm);
         out->apply = st == DSC_OK;
         if (st == DSC_OK) out->opt_step = ++e->applied_steps;
     }
-    info->skipped_total = e->skipped_steps;
-    dsc__ft_point(e, "step");
-    dsc__ft_step_end(e);
+    device_step_finish(e, info);
     return st;
 }
 
@@ -157,30 +173,19 @@ dsc_status dsc__engine_device_step_begin(dsc_engine *e, dsc__device_step *out,
     if (e->prec == PREC_FP16)
         return dsc__fail(DSC_ERR_INTERNAL, "device step begin: fp16 steps may be skipped, which "
                          "needs the norm first (use dsc__engine_device_step; a bug: report it)");
-    memset(info, 0, sizeof *info);
-    memset(out, 0, sizeof *out);
-    e->global_steps++;
-    info->boundary = true;
-    info->step = e->global_steps;
-    info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
+    device_step_start(e, out, info);
     dsc_status st = plan_common(e, &out->hp, &info->lr, &div->prev, &div->scale);
     div->clipping = e->cfg.gradient_clipping;
     out->apply = st == DSC_OK;
     out->grad_scale = 1.0f; // the device's divisor replaces it
     if (st == DSC_OK) out->opt_step = ++e->applied_steps;
-    info->skipped_total = e->skipped_steps;
-    dsc__ft_point(e, "step");
-    dsc__ft_step_end(e);
+    device_step_finish(e, info);
     return st;
 }
 
 void dsc__engine_device_step_end(dsc_engine *e, double sumsq, bool nonfinite,
                                  dsc_step_info *info) {
-    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
-    if (nonfinite)
-        DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
-                 "training to skip the step)", (long long)e->global_steps,
-                 e->prec == PREC_BF16 ? "bf16" : "fp32");
+    (void)nonfinite_step(e, nonfinite);
     info->grad_norm = sqrt(sumsq);
 }
 
