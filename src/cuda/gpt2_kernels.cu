@@ -388,6 +388,36 @@ extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void 
 
 // ---- layernorm ----
 
+// Eight channels of a row (x), in the order both forward kernels keep: s += x; q += (x - m)^2;
+// the normalised (x - m) r w + b as the result.
+template <bool F16> __device__ static inline void ln_sum8(float &s, uint4 xq) {
+    float v[8];
+    dsc_unpack8_16<F16>(xq, v);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s += v[k];
+}
+
+template <bool F16> __device__ static inline void ln_var8(float &q, uint4 xq, float m) {
+    float v[8];
+    dsc_unpack8_16<F16>(xq, v);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        q += (v[k] - m) * (v[k] - m);
+}
+
+template <bool F16>
+__device__ static inline uint4 ln_norm8(uint4 xq, uint4 wq, uint4 bq, float m, float r) {
+    float v[8], wv[8], bv[8];
+    dsc_unpack8_16<F16>(xq, v);
+    dsc_unpack8_16<F16>(wq, wv);
+    dsc_unpack8_16<F16>(bq, bv);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        v[k] = (v[k] - m) * r * wv[k] + bv[k];
+    return dsc_pack8_16<F16>(v);
+}
+
 // One warp per row: mean, then the centred variance (two passes, as the CPU kernel), then out.
 template <bool F16>
 __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
@@ -398,33 +428,16 @@ __global__ void ln_fwd_kernel(uint16_t *out, float *mean, float *rstd, const uin
     if (row >= N) return; // whole warps leave together
     int C8 = C / 8;
     const uint4 *x = (const uint4 *)(inp + row * C);
-    float v[8], s = 0.0f;
-    for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-        dsc_unpack8_16<F16>(x[i], v);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            s += v[k];
-    }
+    float s = 0.0f, var = 0.0f;
+    for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+        ln_sum8<F16>(s, x[i]);
     float m = dsc_warp_sum(s) / (float)C;
-    float var = 0.0f;
-    for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-        dsc_unpack8_16<F16>(x[i], v);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            var += (v[k] - m) * (v[k] - m);
-    }
+    for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+        ln_var8<F16>(var, x[i], m);
     float r = 1.0f / sqrtf(dsc_warp_sum(var) / (float)C + LN_EPS);
     uint4 *o = (uint4 *)(out + row * C);
-    for (int i = lane; i < C8; i += DSC_WARP_SIZE) {
-        float wv[8], bv[8];
-        dsc_unpack8_16<F16>(x[i], v);
-        dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
-        dsc_unpack8_16<F16>(((const uint4 *)b)[i], bv);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            v[k] = (v[k] - m) * r * wv[k] + bv[k];
-        o[i] = dsc_pack8_16<F16>(v);
-    }
+    for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+        o[i] = ln_norm8<F16>(x[i], ((const uint4 *)w)[i], ((const uint4 *)b)[i], m, r);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -449,39 +462,20 @@ __global__ void ln_fwd_reg_kernel(uint16_t *out, float *mean, float *rstd, const
         int i = lane + j * DSC_WARP_SIZE;
         xq[j] = i < C8 ? x[i] : make_uint4(0, 0, 0, 0);
     }
-    float v[8], s = 0.0f;
+    float s = 0.0f, var = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NCH; j++) {
-        if (lane + j * DSC_WARP_SIZE >= C8) continue;
-        dsc_unpack8_16<F16>(xq[j], v);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            s += v[k];
-    }
+    for (int j = 0; j < NCH; j++)
+        if (lane + j * DSC_WARP_SIZE < C8) ln_sum8<F16>(s, xq[j]);
     float m = dsc_warp_sum(s) / (float)C;
-    float var = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NCH; j++) {
-        if (lane + j * DSC_WARP_SIZE >= C8) continue;
-        dsc_unpack8_16<F16>(xq[j], v);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            var += (v[k] - m) * (v[k] - m);
-    }
+    for (int j = 0; j < NCH; j++)
+        if (lane + j * DSC_WARP_SIZE < C8) ln_var8<F16>(var, xq[j], m);
     float r = 1.0f / sqrtf(dsc_warp_sum(var) / (float)C + LN_EPS);
     uint4 *o = (uint4 *)(out + row * C);
 #pragma unroll
     for (int j = 0; j < NCH; j++) {
         int i = lane + j * DSC_WARP_SIZE;
-        if (i >= C8) continue;
-        float wv[8], bv[8];
-        dsc_unpack8_16<F16>(xq[j], v);
-        dsc_unpack8_16<F16>(((const uint4 *)w)[i], wv);
-        dsc_unpack8_16<F16>(((const uint4 *)b)[i], bv);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            v[k] = (v[k] - m) * r * wv[k] + bv[k];
-        o[i] = dsc_pack8_16<F16>(v);
+        if (i < C8) o[i] = ln_norm8<F16>(xq[j], ((const uint4 *)w)[i], ((const uint4 *)b)[i], m, r);
     }
     if (lane == 0) {
         mean[row] = m;
