@@ -251,6 +251,14 @@ dsc_status dsc_comm_env(dsc_comm_env_info *out);
 dsc_status dsc_hostlist_expand(const char *spec, char ***hosts, size_t *n);
 void dsc_hostlist_free(char **hosts, size_t n);
 
+// Tasks on node `node` from SLURM's tasks-per-node form (SLURM_TASKS_PER_NODE, "2(x3),1": nodes
+// 0-2 run 2, node 3 runs 1); -1 when spec is NULL or malformed or has no such node.
+int dsc_slurm_tasks_on_node(const char *spec, int node);
+// The first host of the SLURM allocation (SLURM_JOB_NODELIST, else SLURM_NODELIST) into out (cap
+// bytes); out is left alone when neither is set. DSC_ERR_CONFIG naming the list when it does not
+// expand.
+dsc_status dsc_slurm_first_host(char *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

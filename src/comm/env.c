@@ -58,9 +58,9 @@ static dsc_status env_local(dsc_comm_env_info *e, const char *rank_var, const ch
 
 // ---- SLURM ----
 
-// Tasks on node `node` from SLURM_TASKS_PER_NODE ("2(x3),1": nodes 0-2 run 2, node 3 runs 1).
-static int slurm_tasks_on_node(const char *spec, int node) {
+int dsc_slurm_tasks_on_node(const char *spec, int node) {
     const char *p = spec;
+    if (!p || node < 0) return -1;
     while (*p) {
         char *end = NULL;
         long tasks = strtol(p, &end, 10), repeat = 1;
@@ -87,7 +87,7 @@ static dsc_status slurm_local(dsc_comm_env_info *e) {
     int lw = e->world_size; // one node unless told otherwise
     const char *tpn = getenv("SLURM_TASKS_PER_NODE");
     if (tpn && *tpn) {
-        lw = slurm_tasks_on_node(tpn, node);
+        lw = dsc_slurm_tasks_on_node(tpn, node);
         if (lw < 1)
             return dsc__fail(DSC_ERR_CONFIG,
                              "SLURM_TASKS_PER_NODE=\"%s\" has no entry for SLURM_NODEID=%d", tpn,
@@ -102,7 +102,7 @@ static dsc_status slurm_local(dsc_comm_env_info *e) {
     return DSC_OK;
 }
 
-static dsc_status slurm_master(dsc_comm_env_info *e) {
+dsc_status dsc_slurm_first_host(char *out, size_t cap) {
     const char *list = getenv("SLURM_JOB_NODELIST");
     if (!list || !*list) list = getenv("SLURM_NODELIST");
     if (!list || !*list) return DSC_OK;
@@ -110,10 +110,10 @@ static dsc_status slurm_master(dsc_comm_env_info *e) {
     size_t n = 0;
     dsc_status st = dsc_hostlist_expand(list, &hosts, &n);
     if (st != DSC_OK) {
-        dsc__error_prefix("SLURM node list: ");
+        dsc__error_prefix("SLURM node list (SLURM_JOB_NODELIST or SLURM_NODELIST): ");
         return DSC_ERR_CONFIG;
     }
-    if (n) snprintf(e->master_addr, sizeof e->master_addr, "%s", hosts[0]);
+    if (n) snprintf(out, cap, "%s", hosts[0]);
     dsc_hostlist_free(hosts, n);
     return DSC_OK;
 }
@@ -125,7 +125,7 @@ dsc_status dsc_comm_env(dsc_comm_env_info *e) {
     *e = (dsc_comm_env_info){.world_size = 1, .local_world_size = 1, .master_port = 29500,
                              .source = "default"};
     snprintf(e->master_addr, sizeof e->master_addr, "127.0.0.1");
-    bool found;
+    bool found = false;
     DSC_TRY(env_pair("RANK", "WORLD_SIZE", &e->rank, &e->world_size, &found));
     if (found) {
         e->source = "torch";
@@ -141,7 +141,7 @@ dsc_status dsc_comm_env(dsc_comm_env_info *e) {
             if (found) {
                 e->source = "slurm";
                 DSC_TRY(slurm_local(e));
-                DSC_TRY(slurm_master(e));
+                DSC_TRY(dsc_slurm_first_host(e->master_addr, sizeof e->master_addr));
             }
         }
     }

@@ -411,24 +411,3 @@ dsc_status dsc__launch_pool_parse(const char *spec, dsc__launch_pool *out) {
     if (st != DSC_OK) dsc__launch_pool_free(out);
     return st;
 }
-
-int dsc__launch_slurm_tasks_on_node(const char *spec, int node) {
-    const char *p = spec;
-    if (!p || node < 0) return -1;
-    while (*p) {
-        char *end = NULL;
-        long tasks = strtol(p, &end, 10), repeat = 1;
-        if (end == p || tasks < 1) return -1;
-        p = end;
-        if (p[0] == '(' && p[1] == 'x') {
-            repeat = strtol(p + 2, &end, 10);
-            if (end == p + 2 || *end != ')' || repeat < 1) return -1;
-            p = end + 1;
-        }
-        if (node < repeat) return (int)tasks;
-        node -= (int)repeat;
-        if (*p == ',') p++;
-        else if (*p) return -1;
-    }
-    return -1;
-}

@@ -56,11 +56,8 @@ dsc_status dsc__launch_pool_parse(const char *spec, dsc__launch_pool *out);
 dsc_status dsc__launch_pool_copy(const dsc__launch_pool *in, dsc__launch_pool *out);
 void dsc__launch_pool_free(dsc__launch_pool *p); // leaves p zeroed
 
-// SLURM host lists are expanded by dsc_hostlist_expand (dsc/comm.h), the one parser the
-// launcher and the comm layer's environment reading share.
-
-// Tasks on node `node` from SLURM's tasks-per-node form ("2(x3),1": nodes 0-2 run 2, node 3 runs
-// 1); -1 when the string is malformed or has no such node.
-int dsc__launch_slurm_tasks_on_node(const char *spec, int node);
+// SLURM's host lists and tasks-per-node form are read by dsc_hostlist_expand,
+// dsc_slurm_tasks_on_node and dsc_slurm_first_host (dsc/comm.h), the parsers the launcher and the
+// comm layer's environment reading share.
 
 #endif

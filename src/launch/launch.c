@@ -433,23 +433,6 @@ static dsc_status parse_kind(const dsc_launch_opts *o, int nhosts, dsc__launcher
                      o->launcher);
 }
 
-// The first host of the SLURM allocation, or NULL.
-static dsc_status slurm_first_host(char *out, size_t cap) {
-    const char *list = getenv("SLURM_JOB_NODELIST");
-    if (!list || !*list) list = getenv("SLURM_NODELIST");
-    if (!list || !*list) return DSC_OK;
-    char **hosts = NULL;
-    size_t n = 0;
-    dsc_status st = dsc_hostlist_expand(list, &hosts, &n);
-    if (st != DSC_OK) {
-        dsc__error_prefix("SLURM_JOB_NODELIST: ");
-        return st;
-    }
-    if (n) snprintf(out, cap, "%s", hosts[0]);
-    dsc_hostlist_free(hosts, n);
-    return DSC_OK;
-}
-
 // Rank 0's address: --master_addr, else SLURM's first node, else the first host when ranks run
 // on other hosts (pdsh, ssh, mpirun over several hosts), else loopback.
 static dsc_status pick_master(dsc__launch_job *job) {
@@ -460,7 +443,7 @@ static dsc_status pick_master(dsc__launch_job *job) {
                   (job->kind == DSC__LAUNCHER_OPENMPI && job->pool.nhosts > 1);
     snprintf(addr, cap, "127.0.0.1");
     if (o->master_addr) snprintf(addr, cap, "%s", o->master_addr);
-    else if (job->kind == DSC__LAUNCHER_SLURM) DSC_TRY(slurm_first_host(addr, cap));
+    else if (job->kind == DSC__LAUNCHER_SLURM) DSC_TRY(dsc_slurm_first_host(addr, cap));
     else if (remote) snprintf(addr, cap, "%s", job->pool.hosts[0].name);
     job->master_port = o->master_port;
     return DSC_OK;

@@ -10,6 +10,7 @@
 #include <unistd.h> // geteuid, execvp
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
+#include "dsc/comm.h"           // dsc_slurm_tasks_on_node
 #include "launch/launch_impl.h" // dsc__launch_job
 
 // ---- the node agent's command line ----
@@ -263,7 +264,7 @@ static dsc_status slurm_ranks(int *rank, int *world, int *local, int *lws) {
     int node = 0;
     if (getenv("SLURM_NODEID")) DSC_TRY(need_int(k, "SLURM_NODEID", 0, 1 << 30, &node));
     const char *tpn = getenv(first_set("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"));
-    *lws = dsc__launch_slurm_tasks_on_node(tpn, node);
+    *lws = dsc_slurm_tasks_on_node(tpn, node);
     if (*lws < 1) *lws = *world; // one node unless SLURM says otherwise
     return DSC_OK;
 }

@@ -128,6 +128,20 @@ static void test_errors(void **state) {
     assert_non_null(strstr(dsc_last_error(), "SLURM node list"));
 }
 
+// SLURM's tasks-per-node form (the launcher reads it too).
+static void test_tasks_per_node(void **state) {
+    (void)state;
+    assert_int_equal(dsc_slurm_tasks_on_node("4", 0), 4);
+    assert_int_equal(dsc_slurm_tasks_on_node("4", 1), -1);
+    const int want[] = {2, 2, 2, 1, -1};
+    for (int node = 0; node < 5; node++)
+        assert_int_equal(dsc_slurm_tasks_on_node("2(x3),1", node), want[node]);
+    assert_int_equal(dsc_slurm_tasks_on_node("2(x3", 0), -1);
+    assert_int_equal(dsc_slurm_tasks_on_node("x", 0), -1);
+    assert_int_equal(dsc_slurm_tasks_on_node("0", 0), -1);
+    assert_int_equal(dsc_slurm_tasks_on_node(NULL, 0), -1);
+}
+
 static void expect_hosts(const char *spec, const char *joined) {
     char **h = NULL;
     size_t n = 0;
@@ -180,6 +194,7 @@ int main(void) {
         cmocka_unit_test_setup(test_slurm, clear_env),
         cmocka_unit_test_setup(test_errors, clear_env),
         cmocka_unit_test_setup(test_hostlist, clear_env),
+        cmocka_unit_test(test_tasks_per_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

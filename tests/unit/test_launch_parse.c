@@ -185,21 +185,6 @@ static void test_world_info(void **state) {
     expect_error(dsc__launch_pool_parse("a:0@", &q), DSC_ERR_INVALID_ARG, "empty entry");
 }
 
-// ---- SLURM ----
-
-static void test_tasks_per_node(void **state) {
-    (void)state;
-    assert_int_equal(dsc__launch_slurm_tasks_on_node("4", 0), 4);
-    assert_int_equal(dsc__launch_slurm_tasks_on_node("4", 1), -1);
-    const int want[] = {2, 2, 2, 1, -1};
-    for (int node = 0; node < 5; node++)
-        assert_int_equal(dsc__launch_slurm_tasks_on_node("2(x3),1", node), want[node]);
-    assert_int_equal(dsc__launch_slurm_tasks_on_node("2(x3", 0), -1);
-    assert_int_equal(dsc__launch_slurm_tasks_on_node("x", 0), -1);
-    assert_int_equal(dsc__launch_slurm_tasks_on_node("0", 0), -1);
-    assert_int_equal(dsc__launch_slurm_tasks_on_node(NULL, 0), -1);
-}
-
 // ---- .deepspeed_env ----
 
 static void test_envfile(void **state) {
@@ -389,7 +374,6 @@ int main(void) {
         cmocka_unit_test(test_hostfile_ok),     cmocka_unit_test(test_hostfile_malformed),
         cmocka_unit_test(test_filters),         cmocka_unit_test(test_filters_malformed),
         cmocka_unit_test(test_limits),          cmocka_unit_test(test_world_info),
-        cmocka_unit_test(test_tasks_per_node),
         cmocka_unit_test(test_envfile),         cmocka_unit_test(test_split),
         cmocka_unit_test(test_quote_roundtrip), cmocka_unit_test(test_strv_env),
         cmocka_unit_test(test_program_argv),    cmocka_unit_test(test_labels),
