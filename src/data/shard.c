@@ -8,8 +8,9 @@
 #include <string.h>   // memset, strerror, strlen
 #include <sys/mman.h> // mmap, munmap
 #include <sys/stat.h> // fstat
-#include <unistd.h>   // close, fsync, write, unlink
+#include <unistd.h>   // close, fsync, unlink
 
+#include "base/io.h"     // dsc__write_all
 #include "base/status.h" // dsc__fail
 
 // ---- internal ----
@@ -81,21 +82,6 @@ static dsc_status open_fd(dsc_shard *s, int fd) {
     return DSC_OK;
 }
 
-// write() all of buf, retrying short writes.
-static dsc_status write_all(int fd, const void *buf, size_t n, const char *path) {
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0)
-            return dsc__fail(DSC_ERR_IO, "write %s: %s; check free disk space", path,
-                             strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return DSC_OK;
-}
-
 static dsc_status check_tokens(const char *path, const int32_t *tokens, int64_t n,
                                int vocab_size) {
     for (int64_t i = 0; i < n; i++)
@@ -114,7 +100,7 @@ static dsc_status write_body(int fd, const char *tmp, const int32_t *tokens, int
     put_le32(header, DSC_SHARD_MAGIC);
     put_le32(header + 4, (uint32_t)version);
     put_le32(header + 8, (uint32_t)n);
-    DSC_TRY(write_all(fd, header, sizeof header, tmp));
+    DSC_TRY(dsc__write_all(fd, header, sizeof header, tmp));
     enum { CHUNK = 1 << 16 };
     size_t width = version == 1 ? 2 : 4;
     uint8_t *buf = malloc(CHUNK * width);
@@ -131,7 +117,7 @@ static dsc_status write_body(int fd, const char *tmp, const int32_t *tokens, int
                 put_le32(buf + 4 * i, v);
             }
         }
-        st = write_all(fd, buf, (size_t)m * width, tmp);
+        st = dsc__write_all(fd, buf, (size_t)m * width, tmp);
     }
     free(buf);
     return st;

@@ -8,8 +8,9 @@
 #include <stdlib.h>   // malloc, free, qsort
 #include <string.h>   // strcmp, strerror, strdup
 #include <sys/stat.h> // mkdir, stat
-#include <unistd.h>   // write, fsync, close, unlink, rmdir, getpid
+#include <unistd.h>   // fsync, close, unlink, rmdir, getpid
 
+#include "base/io.h"     // dsc__write_all
 #include "base/status.h" // dsc__fail
 
 dsc_status dsc__ckpt_join(char *out, size_t cap, const char *a, const char *b) {
@@ -44,18 +45,6 @@ dsc_status dsc__ckpt_fsync_path(const char *path) {
     return DSC_OK;
 }
 
-static dsc_status write_all(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return dsc__fail(DSC_ERR_IO, "write %s: %s", path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return DSC_OK;
-}
-
 // The directory part of path ("." when there is none).
 static void parent_of(const char *path, char *out, size_t cap) {
     const char *slash = strrchr(path, '/');
@@ -70,7 +59,7 @@ dsc_status dsc__ckpt_write_file(const char *path, const void *data, size_t n, bo
     const char *target = atomic ? tmp : path;
     int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return dsc__fail(DSC_ERR_IO, "cannot create %s: %s", target, strerror(errno));
-    dsc_status st = write_all(fd, data, n, target);
+    dsc_status st = dsc__write_all(fd, data, n, target);
     if (st == DSC_OK && fsync(fd) != 0) st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", target, strerror(errno));
     close(fd);
     if (st != DSC_OK || !atomic) {

@@ -9,8 +9,9 @@
 #include <string.h>   // strcmp, strerror
 #include <sys/mman.h> // mmap
 #include <sys/stat.h> // fstat
-#include <unistd.h>   // write, fsync, close
+#include <unistd.h>   // fsync, close
 
+#include "base/io.h"     // dsc__write_all
 #include "base/status.h" // dsc__fail
 
 static const struct {
@@ -26,18 +27,6 @@ size_t dsc_st_dtype_size(const char *dtype) {
 }
 
 // ---- writing ----
-
-static dsc_status write_all(int fd, const void *buf, size_t n, const char *path) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return dsc__fail(DSC_ERR_IO, "write %s: %s", path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return DSC_OK;
-}
 
 static json_t *header_json(const dsc_st_tensor *t, int n, const char *const *meta, int nmeta) {
     json_t *h = json_object();
@@ -86,10 +75,10 @@ dsc_status dsc_st_write(const char *path, const dsc_st_tensor *t, int n, const c
         return dsc__fail(DSC_ERR_IO, "create %s: %s", tmp, strerror(errno));
     }
     uint64_t n8 = padded; // little-endian on every machine dsc supports
-    DSC_TRY_GOTO(write_all(fd, &n8, 8, tmp), st, fail);
-    DSC_TRY_GOTO(write_all(fd, text, len, tmp), st, fail);
-    DSC_TRY_GOTO(write_all(fd, "        ", padded - len, tmp), st, fail);
-    for (int i = 0; i < n; i++) DSC_TRY_GOTO(write_all(fd, t[i].data, t[i].nbytes, tmp), st, fail);
+    DSC_TRY_GOTO(dsc__write_all(fd, &n8, 8, tmp), st, fail);
+    DSC_TRY_GOTO(dsc__write_all(fd, text, len, tmp), st, fail);
+    DSC_TRY_GOTO(dsc__write_all(fd, "        ", padded - len, tmp), st, fail);
+    for (int i = 0; i < n; i++) DSC_TRY_GOTO(dsc__write_all(fd, t[i].data, t[i].nbytes, tmp), st, fail);
     if (fsync(fd) != 0) {
         st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
         goto fail;

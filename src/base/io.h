@@ -1,0 +1,13 @@
+// base/io.h - the one loop every writer of a file descriptor needs.
+#ifndef DSC_BASE_IO_H
+#define DSC_BASE_IO_H
+
+#include <stddef.h> // size_t
+
+#include "dsc/status.h" // dsc_status
+
+// Write all n bytes of buf to fd (retrying short writes and EINTR, at most 1 GiB a call).
+// DSC_ERR_IO naming path (what the message calls the file) and the reason on failure.
+dsc_status dsc__write_all(int fd, const void *buf, size_t n, const char *path);
+
+#endif
