@@ -25,6 +25,7 @@
 #include <time.h>       // nanosleep
 #include <unistd.h>     // fork, _exit
 
+#include "loopback.h" // free_port, nap
 #include "base/time.h" // dsc_now
 #include "comm/shm.h"  // DSC_SHM_NAME_PREFIX
 #include "dsc/comm.h"  // dsc_comm_*
@@ -46,21 +47,6 @@ typedef struct scenario {
     double seconds;    // wall time of the scenario
     int port;
 } scenario;
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void nap(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 static int child_main(scenario *sc, int rank) {
     dsc_clear_error(); // not the parent's

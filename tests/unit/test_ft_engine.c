@@ -23,6 +23,7 @@
 #include <time.h>       // nanosleep
 #include <unistd.h>     // fork, _exit
 
+#include "loopback.h" // free_port, nap
 #include "base/time.h"  // dsc_now
 #include "dsc/engine.h" // dsc_engine_*
 
@@ -45,21 +46,6 @@ typedef struct result { // what rank 0 of a run leaves for the parent
     int codes[4];
 } result;
 static result *g_res; // (3) shared with the children: fault run, reference, transient
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void nap(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 static char g_json[1024];
 

@@ -17,23 +17,9 @@
 #include <time.h>       // nanosleep
 #include <unistd.h>     // fork, _exit
 
+#include "loopback.h" // free_port, nap
 #include "base/time.h"  // dsc_now
 #include "comm/store.h" // dsc_store_*
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void nap(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 // Exit code of a child, killing it after limit_s.
 static int reap(pid_t pid, double limit_s) {
