@@ -21,6 +21,7 @@
 #include <string.h> // strcmp
 #include <unistd.h> // write, fsync, unlink
 
+#include "base/io.h" // dsc__mkdirs
 #include "base/time.h"       // dsc_now
 #include "dsc/checkpoint.h"  // dsc_checkpointing_*
 #include "dsc/engine.h"      // dsc_engine_*
@@ -185,7 +186,7 @@ int main(int argc, char **argv) {
     dsc_engine *e = make_engine(b.model);
     if (!e) return 1;
     dsc__ckpt_rmtree(b.dir);
-    dsc__ckpt_mkdirs(b.dir);
+    dsc__mkdirs(b.dir);
     dsc_ckpt_stats sa, ss;
     train_step(e, 0); // first touch of every buffer
     size_t shard = (size_t)dsc_engine_num_elements(e) * 12;

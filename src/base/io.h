@@ -1,10 +1,15 @@
-// base/io.h - the one loop every writer of a file descriptor needs.
+// base/io.h - file-system steps several layers need: mkdir -p, and the loop every writer of a
+// file descriptor needs.
 #ifndef DSC_BASE_IO_H
 #define DSC_BASE_IO_H
 
 #include <stddef.h> // size_t
 
 #include "dsc/status.h" // dsc_status
+
+// mkdir -p (mode 0777 less the umask; "" is fine). DSC_ERR_IO naming the directory that could not
+// be made or exists as something else; DSC_ERR_INVALID_ARG for a path longer than 4095 bytes.
+dsc_status dsc__mkdirs(const char *path);
 
 // Write all n bytes of buf to fd (retrying short writes and EINTR, at most 1 GiB a call).
 // DSC_ERR_IO naming path (what the message calls the file) and the reason on failure.

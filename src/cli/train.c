@@ -10,13 +10,14 @@
 #include <stdio.h>    // printf, fopen
 #include <stdlib.h>   // calloc, free, getenv
 #include <string.h>   // strcmp, strerror
-#include <sys/stat.h> // mkdir, stat
+#include <sys/stat.h> // stat
 #include <time.h>     // time, strftime, nanosleep
 #include <unistd.h>   // getpid, unlink, rmdir
 #ifdef _OPENMP
 #include <omp.h> // omp_*
 #endif
 
+#include "base/io.h"                     // dsc__mkdirs
 #include "base/status.h"                 // dsc__fail, DSC_TRY
 #include "base/time.h"                   // dsc_now
 #include "cli/train_obs.h"               // obs_*, train_times
@@ -66,21 +67,6 @@ static dsc_status hook_ready(void *u, int g) {
 
 // ---- set-up ----
 
-static dsc_status mkdirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
-    return DSC_OK;
-}
-
 // The built-in data lives in $DSC_DATA_HOME, else $XDG_CACHE_HOME/dsc, else ~/.cache/dsc. Rank 0
 // (or whichever process gets there first) builds it in a private folder and renames it into
 // place, so ranks starting together never see a half-written data set; the others wait for it.
@@ -101,9 +87,9 @@ static dsc_status default_data(trainer *t) {
         if (stat(probe, &sb) == 0) return DSC_OK;
         return dsc__fail(DSC_ERR_TIMEOUT, "rank %s: rank 0 did not build %s within 5 minutes", rank, t->data_dir);
     }
-    DSC_TRY(mkdirs(root));
+    DSC_TRY(dsc__mkdirs(root));
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", t->data_dir, (int)getpid());
-    DSC_TRY(mkdirs(tmp));
+    DSC_TRY(dsc__mkdirs(tmp));
     printf("building the default data set in %s\n", t->data_dir);
     DSC_TRY(dsc_data_default(tmp, NULL));
     if (rename(tmp, t->data_dir) != 0 && stat(probe, &sb) != 0)
@@ -291,7 +277,7 @@ static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
         snprintf(out, cap, "runs/%s", stamp);
     }
-    DSC_TRY(mkdirs(out));
+    DSC_TRY(dsc__mkdirs(out));
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
     t->metrics = fopen(path, t->o->resume ? "a" : "w");

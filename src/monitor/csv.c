@@ -11,6 +11,7 @@
 #include <string.h> // strlen, strrchr, strcmp, strerror
 
 #include "base/hash.h"    // dsc_hash64
+#include "base/io.h" // dsc__mkdirs
 #include "base/status.h"  // dsc__fail
 #include "monitor/sink.h" // dsc__sink, dsc__fmt_pyfloat
 
@@ -119,7 +120,11 @@ static const dsc__sink_ops csv_ops = {
 dsc_status dsc__sink_csv_open(dsc__sink *out, const char *dir) {
     if (strlen(dir) >= sizeof ((csv_sink *)0)->dir)
         return dsc__fail(DSC_ERR_CONFIG, "csv_monitor: output directory path too long");
-    DSC_TRY(dsc__mkdirs(dir));
+    dsc_status made = dsc__mkdirs(dir);
+    if (made != DSC_OK) {
+        dsc__error_prefix("csv_monitor.output_path (choose another): ");
+        return made;
+    }
     csv_sink *s = calloc(1, sizeof *s);
     if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory opening the CSV sink");
     snprintf(s->dir, sizeof s->dir, "%s", dir);

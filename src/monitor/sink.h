@@ -40,9 +40,6 @@ size_t dsc__tf_scalar_event(uint8_t *buf, size_t cap, double wall, int64_t step,
 // "65536.0", "inf", "nan"). Returns the length written (text truncated to cap - 1).
 int dsc__fmt_pyfloat(char *buf, size_t cap, double v);
 
-// mkdir -p.
-dsc_status dsc__mkdirs(const char *path);
-
 // Host memory: used fraction (MemTotal - MemAvailable) / MemTotal and this process's RSS bytes.
 dsc_status dsc__host_mem(double *used_fraction, double *rss_bytes);
 

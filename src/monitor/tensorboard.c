@@ -12,6 +12,7 @@
 #include <time.h>    // time
 #include <unistd.h>  // gethostname, getpid
 
+#include "base/io.h" // dsc__mkdirs
 #include "base/status.h"  // dsc__fail
 #include "base/time.h"    // dsc_wall_time
 #include "monitor/sink.h" // dsc__sink, dsc__crc32c
@@ -165,7 +166,11 @@ static dsc_status write_file_version(tb_sink *s) {
 }
 
 dsc_status dsc__sink_tensorboard_open(dsc__sink *out, const char *dir) {
-    DSC_TRY(dsc__mkdirs(dir));
+    dsc_status made = dsc__mkdirs(dir);
+    if (made != DSC_OK) {
+        dsc__error_prefix("tensorboard.output_path (choose another): ");
+        return made;
+    }
     tb_sink *s = calloc(1, sizeof *s);
     if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory opening the TensorBoard sink");
     char host[256] = "localhost";

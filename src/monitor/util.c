@@ -1,15 +1,14 @@
-// monitor/util.c - helpers shared by the sinks: Python-style float text, mkdir -p, host memory.
-#include <errno.h>    // errno, EEXIST
+// monitor/util.c - helpers shared by the sinks: Python-style float text, host memory.
+#include <errno.h>    // errno
 #include <float.h>    // DBL_MIN
 #include <math.h>     // isnan, isinf
 #include <stdio.h>    // snprintf, fopen, fgets, sscanf
 #include <stdlib.h>   // strtod
 #include <string.h>   // strlen, strncmp, strerror
-#include <sys/stat.h> // mkdir, stat
 #include <unistd.h>   // sysconf
 
 #include "base/status.h"  // dsc__fail
-#include "monitor/sink.h" // dsc__fmt_pyfloat, dsc__mkdirs, dsc__host_mem
+#include "monitor/sink.h" // dsc__fmt_pyfloat, dsc__host_mem
 
 // ---- Python's float repr ----
 
@@ -56,30 +55,6 @@ int dsc__fmt_pyfloat(char *buf, size_t cap, double v) {
     snprintf(exp, sizeof exp, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
     if (n == 1) return snprintf(buf, cap, "%s%s%s", sign, d, exp);
     return snprintf(buf, cap, "%s%c.%s%s", sign, d[0], d + 1, exp);
-}
-
-// ---- directories ----
-
-dsc_status dsc__mkdirs(const char *path) {
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0) return DSC_OK;
-    if (n >= sizeof buf) return dsc__fail(DSC_ERR_INVALID_ARG, "path too long: %.80s...", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0') continue;
-        char keep = buf[i];
-        buf[i] = '\0';
-        struct stat sb;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s; check the monitor "
-                             "output_path", buf, strerror(errno));
-        if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return dsc__fail(DSC_ERR_IO, "%s exists and is not a directory; choose another "
-                             "monitor output_path", buf);
-        buf[i] = keep;
-    }
-    return DSC_OK;
 }
 
 // ---- host memory ----

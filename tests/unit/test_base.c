@@ -5,10 +5,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <math.h>   // isnan, ldexp
-#include <string.h> // memcpy, strstr
+#include <fcntl.h>    // open
+#include <math.h>     // isnan, ldexp
+#include <stdio.h>    // snprintf
+#include <stdlib.h>   // mkdtemp
+#include <string.h>   // memcpy, strstr
+#include <sys/stat.h> // stat
+#include <unistd.h>   // close, read
 
 #include "base/hash.h"   // dsc_hash64
+#include "base/io.h"     // dsc__mkdirs, dsc__write_all
 #include "base/log.h"    // dsc__log_enabled
 #include "base/status.h" // dsc__fail
 #include "dsc/half.h"    // dsc_fp16_*, dsc_bf16_*
@@ -149,12 +155,46 @@ static void test_log_levels(void **state) {
     dsc_log_set_level(-1);
 }
 
+// mkdir -p: nested, again (nothing to do), "" (nothing); a path through a file is an error that
+// names it. Full writes: every byte lands; a bad descriptor is an error naming the file.
+static void test_io(void **state) {
+    (void)state;
+    char root[] = "/tmp/dsc_base_io_XXXXXX", path[256], file[256];
+    assert_non_null(mkdtemp(root));
+    snprintf(path, sizeof path, "%s/a/b/c", root);
+    assert_int_equal(dsc__mkdirs(path), DSC_OK);
+    assert_int_equal(dsc__mkdirs(path), DSC_OK);
+    assert_int_equal(dsc__mkdirs(""), DSC_OK);
+    struct stat sb;
+    assert_true(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+    snprintf(file, sizeof file, "%s/f", root);
+    int fd = open(file, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    char data[5000];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (char)(i * 7);
+    assert_int_equal(dsc__write_all(fd, data, sizeof data, file), DSC_OK);
+    close(fd);
+    char back[sizeof data + 1];
+    fd = open(file, O_RDONLY);
+    assert_int_equal(read(fd, back, sizeof back), (ssize_t)sizeof data);
+    close(fd);
+    assert_memory_equal(back, data, sizeof data);
+    snprintf(path, sizeof path, "%s/f/g", root);
+    assert_int_equal(dsc__mkdirs(path), DSC_ERR_IO);
+    assert_non_null(strstr(dsc_last_error(), "/f"));
+    assert_int_equal(dsc__write_all(-1, data, 1, "nowhere"), DSC_ERR_IO);
+    assert_non_null(strstr(dsc_last_error(), "nowhere"));
+    dsc_clear_error();
+    snprintf(path, sizeof path, "rm -rf %s", root);
+    assert_int_equal(system(path), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp16_decode_all), cmocka_unit_test(test_fp16_encode_rne),
         cmocka_unit_test(test_bf16_all),        cmocka_unit_test(test_array_forms),
         cmocka_unit_test(test_status),          cmocka_unit_test(test_hash),
-        cmocka_unit_test(test_log_levels),
+        cmocka_unit_test(test_log_levels),      cmocka_unit_test(test_io),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

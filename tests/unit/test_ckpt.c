@@ -16,6 +16,7 @@
 #include <sys/stat.h> // mkdir, stat
 #include <unistd.h>   // truncate, unlink
 
+#include "base/io.h" // dsc__mkdirs
 #include "dsc/checkpoint.h"          // dsc_ckpt_*, dsc_checkpointing_*
 #include "dsc/engine.h"              // dsc_engine_*
 #include "dsc/half.h"                // dsc_fp32_to_bf16
@@ -224,9 +225,9 @@ static void test_moments_saved(void **state) {
 static void test_async_latest_keep_last_leftovers(void **state) {
     char dir[600], p[700];
     path_of(dir, sizeof dir, "async");
-    assert_int_equal(dsc__ckpt_mkdirs(dir), DSC_OK);
+    assert_int_equal(dsc__mkdirs(dir), DSC_OK);
     snprintf(p, sizeof p, "%s/global_step99.tmp.0123", dir); // an interrupted save
-    assert_int_equal(dsc__ckpt_mkdirs(p), DSC_OK);
+    assert_int_equal(dsc__mkdirs(p), DSC_OK);
     snprintf(p, sizeof p, "%s/latest.tmp.77", dir);
     assert_int_equal(dsc__ckpt_write_file(p, "x", 1, false), DSC_OK);
     dsc_engine *e = make(2, "AdamW");
@@ -479,7 +480,7 @@ static void test_reshard_synthetic(void **state) {
     char dir[600], tdir[700], path[800];
     path_of(dir, sizeof dir, "synth");
     snprintf(tdir, sizeof tdir, "%s/synthetic", dir);
-    assert_int_equal(dsc__ckpt_mkdirs(tdir), DSC_OK);
+    assert_int_equal(dsc__mkdirs(tdir), DSC_OK);
     dsc__manifest m;
     synthetic_manifest(&m, world);
     float *flat = calloc((size_t)m.total * 2, sizeof(float)); // (kind, total)
@@ -577,7 +578,7 @@ static void test_split_path(void **state) {
     bool has;
     path_of(dir, sizeof dir, "split");
     snprintf(p, sizeof p, "%s/global_step5", dir);
-    assert_int_equal(dsc__ckpt_mkdirs(p), DSC_OK);
+    assert_int_equal(dsc__mkdirs(p), DSC_OK);
     snprintf(p, sizeof p, "%s/global_step5/manifest.json", dir);
     assert_int_equal(dsc__ckpt_write_file(p, "{}", 2, false), DSC_OK);
     assert_int_equal(dsc_ckpt_split_path(dir, d, sizeof d, t, sizeof t, &has), DSC_OK);

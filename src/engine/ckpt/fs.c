@@ -20,22 +20,6 @@ dsc_status dsc__ckpt_join(char *out, size_t cap, const char *a, const char *b) {
     return DSC_OK;
 }
 
-dsc_status dsc__ckpt_mkdirs(const char *path) {
-    char buf[DSC_CKPT_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "path %s is too long", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return dsc__fail(DSC_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
-    return DSC_OK;
-}
-
 dsc_status dsc__ckpt_fsync_path(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dsc__fail(DSC_ERR_IO, "cannot open %s to fsync it: %s", path, strerror(errno));

@@ -14,9 +14,6 @@
 // out = a "/" b; DSC_ERR_INVALID_ARG naming the path when it does not fit.
 dsc_status dsc__ckpt_join(char *out, size_t cap, const char *a, const char *b);
 
-// mkdir -p.
-dsc_status dsc__ckpt_mkdirs(const char *path);
-
 // fsync a file or a directory by path (a directory's fsync makes its entries durable: created,
 // renamed and removed names).
 dsc_status dsc__ckpt_fsync_path(const char *path);

@@ -7,6 +7,7 @@
 #include <sys/mman.h> // madvise
 #include <unistd.h>   // getpid
 
+#include "base/io.h" // dsc__mkdirs
 #include "base/log.h"          // DSC_WARN, DSC_INFO
 #include "base/status.h"       // dsc__fail
 #include "base/time.h"         // dsc_now, dsc_now_ns
@@ -179,7 +180,7 @@ dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const 
     s->last_save_step = -1;
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_cond_init(&s->snap_cond, NULL);
-    dsc_status st = dsc__ckpt_mkdirs(save_dir);
+    dsc_status st = dsc__mkdirs(save_dir);
     if (st == DSC_OK && !add_saver(s))
         st = dsc__fail(DSC_ERR_INVALID_ARG, "checkpointing: more than %d engines", MAX_SAVERS);
     if (st != DSC_OK) {
@@ -244,7 +245,7 @@ static void *writer_main(void *arg) {
     int rank = dsc_engine_rank(s->eng);
     dsc__ckpt_shard_name(name, sizeof name, rank, s->m.world);
     dsc_status st = dsc__ckpt_join(tmp, sizeof tmp, s->dir, s->tmp_name);
-    if (st == DSC_OK) st = dsc__ckpt_mkdirs(tmp);
+    if (st == DSC_OK) st = dsc__mkdirs(tmp);
     if (st == DSC_OK) st = dsc__ckpt_join(path, sizeof path, tmp, name);
     if (st == DSC_OK)
         st = dsc__shard_write(path, s->header, s->hlen, s->buf, s->data_bytes, &s->wbytes, &s->wxxh3);
