@@ -436,7 +436,6 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
     // attn.c_proj and attention
     DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
     DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
-
     DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, datt, a.qkv, a.atty, a.lse, B, T,
                                            C, NH, m->fp16, st));
     // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
