@@ -396,12 +396,19 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
     return dsc__engine_master_changed(g->eng);
 }
 
+// One GPU with the optimizer on it (the tail of dsc__train_gpu_step): a step's first micro-step
+// writes the gradients rather than adding to zeroed ones, so nothing zeroes them between steps.
+static bool device_optimizer(const train_gpu *g) {
+    return !g->dp && !g->staged && !g->off && !g->st->offload;
+}
+
 // The device runs ahead of the host; only with wall_clock_breakdown does the host wait after each
 // phase (the forward already waits for its loss), so that the phase times are the device's.
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                 float *loss, double *fwd_s, double *bwd_s) {
     float scale = (float)dsc_backward_scale(g->eng);
     g->loss_pending = false; // one not taken belonged to a step a fault abandoned
+    if (device_optimizer(g)) dsc_gpt2_cuda_set_grads_fresh(g->model, g->micro == 0);
     dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
@@ -523,7 +530,6 @@ static dsc_status queued_step(train_gpu *g, dsc_step_info *info) {
     if (plan.apply)
         DSC_TRY(dsc__cuda_state_step_div(g->st, &plan.hp, plan.opt_step, div.prev, div.scale,
                                          div.clipping));
-    DSC_TRY(dsc__cuda_state_zero_grads(g->st));
     double sumsq;
     bool nonfinite;
     float loss;
@@ -535,8 +541,8 @@ static dsc_status queued_step(train_gpu *g, dsc_step_info *info) {
 
 // Whether this step boundary goes through queued_step.
 static bool queued(const train_gpu *g) {
-    return !g->dp && !g->staged && !g->off && !g->st->offload && g->micro + 1 == g->gas &&
-           !g->fp16 && !g->timed && !dsc__engine_grads_observed(g->eng);
+    return device_optimizer(g) && g->micro + 1 == g->gas && !g->fp16 && !g->timed &&
+           !dsc__engine_grads_observed(g->eng);
 }
 
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
@@ -571,8 +577,7 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
     DSC_TRY(dsc__engine_device_step(g->eng, sumsq, nonfinite, &plan, info));
     if (plan.apply)
         DSC_TRY(dsc__cuda_state_step(g->st, &plan.hp, plan.opt_step, plan.grad_scale));
-    DSC_TRY(dsc__cuda_state_zero_grads(g->st));
-    return g->timed ? dsc__cuda_stream_wait(g->st->stream) : DSC_OK;
+    return g->timed ? dsc__cuda_stream_wait(g->st->stream) : DSC_OK; // (no zeroing: see micro)
 }
 
 #else // a build without the CUDA kernels: only the choice exists, and says why

@@ -170,25 +170,33 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
 
 // ---- backward ----
 
-// Dv (B, NH, T) = rowsum(dO * O) per head: the softmax backward's correction
-// term. One thread per (position, head).
+// Dv (B, NH, T) = rowsum(dO * O) per head: the softmax backward's correction term. A warp per
+// position: lane l takes the row's 16-byte chunks l, l + warp, ... (both tensors, so a warp reads
+// whole contiguous runs), and the eight lanes holding one head's eight chunks add in a fixed tree.
 template <bool F16>
 __global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16_t *out, int BT,
                                    int T, int C, int NH) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)BT * NH) return;
-    int bt = (int)(i / NH), h = (int)(i % NH), b = bt / T, t = bt % T;
-    const uint4 *a = (const uint4 *)(dout + (size_t)bt * C + h * ATT_HS);
-    const uint4 *o = (const uint4 *)(out + (size_t)bt * C + h * ATT_HS);
-    float s = 0.0f;
-    for (int c = 0; c < ATT_HS / 8; c++) {
-        float x[8], y[8];
-        dsc_unpack8_16<F16>(a[c], x);
-        dsc_unpack8_16<F16>(o[c], y);
-        for (int k = 0; k < 8; k++)
-            s += x[k] * y[k];
+    int lane = threadIdx.x % DSC_WARP_SIZE;
+    long long bt =
+        (long long)blockIdx.x * (blockDim.x / DSC_WARP_SIZE) + threadIdx.x / DSC_WARP_SIZE;
+    if (bt >= BT) return; // whole warps leave together
+    int b = (int)(bt / T), t = (int)(bt % T), C8 = C / 8;
+    const uint4 *a = (const uint4 *)(dout + bt * C), *o = (const uint4 *)(out + bt * C);
+    for (int base = 0; base < C8; base += DSC_WARP_SIZE) { // C8 and the warp: multiples of 8
+        int i = base + lane;
+        float s = 0.0f;
+        if (i < C8) {
+            float x[8], y[8];
+            dsc_unpack8_16<F16>(a[i], x);
+            dsc_unpack8_16<F16>(o[i], y);
+            for (int k = 0; k < 8; k++)
+                s += x[k] * y[k];
+        }
+        s += dsc_shfl_xor(s, 1);
+        s += dsc_shfl_xor(s, 2);
+        s += dsc_shfl_xor(s, 4);
+        if (i < C8 && (i & 7) == 0) Dv[((size_t)b * NH + i / 8) * T + t] = s;
     }
-    Dv[((size_t)b * NH + h) * T + t] = s;
 }
 
 #if !ATT_MMA
@@ -410,17 +418,17 @@ static dsc_status mma_forward(uint16_t *out, float *lse, const uint16_t *qkv, in
 template <bool F16>
 static dsc_status mma_backward(uint16_t *dqkv, const float *Dv, const uint16_t *dout,
                                const uint16_t *qkv, const float *lse, int T, int C, int NH,
-                               dim3 grid, cudaStream_t st) {
+                               float *bpart, dim3 grid, cudaStream_t st) {
     float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
     DSC_TRY(raise_smem(dsc_att::dkdv_kernel<F16>, MMA_DKDV_SMEM,
                        "attention backward: shared memory limit"));
-    dsc_att::dkdv_kernel<F16>
-        <<<grid, 128, MMA_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH, scale_log2, scale);
+    dsc_att::dkdv_kernel<F16><<<grid, 128, MMA_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH,
+                                                                scale_log2, scale, bpart);
     DSC_CUDA_LAUNCHED("attention backward dK dV kernel");
     DSC_TRY(raise_smem(dsc_att::dq_kernel<F16>, MMA_DQ_SMEM,
                        "attention backward: shared memory limit"));
-    dsc_att::dq_kernel<F16>
-        <<<grid, 128, MMA_DQ_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH, scale_log2, scale);
+    dsc_att::dq_kernel<F16><<<grid, 128, MMA_DQ_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH,
+                                                            scale_log2, scale, bpart);
     DSC_CUDA_LAUNCHED("attention backward dQ kernel");
     return DSC_OK;
 }
@@ -456,27 +464,46 @@ extern "C" size_t dsc__cuda_attention_backward_scratch(int B, int T, int NH) {
     return (size_t)B * NH * T;
 }
 
+extern "C" int dsc__cuda_attention_bias_chunks(int B, int T) {
+    return B * ((T + ATT_TILE - 1) / ATT_TILE);
+}
+
+#if !ATT_MMA
+// The column sums of dqkv per chunk of ATT_TILE rows of one sequence (the register kernels make
+// them as they store): part (B * ceil(T / ATT_TILE), 3C), thread per (chunk, column), rows in
+// order.
+template <bool F16>
+__global__ void att_bias_part_kernel(float *part, const uint16_t *dqkv, int T, int C3, int nt) {
+    int chunk = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C3) return;
+    int b = chunk / nt, r0 = (chunk % nt) * ATT_TILE, r1 = min(T, r0 + ATT_TILE);
+    const uint16_t *g = dqkv + ((size_t)b * T) * C3 + c;
+    float s = 0.0f;
+    for (int r = r0; r < r1; r++)
+        s += dsc_16_f32<F16>(g[(size_t)r * C3]);
+    part[(size_t)chunk * C3 + c] = s;
+}
+#endif
+
 extern "C" dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scratch,
-                                                     const uint16_t *dout, const uint16_t *qkv,
-                                                     const uint16_t *out, const float *lse, int B,
-                                                     int T, int C, int NH, bool fp16,
-                                                     void *stream) {
+                                                     float *bias_part, const uint16_t *dout,
+                                                     const uint16_t *qkv, const uint16_t *out,
+                                                     const float *lse, int B, int T, int C, int NH,
+                                                     bool fp16, void *stream) {
     DSC_TRY(att_check("attention backward", B, T, C, NH, dqkv, dout, qkv));
     DSC_CUDA_ARG(out && lse && scratch && dsc__aligned16(out), "attention backward: bad arguments");
     DSC_TRY(need_mma(fp16, "attention backward"));
     cudaStream_t st = (cudaStream_t)stream;
-    long long rows = (long long)B * T * NH;
+    unsigned dot_blocks = dsc__blocks((long long)B * T, 256 / dsc__host_warp_size());
     if (fp16)
-        att_bwd_dot_kernel<true>
-            <<<dsc__blocks(rows, 256), 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+        att_bwd_dot_kernel<true><<<dot_blocks, 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
     else
-        att_bwd_dot_kernel<false>
-            <<<dsc__blocks(rows, 256), 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+        att_bwd_dot_kernel<false><<<dot_blocks, 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
     DSC_CUDA_LAUNCHED("att_bwd_dot_kernel");
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
 #if ATT_MMA
-    return fp16 ? mma_backward<true>(dqkv, scratch, dout, qkv, lse, T, C, NH, grid, st)
-                : mma_backward<false>(dqkv, scratch, dout, qkv, lse, T, C, NH, grid, st);
+    return fp16 ? mma_backward<true>(dqkv, scratch, dout, qkv, lse, T, C, NH, bias_part, grid, st)
+                : mma_backward<false>(dqkv, scratch, dout, qkv, lse, T, C, NH, bias_part, grid, st);
 #else
     float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
     int threads = ATT_WARPS * dsc__host_warp_size();
@@ -488,6 +515,14 @@ extern "C" dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scra
     att_bwd_dq_kernel<<<grid, threads, DQ_SMEM, st>>>(dqkv, qkv, dout, lse, scratch, T, C, NH,
                                                       scale_log2, scale);
     DSC_CUDA_LAUNCHED("att_bwd_dq_kernel");
+    if (!bias_part) return DSC_OK;
+    int nt = (T + ATT_TILE - 1) / ATT_TILE;
+    dim3 pgrid((3 * C + 255) / 256, B * nt);
+    if (fp16)
+        att_bias_part_kernel<true><<<pgrid, 256, 0, st>>>(bias_part, dqkv, T, 3 * C, nt);
+    else
+        att_bias_part_kernel<false><<<pgrid, 256, 0, st>>>(bias_part, dqkv, T, 3 * C, nt);
+    DSC_CUDA_LAUNCHED("att_bias_part_kernel");
     return DSC_OK;
 #endif
 }
@@ -496,6 +531,6 @@ extern "C" dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratc
                                                    const uint16_t *dout, const uint16_t *qkv,
                                                    const uint16_t *out, const float *lse, int B,
                                                    int T, int C, int NH, void *stream) {
-    return dsc__cuda_attention_backward_h(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, false,
-                                          stream);
+    return dsc__cuda_attention_backward_h(dqkv, scratch, NULL, dout, qkv, out, lse, B, T, C, NH,
+                                          false, stream);
 }

@@ -39,10 +39,14 @@ size_t dsc__cuda_attention_backward_scratch(int B, int T, int NH);
 dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratch, const uint16_t *dout,
                                         const uint16_t *qkv, const uint16_t *out, const float *lse,
                                         int B, int T, int C, int NH, void *stream);
-dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scratch, const uint16_t *dout,
-                                          const uint16_t *qkv, const uint16_t *out,
-                                          const float *lse, int B, int T, int C, int NH, bool fp16,
-                                          void *stream);
+// The _h twin's bias_part (NULL: none): the column sums of the stored dqkv (the bias gradient of
+// the qkv product) per chunk of 64 rows of one sequence, (dsc__cuda_attention_bias_chunks(B, T),
+// 3C) floats overwritten, for the caller to sum over the chunks (dsc__cuda_reduce_columns).
+int dsc__cuda_attention_bias_chunks(int B, int T);
+dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scratch, float *bias_part,
+                                          const uint16_t *dout, const uint16_t *qkv,
+                                          const uint16_t *out, const float *lse, int B, int T,
+                                          int C, int NH, bool fp16, void *stream);
 
 #ifdef __cplusplus
 }

@@ -380,6 +380,46 @@ __device__ static inline void store_acc(uint16_t *g, size_t gld, const float acc
     }
 }
 
+// store_acc, and the column sums of the 16-bit values it stored, over the block's 64 rows (its
+// four warps' 16 each), into part (64 floats): each lane adds its two rows, the eight lanes that
+// share columns add in a fixed tree, then thread c adds the four warps' sums in order (through
+// red, 256 floats of shared memory no longer in use). Deterministic. Every thread of the block
+// must call it.
+template <bool F16>
+__device__ static inline void store_acc_colsum(uint16_t *g, size_t gld, const float acc[8][4],
+                                               float s0, float s1, int row0, int T, float *red,
+                                               float *part) {
+    int lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    float cs[8][2];
+    for (int n = 0; n < 8; n++)
+        cs[n][0] = cs[n][1] = 0.0f;
+    for (int half = 0; half < 2; half++) {
+        int r = row0 + gi + 8 * half;
+        if (r >= T) continue;
+        float s = half ? s1 : s0;
+        uint16_t *row = g + (size_t)r * gld + 2 * t;
+        for (int n = 0; n < 8; n++) {
+            uint32_t p = pack2<F16>(acc[n][2 * half] * s, acc[n][2 * half + 1] * s);
+            *(uint32_t *)(row + n * 8) = p;
+            cs[n][0] += unpack1<F16>(p, false);
+            cs[n][1] += unpack1<F16>(p, true);
+        }
+    }
+    for (int n = 0; n < 8; n++)
+        for (int j = 0; j < 2; j++) {
+            float v = cs[n][j];
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (gi == 0) red[warp * 64 + n * 8 + 2 * t + j] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < 64)
+        part[threadIdx.x] = red[threadIdx.x] + red[64 + threadIdx.x] + red[128 + threadIdx.x] +
+                            red[192 + threadIdx.x];
+    __syncthreads(); // red may be written again by a next call
+}
+
 // ---- forward ----
 
 #define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
@@ -496,7 +536,8 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
 template <bool F16>
 __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
-                const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
+                const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale,
+                float *bpart) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t *sK = aligned_smem(smem_raw), *sV = sK + MMA_TILE_ELEMS;
     uint16_t *sQ = sK + 2 * MMA_TILE_ELEMS,
@@ -594,8 +635,17 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     }
     cp_wait_all();
     uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
-    store_acc<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T);
-    store_acc<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T);
+    if (!bpart) {
+        store_acc<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T);
+        store_acc<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T);
+        return;
+    }
+    __syncthreads(); // every warp is past its last read of the tiles: red reuses them
+    float *part = bpart + ((size_t)b * nt + kt) * C3 + (size_t)h * 64;
+    store_acc_colsum<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T, (float *)sK,
+                          part + C);
+    store_acc_colsum<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T, (float *)sK,
+                          part + 2 * C);
 }
 
 // dQ of one 64-query tile, looping over the key tiles it sees: S = Q K^T, dP =
@@ -605,7 +655,8 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
 template <bool F16>
 __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
-              const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale) {
+              const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale,
+              float *bpart) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t *sQ = aligned_smem(smem_raw), *sdO = sQ + MMA_TILE_ELEMS;
     uint16_t *sK = sQ + 2 * MMA_TILE_ELEMS,
@@ -679,8 +730,14 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
         __syncthreads();
     }
     cp_wait_all();
-    store_acc<F16>(dqkv + (size_t)b * T * C3 + (size_t)h * 64, C3, dq, sm_scale, sm_scale,
-                   q0 + warp * 16, T);
+    uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
+    if (!bpart) {
+        store_acc<F16>(g, C3, dq, sm_scale, sm_scale, q0 + warp * 16, T);
+        return;
+    }
+    __syncthreads(); // every warp is past its last read of the tiles: red reuses them
+    store_acc_colsum<F16>(g, C3, dq, sm_scale, sm_scale, q0 + warp * 16, T, (float *)sQ,
+                          bpart + ((size_t)b * nt + qt) * C3 + (size_t)h * 64);
 }
 
 } // namespace dsc_att

@@ -27,14 +27,24 @@ enum {
 typedef struct graph_key {
     int B, T;
     float loss_scale;
-    bool fp16, fused_gelu;
+    bool fp16, fused_gelu, fresh;
 } graph_key;
+
+// One captured step: state 0 no step of its key yet, 1 one eager step, 2 captured (exec, or
+// NULL where the runtime refused).
+typedef struct train_graph {
+    int state;
+    cudaGraphExec_t exec;
+    graph_key key;
+    const void **ptrs; // (2, ntensors): the key's parameter and gradient addresses
+} train_graph;
 
 struct dsc_gpt2_cuda {
     dsc_gpt2_config c;
     int maxB, maxT, B, T, Vp;
     bool have_targets, fused_gelu;
     bool fp16; // 16-bit tensors (parameters, activations, their gradients) are fp16, not bf16
+    bool fresh; // the next backward overwrites the gradients (set_grads_fresh) instead of adding
     cudaStream_t st;
     dsc_cuda_blas *blas;
     dsc_cuda_buf slab; // every buffer below is a view of it
@@ -52,6 +62,7 @@ struct dsc_gpt2_cuda {
     float *loss_dev;                                  // (1)
     float *ln_scratch, *col_scratch, *att_scratch;
     float *bias_carry; // (C) mlp.c_proj's bias gradient of the layer below, from ln_1's backward
+    float *att_bpart;  // (chunks, 3C) attn.c_attn's bias gradient per 64 rows, from the attention
     void *enc_scratch;
     int32_t *tokens; // (2, BT): inputs, targets
     dsc_gpt2_cuda_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
@@ -60,12 +71,10 @@ struct dsc_gpt2_cuda {
     void *layer_user;
     // The training step's kernels as one CUDA graph (train_step without hooks): the first step of
     // a key (shape, scale, parameter and gradient addresses) runs eagerly, the second captures
-    // it, the rest replay it. DSC_GPU_GRAPH=0, or a capture the runtime refuses: never.
+    // it, the rest replay it. DSC_GPU_GRAPH=0, or a capture the runtime refuses: never. Two
+    // graphs, by fresh: accumulation's first micro-step overwrites, the others add.
     bool use_graph;
-    int graph_state; // 0: no step of the key yet, 1: one eager step, 2: captured (exec or refused)
-    cudaGraphExec_t graph_exec;
-    graph_key gkey;
-    const void **graph_ptrs; // (2, ntensors): the key's parameter and gradient addresses
+    train_graph graphs[2];
 };
 
 typedef struct layer_acts {
@@ -126,6 +135,8 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
         {(void **)&m->ln_scratch, dsc__cuda_layernorm_backward_scratch((int64_t)R, (int)C) * 4},
         {(void **)&m->col_scratch, colsum * 4},
         {(void **)&m->bias_carry, C * 4},
+        {(void **)&m->att_bpart,
+         (size_t)dsc__cuda_attention_bias_chunks(m->maxB, m->maxT) * 3 * C * 4},
         {(void **)&m->att_scratch,
          dsc__cuda_attention_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
         {(void **)&m->enc_scratch, dsc__cuda_encoder_backward_scratch(m->maxB, m->maxT, (int)V)},
@@ -164,8 +175,11 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
     m->fused_gelu = true;
     const char *graph = getenv("DSC_GPU_GRAPH");
     m->use_graph = !(graph && !strcmp(graph, "0"));
-    m->graph_ptrs = (const void **)calloc(2 * (size_t)dsc_gpt2_num_tensors(c), sizeof(void *));
-    if (!m->graph_ptrs) m->use_graph = false;
+    for (int k = 0; k < 2; k++) {
+        m->graphs[k].ptrs =
+            (const void **)calloc(2 * (size_t)dsc_gpt2_num_tensors(c), sizeof(void *));
+        if (!m->graphs[k].ptrs) m->use_graph = false;
+    }
     dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
     if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
     if (st == DSC_OK) { // the padding rows of wte's copy stay zero for the model's life
@@ -192,8 +206,10 @@ extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_c
 extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
-    if (m->graph_exec) (void)cudaGraphExecDestroy(m->graph_exec);
-    free(m->graph_ptrs);
+    for (int k = 0; k < 2; k++) {
+        if (m->graphs[k].exec) (void)cudaGraphExecDestroy(m->graphs[k].exec);
+        free(m->graphs[k].ptrs);
+    }
     dsc__cuda_blas_destroy(m->blas);
     dsc__cuda_buf_free(&m->slab);
     free(m);
@@ -201,6 +217,10 @@ extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
 
 extern "C" void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on) {
     if (m) m->fused_gelu = on;
+}
+
+extern "C" void dsc_gpt2_cuda_set_grads_fresh(dsc_gpt2_cuda *m, bool on) {
+    if (m) m->fresh = on;
 }
 
 extern "C" void dsc_gpt2_cuda_set_fp16(dsc_gpt2_cuda *m, bool on) {
@@ -254,7 +274,7 @@ static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, i
     memset(&g, 0, sizeof g);
     g.trans_a = 1, g.M = IC, g.N = OC, g.K = rows;
     g.A = inp, g.lda = lda, g.B = dout, g.ldb = ldd, g.D = dw, g.ldd = OC, g.d_fp32 = 1;
-    g.alpha = 1.0f, g.beta = 1.0f, g.C = dw, g.ldc = OC, g.fp16 = m->fp16;
+    g.alpha = 1.0f, g.beta = m->fresh ? 0.0f : 1.0f, g.C = dw, g.ldc = OC, g.fp16 = m->fp16;
     // A long unaligned IC (the vocabulary: 50257 rows of the lm-head's gradient) leaves cuBLASLt
     // only older kernels (sm80-era, about 510 TFLOP/s here): the aligned rows first, the last
     // few in a small product of their own.
@@ -423,28 +443,30 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
     DSC_TRY(
         mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, m->fused_gelu ? a.fch : NULL));
     DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
-    DSC_TRY(dsc__cuda_add_f32_clear(g[K_MPROJB], m->bias_carry, C, st));
+    DSC_TRY(dsc__cuda_add_f32_clear(g[K_MPROJB], m->bias_carry, C, !m->fresh, st));
     if (!m->fused_gelu)
         DSC_TRY(dsc__cuda_gelu_backward_h(dbig, dbig, a.fch, (int64_t)BT * 4 * C, m->fp16, st));
     // mlp.c_fc and ln_2
     DSC_TRY(mm_dinp(m, dln, C, dbig, 4 * C, p[K_FCW], BT, C, 4 * C, NULL));
     DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
-    DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, m->fp16, st));
+    DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, !m->fresh, m->fp16, st));
     DSC_TRY(dsc__cuda_layernorm_backward_h(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, dln, a.res2,
-                                           p[K_LN2W], a.ln2_mean, a.ln2_rstd, g[K_APROJB], BT, C,
-                                           m->fp16, st));
+                                           p[K_LN2W], a.ln2_mean, a.ln2_rstd, g[K_APROJB],
+                                           !m->fresh, BT, C, m->fp16, st));
     // attn.c_proj and attention
     DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
     DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
-    DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, datt, a.qkv, a.atty, a.lse, B, T,
-                                           C, NH, m->fp16, st));
+    // the attention's backward also sums dqkv's columns per 64 rows: attn.c_attn's bias gradient
+    DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, m->att_bpart, datt, a.qkv, a.atty,
+                                           a.lse, B, T, C, NH, m->fp16, st));
+    DSC_TRY(dsc__cuda_reduce_columns(g[K_ATTB], m->att_bpart, dsc__cuda_attention_bias_chunks(B, T),
+                                     3 * C, !m->fresh, st));
     // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
     DSC_TRY(mm_dinp(m, dln, C, dbig, 3 * C, p[K_ATTW], BT, C, 3 * C, NULL));
     DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
-    DSC_TRY(dsc__cuda_colsum_h(g[K_ATTB], m->col_scratch, dbig, BT, 3 * C, m->fp16, st));
-    return dsc__cuda_layernorm_backward_h(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in,
-                                          p[K_LN1W], a.ln1_mean, a.ln1_rstd,
-                                          l > 0 ? m->bias_carry : NULL, BT, C, m->fp16, st);
+    return dsc__cuda_layernorm_backward_h(
+        dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in, p[K_LN1W], a.ln1_mean, a.ln1_rstd,
+        l > 0 ? m->bias_carry : NULL, !m->fresh, BT, C, m->fp16, st);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss) {
@@ -473,9 +495,9 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
     DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
     DSC_CUDA_TRY(cudaMemsetAsync(m->bias_carry, 0, sizeof(float) * C, st));
-    DSC_TRY(dsc__cuda_layernorm_backward_h(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch,
-                                           m->dln, acts_of(m, L).res_in, params[lnf], m->lnf_mean,
-                                           m->lnf_rstd, m->bias_carry, BT, C, m->fp16, st));
+    DSC_TRY(dsc__cuda_layernorm_backward_h(
+        m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->dln, acts_of(m, L).res_in,
+        params[lnf], m->lnf_mean, m->lnf_rstd, m->bias_carry, !m->fresh, BT, C, m->fp16, st));
     DSC_TRY(group_done(m, L + 1));
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(before_layer(m, 1, l));
@@ -484,7 +506,7 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
     }
     DSC_TRY(before_layer(m, 1, -1));
     DSC_TRY(dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B,
-                                         T, C, V, m->fp16, st));
+                                         T, C, V, !m->fresh, m->fp16, st)); // wte: after lm-head's
     return group_done(m, 0);
 }
 
@@ -529,22 +551,22 @@ static graph_key key_now(const dsc_gpt2_cuda *m, float loss_scale) {
     graph_key k;
     memset(&k, 0, sizeof k); // padding too: keys are compared with memcmp
     k.B = m->B, k.T = m->T, k.loss_scale = loss_scale, k.fp16 = m->fp16;
-    k.fused_gelu = m->fused_gelu;
+    k.fused_gelu = m->fused_gelu, k.fresh = m->fresh;
     return k;
 }
 
-static bool same_key(const dsc_gpt2_cuda *m, const graph_key *k, const uint16_t *const *params,
-                     float *const *grads) {
+static bool same_key(const dsc_gpt2_cuda *m, const train_graph *tg, const graph_key *k,
+                     const uint16_t *const *params, float *const *grads) {
     size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
-    return memcmp(&m->gkey, k, sizeof *k) == 0 &&
-           memcmp(m->graph_ptrs, params, nt * sizeof(void *)) == 0 &&
-           memcmp(m->graph_ptrs + nt, grads, nt * sizeof(void *)) == 0;
+    return memcmp(&tg->key, k, sizeof *k) == 0 &&
+           memcmp(tg->ptrs, params, nt * sizeof(void *)) == 0 &&
+           memcmp(tg->ptrs + nt, grads, nt * sizeof(void *)) == 0;
 }
 
-// Capture the step into m->graph_exec. Anything the runtime refuses leaves graphs off for this
+// Capture the step into tg->exec. Anything the runtime refuses leaves graphs off for this
 // model: the caller then runs the step eagerly, with the same results.
-static void capture_train(dsc_gpt2_cuda *m, const uint16_t *const *params, float *const *grads,
-                          float loss_scale) {
+static void capture_train(dsc_gpt2_cuda *m, train_graph *tg, const uint16_t *const *params,
+                          float *const *grads, float loss_scale) {
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
@@ -552,7 +574,7 @@ static void capture_train(dsc_gpt2_cuda *m, const uint16_t *const *params, float
         e = cudaStreamEndCapture(m->st, &graph);
         if (st != DSC_OK && e == cudaSuccess) e = cudaErrorUnknown;
     }
-    if (e == cudaSuccess) e = cudaGraphInstantiateWithFlags(&m->graph_exec, graph, 0);
+    if (e == cudaSuccess) e = cudaGraphInstantiateWithFlags(&tg->exec, graph, 0);
     if (graph) (void)cudaGraphDestroy(graph);
     if (e == cudaSuccess) return;
     DSC_WARN("gpu", "the training step could not be captured as a CUDA graph (%s); each step "
@@ -560,7 +582,7 @@ static void capture_train(dsc_gpt2_cuda *m, const uint16_t *const *params, float
              cudaGetErrorString(e));
     (void)cudaGetLastError();
     dsc_clear_error();
-    m->graph_exec = NULL;
+    tg->exec = NULL;
     m->use_graph = false;
 }
 
@@ -568,25 +590,26 @@ static void capture_train(dsc_gpt2_cuda *m, const uint16_t *const *params, float
 static dsc_status run_train_graph(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                   float *const *grads, float loss_scale) {
     graph_key k = key_now(m, loss_scale);
-    if (m->graph_state > 0 && !same_key(m, &k, params, grads)) {
-        if (m->graph_exec) (void)cudaGraphExecDestroy(m->graph_exec);
-        m->graph_exec = NULL;
-        m->graph_state = 0;
+    train_graph *tg = &m->graphs[m->fresh];
+    if (tg->state > 0 && !same_key(m, tg, &k, params, grads)) {
+        if (tg->exec) (void)cudaGraphExecDestroy(tg->exec);
+        tg->exec = NULL;
+        tg->state = 0;
     }
-    if (m->graph_state == 0) { // eagerly: the products' algorithm choices are made and cached
+    if (tg->state == 0) { // eagerly: the products' algorithm choices are made and cached
         DSC_TRY(enqueue_train(m, params, grads, loss_scale));
         size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
-        memcpy(m->graph_ptrs, params, nt * sizeof(void *));
-        memcpy(m->graph_ptrs + nt, grads, nt * sizeof(void *));
-        m->gkey = k, m->graph_state = 1;
+        memcpy(tg->ptrs, params, nt * sizeof(void *));
+        memcpy(tg->ptrs + nt, grads, nt * sizeof(void *));
+        tg->key = k, tg->state = 1;
         return DSC_OK;
     }
-    if (m->graph_state == 1) {
-        capture_train(m, params, grads, loss_scale);
-        m->graph_state = 2;
-        if (!m->graph_exec) return enqueue_train(m, params, grads, loss_scale);
+    if (tg->state == 1) {
+        capture_train(m, tg, params, grads, loss_scale);
+        tg->state = 2;
+        if (!tg->exec) return enqueue_train(m, params, grads, loss_scale);
     }
-    DSC_CUDA_TRY(cudaGraphLaunch(m->graph_exec, m->st));
+    DSC_CUDA_TRY(cudaGraphLaunch(tg->exec, m->st));
     return DSC_OK;
 }
 

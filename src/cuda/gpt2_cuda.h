@@ -45,6 +45,12 @@ void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m); // NULL ok; synchronises the strea
 // faster on an H200); both paths are tested against the CPU model.
 void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on);
 
+// on: the next backwards (dsc_gpt2_cuda_backward, _train_step) write the gradients (=) instead of
+// adding to them (+=): a step's first micro-step, so that nobody zeroes them between steps (every
+// gradient element a backward produces is written; wpe rows past T are left as they are). Off by
+// default.
+void dsc_gpt2_cuda_set_grads_fresh(dsc_gpt2_cuda *m, bool on);
+
 // on: parameters, activations and activation gradients are IEEE fp16 (fp16 training, with the
 // caller's loss scale on backward); off (the default): bf16. Arithmetic stays fp32 inside the
 // kernels either way. fp16 values overflow to inf (never saturate), so a loss scale that is too

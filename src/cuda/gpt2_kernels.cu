@@ -306,9 +306,10 @@ __global__ void enc_wte_grad_kernel(float *dwte, const uint4 *dout, const int *s
     g[1] = make_float4(g1.x + acc[4], g1.y + acc[5], g1.z + acc[6], g1.w + acc[7]);
 }
 
-// dwpe[t] += sum over b of dout[b, t], b in order; one thread per (t, 8 channels).
+// dwpe[t] += (add) or = the sum over b of dout[b, t], b in order; one thread per (t, 8 channels).
 template <bool F16>
-__global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T, int C8) {
+__global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T, int C8,
+                                    bool add) {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)T * C8) return;
     int t = (int)(idx / C8), c8 = (int)(idx % C8);
@@ -320,6 +321,11 @@ __global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T
             acc[k] += x[k];
     }
     float4 *g = (float4 *)(dwpe + idx * 8);
+    if (!add) {
+        g[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        g[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        return;
+    }
     float4 g0 = g[0], g1 = g[1];
     g[0] = make_float4(g0.x + acc[0], g0.y + acc[1], g0.z + acc[2], g0.w + acc[3]);
     g[1] = make_float4(g1.x + acc[4], g1.y + acc[5], g1.z + acc[6], g1.w + acc[7]);
@@ -340,7 +346,8 @@ extern "C" size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V) {
 
 extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
                                                    const uint16_t *dout, const int32_t *inp, int B,
-                                                   int T, int C, int V, bool fp16, void *stream) {
+                                                   int T, int C, int V, bool wpe_add, bool fp16,
+                                                   void *stream) {
     DSC_TRY(check_rows("encoder backward", C, dwte, dwpe, dout));
     DSC_CUDA_ARG(B > 0 && T > 0 && V > 0 && inp && scratch, "encoder backward: bad arguments");
     cudaStream_t st = as_stream(stream);
@@ -373,9 +380,9 @@ extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, voi
             <<<wte_blocks, ELEM_THREADS, 0, st>>>(dwte, d, sorted, inp, BT, C8);
     DSC_CUDA_LAUNCHED("enc_wte_grad_kernel");
     if (fp16)
-        enc_wpe_grad_kernel<true><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8);
+        enc_wpe_grad_kernel<true><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8, wpe_add);
     else
-        enc_wpe_grad_kernel<false><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8);
+        enc_wpe_grad_kernel<false><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8, wpe_add);
     DSC_CUDA_LAUNCHED("enc_wpe_grad_kernel");
     return DSC_OK;
 }
@@ -383,7 +390,8 @@ extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, voi
 extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch,
                                                  const uint16_t *dout, const int32_t *inp, int B,
                                                  int T, int C, int V, void *stream) {
-    return dsc__cuda_encoder_backward_h(dwte, dwpe, scratch, dout, inp, B, T, C, V, false, stream);
+    return dsc__cuda_encoder_backward_h(dwte, dwpe, scratch, dout, inp, B, T, C, V, true, false,
+                                        stream);
 }
 
 // ---- layernorm ----
@@ -728,6 +736,7 @@ static ln_bwd_fn ln_bwd_pick(bool fp16, int nch) {
 #define RED_Y 16 // lanes along the chunks
 typedef struct red_dests {
     float *d[3];
+    bool add; // false: each destination is overwritten (=), not added to
 } red_dests;
 
 __global__ void __launch_bounds__(RED_X *RED_Y)
@@ -744,7 +753,8 @@ __global__ void __launch_bounds__(RED_X *RED_Y)
     if (threadIdx.y != 0 || c >= ncols) return;
     for (int y = 1; y < RED_Y; y++) // a fixed order: deterministic
         s += sh[y][threadIdx.x];
-    dest.d[c / width][c % width] += s;
+    float *o = dest.d[c / width] + c % width;
+    *o = dest.add ? *o + s : s;
 }
 
 static void reduce_partials_to(red_dests dest, int width, const float *part, int nchunks,
@@ -753,9 +763,9 @@ static void reduce_partials_to(red_dests dest, int width, const float *part, int
         dest, width, part, nchunks, stride, ncols);
 }
 
-static void reduce_partials(float *acc, const float *part, int nchunks, size_t stride, int ncols,
-                            cudaStream_t st) {
-    red_dests dest = {{acc, NULL, NULL}};
+static void reduce_partials(float *acc, bool add, const float *part, int nchunks, size_t stride,
+                            int ncols, cudaStream_t st) {
+    red_dests dest = {{acc, NULL, NULL}, add};
     reduce_partials_to(dest, ncols, part, nchunks, stride, ncols, st);
 }
 
@@ -767,8 +777,8 @@ extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, 
                                                      float *scratch, const uint16_t *dout,
                                                      const uint16_t *inp, const uint16_t *w,
                                                      const float *mean, const float *rstd,
-                                                     float *dsum, int64_t N, int C, bool fp16,
-                                                     void *stream) {
+                                                     float *dsum, bool add, int64_t N, int C,
+                                                     bool fp16, void *stream) {
     DSC_TRY(check_rows("layernorm backward", C, dinp, dout, inp));
     DSC_CUDA_ARG(N > 0 && dsc__aligned16(w) && dw && db && scratch && mean && rstd,
                  "layernorm backward: bad arguments");
@@ -788,7 +798,7 @@ extern "C" dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, 
         "layernorm backward: shared memory limit");
     k<<<nchunks, threads, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C, nparts);
     DSC_CUDA_LAUNCHED("ln_bwd_kernel");
-    red_dests dest = {{dw, db, dsum}};
+    red_dests dest = {{dw, db, dsum}, add};
     reduce_partials_to(dest, C, scratch, nchunks, (size_t)nparts * C, nparts * C, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");
     return DSC_OK;
@@ -799,8 +809,8 @@ extern "C" dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, fl
                                                    const uint16_t *inp, const uint16_t *w,
                                                    const float *mean, const float *rstd, int64_t N,
                                                    int C, void *stream) {
-    return dsc__cuda_layernorm_backward_h(dinp, dw, db, scratch, dout, inp, w, mean, rstd, NULL, N,
-                                          C, false, stream);
+    return dsc__cuda_layernorm_backward_h(dinp, dw, db, scratch, dout, inp, w, mean, rstd, NULL,
+                                          true, N, C, false, stream);
 }
 
 // ---- column sums (bias gradients) ----
@@ -851,12 +861,21 @@ __global__ void __launch_bounds__(32 * COLSUM_VY)
     part[(size_t)blockIdx.x * ncols + c] = v;
 }
 
+extern "C" dsc_status dsc__cuda_reduce_columns(float *acc, const float *part, int nchunks,
+                                               int ncols, bool add, void *stream) {
+    DSC_CUDA_ARG(acc && part && nchunks > 0 && ncols > 0, "reduce columns: bad arguments");
+    reduce_partials(acc, add, part, nchunks, (size_t)ncols, ncols, as_stream(stream));
+    DSC_CUDA_LAUNCHED("reduce_partials_kernel");
+    return DSC_OK;
+}
+
 extern "C" size_t dsc__cuda_colsum_scratch(int64_t rows, int ncols) {
     return (size_t)((rows + COLSUM_ROWS - 1) / COLSUM_ROWS) * (size_t)ncols;
 }
 
 extern "C" dsc_status dsc__cuda_colsum_h(float *acc, float *scratch, const uint16_t *d,
-                                         int64_t rows, int ncols, bool fp16, void *stream) {
+                                         int64_t rows, int ncols, bool add, bool fp16,
+                                         void *stream) {
     DSC_CUDA_ARG(rows > 0 && ncols > 0 && acc && scratch && d, "colsum: bad arguments");
     cudaStream_t st = as_stream(stream);
     int nchunks = (int)((rows + COLSUM_ROWS - 1) / COLSUM_ROWS);
@@ -871,14 +890,14 @@ extern "C" dsc_status dsc__cuda_colsum_h(float *acc, float *scratch, const uint1
     else
         colsum_kernel<false><<<nchunks, COLSUM_THREADS, 0, st>>>(scratch, d, rows, ncols);
     DSC_CUDA_LAUNCHED("colsum_kernel");
-    reduce_partials(acc, scratch, nchunks, (size_t)ncols, ncols, st);
+    reduce_partials(acc, add, scratch, nchunks, (size_t)ncols, ncols, st);
     DSC_CUDA_LAUNCHED("reduce_partials_kernel");
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_colsum(float *acc, float *scratch, const uint16_t *d, int64_t rows,
                                        int ncols, void *stream) {
-    return dsc__cuda_colsum_h(acc, scratch, d, rows, ncols, false, stream);
+    return dsc__cuda_colsum_h(acc, scratch, d, rows, ncols, true, false, stream);
 }
 
 // ---- softmax + cross-entropy ----
@@ -1069,18 +1088,19 @@ extern "C" dsc_status dsc__cuda_add_f32(float *acc, const float *x, int64_t n, v
     return DSC_OK;
 }
 
-__global__ void add_f32_clear_kernel(float *acc, float *x, long long n) {
+__global__ void add_f32_clear_kernel(float *acc, float *x, long long n, bool add) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    acc[i] += x[i];
+    acc[i] = add ? acc[i] + x[i] : x[i];
     x[i] = 0.0f;
 }
 
-extern "C" dsc_status dsc__cuda_add_f32_clear(float *acc, float *x, int64_t n, void *stream) {
+extern "C" dsc_status dsc__cuda_add_f32_clear(float *acc, float *x, int64_t n, bool add,
+                                              void *stream) {
     DSC_CUDA_ARG(n >= 0 && (n == 0 || (acc && x)), "add f32: bad arguments");
     if (n == 0) return DSC_OK;
     add_f32_clear_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
-        acc, x, n);
+        acc, x, n, add);
     DSC_CUDA_LAUNCHED("add_f32_clear_kernel");
     return DSC_OK;
 }

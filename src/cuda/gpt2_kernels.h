@@ -48,9 +48,10 @@ dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp, const 
 size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V);
 dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch, const uint16_t *dout,
                                       const int32_t *inp, int B, int T, int C, int V, void *stream);
+// The _h twin's wpe_add false overwrites dwpe (rows [0, T)) instead of adding (dwte is added to).
 dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
                                         const uint16_t *dout, const int32_t *inp, int B, int T,
-                                        int C, int V, bool fp16, void *stream);
+                                        int C, int V, bool wpe_add, bool fp16, void *stream);
 
 // out (N, C) = (inp - mean) * rstd * w + b with eps 1e-5; mean, rstd (N) fp32 kept for backward.
 dsc_status dsc__cuda_layernorm_forward(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
@@ -62,8 +63,8 @@ dsc_status dsc__cuda_layernorm_forward_h(uint16_t *out, float *mean, float *rstd
 
 // dinp (N, C) += the gradient through the layernorm (it sits on the residual stream);
 // dw, db (C) +=; dsum (C; NULL: none) += the column sums of the resulting dinp (as stored, 16-bit:
-// the bias gradient of the product that reads it next). scratch:
-// dsc__cuda_layernorm_backward_scratch(N, C) floats.
+// the bias gradient of the product that reads it next). The _h twin's add false overwrites dw,
+// db and dsum instead (=). scratch: dsc__cuda_layernorm_backward_scratch(N, C) floats.
 size_t dsc__cuda_layernorm_backward_scratch(int64_t N, int C);
 dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, float *db, float *scratch,
                                         const uint16_t *dout, const uint16_t *inp,
@@ -72,7 +73,8 @@ dsc_status dsc__cuda_layernorm_backward(uint16_t *dinp, float *dw, float *db, fl
 dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, float *db, float *scratch,
                                           const uint16_t *dout, const uint16_t *inp,
                                           const uint16_t *w, const float *mean, const float *rstd,
-                                          float *dsum, int64_t N, int C, bool fp16, void *stream);
+                                          float *dsum, bool add, int64_t N, int C, bool fp16,
+                                          void *stream);
 
 // out (n) = GELU(inp), GPT-2's tanh approximation; dinp (n) = dout * GELU'(inp), dinp may alias
 // dout. Any n; 16-byte aligned pointers with n % 8 == 0 take the vector path.
@@ -111,16 +113,21 @@ dsc_status dsc__cuda_xent_fused(float *losses, uint16_t *logits, const int32_t *
 dsc_status dsc__cuda_xent_fused_h(float *losses, uint16_t *logits, const int32_t *targets, float g,
                                   int64_t N, int V, int ld, bool fp16, void *stream);
 
-// acc[i] += x[i], then x[i] = 0, for i < n (fp32 on the device).
-dsc_status dsc__cuda_add_f32_clear(float *acc, float *x, int64_t n, void *stream);
+// acc[i] += x[i] (add; else acc[i] = x[i]), then x[i] = 0, for i < n (fp32 on the device).
+dsc_status dsc__cuda_add_f32_clear(float *acc, float *x, int64_t n, bool add, void *stream);
 
-// acc (ncols) += column sums of d (rows, ncols) (bias gradients).
-// scratch: dsc__cuda_colsum_scratch(rows, ncols) floats.
+// acc (ncols) += column sums of d (rows, ncols) (bias gradients); the _h twin's add false
+// overwrites acc instead. scratch: dsc__cuda_colsum_scratch(rows, ncols) floats.
 size_t dsc__cuda_colsum_scratch(int64_t rows, int ncols);
 dsc_status dsc__cuda_colsum(float *acc, float *scratch, const uint16_t *d, int64_t rows, int ncols,
                             void *stream);
 dsc_status dsc__cuda_colsum_h(float *acc, float *scratch, const uint16_t *d, int64_t rows,
-                              int ncols, bool fp16, void *stream);
+                              int ncols, bool add, bool fp16, void *stream);
+
+// acc (ncols) += (add; else =) the sums over k in order of part (nchunks, ncols): the second half
+// of a column sum whose first half another kernel made (the attention backward's bias_part).
+dsc_status dsc__cuda_reduce_columns(float *acc, const float *part, int nchunks, int ncols, bool add,
+                                    void *stream);
 
 // out[0] = scale * sum of x (n), one fixed order (e.g. the mean loss).
 dsc_status dsc__cuda_sum(float *out, const float *x, int64_t n, float scale, void *stream);

@@ -88,8 +88,8 @@ static void test_attention(int B, int T, int NH, double qscale, bool peaked, boo
     float *d_lse = dev_alloc<float>((size_t)B * NH * T);
     float *d_scr = dev_alloc<float>(dsc__cuda_attention_backward_scratch(B, T, NH));
     DS(dsc__cuda_attention_forward_h(d_out, d_lse, d_qkv, B, T, C, NH, f16, NULL));
-    DS(dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, f16,
-                                      NULL));
+    DS(dsc__cuda_attention_backward_h(d_dqkv, d_scr, NULL, d_dy, d_qkv, d_out, d_lse, B, T, C, NH,
+                                      f16, NULL));
     SYNC();
     std::vector<float> out = from_16(dev_download(d_out, (size_t)B * T * C), f16);
     std::vector<float> lse = dev_download(d_lse, (size_t)B * NH * T);
@@ -130,13 +130,29 @@ static void test_attention(int B, int T, int NH, double qscale, bool peaked, boo
         snprintf(name, sizeof name, "attention backward d%c%s", "qkv"[part], type_tag(f16));
         check(name, rel_err(g.data(), r.data(), r.size()), tol_bwd);
     }
+    // again, with the column sums per 64 rows (bias_part): the same dqkv bits, and the sums of
+    // exactly those stored values
+    int chunks = dsc__cuda_attention_bias_chunks(B, T);
+    float *d_part = dev_upload(std::vector<float>((size_t)chunks * C3, NAN));
     CK(cudaMemset(d_dqkv, 0xff, (size_t)B * T * C3 * 2));
-    DS(dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH, f16,
-                                      NULL));
+    DS(dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_part, d_dy, d_qkv, d_out, d_lse, B, T, C, NH,
+                                      f16, NULL));
     SYNC();
     std::vector<uint16_t> again = dev_download(d_dqkv, (size_t)B * T * C3);
-    snprintf(name, sizeof name, "attention backward is bitwise repeatable%s", type_tag(f16));
+    snprintf(name, sizeof name, "attention backward is bitwise repeatable (with bias_part)%s",
+             type_tag(f16));
     check_true(name, again == dq16);
+    std::vector<float> part = dev_download(d_part, (size_t)chunks * C3);
+    std::vector<double> rpart((size_t)chunks * C3, 0.0);
+    int nt = (T + 63) / 64;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (size_t c = 0; c < C3; c++)
+                rpart[((size_t)b * nt + t / 64) * C3 + c] += dq[((size_t)b * T + t) * C3 + c];
+    snprintf(name, sizeof name, "attention backward bias_part (column sums of dqkv)%s",
+             type_tag(f16));
+    check(name, rel_err(part.data(), rpart.data(), rpart.size()), TOL_F32);
+    cudaFree(d_part);
     cudaFree(d_qkv), cudaFree(d_dy), cudaFree(d_out), cudaFree(d_dqkv), cudaFree(d_lse),
         cudaFree(d_scr);
 }
@@ -158,8 +174,8 @@ static void time_attention(int B, int T, int NH, bool f16) {
         [&] { dsc__cuda_attention_forward_h(d_out, d_lse, d_qkv, B, T, C, NH, f16, NULL); }, 3, 20);
     double ms_b = time_ms(
         [&] {
-            dsc__cuda_attention_backward_h(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, C, NH,
-                                           f16, NULL);
+            dsc__cuda_attention_backward_h(d_dqkv, d_scr, NULL, d_dy, d_qkv, d_out, d_lse, B, T, C,
+                                           NH, f16, NULL);
         },
         3, 20);
     SYNC();

@@ -60,7 +60,8 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     size_t sb = dsc__cuda_encoder_backward_scratch(B, T, V);
     void *scratch;
     CK(cudaMalloc(&scratch, sb));
-    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, f16, NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, true, f16,
+                                    NULL));
     SYNC();
     std::vector<float> g1 = dev_download(d_gte, gte.size()), p1 = dev_download(d_gpe, gpe.size());
     std::vector<double> rte(gte.begin(), gte.end()), rpe(gpe.begin(), gpe.end());
@@ -77,11 +78,27 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     // deterministic: the same call on the same inputs gives the same bits
     CK(cudaMemcpy(d_gte, gte.data(), gte.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_gpe, gpe.data(), gpe.size() * 4, cudaMemcpyHostToDevice));
-    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, f16, NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, true, f16,
+                                    NULL));
     SYNC();
     std::vector<float> g2 = dev_download(d_gte, gte.size());
     check_true(nm("encoder backward is bitwise repeatable", f16),
                memcmp(g1.data(), g2.data(), g1.size() * 4) == 0);
+    // wpe_add false: dwpe overwritten (whatever it held), dwte still added to
+    CK(cudaMemcpy(d_gte, gte.data(), gte.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<float> nan_pe(gpe.size(), NAN);
+    CK(cudaMemcpy(d_gpe, nan_pe.data(), gpe.size() * 4, cudaMemcpyHostToDevice));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, false, f16,
+                                    NULL));
+    SYNC();
+    std::vector<float> p3 = dev_download(d_gpe, gpe.size()), g3 = dev_download(d_gte, gte.size());
+    std::vector<double> rpe_set(gpe.size());
+    for (size_t i = 0; i < gpe.size(); i++)
+        rpe_set[i] = rpe[i] - gpe[i];
+    check(nm("encoder backward dwpe (=)", f16), rel_err(p3.data(), rpe_set.data(), rpe_set.size()),
+          TOL_F32);
+    check_true(nm("encoder backward dwte with dwpe (=): the same bits", f16),
+               memcmp(g1.data(), g3.data(), g1.size() * 4) == 0);
     cudaFree(d_wte), cudaFree(d_wpe), cudaFree(d_out), cudaFree(d_tok), cudaFree(d_dout);
     cudaFree(d_gte), cudaFree(d_gpe), cudaFree(scratch);
 }
@@ -129,8 +146,8 @@ static void test_layernorm(int N, int C, bool f16) {
     float *d_scr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(N, C));
     std::vector<float> ds0 = randn(C, 1.0);
     float *d_ds = dev_upload(ds0); // += the column sums of the resulting dinp
-    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_scr, d_dy, d_x, d_w, d_mean, d_rstd,
-                                      d_ds, N, C, f16, NULL));
+    DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_scr, d_dy, d_x, d_w, d_mean, d_rstd, d_ds,
+                                      true, N, C, f16, NULL));
     SYNC();
     std::vector<double> rdx(dx0.begin(), dx0.end()), rdw(dw0.begin(), dw0.end()),
         rdb(db0.begin(), db0.end());
@@ -165,12 +182,30 @@ static void test_layernorm(int N, int C, bool f16) {
     uint16_t *d_dx2 = dev_upload(dx16);
     float *d_dw2 = dev_upload(dw0), *d_db2 = dev_upload(db0);
     DS(dsc__cuda_layernorm_backward_h(d_dx2, d_dw2, d_db2, d_scr, d_dy, d_x, d_w, d_mean, d_rstd,
-                                      NULL, N, C, f16, NULL));
+                                      NULL, true, N, C, f16, NULL));
     SYNC();
     check_true(nm("layernorm backward without dsum: dinp, dw, db bitwise the same", f16),
                dev_download(d_dx2, (size_t)N * C) == dev_download(d_dx, (size_t)N * C) &&
                    dev_download(d_dw2, C) == dev_download(d_dw, C) &&
                    dev_download(d_db2, C) == dev_download(d_db, C));
+    // add false: dw, db and dsum overwritten (whatever they held)
+    std::vector<float> nan_c(C, NAN);
+    CK(cudaMemcpy(d_dx2, dx16.data(), dx16.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_dw2, nan_c.data(), C * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_db2, nan_c.data(), C * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ds, nan_c.data(), C * 4, cudaMemcpyHostToDevice));
+    DS(dsc__cuda_layernorm_backward_h(d_dx2, d_dw2, d_db2, d_scr, d_dy, d_x, d_w, d_mean, d_rstd,
+                                      d_ds, false, N, C, f16, NULL));
+    SYNC();
+    std::vector<double> sdw(C), sdb(C), sds(C);
+    for (int c = 0; c < C; c++)
+        sdw[c] = rdw[c] - dw0[c], sdb[c] = rdb[c] - db0[c], sds[c] = rds[c] - ds0[c];
+    std::vector<float> odw = dev_download(d_dw2, C), odb = dev_download(d_db2, C),
+                       ods = dev_download(d_ds, C);
+    check(nm("layernorm backward dw (=)", f16), rel_err(odw.data(), sdw.data(), C), TOL_F32);
+    check(nm("layernorm backward db (=)", f16), rel_err(odb.data(), sdb.data(), C), TOL_F32);
+    check(nm("layernorm backward column sums (=)", f16), rel_err(ods.data(), sds.data(), C),
+          TOL_F32);
     cudaFree(d_dx2), cudaFree(d_dw2), cudaFree(d_db2), cudaFree(d_ds);
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_out), cudaFree(d_mean);
     cudaFree(d_rstd), cudaFree(d_dy), cudaFree(d_dx), cudaFree(d_dw), cudaFree(d_db),
@@ -281,7 +316,7 @@ static void test_sums(int rows, int ncols, bool f16) {
     uint16_t *d_d = dev_upload(d16);
     float *d_acc = dev_upload(acc0),
           *d_scr = dev_alloc<float>(dsc__cuda_colsum_scratch(rows, ncols));
-    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_d, rows, ncols, f16, NULL));
+    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_d, rows, ncols, true, f16, NULL));
     SYNC();
     std::vector<double> ref(acc0.begin(), acc0.end());
     for (int r = 0; r < rows; r++)
@@ -289,6 +324,14 @@ static void test_sums(int rows, int ncols, bool f16) {
             ref[c] += d[(size_t)r * ncols + c];
     std::vector<float> got = dev_download(d_acc, ncols);
     check(nm("colsum (bias gradients, +=)", f16), rel_err(got.data(), ref.data(), ncols), TOL_F32);
+    std::vector<float> nan_acc(ncols, NAN); // add false: acc overwritten, whatever it held
+    CK(cudaMemcpy(d_acc, nan_acc.data(), (size_t)ncols * 4, cudaMemcpyHostToDevice));
+    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_d, rows, ncols, false, f16, NULL));
+    SYNC();
+    for (int c = 0; c < ncols; c++)
+        ref[c] -= acc0[c];
+    got = dev_download(d_acc, ncols);
+    check(nm("colsum (bias gradients, =)", f16), rel_err(got.data(), ref.data(), ncols), TOL_F32);
     if (f16) { // the sum below has no 16-bit input: once is enough
         cudaFree(d_d), cudaFree(d_acc), cudaFree(d_scr);
         return;
@@ -541,7 +584,7 @@ static void test_fp16_overflow(dsc_cuda_blas *h) {
     // what consumes those gradients: fp32 outputs must turn non-finite, not stay finite
     float *d_acc = dev_upload(std::vector<float>(C, 0.0f));
     float *d_scr = dev_alloc<float>(dsc__cuda_colsum_scratch(4, C));
-    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_lg, 4, C, true, NULL));
+    DS(dsc__cuda_colsum_h(d_acc, d_scr, d_lg, 4, C, true, true, NULL));
     SYNC();
     check_true("fp16 overflow: colsum of inf is not finite", !all_finite(dev_download(d_acc, C)));
     std::vector<float> x = randn((size_t)4 * C, 1.0), w(C, 1.0f);
@@ -554,7 +597,7 @@ static void test_fp16_overflow(dsc_cuda_blas *h) {
           *d_db = dev_upload(std::vector<float>(C, 0.0f));
     float *d_lscr = dev_alloc<float>(dsc__cuda_layernorm_backward_scratch(4, C));
     DS(dsc__cuda_layernorm_backward_h(d_dx, d_dw, d_db, d_lscr, d_lg, d_x, d_w, d_mean, d_rstd,
-                                      NULL, 4, C, true, NULL));
+                                      NULL, true, 4, C, true, NULL));
     SYNC();
     check_true("fp16 overflow: layernorm backward of inf gives non-finite dinp, dw, db",
                !all_finite(from_16(dev_download(d_dx, (size_t)4 * C), true)) &&
