@@ -94,6 +94,32 @@ float *dsc__engine_master_of(dsc_engine *e, int g);
 // DSC_HOST_COMM_BACKEND, else "shm".
 const char *dsc__engine_host_backend(void);
 
+// Fault tolerance on a device path that keeps the training state on the device (nccl
+// data-parallel), as dsc_step does it on the host, with the copy off the critical path:
+//   after the optimizer of step s: buf = dsc__engine_ft_reserve (NULL: no fault tolerance), and
+//     the device copies its packed state into buf asynchronously: this rank's master, then the
+//     moments, each the partition's (state_len) elements, which is the device layout;
+//   in step s + 1, before the norm's collective, once that copy is complete:
+//     dsc__engine_ft_commit_end (the replicas of step s - 1 are whole everywhere before any rank
+//     passes the collective), then dsc__engine_ft_publish (boundary s tagged, its replica sent to
+//     the buddy rank).
+// After a fault the caller stops its copy and calls dsc__engine_ft_cancel before recovering.
+// dsc__engine_ft_floats: the floats of one snapshot (0: several ranks with on_failure other
+// than abort are needed). dsc__engine_ft_own_external: the two own snapshots live in the
+// caller's buffers (page-locked, for the copy; each dsc__engine_ft_floats long) or, with NULL,
+// in the engine's pool again (before the caller frees its buffers); a recovery on fewer ranks
+// moves them back into the pool itself.
+size_t dsc__engine_ft_floats(const dsc_engine *e);
+dsc_status dsc__engine_ft_own_external(dsc_engine *e, float *const bufs[2]);
+dsc_status dsc__engine_ft_commit_end(dsc_engine *e);
+float *dsc__engine_ft_reserve(dsc_engine *e);
+dsc_status dsc__engine_ft_publish(dsc_engine *e);
+void dsc__engine_ft_cancel(dsc_engine *e);
+// DSC_FT_SAVE_STATE (a test hook, docs/fault-tolerance.md): whether it is set, and the file of
+// this boundary from the engine's host buffers (the caller copies the device state there first).
+bool dsc__engine_save_state_wanted(void);
+dsc_status dsc__engine_save_state(dsc_engine *e);
+
 // --dump-grads on a device path: whether a gradient observer (dsc_engine_observe_grads) waits
 // for this step; the host accumulator that dsc_engine_full_grad reads (*len elements: the full
 // layout at stages 0-1, this rank's partition at 2-3), into which the caller copies the step's

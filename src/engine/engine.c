@@ -438,6 +438,37 @@ dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
 
 // ---- fault tolerance ----
 
+// The device path's step boundary (engine/device.h).
+size_t dsc__engine_ft_floats(const dsc_engine *e) {
+    return dsc__ft_keeps_state(e) ? dsc__ft_snapshot_floats(e) : 0;
+}
+
+dsc_status dsc__engine_ft_own_external(dsc_engine *e, float *const bufs[2]) {
+    return dsc__ft_own_external(e, bufs);
+}
+
+dsc_status dsc__engine_ft_commit_end(dsc_engine *e) {
+    return dsc__ft_commit_end(e);
+}
+float *dsc__engine_ft_reserve(dsc_engine *e) {
+    return dsc__ft_snapshot_reserve(e);
+}
+dsc_status dsc__engine_ft_publish(dsc_engine *e) {
+    return dsc__ft_snapshot_publish(e);
+}
+void dsc__engine_ft_cancel(dsc_engine *e) {
+    dsc__ft_snapshot_cancel(e);
+}
+
+bool dsc__engine_save_state_wanted(void) {
+    const char *dir = getenv("DSC_FT_SAVE_STATE");
+    return dir && *dir;
+}
+
+dsc_status dsc__engine_save_state(dsc_engine *e) {
+    return save_state_hook(e);
+}
+
 dsc_status dsc_step_begin(dsc_engine *e) {
     dsc__ft_step_begin(e);
     dsc_status st;

@@ -200,6 +200,10 @@ void dsc__ft_step_end(dsc_engine *e) {
     if (e->ft) dsc__ft_disarm(e->ft);
 }
 
+bool dsc__ft_keeps_state(const dsc_engine *e) {
+    return e->ft && e->ft->policy != FT_ABORT;
+}
+
 int64_t dsc__ft_events(const dsc_engine *e) { return e->ft ? atomic_load(&e->ft->events) : 0; }
 
 // ---- create / destroy ----

@@ -31,6 +31,23 @@ dsc_status dsc__ft_commit_end(dsc_engine *e);
 // it (every rank calls it).
 dsc_status dsc__ft_state_changed(dsc_engine *e);
 
+// Whether a fault could use the snapshots: several ranks and fault_tolerance.on_failure not abort.
+bool dsc__ft_keeps_state(const dsc_engine *e);
+
+// Snapshots a device fills (engine/device.h): reserve the slot of the boundary just made (its
+// scalars taken now; NULL without fault tolerance) for the caller's asynchronous copy of the
+// packed state (nvec x len floats, dsc__ft_snapshot_floats); publish it once the copy is complete
+// (after this boundary's dsc__ft_commit_end): tagged, its replica sent to the buddy. Cancel after
+// a fault (the slot stays untagged). The own slots can live in the caller's memory (page-locked
+// for the copy): dsc__ft_own_external copies what they hold into bufs (two of
+// dsc__ft_snapshot_floats each), or with NULL back into the engine's pool; a re-layout
+// (recovery on fewer ranks) puts them back into the pool by itself.
+float *dsc__ft_snapshot_reserve(dsc_engine *e);
+dsc_status dsc__ft_snapshot_publish(dsc_engine *e);
+void dsc__ft_snapshot_cancel(dsc_engine *e);
+size_t dsc__ft_snapshot_floats(const dsc_engine *e);
+dsc_status dsc__ft_own_external(dsc_engine *e, float *const bufs[2]);
+
 // Re-read the snapshot slots' addresses after the engine's pool moved blocks.
 void dsc__ft_resolve(dsc_engine *e);
 

@@ -23,6 +23,7 @@ typedef struct ft_slot {
     dsc_mem_handle h;
     int64_t tag;          // the step boundary it holds (global steps), -1: empty or invalid
     dsc_state_scalars sc; // own slots: the scalars of that boundary
+    bool external;        // own slots: buf is the caller's (dsc__ft_own_external), h is 0
 } ft_slot;
 
 #define FT_MAX_INJECT 8
@@ -52,6 +53,8 @@ struct dsc__ft {
     dsc_comm_req *send_req, *recv_req;
     ft_slot *recv_slot;     // receiving the replica of this boundary
     int64_t recv_tag;
+    ft_slot *pending;       // reserved for a device's copy (dsc__ft_snapshot_reserve), or NULL
+    int64_t pending_tag;
     double pack_s, wait_s;  // time on the caller's thread: packing, waiting for the exchange
     int64_t commits;
     // watchdog (ft.c)

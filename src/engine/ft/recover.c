@@ -563,7 +563,8 @@ dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *rep
     snprintf(why, sizeof why, "%s", dsc_last_error());
     if (failure == DSC_OK) return DSC_OK;
     if (!ft) return dsc__fail(failure, "%s", why); // one rank: nothing to recover
-    bool timeout = failure == DSC_ERR_TIMEOUT || failure == DSC_ERR_PEER;
+    // A device communicator's failure (nccl, beside this host one) is a fault of the ranks too.
+    bool timeout = failure == DSC_ERR_TIMEOUT || failure == DSC_ERR_PEER || failure == DSC_ERR_NCCL;
     if (!dsc_comm_is_broken(e->comm, NULL, NULL) && !timeout) // not a communication fault
         return dsc__fail(failure, "%s", why);
     dsc_comm_abort(e->comm, failure, why); // tell the peers, if nobody has yet
@@ -573,6 +574,7 @@ dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *rep
     ft->fired = false;
     pthread_mutex_unlock(&ft->mu);
     dsc__zero_abandon_step(e);
+    ft->pending = NULL; // a device's copy reserved for a step that will not be published
     dsc__ft_ring_drain(e);
     ft_view v = {.failed = calloc((size_t)e->world, 1)};
     if (!v.failed) return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory");

@@ -37,8 +37,9 @@ void dsc__ft_report_cost(const struct dsc__ft *ft) {
 // engine's buffers between steps and show in its accounting.
 void dsc__ft_slots_free(dsc_engine *e) {
     struct dsc__ft *ft = e->ft;
+    ft->pending = NULL;
     for (int k = 0; k < 2; k++) {
-        dsc__engine_free(e, &ft->own[k].h);
+        dsc__engine_free(e, &ft->own[k].h); // an external slot has none: it stays the caller's
         dsc__engine_free(e, &ft->rep[k].h);
         ft->own[k] = (ft_slot){.tag = -1};
         ft->rep[k] = (ft_slot){.tag = -1};
@@ -48,7 +49,8 @@ void dsc__ft_slots_free(dsc_engine *e) {
 void dsc__ft_resolve(dsc_engine *e) {
     struct dsc__ft *ft = e->ft;
     for (int k = 0; k < 2; k++) {
-        ft->own[k].buf = ft->own[k].h ? dsc_mem_ptr(e->pool, ft->own[k].h) : NULL;
+        if (!ft->own[k].external)
+            ft->own[k].buf = ft->own[k].h ? dsc_mem_ptr(e->pool, ft->own[k].h) : NULL;
         ft->rep[k].buf = ft->rep[k].h ? dsc_mem_ptr(e->pool, ft->rep[k].h) : NULL;
     }
 }
@@ -174,23 +176,15 @@ void dsc__ft_ring_drain(dsc_engine *e) {
     ft->recv_slot = NULL;
 }
 
-dsc_status dsc__ft_commit_begin(dsc_engine *e) {
+// Send own (boundary tag, whole) to rank + 1 and receive rank - 1's replica of the same boundary;
+// the exchange runs on the communicator's progress thread until dsc__ft_commit_end.
+static dsc_status start_exchange(dsc_engine *e, ft_slot *own, int64_t tag) {
     struct dsc__ft *ft = e->ft;
-    if (!ft) return DSC_OK;
-    dsc__ft_ring_drain(e); // normally nothing: the last exchange was waited
-    double t0 = dsc_now();
-    ft_slot *own = slot_for(ft->own, e->global_steps);
-    own->tag = -1;
-    dsc__ft_pack(e, own->buf);
-    dsc__state_scalars_get(e, &own->sc);
-    own->tag = e->global_steps;
-    ft->pack_s += dsc_now() - t0;
-    ft->commits++;
     if (!ft->ring) return DSC_OK;
-    ft_slot *rep = slot_for(ft->rep, e->global_steps);
+    ft_slot *rep = slot_for(ft->rep, tag);
     rep->tag = -1;
     ft->recv_slot = rep;
-    ft->recv_tag = e->global_steps;
+    ft->recv_tag = tag;
     int next = (e->rank + 1) % e->world, prev = (e->rank + e->world - 1) % e->world;
     size_t n = ft->len * (size_t)ft->nvec;
     dsc_status st = dsc_comm_recv(e->comm, rep->buf, n, DSC_DT_F32, prev, &ft->recv_req);
@@ -200,6 +194,86 @@ dsc_status dsc__ft_commit_begin(dsc_engine *e) {
         return st;
     }
     dsc__ft_point(e, "ring");
+    return DSC_OK;
+}
+
+dsc_status dsc__ft_commit_begin(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft) return DSC_OK;
+    dsc__ft_ring_drain(e); // normally nothing: the last exchange was waited
+    double t0 = dsc_now();
+    ft_slot *own = slot_for(ft->own, e->global_steps);
+    if (own == ft->pending) ft->pending = NULL;
+    own->tag = -1;
+    dsc__ft_pack(e, own->buf);
+    dsc__state_scalars_get(e, &own->sc);
+    own->tag = e->global_steps;
+    ft->pack_s += dsc_now() - t0;
+    ft->commits++;
+    return start_exchange(e, own, e->global_steps);
+}
+
+// ---- snapshots a device fills ----
+
+float *dsc__ft_snapshot_reserve(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft) return NULL;
+    // The older slot: its exchange was waited for at this boundary's commit_end (the newer one's
+    // may still be in flight).
+    ft_slot *own = slot_for(ft->own, e->global_steps);
+    own->tag = -1;
+    dsc__state_scalars_get(e, &own->sc);
+    ft->pending = own;
+    ft->pending_tag = e->global_steps;
+    return own->buf;
+}
+
+dsc_status dsc__ft_snapshot_publish(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft || !ft->pending) return DSC_OK;
+    ft_slot *own = ft->pending;
+    ft->pending = NULL;
+    dsc__ft_ring_drain(e); // normally nothing: commit_end came first
+    own->tag = ft->pending_tag;
+    ft->commits++;
+    return start_exchange(e, own, own->tag);
+}
+
+void dsc__ft_snapshot_cancel(dsc_engine *e) {
+    if (e->ft) e->ft->pending = NULL; // the reserved slot keeps tag -1
+}
+
+size_t dsc__ft_snapshot_floats(const dsc_engine *e) {
+    return e->ft ? e->ft->len * (size_t)e->ft->nvec : 0;
+}
+
+dsc_status dsc__ft_own_external(dsc_engine *e, float *const bufs[2]) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft) return DSC_OK;
+    dsc__ft_ring_drain(e); // a send may be reading an own slot
+    ft->pending = NULL;
+    size_t n = ft->len * (size_t)ft->nvec;
+    for (int k = 0; k < 2; k++) {
+        ft_slot *o = &ft->own[k];
+        float *to = bufs ? bufs[k] : NULL;
+        if (!to && !o->external) continue; // already in the pool
+        dsc_mem_handle h = 0;
+        void *p = NULL;
+        if (!to) { // back into the pool
+            DSC_TRY(dsc__engine_alloc_raw(e, (n ? n : 1) * sizeof(float), "ft.snapshot", &h, &p));
+            dsc__ft_resolve(e); // the allocation may have moved the pool's other slots
+            to = p;
+        }
+        if (o->tag >= 0 && o->buf)
+            memcpy(to, o->buf, n * sizeof(float));
+        else
+            o->tag = -1;
+        dsc__engine_free(e, &o->h);
+        o->h = h;
+        o->buf = to;
+        o->external = bufs != NULL;
+    }
+    dsc__ft_resolve(e);
     return DSC_OK;
 }
 
