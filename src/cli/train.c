@@ -341,18 +341,11 @@ static void emergency_checkpoint(trainer *t, dsc_status failed) {
 // survivors, or on a fresh communicator), take the new rank, world, batch split and parameter
 // pointers, and set *step so that the loop runs the step the engine resumes at.
 static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
-    if (t->gpu && dsc__train_gpu_owns_state(t->gpu)) { // the host copies are stale: no going on
-        const char *policy = dsc_engine_config(t->eng)->fault_tolerance.on_failure;
+    if (t->gpu) { // the device's part of the step ends first; the fault's message stays the error
         char why[2048];
         snprintf(why, sizeof why, "%s", dsc_last_error());
-        bool comm = failed == DSC_ERR_TIMEOUT || failed == DSC_ERR_PEER || failed == DSC_ERR_NCCL;
-        if (!comm) return dsc__fail(failed, "%s", why); // not a fault of the ranks: as it is
-        if (strcmp(policy, "abort")) t->exit_code = DSC_FT_EXIT_RESTART;
-        return dsc__fail(failed, "%s; the GPUs hold the training state (DSC_COMM_BACKEND=nccl), "
-                         "so a fault is not recovered in place: %s", why,
-                         strcmp(policy, "abort") ? "restart from the last checkpoint "
-                         "(--resume; dsc launch restarts on exit 75 with --max_restarts)"
-                                                 : "fault_tolerance.on_failure is abort");
+        dsc__train_gpu_fault(t->gpu);
+        dsc__fail(failed, "%s", why);
     }
     dsc_ft_report rep;
     dsc_status st = dsc_engine_recover(t->eng, failed, &rep);

@@ -346,7 +346,6 @@ void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) {
              "\"offload_overlapped\": %s", t.grad_wait * 1e3, t.cpu * 1e3,
              t.overlapped ? "true" : "false");
 }
-bool dsc__train_gpu_owns_state(const train_gpu *g) { return g->dp && g->world > 1; }
 
 // Host-staged: the staging buffers and the device state for the engine's layout as it is now
 // (the device state keeps its stream, which the model borrowed).
@@ -358,12 +357,17 @@ static dsc_status staged_remake(train_gpu *g) {
     return staged_host(g, n, &pinned, why, sizeof why);
 }
 
+void dsc__train_gpu_fault(train_gpu *g) {
+    if (g->dp) dsc__train_dp_fault(g->dp);
+}
+
 dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
     if (B > g->maxB)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: after the recovery each rank takes "
                          "micro-batches of %d, but the GPU model was made for %d; restart the job "
                          "(fault_tolerance.on_failure \"restart\")", B, g->maxB);
     if (g->staged && dsc__engine_layout_len(g->eng) != g->host.total) DSC_TRY(staged_remake(g));
+    if (g->dp) DSC_TRY(dsc__train_dp_recovered(g->dp, &g->mc)); // new buffers and communicator
     g->world = dsc_engine_world_size(g->eng);
     // Fewer ranks share the devices now; on one node the survivors are all of the node's ranks
     // (on several nodes which ones survived here is not known: the share stays).
@@ -616,7 +620,7 @@ const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
 const char *dsc__train_gpu_compute(const train_gpu *g) { return "none"; }
 void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) { buf[0] = '\0'; }
 dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
-bool dsc__train_gpu_owns_state(const train_gpu *g) { return false; }
+void dsc__train_gpu_fault(train_gpu *g) {}
 dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) { return no_cuda(); }
 dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }
 dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,

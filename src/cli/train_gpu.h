@@ -50,13 +50,15 @@ dsc_status dsc__train_gpu_load(train_gpu *g);
 // The device state -> the engine's host buffers, before a checkpoint or an export reads them.
 // A collective with nccl on several ranks (every rank calls it at the same steps).
 dsc_status dsc__train_gpu_store(train_gpu *g);
-// True when the devices hold the only current copy of a several-rank run's state (nccl): a
-// fault cannot be recovered in place (the engine's host copies are stale), only by a restart.
-bool dsc__train_gpu_owns_state(const train_gpu *g);
+// A step failed: before dsc_engine_recover, the device's work of that step is ended (nccl: the
+// communicator aborted, the streams drained).
+void dsc__train_gpu_fault(train_gpu *g);
 // After the engine recovered from a fault in place (dsc_engine_recover: a snapshot restored,
 // perhaps on fewer ranks): the device takes the restored state. Host-staged runs rebuild their
 // staging for the engine's new layout (a different world pads the groups differently), zero the
-// device gradients, and upload the gathered weights (a collective among the survivors). B: the
+// device gradients, and upload the gathered weights (a collective among the survivors); nccl
+// runs also make their device buffers and communicator again for the new ranks and upload the
+// restored partition (cli/train_gpu_dp.h). B: the
 // micro-batch from now on (at most the one the model was made for).
 dsc_status dsc__train_gpu_recovered(train_gpu *g, int B);
 

@@ -16,10 +16,13 @@ bool dsc__train_dp_selected(void) {
 #include <unistd.h> // gethostname
 
 #include "base/hash.h"        // dsc_hash64
+#include "base/log.h"         // DSC_WARN
 #include "base/status.h"      // dsc__fail, DSC_TRY
+#include "base/time.h"        // dsc_now
+#include "comm/store.h"       // dsc_store_* (the rendezvous after a recovery)
 #include "cuda/layer_slots.h"  // dsc__slots_* (stage 3)
 #include "comm/nccl.h"        // dsc__nccl_after_event, dsc__nccl_record_event
-#include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events
+#include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events, copies
 #include "cuda/gpt2_kernels.h" // dsc__cuda_round_fp16
 #include "cuda/devbuf.h"      // dsc__cuda_buf_*
 #include "cuda/train_state.h" // dsc__cuda_state_*
@@ -64,20 +67,39 @@ struct train_dp {
                        // into red (-1: none)
     dsc_comm_req **mreqs; // the gathers and reduce-scatters of the pass running
     int nm, mcap;
+    int gen; // recoveries so far (the communicator's tag after one)
+    // Fault tolerance (engine/device.h): after each step's optimizer the device copies this
+    // rank's packed state into the engine's snapshot slot on a stream of its own, overlapping the
+    // next step's compute; the slots are page-locked buffers of ours (snap) when that memory was
+    // granted.
+    void *copy_stream;          // cudaStream_t; NULL: no fault tolerance
+    void *opt_done, *copy_done; // cudaEvent_t: the optimizer is enqueued before; the copy done
+    bool snap_pending;          // a copy was started and its snapshot not yet published
+    float *snap[2];             // page-locked own snapshot slots, or NULL
 };
 
 // ---- choosing ----
 
-// Host and physical GPU of `device`, as one number.
+// Host and physical GPU of `device`, as one number. The host is NCCL's: NCCL_HOSTID when set
+// (NCCL then treats ranks with different ids as different hosts, even on one GPU: the tests
+// run several nccl ranks on one device that way, over its socket transport), else the host name
+// and boot id.
 static uint64_t device_key(int device, char *pci, size_t cap) {
     char buf[512] = "";
-    gethostname(buf, 255);
-    buf[255] = '\0';
-    size_t n = strlen(buf);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (fgets(buf + n, 64, f)) n = strlen(buf);
-        fclose(f);
+    const char *hostid = getenv("NCCL_HOSTID");
+    size_t n;
+    if (hostid && *hostid) {
+        snprintf(buf, 256, "hostid:%s", hostid);
+        n = strlen(buf);
+    } else {
+        gethostname(buf, 255);
+        buf[255] = '\0';
+        n = strlen(buf);
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (f) {
+            if (fgets(buf + n, 64, f)) n = strlen(buf);
+            fclose(f);
+        }
     }
     if (dsc__cuda_device_pci(device, pci, cap) != DSC_OK) {
         dsc_clear_error();
@@ -121,13 +143,16 @@ dsc_status dsc__train_dp_wanted(dsc_engine *eng, int device, bool *use, char *wh
 
 // ---- create / destroy ----
 
-static dsc_status make_comm(train_dp *dp) {
+// The nccl communicator of the engine's rank and world: at the start through the job's
+// rendezvous (MASTER_ADDR / MASTER_PORT), after a recovery through `store` (tag "gpu-dp<gen>").
+static dsc_status make_comm(train_dp *dp, dsc_store *store, const char *tag) {
     dsc_comm_opts o = dsc_comm_opts_default();
     o.backend = "nccl";
     o.rank = dsc_engine_rank(dp->eng);
     o.world_size = dsc_engine_world_size(dp->eng);
     o.timeout_s = dsc_engine_config(dp->eng)->fault_tolerance.comm_timeout_s;
-    o.group_tag = "gpu-dp";
+    o.group_tag = tag;
+    o.store = store;
     DSC_TRY(dsc__cuda_current_device(&o.device)); // the trainer's (LOCAL_RANK % devices)
     dsc_status st = dsc_comm_create(&dp->nccl, &o);
     if (st != DSC_OK)
@@ -143,6 +168,8 @@ static dsc_status buf(train_dp *dp, dsc_mem_pool *pool, int k, size_t bytes, con
 }
 
 static const dsc__slots_ops slot_ops; // stage 3, below
+static dsc_status wait_all(dsc_comm_req **reqs, int n); // the step, below
+static dsc_status snap_init(train_dp *dp);              // snapshots, below
 
 // Stage 3's own buffers: the weight partition, the slots' events, the pass's requests.
 static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_config *mc) {
@@ -183,7 +210,10 @@ static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_
     DSC_TRY(partition_wanted(L->stage, &dp->shard));
     // stage 3: the device arrays hold the resident groups and the slots (cuda/layer_slots.h)
     size_t n = dp->shard ? dsc__slots_layout(dp->eng, mc->n_layer, NULL, NULL) : L->total;
-    DSC_TRY(dsc__cuda_state_create_dp(&dp->st, n, ns, moments, pool));
+    if (dp->st)
+        DSC_TRY(dsc__cuda_state_resize_dp(dp->st, n, ns, moments)); // after a recovery
+    else
+        DSC_TRY(dsc__cuda_state_create_dp(&dp->st, n, ns, moments, pool));
     dp->red = dp->st->grad;
     if (L->stage > 0)
         DSC_TRY(buf(dp, pool, BUF_GSHARD, ns * 4, "gpu.grad_partition", (void **)&dp->red));
@@ -216,8 +246,9 @@ dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_
     dp->gpend[0] = dp->gpend[1] = -1;
     dp->gas = (int)dsc_engine_config(eng)->gradient_accumulation_steps;
     dsc_status s = dsc__engine_dp_layout(eng, &dp->L);
-    if (s == DSC_OK) s = make_comm(dp);
+    if (s == DSC_OK) s = make_comm(dp, NULL, "gpu-dp");
     if (s == DSC_OK) s = make_buffers(dp, pool, mc);
+    if (s == DSC_OK) s = snap_init(dp);
     if (s != DSC_OK) {
         dsc__train_dp_destroy(dp);
         return s;
@@ -227,16 +258,18 @@ dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_
     return DSC_OK;
 }
 
-void dsc__train_dp_destroy(train_dp *dp) {
-    if (!dp) return;
-    dsc__cuda_state_destroy(dp->st); // waits for its stream
-    dsc_comm_destroy(dp->nccl);      // ends and frees requests still in reqs and mreqs
+// Everything but the device state (whose stream the model borrowed) and the engine.
+static void release(train_dp *dp) {
+    dsc_comm_destroy(dp->nccl); // ends and frees requests still in reqs and mreqs
+    dp->nccl = NULL;
     for (int k = 0; k < 2; k++) {
         dsc__cuda_event_destroy(dp->wfree[k]);
         dsc__cuda_event_destroy(dp->wready[k]);
         dsc__cuda_event_destroy(dp->gdone[k]);
+        dp->wfree[k] = dp->wready[k] = dp->gdone[k] = NULL;
     }
     dsc__slots_free(&dp->sl);
+    memset(&dp->sl, 0, sizeof dp->sl);
     free(dp->mreqs);
     free(dp->hdev);
     for (int k = 0; k < NBUFS; k++) dsc__cuda_buf_free(&dp->bufs[k]);
@@ -246,7 +279,169 @@ void dsc__train_dp_destroy(train_dp *dp) {
     free(dp->reqs);
     free(dp->ready);
     free(dp->begun);
+    dp->mreqs = dp->reqs = NULL;
+    dp->hdev = dp->hfull = dp->hpart = NULL;
+    dp->ready = NULL;
+    dp->begun = NULL;
+    dp->send16 = dp->recv16 = dp->own16 = NULL;
+    dp->nm = dp->mcap = 0;
+    dp->micro = 0;
+    dp->gpend[0] = dp->gpend[1] = -1;
+}
+
+// ---- snapshots for fault tolerance ----
+
+// The copy in flight ends; the engine's own slots go back into its pool; our buffers are freed.
+static void snap_release(train_dp *dp) {
+    if (dp->copy_stream) (void)dsc__cuda_stream_wait(dp->copy_stream);
+    dp->snap_pending = false;
+    if (dp->snap[0] && dsc__engine_ft_own_external(dp->eng, NULL) != DSC_OK) {
+        DSC_WARN("ft", "%s", dsc_last_error()); // the slots stay ours: keep the buffers
+        dsc_clear_error();
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        dsc__cuda_host_free(dp->snap[k]);
+        dp->snap[k] = NULL;
+    }
+}
+
+// For the engine's layout as it is now: the copy stream and its events once, and two page-locked
+// slots (without them the copies go to the pool's pageable slots: the same, slower).
+static dsc_status snap_init(train_dp *dp) {
+    size_t n = dsc__engine_ft_floats(dp->eng);
+    if (!n) return DSC_OK;
+    if (!dp->copy_stream) {
+        DSC_TRY(dsc__cuda_stream_create(&dp->copy_stream));
+        DSC_TRY(dsc__cuda_event_create(&dp->opt_done));
+        DSC_TRY(dsc__cuda_event_create(&dp->copy_done));
+    }
+    dsc_status st = DSC_OK;
+    for (int k = 0; k < 2 && st == DSC_OK; k++)
+        st = dsc__cuda_host_alloc((void **)&dp->snap[k], n * sizeof(float));
+    if (st == DSC_OK) st = dsc__engine_ft_own_external(dp->eng, dp->snap);
+    if (st != DSC_OK) {
+        DSC_WARN("ft",
+                 "the state snapshots stay in pageable memory, so copying them from the GPU "
+                 "takes longer (%s)",
+                 dsc_last_error());
+        dsc_clear_error();
+        for (int k = 0; k < 2; k++) {
+            dsc__cuda_host_free(dp->snap[k]);
+            dp->snap[k] = NULL;
+        }
+    }
+    return DSC_OK;
+}
+
+// After the optimizer: this boundary's state into its slot, behind the optimizer, off the
+// compute stream.
+static dsc_status snap_start(train_dp *dp) {
+    if (!dp->copy_stream) return DSC_OK;
+    float *buf = dsc__engine_ft_reserve(dp->eng);
+    if (!buf) return DSC_OK;
+    const dsc__engine_dp *L = &dp->L;
+    dsc_cuda_state *st = dp->st;
+    const float *vec[3] = {st->master, st->m, st->v};
+    int nvec = st->v ? 3 : 2;
+    if (dsc__engine_ft_floats(dp->eng) != (size_t)nvec * L->state_len)
+        return dsc__fail(DSC_ERR_INTERNAL,
+                         "fault tolerance: a snapshot holds %zu floats, the "
+                         "device state %d x %zu (a bug: report it)",
+                         dsc__engine_ft_floats(dp->eng), nvec, L->state_len);
+    DSC_TRY(dsc__cuda_event_record(dp->opt_done, st->stream));
+    DSC_TRY(dsc__cuda_stream_wait_event(dp->copy_stream, dp->opt_done));
+    for (int k = 0; k < nvec; k++)
+        DSC_TRY(dsc__cuda_to_host_async(buf + (size_t)k * L->state_len, vec[k],
+                                        L->state_len * sizeof(float), dp->copy_stream));
+    DSC_TRY(dsc__cuda_event_record(dp->copy_done, dp->copy_stream));
+    dp->snap_pending = true;
+    return DSC_OK;
+}
+
+// Before the norm's collective: the last exchange completes, and the last boundary's snapshot,
+// copied by now, is published and sent to the buddy.
+static dsc_status snap_publish(train_dp *dp) {
+    if (dp->snap_pending) {
+        DSC_TRY(dsc__cuda_event_wait(dp->copy_done));
+        dp->snap_pending = false;
+    }
+    DSC_TRY(dsc__engine_ft_commit_end(dp->eng));
+    return dsc__engine_ft_publish(dp->eng);
+}
+
+void dsc__train_dp_destroy(train_dp *dp) {
+    if (!dp) return;
+    snap_release(dp);
+    dsc__cuda_stream_destroy(dp->copy_stream);
+    dsc__cuda_event_destroy(dp->opt_done);
+    dsc__cuda_event_destroy(dp->copy_done);
+    dsc__cuda_state_destroy(dp->st); // waits for its stream
+    release(dp);
     free(dp);
+}
+
+void dsc__train_dp_fault(train_dp *dp) {
+    // NCCL's kernels end with the communicator, so the streams drain; requests end at once.
+    dsc_comm_abort(dp->nccl, DSC_ERR_PEER, "the step was abandoned after a fault");
+    (void)wait_all(dp->reqs, dp->L.ngroups);
+    (void)wait_all(dp->mreqs, dp->nm);
+    dp->nm = 0;
+    dsc_clear_error();
+    if (dp->copy_stream) (void)dsc__cuda_stream_wait(dp->copy_stream);
+    (void)dsc__cuda_stream_wait(dp->st->stream);
+    dsc_clear_error();
+    dp->snap_pending = false;
+    dsc__engine_ft_cancel(dp->eng);
+}
+
+// A fresh store on this node for the new group's rendezvous: the new rank 0 hosts it on a free
+// loopback port and tells the others the port over the engine's (already rebuilt) communicator.
+// In-place recovery happens among the ranks of one node (the shm backend), so loopback reaches
+// every member.
+static dsc_status recovery_store(train_dp *dp, dsc_store **out) {
+    *out = NULL;
+    dsc_comm *c = dsc__engine_comm(dp->eng);
+    double tmo = dsc_engine_config(dp->eng)->fault_tolerance.comm_timeout_s;
+    float port = 0; // a port fits a float exactly
+    dsc_status st = DSC_OK;
+    if (dsc_engine_rank(dp->eng) == 0) {
+        st = dsc_store_create(out, "127.0.0.1", 0, true, tmo);
+        if (st == DSC_OK) port = (float)dsc_store_port(*out);
+    }
+    if (c && st == DSC_OK) st = dsc_comm_broadcast(c, &port, 1, DSC_DT_F32, 0, NULL);
+    if (c && st == DSC_OK && dsc_engine_rank(dp->eng) != 0)
+        st = dsc_store_create(out, "127.0.0.1", (int)port, false, tmo);
+    return st;
+}
+
+dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_gpt2_config *mc) {
+    double t0 = dsc_now();
+    dsc__train_dp_fault(dp); // normally done already, before the engine's recovery
+    dsc_mem_pool *pool = dp->st->bufs[1].pool;
+    snap_release(dp);
+    release(dp);
+    dp->gen++;
+    dp->gas = (int)dsc_engine_config(dp->eng)->gradient_accumulation_steps;
+    DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
+    DSC_TRY(make_buffers(dp, pool, mc));
+    dsc_store *store = NULL;
+    char tag[32];
+    snprintf(tag, sizeof tag, "gpu-dp%d", dp->gen);
+    dsc_status st = recovery_store(dp, &store);
+    if (st == DSC_OK) st = make_comm(dp, store, tag);
+    // The new rank 0 took its rendezvous key out before its create returned; the barrier keeps
+    // its store up until every rank has read the id.
+    if (st == DSC_OK) st = dsc_comm_barrier(dsc__engine_comm(dp->eng), NULL);
+    dsc_store_destroy(store);
+    if (st == DSC_OK) st = snap_init(dp);
+    if (st != DSC_OK) {
+        dsc__error_prefix("--device cuda with DSC_COMM_BACKEND=nccl: after the recovery: ");
+        return st;
+    }
+    DSC_WARN("ft", "rank %d: a new nccl communicator over %d GPU%s (%s) in %.3f s", dp->L.rank,
+             dp->L.world, dp->L.world == 1 ? "" : "s", tag, dsc_now() - t0);
+    return DSC_OK;
 }
 
 void dsc__train_dp_describe(const train_dp *dp, char *buf, size_t cap) {
@@ -295,7 +490,8 @@ dsc_status dsc__train_dp_load(train_dp *dp) {
     return dsc__cuda_state_upload_dp(dp->st, dp->hfull, dp->hpart, dp->L.m, dp->L.v);
 }
 
-dsc_status dsc__train_dp_store(train_dp *dp) {
+// This rank's master and moments -> the engine's host buffers.
+static dsc_status download(train_dp *dp) {
     DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
     DSC_TRY(dsc__cuda_state_download(dp->st, dp->hpart, dp->L.m, dp->L.v));
     for (int g = 0; g < dp->L.ngroups; g++) {
@@ -303,6 +499,11 @@ dsc_status dsc__train_dp_store(train_dp *dp) {
         dsc__engine_span_of(dp->eng, g, &sp);
         memcpy(dsc__engine_master_of(dp->eng, g), dp->hpart + sp.state_off, sp.state_len * 4);
     }
+    return DSC_OK;
+}
+
+dsc_status dsc__train_dp_store(train_dp *dp) {
+    DSC_TRY(download(dp));
     return dsc__engine_master_changed(dp->eng); // the compute copies (a collective at 1-3)
 }
 
@@ -677,6 +878,7 @@ dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info) {
     // each group's when its reduction starts (stage_group), so never twice.
     DSC_TRY(reduce(dp));
     if (dsc__engine_grads_observed(dp->eng)) DSC_TRY(observe(dp));
+    DSC_TRY(snap_publish(dp)); // fault tolerance: before the norm's collective
     double sumsq = 0;
     bool nonfinite = false;
     DSC_TRY(global_norm(dp, &sumsq, &nonfinite));
@@ -684,6 +886,11 @@ dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info) {
     DSC_TRY(dsc__engine_device_step(dp->eng, sumsq, nonfinite, &plan, info));
     if (plan.apply) DSC_TRY(apply(dp, &plan));
     DSC_TRY(dsc__cuda_state_zero_grads(dp->st));
+    DSC_TRY(snap_start(dp));               // this boundary's snapshot, copied during the next step
+    if (dsc__engine_save_state_wanted()) { // the test hook reads the engine's host buffers
+        DSC_TRY(download(dp));
+        DSC_TRY(dsc__engine_save_state(dp->eng));
+    }
     return dp->timed ? dsc__cuda_stream_wait(dp->st->stream) : DSC_OK;
 }
 

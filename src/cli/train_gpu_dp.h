@@ -70,6 +70,15 @@ dsc_status dsc__train_dp_wanted(dsc_engine *eng, int device, bool *use, char *wh
 dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_config *mc,
                                 dsc_mem_pool *pool, bool timed, struct dsc_cuda_state **st);
 void dsc__train_dp_destroy(train_dp *dp); // NULL ok
+// A step failed (before dsc_engine_recover): the communicator is aborted, the requests and the
+// streams end, the snapshot copy in flight is dropped (its slot stays untagged).
+void dsc__train_dp_fault(train_dp *dp);
+// After the engine recovered (dsc_engine_recover, on the survivors or at the same world): the
+// faulted communicator goes, the device buffers are made again for the engine's new layout (the
+// state keeps its stream), and a new nccl communicator of the new ranks is formed through a store
+// the new rank 0 hosts (tag "gpu-dp<recoveries>"). Collective; the state is uploaded after it
+// (dsc__train_dp_load).
+dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_gpt2_config *mc);
 
 // The engine's host state -> the device (collective: the full weights are gathered).
 dsc_status dsc__train_dp_load(train_dp *dp);

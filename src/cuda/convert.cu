@@ -148,3 +148,45 @@ extern "C" dsc_status dsc__cuda_stream_wait_event(void *stream, void *ev) {
     DSC_CUDA_TRY(cudaStreamWaitEvent(as_stream(stream), (cudaEvent_t)ev, 0));
     return DSC_OK;
 }
+
+extern "C" dsc_status dsc__cuda_to_host_async(void *host, const void *dev, size_t bytes,
+                                              void *stream) {
+    if (bytes == 0) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_event_wait(void *ev) {
+    DSC_CUDA_ARG(ev != NULL, "event wait: NULL event");
+    DSC_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)ev));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_stream_create(void **stream) {
+    cudaStream_t st = NULL;
+    DSC_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    *stream = (void *)st;
+    return DSC_OK;
+}
+
+extern "C" void dsc__cuda_stream_destroy(void *stream) {
+    if (!stream) return;
+    (void)cudaStreamSynchronize(as_stream(stream));
+    (void)cudaStreamDestroy(as_stream(stream));
+}
+
+extern "C" dsc_status dsc__cuda_host_alloc(void **p, size_t bytes) {
+    *p = NULL;
+    cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return dsc__fail(DSC_ERR_OOM, "page-locked host memory: %zu bytes: %s", bytes,
+                         cudaGetErrorString(e));
+    }
+    return DSC_OK;
+}
+
+extern "C" void dsc__cuda_host_free(void *p) {
+    if (p) (void)cudaFreeHost(p);
+}

@@ -55,6 +55,16 @@ dsc_status dsc__cuda_event_record(void *ev, void *stream);
 // Work enqueued on `stream` after this call starts once ev's last recording is reached (an event
 // never recorded: at once). The host does not wait.
 dsc_status dsc__cuda_stream_wait_event(void *stream, void *ev);
+// The host waits until ev's last recording is reached.
+dsc_status dsc__cuda_event_wait(void *ev);
+// bytes from the device to (page-locked) host memory in the order of `stream`; nothing waits.
+dsc_status dsc__cuda_to_host_async(void *host, const void *dev, size_t bytes, void *stream);
+// A non-blocking stream of its own (*stream: a cudaStream_t, caller owns; destroy waits for it
+// first, NULL ok), and page-locked host memory (free(NULL) ok).
+dsc_status dsc__cuda_stream_create(void **stream);
+void dsc__cuda_stream_destroy(void *stream);
+dsc_status dsc__cuda_host_alloc(void **p, size_t bytes);
+void dsc__cuda_host_free(void *p);
 
 #ifdef __cplusplus
 }

@@ -210,6 +210,28 @@ extern "C" dsc_status dsc__cuda_state_resize(dsc_cuda_state *s, size_t n) {
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_state_resize_dp(dsc_cuda_state *s, size_t n, size_t nstate,
+                                                int moments) {
+    DSC_CUDA_ARG(s && !s->offload, "GPU state resize_dp: only a device (nccl) state");
+    cudaStream_t st = (cudaStream_t)s->stream;
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    dsc_mem_pool *pool = s->bufs[1].pool;
+    for (int k = 0; k < 5; k++)
+        dsc__cuda_buf_free(&s->bufs[k]);
+    s->master = s->grad = s->m = s->v = NULL;
+    s->p16 = NULL;
+    s->n = n;
+    s->nstate = nstate;
+    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, nstate * 4, "gpu.master"));
+    DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
+    DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
+    if (moments >= 1) DSC_TRY(alloc(s, pool, 3, (void **)&s->m, nstate * 4, "gpu.moments"));
+    if (moments >= 2) DSC_TRY(alloc(s, pool, 4, (void **)&s->v, nstate * 4, "gpu.moments"));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
 extern "C" void dsc__cuda_state_pin(dsc_cuda_state *s, float *a, float *b, size_t n, bool *pinned,
                                     char *why, size_t cap) {
     float *ranges[2] = {a, b};

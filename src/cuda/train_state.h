@@ -97,6 +97,10 @@ void dsc__cuda_state_destroy(dsc_cuda_state *s); // NULL ok; unpins what it pinn
 // made again from the same pool; the stream (which a model may have borrowed) and the scalars
 // stay. The host ranges it had pinned are unpinned: pin the new ones.
 dsc_status dsc__cuda_state_resize(dsc_cuda_state *s, size_t n);
+// The same for a device (nccl data-parallel) state after a recovery re-laid the engine out:
+// master, gradients (zero), 16-bit copy and moments for n / nstate elements, contents undefined
+// until uploaded; the stream and the scalars stay.
+dsc_status dsc__cuda_state_resize_dp(dsc_cuda_state *s, size_t n, size_t nstate, int moments);
 
 // Page-lock host ranges used for offload copies (at most two); a refusal is not an error: *pinned
 // says whether it worked and why not goes to `why`.

@@ -7,9 +7,9 @@
 # checkpoint of the nccl path resumes bit for bit; stage 3 (layers gathered through two slots,
 # gradients reduce-scattered every micro-step) on a six-layer model is bitwise the GPU path
 # without nccl in bf16 and in fp16 training, resumes bit for bit and agrees with bf16 reduction;
-# two ranks forced onto one GPU fall back to host-staged with a note. Several GPUs (W = min(GPUs,
-# 4)): stages 0-3 at world W train, stages 1 and 2 are bitwise equal, stage 3 agrees closely and
-# allocates less device memory, stage 0 and the host-staged path agree within bf16 tolerance, the
+# two ranks forced onto one GPU fall back to host-staged with a note. World W = min(GPUs, 4) (on
+# one GPU W = 4, the ranks under NCCL host ids of their own): stages 0-3 at world W train,
+# stages 1 and 2 are bitwise equal, stage 3 agrees closely and allocates less device memory, stage 0 and the host-staged path agree within bf16 tolerance, the
 # loss falls. Exit 77 (skipped) when no CUDA device is usable or this build has no nccl backend.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
@@ -165,11 +165,17 @@ check "  ... the banner says why" -- grep -q "ranks 0 and 1 share one GPU.*host-
 
 # ---- several GPUs ----
 if [ "${NGPU:-1}" -lt 2 ]; then
-    echo "  several GPUs: $NGPU visible, the world-W part is left out (it needs 2 or more)"
-    finish
-    exit $?
+    # One GPU: 4 ranks share it, each under its own NCCL_HOSTID, which NCCL takes for a host of
+    # its own (so it accepts them, and connects them through its socket transport over loopback).
+    W=4
+    printf '#!/bin/sh\nNCCL_HOSTID="dsc-test-host-${RANK:-0}" exec "%s" "$@"\n' "$DSC" > "$T/own-host"
+    chmod +x "$T/own-host"
+    DSC="$T/own-host"
+    export NCCL_SOCKET_IFNAME=lo NCCL_NET=Socket
+    echo "  several GPUs: $NGPU visible, world $W on it (a NCCL host id per rank)"
+else
+    W=$((NGPU < 4 ? NGPU : 4))
 fi
-W=$((NGPU < 4 ? NGPU : 4))
 # Bitwise comparisons between runs need NCCL to pick the same algorithm each time; the ring's
 # summation order is fixed (NVLS and tree choices would only add tolerance questions).
 export NCCL_ALGO=${NCCL_ALGO:-Ring}
@@ -182,10 +188,13 @@ check "world $W, nccl: stage 1 == stage 2, bitwise" -- \
 # Stage 3 reduces the layers every micro-step (stage 2 once per step): the same sum, rounded
 # differently.
 check "world $W, nccl: stage 3 agrees with stage 2" -- near w2 w3 1e-6 1e-3 5e-3
-check "world $W, nccl: stage 3 allocates less device memory than stage 2" -- $PY -c "
+# Memory: six layers, so that two slots hold less than the whole model.
+check "world $W, nccl, d6: stage 2 and stage 3 train" -- eval 'nrun w2d6 $W "$T/z2.json" --model d6 --max-steps 3 &&
+    nrun w3d6 $W "$T/z3.json" --model d6 --max-steps 3'
+check "world $W, nccl, d6: stage 3 allocates less device memory than stage 2" -- $PY -c "
 import json, sys
-a = json.loads(open('$T/w2/metrics.jsonl').readlines()[-1])['gpu_allocated']
-b = json.loads(open('$T/w3/metrics.jsonl').readlines()[-1])['gpu_allocated']
+a = json.loads(open('$T/w2d6/metrics.jsonl').readlines()[-1])['gpu_allocated']
+b = json.loads(open('$T/w3d6/metrics.jsonl').readlines()[-1])['gpu_allocated']
 print(f'  device pool allocated per rank: stage 2 {a / 2**20:.1f} MiB, stage 3 {b / 2**20:.1f} MiB')
 sys.exit(0 if b < a else 1)"
 check "world $W, nccl: stage 0 (all-reduce) agrees with stage 2 (reduce-scatter)" -- near w2 w0 1e-3 5e-3 1e-2
