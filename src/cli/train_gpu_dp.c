@@ -13,6 +13,7 @@ bool dsc__train_dp_selected(void) {
 
 #include <math.h>   // isfinite
 #include <stdio.h>  // snprintf, fopen
+#include <time.h>   // nanosleep
 #include <unistd.h> // gethostname
 
 #include "base/hash.h"        // dsc_hash64
@@ -168,7 +169,7 @@ static dsc_status buf(train_dp *dp, dsc_mem_pool *pool, int k, size_t bytes, con
 }
 
 static const dsc__slots_ops slot_ops; // stage 3, below
-static dsc_status wait_all(dsc_comm_req **reqs, int n); // the step, below
+static dsc_status wait_all(train_dp *dp, dsc_comm_req **reqs, int n); // the step, below
 static dsc_status snap_init(train_dp *dp);              // snapshots, below
 
 // Stage 3's own buffers: the weight partition, the slots' events, the pass's requests.
@@ -384,8 +385,8 @@ void dsc__train_dp_destroy(train_dp *dp) {
 void dsc__train_dp_fault(train_dp *dp) {
     // NCCL's kernels end with the communicator, so the streams drain; requests end at once.
     dsc_comm_abort(dp->nccl, DSC_ERR_PEER, "the step was abandoned after a fault");
-    (void)wait_all(dp->reqs, dp->L.ngroups);
-    (void)wait_all(dp->mreqs, dp->nm);
+    (void)wait_all(dp, dp->reqs, dp->L.ngroups);
+    (void)wait_all(dp, dp->mreqs, dp->nm);
     dp->nm = 0;
     dsc_clear_error();
     if (dp->copy_stream) (void)dsc__cuda_stream_wait(dp->copy_stream);
@@ -509,18 +510,71 @@ dsc_status dsc__train_dp_store(train_dp *dp) {
 
 // ---- the step ----
 
-// Wait for every request in reqs[0..n) (each freed); the first failure wins.
-static dsc_status wait_all(dsc_comm_req **reqs, int n) {
+// Whether a rank of the engine's (host) communicator can no longer join this rank's NCCL
+// operations: its process is gone, or a rank announced a fault by breaking that communicator. NCCL
+// itself notices a dead peer only where sockets connect the ranks (not over NVLink or PCIe peer
+// access), and its deadline is comm_timeout_s; the host communicator knows within tens of
+// milliseconds on one node. *why says which.
+static bool group_failed(train_dp *dp, char *why, size_t cap) {
+    dsc_comm *c = dsc__engine_comm(dp->eng);
+    const char *msg = NULL;
+    if (!c) return false;
+    if (dsc_comm_is_broken(c, NULL, &msg)) {
+        snprintf(why, cap, "another rank reported a fault (%s)", msg ? msg : "no reason given");
+        return true;
+    }
+    for (int j = 0; j < dp->L.world; j++) {
+        dsc_comm_peer p;
+        if (j == dp->L.rank || dsc_comm_peer_info(c, j, &p) != DSC_OK) continue;
+        if (p.state == DSC_PEER_DEAD) { // (every NCCL wait precedes a host collective of all
+            snprintf(why, cap, "rank %d (pid %d) died", j, p.pid); // ranks: none exits early)
+            return true;
+        }
+    }
+    return false;
+}
+
+static void pause_us(int k) { // spin a little, then sleep up to 50 us between polls
+    if (k < 64) return;
+    struct timespec ts = {0, k < 256 ? 5000 : 50000};
+    nanosleep(&ts, NULL);
+}
+
+// Wait for every request in reqs[0..n) (each freed); the first failure wins. Every 10 ms the
+// engine's communicator is asked whether the group failed (group_failed): then the NCCL
+// communicator is aborted, which ends the requests at once.
+static dsc_status wait_all(train_dp *dp, dsc_comm_req **reqs, int n) {
     dsc_status first = DSC_OK;
     char msg[1024] = "";
-    for (int k = 0; k < n; k++) {
-        if (!reqs[k]) continue;
-        dsc_status st = dsc_comm_wait(reqs[k]);
-        reqs[k] = NULL;
-        if (st != DSC_OK && first == DSC_OK) {
-            first = st;
-            snprintf(msg, sizeof msg, "%s", dsc_last_error());
+    double next = dsc_now() + 0.01;
+    for (int k = 0;; k++) {
+        bool pending = false;
+        for (int i = 0; i < n; i++) {
+            if (!reqs[i]) continue;
+            bool done = false;
+            dsc_status st = dsc_comm_test(reqs[i], &done);
+            if (!done) {
+                pending = true;
+                continue;
+            }
+            reqs[i] = NULL;
+            if (st != DSC_OK && first == DSC_OK) {
+                first = st;
+                snprintf(msg, sizeof msg, "%s", dsc_last_error());
+            }
         }
+        if (!pending) break;
+        char why[512];
+        if (dsc_now() >= next) {
+            next = dsc_now() + 0.01;
+            if (group_failed(dp, why, sizeof why)) {
+                char reason[700];
+                snprintf(reason, sizeof reason, "rank %d: the NCCL operation cannot complete: %s",
+                         dp->L.rank, why);
+                dsc_comm_abort(dp->nccl, DSC_ERR_PEER, reason);
+            }
+        }
+        pause_us(k);
     }
     return first == DSC_OK ? DSC_OK : dsc__fail(first, "%s", msg);
 }
@@ -619,7 +673,7 @@ static dsc_status reduce(train_dp *dp) {
     for (int g = L->ngroups - 1; g >= 0 && st == DSC_OK; g--)
         if (!dp->begun[g] && !(dp->shard && dsc__slots_layer_group(&dp->sl, g)))
             st = begin_group(dp, g);
-    dsc_status w = wait_all(dp->reqs, L->ngroups);
+    dsc_status w = wait_all(dp, dp->reqs, L->ngroups);
     memset(dp->begun, 0, (size_t)L->ngroups * sizeof *dp->begun);
     DSC_TRY(st != DSC_OK ? st : w);
     if (dp->shard) return shard_finish(dp);
@@ -649,7 +703,7 @@ static dsc_status observe(train_dp *dp) {
             st = dsc_comm_all_gather(dp->nccl, dp->red + sp.state_off, dp->st->grad + sp.off,
                                      sp.slice, DSC_DT_F32, &dp->reqs[g]);
         }
-        dsc_status w = wait_all(dp->reqs, g);
+        dsc_status w = wait_all(dp, dp->reqs, g);
         DSC_TRY(st != DSC_OK ? st : w);
         src = dp->st->grad;
     }
@@ -716,7 +770,7 @@ static dsc_status apply(train_dp *dp, const dsc__device_step *plan) {
         s = dsc_comm_all_gather(dp->nccl, whole + (size_t)L->rank * sp.slice, whole, sp.slice,
                                 DSC_DT_BF16, &dp->reqs[g]);
     }
-    dsc_status w = wait_all(dp->reqs, g);
+    dsc_status w = wait_all(dp, dp->reqs, g);
     return s != DSC_OK ? s : w;
 }
 
@@ -726,7 +780,7 @@ static dsc_status apply(train_dp *dp, const dsc__device_step *plan) {
 // first; a pass issues at most three per layer, so this does not happen).
 static dsc_status next_req(train_dp *dp, dsc_comm_req ***r) {
     if (dp->nm == dp->mcap) {
-        DSC_TRY(wait_all(dp->mreqs, dp->nm));
+        DSC_TRY(wait_all(dp, dp->mreqs, dp->nm));
         dp->nm = 0;
     }
     *r = &dp->mreqs[dp->nm++];
@@ -854,7 +908,7 @@ dsc_status dsc__train_dp_pass_done(train_dp *dp) {
     if (!dp->shard) return DSC_OK;
     DSC_TRY(settle(dp, 0));
     DSC_TRY(settle(dp, 1));
-    dsc_status st = wait_all(dp->mreqs, dp->nm);
+    dsc_status st = wait_all(dp, dp->mreqs, dp->nm);
     dp->nm = 0;
     return st;
 }
