@@ -526,8 +526,10 @@ static bool group_failed(train_dp *dp, char *why, size_t cap) {
     for (int j = 0; j < dp->L.world; j++) {
         dsc_comm_peer p;
         if (j == dp->L.rank || dsc_comm_peer_info(c, j, &p) != DSC_OK) continue;
-        if (p.state == DSC_PEER_DEAD) { // (every NCCL wait precedes a host collective of all
-            snprintf(why, cap, "rank %d (pid %d) died", j, p.pid); // ranks: none exits early)
+        // A dead process, not one that left: a rank exits only after a host collective of all
+        // ranks, which every rank reaches after its NCCL waits, so none can be left waiting.
+        if (p.state == DSC_PEER_DEAD) {
+            snprintf(why, cap, "rank %d (pid %d) died", j, p.pid);
             return true;
         }
     }
