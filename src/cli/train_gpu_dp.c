@@ -292,11 +292,14 @@ static void release(train_dp *dp) {
 
 // ---- snapshots for fault tolerance ----
 
-// The copy in flight ends; the engine's own slots go back into its pool; our buffers are freed.
-static void snap_release(train_dp *dp) {
+// The copy in flight ends; the engine's own slots go back into its pool (at the end of the run:
+// are dropped); our buffers are freed.
+static void snap_release(train_dp *dp, bool end) {
     if (dp->copy_stream) (void)dsc__cuda_stream_wait(dp->copy_stream);
     dp->snap_pending = false;
-    if (dp->snap[0] && dsc__engine_ft_own_external(dp->eng, NULL) != DSC_OK) {
+    if (dp->snap[0] && end)
+        dsc__engine_ft_own_drop(dp->eng);
+    else if (dp->snap[0] && dsc__engine_ft_own_external(dp->eng, NULL) != DSC_OK) {
         DSC_WARN("ft", "%s", dsc_last_error()); // the slots stay ours: keep the buffers
         dsc_clear_error();
         return;
@@ -373,7 +376,7 @@ static dsc_status snap_publish(train_dp *dp) {
 
 void dsc__train_dp_destroy(train_dp *dp) {
     if (!dp) return;
-    snap_release(dp);
+    snap_release(dp, true);
     dsc__cuda_stream_destroy(dp->copy_stream);
     dsc__cuda_event_destroy(dp->opt_done);
     dsc__cuda_event_destroy(dp->copy_done);
@@ -384,7 +387,7 @@ void dsc__train_dp_destroy(train_dp *dp) {
 
 void dsc__train_dp_fault(train_dp *dp) {
     // NCCL's kernels end with the communicator, so the streams drain; requests end at once.
-    dsc_comm_abort(dp->nccl, DSC_ERR_PEER, "the step was abandoned after a fault");
+    if (dp->nccl) dsc_comm_abort(dp->nccl, DSC_ERR_PEER, "the step was abandoned after a fault");
     (void)wait_all(dp, dp->reqs, dp->L.ngroups);
     (void)wait_all(dp, dp->mreqs, dp->nm);
     dp->nm = 0;
@@ -420,7 +423,7 @@ dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_gpt2_config *mc) {
     double t0 = dsc_now();
     dsc__train_dp_fault(dp); // normally done already, before the engine's recovery
     dsc_mem_pool *pool = dp->st->bufs[1].pool;
-    snap_release(dp);
+    snap_release(dp, false);
     release(dp);
     dp->gen++;
     dp->gas = (int)dsc_engine_config(dp->eng)->gradient_accumulation_steps;

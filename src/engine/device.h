@@ -107,10 +107,13 @@ const char *dsc__engine_host_backend(void);
 // dsc__engine_ft_floats: the floats of one snapshot (0: several ranks with on_failure other
 // than abort are needed). dsc__engine_ft_own_external: the two own snapshots live in the
 // caller's buffers (page-locked, for the copy; each dsc__engine_ft_floats long) or, with NULL,
-// in the engine's pool again (before the caller frees its buffers); a recovery on fewer ranks
-// moves them back into the pool itself.
+// in the engine's pool again (their contents copied); a recovery on fewer ranks moves them back
+// into the pool itself.
 size_t dsc__engine_ft_floats(const dsc_engine *e);
 dsc_status dsc__engine_ft_own_external(dsc_engine *e, float *const bufs[2]);
+// At the end of a run: the caller's own slots are forgotten (after the exchange reading them),
+// so that it may free them; no copy back (the engine snapshots nothing more).
+void dsc__engine_ft_own_drop(dsc_engine *e);
 dsc_status dsc__engine_ft_commit_end(dsc_engine *e);
 float *dsc__engine_ft_reserve(dsc_engine *e);
 dsc_status dsc__engine_ft_publish(dsc_engine *e);

@@ -447,6 +447,10 @@ dsc_status dsc__engine_ft_own_external(dsc_engine *e, float *const bufs[2]) {
     return dsc__ft_own_external(e, bufs);
 }
 
+void dsc__engine_ft_own_drop(dsc_engine *e) {
+    dsc__ft_own_drop(e);
+}
+
 dsc_status dsc__engine_ft_commit_end(dsc_engine *e) {
     return dsc__ft_commit_end(e);
 }

@@ -4,7 +4,8 @@
 // fill it as a device copy would (here: a pattern naming rank and step), complete the previous
 // exchange and publish it. The buddy's replica of that boundary must then hold the pattern bit
 // for bit under the boundary's tag, the own slot must carry the tag, a reserved slot that is
-// cancelled must never be tagged, and moving the slots back into the pool keeps their contents.
+// cancelled must never be tagged, moving the slots back into the pool keeps their contents, and
+// dropping them (the end of a run) leaves none.
 // Without fault tolerance (one rank, or on_failure abort) there is nothing to snapshot.
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,6 +125,11 @@ static int rank_main(int rank, int world, int port, int abort_policy) {
     ft_slot *three = dsc__ft_own_at(ft, 3);
     FAILS(three && three->buf != bufs[0] && three->buf != bufs[1], 51);
     FAILS(check_pattern(three->buf, n, rank, 3), 52);
+    // The end of a run: ours again, then dropped (no copy back): nothing is held any more.
+    FAILS(dsc__engine_ft_own_external(e, bufs) == DSC_OK, 53);
+    dsc__engine_ft_own_drop(e);
+    FAILS(dsc__ft_own_at(ft, 3) == NULL && ft->own[0].buf != bufs[0] && ft->own[1].buf != bufs[1],
+          54);
     free(bufs[0]);
     free(bufs[1]);
     free(before);

@@ -47,6 +47,9 @@ dsc_status dsc__ft_snapshot_publish(dsc_engine *e);
 void dsc__ft_snapshot_cancel(dsc_engine *e);
 size_t dsc__ft_snapshot_floats(const dsc_engine *e);
 dsc_status dsc__ft_own_external(dsc_engine *e, float *const bufs[2]);
+// The caller's own slots are forgotten (untagged, no memory) once the exchange reading them ends:
+// before the caller frees them at the end of a run, when no snapshot is needed any more.
+void dsc__ft_own_drop(dsc_engine *e);
 
 // Re-read the snapshot slots' addresses after the engine's pool moved blocks.
 void dsc__ft_resolve(dsc_engine *e);

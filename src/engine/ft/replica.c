@@ -247,6 +247,15 @@ size_t dsc__ft_snapshot_floats(const dsc_engine *e) {
     return e->ft ? e->ft->len * (size_t)e->ft->nvec : 0;
 }
 
+void dsc__ft_own_drop(dsc_engine *e) {
+    struct dsc__ft *ft = e->ft;
+    if (!ft) return;
+    dsc__ft_ring_drain(e); // a send may be reading an own slot
+    ft->pending = NULL;
+    for (int k = 0; k < 2; k++)
+        if (ft->own[k].external) ft->own[k] = (ft_slot){.tag = -1};
+}
+
 dsc_status dsc__ft_own_external(dsc_engine *e, float *const bufs[2]) {
     struct dsc__ft *ft = e->ft;
     if (!ft) return DSC_OK;
