@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fault tolerance of `dsc train --device cuda` with DSC_COMM_BACKEND=nccl: the training state lives
 # on the GPUs, gradients are reduced by NCCL, and every step the device copies this rank's
-# partition to the host for its snapshot and the buddy's replica. Four ranks; on a machine with
-# fewer GPUs they share one, each rank under its own NCCL_HOSTID, which NCCL takes for a host of
+# partition to the host for its snapshot and the buddy's replica. Four ranks, a GPU each where
+# there are four; on a machine with fewer GPUs they share one, each rank under its own NCCL_HOSTID, which NCCL takes for a host of
 # its own (its socket transport over loopback then connects them; it refuses two ranks of one
 # host on one GPU). A transient fault (a rank sleeps past comm_timeout_s, every rank alive) is
 # retried on fresh communicators at the same world and ends bit for bit where the fault-free run
@@ -13,13 +13,22 @@
 set -u
 . "$DSC_SOURCE_DIR/tests/fault/lib.sh" # config, run_ranks, restored_step, ref_weights, same_weights
 
-# Every rank its own NCCL host id (a separate host to NCCL and to the trainer's one-GPU-per-rank
-# check), so that the ranks may share a GPU.
+# With 4 GPUs or more a GPU per rank (LOCAL_RANK = RANK); with fewer, every rank its own NCCL
+# host id (a separate host to NCCL and to the trainer's one-GPU-per-rank check), so that the
+# ranks may share a GPU.
 REAL_DSC=$DSC
-DSC="$T/dsc-own-host"
-printf '#!/bin/sh\nNCCL_HOSTID="dsc-test-host-${RANK:-0}" exec "%s" "$@"\n' "$REAL_DSC" > "$DSC"
+DSC="$T/dsc-rank"
+NGPU=$("$REAL_DSC" report 2>/dev/null | sed -n 's/^CUDA devices *\([0-9]*\).*/\1/p')
+if [ "${NGPU:-0}" -ge 4 ]; then
+    printf '#!/bin/sh\nLOCAL_RANK="${RANK:-0}" exec "%s" "$@"\n' "$REAL_DSC" > "$DSC"
+    echo "  $NGPU GPUs: a GPU per rank"
+else
+    printf '#!/bin/sh\nNCCL_HOSTID="dsc-test-host-${RANK:-0}" exec "%s" "$@"\n' "$REAL_DSC" > "$DSC"
+    export NCCL_SOCKET_IFNAME=lo NCCL_NET=Socket
+    echo "  ${NGPU:-0} GPU(s): the ranks share GPU 0, each under its own NCCL_HOSTID"
+fi
 chmod +x "$DSC"
-export DSC_COMM_BACKEND=nccl NCCL_SOCKET_IFNAME=lo NCCL_NET=Socket NCCL_NVLS_ENABLE=0
+export DSC_COMM_BACKEND=nccl NCCL_NVLS_ENABLE=0
 # Bitwise comparisons need NCCL to sum in the same order in every run: rings only.
 export NCCL_ALGO=Ring
 unset DSC_HOST_COMM_BACKEND
