@@ -10,10 +10,17 @@ export DSC_DATA_HOME="$T/home" OMP_NUM_THREADS=1
 
 PIDS=()  # pids of the ranks of the last start_ranks
 CODES=() # their exit codes after wait_ranks (124: still running at the limit, then killed)
-ALL_PIDS=()
+ALL_PIDS=() # "RC_FILE:PID" of every rank started: RC_FILE appears once that rank has ended
+# At exit, ranks still running are killed: only those (a pid whose rank ended may have been given
+# to another process since, e.g. another test's, where pids wrap at 32768).
 cleanup_ranks() {
-  local p
-  for p in "${ALL_PIDS[@]}"; do kill -9 "$p" 2> /dev/null; kill -CONT "$p" 2> /dev/null; done
+  local e p
+  for e in "${ALL_PIDS[@]}"; do
+    p=${e##*:}
+    [ -e "${e%:*}" ] && continue
+    kill -9 "$p" 2> /dev/null
+    kill -CONT "$p" 2> /dev/null
+  done
   rm -rf "$T"
 }
 trap cleanup_ranks EXIT
@@ -40,6 +47,9 @@ start_ranks() {
   shift 4
   local port=$(free_port)
   d="$T/$name"
+  local kept=() e
+  for e in "${ALL_PIDS[@]}"; do [[ $e == "$d/"* ]] || kept+=("$e"); done # a run of the same name
+  ALL_PIDS=("${kept[@]}")                                                 # ended: its entries go
   rm -rf "$d" && mkdir -p "$d"
   PIDS=()
   SUBS=()
@@ -58,7 +68,7 @@ start_ranks() {
   for ((r = 0; r < world; r++)); do
     while [ ! -s "$d/pid.$r" ]; do sleep 0.01; done
     PIDS+=("$(cat "$d/pid.$r")")
-    ALL_PIDS+=("${PIDS[$r]}")
+    ALL_PIDS+=("$d/rc.$r:${PIDS[$r]}")
   done
   RUN_DIR=$d
 }
