@@ -38,7 +38,8 @@ finish_ranks() {
   local name=$1 limit=${2:-300} p rc=0 t0=$SECONDS
   for p in "${PIDS[@]}"; do
     while kill -0 "$p" 2>/dev/null && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 0.05; done
-    kill -9 "$p" 2>/dev/null
+    # only one still running at the limit: an ended rank's pid may be another process's by now
+    kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
     wait "$p" || rc=1
   done
   [ $rc -eq 0 ] || { echo "run $name failed:"; tail -n 5 "$T/$name".*.log; }
