@@ -22,7 +22,7 @@ WARMUP=${WARMUP:-4}
 [ -x "$DSC" ] || { echo "gpu_ft_nccl.sh: $DSC is not an executable dsc; pass its path" >&2; exit 2; }
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-. "$(dirname "$0")/lib_data.sh" # random_shards
+. "$(dirname "$0")/lib_data.sh" # random_shards, free_port
 random_shards "$W/data" 1000000 50000
 NGPU=$("$DSC" report | sed -n 's/^CUDA devices *\([0-9]*\).*/\1/p')
 if [ "${NGPU:-0}" -lt "$WORLD" ]; then
@@ -33,7 +33,6 @@ if [ "${NGPU:-0}" -lt "$WORLD" ]; then
 fi
 export DSC_COMM_BACKEND=nccl NCCL_NVLS_ENABLE=0
 
-port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 bench() { # bench POLICY: tokens/s on stdout
     local name=$1 p pids=() r rc=0
@@ -43,7 +42,7 @@ bench() { # bench POLICY: tokens/s on stdout
  "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.999], "weight_decay": 0.1}},
  "zero_optimization": {"stage": $STAGE}, "fault_tolerance": {"on_failure": "$1"}}
 JSON
-    p=$(port)
+    p=$(free_port)
     for ((r = 0; r < WORLD; r++)); do
         RANK=$r WORLD_SIZE=$WORLD LOCAL_RANK=$r LOCAL_WORLD_SIZE=$WORLD MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$p OMP_NUM_THREADS=$(($(nproc) / WORLD)) "$DSC" train --device cuda \

@@ -20,10 +20,9 @@ WARMUP=${WARMUP:-4}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-. "$(dirname "$0")/lib_data.sh" # random_shards
+. "$(dirname "$0")/lib_data.sh" # random_shards, free_port
 random_shards "$W/data" 1000000 50000
 
-port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 bench() { # bench NAME WORLD STAGE OFFLOAD
     local name=$1 world=$2 p pids=() r rc=0 threads
@@ -34,7 +33,7 @@ bench() { # bench NAME WORLD STAGE OFFLOAD
  "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.999], "weight_decay": 0.1}},
  "zero_optimization": {"stage": $3, "offload_optimizer": {"device": "$4"}}}
 JSON
-    p=$(port)
+    p=$(free_port)
     for ((r = 0; r < world; r++)); do
         RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$p OMP_NUM_THREADS=$threads "$DSC" train --device cuda \

@@ -1,5 +1,8 @@
 # bench/lib_data.sh - sourced by the GPU benchmarks (PY names the interpreter).
 #
+# free_port: a free TCP port on loopback, for the store of ranks started by hand.
+free_port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 # random_shards DIR TRAIN VAL: random GPT-2 token shards in dsc's format (256 int32 header: magic,
 # version 1, count; then uint16 tokens, uniform over V 50257, seed 1): DIR/train.bin with TRAIN
 # tokens, DIR/val.bin with VAL, and DIR/dataset.json.
