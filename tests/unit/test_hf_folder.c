@@ -1,0 +1,254 @@
+// Unit tests of a Hugging Face model folder's parts: config.json (model/hf_config.c) and the
+// weights, one file or sharded with an index (engine/ckpt/hf_weights.c).
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>  // FILE, fopen, snprintf
+#include <stdlib.h> // mkdtemp, system
+#include <string.h> // strstr
+
+#include "dsc/half.h"                // dsc_fp32_to_bf16
+#include "dsc/status.h"              // dsc_last_error
+#include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_*
+#include "engine/ckpt/safetensors.h" // dsc_st_write
+#include "model/hf_config.h"         // dsc_hf_config_*
+
+static char dir[64];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dsc-hf-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void write_text(const char *name, const char *text) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void expect_error(dsc_status st, const char *needle) {
+    assert_int_not_equal(st, DSC_OK);
+    if (!strstr(dsc_last_error(), needle)) fail_msg("error \"%s\" lacks \"%s\"", dsc_last_error(), needle);
+}
+
+// ---- config.json ----
+
+static void test_gpt2_config(void **state) {
+    (void)state;
+    dsc_hf_config c;
+    const char *text = "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_layer\": 3, \"n_embd\": 96, "
+                       "\"n_head\": 4, \"n_positions\": 128, \"vocab_size\": 300}";
+    assert_int_equal(dsc_hf_config_parse(text, "config.json", &c), DSC_OK);
+    assert_int_equal(c.arch, DSC_HF_GPT2);
+    assert_int_equal(c.n_layer, 3);
+    assert_int_equal(c.hidden, 96);
+    assert_int_equal(c.n_head, 4);
+    assert_int_equal(c.n_kv_head, 4);
+    assert_int_equal(c.head_dim, 24);
+    assert_int_equal(c.intermediate, 384); // n_inner null: 4 n_embd
+    assert_int_equal(c.max_positions, 128);
+    assert_int_equal(c.vocab_size, 300);
+    assert_true(c.tied);
+    assert_string_equal(c.act, "gelu_new");
+    assert_true(c.norm_eps == 1e-5);
+    assert_int_equal(c.eos_ids[0], 50256); // transformers' GPT2Config default
+}
+
+static void test_llama_config(void **state) {
+    (void)state;
+    dsc_hf_config c;
+    const char *text =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": "
+        "90, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, "
+        "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.0, "
+        "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}, "
+        "\"tie_word_embeddings\": true, \"vocab_size\": 500, \"bos_token_id\": 1, "
+        "\"eos_token_id\": [2, 3]}";
+    assert_int_equal(dsc_hf_config_parse(text, "config.json", &c), DSC_OK);
+    assert_int_equal(c.arch, DSC_HF_LLAMA);
+    assert_int_equal(c.n_kv_head, 2);
+    assert_int_equal(c.head_dim, 8);
+    assert_string_equal(c.rope_type, "llama3");
+    assert_true(c.rope_factor == 32.0 && c.rope_high_freq == 4.0 && c.rope_low_freq == 1.0);
+    assert_int_equal(c.rope_orig_max, 8192);
+    assert_true(c.rope_theta == 500000.0);
+    assert_true(c.tied);
+    assert_false(c.qkv_bias);
+    assert_int_equal(c.n_eos, 2);
+    assert_int_equal(c.eos_ids[1], 3);
+}
+
+static void test_qwen_mistral_defaults(void **state) {
+    (void)state;
+    dsc_hf_config c;
+    const char *qwen = "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"num_hidden_layers\": 1, "
+                       "\"intermediate_size\": 40, \"vocab_size\": 77}";
+    assert_int_equal(dsc_hf_config_parse(qwen, "config.json", &c), DSC_OK);
+    assert_true(c.qkv_bias);  // Qwen2's q/k/v always carry biases
+    assert_false(c.o_bias);
+    assert_false(c.tied);     // Qwen2Config's default
+    assert_int_equal(c.sliding_window, 0); // use_sliding_window false
+    assert_true(c.rope_theta == 10000.0);
+    const char *mistral = "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 32, "
+                          "\"num_attention_heads\": 32, \"num_hidden_layers\": 1, \"sliding_window\": null, "
+                          "\"intermediate_size\": 40, \"vocab_size\": 77, \"head_dim\": 16}";
+    assert_int_equal(dsc_hf_config_parse(mistral, "config.json", &c), DSC_OK);
+    assert_int_equal(c.sliding_window, 0);
+    assert_int_equal(c.n_kv_head, 8); // absent: MistralConfig's default
+    assert_int_equal(c.head_dim, 16); // given, not hidden / heads
+}
+
+static void test_config_errors(void **state) {
+    (void)state;
+    dsc_hf_config c;
+    expect_error(dsc_hf_config_parse("{\"architectures\": [\"BertModel\"]}", "x/config.json", &c),
+                 "BertModel");
+    expect_error(dsc_hf_config_parse("{\"architectures\": [\"BertModel\"]}", "x/config.json", &c),
+                 "LlamaForCausalLM");
+    expect_error(dsc_hf_config_parse("{\"model_type\": \"llama\"}", "x/config.json", &c),
+                 "architectures");
+    expect_error(dsc_hf_config_parse("{\"architectures\": [\"LlamaForCausalLM\"], "
+                                     "\"num_attention_heads\": 6, \"num_key_value_heads\": 4}",
+                                     "x/config.json", &c), "not a multiple");
+    expect_error(dsc_hf_config_parse("{\"architectures\": [\"LlamaForCausalLM\"], "
+                                     "\"hidden_size\": \"big\"}", "x/config.json", &c),
+                 "hidden_size");
+    expect_error(dsc_hf_config_parse("{\"architectures\": [\"GPT2LMHeadModel\"], \"n_layer\": 0}",
+                                     "x/config.json", &c), "number of layers");
+    expect_error(dsc_hf_config_parse("[1, 2", "x/config.json", &c), "x/config.json");
+    expect_error(dsc_hf_config_read("/nonexistent-dir", &c), "/nonexistent-dir");
+}
+
+static void test_config_round_trip(void **state) {
+    (void)state;
+    const char *texts[] = {
+        "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_layer\": 2, \"n_embd\": 64, \"n_head\": 2, "
+        "\"n_positions\": 64, \"vocab_size\": 99}",
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 48, \"head_dim\": 16, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"num_hidden_layers\": 3, "
+        "\"intermediate_size\": 70, \"vocab_size\": 99, \"rope_scaling\": {\"type\": \"linear\", "
+        "\"factor\": 2.0}, \"attention_bias\": true}",
+        "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"num_hidden_layers\": 1, \"intermediate_size\": 40, "
+        "\"vocab_size\": 77, \"tie_word_embeddings\": true}",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        dsc_hf_config a, b;
+        assert_int_equal(dsc_hf_config_parse(texts[i], "in", &a), DSC_OK);
+        assert_int_equal(dsc_hf_config_write(dir, &a), DSC_OK);
+        assert_int_equal(dsc_hf_config_read(dir, &b), DSC_OK);
+        assert_memory_equal(&a, &b, sizeof a);
+    }
+}
+
+// ---- weights ----
+
+static float w1[6] = {1, 2, 3, 4, 5, 6};
+static float w2[4] = {-1.5f, 0.25f, 8, 1e-3f};
+
+static void write_shards(void) {
+    char p[256];
+    uint16_t h[4];
+    for (int i = 0; i < 4; i++) h[i] = dsc_fp32_to_bf16(w2[i]);
+    dsc_st_tensor a[] = {{"model.embed_tokens.weight", "F32", 2, {2, 3}, w1, sizeof w1}};
+    dsc_st_tensor b[] = {{"model.norm.weight", "BF16", 1, {4}, h, sizeof h},
+                         {"lm_head.weight", "F32", 1, {4}, w2, sizeof w2}};
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+    assert_int_equal(dsc_st_write(p, a, 1, NULL, 0), DSC_OK);
+    snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
+    assert_int_equal(dsc_st_write(p, b, 2, NULL, 0), DSC_OK);
+    write_text("model.safetensors.index.json",
+               "{\"metadata\": {\"total_size\": 48}, \"weight_map\": {"
+               "\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\", "
+               "\"model.norm.weight\": \"model-00002-of-00002.safetensors\", "
+               "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}");
+}
+
+static void test_sharded(void **state) {
+    (void)state;
+    write_shards();
+    dsc_hf_weights *w;
+    assert_int_equal(dsc_hf_weights_open(&w, dir), DSC_OK);
+    assert_int_equal(dsc_hf_weights_count(w), 3);
+    assert_true(dsc_hf_weights_has(w, "model.norm.weight"));
+    assert_false(dsc_hf_weights_has(w, "model.layers.0.mlp.up_proj.weight"));
+    assert_int_equal(dsc_hf_weights_maps(w), 0); // nothing mapped until a tensor is read
+    dsc_hf_tensor t;
+    assert_int_equal(dsc_hf_weights_info(w, "model.embed_tokens.weight", &t), DSC_OK);
+    assert_int_equal(t.ndim, 2);
+    assert_int_equal(t.shape[1], 3);
+    assert_int_equal(t.numel, 6);
+    float out[6];
+    assert_int_equal(dsc_hf_weights_read(w, "model.embed_tokens.weight", 2, 3, out), DSC_OK);
+    assert_true(out[0] == 3 && out[1] == 4 && out[2] == 5);
+    assert_int_equal(dsc_hf_weights_read(w, "model.norm.weight", 0, 4, out), DSC_OK);
+    for (int i = 0; i < 4; i++) assert_true(out[i] == dsc_bf16_to_fp32(dsc_fp32_to_bf16(w2[i])));
+    assert_int_equal(dsc_hf_weights_read(w, "lm_head.weight", 1, 3, out), DSC_OK);
+    assert_true(out[0] == w2[1] && out[2] == w2[3]);
+    assert_int_equal(dsc_hf_weights_maps(w), 2); // each shard mapped once, one at a time
+    expect_error(dsc_hf_weights_read(w, "lm_head.weight", 2, 3, out), "4 elements");
+    expect_error(dsc_hf_weights_read(w, "model.layers.0.mlp.up_proj.weight", 0, 1, out),
+                 "model.layers.0.mlp.up_proj.weight");
+    dsc_hf_weights_close(w);
+
+    // The index file itself, and one shard on its own.
+    char p[256];
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    assert_int_equal(dsc_hf_weights_open(&w, p), DSC_OK);
+    assert_int_equal(dsc_hf_weights_count(w), 3);
+    dsc_hf_weights_close(w);
+    snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
+    assert_int_equal(dsc_hf_weights_open(&w, p), DSC_OK);
+    assert_int_equal(dsc_hf_weights_count(w), 2);
+    assert_int_equal(dsc_hf_weights_read(w, "lm_head.weight", 0, 4, out), DSC_OK);
+    assert_true(out[3] == w2[3]);
+    dsc_hf_weights_close(w);
+}
+
+static void test_weights_errors(void **state) {
+    (void)state;
+    dsc_hf_weights *w;
+    expect_error(dsc_hf_weights_open(&w, dir), "model.safetensors");
+    write_text("pytorch_model.bin", "x");
+    expect_error(dsc_hf_weights_open(&w, dir), "safe_serialization");
+    write_shards();
+    write_text("model.safetensors.index.json",
+               "{\"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\"}}");
+    assert_int_equal(dsc_hf_weights_open(&w, dir), DSC_OK);
+    float x;
+    expect_error(dsc_hf_weights_read(w, "a", 0, 1, &x), "does not hold it");
+    dsc_hf_weights_close(w);
+    write_text("model.safetensors.index.json", "{\"weight_map\": {\"a\": \"../etc/passwd\"}}");
+    expect_error(dsc_hf_weights_open(&w, dir), "not a file name");
+    write_text("model.safetensors.index.json", "{\"weights\": {}}");
+    expect_error(dsc_hf_weights_open(&w, dir), "weight_map");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2_config),
+        cmocka_unit_test(test_llama_config),
+        cmocka_unit_test(test_qwen_mistral_defaults),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test_setup_teardown(test_config_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_weights_errors, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
