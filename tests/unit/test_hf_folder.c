@@ -9,6 +9,7 @@
 #include <stdio.h>  // FILE, fopen, snprintf
 #include <stdlib.h> // mkdtemp, system
 #include <string.h> // strstr
+#include <unistd.h> // unlink
 
 #include "dsc/half.h"                // dsc_fp32_to_bf16
 #include "dsc/status.h"              // dsc_last_error
@@ -240,6 +241,65 @@ static void test_weights_errors(void **state) {
     expect_error(dsc_hf_weights_open(&w, dir), "weight_map");
 }
 
+// Tensor i of the write test: element k is 100 i + k.
+static dsc_status fill_counting(void *user, int i, void *dst, size_t nbytes) {
+    int *calls = user;
+    calls[i]++;
+    float *f = dst;
+    for (size_t k = 0; k < nbytes / 4; k++) f[k] = (float)(100 * i + (int)k);
+    return DSC_OK;
+}
+
+static void check_written(int n, const int64_t *numel) {
+    dsc_hf_weights *w;
+    assert_int_equal(dsc_hf_weights_open(&w, dir), DSC_OK);
+    assert_int_equal(dsc_hf_weights_count(w), n);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        float got[64];
+        snprintf(name, sizeof name, "t%d", i);
+        assert_int_equal(dsc_hf_weights_read(w, name, 0, numel[i], got), DSC_OK);
+        for (int64_t k = 0; k < numel[i]; k++) assert_true(got[k] == (float)(100 * i + k));
+    }
+    dsc_hf_weights_close(w);
+}
+
+static void test_write_shards(void **state) {
+    (void)state;
+    enum { N = 5 };
+    const int64_t numel[N] = {4, 4, 40, 2, 3}; // bytes 16, 16, 160, 8, 12
+    char names[N][8];
+    dsc_st_tensor t[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "t%d", i);
+        t[i] = (dsc_st_tensor){.name = names[i], .dtype = "F32", .ndim = 1,
+                               .shape = {numel[i]}, .nbytes = (size_t)numel[i] * 4};
+    }
+    const char *meta[] = {"format", "pt"};
+    int calls[N] = {0};
+    // 40 bytes a shard: {t0, t1}, {t2} (larger than a shard, alone), {t3, t4}.
+    assert_int_equal(dsc_hf_weights_write(dir, t, N, 40, meta, 1, fill_counting, calls), DSC_OK);
+    for (int i = 0; i < N; i++) assert_int_equal(calls[i], 1);
+    char p[256];
+    snprintf(p, sizeof p, "%s/model-00003-of-00003.safetensors", dir);
+    dsc_st_file *f;
+    assert_int_equal(dsc_st_open(&f, p), DSC_OK);
+    assert_int_equal(dsc_st_count(f), 2);
+    assert_string_equal(dsc_st_meta(f, "format"), "pt");
+    dsc_st_close(f);
+    check_written(N, numel);
+    // All in one: model.safetensors alone (the index left from above is removed first).
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(dsc_hf_weights_write(dir, t, N, 1u << 20, meta, 1, fill_counting, calls),
+                     DSC_OK);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    assert_int_equal(dsc_st_open(&f, p), DSC_OK);
+    assert_int_equal(dsc_st_count(f), N);
+    dsc_st_close(f);
+    check_written(N, numel);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_config),
@@ -249,6 +309,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_config_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weights_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_shards, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,3 +259,80 @@ dsc_status dsc_hf_weights_read(dsc_hf_weights *w, const char *name, int64_t begi
     }
     return DSC_OK;
 }
+
+// ---- writing ----
+
+typedef struct shard_fill {
+    dsc_st_fill_fn fill;
+    void *user;
+    int first; // tensor number of the shard's first tensor
+} shard_fill;
+
+static dsc_status fill_shifted(void *user, int i, void *dst, size_t nbytes) {
+    shard_fill *s = user;
+    return s->fill(s->user, s->first + i, dst, nbytes);
+}
+
+// The first tensor of each shard: starts[0..*nshards], starts[*nshards] = n.
+static int plan_shards(const dsc_st_tensor *t, int n, uint64_t shard_bytes, int *starts) {
+    int k = 0;
+    uint64_t used = 0;
+    starts[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (i > starts[k] && used + t[i].nbytes > shard_bytes) {
+            starts[++k] = i;
+            used = 0;
+        }
+        used += t[i].nbytes;
+    }
+    starts[++k] = n;
+    return k;
+}
+
+static dsc_status write_index(const char *dir, const dsc_st_tensor *t, int n, const int *starts,
+                              int nshards) {
+    json_t *map = json_object();
+    uint64_t total = 0;
+    char file[64];
+    for (int k = 0; k < nshards; k++) {
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, nshards);
+        for (int i = starts[k]; i < starts[k + 1]; i++) {
+            json_object_set_new(map, t[i].name, json_string(file));
+            total += t[i].nbytes;
+        }
+    }
+    json_t *root = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
+                             "weight_map", map);
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/" INDEX_NAME, dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int rc = root ? json_dump_file(root, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : -1;
+    json_decref(root);
+    if (rc != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return dsc__fail(DSC_ERR_IO, "cannot write %s (check free space and permissions)", path);
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc_hf_weights_write(const char *dir, const dsc_st_tensor *t, int n,
+                                uint64_t shard_bytes, const char *const *meta, int nmeta,
+                                dsc_st_fill_fn fill, void *user) {
+    if (n <= 0 || shard_bytes == 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "writing %s: no tensors, or a shard size of 0", dir);
+    int *starts = malloc((size_t)(n + 1) * sizeof *starts);
+    if (!starts) return dsc__fail(DSC_ERR_OOM, "out of memory writing %s", dir);
+    int nshards = plan_shards(t, n, shard_bytes, starts);
+    dsc_status st = DSC_OK;
+    char path[4200];
+    for (int k = 0; k < nshards && st == DSC_OK; k++) {
+        if (nshards == 1) snprintf(path, sizeof path, "%s/" SINGLE_NAME, dir);
+        else snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, k + 1, nshards);
+        shard_fill sf = {fill, user, starts[k]};
+        st = dsc_st_write_stream(path, t + starts[k], starts[k + 1] - starts[k], meta, nmeta,
+                                 fill_shifted, &sf);
+    }
+    if (st == DSC_OK && nshards > 1) st = write_index(dir, t, n, starts, nshards);
+    free(starts);
+    return st;
+}

@@ -11,7 +11,8 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int64_t
 
-#include "dsc/status.h" // dsc_status
+#include "dsc/status.h"              // dsc_status
+#include "engine/ckpt/safetensors.h" // dsc_st_tensor, dsc_st_fill_fn
 
 typedef struct dsc_hf_weights dsc_hf_weights;
 
@@ -45,5 +46,18 @@ dsc_status dsc_hf_weights_read(dsc_hf_weights *w, const char *name, int64_t begi
 // How many times a shard was mapped so far (one shard is mapped at a time; reading tensors in
 // index order maps each shard once).
 int dsc_hf_weights_maps(const dsc_hf_weights *w);
+
+// ---- writing ----
+
+// Write the tensors t[0..n) (names, dtypes, shapes; data unused) into dir as transformers'
+// save_pretrained does: in order, into shards of at most shard_bytes of tensor data (a larger
+// tensor alone in its own), named model-0000K-of-0000N.safetensors beside
+// model.safetensors.index.json, or one model.safetensors when all fit in one. fill(user, i, ...)
+// gives tensor i's bytes when it is written, so at most one tensor is held at a time. Each file
+// is written under a temporary name and renamed; the index is written last. meta: safetensors
+// metadata of every shard (key, value pairs; "format": "pt" is what transformers expects).
+dsc_status dsc_hf_weights_write(const char *dir, const dsc_st_tensor *t, int n,
+                                uint64_t shard_bytes, const char *const *meta, int nmeta,
+                                dsc_st_fill_fn fill, void *user);
 
 #endif

@@ -58,8 +58,35 @@ static dsc_status check_tensor(const dsc_st_tensor *t, const char *path) {
     return DSC_OK;
 }
 
+// Tensor i's bytes from the caller's array (dsc_st_write's source).
+static dsc_status fill_from_data(void *user, int i, void *dst, size_t nbytes) {
+    memcpy(dst, ((const dsc_st_tensor *)user)[i].data, nbytes);
+    return DSC_OK;
+}
+
 dsc_status dsc_st_write(const char *path, const dsc_st_tensor *t, int n, const char *const *meta,
                         int nmeta) {
+    return dsc_st_write_stream(path, t, n, meta, nmeta, fill_from_data, (void *)t);
+}
+
+// Tensor i's bytes into fd: from t[i].data when there is no fill function's buffer to use.
+static dsc_status write_tensor(int fd, const dsc_st_tensor *t, int i, dsc_st_fill_fn fill,
+                               void *user, void **buf, size_t *cap, const char *tmp) {
+    if (fill == fill_from_data) return dsc__write_all(fd, t[i].data, t[i].nbytes, tmp);
+    if (t[i].nbytes > *cap) {
+        void *b = realloc(*buf, t[i].nbytes);
+        if (!b) return dsc__fail(DSC_ERR_OOM, "%s: out of memory for tensor %s (%zu bytes)", tmp,
+                                 t[i].name, t[i].nbytes);
+        *buf = b;
+        *cap = t[i].nbytes;
+    }
+    DSC_TRY(fill(user, i, *buf, t[i].nbytes));
+    return dsc__write_all(fd, *buf, t[i].nbytes, tmp);
+}
+
+dsc_status dsc_st_write_stream(const char *path, const dsc_st_tensor *t, int n,
+                               const char *const *meta, int nmeta, dsc_st_fill_fn fill,
+                               void *user) {
     for (int i = 0; i < n; i++) DSC_TRY(check_tensor(&t[i], path));
     json_t *h = header_json(t, n, meta, nmeta);
     char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -74,23 +101,28 @@ dsc_status dsc_st_write(const char *path, const dsc_st_tensor *t, int n, const c
         free(text);
         return dsc__fail(DSC_ERR_IO, "create %s: %s", tmp, strerror(errno));
     }
+    void *buf = NULL; // one tensor at a time, reused
+    size_t cap = 0;
     uint64_t n8 = padded; // little-endian on every machine dsc supports
     DSC_TRY_GOTO(dsc__write_all(fd, &n8, 8, tmp), st, fail);
     DSC_TRY_GOTO(dsc__write_all(fd, text, len, tmp), st, fail);
     DSC_TRY_GOTO(dsc__write_all(fd, "        ", padded - len, tmp), st, fail);
-    for (int i = 0; i < n; i++) DSC_TRY_GOTO(dsc__write_all(fd, t[i].data, t[i].nbytes, tmp), st, fail);
+    for (int i = 0; i < n; i++)
+        DSC_TRY_GOTO(write_tensor(fd, t, i, fill, user, &buf, &cap, tmp), st, fail);
     if (fsync(fd) != 0) {
         st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
         goto fail;
     }
     close(fd);
     free(text);
+    free(buf);
     if (rename(tmp, path) != 0) return dsc__fail(DSC_ERR_IO, "rename %s: %s", tmp, strerror(errno));
     return DSC_OK;
 fail:
     close(fd);
     unlink(tmp);
     free(text);
+    free(buf);
     return st;
 }
 

@@ -30,6 +30,15 @@ size_t dsc_st_dtype_size(const char *dtype);
 dsc_status dsc_st_write(const char *path, const dsc_st_tensor *tensors, int n,
                         const char *const *meta, int nmeta);
 
+// The same, with each tensor's bytes produced when they are written (t[i].data unused): fill
+// writes tensor i's nbytes into dst, a buffer of the writer's reused from tensor to tensor, so
+// that a file of any size is written holding one tensor at a time. A fill failure removes the
+// temporary file and is returned.
+typedef dsc_status (*dsc_st_fill_fn)(void *user, int i, void *dst, size_t nbytes);
+dsc_status dsc_st_write_stream(const char *path, const dsc_st_tensor *tensors, int n,
+                               const char *const *meta, int nmeta, dsc_st_fill_fn fill,
+                               void *user);
+
 typedef struct dsc_st_file dsc_st_file;
 
 // Open and validate a file (header JSON, dtypes, shapes against byte ranges, ranges inside the
