@@ -76,6 +76,13 @@ dsc_status dsc_ckpt_read_param(const dsc_ckpt *ck, int i, int kind, float *out);
 // The manifest's text (borrowed until dsc_ckpt_close).
 const char *dsc_ckpt_manifest_text(const dsc_ckpt *ck);
 
+// Files attached to the checkpoint (dsc_checkpoint_attach): how many, their names (borrowed until
+// dsc_ckpt_close), and the path of one by name (verified at open: size and checksum). false when
+// the checkpoint holds no attachment of that name, or the path does not fit in cap.
+int dsc_ckpt_num_attachments(const dsc_ckpt *ck);
+const char *dsc_ckpt_attachment_name(const dsc_ckpt *ck, int i);
+bool dsc_ckpt_attachment_path(const dsc_ckpt *ck, const char *name, char *path, size_t cap);
+
 // The tag `latest` names (DSC_ERR_IO when there is none).
 dsc_status dsc_ckpt_latest(const char *dir, char *tag, size_t cap);
 
@@ -103,6 +110,19 @@ dsc_status dsc_ckpt_split_path(const char *path, char *dir, size_t dir_cap, char
 // Hugging Face name, as "F32" (dtype "fp32") or "BF16" (dtype "bf16", rounded to nearest even).
 dsc_status dsc_ckpt_export(const char *dir, const char *tag, const char *out_path,
                            const char *dtype);
+
+// transformers' default shard size (save_pretrained's max_shard_size "5GB").
+#define DSC_HF_SHARD_BYTES 5000000000ull
+
+// A Hugging Face model folder out_dir (created if needed) from the checkpoint: every parameter
+// whole under its Hugging Face name as "F32" or "BF16" (dtype "fp32"/NULL or "bf16"), in
+// save_pretrained's layout (model.safetensors, or model-0000K-of-0000N.safetensors shards of at
+// most shard_bytes each, 0 = DSC_HF_SHARD_BYTES, with model.safetensors.index.json), plus every
+// file attached to the checkpoint (config.json, generation_config.json, the tokenizer's files).
+// One tensor is held at a time, whatever the checkpoint's world size and stage. A checkpoint
+// without an attached config.json is an error that says to export the weights alone.
+dsc_status dsc_ckpt_export_hf(const char *dir, const char *tag, const char *out_dir,
+                              const char *dtype, uint64_t shard_bytes);
 
 // ---- saving ----
 
@@ -158,6 +178,13 @@ typedef struct dsc_ckpt_tick {
 // on SIGUSR1 on any rank): save now, wait until it is complete, and report stop. With several
 // ranks this costs one small all-reduce per step.
 dsc_status dsc_checkpoint_step_end(dsc_engine *eng, bool stop_requested, dsc_ckpt_tick *out);
+// A file that travels with every checkpoint saved from now on (the model's config.json, the
+// tokenizer's files: what generation and export need besides the weights): data is copied; rank 0
+// writes it into each checkpoint directory, the manifest lists its size and checksum, and
+// dsc_ckpt_open verifies it. The same name again replaces the content. name: a plain file name
+// (no '/'), not manifest.json, BAD or a shard's name. Not collective: call it on every rank or
+// on rank 0 alone. After dsc_checkpointing_start.
+dsc_status dsc_checkpoint_attach(dsc_engine *eng, const char *name, const void *data, size_t len);
 // Save now (tag NULL: global_step<N>); async per the options (complete it with
 // dsc_checkpoint_wait). Call at a step boundary.
 dsc_status dsc_save_checkpoint(dsc_engine *eng, const char *tag);

@@ -1,6 +1,7 @@
 // cli/cmd_ckpt.c - `dsc ckpt ls|info|verify|export`: look after checkpoint directories.
+#include <stdint.h> // uint64_t
 #include <stdio.h>  // printf, fprintf
-#include <stdlib.h> // free
+#include <stdlib.h> // free, strtod
 #include <string.h> // strcmp
 #include <time.h>   // localtime, strftime
 
@@ -98,6 +99,12 @@ static void print_info(const dsc_ckpt *ck, const char *dir) {
            in.ngroups);
     printf("  files       %d shard%s, %s, all checksums verified\n", in.nfiles,
            in.nfiles == 1 ? "" : "s", size);
+    if (dsc_ckpt_num_attachments(ck) > 0) {
+        printf("  attached   ");
+        for (int i = 0; i < dsc_ckpt_num_attachments(ck); i++)
+            printf(" %s", dsc_ckpt_attachment_name(ck, i));
+        printf("\n");
+    }
 }
 
 static int ckpt_info(int argc, char **argv) {
@@ -153,22 +160,57 @@ static int ckpt_verify(int argc, char **argv) {
     return ok && checked ? 0 : 1;
 }
 
+// "5GB" (10^9, as transformers' max_shard_size), "500MB", "2GiB", "1MiB", "4096" (bytes).
+static bool parse_size(const char *s, uint64_t *out) {
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0}, {"GB", 1e9},
+                 {"MB", 1e6}, {"KB", 1e3}, {"kB", 1e3}, {"B", 1}, {"", 1}};
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return false;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix)) continue;
+        double b = v * units[i].mult;
+        if (b < 1 || b > 1e18) return false;
+        *out = (uint64_t)b;
+        return true;
+    }
+    return false;
+}
+
 static int ckpt_export(int argc, char **argv) {
-    const char *out = NULL, *dtype = "fp32";
+    const char *out = NULL, *hf = NULL, *dtype = "fp32", *shard = "5GB";
     const cli_flag flags[] = {
-        {"--out", "FILE", "the safetensors file to write (required)", &out, NULL},
-        {"--dtype", "fp32|bf16", "tensor type of the file (default fp32)", &dtype, NULL},
+        {"--out", "FILE", "one safetensors file with every weight", &out, NULL},
+        {"--hf", "DIR", "a Hugging Face model folder (config.json, sharded safetensors with "
+                        "the index, generation_config.json, the run's tokenizer files)", &hf, NULL},
+        {"--shard-size", "SIZE", "with --hf: the largest shard (default 5GB; MB, GB, MiB, GiB "
+                                 "or bytes)", &shard, NULL},
+        {"--dtype", "fp32|bf16", "tensor type of the weights (default fp32)", &dtype, NULL},
     };
-    const cli_verb v = {"ckpt export", "dsc ckpt export DIR[/TAG] --out FILE [--dtype fp32|bf16]",
-                        "Write the checkpoint's weights (DIR alone: the latest checkpoint) as one "
-                        "safetensors file with Hugging Face GPT-2 tensor names, whatever the "
-                        "world size and ZeRO stage it was saved with.", flags, 2, 1, 1};
+    const cli_verb v = {"ckpt export",
+                        "dsc ckpt export DIR[/TAG] (--out FILE | --hf DIR) [--shard-size SIZE] "
+                        "[--dtype fp32|bf16]",
+                        "Write the checkpoint's weights (DIR alone: the latest checkpoint) under "
+                        "their Hugging Face names, whatever the world size and ZeRO stage it was "
+                        "saved with: as one safetensors file (--out), or as a folder that "
+                        "transformers' from_pretrained loads (--hf), written one tensor at a "
+                        "time.", flags, 4, 1, 1};
     char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has;
+    uint64_t shard_bytes = 0;
     int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!out) {
-        fprintf(stderr, "dsc ckpt export: --out FILE is required\n");
+    if (!out == !hf) {
+        fprintf(stderr, "dsc ckpt export: give --out FILE (one safetensors file) or --hf DIR (a "
+                        "Hugging Face folder)\n");
+        return 2;
+    }
+    if (!parse_size(shard, &shard_bytes)) {
+        fprintf(stderr, "dsc ckpt export: --shard-size %s: give a size such as 5GB, 500MB, 2GiB "
+                        "or a number of bytes\n", shard);
         return 2;
     }
     if (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "bf16") != 0) {
@@ -176,6 +218,14 @@ static int ckpt_export(int argc, char **argv) {
         return 2;
     }
     if ((rc = path_args(pos[0], dir, sizeof dir, tag, sizeof tag, &has))) return rc;
+    if (hf) {
+        if (dsc_ckpt_export_hf(dir, has ? tag : NULL, hf, dtype, shard_bytes) != DSC_OK) {
+            fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
+            return 1;
+        }
+        printf("wrote %s (%s)\n", hf, dtype);
+        return 0;
+    }
     if (dsc_ckpt_export(dir, has ? tag : NULL, out, dtype) != DSC_OK) {
         fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
         return 1;
@@ -191,6 +241,8 @@ static void usage(FILE *f) {
                "  verify DIR[/TAG] [--all]              check manifest, sizes and checksums\n"
                "  export DIR[/TAG] --out FILE [--dtype fp32|bf16]\n"
                "                                        one safetensors file, Hugging Face names\n"
+               "  export DIR[/TAG] --hf DIR [--shard-size SIZE] [--dtype fp32|bf16]\n"
+               "                                        a Hugging Face model folder\n"
                "DIR alone means the checkpoint `latest` names.\n");
 }
 

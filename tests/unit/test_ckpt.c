@@ -21,6 +21,7 @@
 #include "dsc/engine.h"              // dsc_engine_*
 #include "dsc/half.h"                // dsc_fp32_to_bf16
 #include "engine/ckpt/fs.h"          // dsc__ckpt_*
+#include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_*
 #include "engine/ckpt/manifest.h"    // dsc__manifest_*
 #include "engine/ckpt/safetensors.h" // dsc_st_*
 #include "engine/ckpt/shard.h"       // dsc__shard_*
@@ -573,6 +574,86 @@ static void test_export(void **state) {
     dsc_engine_destroy(e);
 }
 
+static void read_text(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+// Files attached to checkpoints travel with them, are verified, and make a Hugging Face folder.
+static void test_attachments_and_export_hf(void **state) {
+    char dir[600], bare[600], out[700], p[800], text[256];
+    path_of(dir, sizeof dir, "attach");
+    path_of(bare, sizeof bare, "attach-none");
+    path_of(out, sizeof out, "hf-out");
+    dsc_engine *e = make(2, "AdamW");
+    train(e, 1);
+    dsc_ckpt_opts o = sync_opts();
+    // A checkpoint with nothing attached: the weights alone, no folder.
+    assert_int_equal(dsc_checkpointing_start(e, bare, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+    assert_int_not_equal(dsc_ckpt_export_hf(bare, NULL, out, NULL, 0), DSC_OK);
+    assert_non_null(strstr(dsc_last_error(), "config.json"));
+
+    assert_int_equal(dsc_checkpointing_start(e, dir, &o), DSC_OK);
+    assert_int_not_equal(dsc_checkpoint_attach(e, "../x", "x", 1), DSC_OK);
+    assert_int_not_equal(dsc_checkpoint_attach(e, "manifest.json", "x", 1), DSC_OK);
+    const char *cfg = "{\"architectures\": [\"GPT2LMHeadModel\"]}";
+    assert_int_equal(dsc_checkpoint_attach(e, "config.json", "old", 3), DSC_OK);
+    assert_int_equal(dsc_checkpoint_attach(e, "config.json", cfg, strlen(cfg)), DSC_OK);
+    assert_int_equal(dsc_checkpoint_attach(e, "tokenizer.json", "{}", 2), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(e, NULL), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(e, true), DSC_OK);
+
+    dsc_ckpt *ck;
+    assert_int_equal(dsc_ckpt_open(&ck, dir, NULL), DSC_OK);
+    assert_int_equal(dsc_ckpt_num_attachments(ck), 2);
+    assert_string_equal(dsc_ckpt_attachment_name(ck, 0), "config.json");
+    assert_true(dsc_ckpt_attachment_path(ck, "config.json", p, sizeof p));
+    read_text(p, text, sizeof text);
+    assert_string_equal(text, cfg); // the last content attached under the name
+    assert_false(dsc_ckpt_attachment_path(ck, "vocab.json", p, sizeof p));
+    dsc_ckpt_close(ck);
+
+    // Sharded export (64 bytes a shard: several shards), read back through the HF reader.
+    assert_int_equal(dsc_ckpt_export_hf(dir, NULL, out, "fp32", 64), DSC_OK);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    read_text(p, text, sizeof text);
+    assert_string_equal(text, cfg);
+    snprintf(p, sizeof p, "%s/tokenizer.json", out);
+    read_text(p, text, sizeof text);
+    assert_string_equal(text, "{}");
+    float *w = malloc((size_t)total_numel() * 4), *got = malloc((size_t)total_numel() * 4);
+    weights(e, w);
+    dsc_hf_weights *hw;
+    assert_int_equal(dsc_hf_weights_open(&hw, out), DSC_OK);
+    assert_int_equal(dsc_hf_weights_count(hw), NP);
+    const float *ref = w;
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(dsc_hf_weights_read(hw, params[i].name, 0, numel_of(i), got), DSC_OK);
+        assert_memory_equal(got, ref, (size_t)numel_of(i) * 4);
+        ref += numel_of(i);
+    }
+    assert_true(dsc_hf_weights_maps(hw) > 1);
+    dsc_hf_weights_close(hw);
+    free(got);
+    free(w);
+
+    // A damaged attachment fails verification, naming the file.
+    char tag[DSC_CKPT_TAG_MAX];
+    assert_int_equal(dsc_ckpt_latest(dir, tag, sizeof tag), DSC_OK);
+    snprintf(p, sizeof p, "%s/%s/tokenizer.json", dir, tag);
+    FILE *f = fopen(p, "w");
+    fputs("[]", f);
+    fclose(f);
+    assert_int_not_equal(dsc_ckpt_open(&ck, dir, NULL), DSC_OK);
+    assert_non_null(strstr(dsc_last_error(), "tokenizer.json"));
+    dsc_engine_destroy(e);
+}
+
 static void test_split_path(void **state) {
     char dir[600], p[700], d[700], t[DSC_CKPT_TAG_MAX];
     bool has;
@@ -603,6 +684,7 @@ int main(void) {
         cmocka_unit_test(test_mismatches),
         cmocka_unit_test(test_reshard_synthetic),
         cmocka_unit_test(test_export),
+        cmocka_unit_test(test_attachments_and_export_hf),
         cmocka_unit_test(test_split_path),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

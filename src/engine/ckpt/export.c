@@ -1,5 +1,7 @@
 // ckpt/export.c - one consolidated safetensors file from a sharded checkpoint (the role of
-// DeepSpeed's zero_to_fp32.py): every parameter whole, under its Hugging Face name.
+// DeepSpeed's zero_to_fp32.py): every parameter whole, under its Hugging Face name; or a Hugging
+// Face folder (the weights in save_pretrained's shards beside the checkpoint's attached
+// config.json and tokenizer files), written a tensor at a time.
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, malloc, free
 #include <string.h> // strcmp
@@ -7,6 +9,9 @@
 #include "base/status.h"             // dsc__fail
 #include "dsc/checkpoint.h"          // dsc_ckpt_export
 #include "dsc/half.h"                // dsc_fp32_to_bf16_n
+#include "base/io.h"                 // dsc__mkdirs
+#include "engine/ckpt/fs.h"          // dsc__ckpt_join, dsc__ckpt_read_file, dsc__ckpt_write_file
+#include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_write
 #include "engine/ckpt/reader.h"      // struct dsc_ckpt
 #include "engine/ckpt/safetensors.h" // dsc_st_write
 
@@ -58,6 +63,93 @@ dsc_status dsc_ckpt_export(const char *dir, const char *tag, const char *out_pat
     for (int i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(ts);
+    dsc_ckpt_close(ck);
+    return st;
+}
+
+// ---- a Hugging Face folder ----
+
+typedef struct hf_fill {
+    const dsc_ckpt *ck;
+    bool bf16;
+    float *tmp; // one tensor, fp32 (bf16 only)
+    size_t cap;
+} hf_fill;
+
+static dsc_status fill_param(void *user, int i, void *dst, size_t nbytes) {
+    hf_fill *h = user;
+    const dsc__mparam *p = &h->ck->m.params[i];
+    size_t n = (size_t)p->numel;
+    if (!h->bf16) {
+        dsc__ckpt_read_flat(h->ck, 0, p->off, n, dst);
+        return DSC_OK;
+    }
+    if (n > h->cap) {
+        free(h->tmp);
+        if (!(h->tmp = malloc(n * sizeof(float))))
+            return h->cap = 0, dsc__fail(DSC_ERR_OOM, "out of memory exporting %s", p->name);
+        h->cap = n;
+    }
+    dsc__ckpt_read_flat(h->ck, 0, p->off, n, h->tmp);
+    dsc_fp32_to_bf16_n(dst, h->tmp, nbytes / 2);
+    return DSC_OK;
+}
+
+// Every attached file (config.json, generation_config.json, the tokenizer's) into out_dir.
+static dsc_status copy_attachments(const dsc_ckpt *ck, const char *out_dir) {
+    for (int i = 0; i < dsc_ckpt_num_attachments(ck); i++) {
+        const char *name = dsc_ckpt_attachment_name(ck, i);
+        char src[DSC_CKPT_PATH_MAX], dst[DSC_CKPT_PATH_MAX];
+        char *data = NULL;
+        size_t n;
+        DSC_TRY(dsc__ckpt_join(dst, sizeof dst, out_dir, name));
+        if (!dsc_ckpt_attachment_path(ck, name, src, sizeof src))
+            return dsc__fail(DSC_ERR_INVALID_ARG, "%s: path too long", name);
+        DSC_TRY(dsc__ckpt_read_file(src, &data, &n));
+        dsc_status st = dsc__ckpt_write_file(dst, data, n, true);
+        free(data);
+        DSC_TRY(st);
+    }
+    return DSC_OK;
+}
+
+static dsc_status export_hf(const dsc_ckpt *ck, const char *out_dir, bool bf16,
+                            uint64_t shard_bytes) {
+    char cfg[DSC_CKPT_PATH_MAX];
+    if (!dsc_ckpt_attachment_path(ck, "config.json", cfg, sizeof cfg))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "checkpoint %s records no model config.json (saved "
+                         "by a program that attached none, or by an older dsc): export the "
+                         "weights alone with --out FILE", ck->path);
+    DSC_TRY(dsc__mkdirs(out_dir));
+    const dsc__manifest *m = &ck->m;
+    dsc_st_tensor *ts = calloc((size_t)m->nparams, sizeof *ts);
+    if (!ts) return dsc__fail(DSC_ERR_OOM, "out of memory exporting %s", ck->path);
+    for (int i = 0; i < m->nparams; i++) {
+        const dsc__mparam *p = &m->params[i];
+        ts[i] = (dsc_st_tensor){.name = p->name, .dtype = bf16 ? "BF16" : "F32", .ndim = p->ndim,
+                                .nbytes = (size_t)p->numel * (bf16 ? 2 : 4)};
+        for (int d = 0; d < p->ndim; d++) ts[i].shape[d] = p->shape[d];
+    }
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)m->step);
+    const char *meta[] = {"format", "pt", "dsc_tag", m->tag, "dsc_step", step};
+    hf_fill h = {.ck = ck, .bf16 = bf16};
+    dsc_status st = dsc_hf_weights_write(out_dir, ts, m->nparams, shard_bytes, meta, 3,
+                                         fill_param, &h);
+    free(h.tmp);
+    free(ts);
+    if (st == DSC_OK) st = copy_attachments(ck, out_dir);
+    return st;
+}
+
+dsc_status dsc_ckpt_export_hf(const char *dir, const char *tag, const char *out_dir,
+                              const char *dtype, uint64_t shard_bytes) {
+    bool bf16 = dtype && !strcmp(dtype, "bf16");
+    if (dtype && !bf16 && strcmp(dtype, "fp32") != 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "export dtype %s: use fp32 or bf16", dtype);
+    dsc_ckpt *ck;
+    DSC_TRY(dsc_ckpt_open(&ck, dir, tag));
+    dsc_status st = export_hf(ck, out_dir, bf16, shard_bytes ? shard_bytes : DSC_HF_SHARD_BYTES);
     dsc_ckpt_close(ck);
     return st;
 }

@@ -77,9 +77,19 @@ void dsc__manifest_free(dsc__manifest *m) {
     free(m->groups);
     free(m->params);
     free(m->files);
+    free(m->attach);
     m->groups = NULL;
     m->params = NULL;
     m->files = NULL;
+    m->attach = NULL;
+    m->nattach = 0;
+}
+
+bool dsc__ckpt_attachment_name_ok(const char *name) {
+    size_t n = strlen(name);
+    return n > 0 && n < sizeof(((dsc__mfile *)0)->name) && !strchr(name, '/') &&
+           strcmp(name, ".") && strcmp(name, "..") && strcmp(name, DSC_CKPT_MANIFEST) &&
+           strcmp(name, DSC_CKPT_BAD_MARKER) && strncmp(name, "shard_rank", 10);
 }
 
 // ---- rendering ----
@@ -131,6 +141,17 @@ static json_t *tables_json(const dsc__manifest *m, json_t *root) {
                                                (json_int_t)m->files[r].bytes, "xxh3", hex));
     }
     json_object_set_new(root, "files", files);
+    if (m->nattach > 0) { // absent when there are none: such manifests read as before
+        json_t *att = json_array();
+        for (int i = 0; i < m->nattach; i++) {
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, m->attach[i].xxh3);
+            json_array_append_new(att, json_pack("{s:s, s:I, s:s}", "name", m->attach[i].name,
+                                                 "bytes", (json_int_t)m->attach[i].bytes,
+                                                 "xxh3", hex));
+        }
+        json_object_set_new(root, "attachments", att);
+    }
     return root;
 }
 
@@ -303,6 +324,31 @@ static dsc_status parse_files(dsc__manifest *m, json_t *a, const char *path) {
     return DSC_OK;
 }
 
+// "attachments" (optional): files that travel with the checkpoint.
+static dsc_status parse_attachments(dsc__manifest *m, json_t *a, const char *path) {
+    if (!a) return DSC_OK;
+    if (!json_is_array(a) || json_array_size(a) > 1000)
+        return bad(path, "field 'attachments' is malformed");
+    m->nattach = (int)json_array_size(a);
+    m->attach = calloc((size_t)m->nattach + 1, sizeof *m->attach);
+    if (!m->attach) return dsc__fail(DSC_ERR_OOM, "out of memory reading %s", path);
+    for (int i = 0; i < m->nattach; i++) {
+        json_t *e = json_array_get(a, (size_t)i);
+        dsc__mfile *f = &m->attach[i];
+        int64_t bytes;
+        char hex[24], *end;
+        if (!get_str(e, "name", f->name, sizeof f->name) || !get_int(e, "bytes", &bytes) ||
+            !get_str(e, "xxh3", hex, sizeof hex) || strlen(hex) != 16 || bytes < 0 ||
+            !dsc__ckpt_attachment_name_ok(f->name))
+            return bad(path, "an attachment entry is malformed");
+        f->rank = -1;
+        f->bytes = (uint64_t)bytes;
+        f->xxh3 = strtoull(hex, &end, 16);
+        if (*end) return bad(path, "an attachment checksum is not hexadecimal");
+    }
+    return DSC_OK;
+}
+
 static dsc_status parse_root(dsc__manifest *m, json_t *root, const char *path) {
     char format[32];
     int64_t version, world, stage, total;
@@ -335,7 +381,8 @@ static dsc_status parse_root(dsc__manifest *m, json_t *root, const char *path) {
     DSC_TRY(parse_scalars(m, json_object_get(root, "scalars"), path));
     DSC_TRY(parse_groups(m, json_object_get(root, "groups"), path));
     DSC_TRY(parse_params(m, json_object_get(root, "params"), path));
-    return parse_files(m, json_object_get(root, "files"), path);
+    DSC_TRY(parse_files(m, json_object_get(root, "files"), path));
+    return parse_attachments(m, json_object_get(root, "attachments"), path);
 }
 
 dsc_status dsc__manifest_parse(dsc__manifest *m, const char *text, size_t n, const char *path) {

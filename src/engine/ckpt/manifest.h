@@ -5,7 +5,8 @@
 #ifndef DSC_CKPT_MANIFEST_H
 #define DSC_CKPT_MANIFEST_H
 
-#include <stdint.h> // int64_t, uint64_t
+#include <stdbool.h> // bool
+#include <stdint.h>  // int64_t, uint64_t
 
 #include "dsc/checkpoint.h" // DSC_CKPT_TAG_MAX
 #include "dsc/config.h"     // dsc_config
@@ -48,7 +49,12 @@ typedef struct dsc__manifest {
     dsc_state_group *groups; // (ngroups)
     dsc__mparam *params;     // (nparams)
     dsc__mfile *files;       // (nfiles), files[r] is rank r's shard
+    int nattach;
+    dsc__mfile *attach;      // (nattach) files that travel with the checkpoint (rank -1)
 } dsc__manifest;
+
+// An attachment's name: a plain file name that is none of the checkpoint's own files.
+bool dsc__ckpt_attachment_name_ok(const char *name);
 
 // The optimizer's moment names as PyTorch's optimizers call them ("exp_avg", "exp_avg_sq",
 // "momentum_buffer"); k < nmoments.

@@ -15,6 +15,7 @@
 #include <stdlib.h> // calloc, free, malloc
 #include <string.h> // strcmp, strstr, memcpy, strerror
 
+#include "base/hash.h"          // dsc_hash64
 #include "base/log.h"           // DSC_ERROR, DSC_WARN, DSC_INFO
 #include "base/status.h"        // dsc__fail
 #include "base/time.h"          // dsc_now
@@ -85,11 +86,34 @@ static dsc_status agree_ok(dsc__saver *s, bool *ok, char *why) {
 
 // ---- rank 0: manifest and rename ----
 
+// The attached files into the checkpoint's temporary directory, listed in the manifest.
+static dsc_status write_attachments(dsc__saver *s, const char *tmp) {
+    free(s->m.attach);
+    s->m.attach = calloc((size_t)s->nattach + 1, sizeof *s->m.attach);
+    s->m.nattach = 0;
+    if (!s->m.attach) return dsc__fail(DSC_ERR_OOM, "out of memory for checkpoint attachments");
+    for (int i = 0; i < s->nattach; i++) {
+        const struct dsc__attachment *a = &s->attach[i];
+        char path[DSC_CKPT_PATH_MAX];
+        DSC_TRY(dsc__ckpt_join(path, sizeof path, tmp, a->name));
+        DSC_TRY(dsc__ckpt_write_file(path, a->data, a->len, false));
+        dsc__mfile *f = &s->m.attach[s->m.nattach++];
+        snprintf(f->name, sizeof f->name, "%s", a->name);
+        f->rank = -1;
+        f->bytes = a->len;
+        f->xxh3 = dsc_hash64(a->data, a->len);
+    }
+    return DSC_OK;
+}
+
 static dsc_status publish(dsc__saver *s, const shard_report *all) {
     for (int r = 0; r < s->m.nfiles; r++) {
         s->m.files[r].bytes = all[r].bytes;
         s->m.files[r].xxh3 = all[r].xxh3;
     }
+    char tmpdir[DSC_CKPT_PATH_MAX];
+    DSC_TRY(dsc__ckpt_join(tmpdir, sizeof tmpdir, s->dir, s->tmp_name));
+    DSC_TRY(write_attachments(s, tmpdir));
     char *text = dsc__manifest_render(&s->m, dsc_engine_config(s->eng));
     if (!text) return dsc__fail(DSC_ERR_OOM, "out of memory rendering the checkpoint manifest");
     char tmp[DSC_CKPT_PATH_MAX], path[DSC_CKPT_PATH_MAX], final[DSC_CKPT_PATH_MAX];

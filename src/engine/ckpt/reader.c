@@ -38,8 +38,11 @@ static dsc_status verify_file(const dsc_ckpt *ck, const dsc__mfile *f) {
     DSC_TRY(dsc__ckpt_join(path, sizeof path, ck->path, f->name));
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return dsc__fail(DSC_ERR_IO, "checkpoint %s: shard %s (rank %d) is missing: %s", ck->path,
-                         f->name, f->rank, strerror(errno));
+        return f->rank >= 0
+                   ? dsc__fail(DSC_ERR_IO, "checkpoint %s: shard %s (rank %d) is missing: %s",
+                               ck->path, f->name, f->rank, strerror(errno))
+                   : dsc__fail(DSC_ERR_IO, "checkpoint %s: attached file %s is missing: %s",
+                               ck->path, f->name, strerror(errno));
     if ((uint64_t)sb.st_size != f->bytes)
         return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: shard %s is %lld bytes, the manifest "
                          "says %llu (%s)", ck->path, f->name, (long long)sb.st_size,
@@ -134,6 +137,7 @@ static dsc_status open_verified(dsc_ckpt *ck, const char *dir, const char *tag) 
     DSC_TRY(open_manifest(ck, tag));
     const dsc__manifest *m = &ck->m;
     for (int r = 0; r < m->nfiles; r++) DSC_TRY(verify_file(ck, &m->files[r]));
+    for (int i = 0; i < m->nattach; i++) DSC_TRY(verify_file(ck, &m->attach[i]));
     ck->shards = calloc((size_t)m->world, sizeof *ck->shards);
     ck->slices = calloc((size_t)m->world * (1 + m->nmoments) * m->ngroups, sizeof *ck->slices);
     if (!ck->shards || !ck->slices) return dsc__fail(DSC_ERR_OOM, "out of memory opening %s", ck->path);
@@ -348,4 +352,15 @@ dsc_status dsc_ckpt_split_path(const char *path, char *dir, size_t dir_cap, char
     snprintf(tag, tag_cap, "%s", base);
     *has_tag = true;
     return DSC_OK;
+}
+
+int dsc_ckpt_num_attachments(const dsc_ckpt *ck) { return ck->m.nattach; }
+
+const char *dsc_ckpt_attachment_name(const dsc_ckpt *ck, int i) { return ck->m.attach[i].name; }
+
+bool dsc_ckpt_attachment_path(const dsc_ckpt *ck, const char *name, char *path, size_t cap) {
+    for (int i = 0; i < ck->m.nattach; i++)
+        if (!strcmp(ck->m.attach[i].name, name))
+            return dsc__ckpt_join(path, cap, ck->path, name) == DSC_OK;
+    return false;
 }

@@ -205,6 +205,34 @@ dsc_status dsc_checkpointing_configure(dsc_engine *eng, double interval_s,
     return DSC_OK;
 }
 
+dsc_status dsc_checkpoint_attach(dsc_engine *eng, const char *name, const void *data,
+                                 size_t len) {
+    dsc__saver *s = find_saver(eng);
+    if (!s)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_checkpoint_attach: call "
+                         "dsc_checkpointing_start (which names the save directory) first");
+    if (!dsc__ckpt_attachment_name_ok(name))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "checkpoint attachment \"%s\": a plain file name "
+                         "of under 96 bytes, other than manifest.json, BAD and shard files", name);
+    int i = 0;
+    while (i < s->nattach && strcmp(s->attach[i].name, name)) i++;
+    if (i == s->nattach) {
+        struct dsc__attachment *a = realloc(s->attach, (size_t)(i + 1) * sizeof *a);
+        if (!a) return dsc__fail(DSC_ERR_OOM, "out of memory attaching %s", name);
+        s->attach = a;
+        a[i] = (struct dsc__attachment){0};
+        snprintf(a[i].name, sizeof a[i].name, "%s", name);
+        s->nattach++;
+    }
+    void *copy = malloc(len ? len : 1);
+    if (!copy) return dsc__fail(DSC_ERR_OOM, "out of memory attaching %s", name);
+    if (len) memcpy(copy, data, len);
+    free(s->attach[i].data);
+    s->attach[i].data = copy;
+    s->attach[i].len = len;
+    return DSC_OK;
+}
+
 // ---- begin: agreement, snapshot, writer ----
 
 typedef struct agreement {
@@ -408,6 +436,8 @@ dsc_status dsc_checkpointing_stop(dsc_engine *eng, bool finish) {
     remove_saver(s);
     pthread_mutex_destroy(&s->snap_lock);
     pthread_cond_destroy(&s->snap_cond);
+    for (int i = 0; i < s->nattach; i++) free(s->attach[i].data);
+    free(s->attach);
     free(s->buf);
     free(s);
     return st;

@@ -47,6 +47,13 @@ typedef struct dsc__saver {
     char werr[1024];
     uint64_t wbytes, wxxh3;
     double w_snapshot_s, w_write_s; // the writer's timings, copied into stats on completion
+    // files written into every checkpoint by rank 0 (dsc_checkpoint_attach), copies
+    int nattach;
+    struct dsc__attachment {
+        char name[96];
+        void *data;
+        size_t len;
+    } *attach;
     // trigger
     double last_save_time;
     int64_t last_save_step;
