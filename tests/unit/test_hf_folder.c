@@ -15,6 +15,7 @@
 #include "dsc/status.h"              // dsc_last_error
 #include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_*
 #include "engine/ckpt/safetensors.h" // dsc_st_write
+#include "model/gpt2/hf.h"           // dsc_gpt2_config_from_hf, dsc_gpt2_config_to_hf
 #include "model/hf_config.h"         // dsc_hf_config_*
 
 static char dir[64];
@@ -156,6 +157,48 @@ static void test_config_round_trip(void **state) {
         assert_int_equal(dsc_hf_config_read(dir, &b), DSC_OK);
         assert_memory_equal(&a, &b, sizeof a);
     }
+}
+
+static void test_gpt2_shape(void **state) {
+    (void)state;
+    dsc_hf_config h;
+    dsc_gpt2_config g;
+    const char *ok = "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_layer\": 3, \"n_embd\": 96, "
+                     "\"n_head\": 4, \"n_positions\": 128, \"vocab_size\": 300, "
+                     "\"activation_function\": \"gelu_pytorch_tanh\"}";
+    assert_int_equal(dsc_hf_config_parse(ok, "c", &h), DSC_OK);
+    assert_int_equal(dsc_gpt2_config_from_hf(&h, "c", &g), DSC_OK);
+    assert_int_equal(g.n_layer, 3);
+    assert_int_equal(g.n_embd, 96);
+    assert_int_equal(g.max_seq_len, 128);
+    assert_int_equal(g.vocab_size, 300);
+    // What dsc's GPT-2 does not compute is refused, naming the field.
+    const char *bad[][2] = {
+        {"\"activation_function\": \"relu\"", "activation_function"},
+        {"\"layer_norm_epsilon\": 1e-6", "layer_norm_epsilon"},
+        {"\"n_inner\": 100", "n_inner"},
+        {"\"tie_word_embeddings\": false", "tie_word_embeddings"},
+        {"\"scale_attn_by_inverse_layer_idx\": true", "scale_attn_by_inverse_layer_idx"},
+        {"\"n_head\": 5", "n_head 5"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        // n_head left at its default (12) unless the case sets it
+        snprintf(text, sizeof text, "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_embd\": 96, "
+                 "%s}", bad[i][0]);
+        assert_int_equal(dsc_hf_config_parse(text, "c", &h), DSC_OK);
+        expect_error(dsc_gpt2_config_from_hf(&h, "c", &g), bad[i][1]);
+    }
+    // dsc's shape -> config.json -> the same shape.
+    dsc_gpt2_config d = {.n_layer = 2, .n_head = 2, .n_embd = 128, .vocab_size = 50257,
+                         .max_seq_len = 64}, back;
+    dsc_gpt2_config_to_hf(&d, &h);
+    assert_int_equal(h.eos_ids[0], 50256);
+    assert_int_equal(dsc_hf_config_write(dir, &h), DSC_OK);
+    dsc_hf_config r;
+    assert_int_equal(dsc_hf_config_read(dir, &r), DSC_OK);
+    assert_int_equal(dsc_gpt2_config_from_hf(&r, "c", &back), DSC_OK);
+    assert_memory_equal(&d, &back, sizeof d);
 }
 
 // ---- weights ----
@@ -307,6 +350,7 @@ int main(void) {
         cmocka_unit_test(test_qwen_mistral_defaults),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test_setup_teardown(test_config_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gpt2_shape, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weights_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_shards, setup, teardown),
