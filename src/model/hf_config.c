@@ -73,21 +73,27 @@ static dsc_status get_str(const reader *r, const json_t *obj, const char *key, c
     return DSC_OK;
 }
 
+// "architectures": ["LlamaForCausalLM"]; a config saved without a model (no architectures) is
+// known by its model_type.
 static dsc_status read_arch(const reader *r, dsc_hf_config *c) {
     json_t *a = json_object_get(r->root, "architectures");
-    const char *name = NULL;
+    json_t *mt = json_object_get(r->root, "model_type");
+    const char *name = NULL, *type = json_is_string(mt) ? json_string_value(mt) : NULL;
     if (json_is_array(a) && json_array_size(a) == 1 && json_is_string(json_array_get(a, 0)))
         name = json_string_value(json_array_get(a, 0));
-    if (!name)
+    else if ((a && !json_is_null(a)) || !type)
         return dsc__fail(DSC_ERR_CONFIG, "%s: \"architectures\" must be a list of one name (one "
                          "of %s)", r->path, dsc_hf_supported());
     for (int i = 0; i < NARCHS; i++) {
-        if (strcmp(archs[i].name, name)) continue;
+        if (name ? strcmp(archs[i].name, name) : strcmp(archs[i].model_type, type)) continue;
         c->arch = archs[i].arch;
-        snprintf(c->architecture, sizeof c->architecture, "%s", name);
+        snprintf(c->architecture, sizeof c->architecture, "%s", archs[i].name);
         snprintf(c->model_type, sizeof c->model_type, "%s", archs[i].model_type);
         return DSC_OK;
     }
+    if (!name)
+        return dsc__fail(DSC_ERR_CONFIG, "%s: model_type \"%.64s\" (and no architectures): dsc "
+                         "trains %s", r->path, type, dsc_hf_supported());
     return dsc__fail(DSC_ERR_CONFIG, "%s: architectures is [\"%.64s\"], which dsc does not "
                      "train; supported: %s", r->path, name, dsc_hf_supported());
 }

@@ -123,8 +123,15 @@ static void test_config_errors(void **state) {
                  "BertModel");
     expect_error(dsc_hf_config_parse("{\"architectures\": [\"BertModel\"]}", "x/config.json", &c),
                  "LlamaForCausalLM");
-    expect_error(dsc_hf_config_parse("{\"model_type\": \"llama\"}", "x/config.json", &c),
+    expect_error(dsc_hf_config_parse("{\"model_type\": \"bert\"}", "x/config.json", &c),
+                 "model_type \"bert\"");
+    expect_error(dsc_hf_config_parse("{\"hidden_size\": 4}", "x/config.json", &c),
                  "architectures");
+    // A config saved without its model has no architectures: model_type decides.
+    assert_int_equal(dsc_hf_config_parse("{\"model_type\": \"qwen2\"}", "x/config.json", &c),
+                     DSC_OK);
+    assert_int_equal(c.arch, DSC_HF_QWEN2);
+    assert_string_equal(c.architecture, "Qwen2ForCausalLM");
     expect_error(dsc_hf_config_parse("{\"architectures\": [\"LlamaForCausalLM\"], "
                                      "\"num_attention_heads\": 6, \"num_key_value_heads\": 4}",
                                      "x/config.json", &c), "not a multiple");
