@@ -54,6 +54,11 @@ typedef struct dsc_engine_opts {
     // the master lives in it). dsc_param_data then returns NULL, and at stage 3 dsc_gather of a
     // group fails; masters, gradients, optimizer state and checkpoints are unchanged.
     bool no_compute_copy;
+    // The caller initialises the parameters with dsc_params_init (slice by slice, straight into
+    // this rank's partition) instead of dsc_param_master: the engine then keeps no full staging
+    // copy of the model (at ZeRO stages 1-3 in fp16/bf16 and at stage 3, a copy of 4 bytes per
+    // parameter of the whole model on every rank), and dsc_param_master returns NULL.
+    bool init_in_place;
 } dsc_engine_opts;
 
 dsc_status dsc_engine_create(dsc_engine **out, const dsc_engine_opts *opts);
@@ -75,6 +80,17 @@ float *dsc_param_grad(dsc_engine *eng, int i);
 // partitioned across ranks and this returns NULL). Every rank must write the same values.
 float *dsc_param_master(dsc_engine *eng, int i);
 dsc_status dsc_params_updated(dsc_engine *eng);
+
+// The other way to set the initial weights, without a full copy: the engine calls
+// fill(user, i, begin, count, dst) for the elements [begin, begin + count) of tensor i that this
+// rank keeps (at ZeRO stages 1-3 its partition of the master weights; at stage 0 everything),
+// in tensor order, and fill writes them as fp32 into dst. Every rank must give the same value for
+// the same element (a counter-based initialiser, or a file of weights read by slices). Then it
+// does what dsc_params_updated does. The result is bit for bit that of writing the same values
+// through dsc_param_master. A fill failure is returned.
+typedef dsc_status (*dsc_param_fill_fn)(void *user, int i, int64_t begin, int64_t count,
+                                        float *dst);
+dsc_status dsc_params_init(dsc_engine *eng, dsc_param_fill_fn fill, void *user);
 
 // Call before each micro-batch's backward: from here until dsc_step, dsc_gather also provides
 // the group's gradient buffers (dsc_param_grad), which ZeRO stages 2-3 only keep while needed.

@@ -176,7 +176,8 @@ static dsc_status create_comm(dsc_engine *e) {
 
 // Stages 1-3 keep only a partition of the master weights; the caller initialises full tensors
 // in this staging copy, which dsc_params_updated scatters and frees.
-static dsc_status alloc_init(dsc_engine *e) {
+static dsc_status alloc_init(dsc_engine *e, bool in_place) {
+    if (in_place) return DSC_OK; // dsc_params_init writes the partition itself
     if (e->stage == 0 || (e->prec == PREC_FP32 && e->stage < 3)) { // the full buffer is there
         e->init = e->stage == 0 ? e->master : e->work;
         return DSC_OK;
@@ -198,7 +199,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(dsc__engine_pool_init(e, o->pool));
     DSC_TRY(dsc__zero_layout(e));
     DSC_TRY(dsc__zero_alloc(e));
-    DSC_TRY(alloc_init(e));
+    DSC_TRY(alloc_init(e, o->init_in_place));
     DSC_TRY(create_comm(e));
     DSC_TRY(dsc__ft_create(e));
     e->inject = getenv("DSC_INJECT_OVERFLOW");
@@ -261,6 +262,40 @@ dsc_status dsc_params_updated(dsc_engine *e) {
     if (load && *load) return dsc__ft_load_state(e, load);
     DSC_TRY(dsc__zero_sync_params(e));
     return dsc__ft_state_changed(e); // the first snapshot, and its replica at the buddy
+}
+
+// Tensor i's elements inside [lo, hi) of the flat layout, asked of fill into dst (which holds
+// the flat positions from base on).
+static dsc_status fill_range(dsc_engine *e, int i, size_t lo, size_t hi, float *dst, size_t base,
+                             dsc_param_fill_fn fill, void *user) {
+    size_t b = e->params[i].off, end = b + (size_t)e->params[i].numel;
+    if (lo > b) b = lo;
+    if (hi < end) end = hi;
+    if (b >= end) return DSC_OK;
+    return fill(user, i, (int64_t)(b - e->params[i].off), (int64_t)(end - b), dst + (b - base));
+}
+
+dsc_status dsc_params_init(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
+    if (e->params_ready || e->h_init)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_params_init: the engine was created without "
+                         "dsc_engine_opts.init_in_place, or its parameters were set already");
+    for (int g = 0; g < e->ngroups; g++) {
+        const group *gr = &e->groups[g];
+        // This rank's flat range of the group, and where it lives.
+        size_t lo = gr->off + (e->stage > 0 ? (size_t)e->rank * gr->slice : 0);
+        size_t hi = e->stage > 0 ? lo + gr->slice : gr->off + gr->padded;
+        float *dst = dsc__zero_master_slice(e, g);
+        for (int i = 0; i < e->nparams; i++) {
+            if (e->params[i].group != g) continue;
+            dsc_status st = fill_range(e, i, lo, hi, dst, lo, fill, user);
+            if (st != DSC_OK) {
+                dsc__error_prefix("initialising %s: ", e->params[i].name);
+                return st;
+            }
+        }
+    }
+    e->init = NULL;
+    return dsc_params_updated(e);
 }
 
 static dsc_status check_group(const dsc_engine *e, int g, const char *what) {
