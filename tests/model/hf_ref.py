@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as the oracle of dsc's model folders (run with the venv's python
+that scripts/install-hf.sh prints).
+
+  hf_ref.py make ARCH OUT [--config JSON] [--seed N] [--shard-size SIZE] [--dtype float32|bfloat16]
+      A randomly initialised GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM /
+      MistralForCausalLM (ARCH gpt2, llama, qwen2, mistral) of a small default shape, updated
+      with the JSON object's fields, saved with save_pretrained (safetensors; sharded when
+      --shard-size is given).
+  hf_ref.py loss MODEL IDS LABELS
+      The mean cross-entropy of the model on (B, T) token ids, labels -100 ignored, as transformers
+      computes it (labels shifted inside the model, so LABELS here are the ids themselves with
+      -100 where the loss is masked). IDS and LABELS: files of whitespace-separated integers, one
+      sequence per line. Prints the loss with 9 significant digits.
+  hf_ref.py logits MODEL IDS OUT
+      Logits (float32, row-major (B, T, V)) of the model on the sequences, written raw to OUT.
+  hf_ref.py greedy MODEL IDS N
+      N greedy tokens after each sequence (one line per sequence).
+
+Float32 on the CPU throughout.
+"""
+import json
+import sys
+
+import torch
+import transformers
+
+SMALL = {
+    "gpt2": dict(n_layer=2, n_embd=64, n_head=4, n_positions=64, vocab_size=300),
+    "llama": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, vocab_size=300,
+                  rms_norm_eps=1e-5, tie_word_embeddings=False),
+    "qwen2": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, vocab_size=300,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "mistral": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64,
+                    vocab_size=300, sliding_window=None),
+}
+CLASSES = {
+    "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel),
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+}
+
+
+def read_ids(path):
+    with open(path) as f:
+        rows = [[int(x) for x in line.split()] for line in f if line.strip()]
+    if len({len(r) for r in rows}) != 1:
+        sys.exit(f"{path}: every sequence must have the same length")
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def load(path):
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def make(argv):
+    arch, out = argv[0], argv[1]
+    opts = dict(zip(argv[2::2], argv[3::2]))
+    fields = dict(SMALL[arch])
+    fields.update(json.loads(opts.get("--config", "{}")))
+    torch.manual_seed(int(opts.get("--seed", "0")))
+    cfg_cls, model_cls = CLASSES[arch]
+    model = model_cls(cfg_cls(**fields))
+    dtype = opts.get("--dtype", "float32")
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
+    kw = {"safe_serialization": True}
+    if "--shard-size" in opts:
+        kw["max_shard_size"] = opts["--shard-size"]
+    model.save_pretrained(out, **kw)
+
+
+def loss(argv):
+    model = load(argv[0])
+    ids, labels = read_ids(argv[1]), read_ids(argv[2])
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=labels)
+    print(f"{out.loss.item():.9g}")
+
+
+def logits(argv):
+    model = load(argv[0])
+    with torch.no_grad():
+        out = model(input_ids=read_ids(argv[1]))
+    out.logits.to(torch.float32).contiguous().numpy().tofile(argv[2])
+
+
+def greedy(argv):
+    model = load(argv[0])
+    ids = read_ids(argv[1])
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=int(argv[2]), do_sample=False,
+                             pad_token_id=0, attention_mask=torch.ones_like(ids))
+    for row in out[:, ids.shape[1]:].tolist():
+        print(" ".join(str(x) for x in row))
+
+
+if __name__ == "__main__":
+    cmds = {"make": make, "loss": loss, "logits": logits, "greedy": greedy}
+    if len(sys.argv) < 3 or sys.argv[1] not in cmds:
+        sys.exit(__doc__)
+    cmds[sys.argv[1]](sys.argv[2:])
