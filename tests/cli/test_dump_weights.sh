@@ -43,16 +43,34 @@ for name in wh:
     assert wd[wb:we] == ed[eb:ee], name
 PYEOF
 
-# Where the oracle is installed, the file opens with Python's safetensors in "pt" framework mode.
-if $PY -c 'import safetensors.torch' 2>/dev/null; then
-  check "safetensors.safe_open reads format pt" -- $PY -c "
-import sys
-from safetensors import safe_open
-with safe_open(sys.argv[1], 'pt') as f:
-    assert f.metadata()['format'] == 'pt', f.metadata()
-    assert 'wte.weight' in f.keys()
-" "$T/w.safetensors"
+# The oracle, where a Python with transformers is at hand (DSC_HF_PYTHON, else the repository's
+# .venv-hf): GPT2LMHeadModel.from_pretrained loads the file as model.safetensors next to a
+# config.json made from its shapes, with the same weights.
+SRC=${DSC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+HFPY=${DSC_HF_PYTHON:-$SRC/.venv-hf/bin/python}
+if [ -x "$HFPY" ] && "$HFPY" -c 'import transformers, safetensors.torch' 2>/dev/null; then
+  check "transformers from_pretrained loads the --dump-weights file" -- \
+    "$HFPY" - "$T/w.safetensors" "$T/hf" <<'PYEOF'
+import json, os, shutil, struct, sys
+import torch
+from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel
+path, folder = sys.argv[1], sys.argv[2]
+raw = open(path, "rb").read()
+h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+V, C = h["wte.weight"]["shape"]
+L = 1 + max(int(k.split(".")[1]) for k in h if k.startswith("h."))
+os.makedirs(folder, exist_ok=True)
+shutil.copy(path, os.path.join(folder, "model.safetensors"))
+GPT2Config(vocab_size=V, n_positions=h["wpe.weight"]["shape"][0], n_embd=C, n_layer=L,
+           n_head=L).save_pretrained(folder)  # dN: N layers, N heads
+m = GPT2LMHeadModel.from_pretrained(folder)
+w = load_file(path)
+state = m.state_dict()
+for name, v in w.items():
+    assert torch.equal(state["transformer." + name], v), name
+PYEOF
 else
-  echo "note: Python's safetensors is not installed; checked the header bytes and JSON only"
+  echo "note: no Python with transformers (set DSC_HF_PYTHON); checked the header bytes and JSON"
 fi
 finish
