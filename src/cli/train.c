@@ -118,7 +118,8 @@ static dsc_status open_tokenizer(trainer *t, int *vocab) {
     if (vs && (!json_is_integer(vs) || json_integer_value(vs) < 1 ||
                json_integer_value(vs) > INT32_MAX)) {
         char got[32] = "(not a whole number)";
-        if (json_is_integer(vs)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(vs));
+        if (json_is_integer(vs))
+            snprintf(got, sizeof got, "%lld", (long long)json_integer_value(vs));
         json_decref(j);
         return dsc__fail(DSC_ERR_CONFIG, "%s: vocab_size %s is out of range: it must be a whole "
                          "number from 1 to %d (token ids are 32-bit); fix it or prepare the data "
