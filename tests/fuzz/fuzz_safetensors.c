@@ -17,7 +17,8 @@
 #include "engine/ckpt/safetensors.h" // dsc_st_*
 
 static int by_address(const void *x, const void *y) {
-    const dsc_st_tensor *a = *(const dsc_st_tensor *const *)x, *b = *(const dsc_st_tensor *const *)y;
+    const dsc_st_tensor *a = *(const dsc_st_tensor *const *)x;
+    const dsc_st_tensor *b = *(const dsc_st_tensor *const *)y;
     if (a->data != b->data) return (const char *)a->data < (const char *)b->data ? -1 : 1;
     return (a->nbytes > b->nbytes) - (a->nbytes < b->nbytes);
 }

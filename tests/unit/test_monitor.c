@@ -593,7 +593,8 @@ static void test_prometheus_idle_connections(void **state) {
         close(idle[i]);
     }
     took = dsc_now() - t0;
-    if (took > DSC__PROM_IDLE_TIMEOUT_S + 10) fail_msg("idle connections closed after %.1f s", took);
+    if (took > DSC__PROM_IDLE_TIMEOUT_S + 10)
+        fail_msg("idle connections closed after %.1f s", took);
     dsc_monitor_destroy(m);
     free(cfg);
 }

@@ -60,7 +60,9 @@ static bool shape_bytes(const int64_t *shape, int ndim, size_t es, size_t *out) 
 
 static dsc_status check_tensor(const dsc_st_tensor *t, const char *path) {
     size_t es = dsc_st_dtype_size(t->dtype), bytes;
-    if (!es) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: tensor %s: unknown dtype %s", path, t->name, t->dtype);
+    if (!es)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: tensor %s: unknown dtype %s", path, t->name,
+                         t->dtype);
     if (t->ndim < 0 || t->ndim > DSC_ST_MAX_DIMS || !shape_bytes(t->shape, t->ndim, es, &bytes) ||
         bytes != t->nbytes)
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: tensor %s: %zu bytes do not match its shape",
