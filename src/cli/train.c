@@ -8,6 +8,7 @@
 #include <math.h>     // isnan
 #include <signal.h>   // sigaction, SIGUSR1
 #include <stdio.h>    // printf, fopen
+#include <stdint.h>   // INT32_MAX
 #include <stdlib.h>   // calloc, free, getenv
 #include <string.h>   // strcmp, strerror
 #include <sys/stat.h> // stat
@@ -106,13 +107,25 @@ static dsc_status default_data(trainer *t) {
 
 // dataset.json names the tokenizer; shards without one are taken as GPT-2 tokens (llm.c's).
 static dsc_status open_tokenizer(trainer *t, int *vocab) {
+    *vocab = 50257; // GPT-2's, unless dataset.json says otherwise
     char path[4200];
     snprintf(path, sizeof path, "%s/dataset.json", t->data_dir);
     json_error_t e;
     json_t *j = json_load_file(path, 0, &e);
     const char *spec = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
     json_t *vs = j ? json_object_get(j, "vocab_size") : NULL;
-    *vocab = json_is_integer(vs) ? (int)json_integer_value(vs) : 50257;
+    // Range-checked before the narrowing: 2^32 + 256 would otherwise pass as 256.
+    if (vs && (!json_is_integer(vs) || json_integer_value(vs) < 1 ||
+               json_integer_value(vs) > INT32_MAX)) {
+        char got[32] = "(not a whole number)";
+        if (json_is_integer(vs))
+            snprintf(got, sizeof got, "%lld", (long long)json_integer_value(vs));
+        json_decref(j);
+        return dsc__fail(DSC_ERR_CONFIG, "%s: vocab_size %s is out of range: it must be a whole "
+                         "number from 1 to %d (token ids are 32-bit); fix it or prepare the data "
+                         "again with `dsc data prepare`", path, got, INT32_MAX);
+    }
+    if (vs) *vocab = (int)json_integer_value(vs);
     // The tokenizer only serves the closing sample: without it (e.g. GPT-2 files moved away)
     // training goes on and the sample is left out.
     if (spec && dsc_tokenizer_create(&t->tok, spec) != DSC_OK) {

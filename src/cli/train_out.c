@@ -165,7 +165,8 @@ dsc_status train__dump_weights(trainer *t) {
     char steps[32], world[32];
     snprintf(steps, sizeof steps, "%lld", (long long)dsc_engine_global_steps(t->eng));
     snprintf(world, sizeof world, "%d", t->world);
-    const char *meta[] = {"global_steps", steps, "world_size", world, "format", "dsc-weights-1"};
+    // "format": "pt", as `dsc ckpt export` writes: Hugging Face's loaders refuse any other value.
+    const char *meta[] = {"format", "pt", "global_steps", steps, "world_size", world};
     if (st == DSC_OK && t->rank == 0) st = dsc_st_write(t->o->dump_weights, ts, n, meta, 3);
     for (int i = 0; vals && i < n; i++) free(vals[i]);
     free(vals);

@@ -144,6 +144,7 @@ typedef struct tokens {
 } tokens;
 
 static dsc_status tokens_append(tokens *t, const int32_t *v, int64_t n) {
+    if (n == 0) return DSC_OK; // an empty document: v may be NULL
     if (t->n + n > t->cap) {
         int64_t cap = t->cap ? t->cap : 1 << 16;
         while (cap < t->n + n) cap *= 2;
@@ -239,6 +240,15 @@ static dsc_status build(const char *out_dir, const char *spec, const doc_list *d
     if (st != DSC_OK) return st;
     DSC_TRY_GOTO(dsc_tokenizer_create(&tk, spec), st, done);
     DSC_TRY_GOTO(tokenize_docs(tk, d, &all, counts), st, done);
+    int64_t text_tokens = 0; // end-of-text separators between empty documents do not count
+    for (int i = 0; i < d->n; i++) text_tokens += counts[i];
+    if (text_tokens == 0) {
+        st = dsc__fail(DSC_ERR_INVALID_ARG, "data prepare: the input (%s%s) holds no text, so "
+                       "there are no tokens; nothing was written to %s; give files that contain "
+                       "text", d->n ? d->v[0].name : "no files", d->n > 1 ? " and the others" : "",
+                       out_dir);
+        goto done;
+    }
     r->vocab = dsc_tokenizer_vocab_size(tk);
     r->val = (int64_t)llround((double)all.n * vf);
     r->train = all.n - r->val;

@@ -28,7 +28,8 @@ typedef struct dsc_prepare_opts {
 
 // Tokenize, split, write the folder, and print a one-line summary to stdout.
 // Errors: DSC_ERR_IO naming a missing/unreadable input or an unwritable output,
-// DSC_ERR_INVALID_ARG for bad options, tokenizer errors.
+// DSC_ERR_INVALID_ARG for bad options or inputs that hold no text (nothing is written then),
+// tokenizer errors.
 dsc_status dsc_data_prepare(const dsc_prepare_opts *o);
 
 // The built-in dataset, needing no download: the license texts every Debian-family system ships

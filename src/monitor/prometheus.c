@@ -199,10 +199,12 @@ dsc_status dsc__prom_start(dsc__prom **out, int port, dsc__prom_render_fn fn, vo
     p->user = user;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    p->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL,
+    // epoll where there is one (AUTO): select() could not watch descriptors past FD_SETSIZE.
+    p->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, (uint16_t)port, NULL, NULL,
                                  on_request, p, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, 16u,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)DSC__PROM_MAX_CONNECTIONS,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)DSC__PROM_IDLE_TIMEOUT_S,
+                                 MHD_OPTION_END);
     if (!p->daemon) {
         free(p);
         return dsc__fail(DSC_ERR_SYSTEM, "prometheus: cannot listen on 127.0.0.1:%d (port in "

@@ -29,6 +29,13 @@ double dsc__prom_name(const char *tag, char *out, size_t cap);
 // Produces the page body on the server thread (malloc'd; NULL = 500 error).
 typedef char *(*dsc__prom_render_fn)(void *user, size_t *len);
 
+// Connection policy. Idle connections (a client that connects and sends nothing, or keeps a
+// connection open between scrapes) are closed after DSC__PROM_IDLE_TIMEOUT_S without traffic, and
+// up to DSC__PROM_MAX_CONNECTIONS may be open at once, so that a scrape gets through while many
+// are idle; past the limit a new connection waits in the listen backlog for a free slot.
+#define DSC__PROM_MAX_CONNECTIONS 256
+#define DSC__PROM_IDLE_TIMEOUT_S 5
+
 // Serve on 127.0.0.1:port (0 = any free port) from a thread of the HTTP library.
 dsc_status dsc__prom_start(dsc__prom **out, int port, dsc__prom_render_fn fn, void *user);
 int dsc__prom_port(const dsc__prom *p);

@@ -12,7 +12,8 @@
 #include <stdio.h>      // FILE, fopen, snprintf
 #include <stdlib.h>     // malloc, free, mkdtemp, setenv
 #include <string.h>     // memcmp, strstr, strlen
-#include <sys/socket.h> // socket, connect
+#include <sys/socket.h> // socket, connect, setsockopt
+#include <sys/time.h>   // timeval
 #include <unistd.h>     // read, write, close, dup, dup2
 
 #include "base/log.h"           // dsc_log_set_level
@@ -452,15 +453,27 @@ static void test_tf_event_bytes(void **state) {
 
 // ---- Prometheus ----
 
-// GET path from 127.0.0.1:port; the whole response (headers and body) into a malloc'd string.
-static char *http_get(int port, const char *path) {
+// A socket connected to 127.0.0.1:port whose reads and writes give up after timeout_s, or -1.
+static int dial(int port, double timeout_s) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    struct timeval tv = {.tv_sec = (time_t)timeout_s,
+                         .tv_usec = (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
         close(fd);
-        return NULL;
+        return -1;
     }
+    return fd;
+}
+
+// GET path from 127.0.0.1:port; the whole response (headers and body) into a malloc'd string,
+// NULL when the connection fails, is reset or stays silent for 30 s.
+static char *http_get(int port, const char *path) {
+    int fd = dial(port, 30);
+    if (fd < 0) return NULL;
     char req[256];
     int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
     if (write(fd, req, (size_t)n) != n) {
@@ -473,6 +486,10 @@ static char *http_get(int port, const char *path) {
     while ((k = read(fd, buf + len, cap - 1 - len)) > 0) len += (size_t)k;
     buf[len] = '\0';
     close(fd);
+    if (k < 0 || len == 0) { // reset or silent: no page
+        free(buf);
+        return NULL;
+    }
     return buf;
 }
 
@@ -540,6 +557,44 @@ static void test_prometheus(void **state) {
     assert_int_equal(dsc_monitor_create(&m2, cfg, tmp_root, 0), DSC_ERR_SYSTEM);
     assert_null(m2);
     assert_non_null(strstr(dsc_last_error(), "prometheus.port"));
+    dsc_monitor_destroy(m);
+    free(cfg);
+}
+
+// 100 idle loopback connections (connected, never a byte sent) must not lock the scraper out:
+// the scrape gets its page at once, and the server closes the idle ones after its idle timeout.
+static void test_prometheus_idle_connections(void **state) {
+    enum { IDLE = 100 };
+    dsc_config *cfg = base_config();
+    cfg->prometheus.enabled = true;
+    cfg->prometheus.port = 0;
+    dsc_monitor *m;
+    assert_int_equal(dsc_monitor_create(&m, cfg, tmp_root, 0), DSC_OK);
+    int port = dsc_monitor_prometheus_port(m), idle[IDLE];
+    dsc_monitor_step st = {.step = 3, .samples = 96, .loss = 1.5, .val_loss = NAN, .lr = 1e-3,
+                           .loss_scale = NAN, .grad_norm = 1, .tokens_per_s = 10, .mfu = NAN,
+                           .step_time_s = 0.5};
+    assert_int_equal(dsc_monitor_log_step(m, &st), DSC_OK);
+    double t0 = dsc_now();
+    for (int i = 0; i < IDLE; i++) assert_true((idle[i] = dial(port, 30)) >= 0);
+    char *r = http_get(port, "/metrics");
+    double took = dsc_now() - t0;
+    if (!r) fail_msg("scrape with %d idle connections open: no page (reset or timed out)", IDLE);
+    assert_non_null(strstr(r, "\ndsc_train_loss{rank=\"0\"} 1.5\n"));
+    free(r);
+    // At once, not after the idle ones were timed out.
+    if (took >= DSC__PROM_IDLE_TIMEOUT_S / 2.0) fail_msg("the scrape took %.1f s", took);
+    // The idle connections are closed by the server (EOF) within its timeout and a margin.
+    char byte;
+    for (int i = 0; i < IDLE; i++) {
+        ssize_t k = read(idle[i], &byte, 1);
+        if (k != 0) fail_msg("idle connection %d: read gave %zd, not EOF, after %.1f s", i, k,
+                             dsc_now() - t0);
+        close(idle[i]);
+    }
+    took = dsc_now() - t0;
+    if (took > DSC__PROM_IDLE_TIMEOUT_S + 10)
+        fail_msg("idle connections closed after %.1f s", took);
     dsc_monitor_destroy(m);
     free(cfg);
 }
@@ -666,6 +721,7 @@ int main(void) {
         cmocka_unit_test(test_tensorboard_records),
         cmocka_unit_test(test_tf_event_bytes),
         cmocka_unit_test(test_prometheus),
+        cmocka_unit_test(test_prometheus_idle_connections),
         cmocka_unit_test(test_other_ranks_write_nothing),
         cmocka_unit_test(test_from_config_file),
         cmocka_unit_test(test_overhead),

@@ -109,12 +109,89 @@ static void test_bad_tensor_rejected_on_write(void **state) {
     assert_int_equal(dsc_st_write(path, &u, 1, NULL, 0), DSC_ERR_INVALID_ARG);
 }
 
+// A file made of `header` (padded to 8 bytes) and `data_len` bytes of data.
+static void write_raw(const char *header, size_t data_len) {
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    size_t len = strlen(header), padded = (len + 7) & ~(size_t)7;
+    uint64_t n = padded;
+    fwrite(&n, 8, 1, fp);
+    fputs(header, fp);
+    for (size_t i = len; i < padded; i++) fputc(' ', fp);
+    for (size_t i = 0; i < data_len; i++) fputc((int)i, fp);
+    fclose(fp);
+}
+
+static void expect_corrupt(const char *header, size_t data_len, const char *words) {
+    write_raw(header, data_len);
+    dsc_st_file *f = NULL;
+    assert_int_equal(dsc_st_open(&f, path), DSC_ERR_CORRUPT);
+    assert_null(f);
+    if (!strstr(dsc_last_error(), words)) fail_msg("'%s' lacks '%s'", dsc_last_error(), words);
+}
+
+static void test_shape_overflow_is_corrupt(void **state) {
+    // 2^40 x 2^40 elements: the product overflows 64 bits.
+    expect_corrupt("{\"x\":{\"dtype\":\"U8\",\"shape\":[1099511627776,1099511627776],"
+                   "\"data_offsets\":[0,0]}}", 0, "tensor x: bad shape");
+    // 2^62 F32 elements are 2^64 bytes, which wraps to 0 and would match [0, 0].
+    expect_corrupt("{\"x\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],"
+                   "\"data_offsets\":[0,0]}}", 0, "overflows");
+    // 2^61 x 2^3 BF16 elements wrap to 0 bytes too, through the product of the dimensions.
+    expect_corrupt("{\"x\":{\"dtype\":\"BF16\",\"shape\":[2305843009213693952,8],"
+                   "\"data_offsets\":[0,0]}}", 0, "overflows");
+    expect_corrupt("{\"x\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4,
+                   "bad shape");
+    expect_corrupt("{\"x\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,\"4\"]}}", 4,
+                   "data_offsets");
+}
+
+static void test_offsets_must_tile(void **state) {
+    // Overlapping: b reuses a's bytes.
+    expect_corrupt("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8,
+                   "overlapping");
+    // A gap at the start, and a gap between two tensors.
+    expect_corrupt("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8,
+                   "tensor a: data_offsets begin at 4 where 0 was expected (a gap");
+    expect_corrupt("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                   "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}", 6, "a gap");
+    // Bytes after the last tensor.
+    expect_corrupt("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 8,
+                   "the tensors cover 4 of the file's 8 data bytes");
+    expect_corrupt("{}", 8, "cover 0 of the file's 8");
+    // Out of file order but tiling, with an empty tensor: accepted, each sees its own bytes.
+    write_raw("{\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[5,8]},"
+              "\"e\":{\"dtype\":\"F32\",\"shape\":[0,2],\"data_offsets\":[5,5]},"
+              "\"a\":{\"dtype\":\"I8\",\"shape\":[5],\"data_offsets\":[0,5]}}", 8);
+    dsc_st_file *f;
+    assert_int_equal(dsc_st_open(&f, path), DSC_OK);
+    assert_int_equal(dsc_st_count(f), 3);
+    const uint8_t *b = dsc_st_find(f, "b")->data, *a = dsc_st_find(f, "a")->data;
+    assert_int_equal(a[0], 0);
+    assert_int_equal(a[4], 4);
+    assert_int_equal(b[0], 5);
+    assert_int_equal(dsc_st_find(f, "b")->nbytes, 3);
+    assert_int_equal(dsc_st_find(f, "e")->nbytes, 0);
+    dsc_st_close(f);
+}
+
+static void test_write_shape_overflow(void **state) {
+    dsc_st_tensor t = {"x", "F32", 1, {INT64_C(4611686018427387904)}, a, 0}; // 2^64 bytes
+    assert_int_equal(dsc_st_write(path, &t, 1, NULL, 0), DSC_ERR_INVALID_ARG);
+    dsc_st_tensor u = {"x", "U8", 2, {INT64_C(1) << 40, INT64_C(1) << 40}, a, 0};
+    assert_int_equal(dsc_st_write(path, &u, 1, NULL, 0), DSC_ERR_INVALID_ARG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_truncated_is_corrupt),
         cmocka_unit_test(test_garbage_is_corrupt),
         cmocka_unit_test(test_bad_tensor_rejected_on_write),
+        cmocka_unit_test(test_shape_overflow_is_corrupt),
+        cmocka_unit_test(test_offsets_must_tile),
+        cmocka_unit_test(test_write_shape_overflow),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,8 +4,9 @@
 #include <errno.h>    // errno
 #include <fcntl.h>    // open
 #include <jansson.h>  // json_*
+#include <stdbool.h> // bool
 #include <stdio.h>    // snprintf
-#include <stdlib.h>   // calloc, free
+#include <stdlib.h>   // calloc, free, qsort
 #include <string.h>   // strcmp, strerror
 #include <sys/mman.h> // mmap
 #include <sys/stat.h> // fstat
@@ -47,12 +48,23 @@ static json_t *header_json(const dsc_st_tensor *t, int n, const char *const *met
     return h;
 }
 
+// Bytes of `ndim` dimensions of `es`-byte elements; false if a dimension is negative or the
+// product does not fit in a size_t (a wrapped product could otherwise match a byte count).
+static bool shape_bytes(const int64_t *shape, int ndim, size_t es, size_t *out) {
+    size_t bytes = es;
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)shape[d], &bytes)) return false;
+    *out = bytes;
+    return true;
+}
+
 static dsc_status check_tensor(const dsc_st_tensor *t, const char *path) {
-    size_t es = dsc_st_dtype_size(t->dtype);
-    if (!es) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: tensor %s: unknown dtype %s", path, t->name, t->dtype);
-    int64_t numel = 1;
-    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
-    if ((size_t)numel * es != t->nbytes)
+    size_t es = dsc_st_dtype_size(t->dtype), bytes;
+    if (!es)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: tensor %s: unknown dtype %s", path, t->name,
+                         t->dtype);
+    if (t->ndim < 0 || t->ndim > DSC_ST_MAX_DIMS || !shape_bytes(t->shape, t->ndim, es, &bytes) ||
+        bytes != t->nbytes)
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: tensor %s: %zu bytes do not match its shape",
                          path, t->name, t->nbytes);
     return DSC_OK;
@@ -142,41 +154,83 @@ static dsc_status corrupt(const char *path, const char *what) {
                      "safetensors file", path, what);
 }
 
+// One header entry: dtype, shape and data_offsets, checked against each other and the data length.
+// Leaves the offsets in begin/end for the tiling check of the whole file.
 static dsc_status parse_entry(dsc_st_file *f, const char *name, json_t *e, size_t data_len,
-                              dsc_st_tensor *out) {
+                              dsc_st_tensor *out, size_t *begin, size_t *end) {
     json_t *dt = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
     json_t *offs = json_object_get(e, "data_offsets");
     char why[512];
-    if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs) || json_array_size(offs) != 2) {
-        snprintf(why, sizeof why, "tensor %s: header entry needs dtype, shape and data_offsets", name);
+    if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs) ||
+        json_array_size(offs) != 2 || !json_is_integer(json_array_get(offs, 0)) ||
+        !json_is_integer(json_array_get(offs, 1))) {
+        snprintf(why, sizeof why, "tensor %.200s: header entry needs dtype, shape and data_offsets "
+                 "[begin, end]", name);
         return corrupt(f->path, why);
     }
-    size_t es = dsc_st_dtype_size(json_string_value(dt));
+    size_t es = dsc_st_dtype_size(json_string_value(dt)), nbytes;
     if (!es || json_array_size(shape) > DSC_ST_MAX_DIMS) {
-        snprintf(why, sizeof why, "tensor %s: unsupported dtype or rank", name);
+        snprintf(why, sizeof why, "tensor %.200s: unsupported dtype or rank", name);
         return corrupt(f->path, why);
     }
     out->name = name;
     out->dtype = json_string_value(dt);
     out->ndim = (int)json_array_size(shape);
-    int64_t numel = 1;
     for (int d = 0; d < out->ndim; d++) {
         json_t *s = json_array_get(shape, d);
-        if (!json_is_integer(s) || json_integer_value(s) < 0) {
-            snprintf(why, sizeof why, "tensor %s: bad shape", name);
-            return corrupt(f->path, why);
-        }
-        out->shape[d] = json_integer_value(s);
-        numel *= out->shape[d];
+        out->shape[d] = json_is_integer(s) ? json_integer_value(s) : -1;
     }
-    json_int_t b = json_integer_value(json_array_get(offs, 0)), e2 = json_integer_value(json_array_get(offs, 1));
-    if (b < 0 || e2 < b || (size_t)e2 > data_len || (size_t)(e2 - b) != (size_t)numel * es) {
-        snprintf(why, sizeof why, "tensor %s: data_offsets [%lld, %lld] do not fit its shape or the "
-                 "file's %zu data bytes (truncated?)", name, (long long)b, (long long)e2, data_len);
+    if (!shape_bytes(out->shape, out->ndim, es, &nbytes)) {
+        snprintf(why, sizeof why, "tensor %.200s: bad shape (a dimension is not a non-negative "
+                 "integer, or the size overflows)", name);
         return corrupt(f->path, why);
     }
-    out->nbytes = (size_t)(e2 - b);
-    out->data = (const char *)f->map + 8 + (f->size - 8 - data_len) + b;
+    json_int_t b = json_integer_value(json_array_get(offs, 0));
+    json_int_t e2 = json_integer_value(json_array_get(offs, 1));
+    if (b < 0 || e2 < b || (uint64_t)e2 > data_len || (uint64_t)(e2 - b) != nbytes) {
+        snprintf(why, sizeof why, "tensor %.200s: data_offsets [%lld, %lld] do not fit its shape "
+                 "(%zu bytes) or the file's %zu data bytes (truncated?)", name, (long long)b,
+                 (long long)e2, nbytes, data_len);
+        return corrupt(f->path, why);
+    }
+    out->nbytes = nbytes;
+    out->data = (const char *)f->map + (f->size - data_len) + b;
+    *begin = (size_t)b;
+    *end = (size_t)e2;
+    return DSC_OK;
+}
+
+struct span {
+    size_t begin, end;
+    int i; // tensor index, for the message
+};
+
+static int span_cmp(const void *x, const void *y) {
+    const struct span *a = x, *b = y;
+    if (a->begin != b->begin) return a->begin < b->begin ? -1 : 1;
+    return (a->end > b->end) - (a->end < b->end);
+}
+
+// The format's rule: the byte ranges, sorted, start at 0, each begins where the previous one
+// ends, and the last ends at the end of the file. Overlaps, gaps and trailing bytes are refused.
+static dsc_status check_tiling(dsc_st_file *f, struct span *s, size_t data_len) {
+    qsort(s, (size_t)f->n, sizeof *s, span_cmp);
+    size_t at = 0;
+    char why[640];
+    for (int k = 0; k < f->n; k++) {
+        if (s[k].begin != at) {
+            snprintf(why, sizeof why, "tensor %.200s: data_offsets begin at %zu where %zu was "
+                     "expected (%s)", f->t[s[k].i].name, s[k].begin, at,
+                     s[k].begin < at ? "overlapping byte ranges" : "a gap between byte ranges");
+            return corrupt(f->path, why);
+        }
+        at = s[k].end;
+    }
+    if (at != data_len) {
+        snprintf(why, sizeof why, "the tensors cover %zu of the file's %zu data bytes", at,
+                 data_len);
+        return corrupt(f->path, why);
+    }
     return DSC_OK;
 }
 
@@ -190,15 +244,24 @@ static dsc_status parse_header(dsc_st_file *f) {
     if (!json_is_object(f->header)) return corrupt(f->path, "header is not a JSON object");
     size_t data_len = f->size - 8 - hlen;
     f->t = calloc(json_object_size(f->header) + 1, sizeof *f->t);
-    if (!f->t) return dsc__fail(DSC_ERR_OOM, "%s: out of memory", f->path);
+    struct span *spans = calloc(json_object_size(f->header) + 1, sizeof *spans);
+    if (!f->t || !spans) {
+        free(spans);
+        return dsc__fail(DSC_ERR_OOM, "%s: out of memory", f->path);
+    }
+    dsc_status st = DSC_OK;
     const char *key;
     json_t *v;
     json_object_foreach(f->header, key, v) {
         if (!strcmp(key, "__metadata__")) continue;
-        DSC_TRY(parse_entry(f, key, v, data_len, &f->t[f->n]));
-        f->n++;
+        struct span *s = &spans[f->n];
+        DSC_TRY_GOTO(parse_entry(f, key, v, data_len, &f->t[f->n], &s->begin, &s->end), st, out);
+        s->i = f->n++;
     }
-    return DSC_OK;
+    st = check_tiling(f, spans, data_len);
+out:
+    free(spans);
+    return st;
 }
 
 dsc_status dsc_st_open(dsc_st_file **out, const char *path) {

@@ -41,8 +41,9 @@ dsc_status dsc_st_write_stream(const char *path, const dsc_st_tensor *tensors, i
 
 typedef struct dsc_st_file dsc_st_file;
 
-// Open and validate a file (header JSON, dtypes, shapes against byte ranges, ranges inside the
-// file, no overlaps). Errors name the file and what is wrong.
+// Open and validate a file (header JSON, dtypes, shapes against byte ranges without overflow,
+// and the format's tiling rule: the ranges, sorted, start at 0, each begins where the previous
+// ends, the last ends at the end of the file). Errors name the file, the tensor and what is wrong.
 dsc_status dsc_st_open(dsc_st_file **out, const char *path);
 void dsc_st_close(dsc_st_file *f); // NULL ok
 int dsc_st_count(const dsc_st_file *f);
