@@ -135,7 +135,7 @@ dsc_status dsc__model_wrap(dsc_model **out, const struct dsc_model_ops *ops, voi
 
 static const dsc_model_opts no_opts;
 
-// "gpt2-124M, ... (gpt2); ..." into buf: every family's specs.
+// Every family's specs into buf: "<specs> (<family>); <specs> (<family>)".
 static void all_specs(char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = '\0';
