@@ -2,9 +2,9 @@
 //
 // dsc_generate runs a model's inference (dsc/model.h: the model whose parameter table the engine
 // was created with, given as dsc_gen_opts.model) on the weights the engine trains, at a step
-// boundary, without copying them through a file: it switches the engine to an inference layout, generates with a key/value
-// cache (each new token costs one row per layer, not the whole sequence again), and switches
-// back, so training continues with the next dsc_step_begin.
+// boundary, without copying them through a file: it switches the engine to an inference layout,
+// generates with a key/value cache (each new token costs one row per layer, not the whole
+// sequence again), and switches back, so training continues with the next dsc_step_begin.
 //
 // Inference layout: below ZeRO stage 3 the compute copy is used as it is. At stage 3 every layer
 // group is gathered once for the whole call and released at its end. With the config's

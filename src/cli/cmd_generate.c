@@ -208,24 +208,25 @@ static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
 // ---- running ----
 
 static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokenizer **tok) {
-    const char *spec = o->tokenizer ? o->tokenizer : dsc_model_describe(w->model)->vocab_size == 256 ? "byte" : NULL;
+    int V = dsc_model_describe(w->model)->vocab_size;
+    const char *spec = o->tokenizer ? o->tokenizer : V == 256 ? "byte" : NULL;
     if (!spec)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "the model's vocabulary has %d tokens: give its "
                          "tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
                          "merges.txt), --tokenizer byte, or --tokenizer ids (token ids in and out)",
-                         dsc_model_describe(w->model)->vocab_size);
+                         V);
     char ids[32];
     if (!strcmp(spec, "ids")) { // token ids of this model's vocabulary
-        snprintf(ids, sizeof ids, "ids:%d", dsc_model_describe(w->model)->vocab_size);
+        snprintf(ids, sizeof ids, "ids:%d", V);
         spec = ids;
     }
     DSC_TRY(dsc_tokenizer_create(tok, spec));
-    if (dsc_tokenizer_vocab_size(*tok) > dsc_model_describe(w->model)->vocab_size)
+    if (dsc_tokenizer_vocab_size(*tok) > V)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "tokenizer %s has %d tokens, the model only %d; "
                          "use the tokenizer the model was trained with",
-                         spec, dsc_tokenizer_vocab_size(*tok), dsc_model_describe(w->model)->vocab_size);
+                         spec, dsc_tokenizer_vocab_size(*tok), V);
     return DSC_OK;
 }
 

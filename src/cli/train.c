@@ -190,7 +190,8 @@ static dsc_status load_weights(trainer *t, const char *path) {
         int64_t numel = 1;
         for (int d = 0; x && d < x->ndim; d++) numel *= x->shape[d];
         if (!x) {
-            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", path, ti->name);
+            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", path,
+                           ti->name);
         } else if (numel != ti->numel || x->ndim != ti->ndim || x->shape[0] != ti->shape[0]) {
             st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
                            "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "

@@ -27,7 +27,8 @@ check "nothing outside src/model/ calls GPT-2's own functions (only the GPU file
 check "the registry names GPT-2 once: families.def" -- \
   test "$(grep -rn gpt2 src/model --include='*.c' --include='*.h' --include='*.def' \
           | grep -v '^src/model/gpt2/' | grep -c .)" = 1
-check "  ... and that line is DSC_MODEL_FAMILY(gpt2)" -- grep -qx 'DSC_MODEL_FAMILY(gpt2)' src/model/families.def
+check "  ... and that line is DSC_MODEL_FAMILY(gpt2)" -- \
+  grep -qx 'DSC_MODEL_FAMILY(gpt2)' src/model/families.def
 
 # includes of each example: public headers (dsc/...) and system headers only
 bad=$(grep -rnE '^#include "' examples | grep -v '#include "dsc/')

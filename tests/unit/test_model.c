@@ -171,7 +171,8 @@ static void test_passes_equal_family(void **state) {
     assert_int_equal(dsc_model_reserve(m, B, T, NULL), DSC_ERR_INVALID_ARG);
 
     hook_log la = {0}, lb = {0};
-    dsc_model_hooks ha = {&la, h_gather, h_release, h_ready}, hb = {&lb, h_gather, h_release, h_ready};
+    dsc_model_hooks ha = {&la, h_gather, h_release, h_ready};
+    dsc_model_hooks hb = {&lb, h_gather, h_release, h_ready};
     float loss_a, loss_b;
     double times[64] = {0};
     dsc_model_set_timing(m, times);
@@ -319,7 +320,7 @@ static dsc_status bg_from(const dsc_param_desc *t, int count, const dsc_model_op
 static void bg_free(void *cfg) { free(cfg); }
 static void bg_describe(const void *cfg, dsc_model_info *out) {
     int V = *(const int *)cfg;
-    *out = (dsc_model_info){.family = "bigram", .n_layer = 0, .vocab_size = V, .max_seq_len = 1 << 20,
+    *out = (dsc_model_info){.family = "bigram", .vocab_size = V, .max_seq_len = 1 << 20,
                             .num_tensors = 1, .num_groups = 1, .num_params = (int64_t)V * V};
 }
 static void bg_param(const void *cfg, int i, dsc_model_param *out) {
