@@ -18,9 +18,10 @@
 #include "dsc/generate.h"     // dsc_generate
 #include "infer/generate.h"   // dsc__generate_run
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_*
-#include "model/gpt2/infer.h" // dsc__gpt2_kv_destroy
+#include "model/gpt2/model.h" // dsc__model_gpt2_create
 
 static dsc_gpt2_config cfg;
+static dsc_model *model; // cfg's handle
 static int B = 4, P = 32, N = 96;
 
 static int arg(char **argv, int argc, int i, int def) {
@@ -41,8 +42,8 @@ static double tokens_per_s(float **params, bool no_cache) {
     make_prompts(p, tok);
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0, o.max_new_tokens = N, o.no_cache = no_cache;
-    dsc__gen_model m = {.c = cfg, .params = params, .tp = {0, 1, NULL}};
-    dsc_gpt2_kv *kv = NULL;
+    dsc__gen_model m = {.model = model, .params = params, .tp = {0, 1, NULL}};
+    dsc_model_kv *kv = NULL;
     dsc_gen_output out[64];
     dsc_gen_stats st = {0};
     if (dsc__generate_run(&m, &kv, p, B, &o, out, &st) != DSC_OK) {
@@ -50,7 +51,7 @@ static double tokens_per_s(float **params, bool no_cache) {
         exit(1);
     }
     dsc_gen_output_free(out, B);
-    dsc__gpt2_kv_destroy(kv);
+    dsc_model_kv_destroy(kv);
     return (double)st.new_tokens / (st.prefill_s + st.decode_s);
 }
 
@@ -130,6 +131,7 @@ static void hybrid(int stage) {
     make_prompts(p, tok);
     dsc_gen_opts o = dsc_gen_opts_default();
     o.max_new_tokens = N;
+    o.model = model;
     dsc_gen_output out[64];
     dsc_gen_stats st;
     double g0 = dsc_now();
@@ -152,7 +154,8 @@ int main(int argc, char **argv) {
     const char *spec = argc > 1 ? argv[1] : "d6";
     B = arg(argv, argc, 2, 4), P = arg(argv, argc, 3, 32), N = arg(argv, argc, 4, 96);
     if (B < 1 || B > 64 || P < 1 || N < 1 || P + N > 512 ||
-        dsc_gpt2_config_parse(spec, 256, 512, &cfg) != DSC_OK) {
+        dsc_gpt2_config_parse(spec, 256, 512, &cfg) != DSC_OK ||
+        dsc__model_gpt2_create(&model, &cfg) != DSC_OK) {
         fprintf(stderr, "usage: bench_generate [dN] [batch 1..64] [prompt_len] [new_tokens], "
                         "prompt_len + new_tokens <= 512\n");
         return 2;

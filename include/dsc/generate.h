@@ -1,10 +1,10 @@
 // dsc/generate.h - text generation with the engine's live weights (the hybrid engine).
 //
-// dsc_generate runs GPT-2 inference (Hugging Face parameter names, as the reference model
-// registers them) on the weights the engine trains, at a step boundary, without copying them
-// through a file: it switches the engine to an inference layout, generates with a key/value
-// cache (each new token costs one row per layer, not the whole sequence again), and switches
-// back, so training continues with the next dsc_step_begin.
+// dsc_generate runs a model's inference (dsc/model.h: the model whose parameter table the engine
+// was created with, given as dsc_gen_opts.model) on the weights the engine trains, at a step
+// boundary, without copying them through a file: it switches the engine to an inference layout,
+// generates with a key/value cache (each new token costs one row per layer, not the whole
+// sequence again), and switches back, so training continues with the next dsc_step_begin.
 //
 // Inference layout: below ZeRO stage 3 the compute copy is used as it is. At stage 3 every layer
 // group is gathered once for the whole call and released at its end. With the config's
@@ -28,6 +28,7 @@
 #include <stdint.h>  // int32_t, uint64_t
 
 #include "dsc/engine.h" // dsc_engine
+#include "dsc/model.h"  // dsc_model
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
@@ -54,10 +55,11 @@ typedef struct dsc_gen_opts {
                          // the cache is tested against); same results, much slower
     dsc_gen_stop_fn stop; // NULL: none
     void *stop_user;
-    int n_head;          // attention heads; 0: n_embd / 64 (every GPT-2 size and dN)
+    const dsc_model *model; // the model the engine's parameters belong to (borrowed; required
+                            // by dsc_generate: its tensors are found among the engine's by name)
 } dsc_gen_opts;
 
-// Defaults: 64 new tokens, temperature 0.8, top-k 40, top-p 1, seed 1337, no end token.
+// Defaults: 64 new tokens, temperature 0.8, top-k 40, top-p 1, seed 1337, no end token, no model.
 dsc_gen_opts dsc_gen_opts_default(void);
 
 typedef enum dsc_gen_finish {

@@ -1,4 +1,4 @@
-// cli/cmd_generate.c - `dsc generate`: GPT-2 weights from a checkpoint or a safetensors file,
+// cli/cmd_generate.c - `dsc generate`: a model's weights from a checkpoint or a safetensors file,
 // prompts from the command line or a file (one per line, generated as one batch), text out. The
 // generation itself runs on the CPU (dsc__generate_run) or on a CUDA device
 // (dsc__generate_run_cuda): this file only picks one.
@@ -16,8 +16,9 @@
 #include "data/tokenizer.h"          // dsc_tokenizer_*
 #include "dsc/checkpoint.h"          // dsc_ckpt_*
 #include "dsc/half.h"                // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
+#include "dsc/model.h"               // dsc_model_*
 #include "engine/ckpt/safetensors.h" // dsc_st_*
-#include "infer/generate.h"          // dsc__generate_run, dsc__gen_model_config
+#include "infer/generate.h"          // dsc__generate_run
 
 typedef struct gen_cli {
     const char *checkpoint, *weights, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
@@ -27,7 +28,7 @@ typedef struct gen_cli {
 } gen_cli;
 
 typedef struct weights {
-    dsc_gpt2_config c;
+    dsc_model *model; // recognised from the tensors' names and shapes
     int nt;
     float **full; // (nt) whole tensors in model order
 } weights;
@@ -36,15 +37,15 @@ static void weights_free(weights *w) {
     for (int k = 0; w->full && k < w->nt; k++)
         free(w->full[k]);
     free(w->full);
+    dsc_model_destroy(w->model);
 }
 
 static dsc_status weights_alloc(weights *w) {
-    w->nt = dsc_gpt2_num_tensors(&w->c);
+    w->nt = dsc_model_describe(w->model)->num_tensors;
     w->full = calloc((size_t)w->nt, sizeof *w->full);
     for (int k = 0; w->full && k < w->nt; k++) {
-        dsc_gpt2_tensor_info ti;
-        dsc_gpt2_tensor_info_get(&w->c, k, &ti);
-        if (!(w->full[k] = malloc((size_t)ti.numel * sizeof(float)))) break;
+        int64_t numel = dsc_model_param_get(w->model, k)->numel;
+        if (!(w->full[k] = malloc((size_t)numel * sizeof(float)))) break;
         if (k == w->nt - 1) return DSC_OK;
     }
     return dsc__fail(DSC_ERR_OOM, "dsc generate: out of memory for the weights");
@@ -52,24 +53,29 @@ static dsc_status weights_alloc(weights *w) {
 
 // ---- loading ----
 
+// The model whose tensors a file's table holds; *order (caller frees) maps the model's tensor k to
+// its table index.
+static dsc_status model_of(weights *w, const dsc_param_desc *table, int n, int heads,
+                           const char *what, int **order) {
+    *order = calloc((size_t)n + 1, sizeof **order);
+    if (!*order) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_model_opts mo = {.n_head = heads};
+    return dsc_model_create_from_params(&w->model, table, n, &mo, what, *order);
+}
+
 static dsc_status load_safetensors(weights *w, const char *path, int heads) {
     dsc_st_file *f;
     DSC_TRY(dsc_st_open(&f, path));
     int n = dsc_st_count(f);
-    const char **names = calloc((size_t)n + 1, sizeof *names);
-    int64_t(*shapes)[2] = calloc((size_t)n + 1, sizeof *shapes);
-    int *ndims = calloc((size_t)n + 1, sizeof *ndims),
-        *order = calloc((size_t)n + 1, sizeof *order);
-    dsc_status st =
-        names && shapes && ndims && order ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_param_desc *table = calloc((size_t)n + 1, sizeof *table);
+    int *order = NULL;
+    dsc_status st = table ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; st == DSC_OK && i < n; i++) {
         const dsc_st_tensor *t = dsc_st_get(f, i);
-        names[i] = t->name, ndims[i] = t->ndim;
-        shapes[i][0] = t->ndim > 0 ? t->shape[0] : 0, shapes[i][1] = t->ndim > 1 ? t->shape[1] : 0;
+        table[i] = (dsc_param_desc){.name = t->name, .ndim = t->ndim};
+        for (int d = 0; d < t->ndim && d < 2; d++) table[i].shape[d] = t->shape[d];
     }
-    if (st == DSC_OK)
-        st = dsc__gen_model_config(names, (const int64_t(*)[2])shapes, ndims, n, heads, path, &w->c,
-                                   order);
+    if (st == DSC_OK) st = model_of(w, table, n, heads, path, &order);
     if (st == DSC_OK) st = weights_alloc(w);
     for (int k = 0; st == DSC_OK && k < w->nt; k++) {
         const dsc_st_tensor *t = dsc_st_get(f, order[k]);
@@ -86,7 +92,7 @@ static dsc_status load_safetensors(weights *w, const char *path, int heads) {
                            "or F16 expected",
                            path, t->name, t->dtype);
     }
-    free(names), free(shapes), free(ndims), free(order);
+    free(table), free(order);
     dsc_st_close(f);
     return st;
 }
@@ -100,25 +106,20 @@ static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     dsc_ckpt_info info;
     dsc_ckpt_get_info(ck, &info);
     int n = info.nparams;
-    const char **names = calloc((size_t)n + 1, sizeof *names);
-    int64_t(*shapes)[2] = calloc((size_t)n + 1, sizeof *shapes);
-    int *ndims = calloc((size_t)n + 1, sizeof *ndims),
-        *order = calloc((size_t)n + 1, sizeof *order);
-    dsc_status st =
-        names && shapes && ndims && order ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_param_desc *table = calloc((size_t)n + 1, sizeof *table);
+    int *order = NULL;
+    dsc_status st = table ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; st == DSC_OK && i < n; i++) {
         dsc_ckpt_param p;
         dsc_ckpt_get_param(ck, i, &p);
-        names[i] = p.name, ndims[i] = p.ndim;
-        shapes[i][0] = p.shape[0], shapes[i][1] = p.ndim > 1 ? p.shape[1] : 0;
+        table[i] = (dsc_param_desc){.name = p.name, .ndim = p.ndim};
+        for (int d = 0; d < p.ndim && d < 2; d++) table[i].shape[d] = p.shape[d];
     }
-    if (st == DSC_OK)
-        st = dsc__gen_model_config(names, (const int64_t(*)[2])shapes, ndims, n, heads, path, &w->c,
-                                   order);
+    if (st == DSC_OK) st = model_of(w, table, n, heads, path, &order);
     if (st == DSC_OK) st = weights_alloc(w);
     for (int k = 0; st == DSC_OK && k < w->nt; k++)
         st = dsc_ckpt_read_param(ck, order[k], 0, w->full[k]);
-    free(names), free(shapes), free(ndims), free(order);
+    free(table), free(order);
     dsc_ckpt_close(ck);
     return st;
 }
@@ -207,31 +208,32 @@ static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
 // ---- running ----
 
 static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokenizer **tok) {
-    const char *spec = o->tokenizer ? o->tokenizer : w->c.vocab_size == 256 ? "byte" : NULL;
+    int V = dsc_model_describe(w->model)->vocab_size;
+    const char *spec = o->tokenizer ? o->tokenizer : V == 256 ? "byte" : NULL;
     if (!spec)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "the model's vocabulary has %d tokens: give its "
                          "tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
                          "merges.txt), --tokenizer byte, or --tokenizer ids (token ids in and out)",
-                         w->c.vocab_size);
+                         V);
     char ids[32];
     if (!strcmp(spec, "ids")) { // token ids of this model's vocabulary
-        snprintf(ids, sizeof ids, "ids:%d", w->c.vocab_size);
+        snprintf(ids, sizeof ids, "ids:%d", V);
         spec = ids;
     }
     DSC_TRY(dsc_tokenizer_create(tok, spec));
-    if (dsc_tokenizer_vocab_size(*tok) > w->c.vocab_size)
+    if (dsc_tokenizer_vocab_size(*tok) > V)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "tokenizer %s has %d tokens, the model only %d; "
                          "use the tokenizer the model was trained with",
-                         spec, dsc_tokenizer_vocab_size(*tok), w->c.vocab_size);
+                         spec, dsc_tokenizer_vocab_size(*tok), V);
     return DSC_OK;
 }
 
 // Tensor parallelism: the ranks of the environment form the group; each keeps its slices.
 static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc__gen_model *m) {
     if (o->tp <= 1) return DSC_OK;
-    DSC_TRY(dsc__gpt2_tp_check(&w->c, (int)o->tp));
+    DSC_TRY(dsc_model_tp_check(w->model, (int)o->tp));
     dsc_comm_opts co = dsc_comm_opts_default();
     DSC_TRY(dsc_comm_create(comm, &co));
     if (dsc_comm_size(*comm) != o->tp)
@@ -239,11 +241,11 @@ static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc__g
                          "--tp %lld, but %d ranks were started; start --tp "
                          "ranks (dsc launch --num_procs %lld dsc generate ...)",
                          o->tp, dsc_comm_size(*comm), o->tp);
-    m->tp = (dsc_gpt2_tp){dsc_comm_rank(*comm), (int)o->tp, *comm};
+    m->tp = (dsc_model_tp){dsc_comm_rank(*comm), (int)o->tp, *comm};
     for (int k = 0; k < w->nt; k++) {
-        float *slice = malloc((size_t)dsc__gpt2_tp_numel(&w->c, k, m->tp.size) * sizeof(float));
+        float *slice = malloc((size_t)dsc_model_tp_numel(w->model, k, m->tp.size) * sizeof(float));
         if (!slice) return dsc__fail(DSC_ERR_OOM, "out of memory for the weight slices");
-        dsc__gpt2_tp_slice(&w->c, k, m->tp.rank, m->tp.size, w->full[k], slice);
+        dsc_model_tp_slice(w->model, k, m->tp.rank, m->tp.size, w->full[k], slice);
         free(w->full[k]);
         w->full[k] = slice;
     }
@@ -297,7 +299,7 @@ static dsc_status generate(const gen_cli *o) {
     prompts ps = {0};
     dsc_tokenizer *tok = NULL;
     dsc_comm *comm = NULL;
-    dsc_gpt2_kv *kv = NULL;
+    dsc_model_kv *kv = NULL;
     dsc_gen_output *out = NULL;
     FILE *trace = NULL;
     bool cuda;
@@ -312,7 +314,7 @@ static dsc_status generate(const gen_cli *o) {
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
     DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
     DSC_TRY_GOTO(encode_prompts(tok, &ps), st, done);
-    dsc__gen_model m = {.c = w.c, .params = w.full, .tp = {0, 1, NULL}, .trace = trace};
+    dsc__gen_model m = {.model = w.model, .params = w.full, .tp = {0, 1, NULL}, .trace = trace};
     DSC_TRY_GOTO(setup_tp(o, &w, &comm, &m), st, done);
     stop_ctx sc = {tok, o->stop};
     dsc_gen_opts go = {.max_new_tokens = (int)o->max_new,
@@ -336,7 +338,7 @@ done:
     if (trace) fclose(trace);
     if (out) dsc_gen_output_free(out, ps.n);
     free(out);
-    dsc__gpt2_kv_destroy(kv);
+    dsc_model_kv_destroy(kv);
     dsc_comm_destroy(comm);
     dsc_tokenizer_destroy(tok);
     prompts_free(&ps);

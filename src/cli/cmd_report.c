@@ -6,6 +6,7 @@
 #include "cli/args.h"       // cli_parse
 #include "cli/commands.h"   // cmd_report
 #include "dsc/comm.h"       // dsc_comm_backend_available
+#include "dsc/model.h"      // dsc_model_num_families, dsc_model_family
 #include "dsc_build_info.h" // DSC_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads
@@ -75,7 +76,11 @@ int cmd_report(int argc, char **argv) {
     printf("%-28s %d%s%s%s\n", "CUDA devices", ngpu, why[0] ? " (" : "", why, why[0] ? ")" : "");
     printf("\nnative ops\n");
     printf("  %-26s built (%s)\n", "cpu_adam / cpu_lion / sgd", cpu_simd());
-    printf("  %-26s built (%s)\n", "gpt2 cpu fwd/bwd", DSC_BLAS_NAME);
+    for (int i = 0; i < dsc_model_num_families(); i++) { // each model family's host passes
+        char what[64];
+        snprintf(what, sizeof what, "%s cpu fwd/bwd", dsc_model_family(i)->family);
+        printf("  %-26s built (%s)\n", what, DSC_BLAS_NAME);
+    }
 #ifdef DSC_GPU_TARGETS
     printf("  %-26s built (%s)\n", "gpu kernels", DSC_GPU_TARGETS);
 #else

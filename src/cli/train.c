@@ -1,5 +1,5 @@
-// cli/train.c - the reference trainer: GPT-2 through the engine on token shards (setup, the
-// loop, checkpoints and recovery; what a run writes is train_out.c).
+// cli/train.c - the reference trainer: a model (dsc/model.h) through the engine on token shards
+// (setup, the loop, checkpoints and recovery; what a run writes is train_out.c).
 #include "cli/train_impl.h" // trainer, train__* (train_out.c)
 
 #include <cblas.h>    // cblas_sgemm (CPU peak for MFU)
@@ -28,9 +28,9 @@
 #include "dsc/checkpoint.h"              // dsc_checkpointing_*, dsc_save_checkpoint
 #include "dsc/engine.h"                  // dsc_engine_*
 #include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
+#include "dsc/model.h"                   // dsc_model_*
 #include "dsc/monitor.h"                 // dsc_monitor_*
 #include "engine/ckpt/safetensors.h"     // dsc_st_*
-#include "model/gpt2/gpt2.h"             // dsc_gpt2_*
 
 // The configuration used when --config is not given: AdamW with warm-up and cosine decay.
 static const char *default_config_fmt =
@@ -178,55 +178,45 @@ static dsc_status build_engine(trainer *t, bool device_model) {
         snprintf(json, sizeof json, default_config_fmt, warm, total);
         eo.config_json = json;
     }
-    t->ntensors = dsc_gpt2_num_tensors(&t->mc);
+    t->ntensors = dsc_model_describe(t->model)->num_tensors;
     dsc_param_desc *pd = calloc((size_t)t->ntensors, sizeof *pd);
-    dsc_gpt2_tensor_info *info = calloc((size_t)t->ntensors, sizeof *info);
-    if (!pd || !info) {
-        free(pd);
-        free(info);
-        return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
-    }
-    for (int i = 0; i < t->ntensors; i++) {
-        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
-        pd[i] = (dsc_param_desc){.name = info[i].name, .ndim = info[i].ndim, .group = info[i].group};
-        for (int d = 0; d < info[i].ndim; d++) pd[i].shape[d] = info[i].shape[d];
-    }
+    if (!pd) return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
+    dsc_model_param_descs(t->model, pd);
     eo.params = pd;
     eo.nparams = t->ntensors;
     dsc_status st = dsc_engine_create(&t->eng, &eo);
     free(pd);
-    free(info);
     return st;
 }
 
-// Load Hugging Face GPT-2 weights (F32, BF16 or F16) into the master copy.
+// Load Hugging Face weights of the model (F32, BF16 or F16) into the master copy.
 static dsc_status load_weights(trainer *t, const char *path) {
     dsc_st_file *f;
     DSC_TRY(dsc_st_open(&f, path));
     dsc_status st = DSC_OK;
     for (int i = 0; i < t->ntensors && st == DSC_OK; i++) {
-        dsc_gpt2_tensor_info ti;
-        dsc_gpt2_tensor_info_get(&t->mc, i, &ti);
+        const dsc_model_param *ti = dsc_model_param_get(t->model, i);
         char alt[128];
-        snprintf(alt, sizeof alt, "transformer.%s", ti.name);
-        const dsc_st_tensor *x = dsc_st_find(f, ti.name);
+        snprintf(alt, sizeof alt, "transformer.%s", ti->name);
+        const dsc_st_tensor *x = dsc_st_find(f, ti->name);
         if (!x) x = dsc_st_find(f, alt);
         int64_t numel = 1;
         for (int d = 0; x && d < x->ndim; d++) numel *= x->shape[d];
         if (!x) {
-            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", path, ti.name);
-        } else if (numel != ti.numel || x->ndim != ti.ndim || x->shape[0] != ti.shape[0]) {
+            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", path,
+                           ti->name);
+        } else if (numel != ti->numel || x->ndim != ti->ndim || x->shape[0] != ti->shape[0]) {
             st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
                            "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "
-                           "and the vocabulary", path, ti.name, (long long)numel,
-                           (long long)x->shape[0], (long long)ti.numel, (long long)ti.shape[0]);
+                           "and the vocabulary", path, ti->name, (long long)numel,
+                           (long long)x->shape[0], (long long)ti->numel, (long long)ti->shape[0]);
         } else {
             float *dst = dsc_param_master(t->eng, i);
             if (!strcmp(x->dtype, "F32")) memcpy(dst, x->data, (size_t)numel * 4);
             else if (!strcmp(x->dtype, "BF16")) dsc_bf16_to_fp32_n(dst, x->data, (size_t)numel);
             else if (!strcmp(x->dtype, "F16")) dsc_fp16_to_fp32_n(dst, x->data, (size_t)numel);
             else st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has dtype %s; "
-                                "F32, BF16 or F16 expected", path, ti.name, x->dtype);
+                                "F32, BF16 or F16 expected", path, ti->name, x->dtype);
         }
     }
     dsc_st_close(f);
@@ -237,14 +227,12 @@ static dsc_status init_weights(trainer *t) {
     float **master = calloc((size_t)t->ntensors, sizeof *master);
     if (!master) return dsc__fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; i < t->ntensors; i++) master[i] = dsc_param_master(t->eng, i);
-    dsc_gpt2_init_weights(&t->mc, master, (uint64_t)t->o->seed);
+    dsc_model_init_weights(t->model, master, (uint64_t)t->o->seed);
     free(master);
     if (t->o->init_weights) DSC_TRY(load_weights(t, t->o->init_weights));
     DSC_TRY(dsc_params_updated(t->eng));
     for (int i = 0; i < t->ntensors; i++) {
-        dsc_gpt2_tensor_info ti;
-        dsc_gpt2_tensor_info_get(&t->mc, i, &ti);
-        t->tgroup[i] = ti.group;
+        t->tgroup[i] = dsc_model_param_get(t->model, i)->group;
         t->work[i] = dsc_param_data(t->eng, i);
         t->grads[i] = dsc_param_grad(t->eng, i);
     }
@@ -306,14 +294,14 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
     if (t->gpu)
         return dsc__train_gpu_micro(t->gpu, in, tg, t->B, t->T, loss, &t->cur.fwd, &t->cur.bwd);
-    dsc_gpt2_hooks h = {t, hook_gather, hook_release, hook_ready};
+    dsc_model_hooks h = {t, hook_gather, hook_release, hook_ready};
     double t0 = dsc_now();
-    DSC_TRY(dsc_gpt2_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
+    DSC_TRY(dsc_model_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
     double t1 = dsc_now();
     t->cur.fwd += t1 - t0;
     DSC_TRY(dsc_backward_begin(t->eng));
-    dsc_status st = dsc_gpt2_backward(t->model, t->work, t->grads,
-                                      (float)dsc_backward_scale(t->eng), &h);
+    dsc_status st = dsc_model_backward(t->model, t->work, t->grads,
+                                       (float)dsc_backward_scale(t->eng), &h);
     t->cur.bwd += dsc_now() - t1;
     return st;
 }
@@ -324,14 +312,14 @@ static dsc_status evaluate(trainer *t, double *out) {
     int64_t avail = dsc_loader_num_samples(t->val) / t->B;
     int64_t batches = t->o->eval_batches < avail ? t->o->eval_batches : avail;
     int64_t per = batches / t->world > 0 ? batches / t->world : 1;
-    dsc_gpt2_hooks h = {t, hook_gather, hook_release, NULL};
+    dsc_model_hooks h = {t, hook_gather, hook_release, NULL};
     double sum = 0;
     for (int64_t k = 0; k < per; k++) {
         float loss;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
         DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
         if (t->gpu) DSC_TRY(dsc__train_gpu_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss));
-        else DSC_TRY(dsc_gpt2_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
+        else DSC_TRY(dsc_model_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
         sum += loss;
     }
     *out = sum / (double)per;
@@ -415,7 +403,7 @@ static dsc_status val_loss_with(trainer *t, float *const *params, double *out) {
         float loss;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
         DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
-        DSC_TRY(dsc_gpt2_forward(t->model, params, t->in, t->tg, t->B, t->T, NULL, &loss));
+        DSC_TRY(dsc_model_forward(t->model, params, t->in, t->tg, t->B, t->T, NULL, &loss));
         sum += loss;
     }
     *out = sum / (double)per;
@@ -428,10 +416,9 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
                                 bool *ok, char *why, size_t cap) {
     trainer *t = user;
     int differ = -1;
-    dsc_gpt2_tensor_info ti;
     for (int i = 0; i < v->nparams && differ < 0; i++) {
-        dsc_gpt2_tensor_info_get(&t->mc, i, &ti);
-        if (memcmp(v->live[i], v->loaded[i], (size_t)ti.numel * sizeof(float)) != 0) differ = i;
+        size_t bytes = (size_t)dsc_model_param_get(t->model, i)->numel * sizeof(float);
+        if (memcmp(v->live[i], v->loaded[i], bytes) != 0) differ = i;
     }
     double live = NAN, loaded = NAN;
     bool by_loss = t->val && !t->gpu; // --device cuda has no CPU model: the bitwise check only
@@ -440,7 +427,8 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
         DSC_TRY(val_loss_with(t, (float *const *)v->live, &live));
     }
     *ok = differ < 0 && (!by_loss || (isfinite(loaded) && loaded == live));
-    if (differ >= 0) snprintf(why, cap, "tensor %s read back differs from the saved state", ti.name);
+    if (differ >= 0) snprintf(why, cap, "tensor %s read back differs from the saved state",
+                              dsc_model_param_get(t->model, differ)->name);
     else if (!*ok) snprintf(why, cap, "validation loss %.9g of the saved weights, %.9g of the "
                             "training state", loaded, live);
     else if (t->rank == 0 && by_loss)
@@ -527,14 +515,14 @@ static dsc_status observe_begin(trainer *t, int64_t step) {
     t->cur = (train_times){0};
     if (!cfg->flops_profiler.enabled || step != cfg->flops_profiler.profile_step) return DSC_OK;
     free(t->prof_times);
-    t->prof_times = calloc((size_t)dsc_gpt2_timing_slots(&t->mc), sizeof *t->prof_times);
+    t->prof_times = calloc((size_t)dsc_model_timing_slots(t->model), sizeof *t->prof_times);
     if (!t->prof_times) return dsc__fail(DSC_ERR_OOM, "out of memory for the flops profiler");
-    dsc_gpt2_set_timing(t->model, t->prof_times);
+    dsc_model_set_timing(t->model, t->prof_times);
     return DSC_OK;
 }
 
 static dsc_status profile_report(trainer *t, int64_t step, double dt) {
-    obs_profile p = {.mc = &t->mc, .B = t->B, .T = t->T, .gas = t->gas, .world = t->world,
+    obs_profile p = {.model = t->model, .B = t->B, .T = t->T, .gas = t->gas, .world = t->world,
                      .step = step, .times = t->prof_times, .tt = t->cur, .iter_s = dt};
     obs_progress_clear();
     dsc_status st = obs_flops_report(dsc_engine_config(t->eng), &p);
@@ -547,7 +535,7 @@ static dsc_status profile_report(trainer *t, int64_t step, double dt) {
 // the flops profile at its step; with comms_logger.verbose the comms summary.
 static dsc_status observe_end(trainer *t, int64_t step, int64_t samples, double dt) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
-    dsc_gpt2_set_timing(t->model, NULL);
+    dsc_model_set_timing(t->model, NULL);
     t->cur.bwd_inner = t->cur.bwd - t->cur.bwd_allreduce;
     train_times *sp = &t->since_print;
     sp->fwd += t->cur.fwd, sp->bwd += t->cur.bwd, sp->bwd_inner += t->cur.bwd_inner;
@@ -610,7 +598,7 @@ static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
 
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
-    double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
+    double flops_tok = dsc_model_flops_per_token(t->model, t->T);
     int64_t tokens_step = (int64_t)t->gas * t->B * t->T * t->world, tokens = 0;
     double start = dsc_now(), first_loss = NAN, last_loss = NAN, val = NAN;
     dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
@@ -705,7 +693,8 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->T = (int)o->seq_len;
     int vocab;
     DSC_TRY(open_data(t, &vocab));
-    DSC_TRY(dsc_gpt2_config_parse(o->model, vocab, t->T, &t->mc));
+    dsc_model_opts mo = {.vocab_size = vocab, .max_seq_len = t->T};
+    DSC_TRY(dsc_model_create(&t->model, o->model, &mo));
     bool cuda; // chosen before the engine, whose creation already waits for the other ranks
     const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = getenv("DSC_COMM_BACKEND");
     bool nccl = be && !strcmp(be, "nccl");
@@ -719,8 +708,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->gas = (int)cfg->gradient_accumulation_steps;
     t->rank = dsc_engine_rank(t->eng);
     t->world = dsc_engine_world_size(t->eng);
-    if (!cuda)
-        DSC_TRY(dsc_gpt2_create_in(&t->model, &t->mc, t->B, t->T, dsc_engine_mem_pool(t->eng)));
+    if (!cuda) DSC_TRY(dsc_model_reserve(t->model, t->B, t->T, dsc_engine_mem_pool(t->eng)));
     t->work = calloc((size_t)t->ntensors, sizeof *t->work);
     t->grads = calloc((size_t)t->ntensors, sizeof *t->grads);
     t->tgroup = calloc((size_t)t->ntensors, sizeof *t->tgroup);
@@ -731,7 +719,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
     if (cuda) {
-        DSC_TRY(dsc__train_gpu_create(&t->gpu, t->eng, &t->mc, t->B, t->T));
+        DSC_TRY(dsc__train_gpu_create(&t->gpu, t->eng, t->model, t->B, t->T));
         gpu_line = dsc__train_gpu_describe(t->gpu, &t->peak_flops);
     } else {
         t->peak_flops = measure_cpu_peak();
@@ -742,9 +730,9 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     dsc_monitor_set_action_hooks(t->mon, &ah);
     DSC_TRY(obs_comms_setup(cfg));
     if (t->rank != 0) return DSC_OK;
+    const dsc_model_info *mi = dsc_model_describe(t->model);
     printf("dsc train: model %s (%.2fM parameters, %d layers, %d heads, %d channels, vocab %d)\n",
-           o->model, dsc_gpt2_num_params(&t->mc) / 1e6, t->mc.n_layer, t->mc.n_head,
-           t->mc.n_embd, t->mc.vocab_size);
+           o->model, mi->num_params / 1e6, mi->n_layer, mi->n_head, mi->n_embd, mi->vocab_size);
     printf("data %s: %lld training tokens | T=%d, micro batch %d, accumulation %d, world %d, "
            "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
@@ -764,7 +752,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
 static void trainer_free(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     dsc_monitor_destroy(t->mon);
-    dsc_gpt2_destroy(t->model);
+    dsc_model_destroy(t->model);
     dsc__train_gpu_destroy(t->gpu); // before the engine: it unpins the engine's buffers
     dsc_engine_destroy(t->eng);
     dsc_loader_destroy(t->train);

@@ -14,6 +14,7 @@
 #ifdef DSC_WITH_CUDA
 
 #include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda_*
+#include "model/gpt2/model.h" // dsc__model_gpt2_config
 #include "cuda/train_state.h" // dsc__cuda_state_*
 #include "engine/device.h"    // dsc__engine_*
 
@@ -299,9 +300,14 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     return dsc__train_gpu_load(g);
 }
 
-dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt2_config *mc,
-                                 int B, int T) {
+dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
+                                 int T) {
     *out = NULL;
+    const dsc_gpt2_config *mc = dsc__model_gpt2_config(model);
+    if (!mc)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model family %s has no CUDA "
+                         "training yet; train it with --device cpu",
+                         dsc_model_describe(model)->family);
     train_gpu *g = calloc(1, sizeof *g);
     if (!g) return dsc__fail(DSC_ERR_OOM, "out of memory");
     g->eng = eng;
@@ -607,8 +613,8 @@ static dsc_status no_cuda(void) {
 }
 
 // create always fails here, so no train_gpu exists and the calls below are never reached.
-dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt2_config *mc,
-                                 int B, int T) {
+dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
+                                 int T) {
     *out = NULL;
     return no_cuda();
 }

@@ -19,7 +19,7 @@
 
 #include "dsc/engine.h"      // dsc_engine, dsc_step_info
 #include "dsc/memory.h"      // dsc_mem_stats
-#include "model/gpt2/gpt2.h" // dsc_gpt2_config
+#include "dsc/model.h"       // dsc_model
 
 typedef struct train_gpu train_gpu;
 
@@ -31,8 +31,10 @@ typedef struct train_gpu train_gpu;
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda);
 
 // Device state and model for micro batches up to B x T, loaded from the engine's host state.
-dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_gpt2_config *mc,
-                                 int B, int T);
+// model: the run's model (borrowed for the call); the device passes drive GPT-2's CUDA model
+// directly until they go through the model interface, so another family is DSC_ERR_UNSUPPORTED.
+dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
+                                 int T);
 void dsc__train_gpu_destroy(train_gpu *g); // NULL ok
 
 // One line for the start-up banner (device, mode, precision) and the peak FLOP/s of MFU (0 when

@@ -14,14 +14,13 @@
 #include "data/loader.h"     // dsc_loader
 #include "data/tokenizer.h"  // dsc_tokenizer
 #include "dsc/engine.h"      // dsc_engine, dsc_step_info
+#include "dsc/model.h"       // dsc_model
 #include "dsc/monitor.h"     // dsc_monitor
-#include "model/gpt2/gpt2.h" // dsc_gpt2, dsc_gpt2_config
 
 typedef struct trainer {
     const train_opts *o;
     dsc_engine *eng;
-    dsc_gpt2 *model;
-    dsc_gpt2_config mc;
+    dsc_model *model; // --model; its host activations only without --device cuda
     train_gpu *gpu; // --device cuda: the GPU model and state; NULL on the CPU
     dsc_loader *train, *val;
     dsc_tokenizer *tok;

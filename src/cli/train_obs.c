@@ -65,8 +65,8 @@ void obs_comms_print(const dsc_config *cfg, int64_t step) {
 // ---- flops_profiler ----
 
 static dsc_status write_profile(FILE *f, const dsc_config *cfg, const obs_profile *p,
-                                dsc_gpt2_module *gm, dsc__prof_module *pm, int n) {
-    dsc_gpt2_modules(p->mc, p->B * p->gas, p->T, gm);
+                                dsc_model_module *gm, dsc__prof_module *pm, int n) {
+    dsc_model_modules(p->model, p->B * p->gas, p->T, gm);
     for (int i = 0; i < n; i++)
         pm[i] = (dsc__prof_module){gm[i].name, gm[i].type, gm[i].depth, gm[i].params,
                                    gm[i].fwd_flops, gm[i].slot >= 0 ? p->times[gm[i].slot] : 0};
@@ -80,8 +80,8 @@ static dsc_status write_profile(FILE *f, const dsc_config *cfg, const obs_profil
 
 dsc_status obs_flops_report(const dsc_config *cfg, const obs_profile *p) {
     const char *path = cfg->flops_profiler.output_file;
-    int n = dsc_gpt2_modules(p->mc, 1, p->T, NULL);
-    dsc_gpt2_module *gm = calloc((size_t)n, sizeof *gm);
+    int n = dsc_model_modules(p->model, 1, p->T, NULL);
+    dsc_model_module *gm = calloc((size_t)n, sizeof *gm);
     dsc__prof_module *pm = calloc((size_t)n, sizeof *pm);
     FILE *f = path[0] ? fopen(path, "w") : stdout;
     dsc_status st = DSC_OK;

@@ -6,9 +6,9 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int64_t
 
-#include "dsc/config.h"      // dsc_config
-#include "dsc/monitor.h"     // dsc_monitor
-#include "model/gpt2/gpt2.h" // dsc_gpt2_config
+#include "dsc/config.h"  // dsc_config
+#include "dsc/model.h"   // dsc_model
+#include "dsc/monitor.h" // dsc_monitor
 
 // Seconds of one optimizer step (or a sum of steps) in DeepSpeed's wall_clock_breakdown timers.
 typedef struct train_times {
@@ -28,10 +28,10 @@ void obs_comms_print(const dsc_config *cfg, int64_t step);
 
 // What the flops profiler measured over one optimizer step.
 typedef struct obs_profile {
-    const dsc_gpt2_config *mc;
+    const dsc_model *model;
     int B, T, gas, world;
     int64_t step;
-    const double *times; // dsc_gpt2_timing_slots(mc) forward seconds per leaf module
+    const double *times; // dsc_model_timing_slots(model) forward seconds per leaf module
     train_times tt;      // the step's breakdown
     double iter_s;       // the whole step
 } obs_profile;

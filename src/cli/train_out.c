@@ -22,21 +22,20 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     size_t ntok = (size_t)rows * t->T;
     dsc_st_tensor *ts = calloc((size_t)n + 2, sizeof *ts);
     float **copies = calloc((size_t)n, sizeof *copies);
-    dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
     int32_t *in = malloc(ntok * sizeof *in), *tg = malloc(ntok * sizeof *tg);
     dsc_status st = DSC_OK;
-    if (!ts || !copies || !info || !in || !tg) {
+    if (!ts || !copies || !in || !tg) {
         st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         goto done;
     }
     for (int i = 0; i < n && st == DSC_OK; i++) {
-        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
-        copies[i] = malloc((size_t)info[i].numel * sizeof(float));
+        const dsc_model_param *info = dsc_model_param_get(t->model, i);
+        copies[i] = malloc((size_t)info->numel * sizeof(float));
         if (!copies[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         else st = dsc_engine_full_grad(eng, i, copies[i]);
-        ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
-                                .data = copies[i], .nbytes = (size_t)info[i].numel * 4};
-        for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
+        ts[i] = (dsc_st_tensor){.name = info->name, .dtype = "F32", .ndim = info->ndim,
+                                .data = copies[i], .nbytes = (size_t)info->numel * 4};
+        for (int d = 0; d < info->ndim; d++) ts[i].shape[d] = info->shape[d];
     }
     if (st != DSC_OK || t->rank != 0) goto done;
     // The global batch of step 1, in (micro-step, rank, sample) order: the loader is
@@ -58,7 +57,6 @@ done:
     for (int i = 0; copies && i < n; i++) free(copies[i]);
     free(copies);
     free(ts);
-    free(info);
     free(in);
     free(tg);
     return st;
@@ -119,7 +117,7 @@ void train__sample_text(trainer *t) {
     dsc_gen_opts go = dsc_gen_opts_default();
     go.max_new_tokens = (int)t->o->sample_tokens;
     go.seed = (uint64_t)t->o->seed;
-    go.n_head = t->mc.n_head;
+    go.model = t->model;
     dsc_gen_prompt p = {ids, (int)n};
     dsc_gen_output out = {0};
     // On the GPU the weights live on the device: bring them into the engine, whose host copy the
@@ -152,15 +150,14 @@ dsc_status train__dump_weights(trainer *t) {
     int n = t->ntensors;
     dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);
     float **vals = calloc((size_t)n, sizeof *vals);
-    dsc_gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
-    dsc_status st = ts && vals && info ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_status st = ts && vals ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; i < n && st == DSC_OK; i++) {
-        dsc_gpt2_tensor_info_get(&t->mc, i, &info[i]);
-        vals[i] = malloc((size_t)info[i].numel * sizeof(float));
+        const dsc_model_param *info = dsc_model_param_get(t->model, i);
+        vals[i] = malloc((size_t)info->numel * sizeof(float));
         st = vals[i] ? dsc_engine_full_param(t->eng, i, vals[i]) : dsc__fail(DSC_ERR_OOM, "out of memory");
-        ts[i] = (dsc_st_tensor){.name = info[i].name, .dtype = "F32", .ndim = info[i].ndim,
-                                .data = vals[i], .nbytes = (size_t)info[i].numel * 4};
-        for (int d = 0; d < info[i].ndim; d++) ts[i].shape[d] = info[i].shape[d];
+        ts[i] = (dsc_st_tensor){.name = info->name, .dtype = "F32", .ndim = info->ndim,
+                                .data = vals[i], .nbytes = (size_t)info->numel * 4};
+        for (int d = 0; d < info->ndim; d++) ts[i].shape[d] = info->shape[d];
     }
     char steps[32], world[32];
     snprintf(steps, sizeof steps, "%lld", (long long)dsc_engine_global_steps(t->eng));
@@ -171,7 +168,6 @@ dsc_status train__dump_weights(trainer *t) {
     for (int i = 0; vals && i < n; i++) free(vals[i]);
     free(vals);
     free(ts);
-    free(info);
     return st;
 }
 

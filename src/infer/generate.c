@@ -4,7 +4,7 @@
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
-#include <string.h> // strcmp, strncmp
+#include <string.h> // memcpy
 
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "base/time.h"    // dsc_now
@@ -25,76 +25,6 @@ void dsc_gen_output_free(dsc_gen_output *out, int n) {
         out[i].tokens = NULL;
         out[i].len = 0;
     }
-}
-
-// ---- the model from a parameter table ----
-
-static int find_name(const char *const *names, int count, const char *want) {
-    for (int j = 0; j < count; j++) {
-        const char *n = names[j];
-        if (!strncmp(n, "transformer.", 12)) n += 12; // some exports prefix every name
-        if (!strcmp(n, want)) return j;
-    }
-    return -1;
-}
-
-static dsc_status model_dims(const char *const *names, const int64_t (*shapes)[2], const int *ndims,
-                             int count, int n_head, const char *what, dsc_gpt2_config *c) {
-    int wte = find_name(names, count, "wte.weight"), wpe = find_name(names, count, "wpe.weight");
-    if (wte < 0 || wpe < 0 || ndims[wte] != 2 || ndims[wpe] != 2 ||
-        shapes[wte][1] != shapes[wpe][1])
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "%s: no GPT-2 embeddings (wte.weight (vocab, C) and wpe.weight (context, "
-                         "C), Hugging Face names); give GPT-2 weights",
-                         what);
-    int L = 0;
-    char name[64];
-    for (;; L++) {
-        snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
-        if (find_name(names, count, name) < 0) break;
-    }
-    int64_t C = shapes[wte][1];
-    if (n_head <= 0) n_head = C % 64 == 0 ? (int)(C / 64) : 0;
-    if (L < 1 || n_head < 1 || C % n_head != 0)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "%s: %d layers (h.0 ...) of %lld channels: cannot derive the attention "
-                         "heads (%d); the weights need h.<i>.* layers and a head count that "
-                         "divides the channels (GPT-2: 64 channels per head)",
-                         what, L, (long long)C, n_head);
-    *c = (dsc_gpt2_config){.n_layer = L,
-                           .n_head = n_head,
-                           .n_embd = (int)C,
-                           .vocab_size = (int)shapes[wte][0],
-                           .max_seq_len = (int)shapes[wpe][0]};
-    return DSC_OK;
-}
-
-dsc_status dsc__gen_model_config(const char *const *names, const int64_t (*shapes)[2],
-                                 const int *ndims, int count, int n_head, const char *what,
-                                 dsc_gpt2_config *out, int *order) {
-    dsc_gpt2_config c;
-    DSC_TRY(model_dims(names, shapes, ndims, count, n_head, what, &c));
-    for (int k = 0; k < dsc_gpt2_num_tensors(&c); k++) {
-        dsc_gpt2_tensor_info ti;
-        dsc_gpt2_tensor_info_get(&c, k, &ti);
-        int j = find_name(names, count, ti.name);
-        if (j < 0)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "%s: tensor %s is missing; the file is not a "
-                             "complete GPT-2 of %d layers",
-                             what, ti.name, c.n_layer);
-        if (ndims[j] != ti.ndim || shapes[j][0] != ti.shape[0] ||
-            (ti.ndim == 2 && shapes[j][1] != ti.shape[1]))
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "%s: tensor %s has shape (%lld, %lld), GPT-2 with %d channels and "
-                             "vocabulary %d needs (%lld, %lld); the weights are inconsistent",
-                             what, ti.name, (long long)shapes[j][0],
-                             (long long)(ndims[j] == 2 ? shapes[j][1] : 0), c.n_embd, c.vocab_size,
-                             (long long)ti.shape[0], (long long)ti.shape[1]);
-        order[k] = j;
-    }
-    *out = c;
-    return DSC_OK;
 }
 
 // ---- the loop ----
@@ -125,6 +55,7 @@ static dsc_status check_inputs(const dsc__gen_model *m, const dsc_gen_prompt *p,
                          "generate: max_new_tokens %d, temperature %g, top_k %d, top_p %g: need "
                          "max_new_tokens >= 1, temperature >= 0, top_k >= 0, 0 <= top_p <= 1",
                          o->max_new_tokens, o->temperature, o->top_k, o->top_p);
+    const dsc_model_info *mi = dsc_model_describe(m->model);
     for (int i = 0; i < n; i++) {
         if (p[i].len < 1 || !p[i].tokens)
             return dsc__fail(DSC_ERR_INVALID_ARG,
@@ -135,15 +66,15 @@ static dsc_status check_inputs(const dsc__gen_model *m, const dsc_gen_prompt *p,
             return dsc__fail(DSC_ERR_INVALID_ARG,
                              "generate: prompt %d has %d tokens, but a sequence may hold %d "
                              "(the model's context %d%s); shorten the prompt",
-                             i, p[i].len, ctx, m->c.max_seq_len,
+                             i, p[i].len, ctx, mi->max_seq_len,
                              m->max_positions ? ", or max_out_tokens" : "");
         for (int t = 0; t < p[i].len; t++)
-            if (p[i].tokens[t] < 0 || p[i].tokens[t] >= m->c.vocab_size)
+            if (p[i].tokens[t] < 0 || p[i].tokens[t] >= mi->vocab_size)
                 return dsc__fail(DSC_ERR_INVALID_ARG,
                                  "generate: token %d of prompt %d is %d, outside the model's "
                                  "vocabulary [0, %d); use the tokenizer the model was trained "
                                  "with",
-                                 t, i, p[i].tokens[t], m->c.vocab_size);
+                                 t, i, p[i].tokens[t], mi->vocab_size);
     }
     return DSC_OK;
 }
@@ -157,7 +88,7 @@ static void state_free(gen_state *s) {
 }
 
 static dsc_status state_init(gen_state *s, const dsc_gen_prompt *p) {
-    int n = s->n, V = s->m->c.vocab_size;
+    int n = s->n, V = dsc_model_describe(s->m->model)->vocab_size;
     s->seq = calloc((size_t)n, sizeof *s->seq);
     s->len = calloc((size_t)n, sizeof *s->len);
     s->live = calloc((size_t)n, sizeof *s->live);
@@ -209,7 +140,7 @@ static int ends(gen_state *s, int i, const dsc_gen_prompt *p) {
 
 // --trace: the choice and the two best tokens of output row j (largest logit, lowest id first).
 static void trace_row(gen_state *s, int j, int32_t tok) {
-    int V = s->m->c.vocab_size;
+    int V = dsc_model_describe(s->m->model)->vocab_size;
     const float *l = s->logits + (size_t)j * V;
     int a = 0, b = V > 1 ? 1 : 0;
     if (V > 1 && l[1] > l[0]) a = 1, b = 0;
@@ -227,7 +158,7 @@ static void trace_row(gen_state *s, int j, int32_t tok) {
 // logits agree, but a backend need not promise it bit for bit, and a stop function may differ).
 static dsc_status decide(gen_state *s, int nout, bool picked, const dsc_gen_prompt *p,
                          dsc_gen_output *out) {
-    int V = s->m->c.vocab_size;
+    int V = dsc_model_describe(s->m->model)->vocab_size;
     int32_t *code = s->code, *pack = s->pack;
     for (int j = 0; j < nout; j++) {
         int i = s->sel[j];
@@ -292,8 +223,8 @@ static dsc_status take_outputs(gen_state *s, const dsc_gen_prompt *p, dsc_gen_ou
 
 dsc_status dsc__generate_positions(const dsc__gen_model *m, const dsc_gen_prompt *prompts, int n,
                                    const dsc_gen_opts *o, int *positions) {
-    int ctx = m->max_positions > 0 && m->max_positions < m->c.max_seq_len ? m->max_positions
-                                                                          : m->c.max_seq_len;
+    int context = dsc_model_describe(m->model)->max_seq_len;
+    int ctx = m->max_positions > 0 && m->max_positions < context ? m->max_positions : context;
     DSC_TRY(check_inputs(m, prompts, n, o, ctx));
     // The cache holds max_out_tokens positions when bounded (its size proves the bound), else
     // only what the longest sequence of this call reaches.
@@ -326,7 +257,7 @@ dsc_status dsc__generate_loop(const dsc__gen_model *m, const dsc__gen_backend *b
 
 typedef struct cpu_backend {
     const dsc__gen_model *m;
-    dsc_gpt2_kv *kv;
+    dsc_model_kv *kv;
     bool no_cache;
     int32_t *rseq, *rpos, *rtok, *rout; // row arrays, sized for every token of every sequence
 } cpu_backend;
@@ -346,22 +277,23 @@ static dsc_status cpu_next(void *ctx, const dsc__gen_pass *p, float *logits, int
         }
         cb->rout[j] = nr - 1;
     }
-    dsc_gpt2_rows r = {.n = nr, .seq = cb->rseq, .pos = cb->rpos, .tokens = cb->rtok,
+    dsc_model_rows r = {.n = nr, .seq = cb->rseq, .pos = cb->rpos, .tokens = cb->rtok,
                        .nout = p->nout, .out = cb->rout};
     (void)chosen;
     *picked = false;
-    return dsc__gpt2_infer(cb->kv, cb->m->params, &cb->m->tp, &r, cb->m->hooks, logits);
+    return dsc_model_infer(cb->m->model, cb->kv, cb->m->params, &cb->m->tp, &r, cb->m->hooks,
+                           logits);
 }
 
 // The cache: reused when it fits, else made for n sequences of `positions`.
-static dsc_status cache_for(const dsc__gen_model *m, dsc_gpt2_kv **kv, int n, int positions) {
-    if (dsc__gpt2_kv_fits(*kv, &m->c, m->tp.size, n, positions)) return DSC_OK;
-    dsc__gpt2_kv_destroy(*kv);
+static dsc_status cache_for(const dsc__gen_model *m, dsc_model_kv **kv, int n, int positions) {
+    if (dsc_model_kv_fits(*kv, m->model, m->tp.size, n, positions)) return DSC_OK;
+    dsc_model_kv_destroy(*kv);
     *kv = NULL;
-    return dsc__gpt2_kv_create(kv, &m->c, m->tp.size, n, positions);
+    return dsc_model_kv_create(kv, m->model, m->tp.size, n, positions);
 }
 
-dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_gpt2_kv **kv,
+dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_model_kv **kv,
                              const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                              dsc_gen_output *out, dsc_gen_stats *stats) {
     dsc_gen_stats local = {0};
@@ -369,7 +301,7 @@ dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_gpt2_kv **kv,
     int positions;
     DSC_TRY(dsc__generate_positions(m, prompts, n, o, &positions));
     DSC_TRY(cache_for(m, kv, n, positions));
-    st->kv_bytes = dsc__gpt2_kv_bytes(&m->c, m->tp.size, n, positions);
+    st->kv_bytes = dsc_model_kv_bytes(m->model, m->tp.size, n, positions);
     st->kv_positions = positions;
     size_t rows = (size_t)n * positions;
     cpu_backend cb = {.m = m, .kv = *kv, .no_cache = o->no_cache};

@@ -1,27 +1,27 @@
-// infer/generate.h - the generation loop over a GPT-2 whose weights the caller provides: the
-// engine's (hybrid.c) or a file's (`dsc generate`).
+// infer/generate.h - the generation loop over a model (dsc/model.h) whose weights the caller
+// provides: the engine's (hybrid.c) or a file's (`dsc generate`).
 #ifndef DSC_INFER_GENERATE_H
 #define DSC_INFER_GENERATE_H
 
 #include <stdio.h> // FILE
 
-#include "dsc/generate.h"     // dsc_gen_*
-#include "model/gpt2/infer.h" // dsc_gpt2_kv, dsc_gpt2_tp
+#include "dsc/generate.h" // dsc_gen_*
+#include "dsc/model.h"    // dsc_model, dsc_model_kv, dsc_model_tp, dsc_model_hooks
 
 typedef struct dsc__gen_model {
-    dsc_gpt2_config c;
-    float *const *params;        // every tensor in the local layout of tp (borrowed)
-    const dsc_gpt2_hooks *hooks; // NULL: params stay valid for the whole call
-    dsc_gpt2_tp tp;              // size 1: none
+    const dsc_model *model;       // the model's shape and passes (borrowed)
+    float *const *params;         // every tensor in the local layout of tp (borrowed)
+    const dsc_model_hooks *hooks; // NULL: params stay valid for the whole call
+    dsc_model_tp tp;              // size 1: none
     int max_positions;           // positions per sequence the cache may hold; 0: the context
     FILE *trace; // NULL, or one JSON line per sequence and token: the choice and the two most
                  // likely tokens with their logits (greedy then reads the logits on the host)
 } dsc__gen_model;
 
 // Generate from n prompts into out[0..n) (see dsc_generate for the options). *kv is reused when
-// it fits and replaced otherwise; the caller owns it (dsc__gpt2_kv_destroy). Every rank of a
+// it fits and replaced otherwise; the caller owns it (dsc_model_kv_destroy). Every rank of a
 // tensor-parallel group passes the same prompts and gets the same outputs. stats may be NULL.
-dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_gpt2_kv **kv,
+dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_model_kv **kv,
                              const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                              dsc_gen_output *out, dsc_gen_stats *stats);
 
@@ -30,7 +30,7 @@ dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_gpt2_kv **kv,
 // key/value cache (bf16) and everything else lives on the device for the call only. Greedy
 // choices are made on the device; sampling copies each step's logits (fp32) to the host and runs
 // dsc__sample there, so a seed gives the CPU path's choices for the same logits. o->no_cache
-// recomputes every sequence with the training forward (cuda/gpt2_cuda.h) for each token. One
+// recomputes every sequence with the training forward (the family's CUDA model) for each token. One
 // prompt pass and two steps run before the timed loop (a warm-up: the products' algorithm choices
 // and the step's graph capture), reported as stats->warmup_s. DSC_ERR_UNSUPPORTED, naming what is
 // missing, in a build without the CUDA kernels or without a usable device.
@@ -55,7 +55,7 @@ typedef struct dsc__gen_pass {
     const int32_t *sel;
 } dsc__gen_pass;
 
-// A model the loop drives: the CPU rows (model/gpt2/infer.c, in generate.c) or the GPU decoder
+// A model the loop drives: the CPU rows (dsc_model_infer, in generate.c) or the GPU decoder
 // (generate_cuda.c). next writes logits (nout, V), fp32, of each selected sequence's newest
 // token; or, when chosen is not NULL (a greedy call) and the model picks greedy tokens itself,
 // chosen[0 .. nout) (the most likely token, the lowest id on ties) and *picked = true.
@@ -75,13 +75,5 @@ dsc_status dsc__generate_positions(const dsc__gen_model *m, const dsc_gen_prompt
 dsc_status dsc__generate_loop(const dsc__gen_model *m, const dsc__gen_backend *be, int positions,
                               const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                               dsc_gen_output *out, dsc_gen_stats *stats);
-
-// The model of a parameter table with Hugging Face GPT-2 names and shapes (wte.weight (V, C),
-// wpe.weight (T, C), h.<i>.* for every layer, ln_f.*), n_head heads (0: C / 64), checked tensor
-// by tensor against dsc_gpt2_tensor_info. names[i], shapes[i][0..2) of tensor i, in any order:
-// order[k] receives the table index of the model's tensor k. what names the source in errors.
-dsc_status dsc__gen_model_config(const char *const *names, const int64_t (*shapes)[2],
-                                 const int *ndims, int count, int n_head, const char *what,
-                                 dsc_gpt2_config *out, int *order);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include "cuda/gpt2_decode.h" // dsc_gpt2_decode_*
 #include "cuda/train_state.h" // dsc__cuda_device_info, dsc__cuda_current_device
+#include "model/gpt2/model.h" // dsc__model_gpt2_config
 
 typedef struct gpu_backend {
     dsc_gpt2_decode *dec;
@@ -101,19 +102,19 @@ static dsc_status run(const dsc__gen_model *m, dsc_mem_pool *pool, int positions
                       const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                       dsc_gen_output *out, dsc_gen_stats *st) {
     dsc_gpt2_decode_weights *w = NULL;
-    gpu_backend g = {.n = n, .V = m->c.vocab_size};
-    dsc_status rc = dsc_gpt2_decode_weights_upload(&w, &m->c, (const float *const *)m->params,
-                                                   pool);
+    const dsc_gpt2_config *c = dsc__model_gpt2_config(m->model); // checked by the caller
+    gpu_backend g = {.n = n, .V = c->vocab_size};
+    dsc_status rc = dsc_gpt2_decode_weights_upload(&w, c, (const float *const *)m->params, pool);
     dsc_gpt2_decode_opts dopt = {.batch = n, .max_len = positions, .recompute = o->no_cache,
                                  .pool = pool};
-    if (rc == DSC_OK) rc = dsc_gpt2_decode_create(&g.dec, &m->c, &dopt);
+    if (rc == DSC_OK) rc = dsc_gpt2_decode_create(&g.dec, c, &dopt);
     g.params = dsc_gpt2_decode_weights_params(w);
     g.tok = calloc((size_t)n, sizeof(int32_t)), g.pos = calloc((size_t)n, sizeof(int32_t));
     g.all = calloc((size_t)n, sizeof(int32_t));
     g.logits = malloc((size_t)n * g.V * sizeof(float));
     if (rc == DSC_OK && !(g.tok && g.pos && g.all && g.logits))
         rc = dsc__fail(DSC_ERR_OOM, "generate: out of memory for %d sequences", n);
-    st->kv_bytes = o->no_cache ? 0 : dsc_gpt2_decode_kv_bytes(&m->c, n, positions);
+    st->kv_bytes = o->no_cache ? 0 : dsc_gpt2_decode_kv_bytes(c, n, positions);
     st->kv_positions = positions;
     double t0 = dsc_now();
     if (rc == DSC_OK) rc = warm_up(&g, prompts, n);
@@ -134,6 +135,10 @@ dsc_status dsc__generate_run_cuda(const dsc__gen_model *m, const dsc_gen_prompt 
     if (m->tp.size > 1 || m->hooks)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "generation on the GPU takes whole weights on one "
                          "device: tensor parallelism (--tp) and gather hooks are CPU only");
+    if (!dsc__model_gpt2_config(m->model))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "generation on the GPU: model family %s has no "
+                         "CUDA decoder yet; generate on the CPU (--device cpu)",
+                         dsc_model_describe(m->model)->family);
     int positions;
     DSC_TRY(dsc__generate_positions(m, prompts, n, o, &positions));
     char name[256];

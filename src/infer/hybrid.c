@@ -2,14 +2,15 @@
 // generation, and the switch back (see dsc/generate.h).
 #include <pthread.h> // pthread_mutex_*
 #include <stdlib.h>  // calloc, free, malloc
-#include <string.h>  // memcpy
+#include <string.h>  // memcpy, strcmp
 
 #include "base/status.h"    // dsc__fail, DSC_TRY
 #include "base/time.h"      // dsc_now
 #include "dsc/generate.h"   // dsc_generate
 #include "dsc/memory.h"     // dsc_mem_*
 #include "engine/hybrid.h"  // dsc__engine_*
-#include "infer/generate.h" // dsc__generate_run, dsc__gen_model_config
+#include "dsc/model.h"      // dsc_model_*
+#include "infer/generate.h" // dsc__generate_run
 
 // ---- the caches kept between calls (release_inference_cache false) ----
 
@@ -18,11 +19,11 @@
 static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     const dsc_engine *eng;
-    dsc_gpt2_kv *kv;
+    dsc_model_kv *kv;
 } kept[MAX_KEPT];
 
-static dsc_gpt2_kv *kept_take(const dsc_engine *eng) {
-    dsc_gpt2_kv *kv = NULL;
+static dsc_model_kv *kept_take(const dsc_engine *eng) {
+    dsc_model_kv *kv = NULL;
     pthread_mutex_lock(&kept_mu);
     for (int i = 0; i < MAX_KEPT; i++)
         if (kept[i].eng == eng) {
@@ -34,7 +35,7 @@ static dsc_gpt2_kv *kept_take(const dsc_engine *eng) {
 }
 
 // Keep kv for eng; with every slot taken it is freed instead (the next call makes a new one).
-static void kept_put(const dsc_engine *eng, dsc_gpt2_kv *kv) {
+static void kept_put(const dsc_engine *eng, dsc_model_kv *kv) {
     pthread_mutex_lock(&kept_mu);
     for (int i = 0; kv && i < MAX_KEPT; i++)
         if (!kept[i].eng) {
@@ -42,18 +43,18 @@ static void kept_put(const dsc_engine *eng, dsc_gpt2_kv *kv) {
             kv = NULL;
         }
     pthread_mutex_unlock(&kept_mu);
-    dsc__gpt2_kv_destroy(kv);
+    dsc_model_kv_destroy(kv);
 }
 
 void dsc_generate_release(dsc_engine *eng) {
-    if (eng) dsc__gpt2_kv_destroy(kept_take(eng));
+    if (eng) dsc_model_kv_destroy(kept_take(eng));
 }
 
 // ---- the inference layout ----
 
 typedef struct layout {
     dsc_engine *eng;
-    dsc_gpt2_config c;
+    const dsc_model *model;
     int nt, *order;       // model tensor k is engine parameter order[k]
     float **params;       // (nt) as the model reads them
     dsc_mem_pool *pool;   // tensor-parallel slices (tag "infer.tp_params")
@@ -62,37 +63,39 @@ typedef struct layout {
     int tp, tp_rank;
 } layout;
 
-static dsc_status model_of(layout *ly, int n_head) {
+// Each of the model's tensors among the engine's parameters, by name, with its shape.
+static dsc_status match_params(layout *ly) {
     int np = dsc_engine_num_params(ly->eng);
-    const char **names = calloc((size_t)np, sizeof *names);
-    int64_t(*shapes)[2] = calloc((size_t)np, sizeof *shapes);
-    int *ndims = calloc((size_t)np, sizeof *ndims);
-    ly->order = calloc((size_t)np, sizeof *ly->order);
-    dsc_status st = names && shapes && ndims && ly->order
-                        ? DSC_OK
-                        : dsc__fail(DSC_ERR_OOM, "generate: out of memory");
-    for (int i = 0; st == DSC_OK && i < np; i++) {
-        int64_t sh[DSC_PARAM_MAX_DIMS];
-        names[i] = dsc__engine_param_name(ly->eng, i);
-        ndims[i] = dsc__engine_param_shape(ly->eng, i, sh);
-        shapes[i][0] = sh[0], shapes[i][1] = ndims[i] > 1 ? sh[1] : 0;
+    ly->order = calloc((size_t)ly->nt, sizeof *ly->order);
+    if (!ly->order) return dsc__fail(DSC_ERR_OOM, "generate: out of memory");
+    for (int k = 0; k < ly->nt; k++) {
+        const dsc_model_param *p = dsc_model_param_get(ly->model, k);
+        int i = 0;
+        while (i < np && strcmp(dsc__engine_param_name(ly->eng, i), p->name) != 0) i++;
+        int64_t sh[DSC_PARAM_MAX_DIMS] = {0};
+        int nd = i < np ? dsc__engine_param_shape(ly->eng, i, sh) : 0;
+        bool same = i < np && nd == p->ndim;
+        for (int d = 0; same && d < nd; d++) same = sh[d] == p->shape[d];
+        if (!same)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "dsc_generate: the model's tensor %s (%lld x %lld) is %s among the "
+                             "engine's parameters; pass the model the engine was created for "
+                             "(dsc_gen_opts.model)", p->name, (long long)p->shape[0],
+                             (long long)p->shape[1], i < np ? "of another shape" : "missing");
+        ly->order[k] = i;
     }
-    if (st == DSC_OK)
-        st = dsc__gen_model_config(names, (const int64_t(*)[2])shapes, ndims, np, n_head,
-                                   "generate: the engine's parameters", &ly->c, ly->order);
-    free(names), free(shapes), free(ndims);
-    return st;
+    return DSC_OK;
 }
 
 // Rank tp_rank's slices of group g's tensors into blocks of the pool.
 static dsc_status slice_group(layout *ly, int g) {
     for (int k = 0; k < ly->nt; k++) {
         if (dsc__engine_param_group(ly->eng, ly->order[k]) != g) continue;
-        size_t bytes = (size_t)dsc__gpt2_tp_numel(&ly->c, k, ly->tp) * sizeof(float);
+        size_t bytes = (size_t)dsc_model_tp_numel(ly->model, k, ly->tp) * sizeof(float);
         DSC_TRY(dsc_mem_alloc(ly->pool, bytes, "infer.tp_params", &ly->held[k]));
         ly->params[k] = dsc_mem_ptr(ly->pool, ly->held[k]);
-        dsc__gpt2_tp_slice(&ly->c, k, ly->tp_rank, ly->tp, dsc_param_data(ly->eng, ly->order[k]),
-                           ly->params[k]);
+        dsc_model_tp_slice(ly->model, k, ly->tp_rank, ly->tp,
+                           dsc_param_data(ly->eng, ly->order[k]), ly->params[k]);
     }
     return DSC_OK;
 }
@@ -150,15 +153,19 @@ static dsc_status layout_init(layout *ly, dsc_engine *eng, const dsc_gen_opts *o
     const dsc_config *cfg = dsc_engine_config(eng);
     int world = dsc_engine_world_size(eng);
     int64_t tp = cfg->hybrid_engine.inference_tp_size;
-    *ly = (layout){.eng = eng, .tp = tp > 1 ? (int)tp : 1, .tp_rank = dsc_engine_rank(eng)};
+    *ly = (layout){.eng = eng, .model = o->model, .tp = tp > 1 ? (int)tp : 1,
+                   .tp_rank = dsc_engine_rank(eng)};
+    if (!o->model)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_generate: dsc_gen_opts.model is NULL; pass the "
+                         "model whose parameters the engine holds (dsc_model_create)");
     if (tp > 1 && tp != world)
         return dsc__fail(DSC_ERR_CONFIG,
                          "hybrid_engine.inference_tp_size %lld with %d ranks: tensor-parallel "
                          "generation runs on one group of all ranks; set it to 1 or %d",
                          (long long)tp, world, world);
-    DSC_TRY(model_of(ly, o->n_head));
-    if (ly->tp > 1) DSC_TRY(dsc__gpt2_tp_check(&ly->c, ly->tp));
-    ly->nt = dsc_gpt2_num_tensors(&ly->c);
+    ly->nt = dsc_model_describe(ly->model)->num_tensors;
+    DSC_TRY(match_params(ly));
+    if (ly->tp > 1) DSC_TRY(dsc_model_tp_check(ly->model, ly->tp));
     ly->params = calloc((size_t)ly->nt, sizeof *ly->params);
     ly->held = calloc((size_t)ly->nt, sizeof *ly->held);
     ly->gathered = calloc((size_t)dsc__engine_num_groups(eng), sizeof *ly->gathered);
@@ -229,13 +236,14 @@ static dsc_status run(layout *ly, const dsc_gen_prompt *prompts, int n, const ds
                       dsc_gen_output *out, dsc_gen_stats *st) {
     const dsc_config *cfg = dsc_engine_config(ly->eng);
     int64_t bound = cfg->hybrid_engine.max_out_tokens;
-    dsc__gen_model m = {.c = ly->c,
+    int context = dsc_model_describe(ly->model)->max_seq_len;
+    dsc__gen_model m = {.model = ly->model,
                         .params = ly->params,
                         .tp = {ly->tp_rank, ly->tp, ly->tp > 1 ? dsc__engine_comm(ly->eng) : NULL},
-                        .max_positions = bound <= 0                  ? 0
-                                         : bound < ly->c.max_seq_len ? (int)bound
-                                                                     : ly->c.max_seq_len};
-    dsc_gpt2_kv *kv = kept_take(ly->eng);
+                        .max_positions = bound <= 0        ? 0
+                                         : bound < context ? (int)bound
+                                                           : context};
+    dsc_model_kv *kv = kept_take(ly->eng);
     dsc_status rc;
     if (ly->tp == 1) {
         rc = dsc__generate_run(&m, &kv, prompts, n, o, out, st);
@@ -255,7 +263,7 @@ static dsc_status run(layout *ly, const dsc_gen_prompt *prompts, int n, const ds
         group_prompts_free(&gp);
     }
     if (cfg->hybrid_engine.release_inference_cache)
-        dsc__gpt2_kv_destroy(kv);
+        dsc_model_kv_destroy(kv);
     else
         kept_put(ly->eng, kv);
     return rc;

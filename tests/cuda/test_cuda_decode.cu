@@ -32,6 +32,7 @@ extern "C" {
 #include "infer/generate.h"   // dsc__generate_run_cuda, dsc__generate_run
 #include "infer/sample.h"     // dsc__sample
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_* (CPU reference)
+#include "model/gpt2/model.h" // dsc__model_gpt2_create
 }
 
 #define TOL_LOGITS 1.5e-2 // relative, all rows of a pass; bf16 activations give about 5e-3
@@ -264,9 +265,9 @@ typedef dsc_status (*gen_fn)(const dsc__gen_model *, const dsc_gen_prompt *, int
 
 static dsc_status run_cpu(const dsc__gen_model *m, const dsc_gen_prompt *p, int n,
                           const dsc_gen_opts *o, dsc_gen_output *out, dsc_gen_stats *st) {
-    dsc_gpt2_kv *kv = NULL;
+    dsc_model_kv *kv = NULL;
     dsc_status rc = dsc__generate_run(m, &kv, p, n, o, out, st);
-    dsc__gpt2_kv_destroy(kv);
+    dsc_model_kv_destroy(kv);
     return rc;
 }
 
@@ -274,8 +275,11 @@ static std::vector<std::vector<int32_t>> generate(gen_fn fn, const host_model &h
                                                   const std::vector<std::vector<int32_t>> &prompts,
                                                   dsc_gen_opts o, FILE *trace) {
     int n = (int)prompts.size();
+    dsc_model *model = NULL;
+    DS(dsc__model_gpt2_create(&model, &hm.c));
     dsc__gen_model gm = {};
-    gm.c = hm.c, gm.params = (float *const *)hm.p.data(), gm.tp = {0, 1, NULL}, gm.trace = trace;
+    gm.model = model, gm.params = (float *const *)hm.p.data(), gm.tp = {0, 1, NULL};
+    gm.trace = trace;
     std::vector<dsc_gen_prompt> p;
     for (auto &q : prompts)
         p.push_back({q.data(), (int)q.size()});
@@ -285,6 +289,7 @@ static std::vector<std::vector<int32_t>> generate(gen_fn fn, const host_model &h
     for (auto &x : out)
         toks.emplace_back(x.tokens, x.tokens + x.len);
     dsc_gen_output_free(out.data(), n);
+    dsc_model_destroy(model);
     return toks;
 }
 

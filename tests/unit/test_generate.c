@@ -18,7 +18,7 @@
 #include "infer/generate.h"   // dsc__generate_run
 #include "infer/sample.h"     // dsc__sample
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_*
-#include "model/gpt2/infer.h" // dsc__gpt2_kv_*
+#include "model/gpt2/model.h" // dsc__model_gpt2_create
 #ifdef _OPENMP
 #include <omp.h> // omp_set_num_threads
 #endif
@@ -84,6 +84,13 @@ typedef struct model {
     int nt;
 } model;
 
+// The model handle of cfg (made once; the process ends with it).
+static const dsc_model *the_model(void) {
+    static dsc_model *m;
+    if (!m) assert_int_equal(dsc__model_gpt2_create(&m, &cfg), DSC_OK);
+    return m;
+}
+
 // GPT-2's initialisation with the weights scaled up, so that the logits spread out and greedy
 // choices are not near-ties that rounding could flip.
 static model make_model(uint64_t seed) {
@@ -132,10 +139,10 @@ static void reference(const model *m, const int32_t *prompt, int len, int n_new,
 
 static dsc_status run(const model *m, const dsc_gen_prompt *p, int n, const dsc_gen_opts *o,
                       dsc_gen_output *out, dsc_gen_stats *st) {
-    dsc__gen_model gm = {.c = cfg, .params = m->p, .tp = {0, 1, NULL}};
-    dsc_gpt2_kv *kv = NULL;
+    dsc__gen_model gm = {.model = the_model(), .params = m->p, .tp = {0, 1, NULL}};
+    dsc_model_kv *kv = NULL;
     dsc_status rc = dsc__generate_run(&gm, &kv, p, n, o, out, st);
-    dsc__gpt2_kv_destroy(kv);
+    dsc_model_kv_destroy(kv);
     return rc;
 }
 
@@ -319,7 +326,7 @@ static void test_engine_generate(void **state) {
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0;
     o.max_new_tokens = 10;
-    o.n_head = cfg.n_head;
+    o.model = the_model();
     model m = make_model(3);
     dsc_gen_output want[2];
     assert_int_equal(run(&m, p, 2, &o, want, NULL), DSC_OK);
@@ -377,7 +384,7 @@ static void test_generate_without_compute_copy(void **state) {
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0;
     o.max_new_tokens = 12;
-    o.n_head = cfg.n_head;
+    o.model = the_model();
     const char *fmt = "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
                       "\"zero_optimization\": {\"stage\": %d}}";
     for (int stage = 0; stage <= 3; stage += 3) {
@@ -408,7 +415,7 @@ static void test_generate_mid_training(void **state) {
         const int32_t prompt[3] = {1, 2, 3};
         dsc_gen_prompt p = {prompt, 3};
         dsc_gen_opts o = dsc_gen_opts_default();
-        o.n_head = cfg.n_head;
+        o.model = the_model();
         o.max_new_tokens = 8;
         for (int s = 1; s <= 6; s++) {
             float la = train_step(&a, s), lb = train_step(&b, s);

@@ -17,6 +17,7 @@
 #include <stdint.h> // int32_t, int64_t, uint64_t
 
 #include "dsc/memory.h" // dsc_mem_pool
+#include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
 #include "dsc/status.h" // dsc_status
 
 typedef struct dsc_gpt2_config {
@@ -65,12 +66,7 @@ void dsc_gpt2_init_tensor(const dsc_gpt2_config *c, int i, float *dst, int64_t b
 // With a gather hook, the model reads params[i] (and, in backward, grads[i]) of group g only
 // after gather(g) returned, so the hook may fill those entries of the arrays (ZeRO-3 gathers each
 // group into a fresh buffer); without one, every entry must be valid for the whole pass.
-typedef struct dsc_gpt2_hooks {
-    void *user;
-    dsc_status (*gather)(void *user, int group);
-    dsc_status (*release)(void *user, int group);
-    dsc_status (*grads_ready)(void *user, int group);
-} dsc_gpt2_hooks;
+typedef dsc_model_hooks dsc_gpt2_hooks; // {user, gather, release, grads_ready}
 
 typedef struct dsc_gpt2 dsc_gpt2; // activations and scratch for up to B x T tokens
 
@@ -117,15 +113,10 @@ int dsc_gpt2_timing_slots(const dsc_gpt2_config *c); // 3 + 4 n_layer
 void dsc_gpt2_set_timing(dsc_gpt2 *m, double *times);
 
 // One module of the model's tree, Hugging Face's names and nesting, for B x T tokens.
-typedef struct dsc_gpt2_module {
-    char name[48];    // "transformer.h.3.attn"
-    char type[32];    // "GPT2Attention"
-    int depth;        // 0 for the whole model
-    int64_t params;   // elements of the tensors it owns (lm_head: 0, it is tied to wte)
-    double fwd_flops; // analytic: 2 per parameter per token used in a product (wpe and the wte
-                      // lookup: 0; wte as lm_head: 2VC) plus attention's 4 T C per token
-    int slot;         // timing slot of a leaf, or -1 (then the sum of its children)
-} dsc_gpt2_module;
+// params: elements of the tensors it owns (lm_head: 0, it is tied to wte). fwd_flops: analytic,
+// 2 per parameter per token used in a product (wpe and the wte lookup: 0; wte as lm_head: 2VC)
+// plus attention's 4 T C per token. slot: timing slot of a leaf, or -1 (the sum of its children).
+typedef dsc_model_module dsc_gpt2_module;
 // The tree in print order (each parent before its children); returns the number of modules,
 // which is also how many out must hold (out NULL: only the count). The fwd_flops of the root
 // times 3 is dsc_gpt2_flops_per_token(c, T) * B * T, the trainer's MFU numerator.

@@ -22,10 +22,7 @@
 #include "dsc/memory.h"      // dsc_mem_handle
 #include "model/gpt2/gpt2.h" // dsc_gpt2_config, dsc_gpt2_hooks
 
-typedef struct dsc_gpt2_tp {
-    int rank, size;  // size 1: no tensor parallelism
-    dsc_comm *comm;  // borrowed; the ranks of the group, in rank order (NULL when size is 1)
-} dsc_gpt2_tp;
+typedef dsc_model_tp dsc_gpt2_tp; // {rank, size, comm}: size 1 is no tensor parallelism
 
 // Valid when n_head and 4 n_embd split evenly over size ranks; otherwise DSC_ERR_INVALID_ARG
 // naming the model and the sizes that would work.
@@ -52,14 +49,7 @@ size_t dsc__gpt2_kv_bytes(const dsc_gpt2_config *c, int tp_size, int nseq, int m
 int dsc__gpt2_kv_fits(const dsc_gpt2_kv *kv, const dsc_gpt2_config *c, int tp_size, int nseq,
                       int max_len);
 
-typedef struct dsc_gpt2_rows {
-    int n;                 // rows
-    const int32_t *seq;    // (n) sequence of each row, 0 .. nseq-1
-    const int32_t *pos;    // (n) position, 0 .. max_len-1
-    const int32_t *tokens; // (n) token ids
-    int nout;              // rows whose logits are wanted
-    const int32_t *out;    // (nout) indices into the rows
-} dsc_gpt2_rows;
+typedef dsc_model_rows dsc_gpt2_rows; // {n, seq, pos, tokens, nout, out}
 
 // Run the rows through the model: params[i] is tensor i in the local layout (borrowed; with a
 // gather hook the hook fills group g's entries, as in dsc_gpt2_forward). logits (nout, V) receive

@@ -1,0 +1,256 @@
+// dsc/model.h - models behind one interface: a family is a table of functions (struct
+// dsc_model_ops), a model is a handle made from a spec string ("d4", "gpt2-124M") or from a
+// table of tensors (a checkpoint's, a safetensors file's), and everything that needs a model -
+// `dsc train`, dsc_generate, `dsc generate`, the flops profiler - goes through the dsc_model_*
+// calls below, never through a family's own functions.
+//
+// A model describes its parameters as the engine wants them (Hugging Face names, shapes, layer
+// groups in forward order: dsc_model_param_descs gives dsc_engine_opts.params directly),
+// initialises them, runs forward and backward on the host with the engine's hooks (gather before
+// a group's weights are read, release after, grads_ready when a group's gradients are complete),
+// gives its training FLOPs per token and its module tree for the flops profiler, and runs
+// inference with a key/value cache (prefill and decode steps are calls with rows of tokens).
+//
+// Parameters live outside the model, one fp32 buffer per tensor, in the model's tensor order,
+// passed to each call (the engine owns them). The model owns its configuration and, after
+// dsc_model_reserve, the activations of host passes.
+//
+// Device passes (forward and backward on a device stream) come with the device runtime moving
+// into the library; until then the table's device slots are NULL and the GPU trainer drives its
+// model itself (see docs/architecture.md).
+#ifndef DSC_MODEL_H
+#define DSC_MODEL_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t, int64_t, uint64_t
+
+#include "dsc/comm.h"   // dsc_comm
+#include "dsc/engine.h" // dsc_param_desc, DSC_PARAM_NAME_MAX, DSC_PARAM_MAX_DIMS
+#include "dsc/memory.h" // dsc_mem_pool
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsc_model dsc_model;       // a family's configuration (+ host activations)
+typedef struct dsc_model_kv dsc_model_kv; // a key/value cache of a model
+
+typedef struct dsc_model_opts {
+    int vocab_size;  // tokens of the vocabulary; 0: the family's own (GPT-2: 50257)
+    int max_seq_len; // the context; 0: the family's own (GPT-2: 1024)
+    int n_head;      // from a tensor table only: attention heads; 0: the family's rule
+} dsc_model_opts;
+
+// The model's shape in the terms every decoder family shares (family-specific details stay in
+// the family's configuration).
+typedef struct dsc_model_info {
+    const char *family; // "gpt2" (static)
+    int n_layer, n_head, n_embd, vocab_size, max_seq_len;
+    int num_tensors; // parameter tensors
+    int num_groups;  // layer groups: the embeddings, each layer, the head
+    int64_t num_params; // elements of all tensors
+} dsc_model_info;
+
+typedef struct dsc_model_param {
+    char name[DSC_PARAM_NAME_MAX]; // Hugging Face name, e.g. "h.3.attn.c_attn.weight"
+    int ndim;
+    int64_t shape[DSC_PARAM_MAX_DIMS]; // entries past ndim are 0
+    int64_t numel;
+    int group; // layer group, in the order forward uses them
+} dsc_model_param;
+
+// The engine's hooks around a pass, all optional (NULL = none). forward calls gather(g) before it
+// reads group g's parameters and release(g) after; backward does the same around its own reads,
+// and calls grads_ready(g) once group g's gradients are complete (groups in reverse order). With
+// a gather hook the model reads params[i] (and grads[i]) of group g only after gather(g)
+// returned, so the hook may fill those entries (ZeRO-3 gathers into fresh buffers); without one
+// every entry must be valid for the whole pass. A hook's failure stops the pass and is returned.
+typedef struct dsc_model_hooks {
+    void *user;
+    dsc_status (*gather)(void *user, int group);
+    dsc_status (*release)(void *user, int group);
+    dsc_status (*grads_ready)(void *user, int group);
+} dsc_model_hooks;
+
+// One module of the model's tree for the flops profiler (Hugging Face's names and nesting).
+typedef struct dsc_model_module {
+    char name[64];    // "transformer.h.3.attn"
+    char type[32];    // "GPT2Attention"
+    int depth;        // 0 for the whole model
+    int64_t params;   // elements of the tensors it owns
+    double fwd_flops; // analytic forward FLOPs for the B x T tokens asked for
+    int slot;         // timing slot of a leaf (dsc_model_set_timing), or -1 (sum of children)
+} dsc_model_module;
+
+// Tensor parallelism of inference: each rank of the group holds its slice of the weights.
+typedef struct dsc_model_tp {
+    int rank, size; // size 1: none
+    dsc_comm *comm; // borrowed; the group's ranks in rank order (NULL when size is 1)
+} dsc_model_tp;
+
+// Rows of an inference call, each one token of one sequence at one position. A prompt is one
+// call with all its rows (prefill); each generated token is one more row (a decode step).
+// Sequences of different lengths share calls. See dsc_model_infer.
+typedef struct dsc_model_rows {
+    int n;                 // rows
+    const int32_t *seq;    // (n) sequence of each row, 0 .. nseq-1
+    const int32_t *pos;    // (n) position, 0 .. max_len-1
+    const int32_t *tokens; // (n) token ids
+    int nout;              // rows whose logits are wanted
+    const int32_t *out;    // (nout) indices into the rows
+} dsc_model_rows;
+
+// ---- a family: the table it implements ----
+//
+// cfg is the family's configuration (made by config_parse or config_from_params, freed by
+// config_free); state its host activations (host_create / host_destroy); kv its cache. Every
+// slot is required unless it says otherwise.
+struct dsc_model_ops {
+    const char *family; // "gpt2"
+    const char *specs;  // the specs it takes, for messages ("gpt2-124M, ..., or dN (...)")
+    // Whether spec names a model of this family (the registry asks each family in turn).
+    bool (*claims)(const char *spec);
+    // The shape from a spec string; DSC_ERR_INVALID_ARG naming the spec and the valid forms.
+    dsc_status (*config_parse)(const char *spec, const dsc_model_opts *o, void **cfg);
+    // The shape from a table of tensors (names, shapes; any order), with order[k] = the table
+    // index of the model's tensor k. DSC_ERR_UNSUPPORTED when the table is not this family's,
+    // DSC_ERR_INVALID_ARG (naming `what` and the tensor) when it is but does not fit together.
+    dsc_status (*config_from_params)(const dsc_param_desc *t, int count, const dsc_model_opts *o,
+                                     const char *what, void **cfg, int *order);
+    void (*config_free)(void *cfg);
+    void (*describe)(const void *cfg, dsc_model_info *out);
+    void (*param)(const void *cfg, int i, dsc_model_param *out);
+    // Elements [begin, begin + count) of tensor i's initial value; order-free (any slice alone).
+    void (*init)(const void *cfg, int i, float *dst, int64_t begin, int64_t count, uint64_t seed);
+    double (*flops_per_token)(const void *cfg, int T); // training (forward + backward)
+    int (*modules)(const void *cfg, int B, int T, dsc_model_module *out);
+    int (*timing_slots)(const void *cfg);
+
+    // Host passes (fp32).
+    dsc_status (*host_create)(const void *cfg, int B, int T, dsc_mem_pool *pool, void **state);
+    void (*host_destroy)(void *state);
+    dsc_status (*forward)(void *state, float *const *params, const int32_t *inputs,
+                          const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
+                          float *loss);
+    dsc_status (*backward)(void *state, float *const *params, float *const *grads,
+                           float loss_scale, const dsc_model_hooks *hooks);
+    const float *(*logits)(void *state);
+    void (*set_timing)(void *state, double *times);
+
+    // Device passes on a stream: NULL in every family until the device runtime is part of the
+    // library (the GPU trainer still drives its model directly). Reserved here so that the table
+    // keeps its shape when they arrive.
+    dsc_status (*device_forward)(void *dstate, void *stream, const void *const *params,
+                                 const int32_t *inputs, const int32_t *targets, int B, int T);
+    dsc_status (*device_backward)(void *dstate, void *stream, const void *const *params,
+                                  void *const *grads, float loss_scale);
+
+    // Inference with a key/value cache, optionally tensor-parallel.
+    dsc_status (*tp_check)(const void *cfg, int size);
+    int64_t (*tp_numel)(const void *cfg, int i, int size);
+    void (*tp_slice)(const void *cfg, int i, int rank, int size, const float *full, float *dst);
+    size_t (*kv_bytes)(const void *cfg, int tp_size, int nseq, int max_len);
+    dsc_status (*kv_create)(const void *cfg, int tp_size, int nseq, int max_len, void **kv);
+    void (*kv_destroy)(void *kv);
+    bool (*kv_fits)(const void *kv, const void *cfg, int tp_size, int nseq, int max_len);
+    dsc_status (*infer)(void *kv, float *const *params, const dsc_model_tp *tp,
+                        const dsc_model_rows *rows, const dsc_model_hooks *hooks, float *logits);
+};
+
+// ---- the registry ----
+
+// Add a family (borrowed: it must outlive every model made from it); its specs are tried before
+// the built-in families'. DSC_ERR_INVALID_ARG when a required slot is missing (naming it), or
+// the family's name is taken.
+dsc_status dsc_model_register(const struct dsc_model_ops *ops);
+// The families, registered ones first: i in [0, dsc_model_num_families()).
+int dsc_model_num_families(void);
+const struct dsc_model_ops *dsc_model_family(int i);
+
+// ---- a model ----
+
+// The model a spec names (the first family that claims it); opts may be NULL (the family's
+// defaults). DSC_ERR_INVALID_ARG naming the spec and every family's valid specs. Caller owns *out.
+dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_opts *opts);
+// The model whose parameters a table holds (a checkpoint's, a file's): the first family that
+// recognises it. order[k] (num_tensors entries, at least count) receives the table index of the
+// model's tensor k. what names the source in errors.
+dsc_status dsc_model_create_from_params(dsc_model **out, const dsc_param_desc *table, int count,
+                                        const dsc_model_opts *opts, const char *what, int *order);
+void dsc_model_destroy(dsc_model *m); // NULL ok; also frees the host activations
+
+const dsc_model_info *dsc_model_describe(const dsc_model *m); // borrowed from m
+const char *dsc_model_spec(const dsc_model *m); // as created ("d4"), or "(tensors)"
+// Tensor i in [0, num_tensors): borrowed from m.
+const dsc_model_param *dsc_model_param_get(const dsc_model *m, int i);
+// The engine's parameter table: out[0 .. num_tensors), names borrowed from m.
+void dsc_model_param_descs(const dsc_model *m, dsc_param_desc *out);
+
+// Initial weights: params[i] (num_tensors entries, each numel floats) are written.
+void dsc_model_init_weights(const dsc_model *m, float *const *params, uint64_t seed);
+// Elements [begin, begin + count) of tensor i; the same values as dsc_model_init_weights.
+void dsc_model_init_tensor(const dsc_model *m, int i, float *dst, int64_t begin, int64_t count,
+                           uint64_t seed);
+
+// Training FLOPs (forward + backward) per token at sequence length T (MFU's numerator).
+double dsc_model_flops_per_token(const dsc_model *m, int T);
+// The module tree in print order (each parent before its children) for B x T tokens; returns
+// the number of modules, which is how many out must hold (out NULL: only the count).
+int dsc_model_modules(const dsc_model *m, int B, int T, dsc_model_module *out);
+int dsc_model_timing_slots(const dsc_model *m); // entries of dsc_model_set_timing's array
+
+// ---- host passes ----
+
+// Activations and scratch for host passes of up to B sequences of T tokens, as one block of pool
+// (borrowed; it must outlive the model), or malloc'd when pool is NULL. Once per model.
+dsc_status dsc_model_reserve(dsc_model *m, int B, int T, dsc_mem_pool *pool);
+// params[i] / grads[i]: tensor i (borrowed for the call). inputs, targets: (B, T) token ids,
+// copied; targets NULL: logits only (*loss untouched). loss may be NULL. B, T up to the reserve.
+dsc_status dsc_model_forward(dsc_model *m, float *const *params, const int32_t *inputs,
+                             const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
+                             float *loss);
+// Adds (+=) the gradients of loss_scale * mean loss into grads; follows a forward with targets
+// (one backward per such forward: it consumes the logits).
+dsc_status dsc_model_backward(dsc_model *m, float *const *params, float *const *grads,
+                              float loss_scale, const dsc_model_hooks *hooks);
+// (B, T, V) logits of the last forward (borrowed; valid until the next backward or forward).
+const float *dsc_model_logits(dsc_model *m);
+// With times non-NULL (dsc_model_timing_slots entries) each forward adds the seconds spent in
+// each leaf module to its slot; NULL stops. times is borrowed until then.
+void dsc_model_set_timing(dsc_model *m, double *times);
+
+// ---- inference ----
+
+// Whether the model splits over size tensor-parallel ranks (DSC_ERR_INVALID_ARG saying which
+// sizes would).
+dsc_status dsc_model_tp_check(const dsc_model *m, int size);
+// Elements of tensor i in the local layout of a group of size ranks, and rank's slice of it
+// from the whole tensor.
+int64_t dsc_model_tp_numel(const dsc_model *m, int i, int size);
+void dsc_model_tp_slice(const dsc_model *m, int i, int rank, int size, const float *full,
+                        float *dst);
+
+// A cache for nseq sequences of up to max_len positions, for the local part of a group of
+// tp_size ranks; it takes exactly dsc_model_kv_bytes (its layout is the family's).
+dsc_status dsc_model_kv_create(dsc_model_kv **out, const dsc_model *m, int tp_size, int nseq,
+                               int max_len);
+void dsc_model_kv_destroy(dsc_model_kv *kv); // NULL ok
+size_t dsc_model_kv_bytes(const dsc_model *m, int tp_size, int nseq, int max_len);
+// True when kv serves this model and group size for at least nseq x max_len (kv NULL: false).
+bool dsc_model_kv_fits(const dsc_model_kv *kv, const dsc_model *m, int tp_size, int nseq,
+                       int max_len);
+// Run rows through the model (prefill: a prompt's rows; decode: one row per sequence), writing
+// each row's keys and values into the cache at (sequence, position) before any row attends to
+// positions 0..pos of its own sequence. params in the local layout of tp (tp NULL: none); with a
+// gather hook the hook fills group g's entries. logits (nout, V) of rows out[0 .. nout). Every
+// rank of a tensor-parallel group calls it with the same rows.
+dsc_status dsc_model_infer(const dsc_model *m, dsc_model_kv *kv, float *const *params,
+                           const dsc_model_tp *tp, const dsc_model_rows *rows,
+                           const dsc_model_hooks *hooks, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

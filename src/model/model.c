@@ -1,0 +1,337 @@
+// model/model.c - the model registry (built-in families from families.def, then the ones a
+// program registers) and the dsc_model_* calls, which check their arguments and go through the
+// family's table.
+#include "model/model.h"
+
+#include <pthread.h> // pthread_mutex_*
+#include <stdio.h>   // snprintf
+#include <stdlib.h>  // calloc, free
+#include <string.h>  // strcmp, strlen
+
+#include "base/status.h" // dsc__fail, DSC_TRY
+
+// ---- the registry ----
+
+#define DSC_MODEL_FAMILY(name) extern const struct dsc_model_ops dsc__##name##_model_ops;
+#include "model/families.def"
+#undef DSC_MODEL_FAMILY
+
+#define DSC_MODEL_FAMILY(name) &dsc__##name##_model_ops,
+static const struct dsc_model_ops *const builtin[] = {
+#include "model/families.def"
+};
+#undef DSC_MODEL_FAMILY
+
+enum { NBUILTIN = sizeof builtin / sizeof builtin[0], MAX_REGISTERED = 16 };
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static const struct dsc_model_ops *registered[MAX_REGISTERED]; // newest first
+static int nregistered;
+
+int dsc_model_num_families(void) {
+    pthread_mutex_lock(&reg_mu);
+    int n = nregistered + NBUILTIN;
+    pthread_mutex_unlock(&reg_mu);
+    return n;
+}
+
+const struct dsc_model_ops *dsc_model_family(int i) {
+    pthread_mutex_lock(&reg_mu);
+    const struct dsc_model_ops *f = i < 0                 ? NULL
+                                    : i < nregistered     ? registered[i]
+                                    : i - nregistered < NBUILTIN ? builtin[i - nregistered]
+                                                                 : NULL;
+    pthread_mutex_unlock(&reg_mu);
+    return f;
+}
+
+// The first required slot ops leaves NULL, or NULL when none is missing.
+static const char *missing_slot(const struct dsc_model_ops *o) {
+    const struct {
+        const char *name;
+        bool set;
+    } req[] = {
+        {"family", o->family != NULL},           {"specs", o->specs != NULL},
+        {"claims", o->claims != NULL},           {"config_parse", o->config_parse != NULL},
+        {"config_from_params", o->config_from_params != NULL},
+        {"config_free", o->config_free != NULL}, {"describe", o->describe != NULL},
+        {"param", o->param != NULL},             {"init", o->init != NULL},
+        {"flops_per_token", o->flops_per_token != NULL},
+        {"modules", o->modules != NULL},         {"timing_slots", o->timing_slots != NULL},
+        {"host_create", o->host_create != NULL}, {"host_destroy", o->host_destroy != NULL},
+        {"forward", o->forward != NULL},         {"backward", o->backward != NULL},
+        {"logits", o->logits != NULL},           {"set_timing", o->set_timing != NULL},
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+        if (!req[i].set) return req[i].name;
+    return NULL;
+}
+
+dsc_status dsc_model_register(const struct dsc_model_ops *ops) {
+    if (!ops) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_register: ops is NULL");
+    const char *miss = missing_slot(ops);
+    if (miss)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "dsc_model_register: model family %s has no %s; every family needs it "
+                         "(see dsc/model.h)", ops->family ? ops->family : "(unnamed)", miss);
+    for (int i = 0; i < dsc_model_num_families(); i++)
+        if (!strcmp(dsc_model_family(i)->family, ops->family))
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "dsc_model_register: a model family named %s is registered "
+                             "already; give the family another name", ops->family);
+    pthread_mutex_lock(&reg_mu);
+    dsc_status st = DSC_OK;
+    if (nregistered == MAX_REGISTERED) {
+        st = dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_register: %d families registered "
+                       "already, the most a program may add", MAX_REGISTERED);
+    } else {
+        memmove(registered + 1, registered, sizeof registered[0] * (size_t)nregistered);
+        registered[0] = ops;
+        nregistered++;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return st;
+}
+
+// ---- a model ----
+
+struct dsc_model {
+    const struct dsc_model_ops *ops;
+    void *cfg;   // the family's configuration (owned)
+    void *state; // host activations (dsc_model_reserve), or NULL
+    char spec[64];
+    dsc_model_info info;
+    dsc_model_param *params; // (info.num_tensors)
+};
+
+struct dsc_model_kv {
+    const struct dsc_model_ops *ops;
+    void *impl;
+};
+
+const struct dsc_model_ops *dsc__model_ops(const dsc_model *m) { return m ? m->ops : NULL; }
+const void *dsc__model_config(const dsc_model *m) { return m ? m->cfg : NULL; }
+
+dsc_status dsc__model_wrap(dsc_model **out, const struct dsc_model_ops *ops, void *cfg,
+                           const char *spec) {
+    dsc_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ops->config_free(cfg);
+        return dsc__fail(DSC_ERR_OOM, "model %s: out of memory for the handle", spec);
+    }
+    m->ops = ops;
+    m->cfg = cfg;
+    snprintf(m->spec, sizeof m->spec, "%s", spec);
+    ops->describe(cfg, &m->info);
+    m->params = calloc((size_t)m->info.num_tensors, sizeof *m->params);
+    if (!m->params) {
+        dsc_model_destroy(m);
+        return dsc__fail(DSC_ERR_OOM, "model %s: out of memory for its parameter table", spec);
+    }
+    for (int i = 0; i < m->info.num_tensors; i++) ops->param(cfg, i, &m->params[i]);
+    *out = m;
+    return DSC_OK;
+}
+
+static const dsc_model_opts no_opts;
+
+// Every family's specs into buf: "<specs> (<family>); <specs> (<family>)".
+static void all_specs(char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < dsc_model_num_families() && at < cap; i++) {
+        const struct dsc_model_ops *f = dsc_model_family(i);
+        int n = snprintf(buf + at, cap - at, "%s%s (%s)", i ? "; " : "", f->specs, f->family);
+        if (n > 0) at += (size_t)n;
+    }
+}
+
+dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_opts *opts) {
+    if (!out || !spec)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_create: out and spec must be given");
+    *out = NULL;
+    for (int i = 0; i < dsc_model_num_families(); i++) {
+        const struct dsc_model_ops *f = dsc_model_family(i);
+        if (!f->claims(spec)) continue;
+        void *cfg = NULL;
+        DSC_TRY(f->config_parse(spec, opts ? opts : &no_opts, &cfg));
+        return dsc__model_wrap(out, f, cfg, spec);
+    }
+    char specs[1024];
+    all_specs(specs, sizeof specs);
+    return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is not known; use %s", spec, specs);
+}
+
+dsc_status dsc_model_create_from_params(dsc_model **out, const dsc_param_desc *table, int count,
+                                        const dsc_model_opts *opts, const char *what,
+                                        int *order) {
+    if (!out || !table || count < 1 || !order)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_create_from_params: needs out, a "
+                         "table of at least one tensor and order");
+    *out = NULL;
+    dsc_status st = DSC_ERR_UNSUPPORTED;
+    for (int i = 0; i < dsc_model_num_families() && st == DSC_ERR_UNSUPPORTED; i++) {
+        const struct dsc_model_ops *f = dsc_model_family(i);
+        void *cfg = NULL;
+        st = f->config_from_params(table, count, opts ? opts : &no_opts, what, &cfg, order);
+        if (st == DSC_OK) return dsc__model_wrap(out, f, cfg, "(tensors)");
+    }
+    // Not one family's tensors: the last family's message says what it looked for.
+    return st == DSC_ERR_UNSUPPORTED ? DSC_ERR_INVALID_ARG : st;
+}
+
+void dsc_model_destroy(dsc_model *m) {
+    if (!m) return;
+    if (m->state) m->ops->host_destroy(m->state);
+    m->ops->config_free(m->cfg);
+    free(m->params);
+    free(m);
+}
+
+const dsc_model_info *dsc_model_describe(const dsc_model *m) { return &m->info; }
+const char *dsc_model_spec(const dsc_model *m) { return m->spec; }
+
+const dsc_model_param *dsc_model_param_get(const dsc_model *m, int i) {
+    return i >= 0 && i < m->info.num_tensors ? &m->params[i] : NULL;
+}
+
+void dsc_model_param_descs(const dsc_model *m, dsc_param_desc *out) {
+    for (int i = 0; i < m->info.num_tensors; i++) {
+        const dsc_model_param *p = &m->params[i];
+        out[i] = (dsc_param_desc){.name = p->name, .ndim = p->ndim, .group = p->group};
+        for (int d = 0; d < p->ndim; d++) out[i].shape[d] = p->shape[d];
+    }
+}
+
+void dsc_model_init_weights(const dsc_model *m, float *const *params, uint64_t seed) {
+    for (int i = 0; i < m->info.num_tensors; i++)
+        m->ops->init(m->cfg, i, params[i], 0, m->params[i].numel, seed);
+}
+
+void dsc_model_init_tensor(const dsc_model *m, int i, float *dst, int64_t begin, int64_t count,
+                           uint64_t seed) {
+    m->ops->init(m->cfg, i, dst, begin, count, seed);
+}
+
+double dsc_model_flops_per_token(const dsc_model *m, int T) {
+    return m->ops->flops_per_token(m->cfg, T);
+}
+
+int dsc_model_modules(const dsc_model *m, int B, int T, dsc_model_module *out) {
+    return m->ops->modules(m->cfg, B, T, out);
+}
+
+int dsc_model_timing_slots(const dsc_model *m) { return m->ops->timing_slots(m->cfg); }
+
+// ---- host passes ----
+
+static dsc_status need_state(const dsc_model *m, const char *call) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: the model is NULL", call);
+    if (!m->state)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: model %s has no activations; call "
+                         "dsc_model_reserve first", call, m->spec);
+    return DSC_OK;
+}
+
+dsc_status dsc_model_reserve(dsc_model *m, int B, int T, dsc_mem_pool *pool) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_reserve: the model is NULL");
+    if (m->state)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_reserve: model %s has its activations "
+                         "already; create another model for another size", m->spec);
+    return m->ops->host_create(m->cfg, B, T, pool, &m->state);
+}
+
+dsc_status dsc_model_forward(dsc_model *m, float *const *params, const int32_t *inputs,
+                             const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
+                             float *loss) {
+    DSC_TRY(need_state(m, "dsc_model_forward"));
+    return m->ops->forward(m->state, params, inputs, targets, B, T, hooks, loss);
+}
+
+dsc_status dsc_model_backward(dsc_model *m, float *const *params, float *const *grads,
+                              float loss_scale, const dsc_model_hooks *hooks) {
+    DSC_TRY(need_state(m, "dsc_model_backward"));
+    return m->ops->backward(m->state, params, grads, loss_scale, hooks);
+}
+
+const float *dsc_model_logits(dsc_model *m) {
+    return m && m->state ? m->ops->logits(m->state) : NULL;
+}
+
+void dsc_model_set_timing(dsc_model *m, double *times) {
+    if (m && m->state) m->ops->set_timing(m->state, times);
+}
+
+// ---- inference ----
+
+static dsc_status need_infer(const dsc_model *m, const char *call) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: the model is NULL", call);
+    if (!m->ops->infer || !m->ops->kv_create || !m->ops->kv_destroy || !m->ops->kv_bytes ||
+        !m->ops->kv_fits)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: model family %s has no inference with a "
+                         "key/value cache", call, m->ops->family);
+    return DSC_OK;
+}
+
+dsc_status dsc_model_tp_check(const dsc_model *m, int size) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_tp_check: the model is NULL");
+    if (size <= 1) return DSC_OK;
+    if (!m->ops->tp_check || !m->ops->tp_numel || !m->ops->tp_slice)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model family %s has no tensor-parallel inference; "
+                         "use 1 rank", m->ops->family);
+    return m->ops->tp_check(m->cfg, size);
+}
+
+int64_t dsc_model_tp_numel(const dsc_model *m, int i, int size) {
+    return size <= 1 || !m->ops->tp_numel ? m->params[i].numel : m->ops->tp_numel(m->cfg, i, size);
+}
+
+void dsc_model_tp_slice(const dsc_model *m, int i, int rank, int size, const float *full,
+                        float *dst) {
+    if (size <= 1 || !m->ops->tp_slice) memcpy(dst, full, (size_t)m->params[i].numel * sizeof *dst);
+    else m->ops->tp_slice(m->cfg, i, rank, size, full, dst);
+}
+
+dsc_status dsc_model_kv_create(dsc_model_kv **out, const dsc_model *m, int tp_size, int nseq,
+                               int max_len) {
+    if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_kv_create: out is NULL");
+    *out = NULL;
+    DSC_TRY(need_infer(m, "dsc_model_kv_create"));
+    dsc_model_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return dsc__fail(DSC_ERR_OOM, "out of memory for a key/value cache");
+    kv->ops = m->ops;
+    dsc_status st = m->ops->kv_create(m->cfg, tp_size, nseq, max_len, &kv->impl);
+    if (st != DSC_OK) {
+        free(kv);
+        return st;
+    }
+    *out = kv;
+    return DSC_OK;
+}
+
+void dsc_model_kv_destroy(dsc_model_kv *kv) {
+    if (!kv) return;
+    kv->ops->kv_destroy(kv->impl);
+    free(kv);
+}
+
+size_t dsc_model_kv_bytes(const dsc_model *m, int tp_size, int nseq, int max_len) {
+    return m->ops->kv_bytes ? m->ops->kv_bytes(m->cfg, tp_size, nseq, max_len) : 0;
+}
+
+bool dsc_model_kv_fits(const dsc_model_kv *kv, const dsc_model *m, int tp_size, int nseq,
+                       int max_len) {
+    return kv && m && kv->ops == m->ops && m->ops->kv_fits(kv->impl, m->cfg, tp_size, nseq,
+                                                           max_len);
+}
+
+dsc_status dsc_model_infer(const dsc_model *m, dsc_model_kv *kv, float *const *params,
+                           const dsc_model_tp *tp, const dsc_model_rows *rows,
+                           const dsc_model_hooks *hooks, float *logits) {
+    DSC_TRY(need_infer(m, "dsc_model_infer"));
+    if (!kv || kv->ops != m->ops)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_infer: the key/value cache is missing "
+                         "or was made for another model family; make it with dsc_model_kv_create");
+    dsc_model_tp none = {0, 1, NULL};
+    return m->ops->infer(kv->impl, params, tp ? tp : &none, rows, hooks, logits);
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The model interface's layering, checked on the sources: outside src/model/ nothing calls a
+# model family's own functions or includes its headers (everything goes through dsc/model.h),
+# except the GPU code that still drives GPT-2's CUDA model directly until the device passes go
+# through the table (listed below); the registry names each family once (families.def); the
+# examples include public headers only.
+set -u
+. "$(dirname "$0")/lib.sh"
+: "${DSC_SOURCE_DIR:?set DSC_SOURCE_DIR to the source tree}"
+cd "$DSC_SOURCE_DIR" || exit 1
+
+# Files that may still name GPT-2's functions: the CUDA model and decoder, the GPU trainer, and
+# GPU generation (they move behind the table's device slots with the device runtime).
+allowed='^src/(cuda/|cli/train_gpu|infer/generate_cuda\.c)'
+
+# family_uses: lines outside src/model/ (and the allowed files) that call a family's functions
+# or include its headers.
+family_uses() {
+  grep -rnE 'dsc_{1,2}gpt2_|model/gpt2/' src include examples --include='*.c' --include='*.h' \
+    | grep -v '^src/model/' | grep -vE "$allowed"
+}
+out=$(family_uses)
+check "nothing outside src/model/ calls GPT-2's own functions (only the GPU files listed)" -- \
+  test -z "$out"
+[ -z "$out" ] || echo "$out" | head
+
+check "the registry names GPT-2 once: families.def" -- \
+  test "$(grep -rn gpt2 src/model --include='*.c' --include='*.h' --include='*.def' \
+          | grep -v '^src/model/gpt2/' | grep -c .)" = 1
+check "  ... and that line is DSC_MODEL_FAMILY(gpt2)" -- \
+  grep -qx 'DSC_MODEL_FAMILY(gpt2)' src/model/families.def
+
+# includes of each example: public headers (dsc/...) and system headers only
+bad=$(grep -rnE '^#include "' examples | grep -v '#include "dsc/')
+check "examples include only public headers (dsc/*.h)" -- test -z "$bad"
+[ -z "$bad" ] || echo "$bad"
+
+# the check sees a violation: a scratch tree with one added call
+mkdir -p "$T/src/cli" "$T/src/model" "$T/include" "$T/examples"
+printf '#include "model/gpt2/gpt2.h"\nvoid f(void) { dsc_gpt2_forward(0); }\n' > "$T/src/cli/x.c"
+planted=$(cd "$T" && family_uses)
+check "the check finds a use planted in src/cli" -- test -n "$planted"
+finish
