@@ -474,28 +474,47 @@ static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     return true;
 }
 
+// An integer flag's value in [lo, hi], or a message naming the flag and the range.
+static bool int_flag(const char *f, const char *v, int64_t lo, int64_t hi, int64_t *out,
+                     char *why, size_t cap) {
+    if (parse_int(v, lo, hi, out)) return true;
+    snprintf(why, cap, "%s %s: expected an integer from %lld to %lld", f, v, (long long)lo,
+             (long long)hi);
+    return false;
+}
+
 // 0: parsed; otherwise the exit code. `dsc launch` appends --local_rank=N: accepted and unused
 // (the engine reads the environment).
 static int parse_args(int argc, char **argv, run_opts *o) {
     *o = (run_opts){.steps = 40, .seed = 1};
-    for (int a = 1; a < argc; a++) {
+    char why[512] = "";
+    for (int a = 1; a < argc && !why[0]; a++) {
         const char *f = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
-        int64_t n;
-        char why[512];
+        int64_t n = 0;
         if (!strncmp(f, "--local_rank", 12)) continue;
-        if (!v) return snprintf(why, sizeof why, "%s needs a value (or is unknown)", f), usage(why);
-        a++;
-        if (!strcmp(f, "--stage") && parse_int(v, 0, 3, &n)) o->stage = (int)n;
-        else if (!strcmp(f, "--steps") && parse_int(v, 0, 1000000000, &n)) o->steps = n;
-        else if (!strcmp(f, "--save-every") && parse_int(v, 1, 1000000000, &n)) o->save_every = n;
-        else if (!strcmp(f, "--seed") && parse_int(v, 0, INT64_MAX, &n)) o->seed = (uint64_t)n;
+        bool known = !strcmp(f, "--stage") || !strcmp(f, "--steps") ||
+                     !strcmp(f, "--save-every") || !strcmp(f, "--seed") ||
+                     !strcmp(f, "--config") || !strcmp(f, "--data") ||
+                     !strcmp(f, "--save-dir") || !strcmp(f, "--resume");
+        if (!known || !v) {
+            snprintf(why, sizeof why, known ? "%s needs a value" : "%s: unknown flag", f);
+            break;
+        }
+        a++; // the value
+        if (!strcmp(f, "--stage") && int_flag(f, v, 0, 3, &n, why, sizeof why))
+            o->stage = (int)n;
+        else if (!strcmp(f, "--steps") && int_flag(f, v, 0, 1000000000, &n, why, sizeof why))
+            o->steps = n;
+        else if (!strcmp(f, "--save-every") && int_flag(f, v, 1, 1000000000, &n, why, sizeof why))
+            o->save_every = n;
+        else if (!strcmp(f, "--seed") && int_flag(f, v, 0, INT64_MAX, &n, why, sizeof why))
+            o->seed = (uint64_t)n;
         else if (!strcmp(f, "--config")) o->config_path = v;
         else if (!strcmp(f, "--data")) o->data = v;
         else if (!strcmp(f, "--save-dir")) o->save_dir = v;
         else if (!strcmp(f, "--resume")) o->resume = v;
-        else return snprintf(why, sizeof why, "%s %s: unknown flag or bad value", f, v), usage(why);
     }
-    return 0;
+    return why[0] ? usage(why) : 0;
 }
 
 int main(int argc, char **argv) {

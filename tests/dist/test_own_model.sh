@@ -53,7 +53,7 @@ check "the static build needs no libdsc.so" -- bash -c "! readelf -d '$T/om_stat
 check "the shared build needs libdsc.so.0" -- bash -c "readelf -d '$T/om' | grep -q 'libdsc.so.0'"
 unset LD_LIBRARY_PATH
 check "  ... and finds p1's through its rpath" -- bash -c "ldd '$T/om' | grep -q '$T/p1/.*libdsc.so.0'"
-expect 2 "--stage 7: unknown flag or bad value" -- "$T/om" --stage 7
+expect 2 "--stage 7: expected an integer from 0 to 3" -- "$T/om" --stage 7
 
 # ---- training on 2 ranks ----
 DSC_I=$T/p1/bin/dsc
