@@ -17,15 +17,25 @@ function(dsc__pc_lib_flags path out)
 endfunction()
 
 # Libs.private: features.cmake collected the system libraries; add the optional ones the
-# library was linked with here (MPI, the CUDA libraries, NCCL).
+# library was linked with here (MPI, the CUDA or HIP libraries, NCCL).
 if(DSC_HAVE_MPI)
   foreach(_lib IN LISTS MPI_C_LIBRARIES)
     dsc__pc_lib_flags("${_lib}" _flags)
     string(APPEND DSC_PC_LIBS_PRIVATE " ${_flags}")
   endforeach()
 endif()
-if(DSC_WITH_CUDA)
-  string(APPEND DSC_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublasLt -lcublas")
+if(DSC_WITH_CUDA) # the kernels' objects are C++: their runtime comes too
+  string(APPEND DSC_PC_LIBS_PRIVATE
+         " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublasLt -lcublas -lstdc++")
+endif()
+if(DSC_WITH_HIP)
+  foreach(_lib IN ITEMS ${DSC_AMDHIP64} ${DSC_HIPBLASLT})
+    if(_lib) # hipBLASLt is optional (a -NOTFOUND value when absent)
+      dsc__pc_lib_flags("${_lib}" _flags)
+      string(APPEND DSC_PC_LIBS_PRIVATE " ${_flags}")
+    endif()
+  endforeach()
+  string(APPEND DSC_PC_LIBS_PRIVATE " -lstdc++")
 endif()
 if(DSC_WITH_NCCL)
   dsc__pc_lib_flags("${DSC_NCCL_LIB}" _flags)

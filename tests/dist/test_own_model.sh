@@ -39,16 +39,22 @@ build() {
     # shellcheck disable=SC2046
     "$CC" -std=c11 -O2 -Wall -Wextra -Werror "${SAN[@]}" -o "$out" "$SRC" $cflags $(pc "$pre" --libs) -lm \
       -Wl,-rpath,"$(pc "$pre" --variable=libdir)"
-  else # the archive, then what it needs (Libs.private); --as-needed drops -ldsc's shared copy
+  elif [ "$how" = static ]; then # the archive, then what it needs (Libs.private); --as-needed
+    # drops -ldsc's shared copy
     # shellcheck disable=SC2046
     "$CC" -std=c11 -O2 -Wall -Wextra -Werror "${SAN[@]}" -o "$out" "$SRC" $cflags -Wl,--as-needed \
       "$(pc "$pre" --variable=libdir)/libdsc.a" $(pc "$pre" --static --libs) -lm
+  else # every member of the archive: Libs.private must cover the whole library
+    # shellcheck disable=SC2046
+    "$CC" -std=c11 -O2 "${SAN[@]}" -o "$out" "$SRC" $cflags -Wl,--as-needed -Wl,--whole-archive \
+      "$(pc "$pre" --variable=libdir)/libdsc.a" -Wl,--no-whole-archive $(pc "$pre" --static --libs) -lm
   fi
 }
 check "shared build against p1" -- build om p1 shared
 [ -x "$T/om" ] || { finish; exit 1; }
 mv "$T/p2" "$T/p2moved"
 check "static build against p2, moved after its install" -- build om_static p2moved static
+check "the whole static library links with Libs.private" -- build om_whole p2moved whole
 check "the static build needs no libdsc.so" -- bash -c "! readelf -d '$T/om_static' | grep -q 'libdsc'"
 check "the shared build needs libdsc.so.0" -- bash -c "readelf -d '$T/om' | grep -q 'libdsc.so.0'"
 unset LD_LIBRARY_PATH
