@@ -378,17 +378,21 @@ static dsc_status weights_checksum(dsc_engine *eng, uint64_t *out) {
     return DSC_OK;
 }
 
-static dsc_status checkpoint_setup(dsc_engine *eng, const run_opts *o) {
-    if (o->resume) {
-        char dir[4096], tag[DSC_CKPT_TAG_MAX], loaded[DSC_CKPT_TAG_MAX];
-        bool has_tag;
-        TRY(dsc_ckpt_split_path(o->resume, dir, sizeof dir, tag, sizeof tag, &has_tag));
-        TRY(dsc_load_checkpoint(eng, dir, has_tag ? tag : NULL, loaded, sizeof loaded));
-        if (dsc_engine_rank(eng) == 0)
-            printf("resumed from %s/%s after step %lld\n", dir, loaded,
-                   (long long)dsc_engine_global_steps(eng));
-    }
-    if (!o->save_dir) return DSC_OK;
+// --resume DIR (its latest checkpoint) or DIR/TAG: the engine's whole state (weights, optimizer
+// moments, step counters, schedule), resharded to this run's world size and stage.
+static dsc_status resume(dsc_engine *eng, const char *path) {
+    char dir[4096], tag[DSC_CKPT_TAG_MAX], loaded[DSC_CKPT_TAG_MAX];
+    bool has_tag;
+    TRY(dsc_ckpt_split_path(path, dir, sizeof dir, tag, sizeof tag, &has_tag));
+    TRY(dsc_load_checkpoint(eng, dir, has_tag ? tag : NULL, loaded, sizeof loaded));
+    if (dsc_engine_rank(eng) == 0)
+        printf("resumed from %s/%s after step %lld\n", dir, loaded,
+               (long long)dsc_engine_global_steps(eng));
+    return DSC_OK;
+}
+
+// --save-dir: the config's "checkpoint" section, saving every --save-every steps.
+static dsc_status start_saving(dsc_engine *eng, const run_opts *o) {
     dsc_ckpt_opts co;
     dsc_ckpt_opts_from_config(dsc_engine_config(eng), &co);
     co.interval_steps = o->save_every;
@@ -429,7 +433,9 @@ static dsc_status train(dsc_engine *eng, const run_opts *o, const corpus *c) {
                (long long)dsc_engine_config(eng)->zero_optimization.stage,
                (long long)dsc_engine_num_elements(eng), NGROUPS, m.k->name,
                (long long)dsc_engine_config(eng)->train_batch_size);
-    if (st == DSC_OK) st = checkpoint_setup(eng, o);
+    if (st == DSC_OK && o->resume) st = resume(eng, o->resume);
+    bool saving = st == DSC_OK && o->save_dir;
+    if (saving && (st = start_saving(eng, o)) != DSC_OK) saving = false;
     for (int64_t step = dsc_engine_global_steps(eng) + 1; st == DSC_OK && step <= o->steps;
          step++) {
         dsc_step_info si;
@@ -440,12 +446,11 @@ static dsc_status train(dsc_engine *eng, const run_opts *o, const corpus *c) {
             printf("step %4lld | loss %.17g | lr %.17g | grad_norm %.17g\n", (long long)si.step,
                    loss, si.lr, si.grad_norm);
         if (st == DSC_OK) st = dsc_engine_maintain(eng, false, NULL); // pointers: next gather
-        if (st == DSC_OK && o->save_dir) st = dsc_checkpoint_step_end(eng, false, &tick);
-        if (st == DSC_OK && o->save_dir && tick.saved && rank0)
-            printf("checkpoint %s saved\n", tick.tag);
+        if (st == DSC_OK && saving) st = dsc_checkpoint_step_end(eng, false, &tick);
+        if (st == DSC_OK && saving && tick.saved && rank0) printf("checkpoint %s saved\n", tick.tag);
         fflush(stdout);
     }
-    if (o->save_dir) {
+    if (saving) { // complete the save in flight; after a failure only stop the writer
         dsc_status st2 = dsc_checkpointing_stop(eng, st == DSC_OK);
         if (st == DSC_OK) st = st2;
     }

@@ -26,8 +26,10 @@ for p in p1 p2; do
   check "install to prefix $p" -- cmake --install "$DSC_BINARY_DIR" --prefix "$T/$p" >/dev/null
 done
 for p in p1 p2; do
-  check "$p: dsc.pc's include path is $p's" -- test "$(cd "$(pc "$T/$p" --variable=includedir)" && pwd -P)" = "$(cd "$T/$p/include" && pwd -P)"
-  check "$p: dsc.pc's library path is $p's" -- test "$(cd "$(pc "$T/$p" --variable=libdir)" && pwd -P)" = "$(cd "$T/$p/lib" && pwd -P)"
+  check "$p: dsc.pc's include path is $p's" -- \
+    test "$(cd "$(pc "$T/$p" --variable=includedir)" && pwd -P)" = "$(cd "$T/$p/include" && pwd -P)"
+  check "$p: dsc.pc's library path is $p's" -- \
+    test "$(cd "$(pc "$T/$p" --variable=libdir)" && pwd -P)" = "$(cd "$T/$p/lib" && pwd -P)"
 done
 check "dsc.pc names no fixed prefix" -- grep -q '^prefix=${pcfiledir}/' "$T/p1/lib/pkgconfig/dsc.pc"
 
