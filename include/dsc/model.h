@@ -157,6 +157,15 @@ struct dsc_model_ops {
     bool (*kv_fits)(const void *kv, const void *cfg, int tp_size, int nseq, int max_len);
     dsc_status (*infer)(void *kv, float *const *params, const dsc_model_tp *tp,
                         const dsc_model_rows *rows, const dsc_model_hooks *hooks, float *logits);
+
+    // Hugging Face folders (optional; NULL: the family reads and writes none).
+    // The shape from a folder's config.json (path: the file): DSC_ERR_UNSUPPORTED when it names
+    // another family's architecture; otherwise an error naming the field, its value and what the
+    // family supports.
+    dsc_status (*config_from_hf)(const char *path, const dsc_model_opts *o, void **cfg);
+    // The config.json (and generation_config.json) text of the model, malloc'd (caller frees),
+    // as transformers writes them for its architecture.
+    dsc_status (*hf_config)(const void *cfg, char **config_json, char **generation_json);
 };
 
 // ---- the registry ----
@@ -172,7 +181,10 @@ const struct dsc_model_ops *dsc_model_family(int i);
 // ---- a model ----
 
 // The model a spec names (the first family that claims it); opts may be NULL (the family's
-// defaults). DSC_ERR_INVALID_ARG naming the spec and every family's valid specs. Caller owns *out.
+// defaults). "hf:DIR" is a Hugging Face model folder: DIR/config.json gives the architecture
+// and the shape (opts' vocab_size and max_seq_len are then ignored); its weights are not read
+// here (dsc_model_hf_weights names them). DSC_ERR_INVALID_ARG naming the spec and every family's
+// valid specs. Caller owns *out.
 dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_opts *opts);
 // The model whose parameters a table holds (a checkpoint's, a file's): the first family that
 // recognises it. order[k] (num_tensors entries, at least count) receives the table index of the
@@ -180,6 +192,13 @@ dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_o
 dsc_status dsc_model_create_from_params(dsc_model **out, const dsc_param_desc *table, int count,
                                         const dsc_model_opts *opts, const char *what, int *order);
 void dsc_model_destroy(dsc_model *m); // NULL ok; also frees the host activations
+
+// The Hugging Face folder a model was made from ("hf:DIR" -> "DIR"), or NULL.
+const char *dsc_model_hf_dir(const dsc_model *m);
+// The model's config.json and generation_config.json texts (malloc'd, caller frees), as
+// transformers would save them: what an export puts beside the weights. DSC_ERR_UNSUPPORTED
+// when the family writes none.
+dsc_status dsc_model_hf_config(const dsc_model *m, char **config_json, char **generation_json);
 
 const dsc_model_info *dsc_model_describe(const dsc_model *m); // borrowed from m
 const char *dsc_model_spec(const dsc_model *m); // as created ("d4"), or "(tensors)"

@@ -15,13 +15,14 @@
 #include "cli/commands.h"            // cmd_generate
 #include "data/tokenizer.h"          // dsc_tokenizer_*
 #include "dsc/checkpoint.h"          // dsc_ckpt_*
+#include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_*
 #include "dsc/half.h"                // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
 #include "dsc/model.h"               // dsc_model_*
 #include "engine/ckpt/safetensors.h" // dsc_st_*
 #include "infer/generate.h"          // dsc__generate_run
 
 typedef struct gen_cli {
-    const char *checkpoint, *weights, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
+    const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
     long long max_new, top_k, seed, heads, tp, threads;
     double temperature, top_p;
     bool no_cache;
@@ -97,12 +98,73 @@ static dsc_status load_safetensors(weights *w, const char *path, int heads) {
     return st;
 }
 
+// The file's name of the model's tensor: its own, or with GPT2LMHeadModel's "transformer." prefix.
+static const char *hf_name(dsc_hf_weights *f, const char *name, char *buf, size_t cap) {
+    if (dsc_hf_weights_has(f, name)) return name;
+    snprintf(buf, cap, "transformer.%s", name);
+    return dsc_hf_weights_has(f, buf) ? buf : NULL;
+}
+
+// --model hf:DIR: the folder's config.json makes the model, its weights (one file or shards)
+// fill it tensor by tensor.
+static dsc_status load_hf(weights *w, const char *spec) {
+    DSC_TRY(dsc_model_create(&w->model, spec, NULL));
+    DSC_TRY(weights_alloc(w));
+    dsc_hf_weights *f;
+    DSC_TRY(dsc_hf_weights_open(&f, spec + 3));
+    dsc_status st = DSC_OK;
+    for (int k = 0; st == DSC_OK && k < w->nt; k++) {
+        const dsc_model_param *p = dsc_model_param_get(w->model, k);
+        char buf[DSC_PARAM_NAME_MAX + 16];
+        const char *name = hf_name(f, p->name, buf, sizeof buf);
+        dsc_hf_tensor t;
+        if (!name) {
+            st = dsc__fail(DSC_ERR_INVALID_ARG, "--model %s: the folder's weights have no tensor "
+                           "%s", spec, p->name);
+        } else if ((st = dsc_hf_weights_info(f, name, &t)) == DSC_OK && t.numel != p->numel) {
+            st = dsc__fail(DSC_ERR_INVALID_ARG, "--model %s: tensor %s has %lld elements, its "
+                           "config.json asks for %lld", spec, name, (long long)t.numel,
+                           (long long)p->numel);
+        }
+        if (st == DSC_OK) st = dsc_hf_weights_read(f, name, 0, p->numel, w->full[k]);
+    }
+    dsc_hf_weights_close(f);
+    return st;
+}
+
+// A checkpoint whose model config travels with it (an attached config.json): the model from that
+// config, the tensors by name.
+static dsc_status load_checkpoint_hf(weights *w, dsc_ckpt *ck, const char *cfg_path) {
+    char spec[4200];
+    snprintf(spec, sizeof spec, "hf:%.*s", (int)(strlen(cfg_path) - strlen("/config.json")),
+             cfg_path);
+    DSC_TRY(dsc_model_create(&w->model, spec, NULL));
+    DSC_TRY(weights_alloc(w));
+    for (int k = 0; k < w->nt; k++) {
+        const dsc_model_param *p = dsc_model_param_get(w->model, k);
+        int i = dsc_ckpt_find_param(ck, p->name);
+        dsc_ckpt_param cp;
+        if (i >= 0) dsc_ckpt_get_param(ck, i, &cp);
+        if (i < 0 || cp.numel != p->numel)
+            return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: tensor %s is missing or not the "
+                             "shape its config.json gives", spec + 3, p->name);
+        DSC_TRY(dsc_ckpt_read_param(ck, i, 0, w->full[k]));
+    }
+    return DSC_OK;
+}
+
 static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     char dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has_tag;
     DSC_TRY(dsc_ckpt_split_path(path, dir, sizeof dir, tag, sizeof tag, &has_tag));
     dsc_ckpt *ck;
     DSC_TRY(dsc_ckpt_open(&ck, dir, has_tag ? tag : NULL));
+    char cfg_path[4200];
+    if (dsc_ckpt_attachment_path(ck, "config.json", cfg_path, sizeof cfg_path)) {
+        dsc_status st = load_checkpoint_hf(w, ck, cfg_path);
+        dsc_ckpt_close(ck);
+        return st;
+    }
     dsc_ckpt_info info;
     dsc_ckpt_get_info(ck, &info);
     int n = info.nparams;
@@ -309,6 +371,8 @@ static dsc_status generate(const gen_cli *o) {
     DSC_TRY_GOTO(open_trace(o, &trace), st, done);
     if (o->weights)
         DSC_TRY_GOTO(load_safetensors(&w, o->weights, (int)o->heads), st, done);
+    else if (o->model)
+        DSC_TRY_GOTO(load_hf(&w, o->model), st, done);
     else
         DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads), st, done);
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
@@ -350,8 +414,10 @@ done:
 
 static int check_flags(gen_cli *o) {
     const char *why = NULL;
-    if (!o->checkpoint == !o->weights)
-        why = "give exactly one of --checkpoint DIR and --weights FILE";
+    if (!!o->checkpoint + !!o->weights + !!o->model != 1)
+        why = "give exactly one of --checkpoint DIR, --weights FILE and --model hf:DIR";
+    else if (o->model && strncmp(o->model, "hf:", 3))
+        why = "--model takes a Hugging Face folder as hf:DIR (a checkpoint: --checkpoint DIR)";
     else if (!o->prompt == !o->prompt_file)
         why = "give exactly one of --prompt TEXT and --prompt-file FILE";
     else if (o->temperature < 0)
@@ -387,6 +453,8 @@ int cmd_generate(int argc, char **argv) {
         {"--weights", "FILE",
          "GPT-2 weights, safetensors with Hugging Face names (e.g. from dsc ckpt export)",
          &o.weights, NULL},
+        {"--model", "hf:DIR", "a Hugging Face model folder: config.json and its weights "
+         "(model.safetensors or shards with model.safetensors.index.json)", &o.model, NULL},
         {"--prompt", "TEXT", "the prompt", &o.prompt, NULL},
         {"--prompt-file", "FILE", "prompts, one per line, generated as one batch", &o.prompt_file,
          NULL},
@@ -414,10 +482,10 @@ int cmd_generate(int argc, char **argv) {
          "(JSON lines)", &o.trace, NULL},
     };
     const cli_verb v = {"generate",
-                        "dsc generate (--checkpoint DIR | --weights FILE) (--prompt TEXT | "
-                        "--prompt-file FILE) [flags]",
-                        "Generate text with a GPT-2 from a checkpoint or a safetensors file, with "
-                        "a key/value cache. Each prompt's text is printed followed by its "
+                        "dsc generate (--checkpoint DIR | --weights FILE | --model hf:DIR) "
+                        "(--prompt TEXT | --prompt-file FILE) [flags]",
+                        "Generate text with a model from a checkpoint, a safetensors file or a "
+                        "Hugging Face folder, with a key/value cache. Each prompt's text is printed followed by its "
                         "continuation; a summary with tokens/s goes to stderr.",
                         flags,
                         (int)(sizeof flags / sizeof flags[0]),

@@ -12,7 +12,7 @@ int cmd_train(int argc, char **argv) {
                     .eval_every = 50, .eval_batches = 8, .sample_tokens = 120, .prompt = "The "};
     const cli_flag flags[] = {
         {"--config", "FILE", "DeepSpeed config (default: a built-in AdamW + cosine config)", &o.config, NULL},
-        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M (default d4)", &o.model, NULL},
+        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or hf:DIR (a Hugging Face model folder: its config.json and weights) (default d4)", &o.model, NULL},
         {"--data", "DIR", "token shards: folder with train*.bin/val*.bin (default: built-in data)", &o.data, NULL},
         {"--seq-len", "T", "tokens per sample (default 64)", &seq, NULL},
         {"--max-steps", "N", "optimizer steps to run (default 200)", &steps, NULL},
@@ -20,7 +20,7 @@ int cmd_train(int argc, char **argv) {
         {"--out", "RUN_DIR", "where metrics.jsonl goes (default runs/<time>)", &o.out, NULL},
         {"--eval-every", "N", "validation loss every N steps, 0 = only at the end (default 50)", &every, NULL},
         {"--eval-batches", "N", "micro-batches per validation (default 8)", &batches, NULL},
-        {"--init-weights", "FILE", "start from these weights (safetensors, Hugging Face GPT-2 names)", &o.init_weights, NULL},
+        {"--init-weights", "PATH", "start from these weights: a safetensors file, a Hugging Face folder or its model.safetensors.index.json (Hugging Face names), or none (default: the folder of --model hf:DIR, else the model's initialiser)", &o.init_weights, NULL},
         {"--dump-grads", "FILE", "write the first step's gradients, inputs, targets and loss (safetensors)", &o.dump_grads, NULL},
         {"--dump-weights", "FILE", "write the final fp32 weights (safetensors, Hugging Face names)", &o.dump_weights, NULL},
         {"--sample-tokens", "N", "tokens of the closing sample, 0 = none (default 120)", &sample, NULL},

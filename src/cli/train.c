@@ -27,10 +27,9 @@
 #include "data/tokenizer.h"              // dsc_tokenizer_*
 #include "dsc/checkpoint.h"              // dsc_checkpointing_*, dsc_save_checkpoint
 #include "dsc/engine.h"                  // dsc_engine_*
-#include "dsc/half.h"                    // dsc_bf16_to_fp32, dsc_fp16_to_fp32
 #include "dsc/model.h"                   // dsc_model_*
 #include "dsc/monitor.h"                 // dsc_monitor_*
-#include "engine/ckpt/safetensors.h"     // dsc_st_*
+#include "engine/ckpt/hf_weights.h"      // dsc_hf_weights_*
 
 // The configuration used when --config is not given: AdamW with warm-up and cosine decay.
 static const char *default_config_fmt =
@@ -163,11 +162,26 @@ static dsc_status open_data(trainer *t, int *vocab) {
 
 static void print_warning(void *user, const char *msg) { fprintf(stderr, "warning: %s\n", msg); }
 
+// A model with a shape of its own (--model hf:DIR) must take the data's tokens and sequences.
+static dsc_status check_model_fits(const trainer *t, int vocab) {
+    const dsc_model_info *mi = dsc_model_describe(t->model);
+    if (t->T > mi->max_seq_len)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--seq-len %d is longer than model %s's context "
+                         "(%d positions); give --seq-len %d or less", t->T, t->o->model,
+                         mi->max_seq_len, mi->max_seq_len);
+    if (vocab > mi->vocab_size)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "data %s has a vocabulary of %d tokens but model %s "
+                         "has %d; prepare the data with the model's tokenizer (dsc data prepare "
+                         "--tokenizer ...)", t->data_dir, vocab, t->o->model, mi->vocab_size);
+    return DSC_OK;
+}
+
 // device_model: one rank whose model lives on a GPU, which keeps its own 16-bit weights, so the
 // engine needs no host compute copy of them.
 static dsc_status build_engine(trainer *t, bool device_model) {
     const train_opts *o = t->o;
-    dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model};
+    dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
+                          .init_in_place = true};
     char json[1024];
     if (o->config) {
         eo.config_path = o->config;
@@ -189,48 +203,59 @@ static dsc_status build_engine(trainer *t, bool device_model) {
     return st;
 }
 
-// Load Hugging Face weights of the model (F32, BF16 or F16) into the master copy.
-static dsc_status load_weights(trainer *t, const char *path) {
-    dsc_st_file *f;
-    DSC_TRY(dsc_st_open(&f, path));
-    dsc_status st = DSC_OK;
-    for (int i = 0; i < t->ntensors && st == DSC_OK; i++) {
-        const dsc_model_param *ti = dsc_model_param_get(t->model, i);
-        char alt[128];
-        snprintf(alt, sizeof alt, "transformer.%s", ti->name);
-        const dsc_st_tensor *x = dsc_st_find(f, ti->name);
-        if (!x) x = dsc_st_find(f, alt);
-        int64_t numel = 1;
-        for (int d = 0; x && d < x->ndim; d++) numel *= x->shape[d];
-        if (!x) {
-            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", path,
-                           ti->name);
-        } else if (numel != ti->numel || x->ndim != ti->ndim || x->shape[0] != ti->shape[0]) {
-            st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
-                           "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "
-                           "and the vocabulary", path, ti->name, (long long)numel,
-                           (long long)x->shape[0], (long long)ti->numel, (long long)ti->shape[0]);
-        } else {
-            float *dst = dsc_param_master(t->eng, i);
-            if (!strcmp(x->dtype, "F32")) memcpy(dst, x->data, (size_t)numel * 4);
-            else if (!strcmp(x->dtype, "BF16")) dsc_bf16_to_fp32_n(dst, x->data, (size_t)numel);
-            else if (!strcmp(x->dtype, "F16")) dsc_fp16_to_fp32_n(dst, x->data, (size_t)numel);
-            else st = dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has dtype %s; "
-                                "F32, BF16 or F16 expected", path, ti->name, x->dtype);
-        }
+// Where the initial weights come from: the family's initialiser, or a file of Hugging Face
+// weights (one safetensors file, a folder, or a sharded index), read slice by slice straight
+// into each rank's partition (dsc_params_init), so that no rank holds the whole model.
+typedef struct weight_source {
+    trainer *t;
+    const char *what;     // the path, for messages
+    dsc_hf_weights *file; // NULL: initialise
+} weight_source;
+
+// The file's name for tensor i: its own, or with GPT2LMHeadModel's "transformer." prefix.
+static dsc_status find_tensor(weight_source *w, const dsc_model_param *p, char *name, size_t cap) {
+    snprintf(name, cap, "%s", p->name);
+    if (!dsc_hf_weights_has(w->file, name)) snprintf(name, cap, "transformer.%s", p->name);
+    if (!dsc_hf_weights_has(w->file, name))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", w->what,
+                         p->name);
+    dsc_hf_tensor x;
+    DSC_TRY(dsc_hf_weights_info(w->file, name, &x));
+    bool same = x.ndim == p->ndim && x.numel == p->numel;
+    for (int d = 0; same && d < p->ndim; d++) same = x.shape[d] == p->shape[d];
+    if (!same)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
+                         "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "
+                         "and the vocabulary", w->what, p->name, (long long)x.numel,
+                         (long long)x.shape[0], (long long)p->numel, (long long)p->shape[0]);
+    return DSC_OK;
+}
+
+static dsc_status fill_weights(void *user, int i, int64_t begin, int64_t count, float *dst) {
+    weight_source *w = user;
+    if (!w->file) {
+        dsc_model_init_tensor(w->t->model, i, dst, begin, count, (uint64_t)w->t->o->seed);
+        return DSC_OK;
     }
-    dsc_st_close(f);
-    return st;
+    char name[DSC_PARAM_NAME_MAX + 16];
+    DSC_TRY(find_tensor(w, dsc_model_param_get(w->t->model, i), name, sizeof name));
+    return dsc_hf_weights_read(w->file, name, begin, count, dst);
+}
+
+// --init-weights FILE|DIR|hf:DIR|none; with --model hf:DIR and no --init-weights, DIR's weights.
+static const char *weights_path(const trainer *t) {
+    const char *p = t->o->init_weights;
+    if (!p) return dsc_model_hf_dir(t->model);
+    if (!strcmp(p, "none")) return NULL;
+    return strncmp(p, "hf:", 3) ? p : p + 3;
 }
 
 static dsc_status init_weights(trainer *t) {
-    float **master = calloc((size_t)t->ntensors, sizeof *master);
-    if (!master) return dsc__fail(DSC_ERR_OOM, "out of memory");
-    for (int i = 0; i < t->ntensors; i++) master[i] = dsc_param_master(t->eng, i);
-    dsc_model_init_weights(t->model, master, (uint64_t)t->o->seed);
-    free(master);
-    if (t->o->init_weights) DSC_TRY(load_weights(t, t->o->init_weights));
-    DSC_TRY(dsc_params_updated(t->eng));
+    weight_source w = {.t = t, .what = weights_path(t)};
+    if (w.what) DSC_TRY(dsc_hf_weights_open(&w.file, w.what));
+    dsc_status st = dsc_params_init(t->eng, fill_weights, &w);
+    dsc_hf_weights_close(w.file);
+    DSC_TRY(st);
     for (int i = 0; i < t->ntensors; i++) {
         t->tgroup[i] = dsc_model_param_get(t->model, i)->group;
         t->work[i] = dsc_param_data(t->eng, i);
@@ -462,6 +487,44 @@ static dsc_status ckpt_resume(trainer *t) {
     return DSC_OK;
 }
 
+// A file of the model's Hugging Face folder, attached as it is; one that is absent is skipped.
+static dsc_status attach_file(trainer *t, const char *dir, const char *name) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return DSC_OK;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (size_t got = 1; got > 0; n += got) {
+        if (n == cap && !(buf = realloc(buf, cap = cap ? 2 * cap : 65536))) break;
+        got = fread(buf + n, 1, cap - n, f);
+    }
+    fclose(f);
+    dsc_status st = buf ? dsc_checkpoint_attach(t->eng, name, buf, n)
+                        : dsc__fail(DSC_ERR_OOM, "out of memory reading %s", path);
+    free(buf);
+    return st;
+}
+
+// The model's config.json and generation_config.json travel with every checkpoint, so that
+// `dsc ckpt export --hf` makes a folder transformers loads: a Hugging Face folder's own files
+// (--model hf:DIR), else what the family writes for its shape (none: nothing is attached).
+static dsc_status ckpt_attach_model(trainer *t) {
+    const char *dir = dsc_model_hf_dir(t->model);
+    if (dir) {
+        DSC_TRY(attach_file(t, dir, "config.json"));
+        return attach_file(t, dir, "generation_config.json");
+    }
+    char *cfg_json, *gen_json;
+    if (dsc_model_hf_config(t->model, &cfg_json, &gen_json) != DSC_OK) return DSC_OK;
+    dsc_status st = dsc_checkpoint_attach(t->eng, "config.json", cfg_json, strlen(cfg_json));
+    if (st == DSC_OK)
+        st = dsc_checkpoint_attach(t->eng, "generation_config.json", gen_json, strlen(gen_json));
+    free(cfg_json);
+    free(gen_json);
+    return st;
+}
+
 static dsc_status ckpt_setup(trainer *t) {
     if (t->o->resume) DSC_TRY(ckpt_resume(t));
     if (!t->o->save_dir) {
@@ -474,6 +537,7 @@ static dsc_status ckpt_setup(trainer *t) {
     co.background_snapshot = true; // the loop calls dsc_checkpoint_fence before each update
     DSC_TRY(dsc_checkpointing_start(t->eng, t->o->save_dir, &co));
     DSC_TRY(dsc_checkpointing_configure(t->eng, cfg->checkpoint.interval_s, ckpt_validate, t));
+    DSC_TRY(ckpt_attach_model(t));
     struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
@@ -695,6 +759,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(open_data(t, &vocab));
     dsc_model_opts mo = {.vocab_size = vocab, .max_seq_len = t->T};
     DSC_TRY(dsc_model_create(&t->model, o->model, &mo));
+    DSC_TRY(check_model_fits(t, vocab));
     bool cuda; // chosen before the engine, whose creation already waits for the other ranks
     const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = getenv("DSC_COMM_BACKEND");
     bool nccl = be && !strcmp(be, "nccl");

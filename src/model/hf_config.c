@@ -382,13 +382,37 @@ static dsc_status write_json(const char *dir, const char *name, json_t *o) {
     return DSC_OK;
 }
 
-dsc_status dsc_hf_config_write(const char *dir, const dsc_hf_config *c) {
+static json_t *config_json(const dsc_hf_config *c) {
     json_t *o = c->arch == DSC_HF_GPT2 ? gpt2_json(c) : llama_json(c);
     if (o && c->torch_dtype[0]) json_object_set_new(o, "torch_dtype", json_string(c->torch_dtype));
-    return write_json(dir, "config.json", o);
+    return o;
+}
+
+static json_t *generation_json(const dsc_hf_config *c) {
+    return json_pack("{s:o, s:o}", "bos_token_id", bos_json(c), "eos_token_id", eos_json(c));
+}
+
+dsc_status dsc_hf_config_write(const char *dir, const dsc_hf_config *c) {
+    return write_json(dir, "config.json", config_json(c));
 }
 
 dsc_status dsc_hf_generation_config_write(const char *dir, const dsc_hf_config *c) {
-    json_t *o = json_pack("{s:o, s:o}", "bos_token_id", bos_json(c), "eos_token_id", eos_json(c));
-    return write_json(dir, "generation_config.json", o);
+    return write_json(dir, "generation_config.json", generation_json(c));
+}
+
+static dsc_status render(json_t *o, char **out) {
+    *out = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return *out ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory rendering a config.json");
+}
+
+dsc_status dsc_hf_config_render(const dsc_hf_config *c, char **config, char **generation) {
+    *config = *generation = NULL;
+    DSC_TRY(render(config_json(c), config));
+    dsc_status st = render(generation_json(c), generation);
+    if (st != DSC_OK) {
+        free(*config);
+        *config = NULL;
+    }
+    return st;
 }

@@ -73,4 +73,7 @@ dsc_status dsc_hf_config_write(const char *dir, const dsc_hf_config *c);
 // Write DIR/generation_config.json (bos, eos) as transformers' save_pretrained does.
 dsc_status dsc_hf_generation_config_write(const char *dir, const dsc_hf_config *c);
 
+// The two files' texts (malloc'd, caller frees both; NULL both on failure).
+dsc_status dsc_hf_config_render(const dsc_hf_config *c, char **config, char **generation);
+
 #endif

@@ -8,7 +8,8 @@
 #include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, strlen
 
-#include "base/status.h" // dsc__fail, DSC_TRY
+#include "base/status.h"     // dsc__fail, DSC_TRY
+#include "model/hf_config.h" // dsc_hf_config_read
 
 // ---- the registry ----
 
@@ -99,7 +100,7 @@ struct dsc_model {
     const struct dsc_model_ops *ops;
     void *cfg;   // the family's configuration (owned)
     void *state; // host activations (dsc_model_reserve), or NULL
-    char spec[64];
+    char spec[4200];
     dsc_model_info info;
     dsc_model_param *params; // (info.num_tensors)
 };
@@ -146,10 +147,41 @@ static void all_specs(char *buf, size_t cap) {
     }
 }
 
+// "hf:DIR": the family whose config_from_hf takes DIR/config.json.
+static dsc_status create_hf(dsc_model **out, const char *spec, const dsc_model_opts *opts) {
+    char path[4200];
+    dsc_hf_config h;
+    snprintf(path, sizeof path, "%s/config.json", spec + 3);
+    DSC_TRY(dsc_hf_config_read(spec + 3, &h)); // names a missing file or an unknown architecture
+    for (int i = 0; i < dsc_model_num_families(); i++) {
+        const struct dsc_model_ops *f = dsc_model_family(i);
+        if (!f->config_from_hf) continue;
+        void *cfg = NULL;
+        dsc_status st = f->config_from_hf(path, opts ? opts : &no_opts, &cfg);
+        if (st == DSC_OK) return dsc__model_wrap(out, f, cfg, spec);
+        if (st != DSC_ERR_UNSUPPORTED) return st;
+    }
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: architecture %s has no model family in this dsc",
+                     path, h.architecture);
+}
+
+const char *dsc_model_hf_dir(const dsc_model *m) {
+    return m && !strncmp(m->spec, "hf:", 3) ? m->spec + 3 : NULL;
+}
+
+dsc_status dsc_model_hf_config(const dsc_model *m, char **config_json, char **generation_json) {
+    *config_json = *generation_json = NULL;
+    if (!m->ops->hf_config)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model family %s writes no Hugging Face config",
+                         m->ops->family);
+    return m->ops->hf_config(m->cfg, config_json, generation_json);
+}
+
 dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_opts *opts) {
     if (!out || !spec)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_create: out and spec must be given");
     *out = NULL;
+    if (!strncmp(spec, "hf:", 3)) return create_hf(out, spec, opts);
     for (int i = 0; i < dsc_model_num_families(); i++) {
         const struct dsc_model_ops *f = dsc_model_family(i);
         if (!f->claims(spec)) continue;

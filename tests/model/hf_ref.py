@@ -16,6 +16,13 @@ that scripts/install-hf.sh prints).
       Logits (float32, row-major (B, T, V)) of the model on the sequences, written raw to OUT.
   hf_ref.py greedy MODEL IDS N
       N greedy tokens after each sequence (one line per sequence).
+  hf_ref.py grads MODEL DUMP
+      Compare a `dsc train --dump-grads` file (inputs, targets, loss, every gradient under its
+      Hugging Face name) with the model's loss and gradients on the same tokens (targets < 0 are
+      ignored, as labels -100). Prints "loss <dsc> <hf> <rel>" and "grads <worst rel L2> <name>".
+  hf_ref.py trace MODEL TRACE PROMPT
+      Compare the logits `dsc generate --trace` recorded (greedy, one prompt of ids PROMPT) with
+      the model's own at the same positions; prints "trace <tokens equal 0|1> <worst rel error>".
 
 Float32 on the CPU throughout.
 """
@@ -101,8 +108,60 @@ def greedy(argv):
         print(" ".join(str(x) for x in row))
 
 
+def grads(argv):
+    from safetensors import safe_open
+    model = load(argv[0])
+    with safe_open(argv[1], "pt") as f:
+        dump = {k: f.get_tensor(k) for k in f.keys()}
+        meta = f.metadata() or {}
+    inputs, targets = dump["inputs"].long(), dump["targets"].long()
+    # transformers shifts labels inside the model: give it T + 1 tokens whose labels are the
+    # targets (the last input's target is the extra token).
+    ids = torch.cat([inputs, targets[:, -1:].clamp_min(0)], 1)
+    labels = torch.cat([inputs[:, :1], targets], 1)
+    labels[labels < 0] = -100
+    model.train(False)
+    out = model(input_ids=ids, labels=labels)
+    out.loss.backward()
+    dsc_loss = float(meta.get("loss", dump["loss"].item() if "loss" in dump else "nan"))
+    hf_loss = out.loss.item()
+    print(f"loss {dsc_loss:.9g} {hf_loss:.9g} {abs(dsc_loss - hf_loss) / abs(hf_loss):.3g}")
+    worst, where = 0.0, ""
+    for name, p in model.named_parameters():
+        key = name[len("transformer."):] if name.startswith("transformer.") else name
+        if key not in dump:
+            print(f"missing {key}")
+            worst, where = float("inf"), key
+            continue
+        g = dump[key].to(torch.float64)
+        ref = p.grad.to(torch.float64)
+        err = ((g - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+        if err > worst:
+            worst, where = err, key
+    print(f"grads {worst:.3g} {where}")
+
+
+def trace(argv):
+    model = load(argv[0])
+    with open(argv[1]) as f:
+        steps = [json.loads(line) for line in f if line.strip()]
+    ids = [int(x) for x in argv[2].split()]
+    worst, equal = 0.0, 1
+    with torch.no_grad():
+        for s in steps:
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            if int(logits.argmax()) != s["token"]:
+                equal = 0
+            for tok, val in s["top"]:
+                ref = logits[tok].item()
+                worst = max(worst, abs(val - ref) / max(abs(ref), 1e-6))
+            ids.append(s["token"])
+    print(f"trace {equal} {worst:.3g}")
+
+
 if __name__ == "__main__":
-    cmds = {"make": make, "loss": loss, "logits": logits, "greedy": greedy}
+    cmds = {"make": make, "loss": loss, "logits": logits, "greedy": greedy, "grads": grads,
+            "trace": trace}
     if len(sys.argv) < 3 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     cmds[sys.argv[1]](sys.argv[2:])

@@ -8,7 +8,9 @@
 #include <string.h> // strcmp, strncmp
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
+#include "model/gpt2/hf.h"    // dsc_gpt2_config_from_hf, dsc_gpt2_config_to_hf
 #include "model/gpt2/infer.h" // dsc__gpt2_kv_*, dsc__gpt2_infer, dsc__gpt2_tp_*
+#include "model/hf_config.h"  // dsc_hf_config_read, dsc_hf_config_render
 #include "model/model.h"     // dsc__model_ops, dsc__model_config
 
 enum { GPT2_VOCAB = 50257, GPT2_CONTEXT = 1024 };
@@ -211,6 +213,24 @@ static dsc_status infer(void *kv, float *const *params, const dsc_model_tp *tp,
     return dsc__gpt2_infer(kv, params, tp, rows, hooks, logits);
 }
 
+// ---- Hugging Face folders ----
+
+static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void **cfg) {
+    (void)o; // the folder's config.json decides vocabulary and context
+    dsc_hf_config h;
+    DSC_TRY(dsc_hf_config_read(path, &h));
+    if (h.arch != DSC_HF_GPT2) return DSC_ERR_UNSUPPORTED;
+    dsc_gpt2_config c;
+    DSC_TRY(dsc_gpt2_config_from_hf(&h, path, &c));
+    return config_new(&c, cfg);
+}
+
+static dsc_status hf_config(const void *cfg, char **config_json, char **generation_json) {
+    dsc_hf_config h;
+    dsc_gpt2_config_to_hf(cfg, &h);
+    return dsc_hf_config_render(&h, config_json, generation_json);
+}
+
 const struct dsc_model_ops dsc__gpt2_model_ops = {
     .family = "gpt2",
     .specs = "gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or dN (N layers, N heads, 64N "
@@ -241,4 +261,6 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .kv_destroy = kv_destroy,
     .kv_fits = kv_fits,
     .infer = infer,
+    .config_from_hf = config_from_hf,
+    .hf_config = hf_config,
 };
