@@ -197,7 +197,8 @@ void dsc__llama_rmsnorm_backward(float *dinp, float *dw, float *scratch, const f
 static float llama3_inv_freq(float inv, double factor, double low, double high, int old_len) {
     float f = (float)factor;
     float wavelen = (float)(2.0 * 3.141592653589793) / inv;
-    float low_wavelen = (float)((double)old_len / low), high_wavelen = (float)((double)old_len / high);
+    float low_wavelen = (float)((double)old_len / low);
+    float high_wavelen = (float)((double)old_len / high);
     if (wavelen > low_wavelen) return inv / f; // long wavelengths: interpolated
     if (wavelen < high_wavelen) return inv;    // short wavelengths: as they are
     float smooth = ((float)old_len / wavelen - (float)low) / (float)(high - low);
