@@ -4,7 +4,7 @@
 // tied and untied, llama3 and linear rope scaling, Qwen2's qkv bias, odd sizes, ignored
 // targets) the logits agree within 1e-4 relative (max |a - b| / max |b|), the loss within 1e-5
 // relative, and every parameter's gradient within 1e-4 relative in L2 (|a - b| / |b|).
-// Then training: 20 steps of dsc's engine (AdamW, fp32, ZeRO stage 0) driving this model
+// Then training: 20 steps of dsc's engine (AdamW, fp32, ZeRO stages 0 and 3) driving this model
 // against torch.optim.AdamW on transformers' model, from the same weights on the same batches:
 // every step's loss within 1e-4 relative, every final parameter within 1e-4 relative in L2 -
 // except where float32 rounding alone moves a parameter further (Qwen2's k_proj bias, whose
@@ -210,13 +210,15 @@ static dsc_status hook_gather(void *u, int g) {
 static dsc_status hook_release(void *u, int g) { return dsc_release(((trainer *)u)->eng, g); }
 static dsc_status hook_ready(void *u, int g) { return dsc_grads_ready(((trainer *)u)->eng, g); }
 
-static dsc_engine *engine_for(const dsc_llama_config *c, const dsc_st_file *ref, int B) {
+static dsc_engine *engine_for(const dsc_llama_config *c, const dsc_st_file *ref, int B,
+                              int stage) {
     char json[1024];
     snprintf(json, sizeof json,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
+             " \"zero_optimization\": {\"stage\": %d},"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %s,"
              " \"betas\": [%s, %s], \"eps\": %s, \"weight_decay\": %s}}}",
-             B, dsc_st_meta(ref, "lr"), dsc_st_meta(ref, "beta1"), dsc_st_meta(ref, "beta2"),
+             B, stage, dsc_st_meta(ref, "lr"), dsc_st_meta(ref, "beta1"), dsc_st_meta(ref, "beta2"),
              dsc_st_meta(ref, "eps"), dsc_st_meta(ref, "weight_decay"));
     int n = dsc_llama_num_tensors(c);
     dsc_param_desc *pd = calloc(n, sizeof *pd);
@@ -236,7 +238,7 @@ static dsc_engine *engine_for(const dsc_llama_config *c, const dsc_st_file *ref,
     return eng;
 }
 
-static void train_case(const char *dir, const char *name) {
+static void train_case(const char *dir, const char *name, int stage) {
     char path[4096];
     dsc_st_file *model = NULL, *ref = NULL;
     snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, name);
@@ -252,7 +254,7 @@ static void train_case(const char *dir, const char *name) {
     assert_int_equal(ids->nbytes, sizeof(int32_t) * (size_t)steps * B * T);
     const float *want_loss = f32_of(ref, "losses", steps);
 
-    dsc_engine *eng = engine_for(&c, ref, B);
+    dsc_engine *eng = engine_for(&c, ref, B, stage);
     int n = dsc_llama_num_tensors(&c);
     for (int i = 0; i < n; i++) { // transformers' initial weights into the master copy
         dsc_llama_tensor_info info;
@@ -314,9 +316,9 @@ static void train_case(const char *dir, const char *name) {
         if (!(e <= worst)) worst = e, snprintf(worst_name, sizeof worst_name, "%s", info.name);
         free(got);
     }
-    printf("  %-15s %d AdamW steps: loss %.4f -> %.4f, worst loss rel err %.2g; final "
+    printf("  %-15s stage %d, %d AdamW steps: loss %.4f -> %.4f, worst loss rel err %.2g; final "
            "parameters worst L2 rel err %.2g (%s), %d judged against the fp64 run\n",
-           name, steps, want_loss[0], want_loss[steps - 1], worst_loss, worst, worst_name,
+           name, stage, steps, want_loss[0], want_loss[steps - 1], worst_loss, worst, worst_name,
            conditioned);
     assert_true(want_loss[steps - 1] < want_loss[0]); // it learned
     dsc_llama_destroy(m);
@@ -337,7 +339,7 @@ static void test_training_against_torch(void **state) {
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         if (!*line) continue;
-        train_case(dir, line);
+        for (int stage = 0; stage <= 3; stage += 3) train_case(dir, line, stage);
         cases++;
     }
     fclose(f);
