@@ -18,6 +18,7 @@
 #include <omp.h> // omp_set_num_threads
 #endif
 
+#include "dsc/memory.h"          // dsc_mem_*
 #include "dsc/status.h"          // dsc_last_error
 #include "model/llama/kernels.h" // dsc__llama_*
 #include "model/llama/llama.h"   // dsc_llama_*
@@ -571,6 +572,53 @@ static void test_model_masked_mean(void **state) {
     model_free(&m);
 }
 
+// Activations in a pool block: the same bits as a private slab, also when the pool compacts
+// (moving the block) between a forward and its backward.
+static void test_model_in_pool(void **state) {
+    (void)state;
+    dsc_llama_config c = small_config(1);
+    model m = model_new(&c, 41);
+    int B = 2, T = 9;
+    int32_t in[18], tg[18];
+    rng_seed(42);
+    random_tokens(in, B * T, c.vocab_size);
+    random_tokens(tg, B * T, c.vocab_size);
+    dsc_llama *plain = NULL, *pooled = NULL;
+    assert_int_equal(dsc_llama_create(&plain, &c, B, T), DSC_OK);
+    float lp, lq;
+    assert_int_equal(dsc_llama_forward(plain, m.p, in, tg, B, T, NULL, &lp), DSC_OK);
+    assert_int_equal(dsc_llama_backward(plain, m.p, m.g, 1.0f, NULL), DSC_OK);
+    float **g1 = calloc(m.n, sizeof(float *));
+    for (int i = 0; i < m.n; i++) {
+        g1[i] = malloc(sizeof(float) * m.numel[i]);
+        memcpy(g1[i], m.g[i], sizeof(float) * m.numel[i]);
+    }
+    dsc_mem_pool *pool = NULL;
+    assert_int_equal(dsc_mem_pool_create(&pool, DSC_MEM_HOST, 0, NULL), DSC_OK);
+    dsc_mem_handle hole;
+    assert_int_equal(dsc_mem_alloc(pool, 1 << 20, "test.hole", &hole), DSC_OK);
+    assert_int_equal(dsc_llama_create_in(&pooled, &c, B, T, pool), DSC_OK);
+    dsc_mem_free(pool, hole); // a hole below the activations for compaction to close
+    model_zero_grads(&m);
+    assert_int_equal(dsc_llama_forward(pooled, m.p, in, tg, B, T, NULL, &lq), DSC_OK);
+    uint64_t gen = dsc_mem_generation(pool);
+    size_t moved = 0;
+    assert_int_equal(dsc_mem_defragment(pool, &moved), DSC_OK);
+    assert_true(moved > 0 && dsc_mem_generation(pool) != gen);
+    dsc_mem_handle junk; // takes the space the activations left and fills it with NaNs
+    assert_int_equal(dsc_mem_alloc(pool, 4 << 20, "test.junk", &junk), DSC_OK);
+    memset(dsc_mem_ptr(pool, junk), 0xff, 4 << 20);
+    assert_int_equal(dsc_llama_backward(pooled, m.p, m.g, 1.0f, NULL), DSC_OK);
+    assert_true(memcmp(&lp, &lq, sizeof lp) == 0);
+    for (int i = 0; i < m.n; i++) assert_memory_equal(g1[i], m.g[i], sizeof(float) * m.numel[i]);
+    for (int i = 0; i < m.n; i++) free(g1[i]);
+    free(g1);
+    dsc_llama_destroy(pooled);
+    dsc_llama_destroy(plain);
+    dsc_mem_pool_destroy(pool);
+    model_free(&m);
+}
+
 // ---- hooks ----
 
 typedef struct hook_log {
@@ -818,6 +866,7 @@ int main(void) {
         cmocka_unit_test(test_xent_ignored),
         cmocka_unit_test(test_model_determinism_accumulation),
         cmocka_unit_test(test_model_masked_mean),
+        cmocka_unit_test(test_model_in_pool),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_argument_checks),
     };
