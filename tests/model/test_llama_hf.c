@@ -220,8 +220,9 @@ static dsc_engine *engine_for(const dsc_llama_config *c, const dsc_st_file *ref,
              " \"zero_optimization\": {\"stage\": %d}, \"bf16\": {\"enabled\": %s},"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %s,"
              " \"betas\": [%s, %s], \"eps\": %s, \"weight_decay\": %s}}}",
-             B, stage, bf16 ? "true" : "false", dsc_st_meta(ref, "lr"), dsc_st_meta(ref, "beta1"), dsc_st_meta(ref, "beta2"),
-             dsc_st_meta(ref, "eps"), dsc_st_meta(ref, "weight_decay"));
+             B, stage, bf16 ? "true" : "false", dsc_st_meta(ref, "lr"),
+             dsc_st_meta(ref, "beta1"), dsc_st_meta(ref, "beta2"), dsc_st_meta(ref, "eps"),
+             dsc_st_meta(ref, "weight_decay"));
     int n = dsc_llama_num_tensors(c);
     dsc_param_desc *pd = calloc(n, sizeof *pd);
     dsc_llama_tensor_info *info = calloc(n, sizeof *info);
