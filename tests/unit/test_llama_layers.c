@@ -547,7 +547,14 @@ static void test_model_masked_mean(void **state) {
     dsc_llama *net = NULL;
     assert_int_equal(dsc_llama_create(&net, &c, 1, T), DSC_OK);
     float loss_all;
+    int nslots = dsc_llama_timing_slots(&c);
+    double *times = calloc(nslots, sizeof(double));
+    dsc_llama_set_timing(net, times);
     assert_int_equal(dsc_llama_forward(net, m.p, in, tg, 1, T, NULL, &loss_all), DSC_OK);
+    dsc_llama_set_timing(net, NULL);
+    for (int k = 0; k < nslots; k++) // every leaf module took some time
+        if (!(times[k] > 0.0)) fail_msg("timing slot %d got %g s", k, times[k]);
+    free(times);
     const float *lg = dsc_llama_logits(net);
     double per[12], sum = 0.0;
     for (int t = 0; t < T; t++) {
@@ -801,9 +808,13 @@ static void test_init(void **state) {
         double mean = s / info.numel, sd = sqrt(s2 / info.numel - mean * mean);
         if (!(fabs(sd - 0.02) < 0.003 && fabs(mean) < 0.002))
             fail_msg("%s: mean %.4f std %.4f, want 0 and 0.02", info.name, mean, sd);
-        float part[7]; // any slice on its own gives the same values
+        float part[7]; // any slice on its own gives the same values (odd and even ends)
         dsc_llama_init_tensor(&c, i, part, 5, 7, 11);
         assert_memory_equal(part, m.p[i] + 5, sizeof part);
+        dsc_llama_init_tensor(&c, i, part, 6, 6, 11);
+        assert_memory_equal(part, m.p[i] + 6, 6 * sizeof(float));
+        dsc_llama_init_tensor(&c, i, part, 3, 1, 11);
+        assert_memory_equal(part, m.p[i] + 3, sizeof(float));
     }
     float a[4], b[4];
     dsc_llama_init_tensor(&c, 2, a, 0, 4, 11); // q_proj.weight

@@ -280,8 +280,27 @@ void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t
     }
     const double std = 0.02;
     uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
+    // Pair by pair: both halves of a Box-Muller pair share its hashes, log and sqrt (the values
+    // are normal_at's, bit for bit; an unpaired first or last element goes through normal_at).
+    int64_t lo = begin, hi = begin + count;
+    if (count > 0 && (lo & 1)) {
+        dst[0] = (float)(std * normal_at(key, lo));
+        lo++;
+    }
+    if (hi > lo && (hi & 1)) {
+        dst[hi - 1 - begin] = (float)(std * normal_at(key, hi - 1));
+        hi--;
+    }
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < count; j++) dst[j] = (float)(std * normal_at(key, begin + j));
+    for (int64_t e = lo; e < hi; e += 2) {
+        uint64_t pair = (uint64_t)e >> 1;
+        uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
+        uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
+        double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53, u2 = (double)(h2 >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        dst[e - begin] = (float)(std * (r * cos(a)));
+        dst[e + 1 - begin] = (float)(std * (r * sin(a)));
+    }
 }
 
 void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uint64_t seed) {
