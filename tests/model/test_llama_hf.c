@@ -241,6 +241,42 @@ static dsc_engine *engine_for(const dsc_llama_config *c, const dsc_st_file *ref,
     return eng;
 }
 
+// Each final parameter within TRAIN_TOL of torch's float32 result (L2 relative), or, where
+// float32 rounding alone moves a parameter further (torch's own float32 run against its float64
+// run), no further from the float64 run than 3 times torch's float32 distance. Returns how many
+// tensors took the second way; *worst and worst_name (64 bytes) report the first.
+static int compare_final(dsc_engine *eng, const dsc_llama_config *c, const dsc_st_file *ref,
+                         const char *name, double *worst, char *worst_name) {
+    char path[128];
+    int conditioned = 0;
+    for (int i = 0; i < dsc_llama_num_tensors(c); i++) {
+        dsc_llama_tensor_info info;
+        dsc_llama_tensor_info_get(c, i, &info);
+        float *got = malloc(sizeof(float) * info.numel);
+        assert_int_equal(dsc_engine_full_param(eng, i, got), DSC_OK);
+        snprintf(path, sizeof path, "final.%s", info.name);
+        const float *want = f32_of(ref, path, info.numel);
+        snprintf(path, sizeof path, "final64.%s", info.name);
+        const float *exact = f32_of(ref, path, info.numel);
+        double e = l2_rel(got, want, info.numel);
+        if (!(e <= TRAIN_TOL)) {
+            double torch_e = l2_rel(want, exact, info.numel);
+            double dsc_e = l2_rel(got, exact, info.numel);
+            printf("    %s: %.3g from torch fp32; fp64: dsc %.3g, torch fp32 %.3g\n", info.name, e,
+                   dsc_e, torch_e);
+            if (!(torch_e > TRAIN_TOL / 3 && dsc_e <= 3 * torch_e))
+                fail_msg("%s: final %s L2 rel err %.3g > %g (fp64 run: dsc %.3g, torch fp32 "
+                         "%.3g)",
+                         name, info.name, e, TRAIN_TOL, dsc_e, torch_e);
+            conditioned++;
+            e = 0.0; // judged against the float64 run
+        }
+        if (!(e <= *worst)) *worst = e, snprintf(worst_name, 64, "%s", info.name);
+        free(got);
+    }
+    return conditioned;
+}
+
 // stage: ZeRO stage; bf16: the engine's emulated bf16 (weights rounded to bf16 for the model,
 // fp32 master weights), compared loosely (BF16_TOL on every loss, and the loss must fall).
 static void train_case(const char *dir, const char *name, int stage, int bf16) {
@@ -296,50 +332,16 @@ static void train_case(const char *dir, const char *name, int stage, int bf16) {
             assert_true(loss < want_loss[0] - 0.5f); // it learned
         }
     }
-    if (bf16) { // the parameters are bf16-rounded: no fp32 comparison
-        dsc_llama_destroy(m);
-        dsc_engine_destroy(eng);
-        free(t.work), free(t.grads);
-        dsc_st_close(model);
-        dsc_st_close(ref);
-        return;
+    if (!bf16) { // bf16: the parameters are bf16-rounded, no fp32 comparison
+        double worst = 0.0;
+        char worst_name[64] = "";
+        int conditioned = compare_final(eng, &c, ref, name, &worst, worst_name);
+        printf("  %-15s stage %d, %d AdamW steps: loss %.4f -> %.4f, worst loss rel err %.2g; "
+               "final parameters worst L2 rel err %.2g (%s), %d judged against the fp64 run\n",
+               name, stage, steps, want_loss[0], want_loss[steps - 1], worst_loss, worst,
+               worst_name, conditioned);
+        assert_true(want_loss[steps - 1] < want_loss[0]); // it learned
     }
-    // Each final parameter within TRAIN_TOL of torch's float32 result (L2 relative), or, where
-    // float32 rounding alone moves a parameter further (torch's own float32 run against its
-    // float64 run), no further from the float64 run than 3 times torch's float32 distance.
-    double worst = 0.0;
-    char worst_name[64] = "";
-    int conditioned = 0;
-    for (int i = 0; i < n; i++) {
-        dsc_llama_tensor_info info;
-        dsc_llama_tensor_info_get(&c, i, &info);
-        float *got = malloc(sizeof(float) * info.numel);
-        assert_int_equal(dsc_engine_full_param(eng, i, got), DSC_OK);
-        snprintf(path, sizeof path, "final.%s", info.name);
-        const float *want = f32_of(ref, path, info.numel);
-        snprintf(path, sizeof path, "final64.%s", info.name);
-        const float *exact = f32_of(ref, path, info.numel);
-        double e = l2_rel(got, want, info.numel);
-        if (!(e <= TRAIN_TOL)) {
-            double torch_e = l2_rel(want, exact, info.numel);
-            double dsc_e = l2_rel(got, exact, info.numel);
-            printf("    %s: %.3g from torch fp32; fp64: dsc %.3g, torch fp32 %.3g\n", info.name, e,
-                   dsc_e, torch_e);
-            if (!(torch_e > TRAIN_TOL / 3 && dsc_e <= 3 * torch_e))
-                fail_msg("%s: final %s L2 rel err %.3g > %g (fp64 run: dsc %.3g, torch fp32 "
-                         "%.3g)",
-                         name, info.name, e, TRAIN_TOL, dsc_e, torch_e);
-            conditioned++;
-            e = 0.0; // judged against the float64 run
-        }
-        if (!(e <= worst)) worst = e, snprintf(worst_name, sizeof worst_name, "%s", info.name);
-        free(got);
-    }
-    printf("  %-15s stage %d, %d AdamW steps: loss %.4f -> %.4f, worst loss rel err %.2g; final "
-           "parameters worst L2 rel err %.2g (%s), %d judged against the fp64 run\n",
-           name, stage, steps, want_loss[0], want_loss[steps - 1], worst_loss, worst, worst_name,
-           conditioned);
-    assert_true(want_loss[steps - 1] < want_loss[0]); // it learned
     dsc_llama_destroy(m);
     dsc_engine_destroy(eng);
     free(t.work), free(t.grads);
