@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Install Hugging Face's transformers, tokenizers and safetensors into a private venv: the oracle
-# of the tests that compare dsc with Hugging Face (tokenizer.json encoding, model files).
+# Install Hugging Face transformers 4.44.2 (with tokenizers and safetensors) into a private venv:
+# the oracle of the model tests that compare against LlamaForCausalLM, Qwen2ForCausalLM and the
+# tokenizers.
 #
 # The venv is made from Debian's python3 with --system-site-packages so that it sees Debian's
-# python3-torch (1.13, CPU) and numpy. transformers 4.44.2 is the last release line that runs on
-# torch 1.13; it wants tokenizers < 0.20. Every package pip would fetch is pinned, so that two
-# machines run the same oracle.
+# python3-torch (1.13, CPU) and numpy. Every package is pinned, dependencies included, and
+# installed with --no-deps so that nothing unpinned comes in.
 #
 #   DSC_HF_VENV   where the venv lives (default: <repo>/.venv-hf, git-ignored)
 #
@@ -15,14 +15,15 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DSC_HF_VENV:-$repo/.venv-hf}
 py=$venv/bin/python
-PINS=(transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5
-      huggingface-hub==0.36.2 filelock==4.3.2 fsspec==2026.9.0 hf-xet==1.8.0 packaging==26.4
-      regex==2026.11.19 tqdm==4.70.1)
+PINS=(transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5 huggingface-hub==0.24.6
+      filelock==3.15.4 fsspec==2024.6.1 packaging==24.1 pyyaml==6.0.2 regex==2024.7.24
+      requests==2.32.3 tqdm==4.66.5 typing-extensions==4.12.2 idna==3.8 certifi==2024.8.30
+      urllib3==2.2.2 charset-normalizer==3.3.2)
 # The stamp names the exact set, so that a change of pins reinstalls.
 stamp=$venv/.dsc-hf-$(echo "${PINS[*]}" | cksum | cut -d' ' -f1)
 
 skip() {
-  echo "SKIP: Hugging Face oracle (${PINS[*]:0:3}) unavailable: $*" >&2
+  echo "SKIP: transformers oracle unavailable: $*" >&2
   exit 77
 }
 
@@ -32,15 +33,18 @@ if [ -f "$stamp" ] && [ -x "$py" ]; then
 fi
 
 [ -x /usr/bin/python3 ] || skip "/usr/bin/python3 is missing (apt-get install python3 python3-venv)"
+/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+  skip "Debian's python3-torch is not installed (apt-get install python3-torch)"
 if [ ! -x "$py" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv" >/dev/null 2>&1 ||
     skip "cannot create a venv at $venv (apt-get install python3-venv)"
 fi
 log=$venv/install.log
-echo "dsc: installing ${PINS[*]:0:3} into $venv" >&2
-"$py" -m pip install --disable-pip-version-check -q "${PINS[@]}" >"$log" 2>&1 ||
+echo "dsc: installing transformers and its pinned dependencies into $venv" >&2
+"$py" -m pip install --disable-pip-version-check -q --no-deps "${PINS[@]}" >"$log" 2>&1 ||
   skip "pip could not install ${PINS[*]} (no network?); see $log"
-"$py" -c 'import tokenizers, safetensors, transformers' >>"$log" 2>&1 ||
-  skip "the packages installed but do not import; see $log"
+"$py" -c 'import transformers, tokenizers, safetensors
+from transformers import LlamaForCausalLM, Qwen2ForCausalLM' >>"$log" 2>&1 ||
+  skip "transformers installed but does not import; see $log"
 touch "$stamp"
 echo "$py"

@@ -1,0 +1,492 @@
+// model/llama/kernels.c - CPU kernels of the Llama layers (see kernels.h for the contracts).
+#include "model/llama/kernels.h"
+
+#include <cblas.h>  // cblas_sgemm
+#include <math.h>   // sqrtf, logf, cos, sin, pow, INFINITY
+#include <string.h> // memcpy, memset
+
+#include "model/gpt2/kernels.h" // dsc__gpt2_sgemm
+#ifdef _OPENMP
+#include <omp.h> // omp_get_thread_num, omp_get_max_threads
+#endif
+
+// Row kernels are compiled for three instruction sets and chosen at load time, as GPT-2's are.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DSC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define DSC_CLONES
+#endif
+
+#define NORM_CHUNK 32   // rows per partial sum of the RMSNorm weight gradient
+#define COL_BLOCK 64    // columns per task of a column sum
+#define ELEM_BLOCK 8192 // elements per task of an elementwise pass
+#define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// exp(x) within about 2 ulp for x in [-87, 88], 0 below, exp(88) above: Cody-Waite reduction
+// and Cephes' degree-6 polynomial, branch-free so that the loops calling it vectorize (the same
+// function as GPT-2's kernels use).
+static inline __attribute__((always_inline)) float exp_fast(float x) {
+    float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round(x / ln 2)
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    return x < -87.0f ? 0.0f : y;
+}
+
+// ---- linear layers ----
+
+DSC_CLONES static void fill_row(float *o, const float *bias, const float *resid, int n) {
+    if (resid && bias) {
+#pragma omp simd
+        for (int c = 0; c < n; c++) o[c] = resid[c] + bias[c];
+    } else {
+        memcpy(o, resid ? resid : bias, sizeof(float) * (size_t)n);
+    }
+}
+
+void dsc__llama_linear_forward(float *out, int ldo, const float *inp, int ldi, const float *w,
+                               const float *bias, const float *resid, int64_t N, int IN, int OUT) {
+    float beta = 0.0f;
+    if (bias || resid) {
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int64_t r = 0; r < N; r++)
+            fill_row(out + (size_t)r * ldo, bias, resid ? resid + (size_t)r * OUT : NULL, OUT);
+        beta = 1.0f;
+    }
+    dsc__gpt2_sgemm(0, 1, (int)N, OUT, IN, 1.0f, inp, ldi, w, IN, beta, out, ldo);
+}
+
+DSC_CLONES static void colsum_block(float *acc, const float *d, int64_t rows, int ld, int width) {
+    float s[COL_BLOCK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = d + (size_t)r * ld;
+#pragma omp simd
+        for (int c = 0; c < width; c++) s[c] += row[c];
+    }
+    for (int c = 0; c < width; c++) acc[c] += s[c];
+}
+
+// acc (ncols) += column sums of d (rows, ncols) with row stride ld, each column in row order.
+static void colsum(float *acc, const float *d, int64_t rows, int ncols, int ld) {
+    int nblocks = (ncols + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bi = 0; bi < nblocks; bi++) {
+        int c0 = bi * COL_BLOCK;
+        colsum_block(acc + c0, d + c0, rows, ld, (int)min64(COL_BLOCK, ncols - c0));
+    }
+}
+
+void dsc__llama_linear_backward(float *dinp, int accumulate, float *dw, float *dbias,
+                                const float *dout, int ldd, const float *inp, int ldi,
+                                const float *w, int64_t N, int IN, int OUT) {
+    dsc__gpt2_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
+    if (dbias) colsum(dbias, dout, N, OUT, ldd);
+    dsc__gpt2_sgemm(0, 0, (int)N, IN, OUT, 1.0f, dout, ldd, w, IN, accumulate ? 1.0f : 0.0f,
+                    dinp, IN);
+}
+
+// ---- RMSNorm ----
+
+// Shared by the forward and the backward's recomputation, so both produce the same bits.
+// Hugging Face's order: w * (x * rstd).
+static inline __attribute__((always_inline)) void rms_apply(float *out, const float *x, float r,
+                                                            const float *w, int C) {
+#pragma omp simd
+    for (int c = 0; c < C; c++) out[c] = w[c] * (x[c] * r);
+}
+
+DSC_CLONES static void rms_row(float *out, float *rstd, const float *x, const float *w, float eps,
+                               int C) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c] * x[c];
+    float r = 1.0f / sqrtf(s / (float)C + eps);
+    rms_apply(out, x, r, w, C);
+    *rstd = r;
+}
+
+DSC_CLONES static void rms_apply_row(float *out, const float *x, float r, const float *w, int C) {
+    rms_apply(out, x, r, w, C);
+}
+
+void dsc__llama_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                                float eps, int64_t N, int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < N; r++)
+        rms_row(out + (size_t)r * C, rstd + r, inp + (size_t)r * C, w, eps, C);
+}
+
+void dsc__llama_rmsnorm_apply(float *out, const float *inp, const float *rstd, const float *w,
+                              int64_t N, int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < N; r++)
+        rms_apply_row(out + (size_t)r * C, inp + (size_t)r * C, rstd[r], w, C);
+}
+
+// With xh = x rstd and g = dy w: dx += rstd (g - xh mean(g xh)); pw += dy xh.
+DSC_CLONES static void rms_bwd_row(float *dx, float *pw, const float *dy, const float *x,
+                                   const float *w, float rstd, int C) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += dy[c] * w[c] * (x[c] * rstd);
+    s /= (float)C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xh = x[c] * rstd;
+        dx[c] += rstd * (dy[c] * w[c] - xh * s);
+        pw[c] += dy[c] * xh;
+    }
+}
+
+size_t dsc__llama_rmsnorm_scratch(int64_t N, int C) {
+    return (size_t)((N + NORM_CHUNK - 1) / NORM_CHUNK) * (size_t)C;
+}
+
+void dsc__llama_rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout,
+                                 const float *inp, const float *w, const float *rstd, int64_t N,
+                                 int C) {
+    int64_t nchunks = (N + NORM_CHUNK - 1) / NORM_CHUNK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nchunks; k++) {
+        float *pw = scratch + (size_t)k * C; // (nchunks, C) partial sums
+        memset(pw, 0, sizeof(float) * (size_t)C);
+        for (int64_t r = k * NORM_CHUNK; r < min64(N, (k + 1) * NORM_CHUNK); r++)
+            rms_bwd_row(dinp + (size_t)r * C, pw, dout + (size_t)r * C, inp + (size_t)r * C, w,
+                        rstd[r], C);
+    }
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int c = 0; c < C; c++) {
+        float sw = 0.0f;
+        for (int64_t k = 0; k < nchunks; k++) sw += scratch[(size_t)k * C + c];
+        dw[c] += sw;
+    }
+}
+
+// ---- rotary position embeddings ----
+
+// Each step in fp32 as Hugging Face's float32 tensors do it (python scalars become fp32 operands).
+static float llama3_inv_freq(float inv, double factor, double low, double high, int old_len) {
+    float f = (float)factor;
+    float wavelen = (float)(2.0 * 3.141592653589793) / inv;
+    float low_wavelen = (float)((double)old_len / low);
+    float high_wavelen = (float)((double)old_len / high);
+    if (wavelen > low_wavelen) return inv / f; // long wavelengths: interpolated
+    if (wavelen < high_wavelen) return inv;    // short wavelengths: as they are
+    float smooth = ((float)old_len / wavelen - (float)low) / (float)(high - low);
+    return (1.0f - smooth) * inv / f + smooth * inv;
+}
+
+void dsc__llama_rope_tables(float *cos_t, float *sin_t, int maxT, int hd, double theta,
+                            int scaling, double factor, double low_freq, double high_freq,
+                            int original_max_pos) {
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float e = (float)(2 * i) / (float)hd;
+        float inv = 1.0f / (float)pow((double)(float)theta, (double)e);
+        if (scaling == 1) inv = inv / (float)factor; // DSC_LLAMA_ROPE_LINEAR
+        if (scaling == 2)                            // DSC_LLAMA_ROPE_LLAMA3
+            inv = llama3_inv_freq(inv, factor, low_freq, high_freq, original_max_pos);
+        for (int t = 0; t < maxT; t++) {
+            float a = (float)t * inv;
+            cos_t[(size_t)t * half + i] = (float)cos((double)a);
+            sin_t[(size_t)t * half + i] = (float)sin((double)a);
+        }
+    }
+}
+
+// One head: x1 = x[:half], x2 = x[half:]; out = (x1 c - x2 s, x2 c + x1 s), or with s -> -s.
+DSC_CLONES static void rope_head(float *x, const float *c, const float *s, int half, float sign) {
+#pragma omp simd
+    for (int i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half], si = sign * s[i];
+        x[i] = x1 * c[i] - x2 * si;
+        x[i + half] = x2 * c[i] + x1 * si;
+    }
+}
+
+void dsc__llama_rope(float *x, int ld, const float *cos_t, const float *sin_t, int B, int T,
+                     int nh, int hd, int inverse) {
+    int half = hd / 2;
+    float sign = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int64_t t = bt % T;
+        float *row = x + (size_t)bt * ld;
+        for (int h = 0; h < nh; h++)
+            rope_head(row + (size_t)h * hd, cos_t + (size_t)t * half, sin_t + (size_t)t * half,
+                      half, sign);
+    }
+}
+
+// ---- SwiGLU ----
+
+DSC_CLONES static void swiglu_fwd_block(float *h, const float *g, const float *u, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) h[i] = g[i] / (1.0f + exp_fast(-g[i])) * u[i];
+}
+
+// silu(g) = g s, s = sigmoid(g); silu'(g) = s (1 + g (1 - s)).
+DSC_CLONES static void swiglu_bwd_block(float *dg, float *du, const float *dh, const float *g,
+                                        const float *u, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + exp_fast(-g[i]));
+        float d = dh[i];
+        du[i] = d * (g[i] * s);
+        dg[i] = d * u[i] * (s * (1.0f + g[i] * (1.0f - s)));
+    }
+}
+
+void dsc__llama_swiglu_forward(float *h, const float *gate, const float *up, int64_t n) {
+    int64_t nblocks = (n + ELEM_BLOCK - 1) / ELEM_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nblocks; k++) {
+        int64_t o = k * ELEM_BLOCK;
+        swiglu_fwd_block(h + o, gate + o, up + o, min64(ELEM_BLOCK, n - o));
+    }
+}
+
+void dsc__llama_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                                const float *up, int64_t n) {
+    int64_t nblocks = (n + ELEM_BLOCK - 1) / ELEM_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nblocks; k++) {
+        int64_t o = k * ELEM_BLOCK;
+        swiglu_bwd_block(dgate + o, dup + o, dh + o, gate + o, up + o, min64(ELEM_BLOCK, n - o));
+    }
+}
+
+// ---- causal grouped-query attention ----
+
+// Scores row (first n_valid = t + 1 entries live) -> probabilities, zero up to n_row (the
+// tile's key range, which the next product reads). stats = {row max, 1 / sum}.
+DSC_CLONES static void att_softmax_row(float *row, int n_valid, int n_row, float *stats) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < n_valid; j++) m = row[j] > m ? row[j] : m;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n_valid; j++) {
+        row[j] = exp_fast(row[j] - m);
+        s += row[j];
+    }
+    float inv = 1.0f / s;
+#pragma omp simd
+    for (int j = 0; j < n_valid; j++) row[j] *= inv;
+    memset(row + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
+    stats[0] = m;
+    stats[1] = inv;
+}
+
+// p: scores in, probabilities out (bitwise the forward's); dp: dP in, dS = P (dP - P.dP) out;
+// both zero past n_valid up to n_row.
+DSC_CLONES static void att_grad_row(float *p, float *dp, int n_valid, int n_row,
+                                    const float *stats) {
+    float m = stats[0], inv = stats[1];
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j < n_valid; j++) {
+        p[j] = exp_fast(p[j] - m) * inv;
+        dot += p[j] * dp[j];
+    }
+#pragma omp simd
+    for (int j = 0; j < n_valid; j++) dp[j] = p[j] * (dp[j] - dot);
+    memset(p + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
+    memset(dp + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
+}
+
+// Row strides and the shape of one attention call.
+typedef struct att_shape {
+    int T, hd, ld, ldy; // ld: of qkv rows; ldy: of out rows (NH hd)
+    float scale;
+} att_shape;
+
+// One (batch, query head): q, k, v (T, hd) with row stride ld, y (T, hd) with row stride ldy,
+// S (T, T) scratch. Query tile [r0, r1) only needs keys [0, r1).
+static void att_forward_bh(float *y, float *stats, const float *q, const float *k, const float *v,
+                           float *S, const att_shape *s) {
+    int T = s->T;
+    for (int r0 = 0; r0 < T; r0 += ATT_TILE) {
+        int r1 = (int)min64(T, r0 + ATT_TILE), nr = r1 - r0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, s->hd, s->scale,
+                    q + (size_t)r0 * s->ld, s->ld, k, s->ld, 0.0f, S + (size_t)r0 * T, T);
+        for (int t = r0; t < r1; t++) att_softmax_row(S + (size_t)t * T, t + 1, r1, stats + 2 * t);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, s->hd, r1, 1.0f,
+                    S + (size_t)r0 * T, T, v, s->ld, 0.0f, y + (size_t)r0 * s->ldy, s->ldy);
+    }
+}
+
+size_t dsc__llama_attention_scratch(int T, int slots) {
+    return (size_t)slots * 2 * (size_t)T * (size_t)T;
+}
+
+void dsc__llama_attention_forward(float *out, float *stats, const float *qkv, float *scratch,
+                                  int slots, int B, int T, int NH, int NKV, int hd) {
+    att_shape s = {T, hd, (NH + 2 * NKV) * hd, NH * hd, 1.0f / sqrtf((float)hd)};
+    int group = NH / NKV;
+    int nthreads = max_threads() < slots ? max_threads() : slots;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *S = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) of this thread's slot
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH, kvh = h / group;
+            const float *row = qkv + (size_t)b * T * s.ld;
+            const float *k = row + (size_t)(NH + kvh) * hd;
+            att_forward_bh(out + (size_t)b * T * s.ldy + (size_t)h * hd,
+                           stats + (size_t)bh * T * 2, row + (size_t)h * hd, k,
+                           k + (size_t)NKV * hd, S, &s);
+        }
+    }
+}
+
+// Backward of one (batch, query head); P, dP (T, T) scratch. Query tiles give P, dS and dQ; then
+// key tiles [j0, j1) give dV and dK from the rows t >= j0 that can see them, added to what the
+// earlier heads of the group left there when beta is 1.
+static void att_backward_bh(float *dq, float *dk, float *dv, const float *dy, const float *q,
+                            const float *k, const float *v, const float *stats, float *P,
+                            float *dP, const att_shape *s, float beta) {
+    int T = s->T, hd = s->hd, ld = s->ld;
+    for (int r0 = 0; r0 < T; r0 += ATT_TILE) {
+        int r1 = (int)min64(T, r0 + ATT_TILE), nr = r1 - r0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, s->scale,
+                    q + (size_t)r0 * ld, ld, k, ld, 0.0f, P + (size_t)r0 * T, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, 1.0f,
+                    dy + (size_t)r0 * s->ldy, s->ldy, v, ld, 0.0f, dP + (size_t)r0 * T, T);
+        for (int t = r0; t < r1; t++)
+            att_grad_row(P + (size_t)t * T, dP + (size_t)t * T, t + 1, r1, stats + 2 * t);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, r1, s->scale,
+                    dP + (size_t)r0 * T, T, k, ld, 0.0f, dq + (size_t)r0 * ld, ld);
+    }
+    for (int j0 = 0; j0 < T; j0 += ATT_TILE) {
+        int nk = (int)min64(ATT_TILE, T - j0), depth = T - j0;
+        size_t at = (size_t)j0 * T + j0;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, depth, 1.0f, P + at, T,
+                    dy + (size_t)j0 * s->ldy, s->ldy, beta, dv + (size_t)j0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, depth, s->scale, dP + at, T,
+                    q + (size_t)j0 * ld, ld, beta, dk + (size_t)j0 * ld, ld);
+    }
+}
+
+void dsc__llama_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                   const float *stats, float *scratch, int slots, int B, int T,
+                                   int NH, int NKV, int hd) {
+    att_shape s = {T, hd, (NH + 2 * NKV) * hd, NH * hd, 1.0f / sqrtf((float)hd)};
+    int group = NH / NKV;
+    int nthreads = max_threads() < slots ? max_threads() : slots;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *P = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) twice per slot
+        float *dP = P + (size_t)T * T;
+#pragma omp for schedule(dynamic, 1)
+        for (int bk = 0; bk < B * NKV; bk++) {
+            int b = bk / NKV, kvh = bk % NKV;
+            size_t base = (size_t)b * T * s.ld, koff = (size_t)(NH + kvh) * hd;
+            size_t voff = koff + (size_t)NKV * hd;
+            for (int j = 0; j < group; j++) {
+                int h = kvh * group + j;
+                size_t qoff = (size_t)h * hd;
+                att_backward_bh(dqkv + base + qoff, dqkv + base + koff, dqkv + base + voff,
+                                dout + (size_t)b * T * s.ldy + qoff, qkv + base + qoff,
+                                qkv + base + koff, qkv + base + voff,
+                                stats + ((size_t)b * NH + h) * T * 2, P, dP, &s,
+                                j ? 1.0f : 0.0f);
+            }
+        }
+    }
+}
+
+// ---- token embeddings ----
+
+void dsc__llama_embed_forward(float *out, const int32_t *inputs, const float *emb, int64_t N,
+                              int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < N; r++)
+        memcpy(out + (size_t)r * C, emb + (size_t)inputs[r] * C, sizeof(float) * (size_t)C);
+}
+
+// Tokens repeat, so rows of demb are shared between positions: split by channel block instead,
+// each block visiting positions in order.
+void dsc__llama_embed_backward(float *demb, const float *dout, const int32_t *inputs, int64_t N,
+                               int C) {
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bi = 0; bi < nblocks; bi++) {
+        int c0 = bi * COL_BLOCK, c1 = (int)min64(C, c0 + COL_BLOCK);
+        for (int64_t r = 0; r < N; r++) {
+            float *g = demb + (size_t)inputs[r] * C;
+            const float *d = dout + (size_t)r * C;
+            for (int c = c0; c < c1; c++) g[c] += d[c];
+        }
+    }
+}
+
+// ---- softmax + cross-entropy ----
+
+DSC_CLONES static float row_logsumexp(const float *l, int V) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < V; j++) s += exp_fast(l[j] - m);
+    return m + logf(s);
+}
+
+DSC_CLONES static void xent_grad_row(float *d, const float *l, float lse, int target, float g,
+                                     int V) {
+    if (target < 0) { // ignored position
+        memset(d, 0, sizeof(float) * (size_t)V);
+        return;
+    }
+    float pt = exp_fast(l[target] - lse); // read before d (which may alias l) is written
+#pragma omp simd
+    for (int j = 0; j < V; j++) d[j] = g * exp_fast(l[j] - lse);
+    d[target] = g * (pt - 1.0f);
+}
+
+void dsc__llama_xent_forward(float *losses, float *lse, const float *logits,
+                             const int32_t *targets, int64_t N, int V) {
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t r = 0; r < N; r++) {
+        const float *l = logits + (size_t)r * V;
+        lse[r] = row_logsumexp(l, V);
+        losses[r] = targets[r] < 0 ? 0.0f : lse[r] - l[targets[r]];
+    }
+}
+
+void dsc__llama_xent_backward(float *dlogits, const float *logits, const float *lse,
+                              const int32_t *targets, float g, int64_t N, int V) {
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t r = 0; r < N; r++)
+        xent_grad_row(dlogits + (size_t)r * V, logits + (size_t)r * V, lse[r], targets[r], g, V);
+}

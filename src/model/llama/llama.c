@@ -1,0 +1,787 @@
+// model/llama/llama.c - Llama configuration, parameter table, initialisation, and the forward
+// and backward passes, composed from the kernels of kernels.c.
+#include "model/llama/llama.h"
+
+#include <ctype.h>  // isdigit
+#include <errno.h>  // errno
+#include <math.h>   // sqrt, log, cos, sin
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // aligned_alloc, calloc, free, malloc, strtol
+#include <string.h> // memset, memcpy, strcmp
+
+#include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
+#include "base/time.h"           // dsc_now
+#include "model/gpt2/kernels.h"  // dsc__gpt2_sgemm, dsc__gpt2_blas_single_thread
+#include "model/llama/kernels.h" // dsc__llama_*
+#ifdef _OPENMP
+#include <omp.h> // omp_get_max_threads
+#endif
+
+// ---- configuration and parameter table ----
+
+#define VALID_SPECS                                                                            \
+    "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, or "  \
+    "llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. llama-d4)"
+
+// The published shapes, from each model's config.json (cited in docs/models.md).
+static const struct {
+    const char *name;
+    int n_layer, hidden, n_head, n_kv_head, head_dim, intermediate, vocab;
+    float eps;
+    double theta;
+    int scaling;
+    double factor;
+    int tied, qkv_bias;
+} named_specs[] = {
+    {"smollm2-135M", 30, 576, 9, 3, 64, 1536, 49152, 1e-5f, 1e5, DSC_LLAMA_ROPE_NONE, 0, 1, 0},
+    {"smollm2-360M", 32, 960, 15, 5, 64, 2560, 49152, 1e-5f, 1e5, DSC_LLAMA_ROPE_NONE, 0, 1, 0},
+    {"llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 32, 1,
+     0},
+    {"llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 32, 1,
+     0},
+    {"qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 1},
+    {"llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 8, 0,
+     0},
+};
+
+// The tensors of a layer, in table order; the three biases only with qkv_bias.
+enum { K_LN1, K_QW, K_QB, K_KW, K_KB, K_VW, K_VB, K_OW, K_LN2, K_GATE, K_UP, K_DOWN, N_KINDS };
+static const char *const kind_names[N_KINDS] = {
+    "input_layernorm.weight",          "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+    "self_attn.k_proj.weight",         "self_attn.k_proj.bias",   "self_attn.v_proj.weight",
+    "self_attn.v_proj.bias",           "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",            "mlp.up_proj.weight",      "mlp.down_proj.weight",
+};
+
+static int is_bias(int k) { return k == K_QB || k == K_KB || k == K_VB; }
+static int per_layer(const dsc_llama_config *c) { return c->qkv_bias ? N_KINDS : N_KINDS - 3; }
+
+// Position of kind k within a layer's tensors (k must be present).
+static int kind_pos(const dsc_llama_config *c, int k) {
+    if (c->qkv_bias) return k;
+    static const int pos[N_KINDS] = {0, 1, -1, 2, -1, 3, -1, 4, 5, 6, 7, 8};
+    return pos[k];
+}
+
+// Kind of the tensor at position p within a layer.
+static int kind_at(const dsc_llama_config *c, int p) {
+    if (c->qkv_bias) return p;
+    static const int kind[N_KINDS - 3] = {K_LN1, K_QW, K_KW, K_VW, K_OW, K_LN2, K_GATE, K_UP,
+                                          K_DOWN};
+    return kind[p];
+}
+
+static int layer_tensor(const dsc_llama_config *c, int l, int k) {
+    return 1 + l * per_layer(c) + kind_pos(c, k);
+}
+static int norm_tensor(const dsc_llama_config *c) { return 1 + c->n_layer * per_layer(c); }
+// lm_head's weight: its own tensor when untied, embed_tokens when tied.
+static int head_tensor(const dsc_llama_config *c) { return c->tied ? 0 : norm_tensor(c) + 1; }
+
+// llama-dN: see llama.h.
+static int parse_tiny(const char *spec, dsc_llama_config *c) {
+    if (strncmp(spec, "llama-d", 7) != 0 || !isdigit((unsigned char)spec[7])) return 0;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(spec + 7, &end, 10);
+    if (errno != 0 || *end != '\0' || n < 1 || n > 256) return 0;
+    c->n_layer = c->n_head = (int)n;
+    c->n_kv_head = n % 2 == 0 ? (int)n / 2 : (int)n;
+    c->head_dim = 64;
+    c->hidden = 64 * (int)n;
+    c->intermediate = (8 * c->hidden / 3 + 63) / 64 * 64;
+    c->rms_eps = 1e-5f;
+    c->rope_theta = 1e4;
+    c->tied = 1;
+    return 1;
+}
+
+dsc_status dsc_llama_config_parse(const char *spec, int vocab_size, int max_seq_len,
+                                  dsc_llama_config *out) {
+    if (!spec || !out) return dsc__fail(DSC_ERR_INVALID_ARG, "llama config: spec or out is NULL");
+    if (vocab_size < 0 || max_seq_len <= 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama config: vocab_size %d must be >= 0 (0 = the model's own) and "
+                         "max_seq_len %d positive",
+                         vocab_size, max_seq_len);
+    dsc_llama_config c = {0};
+    c.rope_factor = 1.0;
+    for (size_t i = 0; i < sizeof named_specs / sizeof named_specs[0]; i++) {
+        if (strcmp(spec, named_specs[i].name) != 0) continue;
+        c.n_layer = named_specs[i].n_layer;
+        c.hidden = named_specs[i].hidden;
+        c.n_head = named_specs[i].n_head;
+        c.n_kv_head = named_specs[i].n_kv_head;
+        c.head_dim = named_specs[i].head_dim;
+        c.intermediate = named_specs[i].intermediate;
+        c.vocab_size = named_specs[i].vocab;
+        c.rms_eps = named_specs[i].eps;
+        c.rope_theta = named_specs[i].theta;
+        c.rope_scaling = named_specs[i].scaling;
+        c.tied = named_specs[i].tied;
+        c.qkv_bias = named_specs[i].qkv_bias;
+        if (c.rope_scaling == DSC_LLAMA_ROPE_LLAMA3) { // the same in all three Llama 3 configs
+            c.rope_factor = named_specs[i].factor;
+            c.rope_low_freq_factor = 1.0;
+            c.rope_high_freq_factor = 4.0;
+            c.rope_original_max_pos = 8192;
+        }
+    }
+    if (c.n_layer == 0 && !parse_tiny(spec, &c))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "llama model '%s' is not known; use " VALID_SPECS,
+                         spec);
+    if (vocab_size > 0) c.vocab_size = vocab_size;
+    if (c.vocab_size == 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama model '%s' has no vocabulary of its own; pass the tokenizer's "
+                         "vocab_size",
+                         spec);
+    c.max_seq_len = max_seq_len;
+    *out = c;
+    return DSC_OK;
+}
+
+static dsc_status config_check(const dsc_llama_config *c) {
+    if (!c) return dsc__fail(DSC_ERR_INVALID_ARG, "llama: config is NULL");
+    if (c->n_layer < 1 || c->hidden < 1 || c->n_head < 1 || c->n_kv_head < 1 ||
+        c->n_head % c->n_kv_head != 0 || c->head_dim < 2 || c->head_dim % 2 != 0 ||
+        c->intermediate < 1 || c->vocab_size < 1 || c->max_seq_len < 1 || !(c->rms_eps > 0) ||
+        !(c->rope_theta > 1.0))
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama config (n_layer %d, hidden %d, n_head %d, n_kv_head %d, head_dim "
+                         "%d, intermediate %d, vocab_size %d, max_seq_len %d, rms_eps %g, "
+                         "rope_theta %g) is invalid: sizes must be positive, n_kv_head must "
+                         "divide n_head, head_dim must be even, rms_eps > 0, rope_theta > 1; "
+                         "build it with dsc_llama_config_parse",
+                         c->n_layer, c->hidden, c->n_head, c->n_kv_head, c->head_dim,
+                         c->intermediate, c->vocab_size, c->max_seq_len, (double)c->rms_eps,
+                         c->rope_theta);
+    int sc = c->rope_scaling;
+    int bad = sc < DSC_LLAMA_ROPE_NONE || sc > DSC_LLAMA_ROPE_LLAMA3 ||
+              (sc != DSC_LLAMA_ROPE_NONE && !(c->rope_factor > 0)) ||
+              (sc == DSC_LLAMA_ROPE_LLAMA3 &&
+               (!(c->rope_low_freq_factor > 0) ||
+                !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
+                c->rope_original_max_pos < 1));
+    if (bad)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama config: rope scaling (type %d, factor %g, low_freq_factor %g, "
+                         "high_freq_factor %g, original_max_position_embeddings %d) is invalid: "
+                         "the type is none (0), linear (1) or llama3 (2); factor > 0; llama3 "
+                         "needs 0 < low_freq_factor < high_freq_factor and positive original "
+                         "positions",
+                         sc, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                         c->rope_original_max_pos);
+    return DSC_OK;
+}
+
+int dsc_llama_num_tensors(const dsc_llama_config *c) {
+    return 2 + c->n_layer * per_layer(c) + (c->tied ? 0 : 1);
+}
+
+int dsc_llama_num_groups(const dsc_llama_config *c) { return c->n_layer + 2; }
+
+static void set_shape(dsc_llama_tensor_info *out, int64_t rows, int64_t cols) {
+    out->ndim = cols ? 2 : 1;
+    out->shape[0] = rows;
+    out->shape[1] = cols;
+    out->numel = cols ? rows * cols : rows;
+}
+
+// {out, in} of kind k (in 0: a vector).
+static void kind_shape(const dsc_llama_config *c, int k, int64_t *rows, int64_t *cols) {
+    int64_t C = c->hidden, Q = (int64_t)c->n_head * c->head_dim;
+    int64_t KV = (int64_t)c->n_kv_head * c->head_dim, I = c->intermediate;
+    switch (k) {
+    case K_QW: *rows = Q, *cols = C; break;
+    case K_QB: *rows = Q, *cols = 0; break;
+    case K_KW: case K_VW: *rows = KV, *cols = C; break;
+    case K_KB: case K_VB: *rows = KV, *cols = 0; break;
+    case K_OW: *rows = C, *cols = Q; break;
+    case K_GATE: case K_UP: *rows = I, *cols = C; break;
+    case K_DOWN: *rows = C, *cols = I; break;
+    default: *rows = C, *cols = 0; break; // the two norms
+    }
+}
+
+void dsc_llama_tensor_info_get(const dsc_llama_config *c, int i, dsc_llama_tensor_info *out) {
+    memset(out, 0, sizeof *out);
+    int norm = norm_tensor(c);
+    if (i == 0) {
+        snprintf(out->name, sizeof out->name, "model.embed_tokens.weight");
+        set_shape(out, c->vocab_size, c->hidden);
+    } else if (i < norm) {
+        int l = (i - 1) / per_layer(c), k = kind_at(c, (i - 1) % per_layer(c));
+        int64_t rows, cols;
+        kind_shape(c, k, &rows, &cols);
+        snprintf(out->name, sizeof out->name, "model.layers.%d.%s", l, kind_names[k]);
+        set_shape(out, rows, cols);
+        out->group = 1 + l;
+    } else if (i == norm) {
+        snprintf(out->name, sizeof out->name, "model.norm.weight");
+        set_shape(out, c->hidden, 0);
+        out->group = c->n_layer + 1;
+    } else {
+        snprintf(out->name, sizeof out->name, "lm_head.weight");
+        set_shape(out, c->vocab_size, c->hidden);
+        out->group = c->n_layer + 1;
+    }
+}
+
+int64_t dsc_llama_num_params(const dsc_llama_config *c) {
+    int64_t n = 0;
+    for (int i = 0; i < dsc_llama_num_tensors(c); i++) {
+        dsc_llama_tensor_info info;
+        dsc_llama_tensor_info_get(c, i, &info);
+        n += info.numel;
+    }
+    return n;
+}
+
+double dsc_llama_flops_per_token(const dsc_llama_config *c, int T) {
+    double n = (double)dsc_llama_num_params(c);
+    if (!c->tied) n -= (double)c->vocab_size * c->hidden; // the lookup table
+    return 6.0 * n + 12.0 * c->n_layer * (double)c->n_head * c->head_dim * T;
+}
+
+// ---- initialisation ----
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+// splitmix64's output function: a bijective 64-bit mixer.
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Element e of the standard-normal stream `key`: elements 2p and 2p+1 are the cosine and sine
+// halves of one Box-Muller pair, made from splitmix64 outputs 2p+1 and 2p+2 of that stream.
+static double normal_at(uint64_t key, int64_t e) {
+    uint64_t pair = (uint64_t)e >> 1;
+    uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
+    uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
+    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53; // (0, 1]: log stays finite
+    double u2 = (double)(h2 >> 11) * 0x1.0p-53;       // [0, 1)
+    double r = sqrt(-2.0 * log(u1));
+    double a = 6.283185307179586 * u2;
+    return (e & 1) ? r * sin(a) : r * cos(a);
+}
+
+void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t begin,
+                           int64_t count, uint64_t seed) {
+    dsc_llama_tensor_info info;
+    dsc_llama_tensor_info_get(c, i, &info);
+    if (info.ndim == 1) { // RMSNorm weights 1, biases 0
+        int norm_weight = i == norm_tensor(c) ||
+                          !is_bias(kind_at(c, (i - 1) % per_layer(c)));
+        for (int64_t j = 0; j < count; j++) dst[j] = norm_weight ? 1.0f : 0.0f;
+        return;
+    }
+    const double std = 0.02;
+    uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
+    // Pair by pair: both halves of a Box-Muller pair share its hashes, log and sqrt (the values
+    // are normal_at's, bit for bit; an unpaired first or last element goes through normal_at).
+    int64_t lo = begin, hi = begin + count;
+    if (count > 0 && (lo & 1)) {
+        dst[0] = (float)(std * normal_at(key, lo));
+        lo++;
+    }
+    if (hi > lo && (hi & 1)) {
+        dst[hi - 1 - begin] = (float)(std * normal_at(key, hi - 1));
+        hi--;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t e = lo; e < hi; e += 2) {
+        uint64_t pair = (uint64_t)e >> 1;
+        uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
+        uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
+        double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53, u2 = (double)(h2 >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        dst[e - begin] = (float)(std * (r * cos(a)));
+        dst[e + 1 - begin] = (float)(std * (r * sin(a)));
+    }
+}
+
+void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uint64_t seed) {
+    for (int i = 0; i < dsc_llama_num_tensors(c); i++) {
+        dsc_llama_tensor_info info;
+        dsc_llama_tensor_info_get(c, i, &info);
+        dsc_llama_init_tensor(c, i, params[i], 0, info.numel, seed);
+    }
+}
+
+// ---- the model: activations and scratch ----
+
+enum { PASS_NONE, PASS_LOGITS, PASS_LOSS }; // what the last forward left for backward
+
+struct dsc_llama {
+    dsc_llama_config c;
+    int maxB, maxT;
+    int B, T;      // of the last forward
+    int pass;      // PASS_*
+    int att_slots; // threads the attention scratch serves
+    int ld;        // width of a qkv row: (NH + 2 NKV) hd
+    float *slab;   // every float buffer below is a view of it
+    dsc_mem_pool *pool;   // when the slab is a block of a pool (dsc_llama_create_in): the views
+    dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
+    uint64_t gen;
+    int32_t *tokens;  // (2, BT) inputs, then targets
+    int64_t n_valid;  // targets of the last forward that are not ignored
+    // Activations kept for backward (R = maxB maxT rows, C hidden, Q = NH hd, I intermediate).
+    // The norms' outputs and the SwiGLU product are recomputed in backward, not kept.
+    float *res;       // (L + 1, R, C) residual stream into each layer; block L into the norm
+    float *rms1, *rms2; // (L, R) rstd of the two norms
+    float *qkv;       // (L, R, ld) q, k after rotation, v
+    float *atty;      // (L, R, Q) attention output, input of o_proj
+    float *att_stats; // (L, B, NH, T, 2) softmax row max and 1 / sum
+    float *res2;      // (L, R, C) residual stream after attention
+    float *gate, *up; // (L, R, I) the MLP's two projections
+    float *fin, *fin_rstd; // (R, C), (R) the final norm's output and rstd
+    float *logits;    // (R, V); their gradients after backward
+    float *lse, *losses; // (R)
+    float *rope_cos, *rope_sin; // (maxT, hd / 2)
+    // Scratch of both passes.
+    float *ln_out;    // (R, C) a norm's output (forward), recomputed (backward)
+    float *dres;      // (R, C) gradient of the residual stream
+    float *d1;        // (R, max(C, Q))
+    float *dqkv;      // (R, ld)
+    float *hI, *dI;   // (R, I): SwiGLU output (forward); gradients of gate and up (backward)
+    float *norm_scratch; // dsc__llama_rmsnorm_scratch(R, C)
+    float *att_scratch;  // dsc__llama_attention_scratch(maxT, att_slots)
+    double *times;    // per-module forward seconds (dsc_llama_set_timing), or NULL
+};
+
+void dsc_llama_set_timing(dsc_llama *m, double *times) {
+    if (m) m->times = times;
+}
+
+// Add the time since *t0 to slot and restart the clock; nothing while timing is off.
+static void lap(const dsc_llama *m, double *t0, int slot) {
+    if (!m->times) return;
+    double now = dsc_now();
+    m->times[slot] += now - *t0;
+    *t0 = now;
+}
+
+static double lap_start(const dsc_llama *m) { return m->times ? dsc_now() : 0; }
+
+// One layer's slice of the activations.
+typedef struct layer_acts {
+    float *res_in, *rms1, *qkv, *atty, *att_stats, *res2, *rms2, *gate, *up, *res_out;
+} layer_acts;
+
+static layer_acts acts_of(const dsc_llama *m, int l) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)l;
+    size_t Q = (size_t)m->c.n_head * m->c.head_dim, I = (size_t)m->c.intermediate;
+    layer_acts a = {
+        .res_in = m->res + L * R * C,
+        .rms1 = m->rms1 + L * R,
+        .qkv = m->qkv + L * R * (size_t)m->ld,
+        .atty = m->atty + L * R * Q,
+        .att_stats = m->att_stats + L * R * 2 * (size_t)m->c.n_head,
+        .res2 = m->res2 + L * R * C,
+        .rms2 = m->rms2 + L * R,
+        .gate = m->gate + L * R * I,
+        .up = m->up + L * R * I,
+        .res_out = m->res + (L + 1) * R * C,
+    };
+    return a;
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
+static size_t carve(dsc_llama *m, float *slab) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)m->c.n_layer;
+    size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, ld = (size_t)m->ld;
+    size_t Q = NH * (size_t)m->c.head_dim, I = (size_t)m->c.intermediate;
+    size_t half = (size_t)m->maxT * (size_t)(m->c.head_dim / 2);
+    struct {
+        float **view;
+        size_t n;
+    } table[] = {
+        {&m->res, (L + 1) * R * C}, {&m->rms1, L * R},         {&m->rms2, L * R},
+        {&m->qkv, L * R * ld},      {&m->atty, L * R * Q},     {&m->att_stats, L * R * NH * 2},
+        {&m->res2, L * R * C},      {&m->gate, L * R * I},     {&m->up, L * R * I},
+        {&m->fin, R * C},           {&m->fin_rstd, R},         {&m->logits, R * V},
+        {&m->lse, R},               {&m->losses, R},           {&m->rope_cos, half},
+        {&m->rope_sin, half},       {&m->ln_out, R * C},       {&m->dres, R * C},
+        {&m->d1, R * (C > Q ? C : Q)}, {&m->dqkv, R * ld},     {&m->hI, R * I},
+        {&m->dI, R * I},
+        {&m->norm_scratch, dsc__llama_rmsnorm_scratch((int64_t)R, (int)C)},
+        {&m->att_scratch, dsc__llama_attention_scratch(m->maxT, m->att_slots)},
+    };
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (slab) *table[i].view = slab + off;
+        off += (table[i].n + 15) / 16 * 16;
+    }
+    return off;
+}
+
+dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, int T) {
+    return dsc_llama_create_in(out, c, B, T, NULL);
+}
+
+static dsc_status alloc_slab(dsc_llama *m, size_t nfloats) {
+    size_t bytes = nfloats * sizeof(float);
+    if (!m->pool) {
+        m->slab = aligned_alloc(64, bytes);
+        return m->slab ? DSC_OK : DSC_ERR_OOM;
+    }
+    DSC_TRY(dsc_mem_alloc(m->pool, bytes, "llama.activations", &m->hslab));
+    m->slab = dsc_mem_ptr(m->pool, m->hslab);
+    m->gen = dsc_mem_generation(m->pool);
+    return DSC_OK;
+}
+
+// The pool may have moved the slab since the last pass: carve the views at its new address.
+// Contents (the rotary tables too) move with the block.
+static void refresh(dsc_llama *m) {
+    if (!m->pool || dsc_mem_generation(m->pool) == m->gen) return;
+    m->slab = dsc_mem_ptr(m->pool, m->hslab);
+    carve(m, m->slab);
+    m->gen = dsc_mem_generation(m->pool);
+}
+
+dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B, int T,
+                               dsc_mem_pool *pool) {
+    if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "llama create: out is NULL");
+    *out = NULL;
+    DSC_TRY(config_check(c));
+    if (B < 1 || T < 1 || T > c->max_seq_len || (int64_t)B * T > (1 << 24))
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama create: batch %d x %d is invalid; need B >= 1, 1 <= T <= "
+                         "max_seq_len (%d), and B * T <= 16M tokens",
+                         B, T, c->max_seq_len);
+    dsc_llama *m = calloc(1, sizeof *m);
+    if (!m) return dsc__fail(DSC_ERR_OOM, "llama create: out of memory for the model handle");
+    m->c = *c;
+    m->maxB = B;
+    m->maxT = T;
+    m->pool = pool;
+    m->ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
+    if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
+    size_t nfloats = carve(m, NULL);
+    dsc_status st = alloc_slab(m, nfloats);
+    m->tokens = malloc(sizeof(int32_t) * 2 * (size_t)B * T);
+    if (st != DSC_OK || !m->tokens) {
+        dsc_llama_destroy(m);
+        if (st != DSC_OK && pool) { // the pool's message names its largest users
+            dsc__error_prefix("llama create: activations for batch %d x %d (lower the "
+                              "micro-batch size or the sequence length): ", B, T);
+            return st;
+        }
+        return dsc__fail(DSC_ERR_OOM,
+                         "llama create: cannot allocate %.2f GiB of activations for batch %d x "
+                         "%d; lower the micro-batch size or the sequence length",
+                         (double)nfloats * sizeof(float) / (1u << 30), B, T);
+    }
+    carve(m, m->slab);
+    dsc__llama_rope_tables(m->rope_cos, m->rope_sin, T, c->head_dim, c->rope_theta,
+                           c->rope_scaling, c->rope_factor, c->rope_low_freq_factor,
+                           c->rope_high_freq_factor, c->rope_original_max_pos);
+    dsc__gpt2_blas_single_thread();
+    *out = m;
+    return DSC_OK;
+}
+
+void dsc_llama_destroy(dsc_llama *m) {
+    if (!m) return;
+    if (m->pool) dsc_mem_free(m->pool, m->hslab);
+    else free(m->slab);
+    free(m->tokens);
+    free(m);
+}
+
+const float *dsc_llama_logits(const dsc_llama *m) {
+    if (!m) return NULL;
+    refresh((dsc_llama *)m); // the handle is the caller's, never a constant object
+    return m->logits;
+}
+
+// ---- hooks and checks ----
+
+enum hook_kind { HOOK_GATHER, HOOK_RELEASE, HOOK_GRADS_READY };
+
+static dsc_status call_hook(const dsc_llama_hooks *h, enum hook_kind kind, int group) {
+    if (!h) return DSC_OK;
+    static const char *const names[] = {"gather", "release", "grads_ready"};
+    dsc_status (*fn)(void *, int) = kind == HOOK_GATHER    ? h->gather
+                                    : kind == HOOK_RELEASE ? h->release
+                                                           : h->grads_ready;
+    if (!fn) return DSC_OK;
+    dsc_status st = fn(h->user, group);
+    if (st != DSC_OK) dsc__error_prefix("llama: %s hook of group %d: ", names[kind], group);
+    return st;
+}
+
+// Without a gather hook every tensor must be resident for the whole pass; with one, the engine
+// fills a group's pointers in its gather hook, so only the array itself is checked here.
+static dsc_status check_tensors(const dsc_llama *m, float *const *t, const char *what,
+                                const dsc_llama_hooks *hooks) {
+    if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "llama: the %s array is NULL", what);
+    if (hooks && hooks->gather) return DSC_OK;
+    for (int i = 0; i < dsc_llama_num_tensors(&m->c); i++) {
+        if (t[i]) continue;
+        dsc_llama_tensor_info info;
+        dsc_llama_tensor_info_get(&m->c, i, &info);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "llama: %s[%d] (%s) is NULL", what, i, info.name);
+    }
+    return DSC_OK;
+}
+
+// Token ids in [0, V); targets may also be negative (ignored).
+static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V,
+                               int allow_ignored) {
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+        if (tok[i] < V && (tok[i] >= 0 || allow_ignored)) continue;
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama forward: %s[b=%d, t=%d] = %d is outside the vocabulary [0, %d)%s; "
+                         "check the tokenizer and vocab_size",
+                         what, (int)(i / T), (int)(i % T), tok[i], V,
+                         allow_ignored ? " (negative = ignored)" : "");
+    }
+    return DSC_OK;
+}
+
+static dsc_status check_forward(const dsc_llama *m, float *const *params, const int32_t *inputs,
+                                const int32_t *targets, int B, int T,
+                                const dsc_llama_hooks *hooks) {
+    if (!m || !inputs)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "llama forward: model or inputs NULL");
+    if (B < 1 || T < 1 || B > m->maxB || T > m->maxT)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama forward: batch %d x %d does not fit the %d x %d this model was "
+                         "created for; create it with the larger size",
+                         B, T, m->maxB, m->maxT);
+    DSC_TRY(check_tensors(m, params, "params", hooks));
+    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size, 0));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size, 1));
+    return DSC_OK;
+}
+
+// ---- forward ----
+
+static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a) {
+    const dsc_llama_config *c = &m->c;
+    int B = m->B, T = m->T, C = c->hidden, hd = c->head_dim, ld = m->ld;
+    int Q = c->n_head * hd, KV = c->n_kv_head * hd;
+    int64_t BT = (int64_t)B * T;
+    const float *bq = c->qkv_bias ? p[kind_pos(c, K_QB)] : NULL;
+    const float *bk = c->qkv_bias ? p[kind_pos(c, K_KB)] : NULL;
+    const float *bv = c->qkv_bias ? p[kind_pos(c, K_VB)] : NULL;
+    float *ln = m->ln_out;
+    dsc__llama_linear_forward(a->qkv, ld, ln, C, p[kind_pos(c, K_QW)], bq, NULL, BT, C, Q);
+    dsc__llama_linear_forward(a->qkv + Q, ld, ln, C, p[kind_pos(c, K_KW)], bk, NULL, BT, C, KV);
+    dsc__llama_linear_forward(a->qkv + Q + KV, ld, ln, C, p[kind_pos(c, K_VW)], bv, NULL, BT, C,
+                              KV);
+    dsc__llama_rope(a->qkv, ld, m->rope_cos, m->rope_sin, B, T, c->n_head + c->n_kv_head, hd, 0);
+    dsc__llama_attention_forward(a->atty, a->att_stats, a->qkv, m->att_scratch, m->att_slots, B,
+                                 T, c->n_head, c->n_kv_head, hd);
+    dsc__llama_linear_forward(a->res2, C, a->atty, Q, p[kind_pos(c, K_OW)], NULL, a->res_in, BT,
+                              Q, C);
+}
+
+static void layer_forward(dsc_llama *m, float *const *params, int l) {
+    const dsc_llama_config *c = &m->c;
+    int C = c->hidden, I = c->intermediate;
+    int64_t BT = (int64_t)m->B * m->T;
+    layer_acts a = acts_of(m, l);
+    float *const *p = params + layer_tensor(c, l, 0);
+    float *ln = m->ln_out;
+    double t0 = lap_start(m);
+    dsc__llama_rmsnorm_forward(ln, a.rms1, a.res_in, p[kind_pos(c, K_LN1)], c->rms_eps, BT, C);
+    lap(m, &t0, 1 + 4 * l);
+    attention_forward(m, p, &a);
+    lap(m, &t0, 2 + 4 * l);
+    dsc__llama_rmsnorm_forward(ln, a.rms2, a.res2, p[kind_pos(c, K_LN2)], c->rms_eps, BT, C);
+    lap(m, &t0, 3 + 4 * l);
+    dsc__llama_linear_forward(a.gate, I, ln, C, p[kind_pos(c, K_GATE)], NULL, NULL, BT, C, I);
+    dsc__llama_linear_forward(a.up, I, ln, C, p[kind_pos(c, K_UP)], NULL, NULL, BT, C, I);
+    dsc__llama_swiglu_forward(m->hI, a.gate, a.up, BT * I);
+    dsc__llama_linear_forward(a.res_out, C, m->hI, I, p[kind_pos(c, K_DOWN)], NULL, a.res2, BT, I,
+                              C);
+    lap(m, &t0, 4 + 4 * l);
+}
+
+static void lm_head_forward(dsc_llama *m, float *const *params) {
+    int C = m->c.hidden, V = m->c.vocab_size;
+    int64_t BT = (int64_t)m->B * m->T;
+    dsc__gpt2_sgemm(0, 1, (int)BT, V, C, 1.0f, m->fin, C, params[head_tensor(&m->c)], C, 0.0f,
+                    m->logits, V);
+}
+
+// The final norm, lm_head (embed_tokens when tied, in group 0) and, with targets, the loss: the
+// mean over the positions not ignored, summed in order.
+static dsc_status head_forward(dsc_llama *m, float *const *params, const int32_t *targets,
+                               const dsc_llama_hooks *hooks, float *loss) {
+    int C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer;
+    int64_t BT = (int64_t)m->B * m->T;
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    double t0 = lap_start(m);
+    dsc__llama_rmsnorm_forward(m->fin, m->fin_rstd, acts_of(m, L).res_in,
+                               params[norm_tensor(&m->c)], m->c.rms_eps, BT, C);
+    lap(m, &t0, 1 + 4 * L);
+    if (m->c.tied) {
+        DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
+        DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    }
+    t0 = lap_start(m);
+    lm_head_forward(m, params);
+    lap(m, &t0, 2 + 4 * L);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, m->c.tied ? 0 : L + 1));
+    if (!targets) return DSC_OK;
+    t0 = lap_start(m);
+    dsc__llama_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
+    double sum = 0.0;
+    m->n_valid = 0;
+    for (int64_t i = 0; i < BT; i++) {
+        sum += m->losses[i];
+        m->n_valid += targets[i] >= 0;
+    }
+    if (loss) *loss = m->n_valid ? (float)(sum / (double)m->n_valid) : 0.0f;
+    lap(m, &t0, 2 + 4 * L);
+    return DSC_OK;
+}
+
+dsc_status dsc_llama_forward(dsc_llama *m, float *const *params, const int32_t *inputs,
+                             const int32_t *targets, int B, int T, const dsc_llama_hooks *hooks,
+                             float *loss) {
+    DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
+    refresh(m);
+    dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
+    int64_t BT = (int64_t)B * T;
+    m->pass = PASS_NONE;
+    m->B = B;
+    m->T = T;
+    int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
+    memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
+    if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
+
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    double t0 = lap_start(m);
+    dsc__llama_embed_forward(m->res, tok_in, params[0], BT, m->c.hidden);
+    lap(m, &t0, 0);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    for (int l = 0; l < m->c.n_layer; l++) {
+        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
+        layer_forward(m, params, l);
+        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
+    }
+    DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
+    m->pass = targets ? PASS_LOSS : PASS_LOGITS;
+    return DSC_OK;
+}
+
+// ---- backward ----
+
+// MLP: m->dres holds the gradient of the layer's output and gains that through the MLP.
+static void mlp_backward(dsc_llama *m, float *const *p, float *const *g, const layer_acts *a) {
+    const dsc_llama_config *c = &m->c;
+    int C = c->hidden, I = c->intermediate;
+    int64_t BT = (int64_t)m->B * m->T;
+    float *hI = m->hI, *dI = m->dI, *ln = m->ln_out;
+    dsc__llama_swiglu_forward(hI, a->gate, a->up, BT * I); // recomputed
+    // dW_down += dres^T h first, then h is overwritten by its own gradient dres @ W_down.
+    dsc__gpt2_sgemm(1, 0, C, I, (int)BT, 1.0f, m->dres, C, hI, I, 1.0f, g[kind_pos(c, K_DOWN)], I);
+    dsc__gpt2_sgemm(0, 0, (int)BT, I, C, 1.0f, m->dres, C, p[kind_pos(c, K_DOWN)], I, 0.0f, hI, I);
+    dsc__llama_swiglu_backward(hI, dI, hI, a->gate, a->up, BT * I); // hI: dgate, dI: dup
+    dsc__llama_rmsnorm_apply(ln, a->res2, a->rms2, p[kind_pos(c, K_LN2)], BT, C);
+    dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_GATE)], NULL, hI, I, ln, C,
+                               p[kind_pos(c, K_GATE)], BT, C, I);
+    dsc__llama_linear_backward(m->d1, 1, g[kind_pos(c, K_UP)], NULL, dI, I, ln, C,
+                               p[kind_pos(c, K_UP)], BT, C, I);
+    dsc__llama_rmsnorm_backward(m->dres, g[kind_pos(c, K_LN2)], m->norm_scratch, m->d1, a->res2,
+                                p[kind_pos(c, K_LN2)], a->rms2, BT, C);
+}
+
+// Attention: m->dres holds the gradient of res2 and gains that through attention.
+static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
+                               const layer_acts *a) {
+    const dsc_llama_config *c = &m->c;
+    int B = m->B, T = m->T, C = c->hidden, hd = c->head_dim, ld = m->ld;
+    int Q = c->n_head * hd, KV = c->n_kv_head * hd;
+    int64_t BT = (int64_t)B * T;
+    float *ln = m->ln_out, *dqkv = m->dqkv;
+    dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_OW)], NULL, m->dres, C, a->atty, Q,
+                               p[kind_pos(c, K_OW)], BT, Q, C);
+    dsc__llama_attention_backward(dqkv, m->d1, a->qkv, a->att_stats, m->att_scratch,
+                                  m->att_slots, B, T, c->n_head, c->n_kv_head, hd);
+    dsc__llama_rope(dqkv, ld, m->rope_cos, m->rope_sin, B, T, c->n_head + c->n_kv_head, hd, 1);
+    dsc__llama_rmsnorm_apply(ln, a->res_in, a->rms1, p[kind_pos(c, K_LN1)], BT, C);
+    static const int w[3] = {K_QW, K_KW, K_VW}, b[3] = {K_QB, K_KB, K_VB};
+    const int off[3] = {0, Q, Q + KV}, width[3] = {Q, KV, KV};
+    for (int j = 0; j < 3; j++)
+        dsc__llama_linear_backward(m->d1, j > 0, g[kind_pos(c, w[j])],
+                                   c->qkv_bias ? g[kind_pos(c, b[j])] : NULL, dqkv + off[j], ld,
+                                   ln, C, p[kind_pos(c, w[j])], BT, C, width[j]);
+    dsc__llama_rmsnorm_backward(m->dres, g[kind_pos(c, K_LN1)], m->norm_scratch, m->d1, a->res_in,
+                                p[kind_pos(c, K_LN1)], a->rms1, BT, C);
+}
+
+// On entry m->dres holds the gradient of layer l's output; on return that of its input.
+static void layer_backward(dsc_llama *m, float *const *params, float *const *grads, int l) {
+    layer_acts a = acts_of(m, l);
+    int first = layer_tensor(&m->c, l, 0);
+    mlp_backward(m, params + first, grads + first, &a);
+    attention_backward(m, params + first, grads + first, &a);
+}
+
+// Loss, lm_head and the final norm: leaves the gradient of the last residual stream in m->dres.
+static dsc_status head_backward(dsc_llama *m, float *const *params, float *const *grads,
+                                float loss_scale, const dsc_llama_hooks *hooks) {
+    int C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer, norm = norm_tensor(&m->c);
+    int head = head_tensor(&m->c), head_group = m->c.tied ? 0 : L + 1;
+    int64_t BT = (int64_t)m->B * m->T;
+    float *dlogits = m->logits; // (BT, V), in place
+    float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
+    dsc__llama_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
+    dsc__gpt2_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
+    dsc__gpt2_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
+    if (m->c.tied) {
+        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+        DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    }
+    memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
+    dsc__llama_rmsnorm_backward(m->dres, grads[norm], m->norm_scratch, m->d1,
+                                acts_of(m, L).res_in, params[norm], m->fin_rstd, BT, C);
+    DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
+    return call_hook(hooks, HOOK_GRADS_READY, L + 1);
+}
+
+dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *grads,
+                              float loss_scale, const dsc_llama_hooks *hooks) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "llama backward: model is NULL");
+    if (m->pass != PASS_LOSS)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama backward: needs a forward with targets first, and each such "
+                         "forward allows one backward (it consumes the logits)");
+    DSC_TRY(check_tensors(m, params, "params", hooks));
+    DSC_TRY(check_tensors(m, grads, "grads", hooks));
+    refresh(m);
+    dsc__gpt2_blas_single_thread();
+    m->pass = PASS_NONE;
+    DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
+    for (int l = m->c.n_layer - 1; l >= 0; l--) {
+        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
+        layer_backward(m, params, grads, l);
+        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
+        DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
+    }
+    // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
+    // is gathered here so that the hook can hand out the gradient buffer.
+    if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    dsc__llama_embed_backward(grads[0], m->dres, m->tokens, (int64_t)m->B * m->T, m->c.hidden);
+    if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    return call_hook(hooks, HOOK_GRADS_READY, 0);
+}
