@@ -2,7 +2,7 @@
 // bf16 or fp16 operands, fp32 accumulation, 16-bit (the operands' type) or fp32 results, with the
 // epilogues GPT-2 uses.
 //
-// Shapes are row-major, as the CPU kernels (dsc__gpt2_sgemm): D (M, N) = alpha op(A) op(B) +
+// Shapes are row-major, as the CPU kernels (dsc__model_sgemm): D (M, N) = alpha op(A) op(B) +
 // beta C, op(X) = X^T when its flag is set. The wrapper turns this into the column-major call the
 // library expects (it computes D^T = op(B)^T op(A)^T). Heuristic algorithm choices are cached per
 // shape, so repeated products of one shape cost one lookup.

@@ -17,6 +17,7 @@
 
 #include "dsc/status.h"         // dsc_last_error
 #include "model/gpt2/gpt2.h"    // dsc_gpt2_*
+#include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 
 // ---- random numbers and comparisons ----
@@ -288,7 +289,7 @@ static void test_sgemm_chunks(void **state) {
                                    (tb ? B[j * ldb + p] : B[p * ldb + j]);
                         want[i * N + j] = 0.5 * acc + 0.25 * Cm[i * ldc + j];
                     }
-                dsc__gpt2_sgemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f, Cm, ldc);
+                dsc__model_sgemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f, Cm, ldc);
                 for (int i = 0; i < M; i++) memcpy(got + i * N, Cm + i * ldc, sizeof(float) * N);
                 char what[64];
                 snprintf(what, sizeof what, "sgemm %dx%dx%d ta%d tb%d", M, N, K, ta, tb);

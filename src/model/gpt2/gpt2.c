@@ -11,6 +11,7 @@
 
 #include "base/status.h"        // dsc__fail, dsc__error_prefix, DSC_TRY
 #include "base/time.h"          // dsc_now
+#include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads
@@ -378,7 +379,7 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
                          (double)nfloats * sizeof(float) / (1u << 30), B, T);
     }
     carve(m, m->slab);
-    dsc__gpt2_blas_single_thread();
+    dsc__model_blas_single_thread();
     *out = m;
     return DSC_OK;
 }
@@ -492,7 +493,7 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     t0 = lap_start(m);
-    dsc__gpt2_sgemm(0, 1, (int)BT, V, C, 1.0f, m->lnf, C, params[0], C, 0.0f, m->logits, V);
+    dsc__model_sgemm(0, 1, (int)BT, V, C, 1.0f, m->lnf, C, params[0], C, 0.0f, m->logits, V);
     lap(m, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     if (!targets) return DSC_OK;
@@ -510,7 +511,7 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
                             float *loss) {
     DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
     refresh(m);
-    dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
+    dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
     m->pass = PASS_NONE;
     m->B = B;
@@ -569,8 +570,8 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, loss_scale / (float)BT,
                             BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    dsc__gpt2_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
-    dsc__gpt2_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
+    dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
+    dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
     memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
@@ -591,7 +592,7 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
     DSC_TRY(check_tensors(m, params, "params", hooks));
     DSC_TRY(check_tensors(m, grads, "grads", hooks));
     refresh(m);
-    dsc__gpt2_blas_single_thread();
+    dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     for (int l = m->c.n_layer - 1; l >= 0; l--) {

@@ -7,6 +7,7 @@
 #include <string.h> // memcpy, memset
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
+#include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads, omp_get_thread_num
@@ -326,7 +327,7 @@ static dsc_status head(dsc_gpt2_kv *kv, float *const *params, const dsc_gpt2_row
                                 r->nout, C);
     DSC_TRY(hook(hooks, 1, L + 1));
     DSC_TRY(hook(hooks, 0, 0));
-    dsc__gpt2_sgemm(0, 1, r->nout, kv->c.vocab_size, C, 1.0f, b->ln, C, params[0], C, 0.0f,
+    dsc__model_sgemm(0, 1, r->nout, kv->c.vocab_size, C, 1.0f, b->ln, C, params[0], C, 0.0f,
                     logits, kv->c.vocab_size);
     return hook(hooks, 1, 0);
 }
@@ -341,7 +342,7 @@ dsc_status dsc__gpt2_infer(dsc_gpt2_kv *kv, float *const *params, const dsc_gpt2
         return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 inference: tensor-parallel group of %d "
                          "ranks, cache made for %d (or no communicator)", tp->size, kv->tp);
     DSC_TRY(check_rows(kv, rows));
-    dsc__gpt2_blas_single_thread();
+    dsc__model_blas_single_thread();
     row_bufs b;
     DSC_TRY(rows_scratch(kv, rows->n, &b));
     float *cache = dsc_mem_ptr(kv->pool, kv->block); // re-read: the pool may have moved it

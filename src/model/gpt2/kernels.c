@@ -1,6 +1,8 @@
 // model/gpt2/kernels.c - CPU kernels of the GPT-2 layers (see kernels.h for the contracts).
 #include "model/gpt2/kernels.h"
 
+#include "model/blas.h" // dsc__model_sgemm, dsc__model_chunk, dsc__exp_fast
+
 #include <cblas.h>  // cblas_sgemm, openblas_set_num_threads
 #include <math.h>   // sqrtf, logf, INFINITY
 #include <string.h> // memcpy, memset
@@ -47,69 +49,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // ---- math ----
 
-// exp(x) within about 2 ulp for x in [-87, 88] (Cody-Waite reduction, Cephes' degree-6
-// polynomial), 0 below, exp(88) above. Branch-free so that loops calling it vectorize; libm's
-// expf does not. Relies on round-to-nearest for the 1.5 * 2^23 rounding trick.
-static inline __attribute__((always_inline)) float exp_fast(float x) {
-    float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round(x / ln 2)
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f; // r = x - n ln 2 in two steps, |r| <= ln 2 / 2
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23; // 2^n, n in [-126, 127]
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float y = p * scale;
-    return x < -87.0f ? 0.0f : y;
-}
-
 #define GELU_K 0.79788456080286536f // sqrt(2 / pi)
 #define GELU_A 0.044715f
 
 // ---- matrix products ----
-
-void dsc__gpt2_blas_single_thread(void) {
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-}
-
-// Chunk length along a dimension of D: about 16 chunks, whole 16-row micro-tiles, at least 64.
-// A function of D only, so the split (and with it every bit of the result) ignores thread count.
-static int chunk_of(int64_t D) {
-    int64_t c = (D + 15) / 16;
-    c = (c + 15) / 16 * 16;
-    return (int)(c < 64 ? 64 : c);
-}
-
-void dsc__gpt2_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    int split_m = M >= N;
-    int D = split_m ? M : N;
-    int chunk = chunk_of(D);
-    int nchunks = (D + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) if (nchunks > 1)
-    for (int i = 0; i < nchunks; i++) {
-        int d0 = i * chunk;
-        int dn = (int)min64(chunk, D - d0);
-        if (split_m) {
-            const float *a = trans_a ? A + d0 : A + (size_t)d0 * lda;
-            cblas_sgemm(CblasRowMajor, ta, tb, dn, N, K, alpha, a, lda, B, ldb, beta,
-                        C + (size_t)d0 * ldc, ldc);
-        } else {
-            const float *b = trans_b ? B + (size_t)d0 * ldb : B + d0;
-            cblas_sgemm(CblasRowMajor, ta, tb, M, dn, K, alpha, A, lda, b, ldb, beta, C + d0,
-                        ldc);
-        }
-    }
-}
 
 // Rows [r0, r0 + rn) of out = bias + resid, so that the product can accumulate onto them while
 // they are still in cache.
@@ -131,7 +74,7 @@ static void fill_rows(float *out, const float *bias, const float *resid, int64_t
 
 void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                               const float *resid, int64_t N, int IC, int OC) {
-    int chunk = chunk_of(N);
+    int chunk = dsc__model_chunk(N);
     int64_t nchunks = (N + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < nchunks; i++) {
@@ -148,8 +91,8 @@ void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, cons
 
 void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                const float *inp, const float *w, int64_t N, int IC, int OC) {
-    dsc__gpt2_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
-    dsc__gpt2_sgemm(0, 1, (int)N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
+    dsc__model_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    dsc__model_sgemm(0, 1, (int)N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
     if (dbias) dsc__gpt2_colsum(dbias, dout, N, OC);
 }
 
@@ -278,7 +221,7 @@ void dsc__gpt2_layernorm_backward(float *dinp, float *dw, float *db, float *scra
 DSC_CLONES static void gelu_fwd_block(float *out, const float *x, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float e = exp_fast(2.0f * GELU_K * (x[i] + GELU_A * x[i] * x[i] * x[i]));
+        float e = dsc__exp_fast(2.0f * GELU_K * (x[i] + GELU_A * x[i] * x[i] * x[i]));
         out[i] = x[i] * (e / (e + 1.0f));
     }
 }
@@ -288,7 +231,7 @@ DSC_CLONES static void gelu_bwd_block(float *dx, const float *dy, const float *x
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float xi = x[i];
-        float e = exp_fast(2.0f * GELU_K * (xi + GELU_A * xi * xi * xi));
+        float e = dsc__exp_fast(2.0f * GELU_K * (xi + GELU_A * xi * xi * xi));
         float s = 1.0f / (e + 1.0f);
         float du = GELU_K * (1.0f + 3.0f * GELU_A * xi * xi);
         dx[i] = dy[i] * (e * s) * (1.0f + 2.0f * xi * s * du);
@@ -322,7 +265,7 @@ DSC_CLONES static void att_softmax_row(float *row, int n_valid, int n_row, float
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int j = 0; j < n_valid; j++) {
-        row[j] = exp_fast(row[j] - m);
+        row[j] = dsc__exp_fast(row[j] - m);
         s += row[j];
     }
     float inv = 1.0f / s;
@@ -341,7 +284,7 @@ DSC_CLONES static void att_grad_row(float *p, float *dp, int n_valid, int n_row,
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int j = 0; j < n_valid; j++) {
-        p[j] = exp_fast(p[j] - m) * inv;
+        p[j] = dsc__exp_fast(p[j] - m) * inv;
         dot += p[j] * dp[j];
     }
 #pragma omp simd
@@ -482,15 +425,15 @@ DSC_CLONES static float row_logsumexp(const float *l, int V) {
     for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int j = 0; j < V; j++) s += exp_fast(l[j] - m);
+    for (int j = 0; j < V; j++) s += dsc__exp_fast(l[j] - m);
     return m + logf(s);
 }
 
 DSC_CLONES static void xent_grad_row(float *d, const float *l, float lse, int target, float g,
                                      int V) {
-    float pt = exp_fast(l[target] - lse); // read before d (which may alias l) is written
+    float pt = dsc__exp_fast(l[target] - lse); // read before d (which may alias l) is written
 #pragma omp simd
-    for (int j = 0; j < V; j++) d[j] = g * exp_fast(l[j] - lse);
+    for (int j = 0; j < V; j++) d[j] = g * dsc__exp_fast(l[j] - lse);
     d[target] = g * (pt - 1.0f);
 }
 

@@ -12,15 +12,6 @@
 #include <stddef.h> // size_t
 #include <stdint.h> // int32_t, int64_t
 
-// Row-major C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X^T when its flag is set. Split
-// into fixed chunks along the larger of M and N, each a single-threaded OpenBLAS call on an
-// OpenMP thread. Must not be called from inside an OpenMP parallel region.
-void dsc__gpt2_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
-
-// Make OpenBLAS single-threaded (see gpt2.h why); idempotent.
-void dsc__gpt2_blas_single_thread(void);
-
 // out (N, OC) = inp (N, IC) @ w (IC, OC) + bias (OC) + resid (N, OC); bias, resid may be NULL.
 // resid must not alias out.
 void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias,

@@ -5,7 +5,7 @@
 #include <math.h>   // sqrtf, logf, cos, sin, pow, INFINITY
 #include <string.h> // memcpy, memset
 
-#include "model/gpt2/kernels.h" // dsc__gpt2_sgemm
+#include "model/blas.h" // dsc__model_sgemm, dsc__exp_fast
 #ifdef _OPENMP
 #include <omp.h> // omp_get_thread_num, omp_get_max_threads
 #endif
@@ -40,28 +40,6 @@ static int max_threads(void) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// exp(x) within about 2 ulp for x in [-87, 88], 0 below, exp(88) above: Cody-Waite reduction
-// and Cephes' degree-6 polynomial, branch-free so that the loops calling it vectorize (the same
-// function as GPT-2's kernels use).
-static inline __attribute__((always_inline)) float exp_fast(float x) {
-    float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round(x / ln 2)
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float y = p * scale;
-    return x < -87.0f ? 0.0f : y;
-}
-
 // ---- linear layers ----
 
 DSC_CLONES static void fill_row(float *o, const float *bias, const float *resid, int n) {
@@ -82,7 +60,7 @@ void dsc__llama_linear_forward(float *out, int ldo, const float *inp, int ldi, c
             fill_row(out + (size_t)r * ldo, bias, resid ? resid + (size_t)r * OUT : NULL, OUT);
         beta = 1.0f;
     }
-    dsc__gpt2_sgemm(0, 1, (int)N, OUT, IN, 1.0f, inp, ldi, w, IN, beta, out, ldo);
+    dsc__model_sgemm(0, 1, (int)N, OUT, IN, 1.0f, inp, ldi, w, IN, beta, out, ldo);
 }
 
 DSC_CLONES static void colsum_block(float *acc, const float *d, int64_t rows, int ld, int width) {
@@ -108,9 +86,9 @@ static void colsum(float *acc, const float *d, int64_t rows, int ncols, int ld) 
 void dsc__llama_linear_backward(float *dinp, int accumulate, float *dw, float *dbias,
                                 const float *dout, int ldd, const float *inp, int ldi,
                                 const float *w, int64_t N, int IN, int OUT) {
-    dsc__gpt2_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
+    dsc__model_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
     if (dbias) colsum(dbias, dout, N, OUT, ldd);
-    dsc__gpt2_sgemm(0, 0, (int)N, IN, OUT, 1.0f, dout, ldd, w, IN, accumulate ? 1.0f : 0.0f,
+    dsc__model_sgemm(0, 0, (int)N, IN, OUT, 1.0f, dout, ldd, w, IN, accumulate ? 1.0f : 0.0f,
                     dinp, IN);
 }
 
@@ -251,7 +229,7 @@ void dsc__llama_rope(float *x, int ld, const float *cos_t, const float *sin_t, i
 
 DSC_CLONES static void swiglu_fwd_block(float *h, const float *g, const float *u, int64_t n) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) h[i] = g[i] / (1.0f + exp_fast(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) h[i] = g[i] / (1.0f + dsc__exp_fast(-g[i])) * u[i];
 }
 
 // silu(g) = g s, s = sigmoid(g); silu'(g) = s (1 + g (1 - s)).
@@ -259,7 +237,7 @@ DSC_CLONES static void swiglu_bwd_block(float *dg, float *du, const float *dh, c
                                         const float *u, int64_t n) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + exp_fast(-g[i]));
+        float s = 1.0f / (1.0f + dsc__exp_fast(-g[i]));
         float d = dh[i];
         du[i] = d * (g[i] * s);
         dg[i] = d * u[i] * (s * (1.0f + g[i] * (1.0f - s)));
@@ -296,7 +274,7 @@ DSC_CLONES static void att_softmax_row(float *row, int n_valid, int n_row, float
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int j = 0; j < n_valid; j++) {
-        row[j] = exp_fast(row[j] - m);
+        row[j] = dsc__exp_fast(row[j] - m);
         s += row[j];
     }
     float inv = 1.0f / s;
@@ -315,7 +293,7 @@ DSC_CLONES static void att_grad_row(float *p, float *dp, int n_valid, int n_row,
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int j = 0; j < n_valid; j++) {
-        p[j] = exp_fast(p[j] - m) * inv;
+        p[j] = dsc__exp_fast(p[j] - m) * inv;
         dot += p[j] * dp[j];
     }
 #pragma omp simd
@@ -458,7 +436,7 @@ DSC_CLONES static float row_logsumexp(const float *l, int V) {
     for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int j = 0; j < V; j++) s += exp_fast(l[j] - m);
+    for (int j = 0; j < V; j++) s += dsc__exp_fast(l[j] - m);
     return m + logf(s);
 }
 
@@ -468,9 +446,9 @@ DSC_CLONES static void xent_grad_row(float *d, const float *l, float lse, int ta
         memset(d, 0, sizeof(float) * (size_t)V);
         return;
     }
-    float pt = exp_fast(l[target] - lse); // read before d (which may alias l) is written
+    float pt = dsc__exp_fast(l[target] - lse); // read before d (which may alias l) is written
 #pragma omp simd
-    for (int j = 0; j < V; j++) d[j] = g * exp_fast(l[j] - lse);
+    for (int j = 0; j < V; j++) d[j] = g * dsc__exp_fast(l[j] - lse);
     d[target] = g * (pt - 1.0f);
 }
 

@@ -1,10 +1,10 @@
 // model/llama/kernels.h - CPU kernels of the Llama layers: RMSNorm, rotary embeddings, SwiGLU,
 // grouped-query causal attention, linear layers with Hugging Face's (out, in) weights, and
 // cross-entropy with ignored positions. fp32, OpenMP threads, OpenBLAS for products (through
-// dsc__gpt2_sgemm, whose fixed splits they share).
+// dsc__model_sgemm, whose fixed splits they share).
 //
-// Determinism as GPT-2's kernels (see model/gpt2/kernels.h): tasks depend only on shapes, sums
-// over rows run in fixed chunks added in chunk order. Backward kernels add (+=) into parameter
+// Deterministic for any thread count: tasks depend only on shapes, sums over rows run in fixed
+// chunks added in chunk order. Backward kernels add (+=) into parameter
 // gradients and overwrite (=) activation gradients unless they say otherwise.
 #ifndef DSC_MODEL_LLAMA_KERNELS_H
 #define DSC_MODEL_LLAMA_KERNELS_H

@@ -11,7 +11,7 @@
 
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
 #include "base/time.h"           // dsc_now
-#include "model/gpt2/kernels.h"  // dsc__gpt2_sgemm, dsc__gpt2_blas_single_thread
+#include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/llama/kernels.h" // dsc__llama_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads
@@ -489,7 +489,7 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     dsc__llama_rope_tables(m->rope_cos, m->rope_sin, T, c->head_dim, c->rope_theta,
                            c->rope_scaling, c->rope_factor, c->rope_low_freq_factor,
                            c->rope_high_freq_factor, c->rope_original_max_pos);
-    dsc__gpt2_blas_single_thread();
+    dsc__model_blas_single_thread();
     *out = m;
     return DSC_OK;
 }
@@ -616,7 +616,7 @@ static void layer_forward(dsc_llama *m, float *const *params, int l) {
 static void lm_head_forward(dsc_llama *m, float *const *params) {
     int C = m->c.hidden, V = m->c.vocab_size;
     int64_t BT = (int64_t)m->B * m->T;
-    dsc__gpt2_sgemm(0, 1, (int)BT, V, C, 1.0f, m->fin, C, params[head_tensor(&m->c)], C, 0.0f,
+    dsc__model_sgemm(0, 1, (int)BT, V, C, 1.0f, m->fin, C, params[head_tensor(&m->c)], C, 0.0f,
                     m->logits, V);
 }
 
@@ -658,7 +658,7 @@ dsc_status dsc_llama_forward(dsc_llama *m, float *const *params, const int32_t *
                              float *loss) {
     DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
     refresh(m);
-    dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
+    dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
     m->pass = PASS_NONE;
     m->B = B;
@@ -692,8 +692,8 @@ static void mlp_backward(dsc_llama *m, float *const *p, float *const *g, const l
     float *hI = m->hI, *dI = m->dI, *ln = m->ln_out;
     dsc__llama_swiglu_forward(hI, a->gate, a->up, BT * I); // recomputed
     // dW_down += dres^T h first, then h is overwritten by its own gradient dres @ W_down.
-    dsc__gpt2_sgemm(1, 0, C, I, (int)BT, 1.0f, m->dres, C, hI, I, 1.0f, g[kind_pos(c, K_DOWN)], I);
-    dsc__gpt2_sgemm(0, 0, (int)BT, I, C, 1.0f, m->dres, C, p[kind_pos(c, K_DOWN)], I, 0.0f, hI, I);
+    dsc__model_sgemm(1, 0, C, I, (int)BT, 1.0f, m->dres, C, hI, I, 1.0f, g[kind_pos(c, K_DOWN)], I);
+    dsc__model_sgemm(0, 0, (int)BT, I, C, 1.0f, m->dres, C, p[kind_pos(c, K_DOWN)], I, 0.0f, hI, I);
     dsc__llama_swiglu_backward(hI, dI, hI, a->gate, a->up, BT * I); // hI: dgate, dI: dup
     dsc__llama_rmsnorm_apply(ln, a->res2, a->rms2, p[kind_pos(c, K_LN2)], BT, C);
     dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_GATE)], NULL, hI, I, ln, C,
@@ -746,8 +746,8 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
     float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     dsc__llama_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
-    dsc__gpt2_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
-    dsc__gpt2_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
+    dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
+    dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
     if (m->c.tied) {
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
         DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
@@ -769,7 +769,7 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     DSC_TRY(check_tensors(m, params, "params", hooks));
     DSC_TRY(check_tensors(m, grads, "grads", hooks));
     refresh(m);
-    dsc__gpt2_blas_single_thread();
+    dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     for (int l = m->c.n_layer - 1; l >= 0; l--) {

@@ -1,6 +1,6 @@
 // model/llama/llama.h - the Llama family (Llama 3, SmolLM2, Qwen2) on the CPU: configuration,
 // parameter table, initialisation, forward with fused cross-entropy, and backward that
-// accumulates gradients. The shape of model/gpt2/gpt2.h, with llama in place of gpt2.
+// accumulates gradients; behind the model interface as the "llama" family (ops.c).
 //
 // A decoder block is RMSNorm, attention with rotary position embeddings (Hugging Face's
 // rotate_half convention) and grouped-query heads (n_kv_head divides n_head; 1 = multi-query),
@@ -12,8 +12,8 @@
 // largest batch it was created for. The engine gathers and releases parameters per layer group
 // through hooks; the model never assumes they stay resident.
 //
-// Threads: as GPT-2 (see gpt2.h): OpenMP tasks, each a single-threaded OpenBLAS call, split by
-// shape only, so results are bitwise identical from run to run and for any thread count.
+// Threads: OpenMP tasks, each a single-threaded OpenBLAS call (model/blas.h), split by shape
+// only, so results are bitwise identical from run to run and for any thread count.
 //
 // 16-bit training (bf16, fp16) is emulated by the engine, which rounds the weights it hands the
 // model; the model computes in fp32 and needs nothing of its own for it.
@@ -86,7 +86,7 @@ void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uin
 void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t begin,
                            int64_t count, uint64_t seed);
 
-// Hooks, all optional (NULL = none), with GPT-2's contract (see dsc_gpt2_hooks): forward calls
+// Hooks, all optional (NULL = none), the engine's contract (dsc_model_hooks): forward calls
 // gather(g) before it reads group g's parameters and release(g) after; backward does the same
 // and calls grads_ready(g) once group g's gradients are complete, in the order n_layer + 1,
 // layer n_layer - 1, ..., layer 0, embeddings. A hook's failure stops the pass and is returned.
@@ -103,7 +103,9 @@ typedef struct dsc_llama dsc_llama; // activations and scratch for up to B x T t
 // Caller owns *out; free it with dsc_llama_destroy.
 dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, int T);
 // The same with the activations as one block of `pool` (tag llama.activations; borrowed, it must
-// outlive the model); moves of the pool are followed as dsc_gpt2_create_in describes.
+// outlive the model). Each pass re-reads the block's address when the pool moved blocks since the
+// last one; a move between a forward and its backward keeps the activations (they move with the
+// block). A move must not happen during a pass.
 dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B, int T,
                                dsc_mem_pool *pool);
 void dsc_llama_destroy(dsc_llama *m); // NULL ok
