@@ -10,6 +10,7 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // free
 #include <string.h>  // strstr
+#include <unistd.h>  // write, close, unlink
 
 #include "dsc/config.h" // dsc_config_*
 
@@ -519,6 +520,17 @@ static void test_check_messages(void **state) {
                  "train_micro_batch_size_per_gpu (0, derived)");
     expect_error("{\"train_batch_size\": 0.9e1, \"fp16\": {\"loss_scale\": -0.1}}", 1,
                  "= -0.1 is out of range");
+    // a NUL byte is named where it is, not where the parser gave up
+    char path[] = "/tmp/dsc_test_config_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char nul[] = "{\"train_batch_size\": 1,\n  \"b\": \0 2}";
+    assert_int_equal(write(fd, nul, sizeof nul - 1), (ssize_t)(sizeof nul - 1));
+    close(fd);
+    assert_int_equal(dsc_config_load_file(&cfg, path, 1, collect, &w), DSC_ERR_CONFIG);
+    unlink(path);
+    if (!strstr(dsc_last_error(), "line 2, column 8: a NUL byte"))
+        fail_msg("got: %s", dsc_last_error());
 }
 
 int main(void) {
