@@ -8,7 +8,8 @@
 # Model $MODEL (default d4), T 64, global batch 8 sequences (micro batch 8 / ranks), AdamW, ZeRO
 # stage 1, the built-in data. Tokens/s (global): median of metrics.jsonl's tokens_per_s over
 # the steps after $WARMUP (default 3) of $STEPS (default 12). One rank sets nothing (it gets every
-# core either way), so its two rows are one run.
+# core either way), so its two rows are one run. A last line gives one rank with one thread, for
+# reference: on a machine busy with other work OpenMP's barriers across threads cost the most.
 set -eu
 DSC=${1:-${DSC:-build/dsc}}
 MODEL=${MODEL:-d4}
@@ -39,6 +40,7 @@ run() { # RANKS MODE(set|unset) -> prints tokens/s and seconds
 JSON
     local envs=(env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
     [ "$mode" = unset ] && envs=(env OMP_NUM_THREADS="$CORES" OPENBLAS_NUM_THREADS="$CORES")
+    [ "$mode" = one ] && envs=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
     t0=$(date +%s.%N)
     "${envs[@]}" "$DSC" launch --num_procs "$n" "$DSC" train --config "$W/ds$n.json" \
         --model "$MODEL" --seq-len 64 --max-steps "$STEPS" --eval-every 0 --sample-tokens 0 \
@@ -58,3 +60,6 @@ for n in 1 2 4; do
     ratio=$($PY -c "a, b = '$tok_set', '$tok_unset'; print(f'{float(a) / float(b):.1f}x' if 'n/a' not in (a, b) else 'n/a')")
     printf '%-6s  %-28s  %-28s  %s\n' "$n" "$tok_set tok/s ($s_set s)" "$tok_unset tok/s ($s_unset s)" "$ratio"
 done
+read -r tok_one s_one < <(run 1 one)
+echo "reference: 1 rank with 1 thread: $tok_one tok/s ($s_one s)"
+uptime
