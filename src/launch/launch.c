@@ -226,8 +226,7 @@ done:
     return st;
 }
 
-// Cores this process may run on (its affinity mask, as taskset/cgroups set it), at least 1.
-static int usable_cores(void) {
+int dsc__launch_cores(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -263,7 +262,7 @@ static dsc_status spawn_local_ranks(const dsc__launch_job *job, int node, dsc__g
     dsc_status st;
     DSC_TRY_GOTO(dsc__launch_base_env(job, &base), st, done);
     char said[256];
-    DSC_TRY_GOTO(dsc__launch_thread_env(p->hosts[node].nslots, usable_cores(), &base, said,
+    DSC_TRY_GOTO(dsc__launch_thread_env(p->hosts[node].nslots, dsc__launch_cores(), &base, said,
                                         sizeof said), st, done);
     if (said[0] && job->attempt == 0) fprintf(stderr, "dsc launch: %s\n", said); // once
     if (slots_are_gpus(&p->hosts[node]))

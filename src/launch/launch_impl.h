@@ -71,6 +71,10 @@ dsc_status dsc__launch_base_env(const dsc__launch_job *job, dsc__strv *env);
 // "" when nothing was set.
 dsc_status dsc__launch_thread_env(int nlocal, int cores, dsc__strv *env, char *said, size_t cap);
 
+// Cores this process may run on (its affinity mask, as taskset, cgroups, srun or mpirun's binding
+// set it), at least 1.
+int dsc__launch_cores(void);
+
 // Start the helpers of one attempt in g: one pdsh, one ssh per host, one srun, or one mpirun.
 dsc_status dsc__launch_start_pdsh(const dsc__launch_job *job, dsc__group *g);
 dsc_status dsc__launch_start_ssh(const dsc__launch_job *job, dsc__group *g);
