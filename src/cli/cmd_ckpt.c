@@ -1,10 +1,13 @@
 // cli/cmd_ckpt.c - `dsc ckpt ls|info|verify|export`: look after checkpoint directories.
-#include <stdint.h> // uint64_t
-#include <stdio.h>  // printf, fprintf
-#include <stdlib.h> // free, strtod
-#include <string.h> // strcmp
-#include <time.h>   // localtime, strftime
+#include <errno.h>    // errno
+#include <stdint.h>   // uint64_t
+#include <stdio.h>    // printf, fprintf
+#include <stdlib.h>   // free, strtod
+#include <string.h>   // strcmp, strerror, strrchr
+#include <sys/stat.h> // stat
+#include <time.h>     // localtime, strftime
 
+#include "base/io.h"        // dsc__mkdirs
 #include "base/time.h"      // dsc_now
 #include "cli/args.h"       // cli_parse
 #include "dsc/checkpoint.h" // dsc_ckpt_*
@@ -45,6 +48,13 @@ static int ckpt_ls(int argc, char **argv) {
     char *pos[1];
     int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
     if (rc) return rc == 1 ? 0 : 2;
+    // A directory that is not there is a mistake (a typo, the wrong machine), not an empty list.
+    struct stat sb;
+    if (stat(pos[0], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "dsc ckpt ls: %s: %s; give the save directory (--save-dir of dsc train)\n",
+                pos[0], stat(pos[0], &sb) != 0 ? strerror(errno) : "not a directory");
+        return 1;
+    }
     dsc_ckpt_entry *e;
     int n;
     if (dsc_ckpt_list(pos[0], &e, &n) != DSC_OK) {
@@ -225,6 +235,17 @@ static int ckpt_export(int argc, char **argv) {
         }
         printf("wrote %s (%s)\n", hf, dtype);
         return 0;
+    }
+    // --out dir/x.safetensors: make dir, as every other writer of dsc does.
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = '\0';
+        if (dsc__mkdirs(parent) != DSC_OK) {
+            fprintf(stderr, "dsc ckpt export: --out %s: %s\n", out, dsc_last_error());
+            return 1;
+        }
     }
     if (dsc_ckpt_export(dir, has ? tag : NULL, out, dtype) != DSC_OK) {
         fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());

@@ -13,13 +13,15 @@ static int data_prepare(int argc, char **argv) {
     const char *input = NULL, *tok = "byte", *out = NULL, *frac = NULL;
     const cli_flag flags[] = {
         {"--input", "FILE...", "text files, one document each (more may follow as arguments)", &input, NULL},
-        {"--tokenizer", "SPEC", "byte (default) or gpt2:DIR (DIR has vocab.json and merges.txt)", &tok, NULL},
+        {"--tokenizer", "SPEC", "byte (default), gpt2:DIR (DIR has vocab.json and merges.txt), "
+         "or ids / ids:VOCAB (the text is token ids: decimal numbers separated by spaces, commas "
+         "or new lines)", &tok, NULL},
         {"--out", "DIR", "where train.bin, val.bin and dataset.json go", &out, NULL},
         {"--val-fraction", "F", "share of the tokens kept for validation (default 0.05)", &frac, NULL},
     };
     const cli_verb v = {"data prepare",
-                        "dsc data prepare --input FILE [FILE...] --tokenizer byte|gpt2:DIR --out DIR "
-                        "[--val-fraction F]",
+                        "dsc data prepare --input FILE [FILE...] "
+                        "--tokenizer byte|gpt2:DIR|ids[:VOCAB] --out DIR [--val-fraction F]",
                         "Tokenize text files into token shards (llm.c's .bin layout) that dsc "
                         "train --data DIR reads.",
                         flags, 4, 0, -1};
@@ -83,7 +85,7 @@ int cmd_data(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "default")) return data_default(argc - 1, argv + 1);
     bool help = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));
     fprintf(help ? stdout : stderr,
-            "usage: dsc data prepare --input FILE [FILE...] --tokenizer byte|gpt2:DIR --out DIR "
-            "[--val-fraction F]\n       dsc data default --out DIR\n");
+            "usage: dsc data prepare --input FILE [FILE...] --tokenizer byte|gpt2:DIR|ids[:VOCAB] "
+            "--out DIR [--val-fraction F]\n       dsc data default --out DIR\n");
     return help ? 0 : 2;
 }

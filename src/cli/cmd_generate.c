@@ -315,8 +315,15 @@ static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc__g
 }
 
 static void print_results(const gen_cli *o, const dsc_tokenizer *tok, const prompts *ps,
-                          const dsc_gen_output *out, const dsc_gen_stats *gs, const char *device) {
+                          const dsc_gen_output *out, const dsc_gen_stats *gs, const char *device,
+                          int context) {
     for (int i = 0; i < ps->n; i++) {
+        // Ended by length before --max-new-tokens: the model's context was full.
+        if (out[i].finish == DSC_GEN_LENGTH && out[i].len < o->max_new)
+            fprintf(stderr, "dsc generate: prompt %d stopped after %d new tokens of the %lld "
+                    "asked for: the model's context of %d tokens is full (prompt %d + %d); use a "
+                    "shorter prompt or --max-new-tokens %d\n", i + 1, out[i].len, o->max_new,
+                    context, ps->p[i].len, out[i].len, out[i].len);
         char *text = NULL;
         size_t len = 0;
         if (dsc_tokenizer_decode(tok, out[i].tokens, (size_t)out[i].len, &text, &len) != DSC_OK)
@@ -397,7 +404,7 @@ static dsc_status generate(const gen_cli *o) {
         DSC_TRY_GOTO(dsc__generate_run_cuda(&m, ps.p, ps.n, &go, out, &gs), st, done);
     else
         DSC_TRY_GOTO(dsc__generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
-    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device);
+    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device, w.c.max_seq_len);
 done:
     if (trace) fclose(trace);
     if (out) dsc_gen_output_free(out, ps.n);

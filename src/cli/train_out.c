@@ -137,10 +137,11 @@ void train__sample_text(trainer *t) {
 
 static void print_progress(const trainer *t, const dsc_step_info *si, double loss, double tok_s,
                            double mfu) {
+    // On the CPU MFU's peak is measured on a machine that other work may share: approximate.
     printf("step %5lld/%lld | loss %.4f | lr %.3e | grad norm %7.4f | loss scale %g | %8.0f tok/s "
-           "| MFU %.1f%%%s\n",
+           "| MFU %s%.1f%%%s\n",
            (long long)si->step, t->o->max_steps, loss, si->lr, si->grad_norm, si->loss_scale,
-           tok_s, 100 * mfu, si->skipped ? " | skipped (overflow)" : "");
+           tok_s, t->gpu ? "" : "~", 100 * mfu, si->skipped ? " | skipped (overflow)" : "");
     fflush(stdout);
 }
 

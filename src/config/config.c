@@ -133,6 +133,13 @@ static bool number_of(const json_t *v, bool lax, bool integer, double *x) {
     return false;
 }
 
+// A number for a message: integers as "%.17g" (1e+20 stays readable), reals in their shortest
+// exact form (0.9, not 0.90000000000000002).
+static void number_text(double x, bool integer, char *buf, size_t cap) {
+    if (integer) snprintf(buf, cap, "%.17g", x);
+    else dsc__format_real(x, buf, cap);
+}
+
 static dsc_status set_number(parse_ctx *c, int idx, const json_t *v, bool lax) {
     const dsc__key_row *r = &ROWS[idx];
     bool integer = r->kind != K_FLOAT;
@@ -142,9 +149,14 @@ static dsc_status set_number(parse_ctx *c, int idx, const json_t *v, bool lax) {
     // pydantic takes a real for an int only when it is whole and within int64
     if (integer && (x != floor(x) || (lax && json_is_real(v) && fabs(x) >= 9223372036854775808.0)))
         return type_error(c, r->path, "a whole number", v);
-    if (x < r->lo || x > r->hi)
-        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" = %.17g is out of range: expected "
-                         "%.17g .. %.17g", c->source, r->path, x, r->lo, r->hi);
+    if (x < r->lo || x > r->hi) {
+        char xs[40], lo[40], hi[40];
+        number_text(x, integer, xs, sizeof xs);
+        number_text(r->lo, integer, lo, sizeof lo);
+        number_text(r->hi, integer, hi, sizeof hi);
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" = %s is out of range: expected "
+                         "%s .. %s", c->source, r->path, xs, lo, hi);
+    }
     void *p = dsc__field(c->cfg, r);
     if (r->kind == K_INT) *(int64_t *)p = json_is_integer(v) ? json_integer_value(v) : (int64_t)x;
     else *(double *)p = x;
@@ -332,6 +344,45 @@ static bool bfloat16_shadowed(parse_ctx *c, const char *path) {
     return true;
 }
 
+// Edit distance (insertions, deletions, substitutions, adjacent swaps) of two short strings;
+// anything past 64 bytes counts as far.
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 64 || m > 64) return 1 << 20;
+    int d[65][65];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+// The known key of the same section nearest to an unknown `path` ("zero_optimisation" ->
+// "zero_optimization"), when it is close: at most 1 edit per 4 characters, at most 3. NULL else.
+static const char *nearest_key(const char *path) {
+    const char *dot = strrchr(path, '.'), *leaf = dot ? dot + 1 : path;
+    size_t plen = dot ? (size_t)(dot - path) : 0;
+    const char *best = NULL;
+    int best_d = (int)strlen(leaf) / 4;
+    if (best_d > 3) best_d = 3;
+    for (int i = 0; i < dsc__nrows; i++) {
+        const char *p = ROWS[i].path, *pd = strrchr(p, '.');
+        size_t pl = pd ? (size_t)(pd - p) : 0;
+        if (pl != plen || strncmp(p, path, plen)) continue;
+        int d = edit_distance(leaf, pd ? pd + 1 : p);
+        if (d <= best_d && (!best || d < best_d)) best = p, best_d = d;
+    }
+    return best;
+}
+
 static dsc_status parse_key(parse_ctx *c, const char *path, const json_t *v) {
     int idx = dsc__row_find(path), via = idx;
     if (idx < 0) {
@@ -346,8 +397,13 @@ static dsc_status parse_key(parse_ctx *c, const char *path, const json_t *v) {
                   c->source, path);
             return DSC_OK;
         }
-        warnf(c, "config %s: unknown key \"%s\" ignored (not a DeepSpeed key that dsc knows)",
-              c->source, path);
+        const char *near = nearest_key(path);
+        if (near)
+            warnf(c, "config %s: unknown key \"%s\" ignored (not a DeepSpeed key that dsc "
+                  "knows); did you mean \"%s\"?", c->source, path, near);
+        else
+            warnf(c, "config %s: unknown key \"%s\" ignored (not a DeepSpeed key that dsc knows)",
+                  c->source, path);
         return DSC_OK;
     }
     if (ROWS[idx].kind == K_ALIAS) {
@@ -465,6 +521,72 @@ static dsc_status check_zero_needs(parse_ctx *c) {
     return DSC_OK;
 }
 
+// The deprecated cpu_offload flags stand for the offload sections (with their defaults);
+// DeepSpeed warns about them, and so does dsc.
+static void deprecated_offload(parse_ctx *c) {
+    dsc_config *cfg = c->cfg;
+    static const struct {
+        const char *flag, *section;
+    } old[] = {{"cpu_offload", "offload_optimizer"}, {"cpu_offload_param", "offload_param"}};
+    for (int k = 0; k < 2; k++) {
+        bool on = k == 0 ? cfg->zero_optimization.cpu_offload
+                         : cfg->zero_optimization.cpu_offload_param;
+        char flag[64], dev[96];
+        snprintf(flag, sizeof flag, "zero_optimization.%s", old[k].flag);
+        if (!named(cfg, flag)) continue;
+        warnf(c, "config %s: %s is deprecated (as in DeepSpeed); use \"%s\": {\"device\": "
+              "\"%s\"}", c->source, flag, old[k].section, on ? "cpu" : "none");
+        if (!on) continue;
+        dsc_offload_config *o = k == 0 ? &cfg->zero_optimization.offload_optimizer
+                                       : &cfg->zero_optimization.offload_param;
+        str_set(o->device, sizeof o->device, "cpu");
+        snprintf(dev, sizeof dev, "zero_optimization.%s.device", old[k].section);
+        cfg->given[dsc__row_find(dev)] |= GIVEN_DEPRECATED;
+    }
+}
+
+// NVMe offload is not implemented: training would keep everything in memory and write nothing
+// to nvme_path, so the memory the user asked for would not be there. Refuse it.
+static dsc_status check_nvme(parse_ctx *c) {
+    static const char *const sections[] = {"offload_optimizer", "offload_param"};
+    const dsc_config *cfg = c->cfg;
+    for (int k = 0; k < 2; k++) {
+        const dsc_offload_config *o = k == 0 ? &cfg->zero_optimization.offload_optimizer
+                                             : &cfg->zero_optimization.offload_param;
+        if (strcmp(o->device, "nvme")) continue;
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: zero_optimization.%s.device \"nvme\" is not "
+                         "implemented by dsc: nothing would be written to nvme_path and the "
+                         "memory would not be saved. Use \"cpu\" (host memory) or \"none\"",
+                         c->source, sections[k]);
+    }
+    return DSC_OK;
+}
+
+// Whether leaf row r still holds its default.
+static bool at_default(dsc_config *cfg, const dsc__key_row *r) {
+    const void *p = dsc__field(cfg, r);
+    switch (r->kind) {
+    case K_BOOL: return *(const bool *)p == (r->def != 0);
+    case K_INT: return *(const int64_t *)p == (int64_t)r->def;
+    case K_WHOLE:
+    case K_FLOAT: return *(const double *)p == r->def;
+    case K_STR: return !strcmp(p, r->sdef);
+    default: return true;
+    }
+}
+
+// Keys dsc parses but does not act on: the same warning as the sections it does not implement,
+// when the value asks for something (anything but the default).
+static void warn_no_effect(parse_ctx *c) {
+    for (int i = 0; i < dsc__nrows; i++) {
+        const dsc__key_row *r = &ROWS[i];
+        if (!(c->cfg->given[i] & GIVEN_VALUE) || !dsc__row_no_effect(i) || at_default(c->cfg, r))
+            continue;
+        warnf(c, "config %s: key \"%s\" (%s) is not implemented by dsc; ignored", c->source,
+              r->path, r->doc);
+    }
+}
+
 static dsc_status check_rules(parse_ctx *c) {
     dsc_config *cfg = c->cfg;
     DSC_TRY(check_spellings(c));
@@ -472,11 +594,9 @@ static dsc_status check_rules(parse_ctx *c) {
         return dsc__fail(DSC_ERR_CONFIG, "config %s: fp16.enabled and bf16.enabled are both true; "
                          "choose one (DeepSpeed rejects both)", c->source);
     DSC_TRY(check_zero_needs(c));
-    // The deprecated cpu_offload flags stand for the offload sections (with their defaults).
-    dsc_offload_config *opt = &cfg->zero_optimization.offload_optimizer;
-    dsc_offload_config *par = &cfg->zero_optimization.offload_param;
-    if (cfg->zero_optimization.cpu_offload) str_set(opt->device, sizeof opt->device, "cpu");
-    if (cfg->zero_optimization.cpu_offload_param) str_set(par->device, sizeof par->device, "cpu");
+    deprecated_offload(c);
+    DSC_TRY(check_nvme(c));
+    warn_no_effect(c);
     if (cfg->zero_optimization.cpu_offload_use_pin_memory)
         warnf(c, "config %s: zero_optimization.cpu_offload_use_pin_memory has no effect in "
               "DeepSpeed 0.18.4; set pin_memory in offload_optimizer / offload_param", c->source);
@@ -558,11 +678,14 @@ dsc_status dsc_config_resolve_batch(dsc_config *cfg, int world_size) {
     }
     if (*tb <= 0 || *mb <= 0 || *ga <= 0 || !batch_product(*mb, *ga, w, &product) ||
         *tb != product) {
+        // Say which numbers came from the file: a derived 0 is not something the user wrote.
+        const char *how[3] = {t ? "" : ", derived", m ? "" : ", derived", g ? "" : ", derived"};
         return dsc__fail(DSC_ERR_CONFIG,
-                         "batch sizes do not fit: train_batch_size (%lld) must equal "
-                         "train_micro_batch_size_per_gpu (%lld) * gradient_accumulation_steps "
-                         "(%lld) * world size (%d), and all must be > 0; fix one of the three keys",
-                         (long long)*tb, (long long)*mb, (long long)*ga, world_size);
+                         "batch sizes do not fit: train_batch_size (%lld%s) must equal "
+                         "train_micro_batch_size_per_gpu (%lld%s) * gradient_accumulation_steps "
+                         "(%lld%s) * world size (%d), and all must be > 0; fix one of the three "
+                         "keys", (long long)*tb, how[0], (long long)*mb, how[1], (long long)*ga,
+                         how[2], world_size);
     }
     cfg->world_size = world_size;
     return DSC_OK;

@@ -25,7 +25,7 @@
 #include <stdint.h> // int64_t, uint32_t
 #include <stdio.h>  // vsnprintf
 #include <stdlib.h> // malloc, realloc, free, strtod
-#include <string.h> // memcpy, memcmp, strdup, strndup
+#include <string.h> // memcpy, memcmp, memchr, strdup, strndup, strstr
 
 #include "base/status.h"    // dsc__fail
 #include "config/pytext.h"  // dsc__py_isspace, dsc__py_utf8_*
@@ -592,6 +592,19 @@ dsc_status dsc__hjson_parse(const char *text, size_t len, const char *source, js
     dsc_status st = valid < n ? fail_at(&p, valid, "invalid UTF-8 byte 0x%02x (DeepSpeed reads "
                                         "config files as UTF-8)", (unsigned char)t[valid])
                               : document(&p, out);
+    // A NUL byte is legal inside Hjson's quoteless strings, but in a file that fails it is the
+    // likely cause (a binary or damaged file), and the parser's position is often far from it.
+    const char *nul = st != DSC_OK && st != DSC_ERR_OOM ? memchr(t, '\0', n) : NULL;
+    if (nul) {
+        char parser[1024];
+        snprintf(parser, sizeof parser, "%s", dsc_last_error());
+        const char *said = strstr(parser, ": line ");
+        int line, col;
+        position(&p, (size_t)(nul - t), &line, &col);
+        st = dsc__fail(DSC_ERR_CONFIG, "config %s: line %d, column %d: a NUL byte (0x00), which a "
+                       "text file does not hold: is the file binary or damaged? (the parser then "
+                       "stopped at%s)", source, line, col, said ? said + 1 : parser);
+    }
     free(p.sb.p);
     free(t);
     return st;

@@ -2,10 +2,10 @@
 #include "dsc/config.h"
 
 #include <jansson.h> // json_*
-#include <math.h>    // fabs
+#include <math.h>    // fabs, floor, isfinite, log10
 #include <stdio.h>   // FILE, fprintf, snprintf
 #include <stdlib.h>  // free
-#include <string.h>  // strchr, strcmp, strncmp
+#include <string.h>  // strchr, strcmp, strncmp, strpbrk, strstr, strdup
 
 #include "config/doc.h"   // dsc__config_write_doc
 #include "config/table.h" // dsc__rows
@@ -58,9 +58,49 @@ static void json_set_path(json_t *obj, const char *path, json_t *v) {
 // Where a printed value came from, when not from the file.
 static const char *origin(const dsc_config *cfg, int i) {
     if (cfg->given[i] & GIVEN_VALUE) return "";
+    if (cfg->given[i] & GIVEN_DEPRECATED)
+        return strstr(dsc__rows[i].path, "offload_param")
+                   ? "   (from zero_optimization.cpu_offload_param, deprecated)"
+                   : "   (from zero_optimization.cpu_offload, deprecated)";
     bool batch = !strncmp(dsc__rows[i].path, "train_", 6) ||
                  !strcmp(dsc__rows[i].path, "gradient_accumulation_steps");
     return batch && cfg->world_size > 0 ? "   (derived)" : "   (default)";
+}
+
+// The shortest decimal that reads back as exactly x (0.9, not 0.90000000000000002), with a
+// ".0" on whole numbers so that it still reads as a real.
+void dsc__format_real(double x, char *buf, size_t cap) {
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    // Positional notation where Python's repr uses it (2000.0, not 2e+03).
+    int e10 = x != 0 && isfinite(x) ? (int)floor(log10(fabs(x))) : 0;
+    if (strpbrk(buf, "eE") && e10 >= -4 && e10 < 16)
+        snprintf(buf, cap, "%.*f", prec - 1 - e10 > 0 ? prec - 1 - e10 : 0, x);
+    if (isfinite(x) && !strpbrk(buf, ".eE")) {
+        size_t n = strlen(buf);
+        if (n + 2 < cap) memcpy(buf + n, ".0", 3);
+    }
+}
+
+// A value as compact JSON text with its reals in their shortest form. Caller frees.
+static char *value_text(const json_t *v) {
+    char a[40], b[40], *out = NULL;
+    if (json_is_real(v)) {
+        dsc__format_real(json_real_value(v), a, sizeof a);
+        return strdup(a);
+    }
+    if (json_is_array(v) && json_array_size(v) == 2 && json_is_real(json_array_get(v, 0))) {
+        dsc__format_real(json_real_value(json_array_get(v, 0)), a, sizeof a);
+        dsc__format_real(json_real_value(json_array_get(v, 1)), b, sizeof b);
+        size_t n = strlen(a) + strlen(b) + 4;
+        out = malloc(n);
+        if (out) snprintf(out, n, "[%s,%s]", a, b);
+        return out;
+    }
+    return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
 }
 
 void dsc_config_print(const dsc_config *cfg, void *out, bool as_json) {
@@ -73,7 +113,7 @@ void dsc_config_print(const dsc_config *cfg, void *out, bool as_json) {
             json_set_path(root, dsc__rows[i].path, v);
             continue;
         }
-        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
+        char *text = value_text(v);
         fprintf(f, "%-58s = %s%s\n", dsc__rows[i].path, text ? text : "?", origin(cfg, i));
         free(text);
         json_decref(v);
@@ -130,7 +170,8 @@ void dsc__config_write_doc(void *out) {
             for (size_t k = 0; k < n && k < sizeof choice; k++)
                 if (choice[k] == '|') choice[k] = '/';
         }
-        fprintf(f, "| `%s` | %s%s | %s | %s%s |\n", r->path, kinds[r->kind], choice, def, r->doc,
-                reader_text(r));
+        fprintf(f, "| `%s` | %s%s | %s | %s%s%s |\n", r->path, kinds[r->kind], choice, def, r->doc,
+                reader_text(r), dsc__row_no_effect(i) ? " (not implemented by dsc: another value "
+                                                        "warns)" : "");
     }
 }

@@ -22,6 +22,7 @@ const dsc__key_row dsc__rows[] = {
 #define DSC_UNIMPL(p, d) {p, K_UNIMPL, NO_FIELD, 0, 0, 0, NULL, NULL, d, 0, 0},
 #define DSC_NULLABLE(p, why)
 #define DSC_NULL_FAILS(p, why)
+#define DSC_NO_EFFECT(p)
 #include "config/keys.def"
 #undef DSC_SECTION
 #undef DSC_BOOL
@@ -37,6 +38,7 @@ const dsc__key_row dsc__rows[] = {
 #undef DSC_UNIMPL
 #undef DSC_NULLABLE
 #undef DSC_NULL_FAILS
+#undef DSC_NO_EFFECT
 };
 #undef FIELD
 #undef NO_FIELD
@@ -63,6 +65,7 @@ static const struct null_rule {
 #define DSC_UNIMPL(...)
 #define DSC_NULLABLE(p, why) {p, true},
 #define DSC_NULL_FAILS(p, why) {p, false},
+#define DSC_NO_EFFECT(p)
 #include "config/keys.def"
 #undef DSC_SECTION
 #undef DSC_BOOL
@@ -78,6 +81,42 @@ static const struct null_rule {
 #undef DSC_UNIMPL
 #undef DSC_NULLABLE
 #undef DSC_NULL_FAILS
+#undef DSC_NO_EFFECT
+};
+
+// And for the keys dsc does not act on.
+static const char *const no_effect[] = {
+#define DSC_SECTION(...)
+#define DSC_BOOL(...)
+#define DSC_INT(...)
+#define DSC_WHOLE(...)
+#define DSC_FLOAT(...)
+#define DSC_STR(...)
+#define DSC_PAIR(...)
+#define DSC_LIST(...)
+#define DSC_JSONLIST(...)
+#define DSC_INTLIST(...)
+#define DSC_ALIAS(...)
+#define DSC_UNIMPL(...)
+#define DSC_NULLABLE(...)
+#define DSC_NULL_FAILS(...)
+#define DSC_NO_EFFECT(p) p,
+#include "config/keys.def"
+#undef DSC_SECTION
+#undef DSC_BOOL
+#undef DSC_INT
+#undef DSC_WHOLE
+#undef DSC_FLOAT
+#undef DSC_STR
+#undef DSC_PAIR
+#undef DSC_LIST
+#undef DSC_JSONLIST
+#undef DSC_INTLIST
+#undef DSC_ALIAS
+#undef DSC_UNIMPL
+#undef DSC_NULLABLE
+#undef DSC_NULL_FAILS
+#undef DSC_NO_EFFECT
 };
 
 int dsc__row_find(const char *path) {
@@ -105,6 +144,12 @@ bool dsc__row_nullable(int idx) {
     for (size_t k = 0; k < sizeof null_rules / sizeof null_rules[0]; k++)
         if (!strcmp(null_rules[k].path, dsc__rows[idx].path)) return null_rules[k].nullable;
     return dsc__row_reader(idx) != DS_MODEL;
+}
+
+bool dsc__row_no_effect(int idx) {
+    for (size_t k = 0; k < sizeof no_effect / sizeof no_effect[0]; k++)
+        if (!strcmp(no_effect[k], dsc__rows[idx].path)) return true;
+    return false;
 }
 
 void *dsc__field(dsc_config *cfg, const dsc__key_row *r) { return (char *)cfg + r->off; }

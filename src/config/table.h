@@ -36,6 +36,7 @@ enum {
     GIVEN_VALUE = 1,  // a value from the file is in the field (dsc_config_given)
     GIVEN_NAMED = 2,  // the key appeared under this row's own name (null included; "auto" not)
     GIVEN_ALIAS = 4,  // ... under an alias of this row
+    GIVEN_DEPRECATED = 8, // the value stands for a deprecated key (cpu_offload -> device "cpu")
 };
 
 typedef struct dsc__key_row {
@@ -62,6 +63,13 @@ int dsc__row_reader(int idx);
 
 // Whether null is accepted for leaf row `idx` (meaning its default), by DeepSpeed's rules.
 bool dsc__row_nullable(int idx);
+
+// Whether dsc parses row `idx` but does not act on it (keys.def's DSC_NO_EFFECT rows).
+bool dsc__row_no_effect(int idx);
+
+// The shortest decimal text that reads back as exactly x ("0.9"), ".0" added to whole numbers
+// (config/print.c).
+void dsc__format_real(double x, char *buf, size_t cap);
 
 void *dsc__field(dsc_config *cfg, const dsc__key_row *r);
 

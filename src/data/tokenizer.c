@@ -600,6 +600,22 @@ static int ids_vocab(const char *spec) {
     return v >= 1 && v <= INT32_MAX ? (int)v : -1;
 }
 
+static bool ids_sep(char c) { return c == ' ' || c == ',' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The word at s[start..] up to the next separator (at most 20 bytes) for a message, with bytes
+// that are not printable ASCII written as \xNN, so that binary input does not reach the terminal.
+static void word_text(const char *s, size_t len, size_t start, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = start; i < len && i < start + 20 && !ids_sep(s[i]) && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') out[o++] = (char)c;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    if (start + 20 < len && o + 4 < cap && !ids_sep(s[start + 20]))
+        o += (size_t)snprintf(out + o, cap - o, "...");
+    out[o] = '\0';
+}
+
 // Decimal ids separated by white space or commas.
 static dsc_status encode_ids(const dsc_tokenizer *t, const char *s, size_t len, int32_t **tokens,
                              size_t *ntok) {
@@ -619,9 +635,11 @@ static dsc_status encode_ids(const dsc_tokenizer *t, const char *s, size_t len, 
                    s[i] == '\r';
         if (i == start || !sep || x >= t->vocab_size) {
             free(v);
-            return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer %s: \"%.20s\" at byte %zu is not "
+            char word[128];
+            word_text(s, len, start, word, sizeof word);
+            return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer %s: \"%s\" at byte %zu is not "
                              "a token id below %d; write ids as decimal numbers separated by "
-                             "spaces", t->spec, s + start, start, t->vocab_size);
+                             "spaces", t->spec, word, start, t->vocab_size);
         }
         v[n++] = (int32_t)x;
     }

@@ -5,6 +5,7 @@
 #include "launch/launch.h"
 
 #include <dirent.h>    // opendir, readdir
+#include <sched.h>     // sched_getaffinity, CPU_COUNT
 #include <errno.h>     // errno
 #include <limits.h>    // PATH_MAX
 #include <signal.h>    // SIGTERM
@@ -225,6 +226,33 @@ done:
     return st;
 }
 
+int dsc__launch_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+dsc_status dsc__launch_thread_env(int nlocal, int cores, dsc__strv *env, char *said, size_t cap) {
+    if (said && cap) said[0] = '\0';
+    if (nlocal < 2) return DSC_OK;
+    int per_rank = cores / nlocal > 0 ? cores / nlocal : 1;
+    bool omp = dsc__strv_getenv(env, "OMP_NUM_THREADS") != NULL;
+    // OpenBLAS follows OMP_NUM_THREADS when its own variable is absent: a user's OMP value rules.
+    bool blas = omp || dsc__strv_getenv(env, "OPENBLAS_NUM_THREADS") != NULL;
+    if (omp && blas) return DSC_OK;
+    char n[16];
+    snprintf(n, sizeof n, "%d", per_rank);
+    if (!omp) DSC_TRY(dsc__strv_setenv(env, "OMP_NUM_THREADS", n));
+    if (!blas) DSC_TRY(dsc__strv_setenv(env, "OPENBLAS_NUM_THREADS", n));
+    if (said)
+        snprintf(said, cap, "%s%s%s=%d for each of the %d local ranks (%d cores / %d ranks); set "
+                 "%s to choose another count", omp ? "" : "OMP_NUM_THREADS",
+                 !omp && !blas ? " and " : "", blas ? "" : "OPENBLAS_NUM_THREADS", per_rank,
+                 nlocal, cores, nlocal, omp ? "it" : "OMP_NUM_THREADS");
+    return DSC_OK;
+}
+
 // Start the ranks of host `node` of the job's pool in g.
 static dsc_status spawn_local_ranks(const dsc__launch_job *job, int node, dsc__group *g) {
     const dsc__launch_pool *p = &job->pool;
@@ -233,6 +261,10 @@ static dsc_status spawn_local_ranks(const dsc__launch_job *job, int node, dsc__g
     dsc__strv base = {0};
     dsc_status st;
     DSC_TRY_GOTO(dsc__launch_base_env(job, &base), st, done);
+    char said[256];
+    DSC_TRY_GOTO(dsc__launch_thread_env(p->hosts[node].nslots, dsc__launch_cores(), &base, said,
+                                        sizeof said), st, done);
+    if (said[0] && job->attempt == 0) fprintf(stderr, "dsc launch: %s\n", said); // once
     if (slots_are_gpus(&p->hosts[node]))
         DSC_TRY_GOTO(set_visible_devices(&p->hosts[node], &base), st, done);
     for (int i = 0; i < p->hosts[node].nslots; i++)

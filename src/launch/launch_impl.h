@@ -63,6 +63,18 @@ dsc_status dsc__launch_exported_env(const dsc__launch_job *job, dsc__strv *out);
 // Our environment plus the .deepspeed_env entries and DSC_RESTART_COUNT (for local children).
 dsc_status dsc__launch_base_env(const dsc__launch_job *job, dsc__strv *env);
 
+// Each rank's CPU thread count when several share a host (nlocal >= 2): OMP_NUM_THREADS and
+// OPENBLAS_NUM_THREADS = cores / nlocal (at least 1) in env, each unless env has it already
+// (OPENBLAS_NUM_THREADS also not when OMP_NUM_THREADS is there, which OpenBLAS then follows);
+// without this every rank starts one thread per core and they fight over the cores, as torchrun
+// and DeepSpeed's launcher know. `said` (cap bytes, may be NULL) gets the sentence to print, or
+// "" when nothing was set.
+dsc_status dsc__launch_thread_env(int nlocal, int cores, dsc__strv *env, char *said, size_t cap);
+
+// Cores this process may run on (its affinity mask, as taskset, cgroups, srun or mpirun's binding
+// set it), at least 1.
+int dsc__launch_cores(void);
+
 // Start the helpers of one attempt in g: one pdsh, one ssh per host, one srun, or one mpirun.
 dsc_status dsc__launch_start_pdsh(const dsc__launch_job *job, dsc__group *g);
 dsc_status dsc__launch_start_ssh(const dsc__launch_job *job, dsc__group *g);

@@ -4,10 +4,10 @@
 
 #include <errno.h>  // errno
 #include <signal.h> // SIGTERM
-#include <stdio.h>  // snprintf
+#include <stdio.h>  // snprintf, fprintf
 #include <stdlib.h> // getenv, setenv, strtol
 #include <string.h> // strcmp, strlen, strerror
-#include <unistd.h> // geteuid, execvp
+#include <unistd.h> // geteuid, execvp, sysconf
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "dsc/comm.h"           // dsc_slurm_tasks_on_node
@@ -283,6 +283,30 @@ static void set_int_env(const char *name, int v) {
     setenv(name, s, 1);
 }
 
+// The local launcher's thread counts for a task of srun or mpirun: a task they bound to some cores
+// gets as many threads as it has cores; an unbound one its share of the host. Said by rank 0.
+static dsc_status task_threads(int rank, int lws) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int mine = dsc__launch_cores();
+    bool bound = online > 0 && mine < online;
+    dsc__strv env = {0};
+    char said[256];
+    const char *names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+    dsc_status st = DSC_OK;
+    for (int k = 0; k < 2 && st == DSC_OK; k++)
+        if (getenv(names[k])) st = dsc__strv_setenv(&env, names[k], getenv(names[k]));
+    if (st == DSC_OK)
+        st = dsc__launch_thread_env(lws, bound ? mine * lws : mine, &env, said, sizeof said);
+    for (int k = 0; k < 2 && st == DSC_OK; k++) {
+        const char *v = dsc__strv_getenv(&env, names[k]);
+        if (v && !getenv(names[k]) && setenv(names[k], v, 1) != 0)
+            st = dsc__fail(DSC_ERR_SYSTEM, "setenv %s: %s", names[k], strerror(errno));
+    }
+    if (st == DSC_OK && rank == 0 && said[0]) fprintf(stderr, "dsc launch: %s\n", said);
+    dsc__strv_free(&env);
+    return st;
+}
+
 dsc_status dsc__launch_task_exec(const dsc_launch_opts *o) {
     int rank, world, local, lws;
     if (!strcmp(o->task_env, "slurm")) DSC_TRY(slurm_ranks(&rank, &world, &local, &lws));
@@ -296,6 +320,7 @@ dsc_status dsc__launch_task_exec(const dsc_launch_opts *o) {
     setenv("MASTER_ADDR", o->master_addr ? o->master_addr : "127.0.0.1", 1);
     set_int_env("MASTER_PORT", o->master_port);
     if (!getenv("PYTHONUNBUFFERED")) setenv("PYTHONUNBUFFERED", "1", 1);
+    DSC_TRY(task_threads(rank, lws));
     dsc__strv argv = {0};
     DSC_TRY(dsc__launch_program_argv(o, local, &argv));
     execvp(argv.v[0], argv.v);

@@ -86,6 +86,9 @@ expect 1 "cannot open" -- "$DSC" generate --checkpoint "$T/ck" --prompt-file "$T
 expect 1 "" -- "$DSC" generate --weights "$T/none.safetensors" --prompt hi
 expect 1 "shorten the prompt" -- "$DSC" generate --checkpoint "$T/ck" \
   --prompt "$(printf 'x%.0s' $(seq 1 60))"
+# past the context (seq-len 48): it stops there, and says so
+expect 0 "the model's context of 48 tokens is full (prompt 7 + 41)" -- "$DSC" generate \
+  --checkpoint "$T/ck" --prompt "the cat" --temperature 0 --max-new-tokens 100
 expect 1 "\"byte\" or \"gpt2:DIR\"" -- "$DSC" generate --checkpoint "$T/ck" --prompt hi --tokenizer nope
 $PY - "$T/w.safetensors" "$T/bad.safetensors" <<'PYEOF'
 # the exported weights with h.1.mlp.c_fc.weight cut to the wrong shape

@@ -41,12 +41,30 @@ expect 1 "gpt2-999M" -- "$DSC" train --model gpt2-999M --max-steps 1 --out "$T/r
 printf '{"train_batch_size": 8, "optimizer": {"type": "Lamb"}}' > "$T/lamb.json"
 expect 1 "not implemented by dsc" -- "$DSC" train --config "$T/lamb.json" --max-steps 1 --out "$T/r7"
 
+# MFU on the CPU: labelled approximate, and its peak measured robustly (each thread's best product
+# rate, summed): three starts agree within 4x (a barrier-timed best of 4 swung 18-395 GFLOP/s).
+for i in 1 2 3; do
+  "$DSC" train "${small[@]}" --max-steps 1 --eval-every 0 --out "$T/peak$i" > "$T/peak$i.log" 2>&1
+done
+check "CPU MFU is labelled approximate" -- grep -q "GFLOP/s per rank (MFU's reference; approximate" "$T/peak1.log"
+check "  ... on the progress line too" -- grep -q "| MFU ~[0-9.]*%" "$T/peak1.log"
+check "CPU peak: three measurements within 4x" -- $PY -c "
+import re, sys
+p = [float(re.search(r'peak ([0-9.]+) GFLOP/s', open(f, errors='replace').read()).group(1)) for f in sys.argv[1:]]
+print('  peaks (GFLOP/s):', p)
+sys.exit(0 if min(p) > 0 and max(p) / min(p) < 4 else 1)" "$T"/peak{1,2,3}.log
+
 # data prepare
 printf 'hello world\n' > "$T/a.txt"; printf 'second document\n' > "$T/b.txt"
 expect 0 "2 document(s)" -- "$DSC" data prepare --input "$T/a.txt" "$T/b.txt" --tokenizer byte --out "$T/prep"
 check "prepare wrote shards" -- test -s "$T/prep/train.bin" -a -s "$T/prep/dataset.json"
 expect 1 "$T/missing.txt" -- "$DSC" data prepare --input "$T/missing.txt" --out "$T/prep2"
 expect 2 "need --input" -- "$DSC" data prepare --out "$T/prep3"
+expect 0 "ids / ids:VOCAB" -- "$DSC" data prepare --help
+# a binary file under the ids tokenizer: the bad bytes are escaped, never echoed raw
+printf '1 2 \001\002zz\n' > "$T/bin.txt"
+expect 1 '"\x01\x02zz" at byte 4 is not a token id' -- \
+  "$DSC" data prepare --input "$T/bin.txt" --tokenizer ids --out "$T/prep4"
 
 # --dump-grads: gradients with HF names, the step's tokens and loss, readable without dsc.
 expect 0 "train loss" -- "$DSC" train "${small[@]}" --max-steps 1 --dump-grads "$T/g.safetensors" --out "$T/r8"

@@ -116,5 +116,27 @@ expect 0 "usage: dsc launch" -- "$DSC" launch --help
 expect 0 "[rank 0] --num_procs 7" -- "$DSC" launch --no_local_rank echo --num_procs 7
 expect 0 "[rank 1] -x" -- "$DSC" launch --num_procs 2 --no_local_rank -- echo -x
 
+# Thread counts: several ranks on a host share its cores (cores / local ranks each), unless the
+# user set them; the launcher says so once.
+CORES=$(nproc)
+threads_ok() { # N FILE: every rank of N shows OMP=OPENBLAS=max(1, CORES/N)
+  local n=$1 f=$2 want=$((CORES / $1 > 0 ? CORES / $1 : 1))
+  [ "$(grep -cx "\[rank [0-9]*\] O=$want B=$want" "$f")" -eq "$n" ] || { cat "$f"; return 1; }
+}
+for n in 2 4; do
+  env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "$DSC" launch --num_procs $n --no_local_rank \
+    sh -c 'echo O=$OMP_NUM_THREADS B=$OPENBLAS_NUM_THREADS' > "$T/thr$n" 2> "$T/thr$n.err"
+  check "$n ranks: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = cores / $n" -- threads_ok $n "$T/thr$n"
+  check "$n ranks: said once" -- test "$(grep -c 'for each of the '$n' local ranks' "$T/thr$n.err")" -eq 1
+done
+env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS=3 "$DSC" launch --num_procs 2 --no_local_rank \
+  sh -c 'echo O=$OMP_NUM_THREADS B=${OPENBLAS_NUM_THREADS-unset}' > "$T/thru" 2> "$T/thru.err"
+check "a user's OMP_NUM_THREADS is kept (and OpenBLAS follows it)" -- \
+  test "$(grep -cx '\[rank [01]\] O=3 B=unset' "$T/thru")" -eq 2
+check "nothing said when the user chose" -- bash -c "! grep -q 'local ranks' '$T/thru.err'"
+env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "$DSC" launch --num_procs 1 --no_local_rank \
+  sh -c 'echo O=${OMP_NUM_THREADS-unset}' > "$T/thr1" 2>&1
+check "one rank: every core, nothing set" -- grep -qx '\[rank 0\] O=unset' "$T/thr1"
+
 check "no process of this test is left" -- no_leftovers
 finish

@@ -73,6 +73,18 @@ check "mpirun: reason printed" -- \
 for _ in $(seq 40); do no_leftovers && break; sleep 0.1; done
 check "mpirun: no orphans" -- no_leftovers
 
+# thread counts as the local launcher sets them: at most each task's share of the cores, >= 1
+env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "$DSC" launch --launcher openmpi --num_procs 2 \
+  --no_local_rank sh -c 'echo O=$OMP_NUM_THREADS B=$OPENBLAS_NUM_THREADS' "$MARK" > "$T/thr" 2>&1
+share=$(($(nproc) / 2 > 0 ? $(nproc) / 2 : 1))
+threads_ok() {
+  [ "$(grep -c '^\[rank [01]\] O=[1-9][0-9]* B=[1-9][0-9]*$' "$T/thr")" -eq 2 ] || { cat "$T/thr"; return 1; }
+  local o
+  for o in $(sed -n 's/^\[rank [01]\] O=\([0-9]*\) .*/\1/p' "$T/thr"); do [ "$o" -le "$share" ] || return 1; done
+}
+check "mpirun: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set for 2 tasks (<= $share each)" -- threads_ok
+check "mpirun: said once" -- test "$(grep -c 'for each of the 2 local ranks' "$T/thr")" -eq 1
+
 # --launcher_args reach mpirun
 expect 0 "[rank 1] ok" -- "$DSC" launch --launcher openmpi --num_procs 2 --no_local_rank \
   --launcher_args "--mca btl self,vader" sh -c 'echo ok' "$MARK"

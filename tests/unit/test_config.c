@@ -10,6 +10,7 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // free
 #include <string.h>  // strstr
+#include <unistd.h>  // write, close, unlink
 
 #include "dsc/config.h" // dsc_config_*
 
@@ -224,7 +225,9 @@ static void test_pydantic_sections(void **state) {
     assert_true(cfg.fp16.enabled);
     assert_int_equal(cfg.fp16.initial_scale_power, 12);
     assert_true(cfg.fp16.min_loss_scale == 2 && cfg.fp16.loss_scale == 1024);
-    assert_int_equal(w.n, 1);
+    // "auto" warns, and so does contiguous_gradients off (dsc does not act on it)
+    assert_int_equal(w.n, 2);
+    assert_non_null(strstr(w.all, "\"zero_optimization.contiguous_gradients\" (copy gradients"));
     expect_error("{\"train_batch_size\": 8, \"fp16\": {\"min_loss_scale\": 0.5}}", 1,
                  "key \"fp16.min_loss_scale\": expected a whole number");
     expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": null}}", 1,
@@ -450,6 +453,86 @@ static void test_missing_file(void **state) {
     assert_non_null(strstr(dsc_last_error(), "/nonexistent/ds_config.json"));
 }
 
+// Keys dsc parses but does not act on warn like unimplemented sections, when they ask for
+// anything but the default; NVMe offload is refused.
+static void test_no_effect_keys(void **state) {
+    dsc_config cfg;
+    warnings w;
+    static const char *const keys[] = {
+        "\"zero_quantized_weights\": true", "\"zero_quantized_gradients\": true",
+        "\"zero_hpz_partition_size\": 8", "\"mics_shard_size\": 4",
+    };
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, %s}}",
+                 keys[k]);
+        assert_int_equal(load(&cfg, json, 1, &w), DSC_OK);
+        if (w.n != 1 || !strstr(w.all, "is not implemented by dsc; ignored"))
+            fail_msg("%s: expected one 'not implemented' warning, got %d: %s", json, w.n, w.all);
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(keys[k] + 1, '"') - keys[k] - 1), keys[k] + 1);
+        assert_non_null(strstr(w.all, name));
+    }
+    // the defaults, written out, ask for nothing
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"zero_optimization\": {\"zero_quantized_weights\": "
+                                "false, \"mics_shard_size\": -1, \"zero_hpz_partition_size\": 1}}", 1, &w), DSC_OK);
+    assert_int_equal(w.n, 0);
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                 "{\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}}}", 1,
+                 "zero_optimization.offload_optimizer.device \"nvme\" is not implemented by dsc");
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_param\": "
+                 "{\"device\": \"nvme\"}}}", 1, "offload_param.device \"nvme\" is not implemented");
+}
+
+static char *print_text(const dsc_config *cfg) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    dsc_config_print(cfg, f, false);
+    fclose(f);
+    return buf;
+}
+
+// `dsc config check`'s messages: deprecated keys warn and are named as the origin of what they
+// set, reals print in their shortest form, a misspelt key gets a suggestion, a derived batch size
+// is marked as derived.
+static void test_check_messages(void **state) {
+    dsc_config cfg;
+    warnings w;
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"zero_optimisation\": {\"stage\": 1}, "
+                                "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.9, \"betas\": [0.9, 0.95]}}, "
+                                "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 1, &w), DSC_OK);
+    assert_non_null(strstr(w.all, "unknown key \"zero_optimisation\" ignored"));
+    assert_non_null(strstr(w.all, "did you mean \"zero_optimization\"?"));
+    assert_non_null(strstr(w.all, "zero_optimization.cpu_offload is deprecated"));
+    char *text = print_text(&cfg);
+    assert_non_null(strstr(text, "= \"cpu\"   (from zero_optimization.cpu_offload, deprecated)"));
+    assert_non_null(strstr(text, "optimizer.params.lr"));
+    assert_non_null(strstr(text, "= 0.9\n"));
+    assert_non_null(strstr(text, "= [0.9,0.95]\n"));
+    assert_null(strstr(text, "0.90000000000000002"));
+    assert_non_null(strstr(text, "= 2000.0   (default)")); // positional, as Python prints it
+    free(text);
+    // far from every key: no suggestion
+    assert_int_equal(load(&cfg, "{\"train_batch_size\": 8, \"completely_else\": 1}", 1, &w), DSC_OK);
+    assert_null(strstr(w.all, "did you mean"));
+    expect_error("{\"train_batch_size\": 4, \"gradient_accumulation_steps\": 4}", 2,
+                 "train_micro_batch_size_per_gpu (0, derived)");
+    expect_error("{\"train_batch_size\": 0.9e1, \"fp16\": {\"loss_scale\": -0.1}}", 1,
+                 "= -0.1 is out of range");
+    // a NUL byte is named where it is, not where the parser gave up
+    char path[] = "/tmp/dsc_test_config_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char nul[] = "{\"train_batch_size\": 1,\n  \"b\": \0 2}";
+    assert_int_equal(write(fd, nul, sizeof nul - 1), (ssize_t)(sizeof nul - 1));
+    close(fd);
+    assert_int_equal(dsc_config_load_file(&cfg, path, 1, collect, &w), DSC_ERR_CONFIG);
+    unlink(path);
+    if (!strstr(dsc_last_error(), "line 2, column 8: a NUL byte"))
+        fail_msg("got: %s", dsc_last_error());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -469,6 +552,8 @@ int main(void) {
         cmocka_unit_test(test_json_print_round_trip),
         cmocka_unit_test(test_real_world_configs),
         cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_no_effect_keys),
+        cmocka_unit_test(test_check_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
