@@ -404,7 +404,8 @@ static dsc_status generate(const gen_cli *o) {
         DSC_TRY_GOTO(dsc__generate_run_cuda(&m, ps.p, ps.n, &go, out, &gs), st, done);
     else
         DSC_TRY_GOTO(dsc__generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
-    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device, w.c.max_seq_len);
+    if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device,
+                                      dsc_model_describe(w.model)->max_seq_len);
 done:
     if (trace) fclose(trace);
     if (out) dsc_gen_output_free(out, ps.n);

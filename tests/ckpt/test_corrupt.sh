@@ -16,7 +16,7 @@ expect 0 "global_step15: OK" -- "$DSC" ckpt verify "$T/base"
 expect 0 "global_step5: OK" -- "$DSC" ckpt verify "$T/base" --all
 expect 0 "checksums verified" -- "$DSC" ckpt ls "$T/base" --verify
 expect 2 "unknown command" -- "$DSC" ckpt frobnicate "$T/base"
-expect 2 "--out FILE is required" -- "$DSC" ckpt export "$T/base"
+expect 2 "give --out FILE" -- "$DSC" ckpt export "$T/base"
 expect 2 "use fp32 or bf16" -- "$DSC" ckpt export "$T/base" --out "$T/x.st" --dtype fp8
 expect 1 "$T/missing: No such file or directory" -- "$DSC" ckpt ls "$T/missing"
 expect 0 "wrote $T/new/sub/w.safetensors" -- "$DSC" ckpt export "$T/base" --out "$T/new/sub/w.safetensors"

@@ -96,8 +96,12 @@ import json, struct, sys
 raw = open(sys.argv[1], 'rb').read()
 n = struct.unpack('<Q', raw[:8])[0]
 head = json.loads(raw[8:8 + n]); data = raw[8 + n:]
-t = head['h.1.mlp.c_fc.weight']; b, e = t['data_offsets']
-t['shape'] = [t['shape'][0], t['shape'][1] // 2]; t['data_offsets'] = [b, b + (e - b) // 2]
+t = head['h.1.mlp.c_fc.weight']; b, e = t['data_offsets']; cut = (e - b) // 2
+t['shape'] = [t['shape'][0], t['shape'][1] // 2]; t['data_offsets'] = [b, b + cut]
+data = data[:b + cut] + data[e:]  # a well-formed file whose tensor has the wrong shape
+for k, v in head.items():
+    if k != '__metadata__' and v['data_offsets'][0] >= e:
+        v['data_offsets'] = [v['data_offsets'][0] - cut, v['data_offsets'][1] - cut]
 out = json.dumps(head).encode(); out += b' ' * (-len(out) % 8)
 open(sys.argv[2], 'wb').write(struct.pack('<Q', len(out)) + out + data)
 PYEOF
