@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>   // tanh, exp, log, sqrt, fabs
+#include <stdbool.h> // bool
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // malloc, calloc, free, getenv, strtoull
 #include <string.h> // memcmp, memcpy, strstr
@@ -158,7 +159,7 @@ static double ref_xent_sum(const double *logits, const int32_t *tgt, int N, int 
         double m = -INFINITY, s = 0.0;
         for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
         for (int j = 0; j < V; j++) s += exp(l[j] - m);
-        sum += m + log(s) - l[tgt[r]];
+        if (tgt[r] >= 0) sum += m + log(s) - l[tgt[r]]; // negative: ignored
     }
     return sum;
 }
@@ -501,7 +502,9 @@ static double ref_model_loss(const dsc_gpt2_config *c, double **P, const int32_t
     for (int r = 0; r < BT; r++)
         for (int v = 0; v < V; v++)
             logits[(size_t)r * V + v] = dot(h + (size_t)r * C, P[0] + (size_t)v * C, C);
-    double loss = ref_xent_sum(logits, tg, BT, V) / BT;
+    int counted = 0; // the mean runs over the targets that are not ignored
+    for (int r = 0; r < BT; r++) counted += tg[r] >= 0;
+    double loss = counted ? ref_xent_sum(logits, tg, BT, V) / counted : 0.0;
     free(x), free(h), free(big), free(a), free(logits);
     return loss;
 }
@@ -524,13 +527,16 @@ static void random_tokens(int32_t *t, int n, int V) {
 
 // d2 (2 layers, 2 heads, 128 channels), V 64, B 2, T 8 (< maxT 12): loss against the float64
 // model, and gradients of a random sample of every tensor's elements against central differences.
-static void test_model_gradcheck(void **state) {
+// masked: 11 of the 16 targets are ignored (-1), so the loss is the mean over the other 5.
+static void model_gradcheck(bool masked) {
     model m = model_new("d2", 64, 12, 11);
     int B = 2, T = 8;
     int32_t in[16], tg[16];
     rng_seed(12);
     random_tokens(in, B * T, 64);
     random_tokens(tg, B * T, 64);
+    for (int i = 0; masked && i < B * T; i++)
+        if (i % 3 != 1) tg[i] = DSC_GPT2_IGNORE;
     dsc_gpt2 *net = NULL;
     assert_int_equal(dsc_gpt2_create(&net, &m.c, B, T + 1), DSC_OK);
     float loss = 0.0f;
@@ -572,6 +578,27 @@ static void test_model_gradcheck(void **state) {
     printf("  model gradients: worst sampled rel err %.3g (tol 1e-5)\n", worst);
     for (int i = 0; i < m.n; i++) free(P[i]);
     free(P);
+    dsc_gpt2_destroy(net);
+    model_free(&m);
+}
+
+static void test_model_gradcheck(void **state) { model_gradcheck(false); }
+
+// Ignored targets leave the loss and the gradients: both against the float64 model's mean over
+// the targets that count. All targets ignored: loss 0 and no gradient at all.
+static void test_model_gradcheck_masked(void **state) {
+    model_gradcheck(true);
+    model m = model_new("d1", 32, 8, 13);
+    int32_t in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tg[8];
+    for (int i = 0; i < 8; i++) tg[i] = -1 - i; // any negative id is ignored
+    dsc_gpt2 *net = NULL;
+    assert_int_equal(dsc_gpt2_create(&net, &m.c, 1, 8), DSC_OK);
+    float loss = 1.0f;
+    assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 1, 8, NULL, &loss), DSC_OK);
+    assert_true(loss == 0.0f);
+    assert_int_equal(dsc_gpt2_backward(net, m.p, m.g, 1.0f, NULL), DSC_OK);
+    for (int i = 0; i < m.n; i++)
+        for (int64_t j = 0; j < m.numel[i]; j++) assert_true(m.g[i][j] == 0.0f);
     dsc_gpt2_destroy(net);
     model_free(&m);
 }
@@ -800,9 +827,9 @@ static void test_argument_checks(void **state) {
     assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 2, 4, NULL, &loss), DSC_ERR_INVALID_ARG);
     assert_non_null(strstr(dsc_last_error(), "inputs[b=1, t=2] = 50"));
     in[6] = 6;
-    tg[1] = -1;
+    tg[1] = 50; // negative targets are ignored ones; ids at or past the vocabulary are errors
     assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 2, 4, NULL, &loss), DSC_ERR_INVALID_ARG);
-    assert_non_null(strstr(dsc_last_error(), "targets[b=0, t=1] = -1"));
+    assert_non_null(strstr(dsc_last_error(), "targets[b=0, t=1] = 50"));
     // Without targets: logits only, and backward refuses.
     assert_int_equal(dsc_gpt2_forward(net, m.p, in, NULL, 2, 4, NULL, NULL), DSC_OK);
     assert_non_null(dsc_gpt2_logits(net));
@@ -839,6 +866,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_model_gradcheck),
+        cmocka_unit_test(test_model_gradcheck_masked),
         cmocka_unit_test(test_model_determinism_accumulation),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_argument_checks),

@@ -5,6 +5,7 @@
 #include <ctype.h>  // isdigit
 #include <errno.h>  // errno
 #include <math.h>   // sqrt, log, cos, sin
+#include <stdbool.h> // bool
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc, calloc, free, strtol
 #include <string.h> // memset, memcpy, strcmp
@@ -223,6 +224,7 @@ struct dsc_gpt2 {
     dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
     uint64_t gen;
     int32_t *tokens;
+    int64_t ntargets; // targets of the last forward that count (not negative): the mean's divisor
     // Activations kept for backward: 10 BTC floats per layer (plus row statistics). Per-layer
     // arrays hold n_layer blocks of maxB * maxT rows. Layernorm and GELU outputs are not kept:
     // backward recomputes each in one cheap pass from res, res2 and fch, saving 6 BTC a layer.
@@ -429,9 +431,11 @@ static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *
     return DSC_OK;
 }
 
-static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V) {
+// Ids in [0, V); with ignore_negative, negative ids (ignored targets) pass too.
+static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V,
+                               bool ignore_negative) {
     for (int64_t i = 0; i < (int64_t)B * T; i++) {
-        if (tok[i] >= 0 && tok[i] < V) continue;
+        if (tok[i] < V && (tok[i] >= 0 || ignore_negative)) continue;
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "gpt2 forward: %s[b=%d, t=%d] = %d is outside the vocabulary [0, %d); "
                          "check the tokenizer and vocab_size",
@@ -450,8 +454,8 @@ static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const i
                          "created for; create it with the larger size",
                          B, T, m->maxB, m->maxT);
     DSC_TRY(check_tensors(m, params, "params", hooks));
-    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size));
-    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size));
+    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size, false));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size, true));
     return DSC_OK;
 }
 
@@ -479,7 +483,8 @@ static void layer_forward(dsc_gpt2 *m, float *const *params, int l) {
     lap(m, &t0, 4 + 4 * l);
 }
 
-// ln_f, tied lm_head and (with targets) the loss: the mean over positions, summed in order.
+// ln_f, tied lm_head and (with targets) the loss: the mean over the positions whose target is
+// not ignored (negative), summed in order; 0 when every target is ignored.
 static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t *targets,
                                const dsc_gpt2_hooks *hooks, float *loss) {
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
@@ -499,8 +504,12 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     t0 = lap_start(m);
     dsc__gpt2_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
     double sum = 0.0;
-    for (int64_t i = 0; i < BT; i++) sum += m->losses[i];
-    if (loss) *loss = (float)(sum / (double)BT);
+    m->ntargets = 0;
+    for (int64_t i = 0; i < BT; i++) {
+        sum += m->losses[i]; // 0 at ignored positions
+        m->ntargets += targets[i] >= 0;
+    }
+    if (loss) *loss = m->ntargets ? (float)(sum / (double)m->ntargets) : 0.0f;
     lap(m, &t0, 2 + 4 * L);
     return DSC_OK;
 }
@@ -566,8 +575,8 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
     int64_t BT = (int64_t)m->B * m->T;
     float *dlogits = m->logits; // (BT, V), in place
-    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, loss_scale / (float)BT,
-                            BT, V);
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
+    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     dsc__gpt2_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
     dsc__gpt2_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);

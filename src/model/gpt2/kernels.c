@@ -499,6 +499,11 @@ void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
 #pragma omp parallel for schedule(dynamic, 8)
     for (int64_t r = 0; r < N; r++) {
         const float *l = logits + (size_t)r * V;
+        if (targets[r] < 0) { // ignored: no loss, and backward gives the row no gradient
+            lse[r] = 0.0f;
+            losses[r] = 0.0f;
+            continue;
+        }
         lse[r] = row_logsumexp(l, V);
         losses[r] = lse[r] - l[targets[r]];
     }
@@ -507,6 +512,9 @@ void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
 void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
                              const int32_t *targets, float g, int64_t N, int V) {
 #pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < N; r++)
-        xent_grad_row(dlogits + (size_t)r * V, logits + (size_t)r * V, lse[r], targets[r], g, V);
+    for (int64_t r = 0; r < N; r++) {
+        float *d = dlogits + (size_t)r * V;
+        if (targets[r] < 0) memset(d, 0, (size_t)V * sizeof *d);
+        else xent_grad_row(d, logits + (size_t)r * V, lse[r], targets[r], g, V);
+    }
 }
