@@ -5,7 +5,7 @@
 #include <cblas.h>    // cblas_sgemm (CPU peak for MFU)
 #include <errno.h>    // errno
 #include <jansson.h>  // json_* (dataset.json)
-#include <math.h>     // isnan
+#include <math.h>     // isnan, llround
 #include <signal.h>   // sigaction, SIGUSR1
 #include <stdio.h>    // printf, fopen
 #include <stdlib.h>   // calloc, free, getenv
@@ -145,6 +145,7 @@ static dsc_status open_data(trainer *t, int *vocab) {
         return dsc__fail(DSC_ERR_INVALID_ARG, "data %s holds token id %d but the vocabulary has "
                          "%d entries; fix vocab_size in dataset.json or prepare the data again",
                          t->data_dir, maxtok, *vocab);
+    t->target_tokens = dsc_loader_masked(t->train) ? 0 : -1;
     return DSC_OK;
 }
 
@@ -595,6 +596,17 @@ static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
     return DSC_OK;
 }
 
+// Masked data: add this step's loss targets (those not ignored) over all ranks to the count.
+static dsc_status count_targets(trainer *t) {
+    if (t->target_tokens < 0) return DSC_OK;
+    int64_t n = (int64_t)t->gas * t->B * t->T, mine = 0;
+    for (int64_t i = 0; i < n; i++) mine += t->tg[i] >= 0;
+    double all = (double)mine;
+    if (t->world > 1) DSC_TRY(dsc_engine_mean(t->eng, &all, 1));
+    t->target_tokens += llround(all * t->world);
+    return DSC_OK;
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_gpt2_flops_per_token(&t->mc, t->T);
@@ -639,6 +651,7 @@ static dsc_status train_loop(trainer *t) {
         }
         double loss = loss_sum / t->gas;
         if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
+        if ((st = count_targets(t)) != DSC_OK) goto fault;
         double dt = dsc_now() - t0;
         tokens += tokens_step;
         double tok_s = tokens_step / dt;
@@ -736,6 +749,9 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
            "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
            cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
+    if (t->target_tokens >= 0)
+        printf("loss mask: the data ignores some targets (prompts, padding); each micro-batch's "
+               "loss is the mean over its own loss targets\n");
     if (gpu_line && t->peak_flops > 0)
         printf("run dir %s | %s | MFU against %.0f TFLOP/s (dense bf16)\n", run_dir, gpu_line,
                t->peak_flops / 1e12);

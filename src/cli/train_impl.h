@@ -29,6 +29,8 @@ typedef struct trainer {
     float **work, **grads; // per-tensor pointers into the engine's buffers (refreshed on gather)
     int *tgroup;           // layer group of each tensor
     int32_t *in, *tg;      // (gas * B, T): one optimizer step's tokens (kept for --dump-grads)
+    int64_t target_tokens; // masked data: loss targets (targets not ignored) so far, all ranks;
+                           // -1 for unmasked data, where every token is one
     FILE *metrics;
     dsc_monitor *mon;  // TensorBoard / CSV / Prometheus sinks of the config (rank 0 writes)
     double peak_flops; // measured CPU matrix-product throughput, for MFU
