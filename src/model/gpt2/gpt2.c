@@ -223,7 +223,8 @@ struct dsc_gpt2 {
     dsc_mem_pool *pool;  // when the slab is a block of a pool (dsc_gpt2_create_in): the views
     dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
     uint64_t gen;
-    int32_t *tokens;
+    int32_t *tokens;  // (3, BT): inputs, targets, position ids
+    bool has_pos;     // the last forward was given position ids (tokens + 2 BT)
     int64_t ntargets; // targets of the last forward that count (not negative): the mean's divisor
     // Activations kept for backward: 10 BTC floats per layer (plus row statistics). Per-layer
     // arrays hold n_layer blocks of maxB * maxT rows. Layernorm and GELU outputs are not kept:
@@ -366,7 +367,7 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
     dsc_status st = alloc_slab(m, nfloats);
-    m->tokens = malloc(sizeof(int32_t) * 2 * (size_t)B * T);
+    m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_gpt2_destroy(m);
         if (st != DSC_OK && pool) { // the pool's message names its largest users
@@ -514,10 +515,27 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     return DSC_OK;
 }
 
+// Position ids in [0, max_seq_len): the rows of wpe.
+static dsc_status check_positions(const dsc_gpt2 *m, const int32_t *pos, int B, int T) {
+    for (int64_t i = 0; pos && i < (int64_t)B * T; i++)
+        if (pos[i] < 0 || pos[i] >= m->c.max_seq_len)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: positions[b=%d, t=%d] = %d is "
+                             "outside [0, %d), the rows of wpe", (int)(i / T), (int)(i % T),
+                             pos[i], m->c.max_seq_len);
+    return DSC_OK;
+}
+
 dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
                             const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
                             float *loss) {
+    return dsc_gpt2_forward_pos(m, params, inputs, NULL, targets, B, T, hooks, loss);
+}
+
+dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
+                                const int32_t *positions, const int32_t *targets, int B, int T,
+                                const dsc_gpt2_hooks *hooks, float *loss) {
     DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
+    DSC_TRY(check_positions(m, positions, B, T));
     refresh(m);
     dsc__gpt2_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
@@ -527,10 +545,13 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
     int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
     memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
     if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
+    m->has_pos = positions != NULL;
+    if (positions) memcpy(m->tokens + 2 * BT, positions, sizeof(int32_t) * (size_t)BT);
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     double t0 = lap_start(m);
-    dsc__gpt2_encoder_forward(m->res, tok_in, params[0], params[1], B, T, m->c.n_embd);
+    dsc__gpt2_encoder_forward(m->res, tok_in, m->has_pos ? m->tokens + 2 * BT : NULL, params[0],
+                              params[1], B, T, m->c.n_embd);
     lap(m, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     for (int l = 0; l < m->c.n_layer; l++) {
@@ -609,6 +630,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
         DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
     }
-    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens, m->B, m->T, m->c.n_embd);
+    int64_t BT = (int64_t)m->B * m->T;
+    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
+                               m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);
     return call_hook(hooks, HOOK_GRADS_READY, 0);
 }

@@ -95,6 +95,13 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
                             const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
                             float *loss);
 
+// The same with position ids (B, T) in [0, max_seq_len), copied: token (b, t) adds wpe row
+// positions[b, t] instead of t (e.g. restarting at 0 at each document of a packed row); NULL is
+// dsc_gpt2_forward. The backward that follows scatters wpe's gradient to those rows.
+dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
+                                const int32_t *positions, const int32_t *targets, int B, int T,
+                                const dsc_gpt2_hooks *hooks, float *loss);
+
 #define DSC_GPT2_IGNORE (-1) // a target that does not count (e.g. a masked prompt token)
 
 // Adds (+=) the gradients of loss_scale * mean loss to grads, so that gradient accumulation and
