@@ -101,6 +101,56 @@ print(f"masked loss {ours:.7f}, PyTorch {loss.item():.7f}, unmasked {unmasked:.4
       f"worst gradient rel err {worst:.2e}")
 PYEOF
 
+# --restart-positions: position ids restart at each example of a packed row; PyTorch agrees with
+# positions restarting after each end-of-text (byte tokens: id 0, which text never holds).
+echo "plain text without document starts (plain shards)" > "$T/plain.txt"
+expect 0 "" -- "$DSC" data prepare --input "$T/plain.txt" --out "$T/cd0"
+expect 1 "document starts" -- "$DSC" train "${model[@]}" --data "$T/cd0" --restart-positions --max-steps 1 --out "$T/r4"
+expect 0 "train loss" -- "$DSC" train "${model[@]}" --data "$T/sd" --restart-positions --max-steps 1 --dump-grads "$T/gp.safetensors" --out "$T/r5"
+check "restarted positions: loss and gradients equal PyTorch's" -- \
+    $PY - "$T/w0.safetensors" "$T/gp.safetensors" "$T/g.safetensors" "$DSC_SOURCE_DIR/tests/model" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[4])
+from gpt2_torch_ref import gpt2_loss
+
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+    meta = h.pop("__metadata__", {})
+    out = {}
+    for k, v in h.items():
+        b, e = v["data_offsets"]
+        out[k] = np.frombuffer(data[b:e], dtype={"F32": np.float32, "I32": np.int32}[v["dtype"]]).reshape(v["shape"]).copy()
+    return out, meta
+
+w, _ = load(sys.argv[1])
+g, meta = load(sys.argv[2])
+_, plain = load(sys.argv[3])
+inputs, targets = torch.tensor(g.pop("inputs")).long(), torch.tensor(g.pop("targets")).long()
+pos = torch.zeros_like(inputs)
+for t in range(1, inputs.shape[1]):
+    pos[:, t] = torch.where(inputs[:, t - 1] == 0, torch.zeros_like(pos[:, t]), pos[:, t - 1] + 1)
+assert (pos[:, -1] < inputs.shape[1] - 1).any(), "some row must hold two examples"
+P = {k: torch.tensor(v, requires_grad=True) for k, v in w.items()}
+_, logits = gpt2_loss(P, 2, 2, inputs, targets.clamp(min=0), positions=pos)
+labels = targets.clone()
+labels[labels < 0] = -100
+loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+loss.backward()
+ours = float(meta["loss"])
+assert abs(ours - loss.item()) <= 1e-5 * abs(loss.item()), (ours, loss.item())
+assert abs(ours - float(plain["loss"])) > 1e-4, "restarted positions must change the loss"
+for k, gv in g.items():
+    ref = P[k].grad.numpy()
+    err = np.abs(gv - ref).max() / max(np.abs(ref).max(), 1e-12)
+    assert err < 1e-3, (k, err)
+print(f"restarted positions: loss {ours:.7f}, PyTorch {loss.item():.7f}, plain positions {float(plain['loss']):.7f}")
+PYEOF
+
 # A few steps on the chat data alone: the loss falls.
 expect 0 "" -- "$DSC" data prepare --input "$T/chat.jsonl" "$T/sft.jsonl" --out "$T/cd" --val-fraction 0
 expect 0 "train loss" -- "$DSC" train --model d2 --seq-len 32 --sample-tokens 0 --data "$T/cd" --max-steps 20 --out "$T/r3"
