@@ -350,7 +350,7 @@ extern "C" dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float *
 }
 
 static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
-    const float *dev;
+    const float *dev = NULL; // set by a successful enqueue (some compilers cannot tell)
     DSC_TRY(dsc_gpt2_cuda_loss_enqueue(m, &dev));
     DSC_CUDA_TRY(cudaMemcpyAsync(loss, dev, sizeof(float), cudaMemcpyDeviceToHost, m->st));
     DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
