@@ -739,7 +739,8 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->in = malloc((size_t)t->gas * t->B * t->T * sizeof *t->in);
     t->tg = malloc((size_t)t->gas * t->B * t->T * sizeof *t->tg);
     if (o->restart_positions) t->pos = malloc((size_t)t->gas * t->B * t->T * sizeof *t->pos);
-    if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg || (o->restart_positions && !t->pos))
+    bool no_pos = o->restart_positions && !t->pos;
+    if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg || no_pos)
         return dsc__fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
     DSC_TRY(ckpt_setup(t));

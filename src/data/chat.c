@@ -124,7 +124,8 @@ static void apply_whitespace(lexed *x) {
         else if (prev && block) { // lstrip_blocks: spaces from the line's start to the tag
             size_t k = prev->n;
             while (k && (prev->s[k - 1] == ' ' || prev->s[k - 1] == '\t')) k--;
-            bool line_start = k ? prev->s[k - 1] == '\n' : prev->s == x->base || prev->s[-1] == '\n';
+            bool line_start =
+                k ? prev->s[k - 1] == '\n' : prev->s == x->base || prev->s[-1] == '\n';
             if (line_start) prev->n = k;
         }
         if (next && it->dash_right)
@@ -307,7 +308,8 @@ static dsc_status parse_items(ctx *c, const lexed *x, str *begin, str *end) {
 
 static dsc_status slurp(const char *path, char **out) {
     FILE *f = fopen(path, "rb");
-    if (!f) return dsc__fail(DSC_ERR_IO, "chat template %s: cannot open: %s", path, strerror(errno));
+    if (!f)
+        return dsc__fail(DSC_ERR_IO, "chat template %s: cannot open: %s", path, strerror(errno));
     str b = {0};
     char buf[4096];
     size_t n;
@@ -356,8 +358,8 @@ static dsc_status load_config(const char *path, dsc_chat_template **out, char *n
                                      out) == DSC_OK)
         snprintf(note, cap, "chat_template of %s", path);
     else {
-        snprintf(note, cap, "chatml (default): the chat_template of %s is not a simple role/content "
-                 "template (%s)", path, dsc_last_error());
+        snprintf(note, cap, "chatml (default): the chat_template of %s is not a simple "
+                 "role/content template (%s)", path, dsc_last_error());
         st = dsc_chat_template_chatml(out);
     }
     json_decref(j);
@@ -414,8 +416,8 @@ dsc_status dsc_chat_template_load(const char *spec, const char *tokenizer_spec,
         return dsc_chat_template_chatml(out);
     }
     if (stat(spec, &sb) != 0)
-        return dsc__fail(DSC_ERR_IO, "--chat-template %s: %s; give chatml, a tokenizer_config.json, "
-                         "its folder or a Jinja file", spec, strerror(errno));
+        return dsc__fail(DSC_ERR_IO, "--chat-template %s: %s; give chatml, a "
+                         "tokenizer_config.json, its folder or a Jinja file", spec, strerror(errno));
     if (S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/tokenizer_config.json", spec);
     else snprintf(path, sizeof path, "%s", spec);
     size_t n = strlen(path);

@@ -85,7 +85,8 @@ static void split(sft_run *r) {
     int64_t val = (int64_t)llround((double)units * r->o->val_fraction);
     r->ntrain = (units - val) * unit;
     r->train_targets = 0;
-    for (int64_t i = 0; i < r->ntrain; i++) r->train_targets += (r->p.flags[i] & DSC_TOK_TARGET) != 0;
+    for (int64_t i = 0; i < r->ntrain; i++)
+        r->train_targets += (r->p.flags[i] & DSC_TOK_TARGET) != 0;
 }
 
 static dsc_status write_shards(sft_run *r) {

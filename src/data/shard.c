@@ -38,9 +38,9 @@ static dsc_status check_header(const char *path, const uint8_t *h, int64_t file_
                          path, magic, DSC_SHARD_MAGIC);
     if (ver < 1 || ver > 4)
         return dsc__fail(DSC_ERR_CORRUPT,
-                         "data shard %s: unsupported version %d (this dsc reads 1-2 = uint16/uint32 "
-                         "tokens, 3-4 = the same with loss-mask flags); re-create it with `dsc "
-                         "data prepare`", path, ver);
+                         "data shard %s: unsupported version %d (this dsc reads 1-2 = "
+                         "uint16/uint32 tokens, 3-4 = the same with loss-mask flags); re-create "
+                         "it with `dsc data prepare`", path, ver);
     if (n < 0)
         return dsc__fail(DSC_ERR_CORRUPT, "data shard %s: negative token count %d in header; "
                          "re-create it with `dsc data prepare`", path, n);

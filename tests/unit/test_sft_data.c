@@ -220,7 +220,8 @@ static dsc_example one_example(const char *prompt, const char *completion) {
     dsc_examples ex = {0};
     char line[256];
     snprintf(line, sizeof line, "{\"prompt\": \"%s\", \"completion\": \"%s\"}", prompt, completion);
-    assert_int_equal(dsc_jsonl_read("x", line, strlen(line), NULL, DSC_BAD_LINE_ERROR, &ex), DSC_OK);
+    assert_int_equal(dsc_jsonl_read("x", line, strlen(line), NULL, DSC_BAD_LINE_ERROR, &ex),
+                     DSC_OK);
     dsc_example e = ex.v[0];
     free(ex.v);
     return e;
