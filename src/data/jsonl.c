@@ -154,6 +154,7 @@ static dsc_status bad_line(const char *path, int64_t line, const char *why, int 
 // ---- public API ----
 
 dsc_status dsc_examples_add_text(dsc_examples *ex, const char *text, size_t len) {
+    if (len == 0) return DSC_OK; // an empty document is no example
     dsc_example e = {0};
     dsc_status st = seg_add(&e, text, len, true);
     if (st != DSC_OK) {

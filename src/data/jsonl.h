@@ -39,7 +39,7 @@ typedef struct dsc_examples {
 
 enum { DSC_BAD_LINE_ERROR, DSC_BAD_LINE_SKIP }; // `--on-bad-line error|skip`
 
-// Append one example of len bytes of text, trained throughout (copied).
+// Append one example of len bytes of text, trained throughout (copied); none when len is 0.
 dsc_status dsc_examples_add_text(dsc_examples *ex, const char *text, size_t len);
 
 // Append the examples of a JSONL file's contents (path names it in messages). A bad line

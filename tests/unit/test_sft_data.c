@@ -399,6 +399,10 @@ static void test_prepare_examples(void **state) {
     inputs[0] = path_of("allbad.jsonl");
     assert_int_equal(dsc_data_prepare(&o), DSC_ERR_INVALID_ARG);
     assert_non_null(strstr(dsc_last_error(), "no examples"));
+    put_file("empty.txt", ""); // an empty text file is no example either
+    inputs[0] = path_of("empty.txt");
+    assert_int_equal(dsc_data_prepare(&o), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "no examples"));
     o.format = "yaml";
     assert_int_equal(dsc_data_prepare(&o), DSC_ERR_INVALID_ARG);
     assert_non_null(strstr(dsc_last_error(), "--format yaml"));
