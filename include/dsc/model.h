@@ -131,9 +131,11 @@ struct dsc_model_ops {
     // Host passes (fp32).
     dsc_status (*host_create)(const void *cfg, int B, int T, dsc_mem_pool *pool, void **state);
     void (*host_destroy)(void *state);
+    // pos: (B, T) position ids, or NULL for 0 .. T-1 in every row (see dsc_model_forward_pos);
+    // a family without positions of its own may ignore them.
     dsc_status (*forward)(void *state, float *const *params, const int32_t *inputs,
-                          const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
-                          float *loss);
+                          const int32_t *pos, const int32_t *targets, int B, int T,
+                          const dsc_model_hooks *hooks, float *loss);
     dsc_status (*backward)(void *state, float *const *params, float *const *grads,
                            float loss_scale, const dsc_model_hooks *hooks);
     const float *(*logits)(void *state);
@@ -227,9 +229,15 @@ int dsc_model_timing_slots(const dsc_model *m); // entries of dsc_model_set_timi
 dsc_status dsc_model_reserve(dsc_model *m, int B, int T, dsc_mem_pool *pool);
 // params[i] / grads[i]: tensor i (borrowed for the call). inputs, targets: (B, T) token ids,
 // copied; targets NULL: logits only (*loss untouched). loss may be NULL. B, T up to the reserve.
+// A negative target is ignored (a masked prompt token): the loss is the mean over the others.
 dsc_status dsc_model_forward(dsc_model *m, float *const *params, const int32_t *inputs,
                              const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
                              float *loss);
+// The same with position ids pos (B, T) in [0, max_seq_len), copied (e.g. restarting at 0 at each
+// document of a packed row); NULL is dsc_model_forward. The backward that follows uses them too.
+dsc_status dsc_model_forward_pos(dsc_model *m, float *const *params, const int32_t *inputs,
+                                 const int32_t *pos, const int32_t *targets, int B, int T,
+                                 const dsc_model_hooks *hooks, float *loss);
 // Adds (+=) the gradients of loss_scale * mean loss into grads; follows a forward with targets
 // (one backward per such forward: it consumes the logits).
 dsc_status dsc_model_backward(dsc_model *m, float *const *params, float *const *grads,

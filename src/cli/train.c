@@ -5,7 +5,7 @@
 #include <cblas.h>    // cblas_sgemm (CPU peak for MFU)
 #include <errno.h>    // errno
 #include <jansson.h>  // json_* (dataset.json)
-#include <math.h>     // isnan
+#include <math.h>     // isnan, llround
 #include <signal.h>   // sigaction, SIGUSR1
 #include <stdio.h>    // printf, fopen
 #include <stdint.h>   // INT32_MAX
@@ -142,7 +142,8 @@ static dsc_status open_data(trainer *t, int *vocab) {
     else DSC_TRY(default_data(t));
     DSC_TRY(open_tokenizer(t, vocab));
     dsc_loader_opts lo = {.path = t->data_dir, .split = "train", .T = t->T,
-                          .seed = (uint64_t)o->seed, .shuffle = true, .prefetch = 1};
+                          .seed = (uint64_t)o->seed, .shuffle = true, .prefetch = 1,
+                          .restart_positions = o->restart_positions};
     DSC_TRY(dsc_loader_create(&t->train, &lo));
     lo.split = "val";
     lo.shuffle = false;
@@ -157,6 +158,7 @@ static dsc_status open_data(trainer *t, int *vocab) {
         return dsc__fail(DSC_ERR_INVALID_ARG, "data %s holds token id %d but the vocabulary has "
                          "%d entries; fix vocab_size in dataset.json or prepare the data again",
                          t->data_dir, maxtok, *vocab);
+    t->target_tokens = dsc_loader_masked(t->train) ? 0 : -1;
     return DSC_OK;
 }
 
@@ -328,13 +330,14 @@ static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
 
 static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     int64_t first = ((step - 1) * t->gas + micro) * (int64_t)t->B * t->world + (int64_t)t->rank * t->B;
-    int32_t *in = t->in + (size_t)micro * t->B * t->T, *tg = t->tg + (size_t)micro * t->B * t->T;
-    DSC_TRY(dsc_loader_get(t->train, first, t->B, in, tg));
+    size_t off = (size_t)micro * t->B * t->T;
+    int32_t *in = t->in + off, *tg = t->tg + off, *pos = t->pos ? t->pos + off : NULL;
+    DSC_TRY(dsc_loader_get_pos(t->train, first, t->B, in, tg, pos));
     if (t->gpu)
         return dsc__train_gpu_micro(t->gpu, in, tg, t->B, t->T, loss, &t->cur.fwd, &t->cur.bwd);
     dsc_model_hooks h = {t, hook_gather, hook_release, hook_ready};
     double t0 = dsc_now();
-    DSC_TRY(dsc_model_forward(t->model, t->work, in, tg, t->B, t->T, &h, loss));
+    DSC_TRY(dsc_model_forward_pos(t->model, t->work, in, pos, tg, t->B, t->T, &h, loss));
     double t1 = dsc_now();
     t->cur.fwd += t1 - t0;
     DSC_TRY(dsc_backward_begin(t->eng));
@@ -355,9 +358,10 @@ static dsc_status evaluate(trainer *t, double *out) {
     for (int64_t k = 0; k < per; k++) {
         float loss;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
-        DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
+        DSC_TRY(dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos));
         if (t->gpu) DSC_TRY(dsc__train_gpu_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss));
-        else DSC_TRY(dsc_model_forward(t->model, t->work, t->in, t->tg, t->B, t->T, &h, &loss));
+        else DSC_TRY(dsc_model_forward_pos(t->model, t->work, t->in, t->pos, t->tg, t->B, t->T, &h,
+                                            &loss));
         sum += loss;
     }
     *out = sum / (double)per;
@@ -400,7 +404,9 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
         if (in) t->in = in;
         int32_t *tg = realloc(t->tg, (size_t)gas * B * t->T * sizeof *tg);
         if (tg) t->tg = tg;
-        if (!in || !tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
+        int32_t *pos = t->pos ? realloc(t->pos, (size_t)gas * B * t->T * sizeof *pos) : NULL;
+        if (pos) t->pos = pos;
+        if (!in || !tg || (t->pos && !pos)) return dsc__fail(DSC_ERR_OOM, "out of memory");
     }
     t->B = B;
     t->gas = gas;
@@ -440,8 +446,9 @@ static dsc_status val_loss_with(trainer *t, float *const *params, double *out) {
     for (int64_t k = 0; k < per; k++) {
         float loss;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
-        DSC_TRY(dsc_loader_get(t->val, b * t->B, t->B, t->in, t->tg));
-        DSC_TRY(dsc_model_forward(t->model, params, t->in, t->tg, t->B, t->T, NULL, &loss));
+        DSC_TRY(dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos));
+        DSC_TRY(dsc_model_forward_pos(t->model, params, t->in, t->pos, t->tg, t->B, t->T, NULL,
+                                      &loss));
         sum += loss;
     }
     *out = sum / (double)per;
@@ -673,6 +680,17 @@ static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
     return DSC_OK;
 }
 
+// Masked data: add this step's loss targets (those not ignored) over all ranks to the count.
+static dsc_status count_targets(trainer *t) {
+    if (t->target_tokens < 0) return DSC_OK;
+    int64_t n = (int64_t)t->gas * t->B * t->T, mine = 0;
+    for (int64_t i = 0; i < n; i++) mine += t->tg[i] >= 0;
+    double all = (double)mine;
+    if (t->world > 1) DSC_TRY(dsc_engine_mean(t->eng, &all, 1));
+    t->target_tokens += llround(all * t->world);
+    return DSC_OK;
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_model_flops_per_token(t->model, t->T);
@@ -717,6 +735,7 @@ static dsc_status train_loop(trainer *t) {
         }
         double loss = loss_sum / t->gas;
         if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
+        if ((st = count_targets(t)) != DSC_OK) goto fault;
         double dt = dsc_now() - t0;
         tokens += tokens_step;
         double tok_s = tokens_step / dt;
@@ -779,7 +798,13 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     // --dump-grads serves comparisons against an fp32 reference: auto keeps it on the CPU's
     // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.
     if (o->dump_grads && !nccl && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
+    // position ids reach the CPU model only: auto picks it for --restart-positions
+    if (o->restart_positions && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
+
     DSC_TRY(dsc__train_pick_device(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
+    if (cuda && o->restart_positions)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
+                         "pass --device cpu, or leave the flag out on the GPU");
     DSC_TRY(build_engine(t, cuda && (!ws || strtol(ws, NULL, 10) <= 1)));
     const dsc_config *cfg = dsc_engine_config(t->eng);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
@@ -792,7 +817,10 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     t->tgroup = calloc((size_t)t->ntensors, sizeof *t->tgroup);
     t->in = malloc((size_t)t->gas * t->B * t->T * sizeof *t->in);
     t->tg = malloc((size_t)t->gas * t->B * t->T * sizeof *t->tg);
-    if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    if (o->restart_positions) t->pos = malloc((size_t)t->gas * t->B * t->T * sizeof *t->pos);
+    bool no_pos = o->restart_positions && !t->pos;
+    if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg || no_pos)
+        return dsc__fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
@@ -815,6 +843,9 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
            "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
            cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
+    if (t->target_tokens >= 0)
+        printf("loss mask: the data ignores some targets (prompts, padding); each micro-batch's "
+               "loss is the mean over its own loss targets\n");
     if (gpu_line && t->peak_flops > 0)
         printf("run dir %s | %s | MFU against %.0f TFLOP/s (dense bf16)\n", run_dir, gpu_line,
                t->peak_flops / 1e12);
@@ -843,6 +874,7 @@ static void trainer_free(trainer *t) {
     free(t->prof_times);
     free(t->in);
     free(t->tg);
+    free(t->pos);
 }
 
 int dsc__train_run(const train_opts *o) {

@@ -17,6 +17,7 @@ typedef struct train_opts {
     const char *device;       // --device: "cuda", "cpu", or NULL / "auto" (see train_gpu.h)
     const char *resume;       // --resume: NULL = no, "" = latest of save_dir, a tag, or DIR/TAG
     bool save_at_end;         // --save-at-end: a checkpoint after the last step
+    bool restart_positions;   // --restart-positions: position ids restart at each document
     long long seq_len, max_steps, seed, eval_every, eval_batches, sample_tokens, threads;
 } train_opts;
 

@@ -28,6 +28,9 @@ typedef struct trainer {
     float **work, **grads; // per-tensor pointers into the engine's buffers (refreshed on gather)
     int *tgroup;           // layer group of each tensor
     int32_t *in, *tg;      // (gas * B, T): one optimizer step's tokens (kept for --dump-grads)
+    int32_t *pos;          // (gas * B, T) position ids with --restart-positions, else NULL
+    int64_t target_tokens; // masked data: loss targets (targets not ignored) so far, all ranks;
+                           // -1 for unmasked data, where every token is one
     FILE *metrics;
     dsc_monitor *mon;  // TensorBoard / CSV / Prometheus sinks of the config (rank 0 writes)
     double peak_flops; // measured CPU matrix-product throughput, for MFU

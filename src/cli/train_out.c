@@ -94,6 +94,8 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
             isfinite(si->grad_norm) ? si->grad_norm : -1.0, si->loss_scale,
             si->skipped ? "true" : "false", (long long)tokens, tok_s, elapsed);
     if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %s", json_num(vb, sizeof vb, "%.9g", val));
+    if (t->target_tokens >= 0)
+        fprintf(t->metrics, ", \"target_tokens\": %lld", (long long)t->target_tokens);
     write_gpu_memory(t);
     if (t->gpu) {
         char extra[256];

@@ -25,7 +25,7 @@ enum {
 // clang-format on
 
 typedef struct graph_key {
-    int B, T;
+    int B, T, ntargets;
     float loss_scale;
     bool fp16, fused_gelu, fresh;
 } graph_key;
@@ -42,6 +42,7 @@ typedef struct train_graph {
 struct dsc_gpt2_cuda {
     dsc_gpt2_config c;
     int maxB, maxT, B, T, Vp;
+    int ntargets; // targets of the last forward that count (not negative): the mean's divisor
     bool have_targets, fused_gelu;
     bool fp16; // 16-bit tensors (parameters, activations, their gradients) are fp16, not bf16
     bool fresh; // the next backward overwrites the gradients (set_grads_fresh) instead of adding
@@ -315,9 +316,11 @@ static dsc_status layer_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
                       C, DSC_CUDA_EPI_NONE, NULL);
 }
 
-static dsc_status check_tokens(const int32_t *tok, const char *what, int n, int T, int V) {
+// Ids in [0, V); with ignore_negative, negative ids (ignored targets) pass too.
+static dsc_status check_tokens(const int32_t *tok, const char *what, int n, int T, int V,
+                               bool ignore_negative) {
     for (int i = 0; i < n; i++) {
-        if (tok[i] >= 0 && tok[i] < V) continue;
+        if (tok[i] < V && (tok[i] >= 0 || ignore_negative)) continue;
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "gpt2 cuda forward: %s[b=%d, t=%d] = %d is outside the vocabulary "
                          "[0, %d); check the tokenizer and vocab_size",
@@ -340,13 +343,14 @@ static dsc_status check_params(const dsc_gpt2_cuda *m, const void *const *t, con
 extern "C" dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev) {
     DSC_CUDA_ARG(m && loss_dev, "gpt2 cuda loss: model and out must be set");
     int BT = m->B * m->T;
-    DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, BT, 1.0f / (float)BT, m->st));
+    float scale = m->ntargets ? 1.0f / (float)m->ntargets : 0.0f; // 0 when all are ignored
+    DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, BT, scale, m->st));
     *loss_dev = m->loss_dev;
     return DSC_OK;
 }
 
 static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
-    const float *dev;
+    const float *dev = NULL; // set by a successful enqueue (some compilers cannot tell)
     DSC_TRY(dsc_gpt2_cuda_loss_enqueue(m, &dev));
     DSC_CUDA_TRY(cudaMemcpyAsync(loss, dev, sizeof(float), cudaMemcpyDeviceToHost, m->st));
     DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
@@ -374,9 +378,11 @@ static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params
                  B, T, m->maxB, m->maxT);
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
     int BT = B * T, V = m->c.vocab_size;
-    DSC_TRY(check_tokens(inputs, "inputs", BT, T, V));
-    if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V));
+    DSC_TRY(check_tokens(inputs, "inputs", BT, T, V, false));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V, true));
     m->B = B, m->T = T, m->have_targets = false;
+    m->ntargets = 0;
+    for (int i = 0; targets && i < BT; i++) m->ntargets += targets[i] >= 0;
     DSC_CUDA_TRY(
         cudaMemcpyAsync(m->tokens, inputs, sizeof(int32_t) * BT, cudaMemcpyHostToDevice, m->st));
     if (targets)
@@ -520,8 +526,9 @@ extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *c
     DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
     m->have_targets = false;
     int BT = m->B * m->T, V = m->c.vocab_size;
-    DSC_TRY(dsc__cuda_xent_backward_h(m->logits, m->logits, m->lse, m->tokens + BT,
-                                      loss_scale / (float)BT, BT, V, m->Vp, m->fp16, m->st));
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f;
+    DSC_TRY(dsc__cuda_xent_backward_h(m->logits, m->logits, m->lse, m->tokens + BT, g, BT, V,
+                                      m->Vp, m->fp16, m->st));
     return backward_from_dlogits(m, params, grads);
 }
 
@@ -531,8 +538,9 @@ extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *c
 static dsc_status enqueue_train_rest(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                      float *const *grads, float loss_scale) {
     int BT = m->B * m->T, V = m->c.vocab_size;
-    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, loss_scale / (float)BT,
-                                   BT, V, m->Vp, m->fp16, m->st));
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
+    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, g, BT, V, m->Vp,
+                                   m->fp16, m->st));
     return backward_from_dlogits(m, params, grads);
 }
 
@@ -551,6 +559,7 @@ static graph_key key_now(const dsc_gpt2_cuda *m, float loss_scale) {
     graph_key k;
     memset(&k, 0, sizeof k); // padding too: keys are compared with memcmp
     k.B = m->B, k.T = m->T, k.loss_scale = loss_scale, k.fp16 = m->fp16;
+    k.ntargets = m->ntargets; // the divisor is part of the captured kernels' arguments
     k.fused_gelu = m->fused_gelu, k.fresh = m->fresh;
     return k;
 }

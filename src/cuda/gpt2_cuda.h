@@ -61,8 +61,9 @@ void dsc_gpt2_cuda_set_fp16(dsc_gpt2_cuda *m, bool on);
 bool dsc_gpt2_cuda_fp16(const dsc_gpt2_cuda *m);
 
 // params[i]: device 16-bit copy of tensor i (borrowed for the call). inputs, targets: HOST (B, T)
-// token ids in [0, vocab_size), checked and copied. targets may be NULL (logits only). loss:
-// NULL, or host float that receives the mean loss (this waits for the stream).
+// token ids in [0, vocab_size), checked and copied; a negative target is ignored, as on the CPU
+// (dsc_gpt2_forward): the loss is the mean over the others. targets may be NULL (logits only).
+// loss: NULL, or host float that receives the mean loss (this waits for the stream).
 dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T,
                                  float *loss);

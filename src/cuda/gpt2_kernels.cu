@@ -989,6 +989,15 @@ __global__ void xent_kernel(float *losses, float *lse_out, uint16_t *dlogits,
     size_t r = blockIdx.x;
     const uint16_t *row = logits + r * ld;
     int target = targets[r];
+    if (target < 0) { // ignored (a masked target): no loss and a zero gradient row
+        if (MODE != 1 && threadIdx.x == 0) {
+            losses[r] = 0.0f;
+            if (lse_out) lse_out[r] = 0.0f;
+        }
+        for (int j = threadIdx.x; MODE != 0 && j < ld; j += blockDim.x)
+            dlogits[r * ld + j] = dsc_f32_16<F16>(0.0f);
+        return; // the whole block takes this branch: no barrier is skipped by some threads only
+    }
     float lse;
     if (MODE == 1) {
         lse = lse_in[r];

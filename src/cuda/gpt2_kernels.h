@@ -94,6 +94,7 @@ dsc_status dsc__cuda_residual_forward_h(uint16_t *out, const uint16_t *a, const 
 
 // Rows of logits (N, ld) hold V live columns (ld >= V, ld % 8 == 0 lets rows move as vectors;
 // the matrix products prefer a padded ld). losses (N) = logsumexp(row) - row[target]; lse (N).
+// A negative target is ignored (a masked token): its loss and lse are 0, its gradient row 0.
 dsc_status dsc__cuda_xent_forward(float *losses, float *lse, const uint16_t *logits,
                                   const int32_t *targets, int64_t N, int V, int ld, void *stream);
 dsc_status dsc__cuda_xent_forward_h(float *losses, float *lse, const uint16_t *logits,

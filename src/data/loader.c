@@ -24,7 +24,7 @@ typedef struct pf_slot {
     int64_t first;
     int n;
     uint64_t seq;     // pick order among PENDING slots; 0 = a caller is waiting for it
-    int32_t *in, *tg; // (n, T) each
+    int32_t *in, *tg, *pos; // (n, T) each
     size_t cap;       // ints allocated in each of in, tg
     dsc_status st;
     char err[1024];
@@ -33,6 +33,10 @@ typedef struct pf_slot {
 struct dsc_loader {
     char path[4096];
     int T;
+    int row;           // tokens per window step: T (a stream), or the packed rows' length T + 1
+    bool restart;      // positions restart at each document start
+    bool flagged;      // some shard carries flags (versions 3-4)
+    bool masked;       // some token is not a target
     uint64_t seed;
     bool shuffle;
     dsc_shard *shards;
@@ -138,6 +142,37 @@ static int shard_max(const dsc_shard *s) {
     return m;
 }
 
+// Flags: only defined bits; note whether any token is left out of the loss.
+static dsc_status scan_flags(dsc_loader *l, const dsc_shard *s) {
+    if (!s->flags) return DSC_OK;
+    l->flagged = true;
+    for (int64_t i = 0; i < s->ntok; i++) {
+        if (s->flags[i] & ~(DSC_TOK_TARGET | DSC_TOK_DOC))
+            return dsc__fail(DSC_ERR_CORRUPT, "data shard %s: flag byte %lld is 0x%02x (undefined "
+                             "bits); re-create it with `dsc data prepare`", s->path, (long long)i,
+                             s->flags[i]);
+        if (!(s->flags[i] & DSC_TOK_TARGET)) l->masked = true;
+    }
+    return DSC_OK;
+}
+
+// Every shard packed in rows of the same length (T + 1 tokens), or none packed.
+static dsc_status check_rows(dsc_loader *l) {
+    int row = l->shards[0].row;
+    for (int i = 1; i < l->nshards; i++)
+        if (l->shards[i].row != row)
+            return dsc__fail(DSC_ERR_CORRUPT, "data %s: shard %s has rows of %d tokens, shard %s "
+                             "of %d; prepare every shard with the same --seq-len", l->path,
+                             l->shards[i].path, l->shards[i].row, l->shards[0].path, row);
+    if (row > 0 && row != l->T + 1)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "data %s was packed into rows of %d tokens "
+                         "(`dsc data prepare --seq-len %d`), but the sequence length is %d; train "
+                         "with --seq-len %d or prepare the data again", l->path, row, row - 1,
+                         l->T, row - 1);
+    l->row = row > 0 ? row : l->T;
+    return DSC_OK;
+}
+
 static dsc_status index_shards(dsc_loader *l, const char *split) {
     l->begin = malloc(((size_t)l->nshards + 1) * sizeof *l->begin);
     if (!l->begin) return dsc__fail(DSC_ERR_OOM, "data %s: out of memory", l->path);
@@ -147,13 +182,19 @@ static dsc_status index_shards(dsc_loader *l, const char *split) {
         l->begin[i + 1] = l->begin[i] + l->shards[i].ntok;
         int m = shard_max(&l->shards[i]);
         l->max_token = m > l->max_token ? m : l->max_token;
+        DSC_TRY(scan_flags(l, &l->shards[i]));
     }
+    DSC_TRY(check_rows(l));
+    if (l->restart && !l->flagged)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "data %s: restarting positions at each document "
+                         "needs document starts, which plain token shards lack; prepare the data "
+                         "with `dsc data prepare --seq-len N`", l->path);
     l->ntok = l->begin[l->nshards];
     if (l->ntok < (int64_t)l->T + 1)
         return dsc__fail(DSC_ERR_INVALID_ARG, "data %s (split %s): %lld tokens, but one sample "
                          "needs T+1 = %d; use a shorter sequence length or more data", l->path,
                          split, (long long)l->ntok, l->T + 1);
-    l->nwin = (l->ntok - 1) / l->T;
+    l->nwin = l->row > l->T ? l->ntok / l->row : (l->ntok - 1) / l->T;
     return DSC_OK;
 }
 
@@ -199,8 +240,8 @@ static dsc_status get_perm(dsc_loader *l, int64_t epoch, const int64_t **perm) {
     return DSC_OK;
 }
 
-// Tokens [at, at + n) of the concatenated shards.
-static void read_tokens(const dsc_loader *l, int64_t at, int64_t n, int32_t *out) {
+// Tokens [at, at + n) of the concatenated shards, into out (int32) or, with fl, their flags.
+static void read_span(const dsc_loader *l, int64_t at, int64_t n, int32_t *out, uint8_t *fl) {
     int lo = 0, hi = l->nshards - 1; // find the shard holding `at`: last i with begin[i] <= at
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -211,28 +252,52 @@ static void read_tokens(const dsc_loader *l, int64_t at, int64_t n, int32_t *out
         int64_t off = at - l->begin[s], m = l->shards[s].ntok - off;
         if (m <= 0) continue; // empty shard
         m = m < n ? m : n;
-        dsc_shard_read(&l->shards[s], off, m, out);
-        out += m;
+        if (fl) dsc_shard_read_flags(&l->shards[s], off, m, fl), fl += m;
+        else dsc_shard_read(&l->shards[s], off, m, out), out += m;
         at += m;
         n -= m;
     }
 }
 
-static dsc_status fill(dsc_loader *l, int64_t first, int n, int32_t *inputs, int32_t *targets) {
+// One window starting at token `at`: inputs, targets (ignored ones DSC_LOADER_IGNORE), and
+// positions when pos is given. fl: T + 1 bytes of scratch.
+static void fill_window(const dsc_loader *l, int64_t at, int32_t *in, int32_t *tg, int32_t *pos,
+                        uint8_t *fl) {
     int T = l->T;
-    for (int k = 0; k < n; k++) {
+    read_span(l, at, T, in, NULL);
+    memcpy(tg, in + 1, (size_t)(T - 1) * sizeof *tg);
+    read_span(l, at + T, 1, tg + T - 1, NULL);
+    if (!l->flagged) {
+        for (int t = 0; pos && t < T; t++) pos[t] = t;
+        return;
+    }
+    read_span(l, at, T + 1, NULL, fl);
+    for (int t = 0; t < T; t++)
+        if (!(fl[t + 1] & DSC_TOK_TARGET)) tg[t] = DSC_LOADER_IGNORE;
+    for (int t = 0; pos && t < T; t++)
+        pos[t] = t == 0 || (l->restart && (fl[t] & DSC_TOK_DOC)) ? 0 : pos[t - 1] + 1;
+}
+
+static dsc_status fill(dsc_loader *l, int64_t first, int n, int32_t *inputs, int32_t *targets,
+                       int32_t *positions) {
+    int T = l->T;
+    uint8_t *fl = l->flagged ? malloc((size_t)T + 1) : NULL;
+    if (l->flagged && !fl) return dsc__fail(DSC_ERR_OOM, "data %s: out of memory", l->path);
+    dsc_status st = DSC_OK;
+    for (int k = 0; k < n && st == DSC_OK; k++) {
         int64_t g = first + k, epoch = g / l->nwin, w = g % l->nwin;
         if (l->shuffle) {
             const int64_t *perm = NULL;
-            DSC_TRY(get_perm(l, epoch, &perm));
+            st = get_perm(l, epoch, &perm);
+            if (st != DSC_OK) break;
             w = perm[w];
         }
-        int32_t *in = inputs + (size_t)k * T, *tg = targets + (size_t)k * T;
-        read_tokens(l, w * T, T, in);
-        memcpy(tg, in + 1, (size_t)(T - 1) * sizeof *tg);
-        read_tokens(l, w * T + T, 1, tg + T - 1);
+        size_t off = (size_t)k * T;
+        fill_window(l, w * l->row, inputs + off, targets + off, positions ? positions + off : NULL,
+                    fl);
     }
-    return DSC_OK;
+    free(fl);
+    return st;
 }
 
 // ---- internal: prefetching ----
@@ -252,7 +317,9 @@ static bool reserve(pf_slot *s, size_t ints) {
     if (in) s->in = in;
     int32_t *tg = in ? realloc(s->tg, ints * sizeof *tg) : NULL;
     if (tg) s->tg = tg;
-    if (!in || !tg) return false;
+    int32_t *pos = tg ? realloc(s->pos, ints * sizeof *pos) : NULL;
+    if (pos) s->pos = pos;
+    if (!in || !tg || !pos) return false;
     s->cap = ints;
     return true;
 }
@@ -274,7 +341,7 @@ static void *worker(void *arg) {
             s->st = dsc__fail(DSC_ERR_OOM, "data %s: out of memory for a prefetch buffer of %d "
                               "samples", l->path, s->n);
         else
-            s->st = fill(l, s->first, s->n, s->in, s->tg);
+            s->st = fill(l, s->first, s->n, s->in, s->tg, s->pos);
         if (s->st != DSC_OK) snprintf(s->err, sizeof s->err, "%s", dsc_last_error());
         pthread_mutex_lock(&l->mu);
         s->state = SLOT_DONE;
@@ -338,7 +405,7 @@ static pf_slot *demand(dsc_loader *l, int64_t first, int n) {
 }
 
 static dsc_status get_prefetched(dsc_loader *l, int64_t first, int n, int32_t *inputs,
-                                 int32_t *targets) {
+                                 int32_t *targets, int32_t *positions) {
     pthread_mutex_lock(&l->mu);
     pf_slot *s = find_slot(l, first, n);
     if (!s) s = demand(l, first, n);
@@ -350,6 +417,7 @@ static dsc_status get_prefetched(dsc_loader *l, int64_t first, int n, int32_t *i
         size_t ints = (size_t)n * (size_t)l->T;
         memcpy(inputs, s->in, ints * sizeof *inputs);
         memcpy(targets, s->tg, ints * sizeof *targets);
+        if (positions) memcpy(positions, s->pos, ints * sizeof *positions);
     } else {
         dsc__fail(st, "%s", s->err);
     }
@@ -388,6 +456,7 @@ dsc_status dsc_loader_create(dsc_loader **out, const dsc_loader_opts *o) {
     l->T = o->T;
     l->seed = o->seed;
     l->shuffle = o->shuffle;
+    l->restart = o->restart_positions;
     for (int c = 0; c < PERM_CACHE; c++) l->perms[c].epoch = -1;
     const char *split = o->split ? o->split : "train";
     dsc_status st;
@@ -414,6 +483,7 @@ void dsc_loader_destroy(dsc_loader *l) {
         for (int i = 0; i < l->nslots; i++) {
             free(l->slots[i].in);
             free(l->slots[i].tg);
+            free(l->slots[i].pos);
         }
         free(l->slots);
         pthread_mutex_destroy(&l->mu);
@@ -444,12 +514,20 @@ void dsc_loader_set_stride(dsc_loader *l, int64_t stride) {
     if (l->nslots > 0) pthread_mutex_unlock(&l->mu);
 }
 
+bool dsc_loader_masked(const dsc_loader *l) { return l->masked; }
+bool dsc_loader_packed(const dsc_loader *l) { return l->row > l->T; }
+
 dsc_status dsc_loader_get(dsc_loader *l, int64_t first, int n, int32_t *inputs,
                           int32_t *targets) {
+    return dsc_loader_get_pos(l, first, n, inputs, targets, NULL);
+}
+
+dsc_status dsc_loader_get_pos(dsc_loader *l, int64_t first, int n, int32_t *inputs,
+                              int32_t *targets, int32_t *positions) {
     if (first < 0 || n < 0)
         return dsc__fail(DSC_ERR_INVALID_ARG, "data loader: samples from %lld, count %d: both "
                          "must be >= 0", (long long)first, n);
     if (n == 0) return DSC_OK;
-    if (l->nslots == 0) return fill(l, first, n, inputs, targets);
-    return get_prefetched(l, first, n, inputs, targets);
+    if (l->nslots == 0) return fill(l, first, n, inputs, targets, positions);
+    return get_prefetched(l, first, n, inputs, targets, positions);
 }

@@ -1,6 +1,7 @@
 // data/prepare.c - text files -> tokenized train/val shards + dataset.json, and the built-in
 // default dataset (system license texts, or generated text where those are absent).
 #include "data/prepare.h"
+#include "data/prepare_impl.h" // dsc__prepare_*
 
 #include <dirent.h>   // opendir, readdir
 #include <errno.h>    // errno, EEXIST
@@ -455,6 +456,7 @@ static dsc_status check_opts(const dsc_prepare_opts *o) {
 
 dsc_status dsc_data_prepare(const dsc_prepare_opts *o) {
     DSC_TRY(check_opts(o));
+    if (dsc__prepare_is_examples(o)) return dsc__prepare_examples(o); // prepare_sft.c
     const char *spec = o->tokenizer ? o->tokenizer : "byte";
     doc_list d = {0};
     dsc_status st = DSC_OK;
@@ -496,4 +498,16 @@ dsc_status dsc_data_default(const char *out_dir, const char *source_dir) {
                  out_dir, (long long)r.train, (long long)r.val, origin);
     docs_free(&d);
     return st;
+}
+
+// ---- internal, shared with prepare_sft.c (prepare_impl.h) ----
+
+dsc_status dsc__prepare_read_file(const char *path, char **text, size_t *len) {
+    return read_file(path, text, len);
+}
+
+dsc_status dsc__prepare_make_dirs(const char *dir) { return make_dirs(dir); }
+
+dsc_status dsc__prepare_write_json(const char *out_dir, json_t *j) {
+    return write_json(out_dir, j);
 }

@@ -17,19 +17,31 @@
 
 #define DSC_PREPARE_VAL_FRACTION 0.05 // default for --val-fraction
 
-// `dsc data prepare --input FILES --tokenizer byte|gpt2:DIR --out DIR [--val-fraction F]`.
+// `dsc data prepare --input FILES --tokenizer byte|gpt2:DIR --out DIR [--val-fraction F]
+// [--format auto|text|jsonl] [--chat-template SPEC] [--seq-len N] [--on-bad-line error|skip]`.
 typedef struct dsc_prepare_opts {
-    const char *const *inputs; // text files, one document each, in this order
+    const char *const *inputs; // text files, one document each, or JSONL files, in this order
     int ninputs;
     const char *tokenizer;     // "byte" or "gpt2:DIR" (see tokenizer.h)
     const char *out_dir;       // created if missing; train.bin / val.bin / dataset.json replaced
     double val_fraction;       // in [0, 1)
+    const char *format;        // NULL/"auto": files named *.jsonl are JSONL (jsonl.h), others
+                               // text; "text" or "jsonl": every input
+    const char *chat_template; // for "messages" lines: see dsc_chat_template_load (NULL: the
+                               // hf:DIR tokenizer's tokenizer_config.json, else ChatML)
+    int seq_len;               // > 0: pack the examples into rows of seq_len + 1 tokens (pack.h)
+    int on_bad_line;           // DSC_BAD_LINE_ERROR (0) or DSC_BAD_LINE_SKIP (jsonl.h)
 } dsc_prepare_opts;
 
 // Tokenize, split, write the folder, and print a one-line summary to stdout.
+// With JSONL input or seq_len > 0 the data is examples with loss-mask flags (shard versions 3-4,
+// written by dsc__prepare_examples): each example ends with the end-of-text token, and the
+// validation split is the last val_fraction of the rows (packed) or tokens (a stream).
+// Plain text files without seq_len give plain shards exactly as before (versions 1-2).
+// Nothing in out_dir changes unless every input was read and tokenized.
 // Errors: DSC_ERR_IO naming a missing/unreadable input or an unwritable output,
-// DSC_ERR_INVALID_ARG for bad options or inputs that hold no text (nothing is written then),
-// tokenizer errors.
+// DSC_ERR_INVALID_ARG for bad options, inputs that hold no text (nothing is written then) and
+// bad JSONL lines (file:line), tokenizer errors.
 dsc_status dsc_data_prepare(const dsc_prepare_opts *o);
 
 // The built-in dataset, needing no download: the license texts every Debian-family system ships

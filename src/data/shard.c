@@ -28,22 +28,26 @@ static void put_le32(uint8_t *p, uint32_t v) {
 
 // Check the header against the file size; the message tells the user how to get a good shard.
 static dsc_status check_header(const char *path, const uint8_t *h, int64_t file_bytes,
-                               int *version, int64_t *ntok) {
+                               int *version, int64_t *ntok, int *row) {
     int32_t magic = (int32_t)le32(h), ver = (int32_t)le32(h + 4), n = (int32_t)le32(h + 8);
+    int32_t r = ver >= 3 ? (int32_t)le32(h + 12) : 0;
     if (magic != DSC_SHARD_MAGIC)
         return dsc__fail(DSC_ERR_CORRUPT,
                          "data shard %s: bad magic %d (expected %d): not a dsc/llm.c token shard; "
                          "create shards with `dsc data prepare`",
                          path, magic, DSC_SHARD_MAGIC);
-    if (ver != 1 && ver != 2)
+    if (ver < 1 || ver > 4)
         return dsc__fail(DSC_ERR_CORRUPT,
-                         "data shard %s: unsupported version %d (this dsc reads 1 = uint16 tokens "
-                         "and 2 = uint32 tokens); re-create it with `dsc data prepare`",
-                         path, ver);
+                         "data shard %s: unsupported version %d (this dsc reads 1-2 = "
+                         "uint16/uint32 tokens, 3-4 = the same with loss-mask flags); re-create "
+                         "it with `dsc data prepare`", path, ver);
     if (n < 0)
         return dsc__fail(DSC_ERR_CORRUPT, "data shard %s: negative token count %d in header; "
                          "re-create it with `dsc data prepare`", path, n);
-    int64_t want = DSC_SHARD_HEADER_BYTES + (int64_t)n * (ver == 1 ? 2 : 4);
+    if (r < 0 || (r > 0 && n % r != 0))
+        return dsc__fail(DSC_ERR_CORRUPT, "data shard %s: row length %d does not divide the %d "
+                         "tokens; re-create it with `dsc data prepare`", path, r, n);
+    int64_t want = DSC_SHARD_HEADER_BYTES + (int64_t)n * (ver % 2 ? 2 : 4) + (ver >= 3 ? n : 0);
     if (file_bytes != want)
         return dsc__fail(DSC_ERR_CORRUPT,
                          "data shard %s: %s: header says %d tokens, so %lld bytes expected, but "
@@ -52,6 +56,7 @@ static dsc_status check_header(const char *path, const uint8_t *h, int64_t file_
                          (long long)want, (long long)file_bytes);
     *version = ver;
     *ntok = n;
+    *row = r;
     return DSC_OK;
 }
 
@@ -77,8 +82,9 @@ static dsc_status open_fd(dsc_shard *s, int fd) {
                          s->path, (long long)bytes, DSC_SHARD_HEADER_BYTES);
     DSC_TRY(map_file(s, fd, bytes));
     const uint8_t *h = s->map;
-    DSC_TRY(check_header(s->path, h, bytes, &s->version, &s->ntok));
+    DSC_TRY(check_header(s->path, h, bytes, &s->version, &s->ntok, &s->row));
     s->body = h + DSC_SHARD_HEADER_BYTES;
+    if (s->version >= 3) s->flags = s->body + s->ntok * (s->version == 3 ? 2 : 4);
     return DSC_OK;
 }
 
@@ -95,14 +101,15 @@ static dsc_status check_tokens(const char *path, const int32_t *tokens, int64_t 
 
 // Header and body, encoded in chunks so that a large shard needs no second full-size buffer.
 static dsc_status write_body(int fd, const char *tmp, const int32_t *tokens, int64_t n,
-                             int version) {
+                             int version, int row) {
     uint8_t header[DSC_SHARD_HEADER_BYTES] = {0};
     put_le32(header, DSC_SHARD_MAGIC);
     put_le32(header + 4, (uint32_t)version);
     put_le32(header + 8, (uint32_t)n);
+    put_le32(header + 12, (uint32_t)row);
     DSC_TRY(dsc__write_all(fd, header, sizeof header, tmp));
     enum { CHUNK = 1 << 16 };
-    size_t width = version == 1 ? 2 : 4;
+    size_t width = version % 2 ? 2 : 4;
     uint8_t *buf = malloc(CHUNK * width);
     if (!buf) return dsc__fail(DSC_ERR_OOM, "data shard %s: out of memory", tmp);
     dsc_status st = DSC_OK;
@@ -110,7 +117,7 @@ static dsc_status write_body(int fd, const char *tmp, const int32_t *tokens, int
         int64_t m = n - at < CHUNK ? n - at : CHUNK;
         for (int64_t i = 0; i < m; i++) {
             uint32_t v = (uint32_t)tokens[at + i];
-            if (version == 1) {
+            if (width == 2) {
                 buf[2 * i] = (uint8_t)v;
                 buf[2 * i + 1] = (uint8_t)(v >> 8);
             } else {
@@ -147,11 +154,13 @@ void dsc_shard_close(dsc_shard *s) {
     s->map = NULL;
     s->map_bytes = 0;
     s->body = NULL;
+    s->flags = NULL;
     s->ntok = 0;
+    s->row = 0;
 }
 
 void dsc_shard_read(const dsc_shard *s, int64_t first, int64_t n, int32_t *out) {
-    if (s->version == 1) {
+    if (s->version == 1 || s->version == 3) {
         const uint8_t *p = s->body + 2 * first;
         for (int64_t i = 0; i < n; i++) out[i] = (int32_t)(p[2 * i] | (uint32_t)p[2 * i + 1] << 8);
     } else {
@@ -160,7 +169,20 @@ void dsc_shard_read(const dsc_shard *s, int64_t first, int64_t n, int32_t *out) 
     }
 }
 
+void dsc_shard_read_flags(const dsc_shard *s, int64_t first, int64_t n, uint8_t *out) {
+    if (s->flags) memcpy(out, s->flags + first, (size_t)n);
+    else memset(out, DSC_TOK_TARGET, (size_t)n);
+}
+
 dsc_status dsc_shard_write(const char *path, const int32_t *tokens, int64_t n, int vocab_size) {
+    return dsc_shard_write_flags(path, tokens, NULL, n, vocab_size, 0);
+}
+
+dsc_status dsc_shard_write_flags(const char *path, const int32_t *tokens, const uint8_t *flags,
+                                 int64_t n, int vocab_size, int row) {
+    if (row < 0 || (row > 0 && (!flags || n % row != 0)))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "data shard %s: row length %d needs flags and must "
+                         "divide the %lld tokens", path, row, (long long)n);
     if (n < 0 || n > DSC_SHARD_MAX_TOKENS)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "data shard %s: %lld tokens do not fit one shard (at most %d); split the "
@@ -170,6 +192,11 @@ dsc_status dsc_shard_write(const char *path, const int32_t *tokens, int64_t n, i
         return dsc__fail(DSC_ERR_INVALID_ARG, "data shard %s: vocab size %d must be positive",
                          path, vocab_size);
     DSC_TRY(check_tokens(path, tokens, n, vocab_size));
+    for (int64_t i = 0; flags && i < n; i++)
+        if (flags[i] & ~(DSC_TOK_TARGET | DSC_TOK_DOC))
+            return dsc__fail(DSC_ERR_INVALID_ARG, "data shard %s: flag byte %lld is 0x%02x; only "
+                             "DSC_TOK_TARGET and DSC_TOK_DOC are defined", path, (long long)i,
+                             flags[i]);
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return dsc__fail(DSC_ERR_INVALID_ARG, "data shard path too long: %.80s...", path);
@@ -177,7 +204,9 @@ dsc_status dsc_shard_write(const char *path, const int32_t *tokens, int64_t n, i
     if (fd < 0)
         return dsc__fail(DSC_ERR_IO, "data shard %s: cannot create: %s; check that the folder "
                          "exists and is writable", tmp, strerror(errno));
-    dsc_status st = write_body(fd, tmp, tokens, n, vocab_size <= 65536 ? 1 : 2);
+    int version = (vocab_size <= 65536 ? 1 : 2) + (flags ? 2 : 0);
+    dsc_status st = write_body(fd, tmp, tokens, n, version, row);
+    if (st == DSC_OK && flags) st = dsc__write_all(fd, flags, (size_t)n, tmp);
     if (st == DSC_OK && fsync(fd) != 0)
         st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
     if (close(fd) != 0 && st == DSC_OK)

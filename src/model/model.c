@@ -276,8 +276,14 @@ dsc_status dsc_model_reserve(dsc_model *m, int B, int T, dsc_mem_pool *pool) {
 dsc_status dsc_model_forward(dsc_model *m, float *const *params, const int32_t *inputs,
                              const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
                              float *loss) {
+    return dsc_model_forward_pos(m, params, inputs, NULL, targets, B, T, hooks, loss);
+}
+
+dsc_status dsc_model_forward_pos(dsc_model *m, float *const *params, const int32_t *inputs,
+                                 const int32_t *pos, const int32_t *targets, int B, int T,
+                                 const dsc_model_hooks *hooks, float *loss) {
     DSC_TRY(need_state(m, "dsc_model_forward"));
-    return m->ops->forward(m->state, params, inputs, targets, B, T, hooks, loss);
+    return m->ops->forward(m->state, params, inputs, pos, targets, B, T, hooks, loss);
 }
 
 dsc_status dsc_model_backward(dsc_model *m, float *const *params, float *const *grads,

@@ -44,12 +44,13 @@ def tensor_table(n_layer, n_embd, vocab_size, max_seq_len):
     return table
 
 
-def gpt2_loss(P, n_layer, n_head, inputs, targets):
+def gpt2_loss(P, n_layer, n_head, inputs, targets, positions=None):
+    """positions: (B, T) position ids, or None for 0..T-1 in every row."""
     B, T = inputs.shape
     C = P["wte.weight"].shape[1]
     V = P["wte.weight"].shape[0]
     hs = C // n_head
-    x = P["wte.weight"][inputs] + P["wpe.weight"][:T]
+    x = P["wte.weight"][inputs] + (P["wpe.weight"][:T] if positions is None else P["wpe.weight"][positions])
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for i in range(n_layer):
         p = lambda name: P[f"h.{i}.{name}"]

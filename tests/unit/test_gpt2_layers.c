@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>   // tanh, exp, log, sqrt, fabs
+#include <stdbool.h> // bool
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // malloc, calloc, free, getenv, strtoull
 #include <string.h> // memcmp, memcpy, strstr
@@ -143,13 +144,15 @@ static double ref_gelu(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
-static void ref_encoder(double *out, const int32_t *tok, const double *wte, const double *wpe,
-                        int B, int T, int C) {
+// pos: position ids (B, T), or NULL for t.
+static void ref_encoder(double *out, const int32_t *tok, const int32_t *pos, const double *wte,
+                        const double *wpe, int B, int T, int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++)
                 out[((size_t)b * T + t) * C + c] =
-                    wte[(size_t)tok[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+                    wte[(size_t)tok[b * T + t] * C + c] +
+                    wpe[(size_t)(pos ? pos[b * T + t] : t) * C + c];
 }
 
 static double ref_xent_sum(const double *logits, const int32_t *tgt, int N, int V) {
@@ -159,7 +162,7 @@ static double ref_xent_sum(const double *logits, const int32_t *tgt, int N, int 
         double m = -INFINITY, s = 0.0;
         for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
         for (int j = 0; j < V; j++) s += exp(l[j] - m);
-        sum += m + log(s) - l[tgt[r]];
+        if (tgt[r] >= 0) sum += m + log(s) - l[tgt[r]]; // negative: ignored
     }
     return sum;
 }
@@ -404,7 +407,7 @@ typedef struct enc_ctx {
 
 static double enc_objective(void *p) {
     enc_ctx *k = p;
-    ref_encoder(k->out, k->tok, k->wte, k->wpe, k->B, k->T, k->C);
+    ref_encoder(k->out, k->tok, NULL, k->wte, k->wpe, k->B, k->T, k->C);
     return dot(k->out, k->dout, (size_t)k->B * k->T * k->C);
 }
 
@@ -417,8 +420,8 @@ static void test_embedding(void **state) {
     float *wte = rand_floats(ne, -1, 1), *wpe = rand_floats(np, -1, 1);
     float *dout = rand_floats(no, -1, 1), *out = malloc(sizeof(float) * no);
     float *dwte = calloc(ne, sizeof(float)), *dwpe = calloc(np, sizeof(float));
-    dsc__gpt2_encoder_forward(out, tok, wte, wpe, B, T, C);
-    dsc__gpt2_encoder_backward(dwte, dwpe, dout, tok, B, T, C);
+    dsc__gpt2_encoder_forward(out, tok, NULL, wte, wpe, B, T, C);
+    dsc__gpt2_encoder_backward(dwte, dwpe, dout, tok, NULL, B, T, C);
     enc_ctx k = {B, T, C, tok, to_double(wte, ne), to_double(wpe, np), to_double(dout, no),
                  malloc(sizeof(double) * no)};
     enc_objective(&k);
@@ -478,12 +481,12 @@ static void model_free(model *m) {
 
 // Float64 GPT-2 loss, written from the layer references above; P[i] is tensor i.
 static double ref_model_loss(const dsc_gpt2_config *c, double **P, const int32_t *in,
-                             const int32_t *tg, int B, int T) {
+                             const int32_t *pos, const int32_t *tg, int B, int T) {
     int C = c->n_embd, V = c->vocab_size, BT = B * T;
     double *x = malloc(sizeof(double) * BT * C), *h = malloc(sizeof(double) * BT * C);
     double *big = malloc(sizeof(double) * BT * 4 * C), *a = malloc(sizeof(double) * BT * C);
     double *logits = malloc(sizeof(double) * BT * V);
-    ref_encoder(x, in, P[0], P[1], B, T, C);
+    ref_encoder(x, in, pos, P[0], P[1], B, T, C);
     for (int l = 0; l < c->n_layer; l++) {
         double **p = P + 2 + 12 * l;
         ref_layernorm(h, x, p[0], p[1], BT, C);
@@ -502,7 +505,9 @@ static double ref_model_loss(const dsc_gpt2_config *c, double **P, const int32_t
     for (int r = 0; r < BT; r++)
         for (int v = 0; v < V; v++)
             logits[(size_t)r * V + v] = dot(h + (size_t)r * C, P[0] + (size_t)v * C, C);
-    double loss = ref_xent_sum(logits, tg, BT, V) / BT;
+    int counted = 0; // the mean runs over the targets that are not ignored
+    for (int r = 0; r < BT; r++) counted += tg[r] >= 0;
+    double loss = counted ? ref_xent_sum(logits, tg, BT, V) / counted : 0.0;
     free(x), free(h), free(big), free(a), free(logits);
     return loss;
 }
@@ -510,13 +515,13 @@ static double ref_model_loss(const dsc_gpt2_config *c, double **P, const int32_t
 typedef struct model_ctx {
     const dsc_gpt2_config *c;
     double **P;
-    const int32_t *in, *tg;
+    const int32_t *in, *tg, *pos;
     int B, T;
 } model_ctx;
 
 static double model_objective(void *p) {
     model_ctx *k = p;
-    return ref_model_loss(k->c, k->P, k->in, k->tg, k->B, k->T);
+    return ref_model_loss(k->c, k->P, k->in, k->pos, k->tg, k->B, k->T);
 }
 
 static void random_tokens(int32_t *t, int n, int V) {
@@ -525,22 +530,32 @@ static void random_tokens(int32_t *t, int n, int V) {
 
 // d2 (2 layers, 2 heads, 128 channels), V 64, B 2, T 8 (< maxT 12): loss against the float64
 // model, and gradients of a random sample of every tensor's elements against central differences.
-static void test_model_gradcheck(void **state) {
+// masked: 11 of the 16 targets are ignored (-1), so the loss is the mean over the other 5.
+// positions: position ids restart at two document starts (as packed rows with restarts do).
+static void model_gradcheck(bool masked, bool positions) {
     model m = model_new("d2", 64, 12, 11);
     int B = 2, T = 8;
     int32_t in[16], tg[16];
     rng_seed(12);
     random_tokens(in, B * T, 64);
     random_tokens(tg, B * T, 64);
+    for (int i = 0; masked && i < B * T; i++)
+        if (i % 3 != 1) tg[i] = DSC_GPT2_IGNORE;
+    int32_t pos[16];
+    for (int i = 0; i < B * T; i++) { // documents start at t = 3 (row 0) and t = 5 (row 1)
+        int t = i % T, start = i < T ? 3 : 5;
+        pos[i] = t < start ? t : t - start;
+    }
     dsc_gpt2 *net = NULL;
     assert_int_equal(dsc_gpt2_create(&net, &m.c, B, T + 1), DSC_OK);
     float loss = 0.0f;
-    assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, B, T, NULL, &loss), DSC_OK);
+    assert_int_equal(dsc_gpt2_forward_pos(net, m.p, in, positions ? pos : NULL, tg, B, T, NULL,
+                                          &loss), DSC_OK);
     assert_int_equal(dsc_gpt2_backward(net, m.p, m.g, 1.0f, NULL), DSC_OK);
 
     double **P = calloc(m.n, sizeof(double *));
     for (int i = 0; i < m.n; i++) P[i] = to_double(m.p[i], m.numel[i]);
-    model_ctx k = {&m.c, P, in, tg, B, T};
+    model_ctx k = {&m.c, P, in, tg, positions ? pos : NULL, B, T};
     double want = model_objective(&k);
     double loss_err = fabs(loss - want) / fabs(want);
     printf("  model loss %.7f, float64 %.7f, rel err %.2g\n", loss, want, loss_err);
@@ -573,6 +588,55 @@ static void test_model_gradcheck(void **state) {
     printf("  model gradients: worst sampled rel err %.3g (tol 1e-5)\n", worst);
     for (int i = 0; i < m.n; i++) free(P[i]);
     free(P);
+    dsc_gpt2_destroy(net);
+    model_free(&m);
+}
+
+static void test_model_gradcheck(void **state) { model_gradcheck(false, false); }
+
+// Position ids: the loss and every gradient (wpe's rows now shared by several positions) against
+// the float64 model; identity positions are bitwise the plain forward; bad ids are errors.
+static void test_model_positions(void **state) {
+    model_gradcheck(true, true);
+    model m = model_new("d1", 32, 8, 17);
+    int32_t in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tg[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    int32_t pos[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    dsc_gpt2 *net = NULL;
+    assert_int_equal(dsc_gpt2_create(&net, &m.c, 1, 8), DSC_OK);
+    float a, b;
+    assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 1, 8, NULL, &a), DSC_OK);
+    assert_int_equal(dsc_gpt2_backward(net, m.p, m.g, 1.0f, NULL), DSC_OK);
+    float *g1 = malloc(sizeof(float) * m.numel[1]);
+    memcpy(g1, m.g[1], sizeof(float) * m.numel[1]);
+    model_zero_grads(&m);
+    assert_int_equal(dsc_gpt2_forward_pos(net, m.p, in, pos, tg, 1, 8, NULL, &b), DSC_OK);
+    assert_int_equal(dsc_gpt2_backward(net, m.p, m.g, 1.0f, NULL), DSC_OK);
+    assert_true(a == b);
+    assert_memory_equal(g1, m.g[1], sizeof(float) * m.numel[1]);
+    pos[3] = 8; // wpe has max_seq_len = 8 rows
+    assert_int_equal(dsc_gpt2_forward_pos(net, m.p, in, pos, tg, 1, 8, NULL, &b),
+                     DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "positions[b=0, t=3] = 8"));
+    free(g1);
+    dsc_gpt2_destroy(net);
+    model_free(&m);
+}
+
+// Ignored targets leave the loss and the gradients: both against the float64 model's mean over
+// the targets that count. All targets ignored: loss 0 and no gradient at all.
+static void test_model_gradcheck_masked(void **state) {
+    model_gradcheck(true, false);
+    model m = model_new("d1", 32, 8, 13);
+    int32_t in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tg[8];
+    for (int i = 0; i < 8; i++) tg[i] = -1 - i; // any negative id is ignored
+    dsc_gpt2 *net = NULL;
+    assert_int_equal(dsc_gpt2_create(&net, &m.c, 1, 8), DSC_OK);
+    float loss = 1.0f;
+    assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 1, 8, NULL, &loss), DSC_OK);
+    assert_true(loss == 0.0f);
+    assert_int_equal(dsc_gpt2_backward(net, m.p, m.g, 1.0f, NULL), DSC_OK);
+    for (int i = 0; i < m.n; i++)
+        for (int64_t j = 0; j < m.numel[i]; j++) assert_true(m.g[i][j] == 0.0f);
     dsc_gpt2_destroy(net);
     model_free(&m);
 }
@@ -801,9 +865,9 @@ static void test_argument_checks(void **state) {
     assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 2, 4, NULL, &loss), DSC_ERR_INVALID_ARG);
     assert_non_null(strstr(dsc_last_error(), "inputs[b=1, t=2] = 50"));
     in[6] = 6;
-    tg[1] = -1;
+    tg[1] = 50; // negative targets are ignored ones; ids at or past the vocabulary are errors
     assert_int_equal(dsc_gpt2_forward(net, m.p, in, tg, 2, 4, NULL, &loss), DSC_ERR_INVALID_ARG);
-    assert_non_null(strstr(dsc_last_error(), "targets[b=0, t=1] = -1"));
+    assert_non_null(strstr(dsc_last_error(), "targets[b=0, t=1] = 50"));
     // Without targets: logits only, and backward refuses.
     assert_int_equal(dsc_gpt2_forward(net, m.p, in, NULL, 2, 4, NULL, NULL), DSC_OK);
     assert_non_null(dsc_gpt2_logits(net));
@@ -840,6 +904,8 @@ int main(void) {
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_model_gradcheck),
+        cmocka_unit_test(test_model_gradcheck_masked),
+        cmocka_unit_test(test_model_positions),
         cmocka_unit_test(test_model_determinism_accumulation),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_argument_checks),

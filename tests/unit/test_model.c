@@ -352,8 +352,9 @@ static void bg_destroy(void *state) {
     free(b->in), free(b->tg), free(b->logits), free(b);
 }
 static dsc_status bg_forward(void *state, float *const *params, const int32_t *in,
-                             const int32_t *tg, int B, int T, const dsc_model_hooks *h,
-                             float *loss) {
+                             const int32_t *pos, const int32_t *tg, int B, int T,
+                             const dsc_model_hooks *h, float *loss) {
+    (void)pos; // a bigram has no positions
     bigram *b = state;
     double sum = 0;
     for (int r = 0; r < B * T; r++) {

@@ -23,7 +23,8 @@ static int setup(void **state) {
 }
 
 static const char *const FILES[] = {"v1.bin", "v2.bin", "empty.bin", "magic.bin", "short.bin",
-                                    "tiny.bin", "long.bin", "ver.bin"};
+                                    "tiny.bin", "long.bin", "ver.bin", "v3.bin", "v4.bin",
+                                    "row.bin"};
 
 static int teardown(void **state) {
     char p[600];
@@ -120,6 +121,79 @@ static void test_v2_round_trip(void **state) {
     dsc_shard_close(&s);
 }
 
+// Versions 3 (uint16) and 4 (uint32): the tokens, then one flag byte each; word 3 the row length.
+static void test_flags_round_trip(void **state) {
+    enum { N = 12 };
+    int32_t tok[N];
+    uint8_t fl[N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = 100 + i;
+        fl[i] = (uint8_t)((i % 3 ? DSC_TOK_TARGET : 0) | (i % 4 == 0 ? DSC_TOK_DOC : 0));
+    }
+    assert_int_equal(dsc_shard_write_flags(path_of("v3.bin"), tok, fl, N, 50257, 4), DSC_OK);
+    long n;
+    uint8_t *b = slurp(path_of("v3.bin"), &n);
+    assert_int_equal(n, 1024 + 3 * N);
+    assert_int_equal(((int32_t *)b)[1], 3);
+    assert_int_equal(((int32_t *)b)[2], N);
+    assert_int_equal(((int32_t *)b)[3], 4);
+    assert_memory_equal(b + 1024 + 2 * N, fl, N);
+    free(b);
+    dsc_shard s;
+    assert_int_equal(dsc_shard_open(&s, path_of("v3.bin")), DSC_OK);
+    assert_int_equal(s.version, 3);
+    assert_int_equal(s.row, 4);
+    int32_t back[N];
+    uint8_t fb[N];
+    dsc_shard_read(&s, 0, N, back);
+    dsc_shard_read_flags(&s, 0, N, fb);
+    assert_memory_equal(back, tok, sizeof tok);
+    assert_memory_equal(fb, fl, sizeof fl);
+    dsc_shard_close(&s);
+    tok[7] = 70000; // a vocabulary above 65536: version 4, 32-bit ids, never wrapped
+    assert_int_equal(dsc_shard_write_flags(path_of("v4.bin"), tok, fl, N, 70001, 0), DSC_OK);
+    assert_int_equal(dsc_shard_open(&s, path_of("v4.bin")), DSC_OK);
+    assert_int_equal(s.version, 4);
+    assert_int_equal(s.row, 0);
+    assert_int_equal(s.ntok, N);
+    assert_int_equal(dsc_shard_token(&s, 7), 70000);
+    dsc_shard_read_flags(&s, 0, N, fb);
+    assert_memory_equal(fb, fl, sizeof fl);
+    dsc_shard_close(&s);
+    // An id the vocabulary cannot hold is an error, not a wrap; so are a row length that does
+    // not divide the tokens and undefined flag bits.
+    assert_int_equal(dsc_shard_write_flags(path_of("v4.bin"), tok, fl, N, 65536, 0),
+                     DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "70000"));
+    assert_int_equal(dsc_shard_write_flags(path_of("row.bin"), tok, fl, N, 70001, 5),
+                     DSC_ERR_INVALID_ARG);
+    fl[2] = 0x80;
+    assert_int_equal(dsc_shard_write_flags(path_of("row.bin"), tok, fl, N, 70001, 0),
+                     DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "flag byte 2"));
+    // A plain shard reads as every token a target.
+    int32_t t2[2] = {1, 2};
+    assert_int_equal(dsc_shard_write(path_of("row.bin"), t2, 2, 256), DSC_OK);
+    assert_int_equal(dsc_shard_open(&s, path_of("row.bin")), DSC_OK);
+    assert_null(s.flags);
+    dsc_shard_read_flags(&s, 0, 2, fb);
+    assert_int_equal(fb[0], DSC_TOK_TARGET);
+    assert_int_equal(fb[1], DSC_TOK_TARGET);
+    dsc_shard_close(&s);
+    // Header checks: a flagged file whose size lacks the flags, a row length that does not
+    // divide the count.
+    write_raw(path_of("row.bin"), 20240520, 3, 10, 20);
+    assert_int_equal(dsc_shard_open(&s, path_of("row.bin")), DSC_ERR_CORRUPT);
+    assert_non_null(strstr(dsc_last_error(), "truncated"));
+    int32_t h[256] = {20240520, 3, 10, 3};
+    FILE *f = fopen(path_of("row.bin"), "wb");
+    fwrite(h, 4, 256, f);
+    for (int i = 0; i < 30; i++) fputc(0, f);
+    fclose(f);
+    assert_int_equal(dsc_shard_open(&s, path_of("row.bin")), DSC_ERR_CORRUPT);
+    assert_non_null(strstr(dsc_last_error(), "row length 3"));
+}
+
 static void test_empty_and_bad_tokens(void **state) {
     dsc_shard s;
     assert_int_equal(dsc_shard_write(path_of("empty.bin"), NULL, 0, 256), DSC_OK);
@@ -181,6 +255,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_v1_round_trip),
         cmocka_unit_test(test_v2_round_trip),
+        cmocka_unit_test(test_flags_round_trip),
         cmocka_unit_test(test_empty_and_bad_tokens),
         cmocka_unit_test(test_errors),
     };

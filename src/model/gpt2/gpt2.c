@@ -5,6 +5,7 @@
 #include <ctype.h>  // isdigit
 #include <errno.h>  // errno
 #include <math.h>   // sqrt, log, cos, sin
+#include <stdbool.h> // bool
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc, calloc, free, strtol
 #include <string.h> // memset, memcpy, strcmp
@@ -223,7 +224,9 @@ struct dsc_gpt2 {
     dsc_mem_pool *pool;  // when the slab is a block of a pool (dsc_gpt2_create_in): the views
     dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
     uint64_t gen;
-    int32_t *tokens;
+    int32_t *tokens;  // (3, BT): inputs, targets, position ids
+    bool has_pos;     // the last forward was given position ids (tokens + 2 BT)
+    int64_t ntargets; // targets of the last forward that count (not negative): the mean's divisor
     // Activations kept for backward: 10 BTC floats per layer (plus row statistics). Per-layer
     // arrays hold n_layer blocks of maxB * maxT rows. Layernorm and GELU outputs are not kept:
     // backward recomputes each in one cheap pass from res, res2 and fch, saving 6 BTC a layer.
@@ -365,7 +368,7 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
     dsc_status st = alloc_slab(m, nfloats);
-    m->tokens = malloc(sizeof(int32_t) * 2 * (size_t)B * T);
+    m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_gpt2_destroy(m);
         if (st != DSC_OK && pool) { // the pool's message names its largest users
@@ -430,9 +433,11 @@ static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *
     return DSC_OK;
 }
 
-static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V) {
+// Ids in [0, V); with ignore_negative, negative ids (ignored targets) pass too.
+static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V,
+                               bool ignore_negative) {
     for (int64_t i = 0; i < (int64_t)B * T; i++) {
-        if (tok[i] >= 0 && tok[i] < V) continue;
+        if (tok[i] < V && (tok[i] >= 0 || ignore_negative)) continue;
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "gpt2 forward: %s[b=%d, t=%d] = %d is outside the vocabulary [0, %d); "
                          "check the tokenizer and vocab_size",
@@ -451,8 +456,8 @@ static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const i
                          "created for; create it with the larger size",
                          B, T, m->maxB, m->maxT);
     DSC_TRY(check_tensors(m, params, "params", hooks));
-    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size));
-    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size));
+    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size, false));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size, true));
     return DSC_OK;
 }
 
@@ -480,7 +485,8 @@ static void layer_forward(dsc_gpt2 *m, float *const *params, int l) {
     lap(m, &t0, 4 + 4 * l);
 }
 
-// ln_f, tied lm_head and (with targets) the loss: the mean over positions, summed in order.
+// ln_f, tied lm_head and (with targets) the loss: the mean over the positions whose target is
+// not ignored (negative), summed in order; 0 when every target is ignored.
 static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t *targets,
                                const dsc_gpt2_hooks *hooks, float *loss) {
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
@@ -500,16 +506,37 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     t0 = lap_start(m);
     dsc__gpt2_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
     double sum = 0.0;
-    for (int64_t i = 0; i < BT; i++) sum += m->losses[i];
-    if (loss) *loss = (float)(sum / (double)BT);
+    m->ntargets = 0;
+    for (int64_t i = 0; i < BT; i++) {
+        sum += m->losses[i]; // 0 at ignored positions
+        m->ntargets += targets[i] >= 0;
+    }
+    if (loss) *loss = m->ntargets ? (float)(sum / (double)m->ntargets) : 0.0f;
     lap(m, &t0, 2 + 4 * L);
+    return DSC_OK;
+}
+
+// Position ids in [0, max_seq_len): the rows of wpe.
+static dsc_status check_positions(const dsc_gpt2 *m, const int32_t *pos, int B, int T) {
+    for (int64_t i = 0; pos && i < (int64_t)B * T; i++)
+        if (pos[i] < 0 || pos[i] >= m->c.max_seq_len)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: positions[b=%d, t=%d] = %d is "
+                             "outside [0, %d), the rows of wpe", (int)(i / T), (int)(i % T),
+                             pos[i], m->c.max_seq_len);
     return DSC_OK;
 }
 
 dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
                             const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
                             float *loss) {
+    return dsc_gpt2_forward_pos(m, params, inputs, NULL, targets, B, T, hooks, loss);
+}
+
+dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
+                                const int32_t *positions, const int32_t *targets, int B, int T,
+                                const dsc_gpt2_hooks *hooks, float *loss) {
     DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
+    DSC_TRY(check_positions(m, positions, B, T));
     refresh(m);
     dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
@@ -519,10 +546,13 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
     int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
     memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
     if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
+    m->has_pos = positions != NULL;
+    if (positions) memcpy(m->tokens + 2 * BT, positions, sizeof(int32_t) * (size_t)BT);
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     double t0 = lap_start(m);
-    dsc__gpt2_encoder_forward(m->res, tok_in, params[0], params[1], B, T, m->c.n_embd);
+    dsc__gpt2_encoder_forward(m->res, tok_in, m->has_pos ? m->tokens + 2 * BT : NULL, params[0],
+                              params[1], B, T, m->c.n_embd);
     lap(m, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     for (int l = 0; l < m->c.n_layer; l++) {
@@ -567,8 +597,8 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
     int64_t BT = (int64_t)m->B * m->T;
     float *dlogits = m->logits; // (BT, V), in place
-    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, loss_scale / (float)BT,
-                            BT, V);
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
+    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
@@ -601,6 +631,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
         DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
     }
-    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens, m->B, m->T, m->c.n_embd);
+    int64_t BT = (int64_t)m->B * m->T;
+    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
+                               m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);
     return call_hook(hooks, HOOK_GRADS_READY, 0);
 }

@@ -83,11 +83,22 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
 void dsc_gpt2_destroy(dsc_gpt2 *m); // NULL ok
 
 // params[i] / grads[i]: tensor i (borrowed for the call). inputs, targets: (B, T) token ids in
-// [0, vocab_size), copied. targets may be NULL: then no loss (*loss untouched), logits only.
-// loss may be NULL. B, T may be smaller than at create.
+// [0, vocab_size), copied; a negative target (DSC_GPT2_IGNORE, or any negative id: PyTorch's
+// ignore_index) is left out of the loss and its gradient, and the loss is the mean over the
+// targets that are not ignored (0 when all are). targets may be NULL: then no loss (*loss
+// untouched), logits only. loss may be NULL. B, T may be smaller than at create.
 dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
                             const int32_t *targets, int B, int T, const dsc_gpt2_hooks *hooks,
                             float *loss);
+
+// The same with position ids (B, T) in [0, max_seq_len), copied: token (b, t) adds wpe row
+// positions[b, t] instead of t (e.g. restarting at 0 at each document of a packed row); NULL is
+// dsc_gpt2_forward. The backward that follows scatters wpe's gradient to those rows.
+dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
+                                const int32_t *positions, const int32_t *targets, int B, int T,
+                                const dsc_gpt2_hooks *hooks, float *loss);
+
+#define DSC_GPT2_IGNORE (-1) // a target that does not count (e.g. a masked prompt token)
 
 // Adds (+=) the gradients of loss_scale * mean loss to grads, so that gradient accumulation and
 // loss scaling work. Must follow a forward with targets; overwrites the logits with their

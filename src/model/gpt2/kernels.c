@@ -380,12 +380,12 @@ void dsc__gpt2_attention_backward(float *dqkv, const float *dout, const float *q
 
 // ---- token and position embeddings ----
 
-void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const float *wte,
-                               const float *wpe, int B, int T, int C) {
+void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const int32_t *pos,
+                               const float *wte, const float *wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
         const float *e = wte + (size_t)inputs[bt] * C;
-        const float *p = wpe + (size_t)(bt % T) * C;
+        const float *p = wpe + (size_t)(pos ? pos[bt] : bt % T) * C;
         float *o = out + (size_t)bt * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
@@ -394,17 +394,26 @@ void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const float *w
 
 // Tokens repeat, so rows of dwte are shared between positions: split by channel block instead,
 // each block visiting positions in order.
-void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                const int32_t *inputs, int B, int T, int C) {
+// Rows of dout added into the rows idx[bt] of dtab, by channel block, positions in order.
+static void scatter_rows(float *dtab, const float *dout, const int32_t *idx, int64_t BT, int C) {
     int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bi = 0; bi < nblocks; bi++) {
         int c0 = bi * COL_BLOCK, c1 = (int)min64(C, c0 + COL_BLOCK);
-        for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-            float *g = dwte + (size_t)inputs[bt] * C;
+        for (int64_t bt = 0; bt < BT; bt++) {
+            float *g = dtab + (size_t)idx[bt] * C;
             const float *d = dout + (size_t)bt * C;
             for (int c = c0; c < c1; c++) g[c] += d[c];
         }
+    }
+}
+
+void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                const int32_t *inputs, const int32_t *pos, int B, int T, int C) {
+    scatter_rows(dwte, dout, inputs, (int64_t)B * T, C);
+    if (pos) { // each wpe row still sums its positions in (b, t) order, as below
+        scatter_rows(dwpe, dout, pos, (int64_t)B * T, C);
+        return;
     }
 #pragma omp parallel for schedule(dynamic, 8)
     for (int t = 0; t < T; t++) {
@@ -442,6 +451,11 @@ void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
 #pragma omp parallel for schedule(dynamic, 8)
     for (int64_t r = 0; r < N; r++) {
         const float *l = logits + (size_t)r * V;
+        if (targets[r] < 0) { // ignored: no loss, and backward gives the row no gradient
+            lse[r] = 0.0f;
+            losses[r] = 0.0f;
+            continue;
+        }
         lse[r] = row_logsumexp(l, V);
         losses[r] = lse[r] - l[targets[r]];
     }
@@ -450,6 +464,9 @@ void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
 void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
                              const int32_t *targets, float g, int64_t N, int V) {
 #pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < N; r++)
-        xent_grad_row(dlogits + (size_t)r * V, logits + (size_t)r * V, lse[r], targets[r], g, V);
+    for (int64_t r = 0; r < N; r++) {
+        float *d = dlogits + (size_t)r * V;
+        if (targets[r] < 0) memset(d, 0, (size_t)V * sizeof *d);
+        else xent_grad_row(d, logits + (size_t)r * V, lse[r], targets[r], g, V);
+    }
 }

@@ -51,17 +51,20 @@ void dsc__gpt2_attention_backward(float *dqkv, const float *dout, const float *q
                                   int C, int NH);
 size_t dsc__gpt2_attention_scratch(int T, int slots);
 
-// out (B, T, C) = wte[inputs] + wpe[t].
-void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const float *wte,
-                               const float *wpe, int B, int T, int C);
-// dwte (V, C) += and dwpe (maxT, C) += the scattered rows of dout (B, T, C).
+// out (B, T, C) = wte[inputs] + wpe[pos]; pos (B, T) position ids, or NULL for t.
+void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const int32_t *pos,
+                               const float *wte, const float *wpe, int B, int T, int C);
+// dwte (V, C) += and dwpe (maxT, C) += the scattered rows of dout (B, T, C). With pos NULL or
+// pos = t the results are bitwise the same.
 void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                const int32_t *inputs, int B, int T, int C);
+                                const int32_t *inputs, const int32_t *pos, int B, int T, int C);
 
-// losses (N) = logsumexp(logits row) - logits[target]; lse (N) kept for backward.
+// losses (N) = logsumexp(logits row) - logits[target]; lse (N) kept for backward. A negative
+// target (DSC_GPT2_IGNORE, any negative id) is ignored: its loss and lse are 0.
 void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
                             const int32_t *targets, int64_t N, int V);
-// dlogits (N, V) = g * (softmax(logits) - onehot(target)); may alias logits.
+// dlogits (N, V) = g * (softmax(logits) - onehot(target)); may alias logits. Rows whose target
+// is negative get 0.
 void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
                              const int32_t *targets, float g, int64_t N, int V);
 

@@ -166,9 +166,9 @@ static dsc_status host_create(const void *cfg, int B, int T, dsc_mem_pool *pool,
 static void host_destroy(void *state) { dsc_gpt2_destroy(state); }
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
-                          const int32_t *targets, int B, int T, const dsc_model_hooks *hooks,
-                          float *loss) {
-    return dsc_gpt2_forward(state, params, inputs, targets, B, T, hooks, loss);
+                          const int32_t *pos, const int32_t *targets, int B, int T,
+                          const dsc_model_hooks *hooks, float *loss) {
+    return dsc_gpt2_forward_pos(state, params, inputs, pos, targets, B, T, hooks, loss);
 }
 
 static dsc_status backward(void *state, float *const *params, float *const *grads,
