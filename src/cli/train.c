@@ -178,12 +178,22 @@ static dsc_status check_model_fits(const trainer *t, int vocab) {
     return DSC_OK;
 }
 
+// --init-weights FILE|DIR|hf:DIR|none; with --model hf:DIR and no --init-weights, DIR's weights.
+static const char *weights_path(const trainer *t) {
+    const char *p = t->o->init_weights;
+    if (!p) return dsc_model_hf_dir(t->model);
+    if (!strcmp(p, "none")) return NULL;
+    return strncmp(p, "hf:", 3) ? p : p + 3;
+}
+
 // device_model: one rank whose model lives on a GPU, which keeps its own 16-bit weights, so the
 // engine needs no host compute copy of them.
 static dsc_status build_engine(trainer *t, bool device_model) {
     const train_opts *o = t->o;
+    // Weights from a file go straight into each rank's partition (no full copy of the model);
+    // the initialiser's values go through the engine's staging copy.
     dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
-                          .init_in_place = true};
+                          .init_in_place = weights_path(t) != NULL};
     char json[1024];
     if (o->config) {
         eo.config_path = o->config;
@@ -205,13 +215,13 @@ static dsc_status build_engine(trainer *t, bool device_model) {
     return st;
 }
 
-// Where the initial weights come from: the family's initialiser, or a file of Hugging Face
-// weights (one safetensors file, a folder, or a sharded index), read slice by slice straight
-// into each rank's partition (dsc_params_init), so that no rank holds the whole model.
+// Initial weights from a file of Hugging Face weights (one safetensors file, a folder, or a
+// sharded index), read slice by slice straight into each rank's partition (dsc_params_init), so
+// that no rank holds the whole model.
 typedef struct weight_source {
     trainer *t;
-    const char *what;     // the path, for messages
-    dsc_hf_weights *file; // NULL: initialise
+    const char *what; // the path, for messages
+    dsc_hf_weights *file;
 } weight_source;
 
 // The file's name for tensor i: its own, or with GPT2LMHeadModel's "transformer." prefix.
@@ -235,28 +245,25 @@ static dsc_status find_tensor(weight_source *w, const dsc_model_param *p, char *
 
 static dsc_status fill_weights(void *user, int i, int64_t begin, int64_t count, float *dst) {
     weight_source *w = user;
-    if (!w->file) {
-        dsc_model_init_tensor(w->t->model, i, dst, begin, count, (uint64_t)w->t->o->seed);
-        return DSC_OK;
-    }
     char name[DSC_PARAM_NAME_MAX + 16];
     DSC_TRY(find_tensor(w, dsc_model_param_get(w->t->model, i), name, sizeof name));
     return dsc_hf_weights_read(w->file, name, begin, count, dst);
 }
 
-// --init-weights FILE|DIR|hf:DIR|none; with --model hf:DIR and no --init-weights, DIR's weights.
-static const char *weights_path(const trainer *t) {
-    const char *p = t->o->init_weights;
-    if (!p) return dsc_model_hf_dir(t->model);
-    if (!strcmp(p, "none")) return NULL;
-    return strncmp(p, "hf:", 3) ? p : p + 3;
-}
 
 static dsc_status init_weights(trainer *t) {
     weight_source w = {.t = t, .what = weights_path(t)};
-    if (w.what) DSC_TRY(dsc_hf_weights_open(&w.file, w.what));
-    dsc_status st = dsc_params_init(t->eng, fill_weights, &w);
-    dsc_hf_weights_close(w.file);
+    dsc_status st = DSC_OK;
+    if (w.what) {
+        DSC_TRY(dsc_hf_weights_open(&w.file, w.what));
+        st = dsc_params_init(t->eng, fill_weights, &w);
+        dsc_hf_weights_close(w.file);
+    } else {
+        for (int i = 0; i < t->ntensors; i++)
+            dsc_model_init_tensor(t->model, i, dsc_param_master(t->eng, i), 0,
+                                  dsc_model_param_get(t->model, i)->numel, (uint64_t)t->o->seed);
+        st = dsc_params_updated(t->eng);
+    }
     DSC_TRY(st);
     for (int i = 0; i < t->ntensors; i++) {
         t->tgroup[i] = dsc_model_param_get(t->model, i)->group;
