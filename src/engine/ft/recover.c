@@ -590,10 +590,10 @@ dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *rep
     rep->seconds = dsc_now() - t0;
     if (st != DSC_OK) return st;
     if (rep->transient) ft->retried_step = ft->step;
-    DSC_WARN("ft", "rank %d: resumed at step %lld from the state after step %lld on %d ranks "
+    DSC_WARN("ft", "rank %d: resumed at step %lld from the state after step %lld on %d rank%s "
              "(was %d; %s; micro batch %lld, gradient accumulation %lld, generation %d) in %.3f "
              "s, unix time %.3f", ft->orig_rank, (long long)rep->resume_step,
-             (long long)rep->restored_step, rep->world, rep->old_world,
+             (long long)rep->restored_step, rep->world, rep->world == 1 ? "" : "s", rep->old_world,
              rep->transient ? "transient fault: retry on a fresh communicator" : "degraded",
              (long long)e->cfg.train_micro_batch_size_per_gpu,
              (long long)e->cfg.gradient_accumulation_steps, ft->gen, rep->seconds, dsc_wall_time());
