@@ -340,11 +340,6 @@ static dsc_status evaluate(trainer *t, double *out) {
 static void emergency_checkpoint(trainer *t, dsc_status failed) {
     char why[2048];
     snprintf(why, sizeof why, "%s", dsc_last_error());
-    if (!t->save_dir) {
-        fprintf(stderr, "dsc train: no emergency checkpoint: no checkpoint directory (give "
-                "--save-dir DIR or --out DIR); a restart begins again at step 1\n");
-        return;
-    }
     dsc_status st = dsc_save_checkpoint(t->eng, NULL);
     if (st == DSC_OK) st = dsc_checkpoint_wait(t->eng);
     if (st == DSC_OK) fprintf(stderr, "dsc train: saved an emergency checkpoint of step %lld\n", (long long)dsc_engine_global_steps(t->eng));
@@ -366,7 +361,11 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
     dsc_status st = dsc_engine_recover(t->eng, failed, &rep);
     if (st != DSC_OK) {
         if (rep.action == DSC_FT_RESTART) t->exit_code = DSC_FT_EXIT_RESTART;
-        if (rep.action == DSC_FT_RESTART && rep.consistent) emergency_checkpoint(t, st);
+        if (rep.action == DSC_FT_RESTART && !t->save_dir) // the engine's error asks for a restart
+            fprintf(stderr, "dsc train: this run keeps no checkpoints (give --save-dir DIR): a "
+                    "restart begins again at step 1\n");
+        else if (rep.action == DSC_FT_RESTART && rep.consistent)
+            emergency_checkpoint(t, st);
         return st;
     }
     const dsc_config *cfg = dsc_engine_config(t->eng);
@@ -477,18 +476,21 @@ static dsc_status ckpt_resume(trainer *t) {
     return DSC_OK;
 }
 
-// The checkpoint directory: --save-dir; else, when the config asks for saves (an interval, or
-// on_failure restart, whose restart resumes from one), <--out>/checkpoints. Without --out the
-// run directory is chosen by rank 0 alone, so no place is common to the ranks: refuse.
-static dsc_status ckpt_pick_dir(trainer *t) {
-    const dsc_config *cfg = dsc_engine_config(t->eng);
-    const char *key = NULL;
+const char *dsc__train_ckpt_key(const dsc_config *cfg) {
     if (dsc_config_given(cfg, "checkpoint.interval_steps") && cfg->checkpoint.interval_steps > 0)
-        key = "checkpoint.interval_steps";
-    else if (dsc_config_given(cfg, "checkpoint.interval_s") && cfg->checkpoint.interval_s > 0)
-        key = "checkpoint.interval_s";
-    else if (!strcmp(cfg->fault_tolerance.on_failure, "restart"))
-        key = "fault_tolerance.on_failure restart";
+        return "checkpoint.interval_steps";
+    if (dsc_config_given(cfg, "checkpoint.interval_s") && cfg->checkpoint.interval_s > 0)
+        return "checkpoint.interval_s";
+    if (!strcmp(cfg->fault_tolerance.on_failure, "restart"))
+        return "fault_tolerance.on_failure restart";
+    return NULL;
+}
+
+// The checkpoint directory: --save-dir; else, when the config asks for saves,
+// <--out>/checkpoints. Without --out the run directory is chosen by rank 0 alone, so no place is
+// common to the ranks: refuse.
+static dsc_status ckpt_pick_dir(trainer *t) {
+    const char *key = dsc__train_ckpt_key(dsc_engine_config(t->eng));
     t->save_dir = t->o->save_dir;
     if (t->save_dir || !key) return DSC_OK;
     if (!t->o->out)

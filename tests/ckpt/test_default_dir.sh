@@ -10,6 +10,8 @@ config "$T/z2.json" 2 "" '"interval_steps": 2'
 TRAIN=("$DSC" train --config "$T/z2.json" --data "$T/data" --model d2 --seq-len 32
        --sample-tokens 0 --eval-every 0 --eval-batches 2)
 
+expect 0 "# note: checkpoint.interval_steps asks for checkpoints: dsc train writes them into --save-dir DIR" -- \
+  "$DSC" config check "$T/z2.json"
 expect 1 "sets checkpoint.interval_steps, but nothing would be saved: add --save-dir DIR" -- \
   "${TRAIN[@]}" --max-steps 2
 expect 0 "checkpoints go to $T/o/checkpoints" -- "${TRAIN[@]}" --max-steps 4 --out "$T/o"
