@@ -2,8 +2,9 @@
 # Two ranks becoming one: under degrade the lone survivor keeps training by itself (a world of one
 # has no buddy to exchange replicas with; it rebuilt the lost rank's partition from the replica it
 # held) and ends with the weights of one rank continuing from the restored step; at stage 0 too.
-# Under dsc launch with the built-in config the launcher says the policy is the default and exits
-# 0; a config without on_failure is reported as the default too, not as the file's choice.
+# A save in flight when the world shrinks is dropped, not the run. Under dsc launch with the
+# built-in config the launcher says the policy is the default and exits 0; a config without
+# on_failure is reported as the default too, not as the file's choice.
 set -u
 . "$(dirname "$0")/lib.sh"
 STEPS=10
@@ -33,6 +34,25 @@ for st in 2 0; do
   check "stage $st: weights == one rank continuing from step $b" -- \
     same_weights "$T/kill$st/w.safetensors" "$(ref1 $st "${b:-0}")" 1e-6
 done
+
+# A save still being written when the world shrinks: the save of step 4 (async, its writer held
+# back 0.5 s) is in flight when rank 1 dies in step 6, and done writing when the survivor, having
+# slept 1 s in step 7, completes it. It is dropped with a warning and the survivor goes on; its
+# next save is complete and verifies.
+config "$T/zc.json" 2 '' ', "checkpoint": {"interval_steps": 4, "async": true}'
+FLAGS=(--save-dir "$T/ckc")
+run_ranks ckc 2 "$T/zc.json" $STEPS DSC_FT_INJECT=1:6:reduce,0:7:forward:sleep=1 \
+  DSC_CKPT_TEST_WRITE_DELAY_S=0.5
+FLAGS=()
+check "save in flight: the survivor finishes alone (codes ${CODES[*]})" -- test "${CODES[*]}" = "0 137"
+[ "${CODES[0]}" = 0 ] || tail -3 "$T/ckc/log.0"
+check "save in flight: dropped with a warning" -- \
+  grep -q "checkpoint global_step4: the world changed from 2 to 1 ranks during the save; it is dropped and training continues" "$T/ckc/log.0"
+check "save in flight: the next save is latest and verifies" -- \
+  bash -c "test \"\$(cat '$T/ckc/latest')\" = global_step8 && '$DSC' ckpt verify '$T/ckc' > /dev/null"
+b=$(restored_step ckc)
+check "save in flight: weights == one rank continuing from step $b" -- \
+  same_weights "$T/ckc/w.safetensors" "$(ref1 2 "${b:-0}")" 1e-6
 
 # Under dsc launch with the built-in config: degrade by default, said so; the launcher exits 0.
 d="$T/launch"

@@ -47,6 +47,7 @@ typedef struct dsc__saver {
     char werr[1024];
     uint64_t wbytes, wxxh3;
     double w_snapshot_s, w_write_s; // the writer's timings, copied into stats on completion
+    double test_delay_s; // DSC_CKPT_TEST_WRITE_DELAY_S: the writer waits this long (a test hook)
     // trigger
     double last_save_time;
     int64_t last_save_step;
