@@ -5,6 +5,7 @@
 
 #include "cli/args.h"     // cli_parse
 #include "cli/commands.h" // cmd_config
+#include "cli/train.h"    // dsc__train_ckpt_key
 #include "config/doc.h"   // dsc__config_write_doc
 #include "dsc/config.h"   // dsc_config_*
 
@@ -12,6 +13,15 @@ static void print_warning(void *user, const char *msg) {
     int *count = user;
     (*count)++;
     fprintf(stderr, "warning: %s\n", msg);
+}
+
+// Keys that ask for checkpoints do nothing without a place to write them: say where they go.
+static void note_checkpoints(const dsc_config *cfg) {
+    const char *key = dsc__train_ckpt_key(cfg);
+    if (key)
+        printf("# note: %s asks for checkpoints: dsc train writes them into --save-dir DIR, else "
+               "into RUN_DIR/checkpoints of --out RUN_DIR, and refuses to start without either\n",
+               key);
 }
 
 static int config_check(int argc, char **argv) {
@@ -41,6 +51,7 @@ static int config_check(int argc, char **argv) {
     if (!json)
         printf("# %s: valid for world size %lld; %d warning%s\n", pos[0], ws, nwarn,
                nwarn == 1 ? "" : "s");
+    if (!json) note_checkpoints(&cfg);
     return 0;
 }
 

@@ -27,7 +27,7 @@ int cmd_train(int argc, char **argv) {
         {"--prompt", "TEXT", "start of the closing sample (default \"The \")", &o.prompt, NULL},
         {"--device", "DEV", "cuda (one GPU), cpu, or auto: cuda when a GPU is usable and the run has one rank (default auto)", &o.device, NULL},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
-        {"--save-dir", "DIR", "save checkpoints here, as the config's checkpoint section says (SIGUSR1: save and stop)", &o.save_dir, NULL},
+        {"--save-dir", "DIR", "save checkpoints here, as the config's checkpoint section says (SIGUSR1: save and stop); default RUN_DIR/checkpoints when the config asks for saves", &o.save_dir, NULL},
         {"--resume", "[TAG]", "continue from --save-dir's latest checkpoint, or TAG, or DIR/TAG", &o.resume, NULL},
         {"--save-at-end", NULL, "save a checkpoint after the last step (needs --save-dir)", NULL, &o.save_at_end},
         {"--restart-positions", NULL, "position ids restart at 0 at each document of packed data (dsc data prepare --seq-len; CPU model)", NULL, &o.restart_positions},

@@ -316,6 +316,12 @@ static double measure_cpu_peak(void) {
     return best;
 }
 
+// DSC_RESTART_COUNT: 0 (or unset) on a first start, K on dsc launch's K-th restart.
+static long restart_count(void) {
+    const char *s = getenv("DSC_RESTART_COUNT");
+    return s ? strtol(s, NULL, 10) : 0;
+}
+
 static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
     if (t->o->out) {
         snprintf(out, cap, "%s", t->o->out);
@@ -328,7 +334,11 @@ static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
     DSC_TRY(dsc__mkdirs(out));
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
-    t->metrics = fopen(path, t->o->resume ? "a" : "w");
+    // A resumed or restarted run continues the file; its first line says so ("resumed": true).
+    struct stat sb;
+    bool append = t->o->resume || restart_count() > 0;
+    t->mark_resume = append && stat(path, &sb) == 0 && sb.st_size > 0;
+    t->metrics = fopen(path, append ? "a" : "w");
     if (!t->metrics) return dsc__fail(DSC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return DSC_OK;
 }
@@ -401,7 +411,11 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
     dsc_status st = dsc_engine_recover(t->eng, failed, &rep);
     if (st != DSC_OK) {
         if (rep.action == DSC_FT_RESTART) t->exit_code = DSC_FT_EXIT_RESTART;
-        if (rep.action == DSC_FT_RESTART && rep.consistent) emergency_checkpoint(t, st);
+        if (rep.action == DSC_FT_RESTART && !t->save_dir) // the engine's error asks for a restart
+            fprintf(stderr, "dsc train: this run keeps no checkpoints (give --save-dir DIR): a "
+                    "restart begins again at step 1\n");
+        else if (rep.action == DSC_FT_RESTART && rep.consistent)
+            emergency_checkpoint(t, st);
         return st;
     }
     const dsc_config *cfg = dsc_engine_config(t->eng);
@@ -489,7 +503,8 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
 }
 
 static dsc_status ckpt_resume(trainer *t) {
-    const char *dir = t->o->save_dir, *tag = t->o->resume[0] ? t->o->resume : NULL;
+    const char *resume = t->o->resume ? t->o->resume : ""; // "": a restart, from the latest
+    const char *dir = t->save_dir, *tag = resume[0] ? resume : NULL;
     char d[4096], tg[DSC_CKPT_TAG_MAX], loaded[DSC_CKPT_TAG_MAX];
     struct stat sb;
     if (tag && stat(tag, &sb) == 0 && S_ISDIR(sb.st_mode)) { // DIR or DIR/TAG
@@ -500,7 +515,7 @@ static dsc_status ckpt_resume(trainer *t) {
     }
     if (!dir)
         return dsc__fail(DSC_ERR_INVALID_ARG, "--resume %s: give --save-dir DIR, or the "
-                         "checkpoint's path (DIR or DIR/TAG)", t->o->resume);
+                         "checkpoint's path (DIR or DIR/TAG)", resume);
     bool none;
     DSC_TRY(dsc_resume_checkpoint(t->eng, dir, tag, loaded, sizeof loaded, &none));
     for (int i = 0; i < t->ntensors; i++) {
@@ -552,9 +567,42 @@ static dsc_status ckpt_attach_model(trainer *t) {
     return st;
 }
 
+const char *dsc__train_ckpt_key(const dsc_config *cfg) {
+    if (dsc_config_given(cfg, "checkpoint.interval_steps") && cfg->checkpoint.interval_steps > 0)
+        return "checkpoint.interval_steps";
+    if (dsc_config_given(cfg, "checkpoint.interval_s") && cfg->checkpoint.interval_s > 0)
+        return "checkpoint.interval_s";
+    if (!strcmp(cfg->fault_tolerance.on_failure, "restart"))
+        return "fault_tolerance.on_failure restart";
+    return NULL;
+}
+
+// The checkpoint directory: --save-dir; else, when the config asks for saves,
+// <--out>/checkpoints. Without --out the run directory is chosen by rank 0 alone, so no place is
+// common to the ranks: refuse.
+static dsc_status ckpt_pick_dir(trainer *t) {
+    const char *key = dsc__train_ckpt_key(dsc_engine_config(t->eng));
+    t->save_dir = t->o->save_dir;
+    if (t->save_dir || !key) return DSC_OK;
+    if (!t->o->out)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s sets %s, but nothing would be saved: add "
+                         "--save-dir DIR (or --out DIR, which keeps them in DIR/checkpoints)",
+                         t->o->config ? t->o->config : "the config", key);
+    snprintf(t->save_default, sizeof t->save_default, "%s/checkpoints", t->o->out);
+    t->save_dir = t->save_default;
+    if (t->rank == 0)
+        printf("%s is set and --save-dir is not given: checkpoints go to %s\n", key, t->save_dir);
+    return DSC_OK;
+}
+
 static dsc_status ckpt_setup(trainer *t) {
-    if (t->o->resume) DSC_TRY(ckpt_resume(t));
-    if (!t->o->save_dir) {
+    DSC_TRY(ckpt_pick_dir(t));
+    bool restarted = restart_count() > 0 && t->save_dir; // dsc launch restarted the job
+    if (restarted && !t->o->resume && t->rank == 0)
+        printf("restart %ld (DSC_RESTART_COUNT): resuming from the latest checkpoint in %s\n",
+               restart_count(), t->save_dir);
+    if (t->o->resume || restarted) DSC_TRY(ckpt_resume(t));
+    if (!t->save_dir) {
         if (t->o->save_at_end) return dsc__fail(DSC_ERR_INVALID_ARG, "--save-at-end needs --save-dir DIR");
         return DSC_OK;
     }
@@ -562,7 +610,7 @@ static dsc_status ckpt_setup(trainer *t) {
     dsc_ckpt_opts co;
     dsc_ckpt_opts_from_config(cfg, &co);
     co.background_snapshot = true; // the loop calls dsc_checkpoint_fence before each update
-    DSC_TRY(dsc_checkpointing_start(t->eng, t->o->save_dir, &co));
+    DSC_TRY(dsc_checkpointing_start(t->eng, t->save_dir, &co));
     DSC_TRY(dsc_checkpointing_configure(t->eng, cfg->checkpoint.interval_s, ckpt_validate, t));
     DSC_TRY(ckpt_attach_model(t));
     struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
@@ -570,7 +618,7 @@ static dsc_status ckpt_setup(trainer *t) {
     sigaction(SIGUSR1, &sa, NULL);
     if (t->rank == 0)
         printf("checkpoints in %s: every %lld steps / %g s%s%s; SIGUSR1 saves and stops\n",
-               t->o->save_dir, (long long)cfg->checkpoint.interval_steps,
+               t->save_dir, (long long)cfg->checkpoint.interval_steps,
                cfg->checkpoint.interval_s, cfg->checkpoint.async ? ", async" : "",
                cfg->checkpoint.validate ? ", validated" : "");
     return DSC_OK;
@@ -592,7 +640,7 @@ static dsc_status ckpt_after_step(trainer *t) {
 // At the end: --save-at-end, then complete the save in flight (or, after an error, only stop
 // the writer).
 static dsc_status ckpt_finish(trainer *t, dsc_status st) {
-    if (!t->eng || !t->o->save_dir) return st;
+    if (!t->eng || !t->save_dir) return st;
     if (st == DSC_OK && t->o->save_at_end) st = dsc_save_checkpoint(t->eng, NULL);
     dsc_status st2 = dsc_checkpointing_stop(t->eng, st == DSC_OK);
     return st != DSC_OK ? st : st2;
@@ -676,7 +724,7 @@ static void action_after(void *u, const char *action, const char *metric, double
 // collective, and with nccl so is the copy), but SIGUSR1 may reach one rank only: the stop
 // request is agreed first (a mean over the ranks, above 0 when any rank has one).
 static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
-    if (!t->gpu || !t->o->save_dir) return DSC_OK;
+    if (!t->gpu || !t->save_dir) return DSC_OK;
     const dsc_config *cfg = dsc_engine_config(t->eng);
     long long every = cfg->checkpoint.interval_steps;
     double stop = stop_signal ? 1.0 : 0.0;

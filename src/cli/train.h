@@ -24,4 +24,9 @@ typedef struct train_opts {
 // Run training; returns the process exit code (0 ok, 1 failure with the reason printed).
 int dsc__train_run(const train_opts *o);
 
+struct dsc_config;
+// The key by which cfg asks for checkpoints (a save interval, or on_failure restart, whose
+// restart resumes from one), or NULL: without --save-dir they go to <--out>/checkpoints.
+const char *dsc__train_ckpt_key(const struct dsc_config *cfg);
+
 #endif

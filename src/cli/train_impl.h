@@ -41,6 +41,9 @@ typedef struct trainer {
     double *prof_times;      // flops profiler: per-module forward seconds of the profiled step
     bool ck_stop;            // a stop was requested (SIGUSR1): the state is saved, the loop ends
     int exit_code;           // DSC_FT_EXIT_RESTART when fault tolerance asks for a restart
+    const char *save_dir;    // --save-dir, or save_default, or NULL: no checkpoints
+    char save_default[4096]; // <--out>/checkpoints when the config asks for saves
+    bool mark_resume;        // metrics.jsonl: the next line is the first after a resume/restart
 } trainer;
 
 // --dump-grads: the engine's gradient observer (dsc_engine_observe_grads, user: the trainer).

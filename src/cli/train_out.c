@@ -102,6 +102,8 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
         dsc__train_gpu_metrics(t->gpu, extra, sizeof extra);
         fprintf(t->metrics, ", \"gpu_compute\": \"%s\"%s", dsc__train_gpu_compute(t->gpu), extra);
     }
+    if (t->mark_resume) fprintf(t->metrics, ", \"resumed\": true"); // lines before: an earlier run
+    t->mark_resume = false;
     int64_t faults = dsc_engine_fault_events(t->eng);
     if (faults) fprintf(t->metrics, ", \"fault_events\": %lld, \"world_size\": %d", (long long)faults, t->world);
     fprintf(t->metrics, "}\n");

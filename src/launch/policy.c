@@ -53,8 +53,12 @@ static bool from_config(const char *path, bool any, dsc__launch_policy *p) {
     if (ok) {
         p->on_failure = policy_of(c->fault_tolerance.on_failure);
         ok = p->on_failure >= 0;
-        snprintf(p->source, sizeof p->source, "fault_tolerance.on_failure is %s in %s",
-                 c->fault_tolerance.on_failure, path);
+        if (dsc_config_given(c, "fault_tolerance.on_failure"))
+            snprintf(p->source, sizeof p->source, "fault_tolerance.on_failure is %s in %s",
+                     c->fault_tolerance.on_failure, path);
+        else // the file does not choose: say that the policy is the default, not the file's
+            snprintf(p->source, sizeof p->source, "fault_tolerance.on_failure is %s (default)",
+                     c->fault_tolerance.on_failure);
     }
     free(c);
     return ok;

@@ -35,7 +35,7 @@ launch_run kill "$T/z2.json" DSC_FT_INJECT=2:6:backward
 check "kill: launcher exits 0 (got $LRC)" -- test $LRC -eq 0
 [ $LRC -eq 0 ] || tail -5 "$T/kill/err"
 check "kill: the death is reported, the survivors left running" -- grep -qE \
-  "^dsc launch: rank 2 \(pid [0-9]+\) was killed by signal 9; the other 3 ranks keep running \(fault_tolerance.on_failure is degrade in $T/z2.json\)$" \
+  "^dsc launch: rank 2 \(pid [0-9]+\) was killed by signal 9; the other 3 ranks keep running \(fault_tolerance.on_failure is degrade \(default\)\)$" \
   "$T/kill/err"
 check "kill: summary" -- \
   grep -qx "dsc launch: 3 of 4 ranks finished; lost: rank 2 (was killed by signal 9)" "$T/kill/err"

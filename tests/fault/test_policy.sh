@@ -88,6 +88,9 @@ run_ranks b16 4 "$T/z16.json" $STEPS DSC_FT_INJECT=2:5:reduce
 check "batch 16 on 3 ranks: survivors exit 75 (codes ${CODES[*]})" -- test "${CODES[*]}" = "75 75 137 75"
 check "batch 16 on 3 ranks: says why" -- \
   grep -q "train_batch_size 16 does not split over the 3 surviving ranks" "$T/b16/log.0"
+check "batch 16 on 3 ranks: no checkpoints, said in words (no internal API name)" -- bash -c \
+  "grep -q 'keeps no checkpoints (give --save-dir DIR): a restart begins again at step 1' '$T/b16/log.0' &&
+   ! grep -q dsc_checkpointing_start '$T/b16/log.0'"
 
 # Stage 0 holds everything on every rank: degrade works without replicas.
 config "$T/z0.json" 0 ', "replicate": false'

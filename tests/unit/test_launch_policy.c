@@ -69,13 +69,15 @@ static void test_dsc_train(void **state) {
     const char *plain = write_file("plain.json", "{\"train_batch_size\": 8}");
     char *dflt[] = {"dsc", "train", "--config", (char *)plain, NULL};
     assert_int_equal(policy_for(NULL, dflt, &p), DSC__ON_FAILURE_DEGRADE); // the key's default
-    assert_non_null(strstr(p.source, "fault_tolerance.on_failure is degrade in "));
+    // the file does not choose: the message says default, not "in plain.json"
+    assert_string_equal(p.source, "fault_tolerance.on_failure is degrade (default)");
     const char *rs = // Hjson, as DeepSpeed reads it: unquoted keys and values
         write_file("rs.json", "{\n  fault_tolerance: {\n    on_failure: restart\n  }\n}\n");
     char buf[160];
     snprintf(buf, sizeof buf, "--config=%s", rs);
     char *eq[] = {"dsc", "train", buf, NULL};
     assert_int_equal(policy_for(NULL, eq, &p), DSC__ON_FAILURE_RESTART);
+    assert_non_null(strstr(p.source, "fault_tolerance.on_failure is restart in "));
     char *missing[] = {"dsc", "train", "--config", "/nonexistent/ds.json", NULL};
     assert_int_equal(policy_for(NULL, missing, &p), DSC__ON_FAILURE_STOP);
 }

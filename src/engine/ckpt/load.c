@@ -7,7 +7,7 @@
 // range, for exactly the part that falls into this rank's new slice. Padding stays zero.
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // malloc, free
-#include <string.h> // strcmp, memset
+#include <string.h> // strcmp, memset, strstr
 
 #include "base/log.h"           // DSC_WARN, DSC_INFO
 #include "base/status.h"        // dsc__fail
@@ -225,10 +225,20 @@ dsc_status dsc_resume_checkpoint(dsc_engine *eng, const char *dir, const char *t
     dsc_ckpt_entry *v;
     int n;
     DSC_TRY(dsc_ckpt_list(dir, &v, &n));
+    int saved = 0, leftovers = 0; // saved: renamed into place; leftovers: interrupted saves
+    for (int i = 0; i < n; i++) {
+        bool left = strstr(v[i].name, ".tmp.") != NULL || strstr(v[i].name, ".del.") != NULL;
+        leftovers += left;
+        saved += !left;
+    }
     free(v);
     char latest[DSC_CKPT_TAG_MAX] = "";
     bool has_latest = dsc_ckpt_latest(dir, latest, sizeof latest) == DSC_OK;
-    if (n == 0 && !has_latest) {
+    if (saved == 0 && !has_latest) { // a job killed in its first save starts from step 0
+        if (leftovers && dsc_engine_rank(eng) == 0)
+            DSC_WARN("ckpt", "resume: %s holds no complete checkpoint, only %d leftover%s of an "
+                     "interrupted save (*.tmp.*, *.del.*), which the next save removes", dir,
+                     leftovers, leftovers == 1 ? "" : "s");
         *none = true;
         return DSC_OK;
     }

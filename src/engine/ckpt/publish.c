@@ -311,13 +311,21 @@ dsc_status dsc__saver_complete(dsc__saver *s) {
     s->thread_live = false;
     s->stats.snapshot_s = s->w_snapshot_s;
     s->stats.write_s = s->w_write_s;
+    if (dsc_engine_world_size(s->eng) != s->m.world) { // fault tolerance re-formed the world
+        // The old world's shards cannot be completed by the new one: the save is dropped, not
+        // the run (its directory is a leftover that the next save removes), and the step it
+        // held may be saved again.
+        if (dsc_engine_rank(s->eng) == 0)
+            DSC_WARN("ckpt", "checkpoint %s: the world changed from %d to %d ranks during the "
+                     "save; it is dropped and training continues", s->m.tag, s->m.world,
+                     dsc_engine_world_size(s->eng));
+        s->last_save_step = -1;
+        dsc__saver_forget(s);
+        return DSC_OK;
+    }
     dsc_status st;
     shard_report *all = calloc((size_t)s->m.world, sizeof *all);
-    if (dsc_engine_world_size(s->eng) != s->m.world)
-        st = dsc__fail(DSC_ERR_INVALID_ARG, "checkpoint %s: the world changed from %d to %d ranks "
-                       "during the save; it is dropped", s->m.tag, s->m.world,
-                       dsc_engine_world_size(s->eng));
-    else if (!all)
+    if (!all)
         st = dsc__fail(DSC_ERR_OOM, "out of memory completing a checkpoint");
     else
         st = exchange(s, all);

@@ -2,9 +2,10 @@
 // the periodic trigger (see saver.h for the two halves of a save).
 #include <inttypes.h> // PRIx64
 #include <stdio.h>    // snprintf
-#include <stdlib.h>   // calloc, free, aligned_alloc
+#include <stdlib.h>   // calloc, free, aligned_alloc, getenv, strtod
 #include <string.h>   // memcpy, strcmp
 #include <sys/mman.h> // madvise
+#include <time.h>     // nanosleep
 #include <unistd.h>   // getpid
 
 #include "base/io.h" // dsc__mkdirs
@@ -178,6 +179,10 @@ dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const 
     else dsc_ckpt_opts_from_config(dsc_engine_config(eng), &s->o);
     s->last_save_time = dsc_now();
     s->last_save_step = -1;
+    // A test hook (docs/checkpoint-format.md): a slow disk, so that a test can fault a rank while a
+    // save is still being written.
+    const char *delay = getenv("DSC_CKPT_TEST_WRITE_DELAY_S");
+    s->test_delay_s = delay ? strtod(delay, NULL) : 0;
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_cond_init(&s->snap_cond, NULL);
     dsc_status st = dsc__mkdirs(save_dir);
@@ -268,6 +273,10 @@ static void *writer_main(void *arg) {
         copy_state(s);
         snapshot_done(s);
     }
+    if (s->test_delay_s > 0)
+        nanosleep(&(struct timespec){(time_t)s->test_delay_s,
+                                     (long)((s->test_delay_s - (double)(time_t)s->test_delay_s) * 1e9)},
+                  NULL);
     double t0 = dsc_now();
     char tmp[DSC_CKPT_PATH_MAX], path[DSC_CKPT_PATH_MAX], name[96];
     int rank = dsc_engine_rank(s->eng);

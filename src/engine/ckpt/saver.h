@@ -47,6 +47,7 @@ typedef struct dsc__saver {
     char werr[1024];
     uint64_t wbytes, wxxh3;
     double w_snapshot_s, w_write_s; // the writer's timings, copied into stats on completion
+    double test_delay_s; // DSC_CKPT_TEST_WRITE_DELAY_S: the writer waits this long (a test hook)
     // files written into every checkpoint by rank 0 (dsc_checkpoint_attach), copies
     int nattach;
     struct dsc__attachment {

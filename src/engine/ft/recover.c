@@ -526,11 +526,11 @@ static dsc_status decide(dsc_engine *e, const ft_view *v, dsc_status failure, co
     if (strcmp(dsc_comm_backend(e->comm), "shm"))
         return give_up(rep, DSC_FT_RESTART, failure,
                        "%s; the mpi backend cannot rebuild a communicator in place (Open MPI 4.1 "
-                       "has no ULFM): restarting from the last checkpoint (%s)", who, why);
+                       "has no ULFM): asking for a restart (%s)", who, why);
     if (!v->nfailed && ft->retried_step == ft->step)
         return give_up(rep, DSC_FT_RESTART, failure,
                        "a second fault in one step with %s (the retry on a fresh communicator "
-                       "failed too): restarting from the last checkpoint (%s)", who, why);
+                       "failed too): asking for a restart (%s)", who, why);
     bool split = false;
     int joined = 0;
     char why_not[256] = "", cause[FT_TEXT], me[16];
@@ -541,8 +541,8 @@ static dsc_status decide(dsc_engine *e, const ft_view *v, dsc_status failure, co
         if (joined < 0 || (joined == 0 && others_moved_on(e)))
             return give_up(rep, DSC_FT_ABORT, st, "rank %s: the other ranks continued without "
                            "this rank after it stopped responding; stopping (%s)", me, cause);
-        return give_up(rep, DSC_FT_RESTART, st, "%s; falling back to a restart from the last "
-                       "checkpoint (%s)", cause, who);
+        return give_up(rep, DSC_FT_RESTART, st, "%s; falling back to a restart (%s)", cause,
+                       who);
     }
     if (ft->policy == FT_RESTART) // the survivors hold a complete state: save it, then exit
         return give_up(rep, DSC_FT_RESTART, failure, "fault_tolerance.on_failure is restart: %s; "
@@ -590,10 +590,10 @@ dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *rep
     rep->seconds = dsc_now() - t0;
     if (st != DSC_OK) return st;
     if (rep->transient) ft->retried_step = ft->step;
-    DSC_WARN("ft", "rank %d: resumed at step %lld from the state after step %lld on %d ranks "
+    DSC_WARN("ft", "rank %d: resumed at step %lld from the state after step %lld on %d rank%s "
              "(was %d; %s; micro batch %lld, gradient accumulation %lld, generation %d) in %.3f "
              "s, unix time %.3f", ft->orig_rank, (long long)rep->resume_step,
-             (long long)rep->restored_step, rep->world, rep->old_world,
+             (long long)rep->restored_step, rep->world, rep->world == 1 ? "" : "s", rep->old_world,
              rep->transient ? "transient fault: retry on a fresh communicator" : "degraded",
              (long long)e->cfg.train_micro_batch_size_per_gpu,
              (long long)e->cfg.gradient_accumulation_steps, ft->gen, rep->seconds, dsc_wall_time());

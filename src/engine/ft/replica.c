@@ -180,7 +180,9 @@ void dsc__ft_ring_drain(dsc_engine *e) {
 // the exchange runs on the communicator's progress thread until dsc__ft_commit_end.
 static dsc_status start_exchange(dsc_engine *e, ft_slot *own, int64_t tag) {
     struct dsc__ft *ft = e->ft;
-    if (!ft->ring) return DSC_OK;
+    // A ring of one (the lone survivor of a shrink) has no neighbour: rank + 1 is the rank
+    // itself, whose own snapshots already hold everything a replica would.
+    if (!ft->ring || e->world < 2) return DSC_OK;
     ft_slot *rep = slot_for(ft->rep, tag);
     rep->tag = -1;
     ft->recv_slot = rep;
