@@ -3,6 +3,7 @@ tokenizer.json files in the formats of four families, and the `tokenizers` libra
 
   corpus OUT_DIR MIN_BYTES        documents (doc-NNN.txt) from texts Debian ships + generated cases
   train FAMILY CORPUS_DIR OUT_DIR tokenizer.json + tokenizer_config.json of FAMILY
+  gpt2-files SRC_DIR OUT_DIR      tokenizer.json from GPT-2's vocab.json + merges.txt
   compare TOK_DIR CORPUS_DIR SHARD   ids of `tokenizers` (joined as dsc data prepare joins
                                   documents) vs the shard dsc wrote; decode of them vs TEXT
   decode TOK_DIR SHARD TEXT       `tokenizers`' decode of the shard's ids equals the file TEXT
@@ -251,6 +252,35 @@ def train(family, corpus_dir, out_dir):
     print(f"{family}: vocabulary {Tokenizer.from_file(path).get_vocab_size()} in {out_dir}")
 
 
+def gpt2_files(src_dir, out_dir):
+    """GPT-2's published vocab.json + merges.txt as a tokenizer.json. The copy at hand lacks one
+    merge result in vocab.json (the `tokenizers` library refuses such a pair); that merge can
+    never fire, so it is dropped, and the count is printed."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    with open(os.path.join(src_dir, "vocab.json"), encoding="utf-8") as fh:
+        vocab = json.load(fh)
+    merges, dropped = [], []
+    with open(os.path.join(src_dir, "merges.txt"), encoding="utf-8") as fh:
+        for line in fh:
+            line = line.rstrip("\n")
+            if not line or line.startswith("#version"):
+                continue
+            a, b = line.split(" ")
+            (merges if a in vocab and b in vocab and a + b in vocab else dropped).append((a, b))
+    tok = Tokenizer(models.BPE(vocab, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    os.makedirs(out_dir, exist_ok=True)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as fh:
+        json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                   "tokenizer_class": "GPT2Tokenizer"}, fh)
+    print(f"gpt2 files: {len(vocab)} tokens, {len(merges)} merges, dropped {len(dropped)} "
+          f"naming a token vocab.json lacks: {dropped}")
+
+
 # ---- comparing ----
 
 def eot_of(tok_dir, tok):
@@ -343,6 +373,9 @@ def main(argv):
         return 0
     if cmd == "train":
         train(argv[2], argv[3], argv[4])
+        return 0
+    if cmd == "gpt2-files":
+        gpt2_files(argv[2], argv[3])
         return 0
     if cmd == "compare":
         return compare(argv[2], argv[3], argv[4])

@@ -408,7 +408,7 @@ static void test_prepare(void **state) {
     write_text(in1, doc1);
     write_text(in2, doc2);
     const char *inputs[] = {in1, in2};
-    dsc_prepare_opts o = {inputs, 2, "byte", out, 0.25};
+    dsc_prepare_opts o = {inputs, 2, "byte", out, 0.25, 1};
     assert_int_equal(dsc_data_prepare(&o), DSC_OK);
     int64_t ntrain, nval;
     int32_t *train = all_tokens(out, "train", &ntrain), *val = all_tokens(out, "val", &nval);
