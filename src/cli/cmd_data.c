@@ -13,8 +13,9 @@
 #include "data/tokenizer.h" // dsc_tokenizer_*
 #include "dsc/status.h"   // dsc_last_error
 
-#define TOKENIZER_HELP "byte (default), gpt2:DIR (vocab.json + merges.txt), hf:DIR (a Hugging " \
-                       "Face tokenizer.json, optionally tokenizer_config.json) or a tokenizer.json path"
+#define TOKENIZER_HELP                                                                         \
+    "byte (default), gpt2:DIR (vocab.json + merges.txt), hf:DIR (a Hugging Face tokenizer.json, " \
+    "optionally tokenizer_config.json) or a tokenizer.json path"
 
 static int data_prepare(int argc, char **argv) {
     const char *input = NULL, *tok = "byte", *out = NULL, *frac = NULL, *threads = NULL;

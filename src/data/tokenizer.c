@@ -567,13 +567,21 @@ static void encoder_free(encoder *e) {
 
 dsc__encoder *dsc__encoder_create(const dsc_tokenizer *t) {
     encoder *e = calloc(1, sizeof *e);
-    if (e) e->t = t;
+    if (!e) return NULL;
+    e->t = t;
+    if (!dsc__ibuf_reserve(&e->out, 16)) { // the output is an allocation even when empty
+        free(e);
+        return NULL;
+    }
     return e;
 }
 
-bool dsc__encoder_word(dsc__encoder *e, const uint8_t *w, size_t n) { return encode_word(e, w, n); }
+bool dsc__encoder_word(dsc__encoder *e, const uint8_t *w, size_t n) {
+    return encode_word(e, w, n);
+}
 
 bool dsc__encoder_put(dsc__encoder *e, const int32_t *ids, size_t n) {
+    if (n == 0) return true;
     if (!dsc__ibuf_reserve(&e->out, n)) return false;
     memcpy(e->out.v + e->out.n, ids, n * sizeof *ids);
     e->out.n += n;

@@ -82,7 +82,7 @@ SCRIPTS = {
 }
 CONTRACTIONS = ["don't", "DON'T", "it's", "IT'S", "It'S", "we're", "WE'RE", "they've", "I'm",
                 "I'M", "you'll", "YOU'LL", "he'd", "HE'D", "'ſ", "o'clock", "rock'n'roll", "''",
-                "'s'", "l'amour", "' s", "’s"]
+                "'s'", "l'amour", "' s", "’s", "it'ſt", "X'ſ", "x'ﬅx"]
 SPECIAL_TEXT = ["<|endoftext|>", "<|im_start|>user\nhi<|im_end|>", "<|begin_of_text|>",
                 "<|eot_id|>", "<|im_sta", "<|endoftext|<|endoftext|>>", "<repo_name>x<file_sep>",
                 "<|reserved_special_token_4|>", "<<|endoftext|>"]
