@@ -206,13 +206,31 @@ static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
 
 // ---- running ----
 
+// The tokenizer `dsc train` saved beside its checkpoints: DIR/TAG/tokenizer, else DIR/tokenizer.
+static const char *checkpoint_tokenizer(const char *ckpt, char *spec, size_t cap) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/tokenizer", ckpt);
+    if (dsc_tokenizer_find(dir, spec, cap)) return spec;
+    char root[4096], tag[DSC_CKPT_TAG_MAX];
+    bool has_tag;
+    if (dsc_ckpt_split_path(ckpt, root, sizeof root, tag, sizeof tag, &has_tag) != DSC_OK)
+        return NULL;
+    snprintf(dir, sizeof dir, "%s/tokenizer", root);
+    return dsc_tokenizer_find(dir, spec, cap) ? spec : NULL;
+}
+
 static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokenizer **tok) {
-    const char *spec = o->tokenizer ? o->tokenizer : w->c.vocab_size == 256 ? "byte" : NULL;
+    char saved[4300];
+    const char *spec = o->tokenizer ? o->tokenizer
+                       : o->checkpoint ? checkpoint_tokenizer(o->checkpoint, saved, sizeof saved)
+                                       : NULL;
+    if (!spec && w->c.vocab_size == 256) spec = "byte";
     if (!spec)
         return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "the model's vocabulary has %d tokens: give its "
-                         "tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
-                         "merges.txt), --tokenizer byte, or --tokenizer ids (token ids in and out)",
+                         "the model's vocabulary has %d tokens and the checkpoint holds no "
+                         "tokenizer: give its tokenizer with --tokenizer gpt2:DIR (DIR holding "
+                         "vocab.json and merges.txt), --tokenizer hf:DIR (a tokenizer.json), "
+                         "--tokenizer byte, or --tokenizer ids (token ids in and out)",
                          w->c.vocab_size);
     char ids[32];
     if (!strcmp(spec, "ids")) { // token ids of this model's vocabulary
@@ -400,8 +418,9 @@ int cmd_generate(int argc, char **argv) {
          &o.stop, NULL},
         {"--device", "cpu|cuda", "where to run: the CPU (fp32) or one CUDA device (bf16) "
          "(default cpu)", &o.device, NULL},
-        {"--tokenizer", "SPEC", "byte, gpt2:DIR, or ids (prompts and output as token ids) "
-         "(default: byte for a 256-token vocabulary)", &o.tokenizer, NULL},
+        {"--tokenizer", "SPEC", "byte, gpt2:DIR, hf:DIR, a tokenizer.json, or ids (prompts and "
+         "output as token ids) (default: the one the checkpoint's run saved, else byte for a "
+         "256-token vocabulary)", &o.tokenizer, NULL},
         {"--heads", "N", "attention heads (default: channels / 64, as every GPT-2 size)", &heads,
          NULL},
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},

@@ -472,6 +472,11 @@ static dsc_status ckpt_setup(trainer *t) {
     dsc_ckpt_opts_from_config(cfg, &co);
     co.background_snapshot = true; // the loop calls dsc_checkpoint_fence before each update
     DSC_TRY(dsc_checkpointing_start(t->eng, t->o->save_dir, &co));
+    if (t->rank == 0 && t->tok) { // the tokenizer travels with the checkpoints (dsc generate)
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/tokenizer", t->o->save_dir);
+        DSC_TRY(dsc_tokenizer_save(t->tok, dir));
+    }
     DSC_TRY(dsc_checkpointing_configure(t->eng, cfg->checkpoint.interval_s, ckpt_validate, t));
     struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);

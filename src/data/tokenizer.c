@@ -6,9 +6,11 @@
 #include <stdbool.h> // bool
 #include <stdio.h>   // FILE, fopen, getline, snprintf
 #include <stdlib.h>  // malloc, calloc, realloc, free
-#include <string.h>  // memchr, memcmp, memcpy, strcmp, strerror, strlen, strncmp
+#include <string.h>  // memchr, memcmp, memcpy, strcmp, strerror, strlen, strncmp, strrchr
+#include <unistd.h>  // access
 
 #include "base/hash.h"    // dsc_hash64
+#include "base/io.h"      // dsc__mkdirs
 #include "base/log.h"     // DSC_WARN
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder
@@ -687,7 +689,7 @@ dsc_status dsc_tokenizer_create(dsc_tokenizer **out, const char *spec) {
     bool json = json_spec(spec, json_path, sizeof json_path);
     int ids = ids_vocab(spec);
     if (!byte && !gpt2 && !json && ids < 0)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\": unknown; use \"byte\", "
+        return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\": unknown; use \"byte\" or "
                          "\"gpt2:DIR\" (DIR holding GPT-2's vocab.json and merges.txt), "
                          "\"hf:DIR\" (DIR holding a Hugging Face tokenizer.json), a path to a "
                          "tokenizer.json, or \"ids\" / \"ids:VOCAB\" (token ids written as "
@@ -719,6 +721,83 @@ void dsc_tokenizer_destroy(dsc_tokenizer *t) {
     free(t->pairs);
     dsc__tokjson_free(t->json);
     free(t);
+}
+
+// ---- saving with a checkpoint ----
+
+static dsc_status copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return dsc__fail(DSC_ERR_IO, "tokenizer: cannot open %s: %s; the tokenizer's files must "
+                         "stay readable while the run saves them", from, strerror(errno));
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    FILE *out = fopen(tmp, "wb");
+    if (!out) {
+        fclose(in);
+        return dsc__fail(DSC_ERR_IO, "tokenizer: cannot create %s: %s", tmp, strerror(errno));
+    }
+    char buf[1 << 16];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    ok = ok && !ferror(in);
+    fclose(in);
+    ok = fclose(out) == 0 && ok;
+    if (!ok || rename(tmp, to) != 0) {
+        dsc_status st = dsc__fail(DSC_ERR_IO, "tokenizer: cannot write %s: %s; check free disk "
+                                  "space", to, strerror(errno));
+        remove(tmp);
+        return st;
+    }
+    return DSC_OK;
+}
+
+static dsc_status copy_into(const char *from, const char *dir, const char *name) {
+    char to[4300];
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    return copy_file(from, to);
+}
+
+dsc_status dsc_tokenizer_save(const dsc_tokenizer *t, const char *dir) {
+    if (t->kind != TOK_GPT2 && t->kind != TOK_JSON) return DSC_OK; // nothing but the spec
+    if (strlen(dir) > 4000)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer: folder path too long: %.80s...", dir);
+    DSC_TRY(dsc__mkdirs(dir));
+    char from[4300];
+    if (t->kind == TOK_GPT2) {
+        snprintf(from, sizeof from, "%s/vocab.json", t->spec + 5);
+        DSC_TRY(copy_into(from, dir, "vocab.json"));
+        snprintf(from, sizeof from, "%s/merges.txt", t->spec + 5);
+        return copy_into(from, dir, "merges.txt");
+    }
+    json_spec(t->spec, from, sizeof from);
+    DSC_TRY(copy_into(from, dir, "tokenizer.json"));
+    char *slash = strrchr(from, '/');
+    size_t at = slash ? (size_t)(slash - from) + 1 : 0;
+    snprintf(from + at, sizeof from - at, "tokenizer_config.json");
+    char stale[4300];
+    snprintf(stale, sizeof stale, "%s/tokenizer_config.json", dir);
+    if (access(from, R_OK) != 0) { // none: none may be left from an earlier tokenizer either
+        (void)remove(stale);
+        return DSC_OK;
+    }
+    return copy_into(from, dir, "tokenizer_config.json");
+}
+
+bool dsc_tokenizer_find(const char *dir, char *spec, size_t cap) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (access(path, R_OK) == 0) {
+        snprintf(spec, cap, "hf:%s", dir);
+        return true;
+    }
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    if (access(path, R_OK) == 0) {
+        snprintf(spec, cap, "gpt2:%s", dir);
+        return true;
+    }
+    return false;
 }
 
 int dsc_tokenizer_vocab_size(const dsc_tokenizer *t) { return t->vocab_size; }

@@ -1,6 +1,18 @@
 // data/tokenizer.h - text <-> token ids: a byte-level tokenizer and GPT-2's byte-level BPE.
 //
 // Specs accepted by dsc_tokenizer_create:
+//   "hf:DIR", or a path ending in ".json"
+//               a Hugging Face tokenizer.json byte-level BPE (the GPT-2, Llama 3, Qwen2 and
+//               SmolLM2 families): DIR/tokenizer.json (or the file named), and tokenizer_config.json
+//               beside it when present (add_bos_token, add_eos_token, bos_token, eos_token).
+//               Encoding reproduces Hugging Face's tokenizers library: added and special tokens
+//               are matched first (leftmost, longest); the text between them is normalized (NFC
+//               when the file says so), split by the pre-tokenizer (data/pretok.h), and merged by
+//               BPE rank; the post-processor's BOS/EOS ids go around it (tokenizer_config.json's
+//               add_bos_token / add_eos_token, when given, decide instead). End of text: the
+//               config's eos_token, else <|endoftext|>, <|end_of_text|> or </s>, else none.
+//               Ids are 32-bit (Llama 3's and Qwen2's vocabularies pass 65536). Decoding gives
+//               special tokens as their text. Unsupported settings are refused by name.
 //   "byte"      one token per byte: vocabulary 256, id = byte value. The end-of-text token is
 //               id 0 (the NUL byte, which text files do not contain); a NUL byte in the input is
 //               therefore indistinguishable from a document boundary.
@@ -26,6 +38,7 @@
 #ifndef DSC_DATA_TOKENIZER_H
 #define DSC_DATA_TOKENIZER_H
 
+#include <stdbool.h> // bool
 #include <stddef.h> // size_t
 #include <stdint.h> // int32_t
 
@@ -52,5 +65,15 @@ dsc_status dsc_tokenizer_encode(const dsc_tokenizer *t, const char *text, size_t
 // Errors: DSC_ERR_INVALID_ARG for an id outside the vocabulary.
 dsc_status dsc_tokenizer_decode(const dsc_tokenizer *t, const int32_t *tokens, size_t n,
                                 char **text, size_t *len);
+
+// The tokenizer's files copied into dir (created if missing), so that a run's checkpoint folder
+// carries the tokenizer it was trained with: tokenizer.json (+ tokenizer_config.json when there
+// is one) for a tokenizer.json spec, vocab.json + merges.txt for "gpt2:DIR". "byte" and "ids"
+// have no files: nothing is written. Files are written to NAME.tmp and renamed.
+// Errors: DSC_ERR_IO naming the file.
+dsc_status dsc_tokenizer_save(const dsc_tokenizer *t, const char *dir);
+// The spec of the tokenizer dsc_tokenizer_save left in dir ("hf:DIR" or "gpt2:DIR") into spec;
+// false when dir holds none.
+bool dsc_tokenizer_find(const char *dir, char *spec, size_t cap);
 
 #endif
