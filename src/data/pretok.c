@@ -84,6 +84,18 @@ static size_t run(const uint8_t *s, size_t len, size_t p, int c) {
 
 static bool is_nl(uint8_t b) { return b == '\r' || b == '\n'; }
 
+// What Digits splits at: Rust's char::is_numeric in the reference, whose Unicode (15.x) has the
+// numbers 15.0 added beyond the 14.0 table that the patterns' \p{N} (Oniguruma's) uses.
+static bool digit_at(const uint8_t *s, size_t len, size_t p, size_t *next) {
+    if (cls(s, len, p, next) == C_NUMBER) return true;
+    if (s[p] != 0xF0) return false;
+    uint32_t cp;
+    (void)dsc__utf8_decode(s + p, len - p, &cp);
+    return (cp >= 0x11F50 && cp <= 0x11F59) || // Kawi digits
+           (cp >= 0x1D2C0 && cp <= 0x1D2D3) || // Kaktovik numerals
+           (cp >= 0x1E4F0 && cp <= 0x1E4F9);   // Nag Mundari digits
+}
+
 // ---- internal: the building blocks; each returns the match's end, or <= p for no match ----
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d). Under case folding 's also matches U+017F (long s, UTF-8
@@ -362,8 +374,9 @@ static bool split_digits(const split_ctx *c, int k, bool individual, const uint8
                          size_t len) {
     size_t gap = 0;
     for (size_t p = 0, next; p < len; p = next) {
-        if (cls(s, len, p, &next) != C_NUMBER) continue;
-        if (!individual) next = run(s, len, next, C_NUMBER);
+        if (!digit_at(s, len, p, &next)) continue;
+        for (size_t after; !individual && next < len && digit_at(s, len, next, &after);)
+            next = after;
         if (!emit(c, k, s + gap, p - gap) || !emit(c, k, s + p, next - p)) return false;
         gap = next;
     }

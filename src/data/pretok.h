@@ -8,7 +8,8 @@
 //       step here: BPE works on the raw bytes.
 //   {"type": "Split", "pattern": {"Regex": P}, "behavior": "Isolated", "invert": false}
 //   {"type": "Digits", "individual_digits": true|false}
-//       every \p{N} character its own piece, or each run of them one piece.
+//       every \p{N} character its own piece, or each run of them one piece (here \p{N} includes
+//       the digits Unicode 15.0 added, as the reference's Digits does).
 // A stage splits every piece of the stage before it; the pattern never looks past a piece.
 //
 // Patterns are matched as the reference does (leftmost-first alternation, repeated from the end

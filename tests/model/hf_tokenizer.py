@@ -78,6 +78,8 @@ SCRIPTS = {
     "combining": "e\u0301 a\u0300 o\u0308\u0304 n\u0303 A\u030a \u1e9b\u0323 q\u0307\u0323 "
                  "Å Ω ﬁ \u0958 \u2126 x\u0345\u0301",
     "math": "∑∫√∞ ≤≥≠ ½ ¾ ⅓ Ⅻ ⅷ ① ² ³ ₄ 𝟘𝟙 ٣ ۴ ߁",
+    # Unicode 15.0: Kawi letter and digits, Kaktovik numerals, Nag Mundari digits
+    "unicode15": "\U00011F04\U00011F50\U00011F51 x\U0001D2C0\U0001D2C1y 7\U0001E4F0\U0001E4F1 \U00011F05a",
     "spaces": "a\u00a0b\u2003c\u3000d\u2009e\u202ff\u205fg\u1680h\u200bi\u0085j\u2028k\u2029l",
 }
 CONTRACTIONS = ["don't", "DON'T", "it's", "IT'S", "It'S", "we're", "WE'RE", "they've", "I'm",

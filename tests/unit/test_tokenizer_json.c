@@ -173,7 +173,6 @@ static void test_patterns(void **state) {
                            "| '|ſ| |١|٢|٣| 東京| é|!");
     // (?i:'s) also matches the long s, which folds to s; ﬅ (folds to "st") is a letter.
     assert_split(l3, "x'ſt x'st x'ﬅx", "x|'ſ|t| x|'s|t| x|'ﬅx");
-    free(l3);
     free(q2);
     const char *gpt2 =
         "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}";
@@ -186,6 +185,11 @@ static void test_patterns(void **state) {
     assert_split(smol, "a  1b22 x", "a|  |1|b|2|2| x");
     const char *runs = "{\"type\": \"Digits\", \"individual_digits\": false}";
     assert_split(runs, "ab123c4", "ab|123|c|4");
+    // Digits knows Unicode 15.0's Kaktovik numerals and Kawi digits; the patterns' \p{N} does not.
+    assert_split(runs, "a\xf0\x9d\x8b\x80\xf0\x91\xbd\x90" "b",
+                 "a|\xf0\x9d\x8b\x80\xf0\x91\xbd\x90|b");
+    assert_split(l3, "a\xf0\x9d\x8b\x80" "b", "a|\xf0\x9d\x8b\x80" "b");
+    free(l3);
 }
 
 static void test_bpe_added_post(void **state) {
