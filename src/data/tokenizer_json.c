@@ -225,12 +225,17 @@ static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *f
         return dsc__fail(DSC_ERR_CONFIG, "%s: model is %s; dsc reads byte-level BPE models "
                          "(model.type \"BPE\" with a vocab object and a merges list)", file,
                          type ? type : "not a BPE with vocab and merges");
+    // Published files write these as null or "" (GPT-2, Qwen2), dropout as null.
     static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix",
                                               "dropout"};
-    for (size_t i = 0; i < 3; i++)
-        if (!is_null_or(json_object_get(model, unsupported[i]), "", ""))
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *v = json_object_get(model, unsupported[i]);
+        bool unset = !v || json_is_null(v) || (json_is_string(v) && !json_string_length(v)) ||
+                     (json_is_number(v) && json_number_value(v) == 0);
+        if (!unset)
             return dsc__fail(DSC_ERR_CONFIG, "%s: model.%s is set; dsc reads BPE models without "
-                             "it (set it to null)", file, unsupported[i]);
+                             "it (null)", file, unsupported[i]);
+    }
     if (json_is_true(json_object_get(model, "byte_fallback")))
         return dsc__fail(DSC_ERR_CONFIG, "%s: model.byte_fallback is true: a SentencePiece-style "
                          "BPE, not a byte-level one; dsc reads byte-level BPE", file);

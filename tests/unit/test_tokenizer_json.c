@@ -92,9 +92,10 @@ static json_t *base_json(bool ignore_merges) {
     json_object_set_new(vocab, "\xc4\xa0the", json_integer(258));
     json_object_set_new(vocab, "ab", json_integer(262));
     json_t *merges = json_pack("[s,s,s]", "\xc4\xa0 t", "h e", "\xc4\xa0t he");
-    json_t *model = json_pack("{s:s, s:n, s:n, s:b, s:o, s:o}", "type", "BPE", "dropout",
-                              "unk_token", "ignore_merges", ignore_merges, "vocab", vocab,
-                              "merges", merges);
+    json_t *model = json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:o, s:o}", "type", "BPE",
+                              "dropout", "unk_token", "continuing_subword_prefix", "",
+                              "end_of_word_suffix", "", "ignore_merges", ignore_merges, "vocab",
+                              vocab, "merges", merges);
     json_t *added = json_array();
     const char *names[] = {"<|bos|>", "<|x|>", "<|x|>y"};
     for (int i = 0; i < 3; i++)
@@ -274,6 +275,8 @@ static void test_refused(void **state) {
     assert_refused("normalizer", json_pack("{s:s}", "type", "Lowercase"), DSC_ERR_CONFIG,
                    "normalizer \"Lowercase\"");
     assert_refused("model.byte_fallback", json_true(), DSC_ERR_CONFIG, "byte_fallback");
+    assert_refused("model.continuing_subword_prefix", json_string("##"), DSC_ERR_CONFIG,
+                   "model.continuing_subword_prefix is set");
     assert_refused("model.merges", json_pack("[s]", "h zz"), DSC_ERR_CORRUPT,
                    "model.merges[0] \"h\" + \"zz\": the right token is not in model.vocab");
     assert_refused("post_processor", json_pack("{s:s}", "type", "RobertaProcessing"),
