@@ -146,9 +146,11 @@ static dsc_status vocab_load(dsc_tokenizer *t, const json_t *vocab, const json_t
         t->off[id + 1] = t->off[id] + (uint32_t)token_bytes(name[id], dec, t->bytes + t->off[id],
                                                             &strict);
         if (!strict || !json_object_get(vocab, name[id])) continue; // not a BPE result
-        if (dsc__tok_index_find(t, t->bytes + t->off[id], t->off[id + 1] - t->off[id]) >= 0)
-            return dsc__fail(DSC_ERR_CORRUPT, "%s: two vocabulary entries spell \"%.40s\"", file,
-                             name[id]);
+        if (dsc__tok_index_find(t, t->bytes + t->off[id], t->off[id + 1] - t->off[id]) >= 0) {
+            st = dsc__fail(DSC_ERR_CORRUPT, "%s: two vocabulary entries spell \"%.40s\"", file,
+                           name[id]);
+            goto done;
+        }
         dsc__tok_index_add(t, id);
     }
     for (int b = 0; b < 256; b++) {
