@@ -6,7 +6,8 @@
 //   dataset.json  what was built: tokenizer spec, vocab size, end-of-text id, token counts,
 //                 the source documents and, for the built-in data, where the text came from.
 // Documents are tokenized (on several threads when asked) and joined in order with the
-// tokenizer's end-of-text token between them (none after a document that already ends with it). The output is a pure function of the inputs: same files, same tokenizer -> same bytes.
+// tokenizer's end-of-text token between them (none after a document that already ends with it).
+// The output is a pure function of the inputs: same files, same tokenizer -> same bytes.
 #ifndef DSC_DATA_PREPARE_H
 #define DSC_DATA_PREPARE_H
 

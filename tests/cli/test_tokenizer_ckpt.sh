@@ -55,4 +55,21 @@ expect 0 "the" -- "$DSC" generate --checkpoint "$T/ck/$tag" --prompt "the" --max
 rm -r "$T/ck/tokenizer"
 expect 1 "the checkpoint holds no tokenizer" -- "$DSC" generate --checkpoint "$T/ck" \
   --prompt "the" --max-new-tokens 4
+
+# GPT-2's vocab.json + merges.txt travel the same way (when ../shared/data has them).
+gpt2=${DSC_SOURCE_DIR:-$(dirname "$0")/../..}/../shared/data/gpt2-tokenizer
+if [ -f "$gpt2/vocab.json" ]; then
+  cp -r "$gpt2" "$T/g2"
+  expect 0 "tokenizer gpt2:" -- "$DSC" data prepare --input "$T/corpus.txt" \
+    --tokenizer "gpt2:$T/g2" --out "$T/data-g2"
+  check "train d1 on GPT-2 tokens" -- "$DSC" train --data "$T/data-g2" --model d1 --seq-len 32 \
+    --max-steps 2 --eval-every 0 --sample-tokens 0 --threads 1 --save-dir "$T/ck-g2" \
+    --save-at-end --out "$T/run-g2"
+  check "the checkpoint holds GPT-2's merges.txt" -- \
+    cmp "$T/g2/merges.txt" "$T/ck-g2/tokenizer/merges.txt"
+  rm -r "$T/g2"
+  expect 0 "the" -- "$DSC" generate --checkpoint "$T/ck-g2" --prompt "the" --max-new-tokens 3
+else
+  echo "note: $gpt2 absent; GPT-2's files in a checkpoint not checked"
+fi
 finish

@@ -51,7 +51,8 @@ def debian_texts():
     """(name, text) of UTF-8 texts Debian ships, in a fixed order, by kind."""
     kinds = [sorted(glob.glob("/usr/share/common-licenses/*")),
              sorted(glob.glob("/usr/share/doc/*/copyright")),
-             sorted(glob.glob("/usr/lib/python3*/*.py")) + sorted(glob.glob("/usr/lib/python3*/*/*.py"))]
+             sorted(glob.glob("/usr/lib/python3*/*.py")) +
+             sorted(glob.glob("/usr/lib/python3*/*/*.py"))]
     out = []
     for files in kinds:
         for f in files:
