@@ -1,10 +1,12 @@
-// data/tokenizer.h - text <-> token ids: a byte-level tokenizer and GPT-2's byte-level BPE.
+// data/tokenizer.h - text <-> token ids: a byte-level tokenizer and byte-level BPE (GPT-2's
+// vocab.json/merges.txt, Hugging Face tokenizer.json).
 //
 // Specs accepted by dsc_tokenizer_create:
 //   "hf:DIR", or a path ending in ".json"
 //               a Hugging Face tokenizer.json byte-level BPE (the GPT-2, Llama 3, Qwen2 and
 //               SmolLM2 families): DIR/tokenizer.json (or the file named), and
-//               tokenizer_config.json beside it when present (add_bos_token, add_eos_token, bos_token, eos_token).
+//               tokenizer_config.json beside it when present (add_bos_token, add_eos_token,
+//               bos_token, eos_token).
 //               Encoding reproduces Hugging Face's tokenizers library: added and special tokens
 //               are matched first (leftmost, longest); the text between them is normalized (NFC
 //               when the file says so), split by the pre-tokenizer (data/pretok.h), and merged by
