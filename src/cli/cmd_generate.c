@@ -30,6 +30,7 @@ typedef struct gen_cli {
 
 typedef struct weights {
     dsc_model *model; // recognised from the tensors' names and shapes
+    char files[4200]; // the folder of the model's companion files (tokenizer), or ""
     int nt;
     float **full; // (nt) whole tensors in model order
 } weights;
@@ -110,6 +111,7 @@ static const char *hf_name(dsc_hf_weights *f, const char *name, char *buf, size_
 static dsc_status load_hf(weights *w, const char *spec) {
     DSC_TRY(dsc_model_create(&w->model, spec, NULL));
     DSC_TRY(weights_alloc(w));
+    snprintf(w->files, sizeof w->files, "%s", spec + 3); // its tokenizer files, if any
     dsc_hf_weights *f;
     DSC_TRY(dsc_hf_weights_open(&f, spec + 3));
     dsc_status st = DSC_OK;
@@ -159,14 +161,16 @@ static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     DSC_TRY(dsc_ckpt_split_path(path, dir, sizeof dir, tag, sizeof tag, &has_tag));
     dsc_ckpt *ck;
     DSC_TRY(dsc_ckpt_open(&ck, dir, has_tag ? tag : NULL));
+    dsc_ckpt_info info;
+    dsc_ckpt_get_info(ck, &info);
+    // The checkpoint's own folder holds its attached files (the run's tokenizer among them).
+    snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
     char cfg_path[4200];
     if (dsc_ckpt_attachment_path(ck, "config.json", cfg_path, sizeof cfg_path)) {
         dsc_status st = load_checkpoint_hf(w, ck, cfg_path);
         dsc_ckpt_close(ck);
         return st;
     }
-    dsc_ckpt_info info;
-    dsc_ckpt_get_info(ck, &info);
     int n = info.nparams;
     dsc_param_desc *table = calloc((size_t)n + 1, sizeof *table);
     int *order = NULL;
@@ -271,13 +275,18 @@ static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
 
 static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokenizer **tok) {
     int V = dsc_model_describe(w->model)->vocab_size;
-    const char *spec = o->tokenizer ? o->tokenizer : V == 256 ? "byte" : NULL;
+    char saved[4300];
+    const char *spec = o->tokenizer                                           ? o->tokenizer
+                       : w->files[0] && dsc_tokenizer_find(w->files, saved, sizeof saved) ? saved
+                       : V == 256                                             ? "byte"
+                                                                              : NULL;
     if (!spec)
         return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "the model's vocabulary has %d tokens: give its "
-                         "tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
-                         "merges.txt), --tokenizer byte, or --tokenizer ids (token ids in and out)",
-                         V);
+                         "the model's vocabulary has %d tokens and %s holds no tokenizer: give "
+                         "its tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
+                         "merges.txt), --tokenizer hf:DIR (a tokenizer.json), --tokenizer byte, "
+                         "or --tokenizer ids (token ids in and out)",
+                         V, o->weights ? o->weights : o->model ? o->model : o->checkpoint);
     char ids[32];
     if (!strcmp(spec, "ids")) { // token ids of this model's vocabulary
         snprintf(ids, sizeof ids, "ids:%d", V);
@@ -478,8 +487,9 @@ int cmd_generate(int argc, char **argv) {
          &o.stop, NULL},
         {"--device", "cpu|cuda", "where to run: the CPU (fp32) or one CUDA device (bf16) "
          "(default cpu)", &o.device, NULL},
-        {"--tokenizer", "SPEC", "byte, gpt2:DIR, or ids (prompts and output as token ids) "
-         "(default: byte for a 256-token vocabulary)", &o.tokenizer, NULL},
+        {"--tokenizer", "SPEC", "byte, gpt2:DIR, hf:DIR, a tokenizer.json, or ids (prompts and "
+         "output as token ids) (default: the one the checkpoint's run saved, else byte for a "
+         "256-token vocabulary)", &o.tokenizer, NULL},
         {"--heads", "N", "attention heads (default: channels / 64, as every GPT-2 size)", &heads,
          NULL},
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},

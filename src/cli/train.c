@@ -529,10 +529,8 @@ static dsc_status ckpt_resume(trainer *t) {
     return DSC_OK;
 }
 
-// A file of the model's Hugging Face folder, attached as it is; one that is absent is skipped.
-static dsc_status attach_file(trainer *t, const char *dir, const char *name) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+// A file attached as it is under name; one that is absent is skipped.
+static dsc_status attach_file(trainer *t, const char *path, const char *name) {
     FILE *f = fopen(path, "rb");
     if (!f) return DSC_OK;
     char *buf = NULL;
@@ -548,14 +546,27 @@ static dsc_status attach_file(trainer *t, const char *dir, const char *name) {
     return st;
 }
 
+// The run's tokenizer files travel with every checkpoint (dsc generate --checkpoint finds them,
+// dsc ckpt export --hf puts them in the folder).
+static dsc_status ckpt_attach_tokenizer(trainer *t) {
+    dsc_tokenizer_file files[DSC_TOKENIZER_MAX_FILES];
+    int n = t->tok ? dsc_tokenizer_files(t->tok, files) : 0;
+    for (int i = 0; i < n; i++) DSC_TRY(attach_file(t, files[i].path, files[i].name));
+    return DSC_OK;
+}
+
 // The model's config.json and generation_config.json travel with every checkpoint, so that
 // `dsc ckpt export --hf` makes a folder transformers loads: a Hugging Face folder's own files
 // (--model hf:DIR), else what the family writes for its shape (none: nothing is attached).
 static dsc_status ckpt_attach_model(trainer *t) {
+    DSC_TRY(ckpt_attach_tokenizer(t));
     const char *dir = dsc_model_hf_dir(t->model);
     if (dir) {
-        DSC_TRY(attach_file(t, dir, "config.json"));
-        return attach_file(t, dir, "generation_config.json");
+        char path[4200];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        DSC_TRY(attach_file(t, path, "config.json"));
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        return attach_file(t, path, "generation_config.json");
     }
     char *cfg_json, *gen_json;
     if (dsc_model_hf_config(t->model, &cfg_json, &gen_json) != DSC_OK) return DSC_OK;

@@ -8,6 +8,7 @@
 #include <fcntl.h>    // open, O_*
 #include <jansson.h>  // json_*
 #include <math.h>     // isfinite, llround
+#include <pthread.h>  // pthread_*
 #include <stdbool.h>  // bool
 #include <stdio.h>    // FILE, fopen, fread, printf, rename, snprintf
 #include <stdlib.h>   // free, malloc, qsort, realloc
@@ -16,7 +17,7 @@
 #include <unistd.h>   // close, fsync, unlink, write
 
 #include "base/log.h"       // DSC_INFO
-#include "base/status.h"    // dsc__fail, DSC_TRY
+#include "base/status.h"    // dsc__fail, DSC_TRY, dsc_last_error
 #include "data/shard.h"     // dsc_shard_write
 #include "data/tokenizer.h" // dsc_tokenizer_*
 
@@ -160,21 +161,72 @@ static dsc_status tokens_append(tokens *t, const int32_t *v, int64_t n) {
     return DSC_OK;
 }
 
-// Documents joined by eot; per-document token counts go to counts (ndocs).
-static dsc_status tokenize_docs(const dsc_tokenizer *tk, const doc_list *d, tokens *all,
-                                int64_t *counts) {
-    int32_t eot = dsc_tokenizer_eot(tk);
-    for (int i = 0; i < d->n; i++) {
-        if (i > 0 && eot >= 0) DSC_TRY(tokens_append(all, &eot, 1)); // ids: none
-        int32_t *ids;
-        size_t n;
-        DSC_TRY(dsc_tokenizer_encode(tk, d->v[i].text, d->v[i].len, &ids, &n));
-        dsc_status st = tokens_append(all, ids, (int64_t)n);
-        free(ids);
-        DSC_TRY(st);
-        counts[i] = (int64_t)n;
+// Tokenizing runs on several threads, each taking the next document; results are joined in
+// document order, so the output does not depend on the thread count.
+typedef struct tok_job {
+    const dsc_tokenizer *tk;
+    const doc_list *d;
+    int32_t **ids;   // per document, caller-owned
+    size_t *n;
+    int next;        // next document to take (under mu)
+    dsc_status st;   // first failure (under mu)
+    char err[1024];
+    pthread_mutex_t mu;
+} tok_job;
+
+static void *tok_worker(void *arg) {
+    tok_job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int i = j->st == DSC_OK ? j->next++ : j->d->n;
+        pthread_mutex_unlock(&j->mu);
+        if (i >= j->d->n) return NULL;
+        dsc_status st = dsc_tokenizer_encode(j->tk, j->d->v[i].text, j->d->v[i].len, &j->ids[i],
+                                             &j->n[i]);
+        if (st == DSC_OK) continue;
+        pthread_mutex_lock(&j->mu);
+        if (j->st == DSC_OK) {
+            j->st = st;
+            snprintf(j->err, sizeof j->err, "%s", dsc_last_error()); // the error is per thread
+        }
+        pthread_mutex_unlock(&j->mu);
     }
+}
+
+static dsc_status tokenize_parallel(tok_job *j, int threads) {
+    pthread_t tid[64];
+    int started = 0;
+    if (threads > 64) threads = 64;
+    if (threads > j->d->n) threads = j->d->n;
+    for (; started < threads - 1; started++)
+        if (pthread_create(&tid[started], NULL, tok_worker, j) != 0) break;
+    tok_worker(j); // this thread works too
+    for (int k = 0; k < started; k++) pthread_join(tid[k], NULL);
+    if (j->st != DSC_OK) return dsc__fail(j->st, "%s", j->err);
     return DSC_OK;
+}
+
+// Documents joined by eot (unless a document already ends with it: a tokenizer that appends
+// EOS); per-document token counts go to counts (ndocs).
+static dsc_status tokenize_docs(const dsc_tokenizer *tk, const doc_list *d, int threads,
+                                tokens *all, int64_t *counts) {
+    tok_job j = {.tk = tk, .d = d, .ids = calloc((size_t)d->n + 1, sizeof *j.ids),
+                 .n = calloc((size_t)d->n + 1, sizeof *j.n)};
+    dsc_status st = j.ids && j.n ? DSC_OK : dsc__fail(DSC_ERR_OOM, "data: out of memory");
+    pthread_mutex_init(&j.mu, NULL);
+    if (st == DSC_OK) st = tokenize_parallel(&j, threads > 0 ? threads : 1);
+    int32_t eot = dsc_tokenizer_eot(tk);
+    for (int i = 0; st == DSC_OK && i < d->n; i++) {
+        bool join = i > 0 && eot >= 0 && (all->n == 0 || all->v[all->n - 1] != eot); // ids: none
+        if (join) st = tokens_append(all, &eot, 1);
+        if (st == DSC_OK) st = tokens_append(all, j.ids[i], (int64_t)j.n[i]);
+        counts[i] = (int64_t)j.n[i];
+    }
+    for (int i = 0; j.ids && i < d->n; i++) free(j.ids[i]);
+    free(j.ids);
+    free(j.n);
+    pthread_mutex_destroy(&j.mu);
+    return st;
 }
 
 static json_t *describe(const dsc_tokenizer *tk, const doc_list *d, const int64_t *counts,
@@ -230,7 +282,7 @@ static dsc_status write_shards(const char *out_dir, const tokens *all, int64_t n
 
 // Tokenize the documents, split the last vf of the tokens off as validation, write the folder.
 static dsc_status build(const char *out_dir, const char *spec, const doc_list *d, double vf,
-                        const char *origin, build_result *r) {
+                        int threads, const char *origin, build_result *r) {
     if (strlen(out_dir) > 4000)
         return dsc__fail(DSC_ERR_INVALID_ARG, "output folder path too long: %.80s...", out_dir);
     dsc_tokenizer *tk = NULL;
@@ -240,7 +292,7 @@ static dsc_status build(const char *out_dir, const char *spec, const doc_list *d
     dsc_status st = counts ? DSC_OK : dsc__fail(DSC_ERR_OOM, "data: out of memory");
     if (st != DSC_OK) return st;
     DSC_TRY_GOTO(dsc_tokenizer_create(&tk, spec), st, done);
-    DSC_TRY_GOTO(tokenize_docs(tk, d, &all, counts), st, done);
+    DSC_TRY_GOTO(tokenize_docs(tk, d, threads, &all, counts), st, done);
     int64_t text_tokens = 0; // end-of-text separators between empty documents do not count
     for (int i = 0; i < d->n; i++) text_tokens += counts[i];
     if (text_tokens == 0) {
@@ -467,7 +519,7 @@ dsc_status dsc_data_prepare(const dsc_prepare_opts *o) {
         if (st == DSC_OK) st = docs_add(&d, o->inputs[i], text, len);
     }
     build_result r = {0};
-    if (st == DSC_OK) st = build(o->out_dir, spec, &d, o->val_fraction, NULL, &r);
+    if (st == DSC_OK) st = build(o->out_dir, spec, &d, o->val_fraction, o->threads, NULL, &r);
     if (st == DSC_OK)
         printf("data prepare: %d document(s), %lld tokens (train %lld, val %lld), tokenizer %s "
                "(vocab %d) -> %s/{train.bin,val.bin,dataset.json}\n",
@@ -492,7 +544,7 @@ dsc_status dsc_data_default(const char *out_dir, const char *source_dir) {
         st = generated_docs(&d);
     }
     build_result r = {0};
-    if (st == DSC_OK) st = build(out_dir, "byte", &d, DSC_PREPARE_VAL_FRACTION, origin, &r);
+    if (st == DSC_OK) st = build(out_dir, "byte", &d, DSC_PREPARE_VAL_FRACTION, 1, origin, &r);
     if (st == DSC_OK)
         DSC_INFO("data", "default dataset in %s: %lld train + %lld val byte tokens from %s",
                  out_dir, (long long)r.train, (long long)r.val, origin);

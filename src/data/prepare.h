@@ -5,8 +5,9 @@
 //   val.bin       token shard with the rest (may hold 0 tokens)
 //   dataset.json  what was built: tokenizer spec, vocab size, end-of-text id, token counts,
 //                 the source documents and, for the built-in data, where the text came from.
-// Documents are tokenized one by one and joined with the tokenizer's end-of-text token between
-// them. The output is a pure function of the inputs: same files, same tokenizer -> same bytes.
+// Documents are tokenized (on several threads when asked) and joined in order with the
+// tokenizer's end-of-text token between them (none after a document that already ends with it).
+// The output is a pure function of the inputs: same files, same tokenizer -> same bytes.
 #ifndef DSC_DATA_PREPARE_H
 #define DSC_DATA_PREPARE_H
 
@@ -17,12 +18,11 @@
 
 #define DSC_PREPARE_VAL_FRACTION 0.05 // default for --val-fraction
 
-// `dsc data prepare --input FILES --tokenizer byte|gpt2:DIR --out DIR [--val-fraction F]
-// [--format auto|text|jsonl] [--chat-template SPEC] [--seq-len N] [--on-bad-line error|skip]`.
+// `dsc data prepare --input FILES --tokenizer SPEC --out DIR [--val-fraction F] [--threads N]`.
 typedef struct dsc_prepare_opts {
     const char *const *inputs; // text files, one document each, or JSONL files, in this order
     int ninputs;
-    const char *tokenizer;     // "byte" or "gpt2:DIR" (see tokenizer.h)
+    const char *tokenizer;     // "byte", "gpt2:DIR", "hf:DIR", ... (see tokenizer.h)
     const char *out_dir;       // created if missing; train.bin / val.bin / dataset.json replaced
     double val_fraction;       // in [0, 1)
     const char *format;        // NULL/"auto": files named *.jsonl are JSONL (jsonl.h), others
@@ -31,6 +31,7 @@ typedef struct dsc_prepare_opts {
                                // hf:DIR tokenizer's tokenizer_config.json, else ChatML)
     int seq_len;               // > 0: pack the examples into rows of seq_len + 1 tokens (pack.h)
     int on_bad_line;           // DSC_BAD_LINE_ERROR (0) or DSC_BAD_LINE_SKIP (jsonl.h)
+    int threads;               // documents tokenized at once; <= 1: one (same output either way)
 } dsc_prepare_opts;
 
 // Tokenize, split, write the folder, and print a one-line summary to stdout.

@@ -6,49 +6,35 @@
 #include <stdbool.h> // bool
 #include <stdio.h>   // FILE, fopen, getline, snprintf
 #include <stdlib.h>  // malloc, calloc, realloc, free
-#include <string.h>  // memchr, memcmp, memcpy, strcmp, strerror, strlen, strncmp
+#include <string.h>  // memchr, memcmp, memcpy, strcmp, strerror, strlen, strncmp, strrchr
+#include <unistd.h>  // access
 
 #include "base/hash.h"    // dsc_hash64
+#include "base/io.h"      // dsc__mkdirs
 #include "base/log.h"     // DSC_WARN
 #include "base/status.h"  // dsc__fail, DSC_TRY
-#include "data/unicode.h" // dsc__utf8_decode, dsc__unicode_is_*
+#include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder
+#include "data/unicode.h"        // dsc__utf8_decode, dsc__unicode_is_*
 
-enum { TOK_BYTE, TOK_GPT2, TOK_IDS };
-
-// GPT-2's byte <-> printable-character map covers code points below this bound.
-#define BYTE_MAP_CPS 324
 // Words longer than this are not cached: they rarely repeat and would bloat the cache.
 #define CACHE_MAX_WORD 64
 #define CACHE_MAX_SLOTS (1u << 22)
+#define BYTE_MAP_CPS DSC__BYTE_MAP_CPS
 
-typedef struct pair_slot {
-    uint64_t key;   // (left id << 32) | right id; PAIR_EMPTY when free
-    int32_t rank;   // merge priority: lower merges first (line order in merges.txt)
-    int32_t merged; // id of the concatenation
-} pair_slot;
-#define PAIR_EMPTY UINT64_MAX
-
-struct dsc_tokenizer {
-    int kind;
-    int vocab_size;
-    int32_t eot;
-    char spec[4200];
-    // GPT-2 only. Token i's raw bytes are bytes[off[i] .. off[i+1]).
-    uint8_t *bytes;
-    uint32_t *off;      // vocab_size + 1
-    int32_t *index;     // open addressing: raw bytes -> id, -1 = free; index_mask + 1 slots
-    uint64_t index_mask;
-    pair_slot *pairs;   // open addressing: (left, right) -> merge; pair_mask + 1 slots
-    uint64_t pair_mask;
-    int32_t byte_id[256]; // id of each single-byte token
-};
+typedef dsc__pair_slot pair_slot;
+typedef dsc__ibuf ibuf;
+#define PAIR_EMPTY DSC__PAIR_EMPTY
+#define TOK_BYTE DSC__TOK_BYTE
+#define TOK_GPT2 DSC__TOK_GPT2
+#define TOK_IDS DSC__TOK_IDS
+#define TOK_JSON DSC__TOK_JSON
 
 // ---- internal: tables ----
 
 // GPT-2's reversible map from bytes to printable characters: printable Latin-1 bytes map to
 // themselves, the other 68 bytes to U+0100.. in byte order, so no token contains a space or a
 // control character.
-static void byte_to_cp(uint32_t enc[256]) {
+void dsc__tok_byte_to_cp(uint32_t enc[256]) {
     uint32_t extra = 0;
     for (uint32_t b = 0; b < 256; b++) {
         bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
@@ -64,7 +50,7 @@ static uint64_t mix64(uint64_t x) { // splitmix64 finalizer
     return x ^ (x >> 31);
 }
 
-static uint64_t table_mask(size_t n) { // power of two >= 2n, minus one
+uint64_t dsc__tok_table_mask(size_t n) { // power of two >= 2n, minus one
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n) cap <<= 1;
     return cap - 1;
@@ -75,7 +61,7 @@ static const uint8_t *tok_bytes(const dsc_tokenizer *t, int32_t id, size_t *n) {
     return t->bytes + t->off[id];
 }
 
-static int32_t index_find(const dsc_tokenizer *t, const uint8_t *w, size_t n) {
+int32_t dsc__tok_index_find(const dsc_tokenizer *t, const uint8_t *w, size_t n) {
     for (uint64_t i = dsc_hash64(w, n) & t->index_mask;; i = (i + 1) & t->index_mask) {
         int32_t id = t->index[i];
         if (id < 0) return -1;
@@ -107,9 +93,9 @@ static long unprintable(const char *s, size_t len, const int16_t dec[BYTE_MAP_CP
     return (long)n;
 }
 
-static void byte_decoder(int16_t dec[BYTE_MAP_CPS]) {
+void dsc__tok_byte_decoder(int16_t dec[BYTE_MAP_CPS]) {
     uint32_t enc[256];
-    byte_to_cp(enc);
+    dsc__tok_byte_to_cp(enc);
     for (int i = 0; i < BYTE_MAP_CPS; i++) dec[i] = -1;
     for (int b = 0; b < 256; b++) dec[enc[b]] = (int16_t)b;
 }
@@ -146,23 +132,29 @@ static dsc_status vocab_fill(dsc_tokenizer *t, json_t *vocab, const char *path,
         (void)unprintable(key, strlen(key), dec, t->bytes + t->off[id]);
         size_t n;
         const uint8_t *w = tok_bytes(t, id, &n);
-        if (index_find(t, w, n) >= 0)
+        if (dsc__tok_index_find(t, w, n) >= 0)
             return dsc__fail(DSC_ERR_CORRUPT, "%s: two entries spell \"%.40s\"", path, key);
-        uint64_t i = dsc_hash64(w, n) & t->index_mask;
-        while (t->index[i] >= 0) i = (i + 1) & t->index_mask;
-        t->index[i] = id;
+        dsc__tok_index_add(t, id);
     }
     return DSC_OK;
 }
 
+void dsc__tok_index_add(dsc_tokenizer *t, int32_t id) {
+    size_t n;
+    const uint8_t *w = tok_bytes(t, id, &n);
+    uint64_t i = dsc_hash64(w, n) & t->index_mask;
+    while (t->index[i] >= 0) i = (i + 1) & t->index_mask;
+    t->index[i] = id;
+}
+
 static dsc_status vocab_tables(dsc_tokenizer *t, json_t *vocab, const char *path) {
     int16_t dec[BYTE_MAP_CPS];
-    byte_decoder(dec);
+    dsc__tok_byte_decoder(dec);
     int n = (int)json_object_size(vocab);
     t->vocab_size = n;
     t->off = malloc(((size_t)n + 1) * sizeof *t->off);
     uint32_t *len = malloc((size_t)n * sizeof *len);
-    t->index_mask = table_mask((size_t)n);
+    t->index_mask = dsc__tok_table_mask((size_t)n);
     t->index = malloc((t->index_mask + 1) * sizeof *t->index);
     dsc_status st = DSC_ERR_OOM;
     if (!t->off || !len || !t->index) goto fail;
@@ -206,12 +198,12 @@ static dsc_status load_vocab(dsc_tokenizer *t, const char *dir) {
     uint8_t one[1];
     for (int b = 0; b < 256; b++) {
         one[0] = (uint8_t)b;
-        t->byte_id[b] = index_find(t, one, 1);
+        t->byte_id[b] = dsc__tok_index_find(t, one, 1);
         if (t->byte_id[b] < 0)
             return dsc__fail(DSC_ERR_CORRUPT, "%s: byte 0x%02x has no token; is this a GPT-2 "
                              "vocab.json?", path, b);
     }
-    t->eot = index_find(t, (const uint8_t *)"<|endoftext|>", 13);
+    t->eot = dsc__tok_index_find(t, (const uint8_t *)"<|endoftext|>", 13);
     if (t->eot < 0)
         return dsc__fail(DSC_ERR_CORRUPT, "%s: no \"<|endoftext|>\" token", path);
     return DSC_OK;
@@ -228,13 +220,13 @@ static dsc_status merge_line(const dsc_tokenizer *t, char *line, size_t len, con
     long a = unprintable(line, (size_t)(sp - line), dec, buf);
     long b = a < 0 ? -1 : unprintable(sp + 1, len - (size_t)(sp - line) - 1, dec, buf + a);
     if (a <= 0 || b <= 0) return DSC_ERR_CORRUPT;
-    ids[0] = index_find(t, buf, (size_t)a);
-    ids[1] = index_find(t, buf + a, (size_t)b);
-    ids[2] = index_find(t, buf, (size_t)(a + b));
+    ids[0] = dsc__tok_index_find(t, buf, (size_t)a);
+    ids[1] = dsc__tok_index_find(t, buf + a, (size_t)b);
+    ids[2] = dsc__tok_index_find(t, buf, (size_t)(a + b));
     return DSC_OK;
 }
 
-static void pair_insert(dsc_tokenizer *t, const int32_t ids[3], int32_t rank) {
+void dsc__tok_pair_insert(dsc_tokenizer *t, const int32_t ids[3], int32_t rank) {
     uint64_t key = (uint64_t)(uint32_t)ids[0] << 32 | (uint32_t)ids[1];
     uint64_t i = mix64(key) & t->pair_mask;
     for (; t->pairs[i].key != PAIR_EMPTY; i = (i + 1) & t->pair_mask)
@@ -264,8 +256,9 @@ static dsc_status load_merges(dsc_tokenizer *t, const char *dir) {
         return dsc__fail(DSC_ERR_IO, "tokenizer gpt2: cannot open %s: %s; the folder must hold "
                          "GPT-2's vocab.json and merges.txt", path, strerror(errno));
     int16_t dec[BYTE_MAP_CPS];
-    byte_decoder(dec);
-    t->pair_mask = table_mask((size_t)t->vocab_size); // each merge creates a token: <= vocab
+    dsc__tok_byte_decoder(dec);
+    // each merge creates a token: at most vocab_size merges
+    t->pair_mask = dsc__tok_table_mask((size_t)t->vocab_size);
     t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
     dsc_status st = t->pairs ? DSC_OK : dsc__fail(DSC_ERR_OOM, "%s: out of memory", path);
     for (uint64_t i = 0; st == DSC_OK && i <= t->pair_mask; i++) t->pairs[i].key = PAIR_EMPTY;
@@ -285,7 +278,7 @@ static dsc_status load_merges(dsc_tokenizer *t, const char *dir) {
         else if (ids[0] < 0 || ids[1] < 0 || ids[2] < 0)
             skipped++;
         else
-            pair_insert(t, ids, rank++);
+            dsc__tok_pair_insert(t, ids, rank++);
     }
     free(line);
     fclose(f);
@@ -343,12 +336,7 @@ static size_t piece_end(const uint8_t *s, size_t len, size_t pos) {
 
 // ---- internal: BPE with a per-call word cache ----
 
-typedef struct ibuf {
-    int32_t *v;
-    size_t n, cap;
-} ibuf;
-
-static bool ibuf_reserve(ibuf *b, size_t extra) {
+bool dsc__ibuf_reserve(ibuf *b, size_t extra) {
     if (b->n + extra <= b->cap) return true;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->n + extra) cap *= 2;
@@ -384,13 +372,14 @@ typedef struct bpe_scratch {
     size_t nheap, cap; // cap: entries allocated in nodes; heap and round hold 3 * cap
 } bpe_scratch;
 
-typedef struct encoder {
+typedef struct dsc__encoder {
     const dsc_tokenizer *t;
     ibuf out, sym, cached;
     cache_slot *slots;
     size_t mask, used;
     bpe_scratch bs;
-} encoder;
+} dsc__encoder;
+typedef dsc__encoder encoder;
 
 // Words up to this many bytes use the quadratic scan, longer ones the heap: same result.
 #define BPE_SCAN_MAX 64
@@ -539,24 +528,28 @@ static bool encode_word(encoder *e, const uint8_t *w, size_t n) {
     uint64_t h = cacheable ? dsc_hash64(w, n) : 0;
     cache_slot *c = cacheable && e->slots ? cache_find(e, w, n, h) : NULL;
     if (c && c->word) {
-        if (!ibuf_reserve(&e->out, c->nids)) return false;
+        if (!dsc__ibuf_reserve(&e->out, c->nids)) return false;
         memcpy(e->out.v + e->out.n, e->cached.v + c->ids_at, c->nids * sizeof(int32_t));
         e->out.n += c->nids;
         return true;
     }
     e->sym.n = 0;
-    if (!ibuf_reserve(&e->sym, n) || !ibuf_reserve(&e->out, n)) return false;
-    for (size_t i = 0; i < n; i++) e->sym.v[i] = e->t->byte_id[w[i]];
-    size_t m = n;
-    if (n <= BPE_SCAN_MAX) bpe(e->t, e->sym.v, &m);
-    else if (!bpe_long(e->t, &e->bs, e->sym.v, &m)) return false;
+    if (!dsc__ibuf_reserve(&e->sym, n) || !dsc__ibuf_reserve(&e->out, n)) return false;
+    int32_t whole = e->t->ignore_merges ? dsc__tok_index_find(e->t, w, n) : -1;
+    size_t m = 0;
+    if (whole >= 0) e->sym.v[m++] = whole;
+    for (size_t i = 0; whole < 0 && i < n; i++) // a byte without a token is dropped
+        if (e->t->byte_id[w[i]] >= 0) e->sym.v[m++] = e->t->byte_id[w[i]];
+    bool merge = whole < 0 && m > 1;
+    if (merge && m <= BPE_SCAN_MAX) bpe(e->t, e->sym.v, &m);
+    else if (merge && !bpe_long(e->t, &e->bs, e->sym.v, &m)) return false;
     memcpy(e->out.v + e->out.n, e->sym.v, m * sizeof(int32_t));
     e->out.n += m;
     if (!cacheable) return true;
     if ((e->used + 1) * 2 > (e->slots ? e->mask + 1 : 0)) {
         if ((e->slots && e->mask + 1 >= CACHE_MAX_SLOTS) || !cache_grow(e)) return true;
     }
-    if (!ibuf_reserve(&e->cached, m)) return true; // the cache is optional
+    if (!dsc__ibuf_reserve(&e->cached, m)) return true; // the cache is optional
     c = cache_find(e, w, n, h);
     *c = (cache_slot){w, h, (uint32_t)n, (uint32_t)e->cached.n, (uint32_t)m};
     memcpy(e->cached.v + e->cached.n, e->sym.v, m * sizeof(int32_t));
@@ -565,24 +558,63 @@ static bool encode_word(encoder *e, const uint8_t *w, size_t n) {
     return true;
 }
 
+static void encoder_free(encoder *e) {
+    free(e->sym.v);
+    free(e->cached.v);
+    free(e->slots);
+    free(e->bs.nodes);
+    free(e->bs.heap);
+    free(e->bs.round);
+}
+
+dsc__encoder *dsc__encoder_create(const dsc_tokenizer *t) {
+    encoder *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->t = t;
+    if (!dsc__ibuf_reserve(&e->out, 16)) { // the output is an allocation even when empty
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+bool dsc__encoder_word(dsc__encoder *e, const uint8_t *w, size_t n) {
+    return encode_word(e, w, n);
+}
+
+bool dsc__encoder_put(dsc__encoder *e, const int32_t *ids, size_t n) {
+    if (n == 0) return true;
+    if (!dsc__ibuf_reserve(&e->out, n)) return false;
+    memcpy(e->out.v + e->out.n, ids, n * sizeof *ids);
+    e->out.n += n;
+    return true;
+}
+
+void dsc__encoder_finish(dsc__encoder *e, dsc__ibuf *b) {
+    *b = e->out;
+    encoder_free(e);
+    free(e);
+}
+
+void dsc__encoder_destroy(dsc__encoder *e) {
+    if (!e) return;
+    free(e->out.v);
+    encoder_free(e);
+    free(e);
+}
+
 static dsc_status encode_gpt2(const dsc_tokenizer *t, const uint8_t *s, size_t len, ibuf *out) {
-    encoder e = {.t = t};
-    bool ok = ibuf_reserve(&e.out, len / 3 + 16);
+    encoder *e = dsc__encoder_create(t);
+    bool ok = e && dsc__ibuf_reserve(&e->out, len / 3 + 16);
     for (size_t pos = 0, end; ok && pos < len; pos = end) {
         end = piece_end(s, len, pos);
-        ok = encode_word(&e, s + pos, end - pos);
+        ok = encode_word(e, s + pos, end - pos);
     }
-    free(e.sym.v);
-    free(e.cached.v);
-    free(e.slots);
-    free(e.bs.nodes);
-    free(e.bs.heap);
-    free(e.bs.round);
     if (!ok) {
-        free(e.out.v);
+        dsc__encoder_destroy(e);
         return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory encoding %zu bytes", len);
     }
-    *out = e.out;
+    dsc__encoder_finish(e, out);
     return DSC_OK;
 }
 
@@ -650,21 +682,40 @@ static dsc_status encode_ids(const dsc_tokenizer *t, const char *s, size_t len, 
 
 // ---- public API ----
 
+// The tokenizer.json a spec names ("hf:DIR" or a path ending in ".json"), written into path;
+// false when the spec is neither.
+static bool json_spec(const char *spec, char *path, size_t cap) {
+    size_t n = strlen(spec);
+    if (!strncmp(spec, "hf:", 3) && spec[3]) {
+        snprintf(path, cap, "%s/tokenizer.json", spec + 3);
+        return true;
+    }
+    if (n > 5 && !strcmp(spec + n - 5, ".json")) {
+        snprintf(path, cap, "%s", spec);
+        return true;
+    }
+    return false;
+}
+
 dsc_status dsc_tokenizer_create(dsc_tokenizer **out, const char *spec) {
     *out = NULL;
     if (!spec) return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer: no spec given");
-    bool byte = strcmp(spec, "byte") == 0, gpt2 = strncmp(spec, "gpt2:", 5) == 0 && spec[5];
-    int ids = ids_vocab(spec);
-    if (!byte && !gpt2 && ids < 0)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\": unknown; use \"byte\" or "
-                         "\"gpt2:DIR\" (DIR holding GPT-2's vocab.json and merges.txt), or "
-                         "\"ids\" / \"ids:VOCAB\" (token ids written as numbers)", spec);
     if (strlen(spec) >= 4000)
         return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer spec too long: %.80s...", spec);
+    char json_path[4200];
+    bool byte = strcmp(spec, "byte") == 0, gpt2 = strncmp(spec, "gpt2:", 5) == 0 && spec[5];
+    bool json = json_spec(spec, json_path, sizeof json_path);
+    int ids = ids_vocab(spec);
+    if (!byte && !gpt2 && !json && ids < 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\": unknown; use \"byte\" or "
+                         "\"gpt2:DIR\" (DIR holding GPT-2's vocab.json and merges.txt), "
+                         "\"hf:DIR\" (DIR holding a Hugging Face tokenizer.json), a path to a "
+                         "tokenizer.json, or \"ids\" / \"ids:VOCAB\" (token ids written as "
+                         "numbers)", spec);
     dsc_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory");
     snprintf(t->spec, sizeof t->spec, "%s", spec);
-    t->kind = byte ? TOK_BYTE : gpt2 ? TOK_GPT2 : TOK_IDS;
+    t->kind = byte ? TOK_BYTE : gpt2 ? TOK_GPT2 : json ? TOK_JSON : TOK_IDS;
     t->vocab_size = ids > 0 ? ids : 256;
     t->eot = ids > 0 ? -1 : 0;
     dsc_status st = DSC_OK;
@@ -672,6 +723,7 @@ dsc_status dsc_tokenizer_create(dsc_tokenizer **out, const char *spec) {
         DSC_TRY_GOTO(load_vocab(t, spec + 5), st, fail);
         DSC_TRY_GOTO(load_merges(t, spec + 5), st, fail);
     }
+    if (json) DSC_TRY_GOTO(dsc__tokjson_load(t, json_path), st, fail);
     *out = t;
     return DSC_OK;
 fail:
@@ -685,7 +737,43 @@ void dsc_tokenizer_destroy(dsc_tokenizer *t) {
     free(t->off);
     free(t->index);
     free(t->pairs);
+    dsc__tokjson_free(t->json);
     free(t);
+}
+
+// ---- saving with a checkpoint ----
+
+int dsc_tokenizer_files(const dsc_tokenizer *t, dsc_tokenizer_file *out) {
+    if (t->kind == TOK_GPT2) {
+        out[0].name = "vocab.json";
+        snprintf(out[0].path, sizeof out[0].path, "%s/vocab.json", t->spec + 5);
+        out[1].name = "merges.txt";
+        snprintf(out[1].path, sizeof out[1].path, "%s/merges.txt", t->spec + 5);
+        return 2;
+    }
+    if (t->kind != TOK_JSON) return 0; // nothing but the spec
+    out[0].name = "tokenizer.json";
+    json_spec(t->spec, out[0].path, sizeof out[0].path);
+    char *slash = strrchr(out[0].path, '/');
+    size_t at = slash ? (size_t)(slash - out[0].path) + 1 : 0;
+    out[1].name = "tokenizer_config.json";
+    snprintf(out[1].path, sizeof out[1].path, "%.*stokenizer_config.json", (int)at, out[0].path);
+    return access(out[1].path, R_OK) == 0 ? 2 : 1;
+}
+
+bool dsc_tokenizer_find(const char *dir, char *spec, size_t cap) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (access(path, R_OK) == 0) {
+        snprintf(spec, cap, "hf:%s", dir);
+        return true;
+    }
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    if (access(path, R_OK) == 0) {
+        snprintf(spec, cap, "gpt2:%s", dir);
+        return true;
+    }
+    return false;
 }
 
 int dsc_tokenizer_vocab_size(const dsc_tokenizer *t) { return t->vocab_size; }
@@ -698,9 +786,10 @@ dsc_status dsc_tokenizer_encode(const dsc_tokenizer *t, const char *text, size_t
     *ntok = 0;
     const uint8_t *s = (const uint8_t *)text;
     if (t->kind == TOK_IDS) return encode_ids(t, text, len, tokens, ntok);
-    if (t->kind == TOK_GPT2) {
+    if (t->kind == TOK_GPT2 || t->kind == TOK_JSON) {
         ibuf b = {0};
-        DSC_TRY(encode_gpt2(t, s, len, &b));
+        DSC_TRY(t->kind == TOK_GPT2 ? encode_gpt2(t, s, len, &b)
+                                    : dsc__tokjson_encode(t, s, len, &b));
         *tokens = b.v;
         *ntok = b.n;
         return DSC_OK;
@@ -722,9 +811,10 @@ dsc_status dsc_tokenizer_decode(const dsc_tokenizer *t, const int32_t *tokens, s
         if (tokens[i] < 0 || tokens[i] >= t->vocab_size)
             return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer %s: token %zu is %d, outside the "
                              "vocabulary [0, %d)", t->spec, i, tokens[i], t->vocab_size);
-        total += t->kind == TOK_GPT2 ? t->off[tokens[i] + 1] - t->off[tokens[i]]
-                 : t->kind == TOK_IDS  ? 12 // " " and at most 10 digits, and the NUL
-                                       : 1;
+        bool bpe = t->kind == TOK_GPT2 || t->kind == TOK_JSON;
+        total += bpe                  ? t->off[tokens[i] + 1] - t->off[tokens[i]]
+                 : t->kind == TOK_IDS ? 12 // " " and at most 10 digits, and the NUL
+                                      : 1;
     }
     char *s = malloc(total + 1);
     if (!s) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory decoding %zu tokens", n);

@@ -1,6 +1,20 @@
-// data/tokenizer.h - text <-> token ids: a byte-level tokenizer and GPT-2's byte-level BPE.
+// data/tokenizer.h - text <-> token ids: a byte-level tokenizer and byte-level BPE (GPT-2's
+// vocab.json/merges.txt, Hugging Face tokenizer.json).
 //
 // Specs accepted by dsc_tokenizer_create:
+//   "hf:DIR", or a path ending in ".json"
+//               a Hugging Face tokenizer.json byte-level BPE (the GPT-2, Llama 3, Qwen2 and
+//               SmolLM2 families): DIR/tokenizer.json (or the file named), and
+//               tokenizer_config.json beside it when present (add_bos_token, add_eos_token,
+//               bos_token, eos_token).
+//               Encoding reproduces Hugging Face's tokenizers library: added and special tokens
+//               are matched first (leftmost, longest); the text between them is normalized (NFC
+//               when the file says so), split by the pre-tokenizer (data/pretok.h), and merged by
+//               BPE rank; the post-processor's BOS/EOS ids go around it (tokenizer_config.json's
+//               add_bos_token / add_eos_token, when given, decide instead). End of text: the
+//               config's eos_token, else <|endoftext|>, <|end_of_text|> or </s>, else none.
+//               Ids are 32-bit (Llama 3's and Qwen2's vocabularies pass 65536). Decoding gives
+//               special tokens as their text. Unsupported settings are refused by name.
 //   "byte"      one token per byte: vocabulary 256, id = byte value. The end-of-text token is
 //               id 0 (the NUL byte, which text files do not contain); a NUL byte in the input is
 //               therefore indistinguishable from a document boundary.
@@ -26,6 +40,7 @@
 #ifndef DSC_DATA_TOKENIZER_H
 #define DSC_DATA_TOKENIZER_H
 
+#include <stdbool.h> // bool
 #include <stddef.h> // size_t
 #include <stdint.h> // int32_t
 
@@ -52,5 +67,19 @@ dsc_status dsc_tokenizer_encode(const dsc_tokenizer *t, const char *text, size_t
 // Errors: DSC_ERR_INVALID_ARG for an id outside the vocabulary.
 dsc_status dsc_tokenizer_decode(const dsc_tokenizer *t, const int32_t *tokens, size_t n,
                                 char **text, size_t *len);
+
+// The tokenizer's files, so that a run's checkpoints carry the tokenizer it was trained with
+// (dsc_checkpoint_attach): tokenizer.json (+ tokenizer_config.json when there is one) for a
+// tokenizer.json spec, vocab.json + merges.txt for "gpt2:DIR"; "byte" and "ids" have none.
+// Returns how many entries of out it filled (at most DSC_TOKENIZER_MAX_FILES).
+#define DSC_TOKENIZER_MAX_FILES 2
+typedef struct dsc_tokenizer_file {
+    const char *name; // the file's name in a folder ("tokenizer.json"), static
+    char path[4300];  // where it is now
+} dsc_tokenizer_file;
+int dsc_tokenizer_files(const dsc_tokenizer *t, dsc_tokenizer_file *out);
+// The spec of the tokenizer whose files lie in dir (a checkpoint's folder, a Hugging Face
+// folder): "hf:DIR" (tokenizer.json) or "gpt2:DIR" (vocab.json) into spec; false when none.
+bool dsc_tokenizer_find(const char *dir, char *spec, size_t cap);
 
 #endif

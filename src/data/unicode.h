@@ -1,5 +1,5 @@
-// data/unicode.h - the few Unicode facts the GPT-2 pre-tokenizer needs: UTF-8 decoding and the
-// classes \p{L} (letters), \p{N} (numbers) and \s (White_Space).
+// data/unicode.h - the few Unicode facts the tokenizers need: UTF-8 decoding, the classes \p{L}
+// (letters), \p{N} (numbers) and \s (White_Space), and NFC normalization.
 #ifndef DSC_DATA_UNICODE_H
 #define DSC_DATA_UNICODE_H
 
@@ -22,5 +22,13 @@ bool dsc__unicode_is_letter(uint32_t cp);
 bool dsc__unicode_is_number(uint32_t cp);
 // The White_Space property (what \s matches in a Unicode regex).
 bool dsc__unicode_is_space(uint32_t cp);
+
+// NFC (canonical decomposition, then canonical composition; Unicode 14.0 data).
+// Quick check: true when s[0..len) certainly is NFC already (no NFC_Quick_Check No/Maybe code
+// point, combining classes in order), so normalizing would not change it.
+bool dsc__nfc_quick_check(const uint8_t *s, size_t len);
+// The NFC form of s[0..len) into *out (caller owns, free()), *olen bytes. Bytes that are not
+// UTF-8 pass through unchanged. false on OOM.
+bool dsc__nfc(const uint8_t *s, size_t len, uint8_t **out, size_t *olen);
 
 #endif

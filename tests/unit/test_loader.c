@@ -409,7 +409,7 @@ static void test_prepare(void **state) {
     write_text(in2, doc2);
     const char *inputs[] = {in1, in2};
     dsc_prepare_opts o = {.inputs = inputs, .ninputs = 2, .tokenizer = "byte", .out_dir = out,
-                          .val_fraction = 0.25};
+                          .val_fraction = 0.25, .threads = 1};
     assert_int_equal(dsc_data_prepare(&o), DSC_OK);
     int64_t ntrain, nval;
     int32_t *train = all_tokens(out, "train", &ntrain), *val = all_tokens(out, "val", &nval);

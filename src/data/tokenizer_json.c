@@ -1,0 +1,537 @@
+// data/tokenizer_json.c - Hugging Face tokenizer.json byte-level BPE (GPT-2, Llama 3, Qwen2,
+// SmolLM2 families): loading, added tokens, normalizer, post-processor (see tokenizer.h).
+//
+// Encoding a text, as the reference does: added tokens are found first (leftmost, then longest)
+// and become their ids; the text between them is normalized, split by the pre-tokenizer
+// (data/pretok.h) and each piece merged by BPE rank over its bytes; the post-processor's (or
+// tokenizer_config.json's) BOS/EOS ids go around the result.
+#include <errno.h>   // errno
+#include <jansson.h> // json_*
+#include <stdio.h>   // snprintf
+#include <stdlib.h>  // calloc, free, malloc
+#include <string.h>  // memcmp, memcpy, strcmp, strerror, strlen, strrchr
+
+#include "base/hash.h"           // dsc_hash64
+#include "base/status.h"         // dsc__fail, DSC_TRY
+#include "data/pretok.h"         // dsc__pretok_*
+#include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder_*
+#include "data/unicode.h"        // dsc__utf8_decode, dsc__nfc*
+
+#define MAX_AROUND 8 // BOS/EOS ids the post-processor may add on each side
+
+#define MAX_ADDED_LENS 64 // distinct lengths of added tokens
+
+typedef struct added {
+    const uint8_t *text; // content; points into dsc__tokjson.added_bytes
+    size_t len;
+    int32_t id;
+} added;
+
+struct dsc__tokjson {
+    dsc__pretok *pre;
+    bool nfc;                 // normalizer NFC
+    added *added;             // nadded entries
+    int nadded;
+    uint8_t *added_bytes;
+    int32_t *added_index;     // open addressing over added: content -> entry, -1 = free
+    uint64_t added_mask;
+    size_t lens[MAX_ADDED_LENS]; // the distinct content lengths, longest first
+    int nlens;
+    bool first[256];          // a byte that starts some added token
+    int32_t prefix[MAX_AROUND], suffix[MAX_AROUND];
+    int nprefix, nsuffix;
+};
+
+// ---- internal: vocabulary ----
+
+// A vocabulary string -> bytes: characters of GPT-2's byte alphabet become their byte, others
+// stay as their UTF-8 (what the ByteLevel decoder does). Returns the byte count; *strict tells
+// whether every character was in the alphabet (only such tokens can come out of BPE on bytes).
+static size_t token_bytes(const char *s, const int16_t *dec, uint8_t *out, bool *strict) {
+    size_t n = 0, len = strlen(s);
+    *strict = true;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t k = dsc__utf8_decode((const uint8_t *)s + i, len - i, &cp);
+        if (cp < DSC__BYTE_MAP_CPS && dec[cp] >= 0) {
+            out[n++] = (uint8_t)dec[cp];
+        } else {
+            memcpy(out + n, s + i, k);
+            n += k;
+            *strict = false;
+        }
+        i += k;
+    }
+    return n;
+}
+
+static dsc_status vocab_bounds(const json_t *vocab, const json_t *added_list, const char *file,
+                               int *size, size_t *bytes) {
+    long long max = -1;
+    *bytes = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || id >= INT32_MAX)
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: model.vocab entry \"%.40s\" has no valid id "
+                             "(a non-negative integer)", file, key);
+        if (id > max) max = id;
+        *bytes += strlen(key);
+    }
+    size_t i;
+    json_t *a;
+    json_array_foreach(added_list, i, a) {
+        json_int_t id = json_integer_value(json_object_get(a, "id"));
+        const char *c = json_string_value(json_object_get(a, "content"));
+        if (!c || id < 0 || id >= INT32_MAX)
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: added_tokens[%zu] needs a \"content\" string "
+                             "and a non-negative \"id\"", file, i);
+        if (id > max) max = id;
+        *bytes += strlen(c);
+    }
+    if (max < 0) return dsc__fail(DSC_ERR_CORRUPT, "%s: model.vocab is empty", file);
+    *size = (int)(max + 1);
+    return DSC_OK;
+}
+
+// Token strings by id (borrowed from the JSON): the model's vocabulary, then added tokens the
+// vocabulary lacks.
+static dsc_status names_by_id(const json_t *vocab, const json_t *added_list, const char *file,
+                              const char **name, int n) {
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (name[id])
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: model.vocab gives id %lld to both \"%.40s\" "
+                             "and \"%.40s\"", file, (long long)id, name[id], key);
+        name[id] = key;
+    }
+    size_t i;
+    json_t *a;
+    json_array_foreach(added_list, i, a) {
+        json_int_t id = json_integer_value(json_object_get(a, "id"));
+        if (!name[id]) name[id] = json_string_value(json_object_get(a, "content"));
+    }
+    for (int id = 0; id < n; id++)
+        if (!name[id])
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: no token has id %d (ids must be 0..%d without "
+                             "gaps)", file, id, n - 1);
+    return DSC_OK;
+}
+
+static dsc_status vocab_load(dsc_tokenizer *t, const json_t *vocab, const json_t *added_list,
+                             const char *file) {
+    size_t total;
+    DSC_TRY(vocab_bounds(vocab, added_list, file, &t->vocab_size, &total));
+    int n = t->vocab_size;
+    const char **name = calloc((size_t)n, sizeof *name);
+    t->off = malloc(((size_t)n + 1) * sizeof *t->off);
+    t->bytes = malloc(total + 1);
+    t->index_mask = dsc__tok_table_mask((size_t)n);
+    t->index = malloc((t->index_mask + 1) * sizeof *t->index);
+    dsc_status st = DSC_OK;
+    if (!name || !t->off || !t->bytes || !t->index) {
+        st = dsc__fail(DSC_ERR_OOM, "%s: out of memory for %d tokens", file, n);
+        goto done;
+    }
+    memset(t->index, 0xFF, (t->index_mask + 1) * sizeof *t->index);
+    DSC_TRY_GOTO(names_by_id(vocab, added_list, file, name, n), st, done);
+    int16_t dec[DSC__BYTE_MAP_CPS];
+    dsc__tok_byte_decoder(dec);
+    t->off[0] = 0;
+    for (int id = 0; id < n; id++) {
+        bool strict;
+        t->off[id + 1] = t->off[id] + (uint32_t)token_bytes(name[id], dec, t->bytes + t->off[id],
+                                                            &strict);
+        if (!strict || !json_object_get(vocab, name[id])) continue; // not a BPE result
+        if (dsc__tok_index_find(t, t->bytes + t->off[id], t->off[id + 1] - t->off[id]) >= 0) {
+            st = dsc__fail(DSC_ERR_CORRUPT, "%s: two vocabulary entries spell \"%.40s\"", file,
+                           name[id]);
+            goto done;
+        }
+        dsc__tok_index_add(t, id);
+    }
+    for (int b = 0; b < 256; b++) {
+        uint8_t one = (uint8_t)b;
+        t->byte_id[b] = dsc__tok_index_find(t, &one, 1);
+    }
+done:
+    free(name);
+    return st;
+}
+
+// "a b" (or ["a", "b"]) -> the ids of a, b and ab.
+static dsc_status merge_ids(const dsc_tokenizer *t, const json_t *m, const int16_t *dec,
+                            const char *file, size_t rank, int32_t ids[3]) {
+    char a[1024], b[1024];
+    const char *s = json_string_value(m);
+    const char *sp = s ? strchr(s, ' ') : NULL;
+    if (sp && (size_t)(sp - s) < sizeof a && strlen(sp + 1) < sizeof b) {
+        snprintf(a, sizeof a, "%.*s", (int)(sp - s), s);
+        snprintf(b, sizeof b, "%s", sp + 1);
+    } else if (json_is_array(m) && json_array_size(m) == 2 &&
+               json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+        snprintf(a, sizeof a, "%s", json_string_value(json_array_get(m, 0)));
+        snprintf(b, sizeof b, "%s", json_string_value(json_array_get(m, 1)));
+    } else {
+        return dsc__fail(DSC_ERR_CORRUPT, "%s: model.merges[%zu] is not \"LEFT RIGHT\" or "
+                         "[\"LEFT\", \"RIGHT\"]", file, rank);
+    }
+    uint8_t buf[2048];
+    bool sa, sb;
+    size_t na = token_bytes(a, dec, buf, &sa), nb = token_bytes(b, dec, buf + na, &sb);
+    ids[0] = sa ? dsc__tok_index_find(t, buf, na) : -1;
+    ids[1] = sb ? dsc__tok_index_find(t, buf + na, nb) : -1;
+    ids[2] = sa && sb ? dsc__tok_index_find(t, buf, na + nb) : -1;
+    if (ids[0] < 0 || ids[1] < 0 || ids[2] < 0)
+        return dsc__fail(DSC_ERR_CORRUPT, "%s: model.merges[%zu] \"%.40s\" + \"%.40s\": %s is "
+                         "not in model.vocab; the merges and the vocabulary must come from the "
+                         "same tokenizer", file, rank, a, b,
+                         ids[0] < 0 ? "the left token" : ids[1] < 0 ? "the right token"
+                                                                    : "their concatenation");
+    return DSC_OK;
+}
+
+static dsc_status merges_load(dsc_tokenizer *t, const json_t *merges, const char *file) {
+    size_t n = json_array_size(merges);
+    t->pair_mask = dsc__tok_table_mask(n ? n : 1);
+    t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
+    if (!t->pairs) return dsc__fail(DSC_ERR_OOM, "%s: out of memory for %zu merges", file, n);
+    for (uint64_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = DSC__PAIR_EMPTY;
+    int16_t dec[DSC__BYTE_MAP_CPS];
+    dsc__tok_byte_decoder(dec);
+    size_t i;
+    json_t *m;
+    json_array_foreach(merges, i, m) {
+        int32_t ids[3];
+        DSC_TRY(merge_ids(t, m, dec, file, i, ids));
+        dsc__tok_pair_insert(t, ids, (int32_t)i);
+    }
+    return DSC_OK;
+}
+
+static bool is_null_or(const json_t *v, const char *type_key, const char *want) {
+    if (!v || json_is_null(v)) return true;
+    const char *type = json_string_value(json_object_get(v, type_key));
+    return type && !strcmp(type, want);
+}
+
+static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *file) {
+    const json_t *model = json_object_get(root, "model");
+    const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model,
+                                                                                       "merges");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    if ((type && strcmp(type, "BPE")) || !json_is_object(vocab) || !json_is_array(merges))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: model is %s; dsc reads byte-level BPE models "
+                         "(model.type \"BPE\" with a vocab object and a merges list)", file,
+                         type ? type : "not a BPE with vocab and merges");
+    // Published files write these as null or "" (GPT-2, Qwen2), dropout as null.
+    static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix",
+                                              "dropout"};
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *v = json_object_get(model, unsupported[i]);
+        bool unset = !v || json_is_null(v) || (json_is_string(v) && !json_string_length(v)) ||
+                     (json_is_number(v) && json_number_value(v) == 0);
+        if (!unset)
+            return dsc__fail(DSC_ERR_CONFIG, "%s: model.%s is set; dsc reads BPE models without "
+                             "it (null)", file, unsupported[i]);
+    }
+    if (json_is_true(json_object_get(model, "byte_fallback")))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: model.byte_fallback is true: a SentencePiece-style "
+                         "BPE, not a byte-level one; dsc reads byte-level BPE", file);
+    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    DSC_TRY(vocab_load(t, vocab, json_object_get(root, "added_tokens"), file));
+    const json_t *unk = json_object_get(model, "unk_token");
+    for (int b = 0; b < 256 && unk && !json_is_null(unk); b++)
+        if (t->byte_id[b] < 0)
+            return dsc__fail(DSC_ERR_CONFIG, "%s: byte 0x%02x has no token and model.unk_token "
+                             "is set; dsc reads byte-level BPE with every byte in the vocabulary "
+                             "or no unk_token", file, b);
+    return merges_load(t, merges, file);
+}
+
+// ---- internal: added tokens ----
+
+static const added *added_find(const dsc__tokjson *j, const uint8_t *w, size_t n) {
+    for (uint64_t i = dsc_hash64(w, n) & j->added_mask;; i = (i + 1) & j->added_mask) {
+        int32_t k = j->added_index[i];
+        if (k < 0) return NULL;
+        if (j->added[k].len == n && !memcmp(j->added[k].text, w, n)) return &j->added[k];
+    }
+}
+
+static dsc_status added_add(dsc__tokjson *j, const char *c, int32_t id, size_t *at,
+                            const char *file) {
+    size_t len = strlen(c);
+    if (len == 0 || added_find(j, (const uint8_t *)c, len)) return DSC_OK; // first one wins
+    int l = 0;
+    while (l < j->nlens && j->lens[l] > len) l++;
+    if (l == j->nlens || j->lens[l] != len) {
+        if (j->nlens == MAX_ADDED_LENS)
+            return dsc__fail(DSC_ERR_CONFIG, "%s: added tokens come in more than %d lengths",
+                             file, MAX_ADDED_LENS);
+        memmove(j->lens + l + 1, j->lens + l, (size_t)(j->nlens++ - l) * sizeof *j->lens);
+        j->lens[l] = len;
+    }
+    memcpy(j->added_bytes + *at, c, len);
+    added *a = &j->added[j->nadded];
+    *a = (added){j->added_bytes + *at, len, id};
+    *at += len;
+    uint64_t i = dsc_hash64(a->text, len) & j->added_mask;
+    while (j->added_index[i] >= 0) i = (i + 1) & j->added_mask;
+    j->added_index[i] = j->nadded++;
+    j->first[(uint8_t)c[0]] = true;
+    return DSC_OK;
+}
+
+static dsc_status added_load(dsc__tokjson *j, const json_t *list, const char *file) {
+    size_t n = json_array_size(list), total = 0, i;
+    json_t *a;
+    json_array_foreach(list, i, a) total += strlen(json_string_value(json_object_get(a,
+                                                                                     "content")));
+    j->added = calloc(n ? n : 1, sizeof *j->added);
+    j->added_bytes = malloc(total + 1);
+    j->added_mask = dsc__tok_table_mask(n);
+    j->added_index = malloc((j->added_mask + 1) * sizeof *j->added_index);
+    if (!j->added || !j->added_bytes || !j->added_index)
+        return dsc__fail(DSC_ERR_OOM, "%s: out of memory", file);
+    memset(j->added_index, 0xFF, (j->added_mask + 1) * sizeof *j->added_index);
+    size_t at = 0;
+    json_array_foreach(list, i, a) {
+        const char *c = json_string_value(json_object_get(a, "content"));
+        static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
+        for (size_t f = 0; f < 3; f++)
+            if (json_is_true(json_object_get(a, flags[f])))
+                return dsc__fail(DSC_ERR_CONFIG, "%s: added token \"%s\" sets %s; dsc reads added "
+                                 "tokens without single_word, lstrip and rstrip", file, c,
+                                 flags[f]);
+        DSC_TRY(added_add(j, c, (int32_t)json_integer_value(json_object_get(a, "id")), &at,
+                          file));
+    }
+    return DSC_OK;
+}
+
+// The longest added token at s[p..len), or NULL.
+static const added *added_at(const dsc__tokjson *j, const uint8_t *s, size_t len, size_t p) {
+    for (int l = 0; l < j->nlens; l++) {
+        if (j->lens[l] > len - p) continue;
+        const added *a = added_find(j, s + p, j->lens[l]);
+        if (a) return a;
+    }
+    return NULL;
+}
+
+// ---- internal: post-processor and tokenizer_config.json ----
+
+static int32_t token_id(const dsc_tokenizer *t, const char *text) {
+    const dsc__tokjson *j = t->json;
+    size_t n = strlen(text);
+    const added *a = n ? added_find(j, (const uint8_t *)text, n) : NULL;
+    if (a) return a->id;
+    return n ? dsc__tok_index_find(t, (const uint8_t *)text, n) : -1;
+}
+
+// TemplateProcessing's "single" list: special tokens before and after the sequence $A.
+static dsc_status template_load(dsc__tokjson *j, const json_t *pp, const char *file) {
+    const json_t *single = json_object_get(pp, "single");
+    const json_t *specials = json_object_get(pp, "special_tokens");
+    bool after = false;
+    size_t i;
+    json_t *item;
+    json_array_foreach(single, i, item) {
+        if (json_object_get(item, "Sequence")) {
+            after = true;
+            continue;
+        }
+        const char *name = json_string_value(json_object_get(json_object_get(item,
+                                                                             "SpecialToken"),
+                                                             "id"));
+        const json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
+        if (!name || !json_is_array(ids))
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: post_processor TemplateProcessing single[%zu] "
+                             "is neither a Sequence nor a SpecialToken listed in special_tokens",
+                             file, i);
+        size_t k;
+        json_t *id;
+        json_array_foreach(ids, k, id) {
+            int *n = after ? &j->nsuffix : &j->nprefix;
+            if (*n == MAX_AROUND)
+                return dsc__fail(DSC_ERR_CONFIG, "%s: post_processor adds more than %d ids",
+                                 file, MAX_AROUND);
+            (after ? j->suffix : j->prefix)[(*n)++] = (int32_t)json_integer_value(id);
+        }
+    }
+    return DSC_OK;
+}
+
+static dsc_status post_load(dsc__tokjson *j, const json_t *pp, const char *file) {
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (!pp || json_is_null(pp) || (type && !strcmp(type, "ByteLevel"))) return DSC_OK;
+    if (type && !strcmp(type, "TemplateProcessing")) return template_load(j, pp, file);
+    if (type && !strcmp(type, "Sequence")) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(pp, "processors"), i, p) DSC_TRY(post_load(j, p, file));
+        return DSC_OK;
+    }
+    return dsc__fail(DSC_ERR_CONFIG, "%s: post_processor type \"%s\" is not supported; dsc reads "
+                     "ByteLevel, TemplateProcessing and a Sequence of them", file,
+                     type ? type : "(none)");
+}
+
+// A tokenizer_config.json token: a string or {"content": ...}.
+static const char *config_token(const json_t *cfg, const char *key) {
+    const json_t *v = json_object_get(cfg, key);
+    return json_is_string(v) ? json_string_value(v)
+                             : json_string_value(json_object_get(v, "content"));
+}
+
+// add_bos_token / add_eos_token, where given, decide whether bos_token / eos_token go around
+// each text (as transformers' tokenizers that have those settings do).
+static dsc_status config_flag(dsc_tokenizer *t, const json_t *cfg, const char *flag,
+                              const char *token, bool bos, const char *file) {
+    const json_t *v = json_object_get(cfg, flag);
+    if (!json_is_boolean(v)) return DSC_OK;
+    dsc__tokjson *j = t->json;
+    int *n = bos ? &j->nprefix : &j->nsuffix;
+    *n = 0;
+    if (json_is_false(v)) return DSC_OK;
+    const char *text = config_token(cfg, token);
+    int32_t id = text ? token_id(t, text) : -1;
+    if (id < 0)
+        return dsc__fail(DSC_ERR_CONFIG, "%s: %s is true but %s %s%s%s is not a token", file,
+                         flag, token, text ? "\"" : "(missing)", text ? text : "",
+                         text ? "\"" : "");
+    (bos ? j->prefix : j->suffix)[(*n)++] = id;
+    return DSC_OK;
+}
+
+// End of text: tokenizer_config.json's eos_token, else a token named like one, else none.
+static int32_t find_eot(const dsc_tokenizer *t, const json_t *cfg) {
+    const char *eos = config_token(cfg, "eos_token");
+    int32_t id = eos ? token_id(t, eos) : -1;
+    static const char *const names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
+    for (size_t i = 0; id < 0 && i < 3; i++) id = token_id(t, names[i]);
+    return id;
+}
+
+static dsc_status config_load(dsc_tokenizer *t, const char *file) {
+    char path[4200];
+    const char *slash = strrchr(file, '/');
+    if (slash) snprintf(path, sizeof path, "%.*s/tokenizer_config.json", (int)(slash - file), file);
+    else snprintf(path, sizeof path, "tokenizer_config.json");
+    json_error_t err;
+    json_t *cfg = NULL;
+    FILE *f = fopen(path, "rb"); // optional: absent means no settings
+    if (f) {
+        cfg = json_loadf(f, 0, &err);
+        fclose(f);
+        if (!cfg)
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: line %d: %s; fix or remove the file", path,
+                             err.line, err.text);
+    }
+    dsc_status st = DSC_OK;
+    DSC_TRY_GOTO(config_flag(t, cfg, "add_bos_token", "bos_token", true, path), st, done);
+    DSC_TRY_GOTO(config_flag(t, cfg, "add_eos_token", "eos_token", false, path), st, done);
+    t->eot = find_eot(t, cfg);
+done:
+    json_decref(cfg);
+    return st;
+}
+
+// ---- internal: loading ----
+
+static dsc_status check_parts(dsc__tokjson *j, const json_t *root, const char *file) {
+    const json_t *norm = json_object_get(root, "normalizer");
+    const char *nt = json_string_value(json_object_get(norm, "type"));
+    if (nt && !strcmp(nt, "NFC")) j->nfc = true;
+    else if (norm && !json_is_null(norm))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: normalizer \"%s\" is not supported; dsc reads none "
+                         "or NFC", file, nt ? nt : "(no type)");
+    const json_t *dec = json_object_get(root, "decoder");
+    if (!is_null_or(dec, "type", "ByteLevel"))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: decoder \"%s\" is not supported; dsc reads "
+                         "ByteLevel", file, json_string_value(json_object_get(dec, "type")));
+    bool byte_level;
+    DSC_TRY(dsc__pretok_create(&j->pre, json_object_get(root, "pre_tokenizer"), file,
+                               &byte_level));
+    if (!byte_level)
+        return dsc__fail(DSC_ERR_CONFIG, "%s: the pre_tokenizer has no ByteLevel step, so this is "
+                         "not a byte-level BPE; dsc reads the byte-level BPE of GPT-2, Llama 3, "
+                         "Qwen2 and SmolLM2", file);
+    return post_load(j, json_object_get(root, "post_processor"), file);
+}
+
+// ---- internal: encoding ----
+
+static bool piece(void *ctx, const uint8_t *w, size_t n) {
+    return dsc__encoder_word(ctx, w, n);
+}
+
+static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, const uint8_t *s, size_t len) {
+    const dsc__tokjson *j = t->json;
+    size_t gap = 0;
+    for (size_t p = 0; p < len; p++) {
+        if (!j->first[s[p]]) continue;
+        const added *a = added_at(j, s, len, p);
+        if (!a) continue;
+        if (!dsc__pretok_split(j->pre, s + gap, p - gap, piece, e) ||
+            !dsc__encoder_put(e, &a->id, 1))
+            return false;
+        gap = p + a->len;
+        p = gap - 1;
+    }
+    return dsc__pretok_split(j->pre, s + gap, len - gap, piece, e);
+}
+
+// ---- library-internal API ----
+
+dsc_status dsc__tokjson_load(dsc_tokenizer *t, const char *file) {
+    json_error_t err;
+    json_t *root = json_load_file(file, 0, &err);
+    if (!root)
+        return dsc__fail(errno == ENOENT ? DSC_ERR_IO : DSC_ERR_CORRUPT, "%s: %s (line %d); "
+                         "expected a Hugging Face tokenizer.json", file, err.text, err.line);
+    dsc_status st = DSC_OK;
+    t->json = calloc(1, sizeof *t->json);
+    if (!t->json) {
+        st = dsc__fail(DSC_ERR_OOM, "%s: out of memory", file);
+        goto done;
+    }
+    DSC_TRY_GOTO(check_parts(t->json, root, file), st, done);
+    DSC_TRY_GOTO(model_load(t, root, file), st, done);
+    DSC_TRY_GOTO(added_load(t->json, json_object_get(root, "added_tokens"), file), st, done);
+    DSC_TRY_GOTO(config_load(t, file), st, done);
+done:
+    json_decref(root);
+    return st;
+}
+
+void dsc__tokjson_free(dsc__tokjson *j) {
+    if (!j) return;
+    dsc__pretok_destroy(j->pre);
+    free(j->added);
+    free(j->added_bytes);
+    free(j->added_index);
+    free(j);
+}
+
+dsc_status dsc__tokjson_encode(const dsc_tokenizer *t, const uint8_t *s, size_t len,
+                               dsc__ibuf *out) {
+    const dsc__tokjson *j = t->json;
+    uint8_t *norm = NULL;
+    size_t nlen = len;
+    if (j->nfc && !dsc__nfc_quick_check(s, len) && !dsc__nfc(s, len, &norm, &nlen))
+        return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory normalizing %zu bytes", len);
+    const uint8_t *text = norm ? norm : s;
+    dsc__encoder *e = dsc__encoder_create(t);
+    bool ok = e && dsc__encoder_put(e, j->prefix, (size_t)j->nprefix) &&
+              encode_text(t, e, text, nlen) && dsc__encoder_put(e, j->suffix, (size_t)j->nsuffix);
+    if (ok) dsc__encoder_finish(e, out);
+    else dsc__encoder_destroy(e);
+    free(norm);
+    if (!ok) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory encoding %zu bytes", len);
+    return DSC_OK;
+}
