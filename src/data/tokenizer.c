@@ -754,10 +754,13 @@ int dsc_tokenizer_files(const dsc_tokenizer *t, dsc_tokenizer_file *out) {
     if (t->kind != TOK_JSON) return 0; // nothing but the spec
     out[0].name = "tokenizer.json";
     json_spec(t->spec, out[0].path, sizeof out[0].path);
-    char *slash = strrchr(out[0].path, '/');
-    size_t at = slash ? (size_t)(slash - out[0].path) + 1 : 0;
+    char dir[sizeof out[0].path]; // tokenizer_config.json lies beside tokenizer.json
+    snprintf(dir, sizeof dir, "%s", out[0].path);
+    char *slash = strrchr(dir, '/');
+    if (slash) slash[1] = '\0';
+    else dir[0] = '\0';
     out[1].name = "tokenizer_config.json";
-    snprintf(out[1].path, sizeof out[1].path, "%.*stokenizer_config.json", (int)at, out[0].path);
+    snprintf(out[1].path, sizeof out[1].path, "%stokenizer_config.json", dir);
     return access(out[1].path, R_OK) == 0 ? 2 : 1;
 }
 
