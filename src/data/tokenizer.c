@@ -754,8 +754,8 @@ int dsc_tokenizer_files(const dsc_tokenizer *t, dsc_tokenizer_file *out) {
     if (t->kind != TOK_JSON) return 0; // nothing but the spec
     out[0].name = "tokenizer.json";
     json_spec(t->spec, out[0].path, sizeof out[0].path);
-    char dir[sizeof out[0].path]; // tokenizer_config.json lies beside tokenizer.json
-    snprintf(dir, sizeof dir, "%s", out[0].path);
+    char dir[sizeof out[0].path - 32]; // tokenizer_config.json lies beside tokenizer.json
+    snprintf(dir, sizeof dir, "%.*s", (int)sizeof dir - 1, out[0].path);
     char *slash = strrchr(dir, '/');
     if (slash) slash[1] = '\0';
     else dir[0] = '\0';
