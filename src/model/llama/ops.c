@@ -278,9 +278,11 @@ static dsc_status infer(void *kv, float *const *params, const dsc_model_tp *tp,
 
 // ---- Hugging Face folders ----
 
+// DSC_ERR_CONFIG, not DSC_ERR_UNSUPPORTED: the architecture is this family's (the registry would
+// take UNSUPPORTED for another family's and lose the message).
 static dsc_status refuse(const char *path, const char *field, const char *value,
                          const char *supported) {
-    return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: %s %s is not supported; dsc's Llama family takes %s",
+    return dsc__fail(DSC_ERR_CONFIG, "%s: %s %s is not supported; dsc's Llama family takes %s",
                      path, field, value, supported);
 }
 
