@@ -2,7 +2,8 @@
 // GPT-2's, the table giving bitwise what the family's own functions give (parameter table,
 // initialisation, FLOPs, module tree, forward, backward, hooks, logits), position ids, inference
 // through the grouped-query cache against a full forward's logits, a model recognised from a
-// table of tensors, and the config.json it writes.
+// table of tensors, the config.json it writes, and dsc_generate on a live engine (ZeRO 0 and 3)
+// against greedy decoding by full forwards.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +15,8 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // strcmp, strstr
 
+#include "dsc/engine.h"        // dsc_engine_*
+#include "dsc/generate.h"      // dsc_generate
 #include "dsc/model.h"         // dsc_model_*
 #include "model/llama/llama.h" // dsc_llama_* (the family's own functions, the reference)
 
@@ -362,11 +365,74 @@ static void test_from_params_and_hf(void **state) {
     dsc_model_destroy(m);
 }
 
+
+// ---- dsc_generate on a live engine == greedy by full forwards ----
+
+static void test_engine_generate(void **state) {
+    (void)state;
+    enum { NEW = 8, PLEN = 4 };
+    dsc_llama_config c;
+    qwen_like(&c);
+    dsc_status st;
+    dsc_model *m = from_table(&c, 4, &st);
+    assert_int_equal(st, DSC_OK);
+    tensors p = alloc_like(m);
+    dsc_model_init_weights(m, p.t, 5);
+    // the reference: each new token the argmax of a full forward's last logits
+    int32_t ids[PLEN + NEW] = {5, 6, 7, 8};
+    dsc_llama *g;
+    assert_int_equal(dsc_llama_create(&g, &c, 1, PLEN + NEW), DSC_OK);
+    for (int n = PLEN; n < PLEN + NEW; n++) {
+        assert_int_equal(dsc_llama_forward(g, p.t, ids, NULL, 1, n, NULL, NULL), DSC_OK);
+        const float *l = dsc_llama_logits(g) + (size_t)(n - 1) * V;
+        int best = 0;
+        for (int v = 1; v < V; v++) best = l[v] > l[best] ? v : best;
+        ids[n] = best;
+    }
+    dsc_llama_destroy(g);
+
+    int nt = dsc_model_describe(m)->num_tensors;
+    dsc_param_desc *pd = calloc((size_t)nt, sizeof *pd);
+    dsc_model_param_descs(m, pd);
+    for (int stage = 0; stage <= 3; stage += 3) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+                 "\"params\": {\"lr\": 1e-3}}, \"zero_optimization\": {\"stage\": %d}, "
+                 "\"hybrid_engine\": {\"enabled\": true, \"max_out_tokens\": 16}}",
+                 stage);
+        dsc_engine_opts eo = {.config_json = json, .params = pd, .nparams = nt, .world_size = 1};
+        dsc_engine *eng;
+        if (dsc_engine_create(&eng, &eo) != DSC_OK) fail_msg("engine: %s", dsc_last_error());
+        for (int i = 0; i < nt; i++)
+            memcpy(dsc_param_master(eng, i), p.t[i],
+                   (size_t)dsc_model_param_get(m, i)->numel * sizeof(float));
+        assert_int_equal(dsc_params_updated(eng), DSC_OK);
+        dsc_gen_opts o = dsc_gen_opts_default();
+        o.temperature = 0;
+        o.max_new_tokens = NEW;
+        o.model = m;
+        dsc_gen_prompt pr = {ids, PLEN};
+        dsc_gen_output out;
+        dsc_gen_stats gs;
+        assert_int_equal(dsc_generate(eng, &pr, 1, &o, &out, &gs), DSC_OK);
+        assert_int_equal(out.len, NEW);
+        assert_memory_equal(out.tokens, ids + PLEN, NEW * sizeof(int32_t));
+        assert_int_equal(gs.kv_bytes, dsc_model_kv_bytes(m, 1, 1, 16)); // GQA-sized
+        dsc_gen_output_free(&out, 1);
+        dsc_generate_release(eng);
+        dsc_engine_destroy(eng);
+    }
+    free(pd);
+    free_tensors(&p);
+    dsc_model_destroy(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_specs),       cmocka_unit_test(test_table_and_init),
         cmocka_unit_test(test_passes_equal_family), cmocka_unit_test(test_infer),
-        cmocka_unit_test(test_from_params_and_hf),
+        cmocka_unit_test(test_from_params_and_hf), cmocka_unit_test(test_engine_generate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@
 #include <stdlib.h> // aligned_alloc, calloc, free, malloc
 #include <string.h> // memcpy, memset
 
-#include "base/status.h"         // dsc__fail, DSC_TRY
+#include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
+#include "dsc/memory.h"          // dsc_mem_*
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread, dsc__exp_fast
 #include "model/llama/kernels.h" // dsc__llama_*
 #ifdef _OPENMP
@@ -45,7 +46,9 @@ dsc_status dsc__llama_tp_check(const dsc_llama_config *c, int size) {
 struct dsc_llama_kv {
     dsc_llama_config c;
     int nseq, max_len, KV; // KV: n_kv_head * head_dim floats per position
-    float *cache;          // (L, 2, nseq, max_len, KV): keys then values of each layer
+    dsc_mem_pool *pool;    // borrowed: dsc's default host pool
+    dsc_mem_handle block;  // (L, 2, nseq, max_len, KV): keys then values of each layer
+    float *cache;          // the block's address at the start of the current call
     float *rope_cos, *rope_sin; // (max_len, hd / 2)
     float *slab;           // row scratch, see carve_rows
     int rows_cap;
@@ -66,7 +69,7 @@ bool dsc__llama_kv_fits(const dsc_llama_kv *kv, const dsc_llama_config *c, int t
 
 void dsc__llama_kv_destroy(dsc_llama_kv *kv) {
     if (!kv) return;
-    free(kv->cache);
+    if (kv->pool) dsc_mem_free(kv->pool, kv->block);
     free(kv->rope_cos);
     free(kv->rope_sin);
     free(kv->slab);
@@ -91,17 +94,20 @@ dsc_status dsc__llama_kv_create(dsc_llama_kv **out, const dsc_llama_config *c, i
     kv->KV = c->n_kv_head * c->head_dim;
     kv->att_slots = max_threads();
     size_t half = (size_t)max_len * (size_t)(c->head_dim / 2);
-    size_t bytes = dsc__llama_kv_bytes(c, nseq, max_len);
-    kv->cache = malloc(bytes);
     kv->rope_cos = malloc(sizeof(float) * half);
     kv->rope_sin = malloc(sizeof(float) * half);
     kv->att = malloc(sizeof(float) * (size_t)kv->att_slots * (size_t)max_len);
-    if (!kv->cache || !kv->rope_cos || !kv->rope_sin || !kv->att) {
+    dsc_status st = kv->rope_cos && kv->rope_sin && kv->att
+                        ? DSC_OK
+                        : dsc__fail(DSC_ERR_OOM, "llama kv cache: out of memory");
+    if (st == DSC_OK) st = dsc_mem_default_pool(DSC_MEM_HOST, &kv->pool);
+    if (st == DSC_OK)
+        st = dsc_mem_alloc(kv->pool, dsc__llama_kv_bytes(c, nseq, max_len), "infer.kv_cache",
+                           &kv->block);
+    if (st != DSC_OK) {
+        dsc__error_prefix("llama kv cache for %d sequences x %d positions: ", nseq, max_len);
         dsc__llama_kv_destroy(kv);
-        return dsc__fail(DSC_ERR_OOM,
-                         "llama kv cache: cannot allocate %.2f GiB for %d sequences x %d "
-                         "positions; generate fewer or shorter sequences at once",
-                         (double)bytes / (1u << 30), nseq, max_len);
+        return st;
     }
     dsc__llama_rope_tables(kv->rope_cos, kv->rope_sin, max_len, c->head_dim, c->rope_theta,
                            c->rope_scaling, c->rope_factor, c->rope_low_freq_factor,
@@ -307,6 +313,7 @@ dsc_status dsc__llama_infer(dsc_llama_kv *kv, float *const *params, const dsc_mo
     dsc__model_blas_single_thread();
     row_bufs b;
     DSC_TRY(rows_scratch(kv, rows->n, &b));
+    kv->cache = dsc_mem_ptr(kv->pool, kv->block); // re-read: the pool may have moved it
     float *x = b.x;
     DSC_TRY(hook(hooks, 0, 0));
     dsc__llama_embed_forward(x, rows->tokens, params[0], rows->n, kv->c.hidden);
