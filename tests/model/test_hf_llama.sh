@@ -35,6 +35,10 @@ cat >cfg.json <<'EOF'
  "checkpoint": {"async": false}}
 EOF
 common=(--config cfg.json --seq-len 32 --sample-tokens 0 --eval-every 0 --device cpu)
+# One micro-batch per step where a masked loss is compared: with accumulation dsc averages the
+# micro-batches' means (as DeepSpeed does), transformers takes one mean over all the targets.
+sed 's/"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2/"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1/' cfg.json >cfg1.json
+one=(--config cfg1.json --seq-len 32 --sample-tokens 0 --eval-every 0 --device cpu)
 prompt="84 104 101 32 112 114 111 103"
 echo "$prompt" >prompt.ids
 
@@ -84,7 +88,7 @@ with open(sys.argv[1], "w") as f:
 PYEOF
 expect 0 "packed in" -- "$DSC" data prepare --input sft.jsonl --tokenizer byte --out sd \
     --seq-len 32 --val-fraction 0.1
-expect 0 "loss mask" -- "$DSC" train --model hf:llama --data sd "${common[@]}" --max-steps 1 \
+expect 0 "loss mask" -- "$DSC" train --model hf:llama --data sd "${one[@]}" --max-steps 1 \
     --out sft.r1 --dump-grads sft.grads.st
 check "the masked step has ignored targets" -- /usr/bin/python3 -c "
 import json, struct, sys
@@ -98,6 +102,27 @@ read -r _ gworst gwhere < <(grep '^grads' sft.cmp)
 echo "masked first step: loss dsc $dl transformers (labels -100) $hl (rel $lrel); worst gradient $gworst ($gwhere)"
 check "masked loss within 1e-5 of transformers' with labels -100" -- within "$lrel" 1e-5
 check "masked gradients within 1e-4 of transformers'" -- within "$gworst" 1e-4
+# Position ids restarting at each packed example (byte tokens: after each end-of-text, id 0), on
+# short examples that pack several to a row.
+/usr/bin/python3 -c "
+import json
+with open('short.jsonl', 'w') as f:
+    for i in range(40):
+        f.write(json.dumps({'prompt': f'{i % 7}+{i % 5}=', 'completion': str(i % 7 + i % 5)}) + '\\n')"
+expect 0 "packed in" -- "$DSC" data prepare --input short.jsonl --tokenizer byte --out sp \
+    --seq-len 32 --val-fraction 0.1
+expect 0 "train loss" -- "$DSC" train --model hf:llama --data sp "${one[@]}" --max-steps 1 \
+    --out sft.rq --dump-grads sft.plain.st
+expect 0 "train loss" -- "$DSC" train --model hf:llama --data sp "${one[@]}" --max-steps 1 \
+    --out sft.rp --dump-grads sft.pos.st --restart-positions
+ref grads llama sft.pos.st --restart-after 0 >pos.cmp
+read -r _ dl hl lrel < <(grep '^loss' pos.cmp)
+read -r _ gworst gwhere < <(grep '^grads' pos.cmp)
+echo "restarted positions: loss dsc $dl transformers (position_ids) $hl (rel $lrel); worst gradient $gworst ($gwhere)"
+check "restarted positions: loss within 1e-5 of transformers'" -- within "$lrel" 1e-5
+check "restarted positions: gradients within 1e-4 of transformers'" -- within "$gworst" 1e-4
+read -r _ plain _ < <(ref grads llama sft.plain.st | grep '^loss')
+check "restarted positions change the loss" -- "$py" -c "import sys; sys.exit(not abs($dl - $plain) > 1e-6)"
 expect 0 "train loss" -- "$DSC" launch --num_procs 2 --master_port "$(free_port)" "$DSC" train \
     --model hf:llama --data sd "${common[@]}" --max-steps 30 --out sft.r2 --save-dir sft.ck \
     --save-at-end
