@@ -459,7 +459,7 @@ int cmd_generate(int argc, char **argv) {
     const cli_flag flags[] = {
         {"--checkpoint", "DIR", "a checkpoint: DIR (its latest) or DIR/TAG", &o.checkpoint, NULL},
         {"--weights", "FILE",
-         "GPT-2 weights, safetensors with Hugging Face names (e.g. from dsc ckpt export)",
+         "a model's weights, safetensors with Hugging Face names (e.g. from dsc ckpt export)",
          &o.weights, NULL},
         {"--model", "hf:DIR", "a Hugging Face model folder: config.json and its weights "
          "(model.safetensors or shards with model.safetensors.index.json)", &o.model, NULL},

@@ -33,8 +33,9 @@ int cmd_train(int argc, char **argv) {
         {"--restart-positions", NULL, "position ids restart at 0 at each document of packed data (dsc data prepare --seq-len; CPU model)", NULL, &o.restart_positions},
     };
     const cli_verb v = {"train", "dsc train [--config FILE] [--model SPEC] [--data DIR] [flags]",
-                        "Train the reference GPT-2 through the engine. With no flags: a small "
-                        "model on the built-in default data. Writes RUN_DIR/metrics.jsonl (one "
+                        "Train a model (GPT-2 or the Llama family) through the engine. With no "
+                        "flags: a small GPT-2 "
+                        "on the built-in default data. Writes RUN_DIR/metrics.jsonl (one "
                         "JSON object per optimizer step) and prints progress every "
                         "steps_per_print steps.",
                         flags, (int)(sizeof flags / sizeof flags[0]), 0, 0};
