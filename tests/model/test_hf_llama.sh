@@ -9,7 +9,8 @@
 # gradient within 1e-4 (relative L2) of transformers'; ZeRO stage 2 on 2 ranks, `dsc ckpt export
 # --hf`, transformers loads the folder and its greedy tokens equal dsc generate's (from the
 # checkpoint, KV cache) with logits within 1e-5; `dsc generate --model hf:DIR` = transformers'
-# greedy tokens. Then fine-tuning: instruction JSONL packed at --seq-len, the masked first step's
+# greedy tokens; the same with 2 tensor-parallel ranks (Llama; the MQA folder's single kv head is
+# refused). Then fine-tuning: instruction JSONL packed at --seq-len, the masked first step's
 # loss = transformers' with labels -100 on the prompt tokens, 30 steps of ZeRO-2 on 2 ranks,
 # exported and loaded with the same logits. Last, the configurations dsc refuses say which field.
 set -uo pipefail
@@ -76,6 +77,17 @@ for m in llama qwen2 mistral; do
     echo "$m greedy: dsc [$(cat $m.dsc.greedy)] transformers [$(cat $m.hf.greedy)]"
     check "$m: dsc generate's greedy tokens = transformers'" -- cmp -s $m.dsc.greedy $m.hf.greedy
 done
+
+# Tensor-parallel generation: 2 ranks split the heads, the kv heads and the MLP rows.
+"$DSC" launch --num_procs 2 --master_port "$(free_port)" "$DSC" generate --model hf:llama --tp 2 \
+    --tokenizer ids --prompt "$prompt" --max-new-tokens 8 --temperature 0 --trace tp.trace \
+    >/dev/null 2>&1
+read -r _ same worst < <(ref trace llama tp.trace "$prompt")
+echo "tensor-parallel (2 ranks) generation in transformers: greedy tokens equal ${same:-?}, worst logit error ${worst:-?}"
+check "--tp 2: transformers' greedy tokens equal dsc's" -- test "${same:-0}" = 1
+check "--tp 2: transformers' logits within 1e-5 of dsc's" -- within "${worst:-inf}" 1e-5
+expect 1 "1 key/value heads" -- "$DSC" launch --num_procs 2 --master_port "$(free_port)" "$DSC" \
+    generate --model hf:mistral --tp 2 --tokenizer ids --prompt "$prompt" --max-new-tokens 2
 
 # Fine-tuning a Llama folder on instruction data (issue 26's acceptance).
 /usr/bin/python3 - sft.jsonl <<'PYEOF'

@@ -263,14 +263,37 @@ static void test_infer(void **state) {
     dsc_model_init_weights(m, p.t, 11);
     int KV = c.n_kv_head * c.head_dim;
     assert_int_equal(dsc_model_kv_bytes(m, 1, 3, 16), (size_t)2 * 2 * 3 * 16 * KV * 4);
+    // tensor parallelism splits the kv heads (2) and the MLP rows (96)
     assert_int_equal(dsc_model_tp_check(m, 1), DSC_OK);
-    assert_int_equal(dsc_model_tp_check(m, 2), DSC_ERR_INVALID_ARG);
-    assert_non_null(strstr(dsc_last_error(), "tensor-parallel size of 1"));
+    assert_int_equal(dsc_model_tp_check(m, 2), DSC_OK);
+    assert_int_equal(dsc_model_tp_check(m, 4), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "2 key/value heads"));
+    assert_int_equal(dsc_model_kv_bytes(m, 2, 3, 16), dsc_model_kv_bytes(m, 1, 3, 16) / 2);
+    for (int i = 0; i < p.n; i++) { // the two ranks' slices of a split tensor make up the whole
+        const dsc_model_param *pi = dsc_model_param_get(m, i);
+        int64_t part = dsc_model_tp_numel(m, i, 2);
+        float *s0 = malloc(sizeof(float) * (size_t)part), *s1 = malloc(sizeof(float) * (size_t)part);
+        dsc_model_tp_slice(m, i, 0, 2, p.t[i], s0);
+        dsc_model_tp_slice(m, i, 1, 2, p.t[i], s1);
+        bool split = strstr(pi->name, "_proj") != NULL;
+        assert_int_equal(part, split ? pi->numel / 2 : pi->numel);
+        if (split && strstr(pi->name, "o_proj")) { // columns: row r is rank 0's then rank 1's
+            int64_t w = pi->shape[1] / 2;
+            assert_memory_equal(s0, p.t[i], sizeof(float) * (size_t)w);
+            assert_memory_equal(s1, p.t[i] + w, sizeof(float) * (size_t)w);
+        } else if (split && !strstr(pi->name, "down_proj")) { // rows: rank 0's, then rank 1's
+            assert_memory_equal(s0, p.t[i], sizeof(float) * (size_t)part);
+            assert_memory_equal(s1, p.t[i] + part, sizeof(float) * (size_t)part);
+        } else if (!split) {
+            assert_memory_equal(s0, p.t[i], sizeof(float) * (size_t)part);
+        }
+        free(s0), free(s1);
+    }
     dsc_model_kv *kv;
-    assert_int_equal(dsc_model_kv_create(&kv, m, 2, 3, 16), DSC_ERR_INVALID_ARG);
     assert_int_equal(dsc_model_kv_create(&kv, m, 1, 3, 16), DSC_OK);
     assert_true(dsc_model_kv_fits(kv, m, 1, 2, 16));
     assert_false(dsc_model_kv_fits(kv, m, 1, 4, 16));
+    assert_false(dsc_model_kv_fits(kv, m, 2, 2, 16)); // another group size
 
     // two sequences: a full forward of each, then through the cache as a prefill of 6 and 4
     // rows, then decode steps of one row each
@@ -317,6 +340,8 @@ static void test_infer(void **state) {
     int32_t bad = 16;
     dsc_model_rows b = {1, seq, &bad, tok, 0, NULL};
     assert_int_equal(dsc_model_infer(m, kv, p.t, NULL, &b, NULL, NULL), DSC_ERR_INVALID_ARG);
+    dsc_model_tp two = {0, 2, NULL}; // a group the cache was not made for
+    assert_int_equal(dsc_model_infer(m, kv, p.t, &two, &r, NULL, got), DSC_ERR_INVALID_ARG);
     dsc_model_kv_destroy(kv);
     free(full);
     free_tensors(&p);

@@ -7,7 +7,8 @@
 // floats. Each row is rotated at its own position (the rotary tables of the training forward, up
 // to max_len positions) and attends causally over positions 0 .. pos of its sequence.
 //
-// Tensor parallelism: a group of one rank only (the split by heads is not implemented yet).
+// Tensor parallelism: the P ranks of a group split the query heads, the kv heads (n_kv_head must
+// divide by P) and the MLP rows; each rank caches its own kv heads.
 #ifndef DSC_MODEL_LLAMA_INFER_H
 #define DSC_MODEL_LLAMA_INFER_H
 
@@ -19,17 +20,22 @@
 
 typedef struct dsc_llama_kv dsc_llama_kv;
 
-// DSC_OK for size 1; DSC_ERR_INVALID_ARG otherwise, saying so.
+// DSC_OK when size divides the kv heads and the MLP rows; DSC_ERR_INVALID_ARG otherwise.
 dsc_status dsc__llama_tp_check(const dsc_llama_config *c, int size);
+// Elements of tensor i on each rank of a group of size; rank's slice of the whole tensor.
+int64_t dsc__llama_tp_numel(const dsc_llama_config *c, int i, int size);
+void dsc__llama_tp_slice(const dsc_llama_config *c, int i, int rank, int size, const float *full,
+                         float *dst);
 
-size_t dsc__llama_kv_bytes(const dsc_llama_config *c, int nseq, int max_len);
+size_t dsc__llama_kv_bytes(const dsc_llama_config *c, int tp_size, int nseq, int max_len);
 dsc_status dsc__llama_kv_create(dsc_llama_kv **out, const dsc_llama_config *c, int tp_size,
                                 int nseq, int max_len);
 void dsc__llama_kv_destroy(dsc_llama_kv *kv); // NULL ok
 bool dsc__llama_kv_fits(const dsc_llama_kv *kv, const dsc_llama_config *c, int tp_size, int nseq,
                         int max_len);
 
-// params: every tensor of the model (whole); logits (rows->nout, vocab_size).
+// params: every tensor in the local layout of tp (tp NULL: one rank); logits (rows->nout,
+// vocab_size), the same on every rank of the group.
 dsc_status dsc__llama_infer(dsc_llama_kv *kv, float *const *params, const dsc_model_tp *tp,
                             const dsc_model_rows *rows, const dsc_model_hooks *hooks,
                             float *logits);

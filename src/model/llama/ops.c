@@ -237,25 +237,20 @@ static dsc_status backward(void *state, float *const *params, float *const *grad
 static const float *logits(void *state) { return dsc_llama_logits(state); }
 static void set_timing(void *state, double *times) { dsc_llama_set_timing(state, times); }
 
-// ---- inference (one tensor-parallel rank) ----
+// ---- inference ----
 
 static dsc_status tp_check(const void *cfg, int size) { return dsc__llama_tp_check(cfg, size); }
 
 static int64_t tp_numel(const void *cfg, int i, int size) {
-    (void)size; // only size 1 passes tp_check: whole tensors
-    dsc_llama_tensor_info ti;
-    dsc_llama_tensor_info_get(cfg, i, &ti);
-    return ti.numel;
+    return dsc__llama_tp_numel(cfg, i, size);
 }
 
 static void tp_slice(const void *cfg, int i, int rank, int size, const float *full, float *dst) {
-    (void)rank;
-    memcpy(dst, full, sizeof(float) * (size_t)tp_numel(cfg, i, size));
+    dsc__llama_tp_slice(cfg, i, rank, size, full, dst);
 }
 
 static size_t kv_bytes(const void *cfg, int tp_size, int nseq, int max_len) {
-    (void)tp_size;
-    return dsc__llama_kv_bytes(cfg, nseq, max_len);
+    return dsc__llama_kv_bytes(cfg, tp_size, nseq, max_len);
 }
 
 static dsc_status kv_create(const void *cfg, int tp_size, int nseq, int max_len, void **kv) {
