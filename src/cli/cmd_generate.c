@@ -480,8 +480,8 @@ int cmd_generate(int argc, char **argv) {
          "(default cpu)", &o.device, NULL},
         {"--tokenizer", "SPEC", "byte, gpt2:DIR, or ids (prompts and output as token ids) "
          "(default: byte for a 256-token vocabulary)", &o.tokenizer, NULL},
-        {"--heads", "N", "attention heads of a --weights file (GPT-2 default: channels / 64; a Llama file without "
-         "its config.json needs it)", &heads,
+        {"--heads", "N", "attention heads of a --weights file (GPT-2 default: channels / 64; a "
+         "Llama file without its config.json needs it)", &heads,
          NULL},
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},
         {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",

@@ -272,7 +272,8 @@ static void test_infer(void **state) {
     for (int i = 0; i < p.n; i++) { // the two ranks' slices of a split tensor make up the whole
         const dsc_model_param *pi = dsc_model_param_get(m, i);
         int64_t part = dsc_model_tp_numel(m, i, 2);
-        float *s0 = malloc(sizeof(float) * (size_t)part), *s1 = malloc(sizeof(float) * (size_t)part);
+        float *s0 = malloc(sizeof(float) * (size_t)part);
+        float *s1 = malloc(sizeof(float) * (size_t)part);
         dsc_model_tp_slice(m, i, 0, 2, p.t[i], s0);
         dsc_model_tp_slice(m, i, 1, 2, p.t[i], s1);
         bool split = strstr(pi->name, "_proj") != NULL;
