@@ -468,7 +468,7 @@ int cmd_generate(int argc, char **argv) {
     const cli_flag flags[] = {
         {"--checkpoint", "DIR", "a checkpoint: DIR (its latest) or DIR/TAG", &o.checkpoint, NULL},
         {"--weights", "FILE",
-         "GPT-2 weights, safetensors with Hugging Face names (e.g. from dsc ckpt export)",
+         "a model's weights, safetensors with Hugging Face names (e.g. from dsc ckpt export)",
          &o.weights, NULL},
         {"--model", "hf:DIR", "a Hugging Face model folder: config.json and its weights "
          "(model.safetensors or shards with model.safetensors.index.json)", &o.model, NULL},
@@ -490,7 +490,8 @@ int cmd_generate(int argc, char **argv) {
         {"--tokenizer", "SPEC", "byte, gpt2:DIR, hf:DIR, a tokenizer.json, or ids (prompts and "
          "output as token ids) (default: the one the checkpoint's run saved, else byte for a "
          "256-token vocabulary)", &o.tokenizer, NULL},
-        {"--heads", "N", "attention heads (default: channels / 64, as every GPT-2 size)", &heads,
+        {"--heads", "N", "attention heads of a --weights file (GPT-2 default: channels / 64; a "
+         "Llama file without its config.json needs it)", &heads,
          NULL},
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},
         {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",

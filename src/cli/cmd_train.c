@@ -12,7 +12,7 @@ int cmd_train(int argc, char **argv) {
                     .eval_every = 50, .eval_batches = 8, .sample_tokens = 120, .prompt = "The "};
     const cli_flag flags[] = {
         {"--config", "FILE", "DeepSpeed config (default: a built-in AdamW + cosine config)", &o.config, NULL},
-        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or hf:DIR (a Hugging Face model folder: its config.json and weights) (default d4)", &o.model, NULL},
+        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, llama-d<N>, smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, or hf:DIR (a Hugging Face model folder: its config.json and weights) (default d4)", &o.model, NULL},
         {"--data", "DIR", "token shards: folder with train*.bin/val*.bin (default: built-in data)", &o.data, NULL},
         {"--seq-len", "T", "tokens per sample (default 64)", &seq, NULL},
         {"--max-steps", "N", "optimizer steps to run (default 200)", &steps, NULL},
@@ -33,8 +33,9 @@ int cmd_train(int argc, char **argv) {
         {"--restart-positions", NULL, "position ids restart at 0 at each document of packed data (dsc data prepare --seq-len; CPU model)", NULL, &o.restart_positions},
     };
     const cli_verb v = {"train", "dsc train [--config FILE] [--model SPEC] [--data DIR] [flags]",
-                        "Train the reference GPT-2 through the engine. With no flags: a small "
-                        "model on the built-in default data. Writes RUN_DIR/metrics.jsonl (one "
+                        "Train a model (GPT-2 or the Llama family) through the engine. With no "
+                        "flags: a small GPT-2 "
+                        "on the built-in default data. Writes RUN_DIR/metrics.jsonl (one "
                         "JSON object per optimizer step) and prints progress every "
                         "steps_per_print steps.",
                         flags, (int)(sizeof flags / sizeof flags[0]), 0, 0};

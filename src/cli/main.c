@@ -12,7 +12,7 @@ typedef struct verb {
 } verb;
 
 static const verb verbs[] = {
-    {"train", cmd_train, "train a model (GPT-2 reference trainer)"},
+    {"train", cmd_train, "train a model (GPT-2, Llama family)"},
     {"launch", cmd_launch, "start one process per rank (local, hostfile, SLURM, mpirun)"},
     {"data", cmd_data, "prepare token shards from text"},
     {"ckpt", cmd_ckpt, "list, inspect, verify and export checkpoints"},

@@ -867,7 +867,15 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     // position ids reach the CPU model only: auto picks it for --restart-positions
     if (o->restart_positions && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
 
+    // a model the GPU trainer lacks (every family but GPT-2 for now) trains on the CPU
+    bool gpu_model = dsc__train_gpu_model_ok(t->model);
+    if (!gpu_model && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
+
     DSC_TRY(dsc__train_pick_device(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
+    if (cuda && !gpu_model)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
+                         "training yet; the CPU trains it: pass --device cpu (or leave --device "
+                         "out)", o->model, dsc_model_describe(t->model)->family);
     if (cuda && o->restart_positions)
         return dsc__fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
                          "pass --device cpu, or leave the flag out on the GPU");

@@ -300,14 +300,18 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     return dsc__train_gpu_load(g);
 }
 
+bool dsc__train_gpu_model_ok(const dsc_model *model) {
+    return dsc__model_gpt2_config(model) != NULL;
+}
+
 dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
                                  int T) {
     *out = NULL;
     const dsc_gpt2_config *mc = dsc__model_gpt2_config(model);
     if (!mc)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model family %s has no CUDA "
-                         "training yet; train it with --device cpu",
-                         dsc_model_describe(model)->family);
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
+                         "training yet; the CPU trains it: pass --device cpu",
+                         dsc_model_spec(model), dsc_model_describe(model)->family);
     train_gpu *g = calloc(1, sizeof *g);
     if (!g) return dsc__fail(DSC_ERR_OOM, "out of memory");
     g->eng = eng;
@@ -605,6 +609,11 @@ dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
     return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: this dsc was built without the CUDA "
                      "kernels (nvcc was not found, or -DDSC_CUDA=OFF); rebuild with the CUDA "
                      "toolkit on PATH, or train with --device cpu");
+}
+
+bool dsc__train_gpu_model_ok(const dsc_model *model) {
+    (void)model;
+    return false;
 }
 
 static dsc_status no_cuda(void) {

@@ -30,6 +30,10 @@ typedef struct train_gpu train_gpu;
 // error. *cuda receives the choice.
 dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda);
 
+// Whether the GPU trainer can train this model (GPT-2 only for now; false in a build without the
+// CUDA kernels).
+bool dsc__train_gpu_model_ok(const dsc_model *model);
+
 // Device state and model for micro batches up to B x T, loaded from the engine's host state.
 // model: the run's model (borrowed for the call); the device passes drive GPT-2's CUDA model
 // directly until they go through the model interface, so another family is DSC_ERR_UNSUPPORTED.

@@ -202,14 +202,21 @@ dsc_status dsc_model_create_from_params(dsc_model **out, const dsc_param_desc *t
                          "table of at least one tensor and order");
     *out = NULL;
     dsc_status st = DSC_ERR_UNSUPPORTED;
+    char looked[2048] = ""; // what each family looked for
     for (int i = 0; i < dsc_model_num_families() && st == DSC_ERR_UNSUPPORTED; i++) {
         const struct dsc_model_ops *f = dsc_model_family(i);
         void *cfg = NULL;
         st = f->config_from_params(table, count, opts ? opts : &no_opts, what, &cfg, order);
         if (st == DSC_OK) return dsc__model_wrap(out, f, cfg, "(tensors)");
+        size_t at = strlen(looked);
+        if (st == DSC_ERR_UNSUPPORTED && at < sizeof looked - 1)
+            snprintf(looked + at, sizeof looked - at, "%s%s", at ? "; " : "", dsc_last_error());
     }
-    // Not one family's tensors: the last family's message says what it looked for.
-    return st == DSC_ERR_UNSUPPORTED ? DSC_ERR_INVALID_ARG : st;
+    // Not one family's tensors: every family's message says what it looked for.
+    if (st == DSC_ERR_UNSUPPORTED)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s; give the weights of a model family dsc has",
+                         looked);
+    return st;
 }
 
 void dsc_model_destroy(dsc_model *m) {

@@ -16,10 +16,12 @@ that scripts/install-hf.sh prints).
       Logits (float32, row-major (B, T, V)) of the model on the sequences, written raw to OUT.
   hf_ref.py greedy MODEL IDS N
       N greedy tokens after each sequence (one line per sequence).
-  hf_ref.py grads MODEL DUMP
+  hf_ref.py grads MODEL DUMP [--restart-after ID]
       Compare a `dsc train --dump-grads` file (inputs, targets, loss, every gradient under its
       Hugging Face name) with the model's loss and gradients on the same tokens (targets < 0 are
       ignored, as labels -100). Prints "loss <dsc> <hf> <rel>" and "grads <worst rel L2> <name>".
+      --restart-after ID: position ids restart at 0 after each token ID (the end of a packed
+      document), as `dsc train --restart-positions` gives them.
   hf_ref.py trace MODEL TRACE PROMPT
       Compare the logits `dsc generate --trace` recorded (greedy, one prompt of ids PROMPT) with
       the model's own at the same positions; prints "trace <tokens equal 0|1> <worst rel error>".
@@ -121,7 +123,14 @@ def grads(argv):
     labels = torch.cat([inputs[:, :1], targets], 1)
     labels[labels < 0] = -100
     model.train(False)
-    out = model(input_ids=ids, labels=labels)
+    kw = {}
+    if len(argv) > 3 and argv[2] == "--restart-after":
+        pos = torch.zeros_like(ids)
+        for t in range(1, ids.shape[1]):
+            pos[:, t] = torch.where(ids[:, t - 1] == int(argv[3]), torch.zeros_like(pos[:, t]),
+                                    pos[:, t - 1] + 1)
+        kw["position_ids"] = pos
+    out = model(input_ids=ids, labels=labels, **kw)
     out.loss.backward()
     dsc_loss = float(meta.get("loss", dump["loss"].item() if "loss" in dump else "nan"))
     hf_loss = out.loss.item()

@@ -105,6 +105,8 @@ expect 1 "context (64 positions)" -- "$DSC" train --model hf:g --data data --seq
 ref make gpt2 small --config '{"vocab_size": 200, "n_positions": 64, "n_embd": 32, "n_head": 2}'
 expect 1 "vocabulary of 256 tokens but model hf:small has 200" -- "$DSC" train --model hf:small \
     "${common[@]}" --max-steps 1 --device cpu
+mkdir -p relu && cp g/*.safetensors* relu/ && sed 's/"gelu_new"/"relu"/' g/config.json >relu/config.json
+expect 1 'activation_function "relu"' -- "$DSC" train --model hf:relu "${common[@]}" --max-steps 1 --device cpu
 cp -r g nolm && rm nolm/model-00001-of-*.safetensors
 expect 1 "nolm" -- "$DSC" train --model hf:nolm "${common[@]}" --max-steps 1 --device cpu
 finish

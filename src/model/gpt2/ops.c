@@ -221,7 +221,9 @@ static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void
     DSC_TRY(dsc_hf_config_read(path, &h));
     if (h.arch != DSC_HF_GPT2) return DSC_ERR_UNSUPPORTED;
     dsc_gpt2_config c;
-    DSC_TRY(dsc_gpt2_config_from_hf(&h, path, &c));
+    dsc_status st = dsc_gpt2_config_from_hf(&h, path, &c);
+    // A GPT-2 dsc does not compute is this family's refusal, not another family's folder.
+    if (st != DSC_OK) return st == DSC_ERR_UNSUPPORTED ? DSC_ERR_CONFIG : st;
     return config_new(&c, cfg);
 }
 

@@ -211,18 +211,23 @@ DSC_CLONES static void rope_head(float *x, const float *c, const float *s, int h
     }
 }
 
-void dsc__llama_rope(float *x, int ld, const float *cos_t, const float *sin_t, int B, int T,
-                     int nh, int hd, int inverse) {
+void dsc__llama_rope_pos(float *x, int ld, const float *cos_t, const float *sin_t,
+                         const int32_t *pos, int B, int T, int nh, int hd, int inverse) {
     int half = hd / 2;
     float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int64_t t = bt % T;
+        int64_t t = pos ? pos[bt] : bt % T;
         float *row = x + (size_t)bt * ld;
         for (int h = 0; h < nh; h++)
             rope_head(row + (size_t)h * hd, cos_t + (size_t)t * half, sin_t + (size_t)t * half,
                       half, sign);
     }
+}
+
+void dsc__llama_rope(float *x, int ld, const float *cos_t, const float *sin_t, int B, int T,
+                     int nh, int hd, int inverse) {
+    dsc__llama_rope_pos(x, ld, cos_t, sin_t, NULL, B, T, nh, hd, inverse);
 }
 
 // ---- SwiGLU ----

@@ -48,6 +48,10 @@ void dsc__llama_rope_tables(float *cos_t, float *sin_t, int maxT, int hd, double
 // backward (the transpose of a rotation is its inverse).
 void dsc__llama_rope(float *x, int ld, const float *cos_t, const float *sin_t, int B, int T,
                      int nh, int hd, int inverse);
+// The same with position ids pos (B * T entries, each < the tables' maxT) choosing each row's
+// angle; pos NULL is dsc__llama_rope (position t of each sequence).
+void dsc__llama_rope_pos(float *x, int ld, const float *cos_t, const float *sin_t,
+                         const int32_t *pos, int B, int T, int nh, int hd, int inverse);
 
 // h (n) = silu(gate) * up.
 void dsc__llama_swiglu_forward(float *h, const float *gate, const float *up, int64_t n);

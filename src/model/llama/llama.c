@@ -78,6 +78,16 @@ static int norm_tensor(const dsc_llama_config *c) { return 1 + c->n_layer * per_
 // lm_head's weight: its own tensor when untied, embed_tokens when tied.
 static int head_tensor(const dsc_llama_config *c) { return c->tied ? 0 : norm_tensor(c) + 1; }
 
+_Static_assert((int)K_LN1 == (int)DSC_LLAMA_LN1 && (int)K_QB == (int)DSC_LLAMA_QB &&
+                   (int)K_VB == (int)DSC_LLAMA_VB && (int)K_DOWN == (int)DSC_LLAMA_DOWN,
+               "llama.h's tensor kinds follow llama.c's");
+
+int dsc__llama_layer_tensor(const dsc_llama_config *c, int l, int k) {
+    return (is_bias(k) && !c->qkv_bias) ? -1 : layer_tensor(c, l, k);
+}
+int dsc__llama_norm_tensor(const dsc_llama_config *c) { return norm_tensor(c); }
+int dsc__llama_head_tensor(const dsc_llama_config *c) { return head_tensor(c); }
+
 // llama-dN: see llama.h.
 static int parse_tiny(const char *spec, dsc_llama_config *c) {
     if (strncmp(spec, "llama-d", 7) != 0 || !isdigit((unsigned char)spec[7])) return 0;
@@ -326,7 +336,8 @@ struct dsc_llama {
     dsc_mem_pool *pool;   // when the slab is a block of a pool (dsc_llama_create_in): the views
     dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
     uint64_t gen;
-    int32_t *tokens;  // (2, BT) inputs, then targets
+    int32_t *tokens;  // (3, BT) inputs, targets, position ids
+    int has_pos;      // the last forward had position ids (tokens + 2 BT)
     int64_t n_valid;  // targets of the last forward that are not ignored
     // Activations kept for backward (R = maxB maxT rows, C hidden, Q = NH hd, I intermediate).
     // The norms' outputs and the SwiGLU product are recomputed in backward, not kept.
@@ -472,7 +483,7 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
     dsc_status st = alloc_slab(m, nfloats);
-    m->tokens = malloc(sizeof(int32_t) * 2 * (size_t)B * T);
+    m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_llama_destroy(m);
         if (st != DSC_OK && pool) { // the pool's message names its largest users
@@ -571,6 +582,11 @@ static dsc_status check_forward(const dsc_llama *m, float *const *params, const 
 
 // ---- forward ----
 
+// The position ids of the last forward, or NULL (0 .. T-1 in every sequence).
+static const int32_t *positions(const dsc_llama *m) {
+    return m->has_pos ? m->tokens + 2 * (int64_t)m->maxB * m->maxT : NULL;
+}
+
 static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a) {
     const dsc_llama_config *c = &m->c;
     int B = m->B, T = m->T, C = c->hidden, hd = c->head_dim, ld = m->ld;
@@ -584,7 +600,8 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
     dsc__llama_linear_forward(a->qkv + Q, ld, ln, C, p[kind_pos(c, K_KW)], bk, NULL, BT, C, KV);
     dsc__llama_linear_forward(a->qkv + Q + KV, ld, ln, C, p[kind_pos(c, K_VW)], bv, NULL, BT, C,
                               KV);
-    dsc__llama_rope(a->qkv, ld, m->rope_cos, m->rope_sin, B, T, c->n_head + c->n_kv_head, hd, 0);
+    dsc__llama_rope_pos(a->qkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
+                        c->n_head + c->n_kv_head, hd, 0);
     dsc__llama_attention_forward(a->atty, a->att_stats, a->qkv, m->att_scratch, m->att_slots, B,
                                  T, c->n_head, c->n_kv_head, hd);
     dsc__llama_linear_forward(a->res2, C, a->atty, Q, p[kind_pos(c, K_OW)], NULL, a->res_in, BT,
@@ -656,7 +673,19 @@ static dsc_status head_forward(dsc_llama *m, float *const *params, const int32_t
 dsc_status dsc_llama_forward(dsc_llama *m, float *const *params, const int32_t *inputs,
                              const int32_t *targets, int B, int T, const dsc_llama_hooks *hooks,
                              float *loss) {
+    return dsc_llama_forward_pos(m, params, inputs, NULL, targets, B, T, hooks, loss);
+}
+
+dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32_t *inputs,
+                                 const int32_t *pos, const int32_t *targets, int B, int T,
+                                 const dsc_llama_hooks *hooks, float *loss) {
     DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
+    for (int64_t i = 0; pos && i < (int64_t)B * T; i++)
+        if (pos[i] < 0 || pos[i] >= m->maxT)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "llama forward: position id pos[b=%d, t=%d] = %d is outside [0, %d), "
+                             "the sequence length this model was created for",
+                             (int)(i / T), (int)(i % T), pos[i], m->maxT);
     refresh(m);
     dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
@@ -666,6 +695,8 @@ dsc_status dsc_llama_forward(dsc_llama *m, float *const *params, const int32_t *
     int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
     memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
     if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
+    m->has_pos = pos != NULL;
+    if (pos) memcpy(m->tokens + 2 * (int64_t)m->maxB * m->maxT, pos, sizeof(int32_t) * BT);
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     double t0 = lap_start(m);
@@ -716,7 +747,8 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
                                p[kind_pos(c, K_OW)], BT, Q, C);
     dsc__llama_attention_backward(dqkv, m->d1, a->qkv, a->att_stats, m->att_scratch,
                                   m->att_slots, B, T, c->n_head, c->n_kv_head, hd);
-    dsc__llama_rope(dqkv, ld, m->rope_cos, m->rope_sin, B, T, c->n_head + c->n_kv_head, hd, 1);
+    dsc__llama_rope_pos(dqkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
+                        c->n_head + c->n_kv_head, hd, 1);
     dsc__llama_rmsnorm_apply(ln, a->res_in, a->rms1, p[kind_pos(c, K_LN1)], BT, C);
     static const int w[3] = {K_QW, K_KW, K_VW}, b[3] = {K_QB, K_KB, K_VB};
     const int off[3] = {0, Q, Q + KV}, width[3] = {Q, KV, KV};

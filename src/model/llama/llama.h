@@ -78,6 +78,17 @@ typedef struct dsc_llama_tensor_info {
 void dsc_llama_tensor_info_get(const dsc_llama_config *c, int i, dsc_llama_tensor_info *out);
 int64_t dsc_llama_num_params(const dsc_llama_config *c); // total elements of all tensors
 
+// The tensors of a layer by kind, for code outside llama.c that reads them (inference).
+enum {
+    DSC_LLAMA_LN1, DSC_LLAMA_QW, DSC_LLAMA_QB, DSC_LLAMA_KW, DSC_LLAMA_KB, DSC_LLAMA_VW,
+    DSC_LLAMA_VB, DSC_LLAMA_OW, DSC_LLAMA_LN2, DSC_LLAMA_GATE, DSC_LLAMA_UP, DSC_LLAMA_DOWN
+};
+// Table index of layer l's tensor of kind k, or -1 when the model has none (a bias without
+// qkv_bias); the final norm's index; lm_head's (0, embed_tokens, when tied).
+int dsc__llama_layer_tensor(const dsc_llama_config *c, int l, int k);
+int dsc__llama_norm_tensor(const dsc_llama_config *c);
+int dsc__llama_head_tensor(const dsc_llama_config *c);
+
 // Initialisation as Hugging Face's (initializer_range 0.02): every matrix normal(0, 0.02),
 // biases 0, RMSNorm weights 1. Counter-based and order-free as GPT-2's: element k of tensor i is
 // a function of (seed, i, k) only, so any slice can be initialised on its own, on any thread.
@@ -119,6 +130,13 @@ void dsc_llama_destroy(dsc_llama *m); // NULL ok
 dsc_status dsc_llama_forward(dsc_llama *m, float *const *params, const int32_t *inputs,
                              const int32_t *targets, int B, int T, const dsc_llama_hooks *hooks,
                              float *loss);
+
+// The same with position ids pos (B, T) in [0, T of create), copied, choosing each token's rotary
+// angle (e.g. restarting at 0 at each document of a packed row); the backward that follows uses
+// them too. pos NULL is dsc_llama_forward.
+dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32_t *inputs,
+                                 const int32_t *pos, const int32_t *targets, int B, int T,
+                                 const dsc_llama_hooks *hooks, float *loss);
 
 // Adds (+=) the gradients of loss_scale * mean loss to grads. Must follow a forward with
 // targets; overwrites the logits with their gradients.

@@ -1,0 +1,412 @@
+// model/llama/ops.c - the Llama family (Llama, SmolLM2, Qwen2, Mistral without a sliding window)
+// as a model family: the struct dsc_model_ops table over the dsc_llama_* functions (llama.c,
+// profile.c, infer.c), the shape from a spec, a tensor table or a Hugging Face config.json, and
+// the config.json an export writes.
+//
+// Contexts: a tiny llama-dN takes the data's vocabulary and --seq-len as its context (1024 when
+// none is given), as GPT-2's dN does; a published shape keeps its own vocabulary and its own
+// context, or --seq-len when that is longer.
+#include <math.h>   // fabs
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // malloc, free, strtod
+#include <string.h> // strcmp, strncmp
+
+#include "base/status.h"       // dsc__fail, DSC_TRY
+#include "dsc/model.h"         // struct dsc_model_ops
+#include "model/hf_config.h"   // dsc_hf_config_read, dsc_hf_config_render
+#include "model/llama/infer.h" // dsc__llama_kv_*, dsc__llama_infer
+#include "model/llama/llama.h" // dsc_llama_*
+
+enum { TINY_CONTEXT = 1024 };
+
+// The family's configuration: the shape (first, so that a cfg is a dsc_llama_config) and what a
+// config.json says beyond it, written back by an export.
+typedef struct llama_cfg {
+    dsc_llama_config c;
+    dsc_hf_config hf; // the folder's own (from_hf), else the defaults of the architecture
+    int from_hf;
+} llama_cfg;
+
+static const struct {
+    const char *name;
+    int context; // max_position_embeddings of the published config.json
+} contexts[] = {
+    {"smollm2-135M", 8192},  {"smollm2-360M", 8192},  {"llama-3.2-1B", 131072},
+    {"llama-3.2-3B", 131072}, {"qwen2.5-0.5B", 32768}, {"llama-3.1-8B", 131072},
+};
+
+// ---- configuration ----
+
+static bool claims(const char *spec) {
+    return !strncmp(spec, "llama-", 6) || !strncmp(spec, "smollm2-", 8) ||
+           !strncmp(spec, "qwen2.5-", 8);
+}
+
+static dsc_status config_new(const dsc_llama_config *c, const dsc_hf_config *hf, void **cfg) {
+    llama_cfg *p = calloc(1, sizeof *p);
+    if (!p) return dsc__fail(DSC_ERR_OOM, "llama: out of memory for the configuration");
+    p->c = *c;
+    if (hf) p->hf = *hf, p->from_hf = 1;
+    *cfg = p;
+    return DSC_OK;
+}
+
+static dsc_status config_parse(const char *spec, const dsc_model_opts *o, void **cfg) {
+    int ctx = 0;
+    for (size_t i = 0; i < sizeof contexts / sizeof contexts[0]; i++)
+        if (!strcmp(spec, contexts[i].name)) ctx = contexts[i].context;
+    int vocab = ctx ? 0 : o->vocab_size; // a published shape keeps its vocabulary
+    if (ctx) ctx = o->max_seq_len > ctx ? o->max_seq_len : ctx;
+    else ctx = o->max_seq_len > 0 ? o->max_seq_len : TINY_CONTEXT;
+    dsc_llama_config c;
+    DSC_TRY(dsc_llama_config_parse(spec, vocab, ctx, &c));
+    return config_new(&c, NULL, cfg);
+}
+
+static int find_name(const dsc_param_desc *t, int count, const char *want) {
+    for (int j = 0; j < count; j++)
+        if (!strcmp(t[j].name, want)) return j;
+    return -1;
+}
+
+static int64_t rows_of(const dsc_param_desc *t, int count, const char *name) {
+    int j = find_name(t, count, name);
+    return j < 0 ? 0 : t[j].shape[0];
+}
+
+// The shape from the tensors: sizes from the shapes, the head count from opts (it cannot be read
+// off the shapes), the rest the defaults of llama-dN. DSC_ERR_UNSUPPORTED without Llama
+// embeddings and layers (another family's tensors).
+static dsc_status dims(const dsc_param_desc *t, int count, const dsc_model_opts *o,
+                       const char *what, dsc_llama_config *c) {
+    int emb = find_name(t, count, "model.embed_tokens.weight");
+    if (emb < 0 || t[emb].ndim != 2 ||
+        find_name(t, count, "model.layers.0.self_attn.q_proj.weight") < 0)
+        return dsc__fail(DSC_ERR_UNSUPPORTED,
+                         "%s: no Llama embeddings (model.embed_tokens.weight (vocab, hidden) and "
+                         "model.layers.<i>.* layers, Hugging Face names)",
+                         what);
+    int L = 0;
+    char name[96];
+    for (;; L++) {
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", L);
+        if (find_name(t, count, name) < 0) break;
+    }
+    int64_t C = t[emb].shape[1];
+    int64_t Q = rows_of(t, count, "model.layers.0.self_attn.q_proj.weight");
+    int64_t KV = rows_of(t, count, "model.layers.0.self_attn.k_proj.weight");
+    int64_t I = rows_of(t, count, "model.layers.0.mlp.gate_proj.weight");
+    int nh = o->n_head;
+    if (nh <= 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s: Llama weights (%d layers, hidden %lld) do not say how many "
+                         "attention and key/value heads they have; use a checkpoint with its "
+                         "config.json or a Hugging Face folder (hf:DIR), or give the head count",
+                         what, L, (long long)C);
+    if (L < 1 || Q % nh != 0 || KV < 1 || KV % (Q / nh) != 0 || I < 1)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s: %d layers with q_proj (%lld, %lld), k_proj of %lld rows and %d "
+                         "heads do not fit together: the heads must divide q_proj's rows and the "
+                         "head size k_proj's",
+                         what, L, (long long)Q, (long long)C, (long long)KV, nh);
+    int hd = (int)(Q / nh);
+    *c = (dsc_llama_config){.n_layer = L,
+                            .hidden = (int)C,
+                            .n_head = nh,
+                            .n_kv_head = (int)(KV / hd),
+                            .head_dim = hd,
+                            .intermediate = (int)I,
+                            .vocab_size = (int)t[emb].shape[0],
+                            .max_seq_len = o->max_seq_len > 0 ? o->max_seq_len : TINY_CONTEXT,
+                            .rms_eps = 1e-5f,
+                            .rope_theta = 1e4,
+                            .rope_factor = 1.0,
+                            .tied = find_name(t, count, "lm_head.weight") < 0,
+                            .qkv_bias = find_name(t, count,
+                                                  "model.layers.0.self_attn.q_proj.bias") >= 0};
+    return DSC_OK;
+}
+
+static dsc_status config_from_params(const dsc_param_desc *t, int count, const dsc_model_opts *o,
+                                     const char *what, void **cfg, int *order) {
+    dsc_llama_config c;
+    DSC_TRY(dims(t, count, o, what, &c));
+    for (int k = 0; k < dsc_llama_num_tensors(&c); k++) {
+        dsc_llama_tensor_info ti;
+        dsc_llama_tensor_info_get(&c, k, &ti);
+        int j = find_name(t, count, ti.name);
+        if (j < 0)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s is missing; the file is not a complete Llama of %d "
+                             "layers",
+                             what, ti.name, c.n_layer);
+        if (t[j].ndim != ti.ndim || t[j].shape[0] != ti.shape[0] ||
+            (ti.ndim == 2 && t[j].shape[1] != ti.shape[1]))
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s has shape (%lld, %lld), a Llama of hidden %d, %d "
+                             "heads of %d and %d kv heads needs (%lld, %lld); the weights are "
+                             "inconsistent",
+                             what, ti.name, (long long)t[j].shape[0],
+                             (long long)(t[j].ndim == 2 ? t[j].shape[1] : 0), c.hidden, c.n_head,
+                             c.head_dim, c.n_kv_head, (long long)ti.shape[0],
+                             (long long)ti.shape[1]);
+        order[k] = j;
+    }
+    return config_new(&c, NULL, cfg);
+}
+
+static void config_free(void *cfg) { free(cfg); }
+
+static void describe(const void *cfg, dsc_model_info *out) {
+    const dsc_llama_config *c = cfg;
+    *out = (dsc_model_info){.family = "llama",
+                            .n_layer = c->n_layer,
+                            .n_head = c->n_head,
+                            .n_embd = c->hidden,
+                            .vocab_size = c->vocab_size,
+                            .max_seq_len = c->max_seq_len,
+                            .num_tensors = dsc_llama_num_tensors(c),
+                            .num_groups = dsc_llama_num_groups(c),
+                            .num_params = dsc_llama_num_params(c)};
+}
+
+static void param(const void *cfg, int i, dsc_model_param *out) {
+    dsc_llama_tensor_info ti;
+    dsc_llama_tensor_info_get(cfg, i, &ti);
+    *out = (dsc_model_param){.ndim = ti.ndim, .numel = ti.numel, .group = ti.group};
+    snprintf(out->name, sizeof out->name, "%s", ti.name);
+    for (int d = 0; d < ti.ndim; d++) out->shape[d] = ti.shape[d];
+}
+
+static void init(const void *cfg, int i, float *dst, int64_t begin, int64_t count, uint64_t seed) {
+    dsc_llama_init_tensor(cfg, i, dst, begin, count, seed);
+}
+
+static double flops_per_token(const void *cfg, int T) { return dsc_llama_flops_per_token(cfg, T); }
+
+static int modules(const void *cfg, int B, int T, dsc_model_module *out) {
+    int n = dsc_llama_modules(cfg, B, T, NULL);
+    if (!out) return n;
+    dsc_llama_module *m = malloc(sizeof *m * (size_t)n);
+    if (!m) return 0;
+    dsc_llama_modules(cfg, B, T, m);
+    for (int i = 0; i < n; i++) {
+        out[i] = (dsc_model_module){.depth = m[i].depth, .params = m[i].params,
+                                    .fwd_flops = m[i].fwd_flops, .slot = m[i].slot};
+        snprintf(out[i].name, sizeof out[i].name, "%s", m[i].name);
+        snprintf(out[i].type, sizeof out[i].type, "%s", m[i].type);
+    }
+    free(m);
+    return n;
+}
+
+static int timing_slots(const void *cfg) { return dsc_llama_timing_slots(cfg); }
+
+// ---- host passes ----
+
+static dsc_status host_create(const void *cfg, int B, int T, dsc_mem_pool *pool, void **state) {
+    dsc_llama *m = NULL;
+    DSC_TRY(dsc_llama_create_in(&m, cfg, B, T, pool));
+    *state = m;
+    return DSC_OK;
+}
+
+static void host_destroy(void *state) { dsc_llama_destroy(state); }
+
+// The interface's hooks as the family's (the same members).
+static const dsc_llama_hooks *hooks_of(const dsc_model_hooks *h, dsc_llama_hooks *buf) {
+    if (!h) return NULL;
+    *buf = (dsc_llama_hooks){h->user, h->gather, h->release, h->grads_ready};
+    return buf;
+}
+
+static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
+                          const int32_t *pos, const int32_t *targets, int B, int T,
+                          const dsc_model_hooks *hooks, float *loss) {
+    dsc_llama_hooks h;
+    return dsc_llama_forward_pos(state, params, inputs, pos, targets, B, T, hooks_of(hooks, &h),
+                                 loss);
+}
+
+static dsc_status backward(void *state, float *const *params, float *const *grads,
+                           float loss_scale, const dsc_model_hooks *hooks) {
+    dsc_llama_hooks h;
+    return dsc_llama_backward(state, params, grads, loss_scale, hooks_of(hooks, &h));
+}
+
+static const float *logits(void *state) { return dsc_llama_logits(state); }
+static void set_timing(void *state, double *times) { dsc_llama_set_timing(state, times); }
+
+// ---- inference ----
+
+static dsc_status tp_check(const void *cfg, int size) { return dsc__llama_tp_check(cfg, size); }
+
+static int64_t tp_numel(const void *cfg, int i, int size) {
+    return dsc__llama_tp_numel(cfg, i, size);
+}
+
+static void tp_slice(const void *cfg, int i, int rank, int size, const float *full, float *dst) {
+    dsc__llama_tp_slice(cfg, i, rank, size, full, dst);
+}
+
+static size_t kv_bytes(const void *cfg, int tp_size, int nseq, int max_len) {
+    return dsc__llama_kv_bytes(cfg, tp_size, nseq, max_len);
+}
+
+static dsc_status kv_create(const void *cfg, int tp_size, int nseq, int max_len, void **kv) {
+    dsc_llama_kv *k = NULL;
+    DSC_TRY(dsc__llama_kv_create(&k, cfg, tp_size, nseq, max_len));
+    *kv = k;
+    return DSC_OK;
+}
+
+static void kv_destroy(void *kv) { dsc__llama_kv_destroy(kv); }
+
+static bool kv_fits(const void *kv, const void *cfg, int tp_size, int nseq, int max_len) {
+    return dsc__llama_kv_fits(kv, cfg, tp_size, nseq, max_len);
+}
+
+static dsc_status infer(void *kv, float *const *params, const dsc_model_tp *tp,
+                        const dsc_model_rows *rows, const dsc_model_hooks *hooks, float *logits) {
+    return dsc__llama_infer(kv, params, tp, rows, hooks, logits);
+}
+
+// ---- Hugging Face folders ----
+
+// DSC_ERR_CONFIG, not DSC_ERR_UNSUPPORTED: the architecture is this family's (the registry would
+// take UNSUPPORTED for another family's and lose the message).
+static dsc_status refuse(const char *path, const char *field, const char *value,
+                         const char *supported) {
+    return dsc__fail(DSC_ERR_CONFIG, "%s: %s %s is not supported; dsc's Llama family takes %s",
+                     path, field, value, supported);
+}
+
+static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void **cfg) {
+    (void)o; // the folder's config.json decides vocabulary and context
+    dsc_hf_config h;
+    DSC_TRY(dsc_hf_config_read(path, &h));
+    if (h.arch != DSC_HF_LLAMA && h.arch != DSC_HF_QWEN2 && h.arch != DSC_HF_MISTRAL)
+        return DSC_ERR_UNSUPPORTED;
+    char v[64];
+    if (strcmp(h.act, "silu") != 0) {
+        snprintf(v, sizeof v, "\"%s\"", h.act);
+        return refuse(path, "hidden_act", v, "\"silu\" (SwiGLU)");
+    }
+    if (h.mlp_bias) return refuse(path, "mlp_bias", "true", "MLPs without biases (false)");
+    if (h.o_bias)
+        return refuse(path, "attention_bias", "true",
+                      "attention without biases (false; o_proj has no bias, Qwen2's q/k/v biases "
+                      "are its own)");
+    int scaling = DSC_LLAMA_ROPE_NONE;
+    if (!strcmp(h.rope_type, "linear")) scaling = DSC_LLAMA_ROPE_LINEAR;
+    else if (!strcmp(h.rope_type, "llama3")) scaling = DSC_LLAMA_ROPE_LLAMA3;
+    else if (strcmp(h.rope_type, "default") != 0) {
+        snprintf(v, sizeof v, "\"%s\"", h.rope_type);
+        return refuse(path, "rope_scaling.rope_type", v,
+                      "no rope_scaling, \"default\", \"linear\" or \"llama3\"");
+    }
+    if (h.sliding_window > 0 && h.sliding_window < h.max_positions) {
+        snprintf(v, sizeof v, "%d (context %d)", h.sliding_window, h.max_positions);
+        return refuse(path, "sliding_window", v,
+                      "full causal attention: no sliding window (null, or Qwen2's "
+                      "use_sliding_window false), or one at least as long as "
+                      "max_position_embeddings");
+    }
+    if (h.head_dim % 2 != 0) {
+        snprintf(v, sizeof v, "%d", h.head_dim);
+        return refuse(path, "head_dim", v, "an even head size (rotary pairs)");
+    }
+    dsc_llama_config c = {.n_layer = h.n_layer,
+                          .hidden = h.hidden,
+                          .n_head = h.n_head,
+                          .n_kv_head = h.n_kv_head,
+                          .head_dim = h.head_dim,
+                          .intermediate = h.intermediate,
+                          .vocab_size = h.vocab_size,
+                          .max_seq_len = h.max_positions,
+                          .rms_eps = (float)h.norm_eps,
+                          .rope_theta = h.rope_theta,
+                          .rope_scaling = scaling,
+                          .rope_factor = scaling ? h.rope_factor : 1.0,
+                          .tied = h.tied,
+                          .qkv_bias = h.qkv_bias};
+    if (scaling == DSC_LLAMA_ROPE_LLAMA3) {
+        c.rope_low_freq_factor = h.rope_low_freq;
+        c.rope_high_freq_factor = h.rope_high_freq;
+        c.rope_original_max_pos = h.rope_orig_max;
+    }
+    return config_new(&c, &h, cfg);
+}
+
+static dsc_status hf_config(const void *cfg, char **config_json, char **generation_json) {
+    const llama_cfg *p = cfg;
+    const dsc_llama_config *c = &p->c;
+    dsc_hf_config h = {0};
+    if (p->from_hf) {
+        h = p->hf;
+    } else { // a spec or a tensor table: Qwen2 when q/k/v carry biases, else Llama
+        h.arch = c->qkv_bias ? DSC_HF_QWEN2 : DSC_HF_LLAMA;
+        snprintf(h.architecture, sizeof h.architecture, "%s",
+                 c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+        snprintf(h.model_type, sizeof h.model_type, "%s", c->qkv_bias ? "qwen2" : "llama");
+        snprintf(h.act, sizeof h.act, "silu");
+        h.bos_id = -1;
+    }
+    h.vocab_size = c->vocab_size;
+    h.n_layer = c->n_layer;
+    h.hidden = c->hidden;
+    h.n_head = c->n_head;
+    h.n_kv_head = c->n_kv_head;
+    h.head_dim = c->head_dim;
+    h.intermediate = c->intermediate;
+    h.max_positions = c->max_seq_len;
+    char eps[32]; // the float's shortest decimal (1e-05, not 9.99999975e-06)
+    snprintf(eps, sizeof eps, "%.7g", (double)c->rms_eps);
+    h.norm_eps = strtod(eps, NULL);
+    h.rope_theta = c->rope_theta;
+    h.tied = c->tied;
+    h.qkv_bias = c->qkv_bias;
+    static const char *const types[] = {"default", "linear", "llama3"};
+    snprintf(h.rope_type, sizeof h.rope_type, "%s", types[c->rope_scaling]);
+    h.rope_factor = c->rope_factor;
+    h.rope_low_freq = c->rope_low_freq_factor;
+    h.rope_high_freq = c->rope_high_freq_factor;
+    h.rope_orig_max = c->rope_original_max_pos;
+    snprintf(h.torch_dtype, sizeof h.torch_dtype, "float32");
+    return dsc_hf_config_render(&h, config_json, generation_json);
+}
+
+const struct dsc_model_ops dsc__llama_model_ops = {
+    .family = "llama",
+    .specs = "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, "
+             "llama-3.1-8B, or llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. "
+             "llama-d4)",
+    .claims = claims,
+    .config_parse = config_parse,
+    .config_from_params = config_from_params,
+    .config_free = config_free,
+    .describe = describe,
+    .param = param,
+    .init = init,
+    .flops_per_token = flops_per_token,
+    .modules = modules,
+    .timing_slots = timing_slots,
+    .host_create = host_create,
+    .host_destroy = host_destroy,
+    .forward = forward,
+    .backward = backward,
+    .logits = logits,
+    .set_timing = set_timing,
+    .device_forward = NULL, // the GPU runtime has no Llama yet
+    .device_backward = NULL,
+    .tp_check = tp_check,
+    .tp_numel = tp_numel,
+    .tp_slice = tp_slice,
+    .kv_bytes = kv_bytes,
+    .kv_create = kv_create,
+    .kv_destroy = kv_destroy,
+    .kv_fits = kv_fits,
+    .infer = infer,
+    .config_from_hf = config_from_hf,
+    .hf_config = hf_config,
+};
