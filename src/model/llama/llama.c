@@ -12,6 +12,7 @@
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
 #include "base/time.h"           // dsc_now
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
+#include "model/common.h"  // dsc__model_hook, dsc__model_check_tokens
 #include "model/llama/kernels.h" // dsc__llama_*
 #ifdef _OPENMP
 #include <omp.h> // omp_get_max_threads
@@ -521,18 +522,12 @@ const float *dsc_llama_logits(const dsc_llama *m) {
 
 // ---- hooks and checks ----
 
-enum hook_kind { HOOK_GATHER, HOOK_RELEASE, HOOK_GRADS_READY };
+#define HOOK_GATHER DSC__HOOK_GATHER
+#define HOOK_RELEASE DSC__HOOK_RELEASE
+#define HOOK_GRADS_READY DSC__HOOK_GRADS_READY
 
-static dsc_status call_hook(const dsc_llama_hooks *h, enum hook_kind kind, int group) {
-    if (!h) return DSC_OK;
-    static const char *const names[] = {"gather", "release", "grads_ready"};
-    dsc_status (*fn)(void *, int) = kind == HOOK_GATHER    ? h->gather
-                                    : kind == HOOK_RELEASE ? h->release
-                                                           : h->grads_ready;
-    if (!fn) return DSC_OK;
-    dsc_status st = fn(h->user, group);
-    if (st != DSC_OK) dsc__error_prefix("llama: %s hook of group %d: ", names[kind], group);
-    return st;
+static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group) {
+    return dsc__model_hook(h, kind, group, "llama");
 }
 
 // Without a gather hook every tensor must be resident for the whole pass; with one, the engine
@@ -550,19 +545,6 @@ static dsc_status check_tensors(const dsc_llama *m, float *const *t, const char 
     return DSC_OK;
 }
 
-// Token ids in [0, V); targets may also be negative (ignored).
-static dsc_status check_tokens(const int32_t *tok, const char *what, int B, int T, int V,
-                               int allow_ignored) {
-    for (int64_t i = 0; i < (int64_t)B * T; i++) {
-        if (tok[i] < V && (tok[i] >= 0 || allow_ignored)) continue;
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "llama forward: %s[b=%d, t=%d] = %d is outside the vocabulary [0, %d)%s; "
-                         "check the tokenizer and vocab_size",
-                         what, (int)(i / T), (int)(i % T), tok[i], V,
-                         allow_ignored ? " (negative = ignored)" : "");
-    }
-    return DSC_OK;
-}
 
 static dsc_status check_forward(const dsc_llama *m, float *const *params, const int32_t *inputs,
                                 const int32_t *targets, int B, int T,
@@ -575,8 +557,9 @@ static dsc_status check_forward(const dsc_llama *m, float *const *params, const 
                          "created for; create it with the larger size",
                          B, T, m->maxB, m->maxT);
     DSC_TRY(check_tensors(m, params, "params", hooks));
-    DSC_TRY(check_tokens(inputs, "inputs", B, T, m->c.vocab_size, 0));
-    if (targets) DSC_TRY(check_tokens(targets, "targets", B, T, m->c.vocab_size, 1));
+    int V = m->c.vocab_size;
+    DSC_TRY(dsc__model_check_tokens(inputs, "llama", "inputs", B, T, V, false));
+    if (targets) DSC_TRY(dsc__model_check_tokens(targets, "llama", "targets", B, T, V, true));
     return DSC_OK;
 }
 

@@ -23,6 +23,7 @@
 #include <stdint.h> // int32_t, int64_t, uint64_t
 
 #include "dsc/memory.h" // dsc_mem_pool
+#include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
 #include "dsc/status.h" // dsc_status
 
 // rope_scaling of config.json: none, {"rope_type": "linear", "factor"} or {"rope_type": "llama3",
@@ -101,12 +102,7 @@ void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t
 // gather(g) before it reads group g's parameters and release(g) after; backward does the same
 // and calls grads_ready(g) once group g's gradients are complete, in the order n_layer + 1,
 // layer n_layer - 1, ..., layer 0, embeddings. A hook's failure stops the pass and is returned.
-typedef struct dsc_llama_hooks {
-    void *user;
-    dsc_status (*gather)(void *user, int group);
-    dsc_status (*release)(void *user, int group);
-    dsc_status (*grads_ready)(void *user, int group);
-} dsc_llama_hooks;
+typedef dsc_model_hooks dsc_llama_hooks; // {user, gather, release, grads_ready}
 
 typedef struct dsc_llama dsc_llama; // activations and scratch for up to B x T tokens
 
@@ -164,15 +160,10 @@ int dsc_llama_timing_slots(const dsc_llama_config *c); // 3 + 4 n_layer
 // (hooks excluded); NULL stops. times is borrowed until then.
 void dsc_llama_set_timing(dsc_llama *m, double *times);
 
-// One module of the model's tree, Hugging Face's names and nesting, for B x T tokens.
-typedef struct dsc_llama_module {
-    char name[48];    // "model.layers.3.self_attn"
-    char type[32];    // "LlamaAttention"
-    int depth;        // 0 for the whole model
-    int64_t params;   // elements of the tensors it owns (a tied lm_head: 0)
-    double fwd_flops; // 2 per parameter per token used in a product, plus attention's 4 T NH hd
-    int slot;         // timing slot of a leaf, or -1 (then the sum of its children)
-} dsc_llama_module;
+// One module of the model's tree, Hugging Face's names and nesting, for B x T tokens: name
+// ("model.layers.3.self_attn"), type ("LlamaAttention"), depth, params (a tied lm_head: 0),
+// fwd_flops (2 per parameter per token used in a product, plus attention's 4 T NH hd), slot.
+typedef dsc_model_module dsc_llama_module;
 // The tree in print order (each parent before its children); returns the number of modules
 // (out NULL: only the count). The root's fwd_flops times 3 is
 // dsc_llama_flops_per_token(c, T) * B * T.

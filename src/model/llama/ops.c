@@ -185,19 +185,7 @@ static void init(const void *cfg, int i, float *dst, int64_t begin, int64_t coun
 static double flops_per_token(const void *cfg, int T) { return dsc_llama_flops_per_token(cfg, T); }
 
 static int modules(const void *cfg, int B, int T, dsc_model_module *out) {
-    int n = dsc_llama_modules(cfg, B, T, NULL);
-    if (!out) return n;
-    dsc_llama_module *m = malloc(sizeof *m * (size_t)n);
-    if (!m) return 0;
-    dsc_llama_modules(cfg, B, T, m);
-    for (int i = 0; i < n; i++) {
-        out[i] = (dsc_model_module){.depth = m[i].depth, .params = m[i].params,
-                                    .fwd_flops = m[i].fwd_flops, .slot = m[i].slot};
-        snprintf(out[i].name, sizeof out[i].name, "%s", m[i].name);
-        snprintf(out[i].type, sizeof out[i].type, "%s", m[i].type);
-    }
-    free(m);
-    return n;
+    return dsc_llama_modules(cfg, B, T, out);
 }
 
 static int timing_slots(const void *cfg) { return dsc_llama_timing_slots(cfg); }
@@ -213,25 +201,17 @@ static dsc_status host_create(const void *cfg, int B, int T, dsc_mem_pool *pool,
 
 static void host_destroy(void *state) { dsc_llama_destroy(state); }
 
-// The interface's hooks as the family's (the same members).
-static const dsc_llama_hooks *hooks_of(const dsc_model_hooks *h, dsc_llama_hooks *buf) {
-    if (!h) return NULL;
-    *buf = (dsc_llama_hooks){h->user, h->gather, h->release, h->grads_ready};
-    return buf;
-}
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
                           const dsc_model_hooks *hooks, float *loss) {
-    dsc_llama_hooks h;
-    return dsc_llama_forward_pos(state, params, inputs, pos, targets, B, T, hooks_of(hooks, &h),
+    return dsc_llama_forward_pos(state, params, inputs, pos, targets, B, T, hooks,
                                  loss);
 }
 
 static dsc_status backward(void *state, float *const *params, float *const *grads,
                            float loss_scale, const dsc_model_hooks *hooks) {
-    dsc_llama_hooks h;
-    return dsc_llama_backward(state, params, grads, loss_scale, hooks_of(hooks, &h));
+    return dsc_llama_backward(state, params, grads, loss_scale, hooks);
 }
 
 static const float *logits(void *state) { return dsc_llama_logits(state); }

@@ -1,0 +1,57 @@
+// model/common.c - the families' shared pieces of a host pass (see common.h).
+#include "model/common.h"
+
+#include <stdio.h> // snprintf
+
+#include "base/status.h" // dsc__fail, dsc__error_prefix
+
+dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
+                           const char *family) {
+    if (!h) return DSC_OK;
+    static const char *const names[] = {"gather", "release", "grads_ready"};
+    dsc_status (*fn)(void *, int) = kind == DSC__HOOK_GATHER    ? h->gather
+                                    : kind == DSC__HOOK_RELEASE ? h->release
+                                                                : h->grads_ready;
+    if (!fn) return DSC_OK;
+    dsc_status st = fn(h->user, group);
+    if (st != DSC_OK) dsc__error_prefix("%s: %s hook of group %d: ", family, names[kind], group);
+    return st;
+}
+
+dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,
+                                   int B, int T, int V, bool ignored_ok) {
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+        if (tok[i] < V && (tok[i] >= 0 || ignored_ok)) continue;
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s forward: %s[b=%d, t=%d] = %d is outside the vocabulary [0, %d)%s; "
+                         "check the tokenizer and vocab_size",
+                         family, what, (int)(i / T), (int)(i % T), tok[i], V,
+                         ignored_ok ? " (negative = ignored)" : "");
+    }
+    return DSC_OK;
+}
+
+int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,
+                  int slot, const char *name) {
+    if (t->out) {
+        dsc_model_module *m = &t->out[t->n];
+        *m = (dsc_model_module){.depth = depth, .params = params, .fwd_flops = flops,
+                                .slot = slot};
+        snprintf(m->name, sizeof m->name, "%s", name);
+        snprintf(m->type, sizeof m->type, "%s", type);
+    }
+    return t->n++;
+}
+
+void dsc__tree_roll_up(dsc__tree *t, int parent, int child) {
+    if (!t->out) return;
+    t->out[parent].params += t->out[child].params;
+    t->out[parent].fwd_flops += t->out[child].fwd_flops;
+}
+
+int dsc__tree_child(dsc__tree *t, int parent, int depth, const char *type, int64_t params,
+                    double flops, int slot, const char *name) {
+    int child = dsc__tree_add(t, depth, type, params, flops, slot, name);
+    dsc__tree_roll_up(t, parent, child);
+    return child;
+}

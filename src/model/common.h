@@ -1,0 +1,38 @@
+// model/common.h - what every family's host model shares: the engine's hooks around a pass, the
+// check of a pass's token ids, and the module tree the flops profiler prints.
+#ifndef DSC_MODEL_COMMON_H
+#define DSC_MODEL_COMMON_H
+
+#include <stdbool.h> // bool
+#include <stdint.h>  // int32_t, int64_t
+
+#include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
+#include "dsc/status.h" // dsc_status
+
+enum dsc__hook_kind { DSC__HOOK_GATHER, DSC__HOOK_RELEASE, DSC__HOOK_GRADS_READY };
+
+// Call one of the hooks (none set: DSC_OK); a failure is returned with the family, the hook and
+// the group put before its message.
+dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
+                           const char *family);
+
+// Ids (B, T) in [0, V); with ignored_ok, negative ids (ignored targets) pass too. The error names
+// the family, the array (what), the position and the value.
+dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,
+                                   int B, int T, int V, bool ignored_ok);
+
+// The profiler's module tree, built in print order: out NULL only counts.
+typedef struct dsc__tree {
+    dsc_model_module *out;
+    int n;
+} dsc__tree;
+// Append a module; returns its index.
+int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,
+                  int slot, const char *name);
+// Add a child's parameters and FLOPs to its parent's (aggregates grow as children arrive).
+void dsc__tree_roll_up(dsc__tree *t, int parent, int child);
+// Append a module under parent and add its numbers to the parent's; returns its index.
+int dsc__tree_child(dsc__tree *t, int parent, int depth, const char *type, int64_t params,
+                    double flops, int slot, const char *name);
+
+#endif
