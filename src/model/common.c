@@ -31,6 +31,30 @@ dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const
     return DSC_OK;
 }
 
+dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
+                                 const char *family) {
+    if (r->n < 1 || !r->seq || !r->pos || !r->tokens || r->nout < 0 || (r->nout && !r->out))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s inference: no rows, or a NULL row array",
+                         family);
+    for (int i = 0; i < r->n; i++) {
+        if (r->seq[i] < 0 || r->seq[i] >= nseq || r->pos[i] < 0 || r->pos[i] >= max_len)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s inference: row %d (sequence %d, position %d) is outside the "
+                             "cache of %d sequences x %d positions",
+                             family, i, r->seq[i], r->pos[i], nseq, max_len);
+        if (r->tokens[i] < 0 || r->tokens[i] >= V)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s inference: token %d of row %d is outside the vocabulary "
+                             "[0, %d); check the tokenizer",
+                             family, r->tokens[i], i, V);
+    }
+    for (int j = 0; j < r->nout; j++)
+        if (r->out[j] < 0 || r->out[j] >= r->n)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "%s inference: output row %d is not a row",
+                             family, r->out[j]);
+    return DSC_OK;
+}
+
 int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,
                   int slot, const char *name) {
     if (t->out) {

@@ -21,6 +21,11 @@ dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, i
 dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,
                                    int B, int T, int V, bool ignored_ok);
 
+// An inference call's rows against a cache of nseq sequences x max_len positions and a
+// vocabulary of V: every row in range, every output row a row. Errors name the family and row.
+dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
+                                 const char *family);
+
 // The profiler's module tree, built in print order: out NULL only counts.
 typedef struct dsc__tree {
     dsc_model_module *out;

@@ -1,5 +1,6 @@
 // model/gpt2/infer.c - GPT-2 inference rows through a key/value cache, optionally
 // tensor-parallel (see infer.h).
+#include "model/common.h" // dsc__model_check_rows, dsc__model_hook
 #include "model/gpt2/infer.h"
 
 #include <math.h>   // expf, sqrtf, INFINITY
@@ -191,32 +192,12 @@ static dsc_status rows_scratch(dsc_gpt2_kv *kv, int n, row_bufs *b) {
 
 // ---- checks and hooks ----
 
-static dsc_status check_rows(const dsc_gpt2_kv *kv, const dsc_gpt2_rows *r) {
-    if (r->n < 1 || !r->seq || !r->pos || !r->tokens || r->nout < 0 || (r->nout && !r->out))
-        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 inference: no rows, or a NULL row array");
-    for (int i = 0; i < r->n; i++) {
-        if (r->seq[i] < 0 || r->seq[i] >= kv->nseq || r->pos[i] < 0 || r->pos[i] >= kv->max_len)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "gpt2 inference: row %d (sequence %d, position %d) is outside the "
-                             "cache of %d sequences x %d positions",
-                             i, r->seq[i], r->pos[i], kv->nseq, kv->max_len);
-        if (r->tokens[i] < 0 || r->tokens[i] >= kv->c.vocab_size)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "gpt2 inference: token %d of row %d is outside the vocabulary "
-                             "[0, %d); check the tokenizer",
-                             r->tokens[i], i, kv->c.vocab_size);
-    }
-    for (int j = 0; j < r->nout; j++)
-        if (r->out[j] < 0 || r->out[j] >= r->n)
-            return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 inference: output row %d is not a row",
-                             r->out[j]);
-    return DSC_OK;
+static dsc_status check_rows(const dsc_gpt2_kv *kv, const dsc_model_rows *r) {
+    return dsc__model_check_rows(r, kv->nseq, kv->max_len, kv->c.vocab_size, "gpt2");
 }
 
-static dsc_status hook(const dsc_gpt2_hooks *h, int release, int g) {
-    if (!h) return DSC_OK;
-    dsc_status (*fn)(void *, int) = release ? h->release : h->gather;
-    return fn ? fn(h->user, g) : DSC_OK;
+static dsc_status hook(const dsc_model_hooks *h, int release, int g) {
+    return dsc__model_hook(h, release ? DSC__HOOK_RELEASE : DSC__HOOK_GATHER, g, "gpt2 inference");
 }
 
 // ---- the layers ----

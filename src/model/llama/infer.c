@@ -1,6 +1,7 @@
 // model/llama/infer.c - Llama inference rows through a grouped-query key/value cache (see
 // infer.h). The layers are the training forward's kernels on the rows of the call; only
 // attention differs: each row reads its sequence's cached keys and values.
+#include "model/common.h" // dsc__model_check_rows, dsc__model_hook
 #include "model/llama/infer.h"
 
 #include <math.h>   // sqrtf, INFINITY
@@ -213,31 +214,11 @@ static dsc_status rows_scratch(dsc_llama_kv *kv, int n, row_bufs *b) {
 // ---- checks and hooks ----
 
 static dsc_status check_rows(const dsc_llama_kv *kv, const dsc_model_rows *r) {
-    if (r->n < 1 || !r->seq || !r->pos || !r->tokens || r->nout < 0 || (r->nout && !r->out))
-        return dsc__fail(DSC_ERR_INVALID_ARG, "llama inference: no rows, or a NULL row array");
-    for (int i = 0; i < r->n; i++) {
-        if (r->seq[i] < 0 || r->seq[i] >= kv->nseq || r->pos[i] < 0 || r->pos[i] >= kv->max_len)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "llama inference: row %d (sequence %d, position %d) is outside the "
-                             "cache of %d sequences x %d positions",
-                             i, r->seq[i], r->pos[i], kv->nseq, kv->max_len);
-        if (r->tokens[i] < 0 || r->tokens[i] >= kv->c.vocab_size)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "llama inference: token %d of row %d is outside the vocabulary "
-                             "[0, %d); check the tokenizer",
-                             r->tokens[i], i, kv->c.vocab_size);
-    }
-    for (int j = 0; j < r->nout; j++)
-        if (r->out[j] < 0 || r->out[j] >= r->n)
-            return dsc__fail(DSC_ERR_INVALID_ARG, "llama inference: output row %d is not a row",
-                             r->out[j]);
-    return DSC_OK;
+    return dsc__model_check_rows(r, kv->nseq, kv->max_len, kv->c.vocab_size, "llama");
 }
 
 static dsc_status hook(const dsc_model_hooks *h, int release, int g) {
-    if (!h) return DSC_OK;
-    dsc_status (*fn)(void *, int) = release ? h->release : h->gather;
-    return fn ? fn(h->user, g) : DSC_OK;
+    return dsc__model_hook(h, release ? DSC__HOOK_RELEASE : DSC__HOOK_GATHER, g, "llama inference");
 }
 
 // ---- the layers ----
