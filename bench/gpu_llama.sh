@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# gpu_llama.sh - Llama-family training throughput on one GPU: dsc train --device cuda against
+# PyTorch in the same run (bench/torch_llama.py: a plain PyTorch Llama and transformers'
+# LlamaForCausalLM / Qwen2ForCausalLM with sdpa attention, each eager and with torch.compile).
+#
+#   bench/gpu_llama.sh [DSC_BINARY]
+#
+# SHAPES (default "smollm2-360M:8 llama-3.2-1B:4"): MODEL:BATCH pairs of dsc's published
+# Llama-family shapes (docs/models.md); T (default 2048); STEPS (default 20) after WARMUP (6);
+# VARIANTS: the PyTorch variants to run (default all four); $PYTHON names the interpreter.
+# Every side trains with random tokens, bf16 compute and fp32 weights, AdamW, clipping 1.0.
+# MFU for every column by one formula, 6 N + 12 L T C FLOPs per token (N: all parameters, a tied
+# embedding once; C: heads x head_dim) against 989 TFLOP/s (dense bf16 of an H100/H200 SXM).
+# dsc's column is "-" with its reason while dsc has no CUDA path for the family.
+set -u
+DSC=${1:-${DSC:-build/dsc}}
+PY=${PYTHON:-python3}
+SHAPES=${SHAPES:-smollm2-360M:8 llama-3.2-1B:4}
+T=${T:-2048}
+STEPS=${STEPS:-20}
+WARMUP=${WARMUP:-6}
+VARIANTS=${VARIANTS:-plain-eager,plain-compiled,hf-eager,hf-compiled}
+HERE=$(cd "$(dirname "$0")" && pwd)
+[ -x "$DSC" ] || { echo "gpu_llama.sh: $DSC is not an executable dsc; pass its path" >&2; exit 2; }
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+
+dsc_run() { # dsc_run MODEL B -> tokens/s on stdout, or "- reason"
+    cat >"$W/cfg.json" <<JSON
+{"train_micro_batch_size_per_gpu": $2, "gradient_accumulation_steps": 1, "steps_per_print": 1,
+ "gradient_clipping": 1.0, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}
+JSON
+    if ! "$DSC" train --device cuda --config "$W/cfg.json" --model "$1" --seq-len "$T" \
+        --max-steps $((STEPS + WARMUP)) --eval-every 0 --eval-batches 1 --sample-tokens 0 \
+        --out "$W/dsc_$1" >"$W/dsc_$1.log" 2>&1; then
+        echo "- $(grep -m1 'error' "$W/dsc_$1.log" | cut -c1-160)"
+        return
+    fi
+    $PY -c "import json, statistics, sys
+m = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
+print(statistics.median(x['tokens_per_s'] for x in m))" "$W/dsc_$1/metrics.jsonl" "$WARMUP"
+}
+
+echo "| model | B | T | dsc tokens/s | MFU | plain eager | MFU | plain compiled | MFU | HF eager | MFU | HF compiled | MFU | dsc / plain compiled | dsc / HF eager |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+notes=()
+for shape in $SHAPES; do
+    model=${shape%%:*} b=${shape##*:}
+    dsc=$(dsc_run "$model" "$b")
+    case $dsc in "- "*) notes+=("$model: ${dsc#- }"); dsc=- ;; esac
+    $PY "$HERE/torch_llama.py" "$model" "$b" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" \
+        --variants "$VARIANTS" >"$W/torch_$model.log" 2>&1
+    grep '^SKIP' "$W/torch_$model.log" | sed "s/^/$model: /" >>"$W/skips"
+    grep -q '^RESULT\|^SKIP' "$W/torch_$model.log" ||
+        { echo "note: $model: the PyTorch baseline did not run:"; tail -3 "$W/torch_$model.log"; }
+    $PY - "$model" "$b" "$T" "$dsc" "$W/torch_$model.log" "$HERE/torch_llama.py" <<'PYEOF'
+import importlib.util, sys
+model, b, T, dsc, log, script = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+spec = importlib.util.spec_from_file_location("tl", script)
+tl = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tl)
+L, C, nh, nkv, hd, inter, V, tied, bias, theta, eps = tl.SHAPES[model]
+res, n = {}, None
+for line in open(log):
+    p = line.split()
+    if p and p[0] == "RESULT":
+        res[p[1]] = float(p[2])
+        n = int(p[4])
+def mfu(tok_s):
+    return f"{100 * tok_s * (6 * n + 12 * L * T * nh * hd) / 989e12:.1f}%" if n and tok_s else "-"
+def cell(v):
+    return f"{v / 1e3:.1f}k" if v else "-"
+d = float(dsc) if dsc != "-" else None
+cols = [cell(d), mfu(d)]
+for v in ("plain-eager", "plain-compiled", "hf-eager", "hf-compiled"):
+    cols += [cell(res.get(v)), mfu(res.get(v))]
+ratio = lambda ref: f"{d / res[ref]:.2f}x" if d and res.get(ref) else "-"
+print(f"| {model} | {b} | {T} | " + " | ".join(cols) + f" | {ratio('plain-compiled')} | {ratio('hf-eager')} |")
+PYEOF
+done
+for n in "${notes[@]}"; do echo "note: $n"; done
+[ -f "$W/skips" ] && sed 's/^/note: /' "$W/skips"
+exit 0
