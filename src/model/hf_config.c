@@ -276,8 +276,10 @@ done:
 dsc_status dsc_hf_config_read(const char *dir, dsc_hf_config *out) {
     char path[4200];
     struct stat sb;
-    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/config.json", dir);
-    else snprintf(path, sizeof path, "%s", dir);
+    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(path, sizeof path, "%s/config.json", dir);
+    else
+        snprintf(path, sizeof path, "%s", dir);
     FILE *f = fopen(path, "rb");
     if (!f)
         return dsc__fail(DSC_ERR_IO, "cannot open %s: %s (a Hugging Face model folder holds "
@@ -296,6 +298,9 @@ dsc_status dsc_hf_config_read(const char *dir, dsc_hf_config *out) {
 }
 
 // ---- writing ----
+
+// As transformers writes them: indented, fields in order, reals in their shortest usual form.
+#define JSON_OUT (JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12))
 
 static json_t *eos_json(const dsc_hf_config *c) {
     if (c->n_eos <= 0) return json_null();
@@ -349,7 +354,8 @@ static json_t *llama_json(const dsc_hf_config *c) {
                           "rms_norm_eps", c->norm_eps, "rope_theta", c->rope_theta,
                           "rope_scaling", rope_json(c), "tie_word_embeddings", c->tied,
                           "bos_token_id", bos_json(c), "eos_token_id", eos_json(c));
-    if (c->head_dim != c->hidden / c->n_head) json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    if (c->head_dim != c->hidden / c->n_head)
+        json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     if (c->arch == DSC_HF_LLAMA) {
         json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias));
         json_object_set_new(o, "mlp_bias", json_boolean(c->mlp_bias));
@@ -370,7 +376,7 @@ static dsc_status write_json(const char *dir, const char *name, json_t *o) {
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (!o) return dsc__fail(DSC_ERR_OOM, "out of memory building %s", path);
-    int rc = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    int rc = json_dump_file(o, tmp, JSON_OUT);
     json_decref(o);
     if (rc != 0) {
         remove(tmp);
@@ -401,7 +407,7 @@ dsc_status dsc_hf_generation_config_write(const char *dir, const dsc_hf_config *
 }
 
 static dsc_status render(json_t *o, char **out) {
-    *out = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    *out = o ? json_dumps(o, JSON_OUT) : NULL;
     json_decref(o);
     return *out ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory rendering a config.json");
 }
