@@ -1,7 +1,8 @@
 // model/common.c - the families' shared pieces of a host pass (see common.h).
 #include "model/common.h"
 
-#include <stdio.h> // snprintf
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // aligned_alloc
 
 #include "base/status.h" // dsc__fail, dsc__error_prefix
 
@@ -52,6 +53,29 @@ dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len,
         if (r->out[j] < 0 || r->out[j] >= r->n)
             return dsc__fail(DSC_ERR_INVALID_ARG, "%s inference: output row %d is not a row",
                              family, r->out[j]);
+    return DSC_OK;
+}
+
+size_t dsc__carve(const dsc__view *v, size_t n, float *slab) {
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (slab) *v[i].view = slab + off;
+        off += (v[i].n + 15) / 16 * 16;
+    }
+    return off;
+}
+
+dsc_status dsc__activations_alloc(dsc_mem_pool *pool, size_t nfloats, const char *tag,
+                                  dsc_mem_handle *h, float **slab, uint64_t *gen) {
+    size_t bytes = nfloats * sizeof(float);
+    if (!pool) {
+        *h = 0;
+        *slab = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        return *slab ? DSC_OK : DSC_ERR_OOM;
+    }
+    DSC_TRY(dsc_mem_alloc(pool, bytes, tag, h));
+    *slab = dsc_mem_ptr(pool, *h);
+    *gen = dsc_mem_generation(pool);
     return DSC_OK;
 }
 

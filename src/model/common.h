@@ -4,8 +4,10 @@
 #define DSC_MODEL_COMMON_H
 
 #include <stdbool.h> // bool
-#include <stdint.h>  // int32_t, int64_t
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t, int64_t, uint64_t
 
+#include "dsc/memory.h" // dsc_mem_pool, dsc_mem_handle
 #include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
 #include "dsc/status.h" // dsc_status
 
@@ -25,6 +27,21 @@ dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const
 // vocabulary of V: every row in range, every output row a row. Errors name the family and row.
 dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
                                  const char *family);
+
+// One buffer of a family's activations: where its address goes and how many floats it holds.
+typedef struct dsc__view {
+    float **view;
+    size_t n;
+} dsc__view;
+// Lay the n views one after another in slab, each rounded up to 16 floats (64 bytes); with slab
+// NULL only the size is computed. Returns the floats all of them take.
+size_t dsc__carve(const dsc__view *v, size_t n, float *slab);
+
+// The block of a family's host activations: nfloats from pool (tag names it in the pool's
+// accounting; *gen receives the pool's generation, to notice moves), or, without a pool, from
+// aligned_alloc (*h 0). DSC_ERR_OOM when there is no room; the caller says what for.
+dsc_status dsc__activations_alloc(dsc_mem_pool *pool, size_t nfloats, const char *tag,
+                                  dsc_mem_handle *h, float **slab, uint64_t *gen);
 
 // The profiler's module tree, built in print order: out NULL only counts.
 typedef struct dsc__tree {

@@ -302,10 +302,7 @@ static int max_threads(void) {
 static size_t carve(dsc_gpt2 *m, float *slab) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)m->c.n_layer;
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
-    struct {
-        float **view;
-        size_t n;
-    } table[] = {
+    const dsc__view table[] = {
         {&m->res, (L + 1) * R * C},      {&m->ln1_mean, L * R},   {&m->ln1_rstd, L * R},
         {&m->qkv, L * R * 3 * C},        {&m->atty, L * R * C},   {&m->att_stats, L * R * NH * 2},
         {&m->res2, L * R * C},           {&m->ln2_mean, L * R},   {&m->ln2_rstd, L * R},
@@ -316,28 +313,11 @@ static size_t carve(dsc_gpt2 *m, float *slab) {
         {&m->ln_scratch, dsc__gpt2_layernorm_scratch((int64_t)R, (int)C)},
         {&m->att_scratch, dsc__gpt2_attention_scratch(m->maxT, m->att_slots)},
     };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (slab) *table[i].view = slab + off;
-        off += (table[i].n + 15) / 16 * 16;
-    }
-    return off;
+    return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
 dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T) {
     return dsc_gpt2_create_in(out, c, B, T, NULL);
-}
-
-static dsc_status alloc_slab(dsc_gpt2 *m, size_t nfloats) {
-    size_t bytes = nfloats * sizeof(float);
-    if (!m->pool) {
-        m->slab = aligned_alloc(64, bytes);
-        return m->slab ? DSC_OK : DSC_ERR_OOM;
-    }
-    DSC_TRY(dsc_mem_alloc(m->pool, bytes, "gpt2.activations", &m->hslab));
-    m->slab = dsc_mem_ptr(m->pool, m->hslab);
-    m->gen = dsc_mem_generation(m->pool);
-    return DSC_OK;
 }
 
 // The pool may have moved the slab since the last pass: carve the views at its new address.
@@ -368,7 +348,8 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
-    dsc_status st = alloc_slab(m, nfloats);
+    dsc_status st = dsc__activations_alloc(m->pool, nfloats, "gpt2.activations", &m->hslab,
+                                           &m->slab, &m->gen);
     m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_gpt2_destroy(m);

@@ -17,8 +17,9 @@ dsc_status dsc_gpt2_config_from_hf(const dsc_hf_config *h, const char *path, dsc
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: architecture %s is not GPT-2", path,
                          h->architecture);
     if (!tanh_gelu(h->act))
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: activation_function \"%s\": dsc's GPT-2 computes "
-                         "the tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)", path, h->act);
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: activation_function \"%s\": dsc's GPT-2 "
+                         "computes the tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast)", path,
+                         h->act);
     if (fabs(h->norm_eps - 1e-5) > 1e-12)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g: dsc's GPT-2 uses 1e-5",
                          path, h->norm_eps);

@@ -160,20 +160,12 @@ typedef struct row_bufs {
 // With slab NULL only counts floats; views start on 64-byte boundaries.
 static size_t carve_rows(const dsc_gpt2_kv *kv, int n, float *slab, row_bufs *b) {
     size_t R = (size_t)n, C = (size_t)kv->c.n_embd, Cl = (size_t)kv->Cl, Fl = (size_t)kv->Fl;
-    struct {
-        float **view;
-        size_t n;
-    } table[] = {
+    const dsc__view table[] = {
         {&b->x, R * C},  {&b->x2, R * C},       {&b->ln, R * C},  {&b->mean, R},
         {&b->rstd, R},   {&b->qkv, R * 3 * Cl}, {&b->y, R * Cl},  {&b->part, R * C},
         {&b->f, R * Fl},
     };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (slab) *table[i].view = slab + off;
-        off += (table[i].n + 15) / 16 * 16;
-    }
-    return off;
+    return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
 static dsc_status rows_scratch(dsc_gpt2_kv *kv, int n, row_bufs *b) {

@@ -181,20 +181,12 @@ static size_t carve_rows(const dsc_llama_kv *kv, int n, float *slab, row_bufs *b
     const dsc_llama_config *c = &kv->c;
     size_t R = (size_t)n, C = (size_t)c->hidden, I = (size_t)kv->I;
     size_t Q = (size_t)kv->NH * (size_t)c->head_dim, ld = Q + 2 * (size_t)kv->KV;
-    struct {
-        float **view;
-        size_t n;
-    } table[] = {
+    const dsc__view table[] = {
         {&b->x, R * C},   {&b->x2, R * C}, {&b->ln, R * C}, {&b->rstd, R}, {&b->qkv, R * ld},
         {&b->y, R * Q},   {&b->gate, R * I}, {&b->up, R * I}, {&b->h, R * I},
         {&b->part, kv->tp > 1 ? R * C : 0},
     };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (slab) *table[i].view = slab + off;
-        off += (table[i].n + 15) / 16 * 16;
-    }
-    return off;
+    return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
 static dsc_status rows_scratch(dsc_llama_kv *kv, int n, row_bufs *b) {

@@ -415,10 +415,7 @@ static size_t carve(dsc_llama *m, float *slab) {
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, ld = (size_t)m->ld;
     size_t Q = NH * (size_t)m->c.head_dim, I = (size_t)m->c.intermediate;
     size_t half = (size_t)m->maxT * (size_t)(m->c.head_dim / 2);
-    struct {
-        float **view;
-        size_t n;
-    } table[] = {
+    const dsc__view table[] = {
         {&m->res, (L + 1) * R * C}, {&m->rms1, L * R},         {&m->rms2, L * R},
         {&m->qkv, L * R * ld},      {&m->atty, L * R * Q},     {&m->att_stats, L * R * NH * 2},
         {&m->res2, L * R * C},      {&m->gate, L * R * I},     {&m->up, L * R * I},
@@ -430,28 +427,11 @@ static size_t carve(dsc_llama *m, float *slab) {
         {&m->norm_scratch, dsc__llama_rmsnorm_scratch((int64_t)R, (int)C)},
         {&m->att_scratch, dsc__llama_attention_scratch(m->maxT, m->att_slots)},
     };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (slab) *table[i].view = slab + off;
-        off += (table[i].n + 15) / 16 * 16;
-    }
-    return off;
+    return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
 dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, int T) {
     return dsc_llama_create_in(out, c, B, T, NULL);
-}
-
-static dsc_status alloc_slab(dsc_llama *m, size_t nfloats) {
-    size_t bytes = nfloats * sizeof(float);
-    if (!m->pool) {
-        m->slab = aligned_alloc(64, bytes);
-        return m->slab ? DSC_OK : DSC_ERR_OOM;
-    }
-    DSC_TRY(dsc_mem_alloc(m->pool, bytes, "llama.activations", &m->hslab));
-    m->slab = dsc_mem_ptr(m->pool, m->hslab);
-    m->gen = dsc_mem_generation(m->pool);
-    return DSC_OK;
 }
 
 // The pool may have moved the slab since the last pass: carve the views at its new address.
@@ -483,7 +463,8 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
-    dsc_status st = alloc_slab(m, nfloats);
+    dsc_status st = dsc__activations_alloc(m->pool, nfloats, "llama.activations", &m->hslab,
+                                           &m->slab, &m->gen);
     m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_llama_destroy(m);
