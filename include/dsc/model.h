@@ -15,15 +15,15 @@
 // passed to each call (the engine owns them). The model owns its configuration and, after
 // dsc_model_reserve, the activations of host passes.
 //
-// Device passes (forward and backward on a device stream) come with the device runtime moving
-// into the library; until then the table's device slots are NULL and the GPU trainer drives its
-// model itself (see docs/architecture.md).
+// A family may also train on a GPU: its table then points to a second table of device passes
+// (struct dsc_model_device_ops: 16-bit weights, fp32 gradients, every kernel on one stream), and
+// the GPU trainer drives any such model through the dsc_model_device_* calls below.
 #ifndef DSC_MODEL_H
 #define DSC_MODEL_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
-#include <stdint.h>  // int32_t, int64_t, uint64_t
+#include <stdint.h>  // int32_t, int64_t, uint16_t, uint64_t
 
 #include "dsc/comm.h"   // dsc_comm
 #include "dsc/engine.h" // dsc_param_desc, DSC_PARAM_NAME_MAX, DSC_PARAM_MAX_DIMS
@@ -141,13 +141,9 @@ struct dsc_model_ops {
     const float *(*logits)(void *state);
     void (*set_timing)(void *state, double *times);
 
-    // Device passes on a stream: NULL in every family until the device runtime is part of the
-    // library (the GPU trainer still drives its model directly). Reserved here so that the table
-    // keeps its shape when they arrive.
-    dsc_status (*device_forward)(void *dstate, void *stream, const void *const *params,
-                                 const int32_t *inputs, const int32_t *targets, int B, int T);
-    dsc_status (*device_backward)(void *dstate, void *stream, const void *const *params,
-                                  void *const *grads, float loss_scale);
+    // Passes on a GPU (optional; NULL: the family trains on the host only). See
+    // struct dsc_model_device_ops below.
+    const struct dsc_model_device_ops *device;
 
     // Inference with a key/value cache, optionally tensor-parallel.
     dsc_status (*tp_check)(const void *cfg, int size);
@@ -168,6 +164,58 @@ struct dsc_model_ops {
     // The config.json (and generation_config.json) text of the model, malloc'd (caller frees),
     // as transformers writes them for its architecture.
     dsc_status (*hf_config)(const void *cfg, char **config_json, char **generation_json);
+};
+
+// ---- a family on a GPU ----
+//
+// The device passes of a family: the same model as its host passes, computing in 16-bit (bf16,
+// or IEEE fp16 after set_fp16) with fp32 statistics, on one stream. The caller keeps the fp32
+// master weights and hands each pass a 16-bit copy of every tensor (params[i], device memory,
+// the model's tensor order) and an fp32 gradient buffer per tensor (grads[i]). Activations are
+// kept from forward to backward. The only host synchronisation of a pass is a loss read.
+//
+// Hooks, called on the host while a pass is being enqueued:
+// - grad hook: once per layer group, right after the last kernel that writes that group's
+//   gradients was enqueued, in the order backward completes them (the last group first, group
+//   0 last); it typically records an event and starts reductions or copies on another stream.
+// - layer hook: before each layer's kernels, pass 0 (forward) for layers 0 .. n_layer - 1 and then
+//   n_layer, pass 1 (backward) for layers n_layer - 1 .. 0 and then -1. It may repoint that
+//   layer's entries of params (and in backward grads): the model reads them after the hook
+//   (ZeRO-3 and parameter offload stream layer weights through a few buffers this way).
+// A hook's failure ends the pass with its status.
+typedef dsc_status (*dsc_model_grad_hook)(void *user, int group);
+typedef dsc_status (*dsc_model_layer_hook)(void *user, int pass, int layer);
+
+struct dsc_model_device_ops {
+    // Activations and scratch for up to B x T tokens on the current device; every device buffer
+    // from pool (a device pool that never moves blocks) or cudaMalloc when pool is NULL; stream
+    // is the cudaStream_t of every pass (borrowed).
+    dsc_status (*create)(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
+                         void **dev);
+    void (*destroy)(void *dev); // waits for the stream first
+    void (*set_fp16)(void *dev, bool on);
+    // on: backward writes (=) the gradients instead of adding (+=) to them (a step's first
+    // micro-step), so that nobody zeroes them between steps.
+    void (*set_grads_fresh)(void *dev, bool on);
+    void (*set_grad_hook)(void *dev, dsc_model_grad_hook fn, void *user);
+    void (*set_layer_hook)(void *dev, dsc_model_layer_hook fn, void *user);
+    // inputs, targets: HOST (B, T) token ids, checked and copied; a negative target is ignored
+    // (the loss is the mean over the others); targets NULL: logits only. loss: NULL, or the mean
+    // loss read now (the host waits for the stream).
+    dsc_status (*forward)(void *dev, const uint16_t *const *params, const int32_t *inputs,
+                          const int32_t *targets, int B, int T, float *loss);
+    // grads += the gradients of loss_scale * mean loss (= when fresh); follows a forward with
+    // targets.
+    dsc_status (*backward)(void *dev, const uint16_t *const *params, float *const *grads,
+                           float loss_scale);
+    // forward with targets and backward in one call (bitwise the same as the two), loss read at
+    // the end (NULL: not read; read_loss reads it later).
+    dsc_status (*train_step)(void *dev, const uint16_t *const *params, float *const *grads,
+                             const int32_t *inputs, const int32_t *targets, int B, int T,
+                             float loss_scale, float *loss);
+    dsc_status (*read_loss)(void *dev, float *loss); // the last forward's mean loss (waits)
+    // The same mean as a device float (*loss_dev, valid until the next forward), not read.
+    dsc_status (*loss_enqueue)(void *dev, const float **loss_dev);
 };
 
 // ---- the registry ----
@@ -247,6 +295,33 @@ const float *dsc_model_logits(dsc_model *m);
 // With times non-NULL (dsc_model_timing_slots entries) each forward adds the seconds spent in
 // each leaf module to its slot; NULL stops. times is borrowed until then.
 void dsc_model_set_timing(dsc_model *m, double *times);
+
+// ---- device passes ----
+
+typedef struct dsc_model_device dsc_model_device; // a model's device activations on one GPU
+
+// Whether the model's family has device passes (in this build).
+bool dsc_model_has_device(const dsc_model *m);
+// Device activations for up to B x T tokens (see struct dsc_model_device_ops.create).
+// DSC_ERR_UNSUPPORTED naming the model when its family has no device passes. Caller owns *out.
+dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, int B, int T,
+                                   void *stream, dsc_mem_pool *pool);
+void dsc_model_device_destroy(dsc_model_device *d); // NULL ok
+void dsc_model_device_set_fp16(dsc_model_device *d, bool on);
+void dsc_model_device_set_grads_fresh(dsc_model_device *d, bool on);
+void dsc_model_device_set_grad_hook(dsc_model_device *d, dsc_model_grad_hook fn, void *user);
+void dsc_model_device_set_layer_hook(dsc_model_device *d, dsc_model_layer_hook fn, void *user);
+dsc_status dsc_model_device_forward(dsc_model_device *d, const uint16_t *const *params,
+                                    const int32_t *inputs, const int32_t *targets, int B, int T,
+                                    float *loss);
+dsc_status dsc_model_device_backward(dsc_model_device *d, const uint16_t *const *params,
+                                     float *const *grads, float loss_scale);
+dsc_status dsc_model_device_train_step(dsc_model_device *d, const uint16_t *const *params,
+                                       float *const *grads, const int32_t *inputs,
+                                       const int32_t *targets, int B, int T, float loss_scale,
+                                       float *loss);
+dsc_status dsc_model_device_read_loss(dsc_model_device *d, float *loss);
+dsc_status dsc_model_device_loss_enqueue(dsc_model_device *d, const float **loss_dev);
 
 // ---- inference ----
 

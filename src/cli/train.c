@@ -936,8 +936,8 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
 static void trainer_free(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     dsc_monitor_destroy(t->mon);
-    dsc_model_destroy(t->model);
     dsc__train_gpu_destroy(t->gpu); // before the engine: it unpins the engine's buffers
+    dsc_model_destroy(t->model);    // after the GPU side, which borrows it
     dsc_engine_destroy(t->eng);
     dsc_loader_destroy(t->train);
     dsc_loader_destroy(t->val);

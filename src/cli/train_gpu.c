@@ -13,14 +13,13 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda_*
-#include "model/gpt2/model.h" // dsc__model_gpt2_config
 #include "cuda/train_state.h" // dsc__cuda_state_*
+#include "dsc/model.h"        // dsc_model_device_*
 #include "engine/device.h"    // dsc__engine_*
 
 struct train_gpu {
     dsc_engine *eng;
-    dsc_gpt2_config mc;
+    const dsc_model *mdl;   // borrowed from the trainer
     dsc_mem_pool *pool;     // every device buffer of the run (state, activations, workspace)
     dsc__engine_flat host;  // the engine's flat state (one rank); staged: only total is set
     bool staged;            // several ranks: gradients to the engine every micro-step, the
@@ -38,7 +37,7 @@ struct train_gpu {
     int device;
     float *hgrad, *hweights; // staged: host copies of a micro-step's gradients / the weights
     dsc_cuda_state *st;     // the device's
-    dsc_gpt2_cuda *model;
+    dsc_model_device *model; // the model's device passes
     int ntensors, gas, micro;
     int maxB;               // the micro-batch the model was made for
     bool timed;             // wall_clock_breakdown: wait for the device after each phase
@@ -192,7 +191,7 @@ static dsc_status pick_gpu(train_gpu *g) {
 static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
     int moments = g->host.v ? 2 : 1;
-    size_t n = g->param_offload ? dsc__train_off_device_len(g->eng, &g->mc) : g->host.total;
+    size_t n = g->param_offload ? dsc__train_off_device_len(g->eng, g->mdl) : g->host.total;
     return dsc__cuda_state_create(&g->st, n, moments, offload, g->pool);
 }
 
@@ -282,15 +281,15 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     g->staged = g->world > 1 && !dp;
     char why[256] = "";
     bool pinned = false;
-    if (dp) DSC_TRY(dsc__train_dp_create(&g->dp, g->eng, &g->mc, g->pool, g->timed, &g->st));
+    if (dp) DSC_TRY(dsc__train_dp_create(&g->dp, g->eng, g->mdl, g->pool, g->timed, &g->st));
     else if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
     else DSC_TRY(flat_init(g, offload));
     dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
-    DSC_TRY(dsc_gpt2_cuda_create_in(&g->model, &g->mc, B, T, g->st->stream, g->pool));
+    DSC_TRY(dsc_model_device_create(&g->model, g->mdl, B, T, g->st->stream, g->pool));
     g->maxB = B;
-    dsc_gpt2_cuda_set_fp16(g->model, g->fp16);
+    dsc_model_device_set_fp16(g->model, g->fp16);
     if (offload && !g->staged && !g->unstreamed)
-        DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, &g->mc,
+        DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, g->mdl,
                                       g->fp16, g->param_offload, &pinned, why, sizeof why));
     if (g->unstreamed) // the gradients come down into acc, the weights go up from master
         dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
@@ -300,23 +299,20 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     return dsc__train_gpu_load(g);
 }
 
-bool dsc__train_gpu_model_ok(const dsc_model *model) {
-    return dsc__model_gpt2_config(model) != NULL;
-}
+bool dsc__train_gpu_model_ok(const dsc_model *model) { return dsc_model_has_device(model); }
 
 dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
                                  int T) {
     *out = NULL;
-    const dsc_gpt2_config *mc = dsc__model_gpt2_config(model);
-    if (!mc)
+    if (!dsc_model_has_device(model))
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
                          "training yet; the CPU trains it: pass --device cpu",
                          dsc_model_spec(model), dsc_model_describe(model)->family);
     train_gpu *g = calloc(1, sizeof *g);
     if (!g) return dsc__fail(DSC_ERR_OOM, "out of memory");
     g->eng = eng;
-    g->mc = *mc;
-    g->ntensors = dsc_gpt2_num_tensors(mc);
+    g->mdl = model;
+    g->ntensors = dsc_model_describe(model)->num_tensors;
     dsc_status st = gpu_init(g, B, T);
     if (st != DSC_OK) {
         dsc__train_gpu_destroy(g);
@@ -329,7 +325,7 @@ dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_mod
 void dsc__train_gpu_destroy(train_gpu *g) {
     if (!g) return;
     dsc__train_off_destroy(g->off); // its copies end and its host buffers are unpinned first
-    dsc_gpt2_cuda_destroy(g->model);
+    dsc_model_device_destroy(g->model);
     if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
     else dsc__cuda_state_destroy(g->st); // unpins the staging buffers: free them after
     dsc_mem_pool_destroy(g->pool); // after its users: they wait for their streams first
@@ -377,7 +373,7 @@ dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
                          "micro-batches of %d, but the GPU model was made for %d; restart the job "
                          "(fault_tolerance.on_failure \"restart\")", B, g->maxB);
     if (g->staged && dsc__engine_layout_len(g->eng) != g->host.total) DSC_TRY(staged_remake(g));
-    if (g->dp) DSC_TRY(dsc__train_dp_recovered(g->dp, &g->mc)); // new buffers and communicator
+    if (g->dp) DSC_TRY(dsc__train_dp_recovered(g->dp, g->mdl)); // new buffers and communicator
     g->world = dsc_engine_world_size(g->eng);
     // Fewer ranks share the devices now; on one node the survivors are all of the node's ranks
     // (on several nodes which ones survived here is not known: the share stays).
@@ -422,41 +418,41 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
                                 float *loss, double *fwd_s, double *bwd_s) {
     float scale = (float)dsc_backward_scale(g->eng);
     g->loss_pending = false; // one not taken belonged to a step a fault abandoned
-    if (device_optimizer(g)) dsc_gpt2_cuda_set_grads_fresh(g->model, g->micro == 0);
+    if (device_optimizer(g)) dsc_model_device_set_grads_fresh(g->model, g->micro == 0);
     dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
                                     fwd_s, bwd_s);
     if (g->dp) { // the last micro-step's backward starts each group's reduction as it completes
-        dsc_gpt2_cuda_grad_hook fn;
+        dsc_model_grad_hook fn;
         void *user;
         dsc__train_dp_backward_hook(g->dp, &fn, &user);
-        dsc_gpt2_cuda_set_grad_hook(g->model, fn, user);
+        dsc_model_device_set_grad_hook(g->model, fn, user);
     }
     // With nccl the loss is read after the pass's collectives were waited for (pass_done).
     if (!g->timed) { // one pass over the logits for loss and gradient; bitwise the split calls
         if (!g->dp) { // the step's last loss is read with its results (take_loss)
             bool defer = g->micro + 1 == g->gas;
-            DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale,
+            DSC_TRY(dsc_model_device_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale,
                                              defer ? NULL : loss));
             dsc__engine_phase(g->eng, "backward"); // the backward is enqueued
             if (defer) *loss = 0.0f, g->loss_pending = true, g->loss_ready = false;
             return DSC_OK;
         }
-        DSC_TRY(dsc_gpt2_cuda_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, NULL));
+        DSC_TRY(dsc_model_device_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale, NULL));
         dsc__engine_phase(g->eng, "backward");
         DSC_TRY(dsc__train_dp_pass_done(g->dp));
-        return dsc_gpt2_cuda_read_loss(g->model, loss);
+        return dsc_model_device_read_loss(g->model, loss);
     }
     double t0 = dsc_now();
-    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, g->dp ? NULL : loss));
+    DSC_TRY(dsc_model_device_forward(g->model, g->p16, in, tg, B, T, g->dp ? NULL : loss));
     if (g->dp) {
         DSC_TRY(dsc__train_dp_pass_done(g->dp));
-        DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, loss));
+        DSC_TRY(dsc_model_device_read_loss(g->model, loss));
     }
     double t1 = dsc_now();
     dsc__engine_phase(g->eng, "backward");
-    DSC_TRY(dsc_gpt2_cuda_backward(g->model, g->p16, g->grad, scale));
+    DSC_TRY(dsc_model_device_backward(g->model, g->p16, g->grad, scale));
     if (g->dp) DSC_TRY(dsc__train_dp_pass_done(g->dp));
     DSC_TRY(dsc__cuda_stream_wait(g->st->stream));
     *fwd_s += t1 - t0;
@@ -466,7 +462,7 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
 
 dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum) {
     if (!g->loss_pending) return DSC_OK;
-    if (!g->loss_ready) DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, &g->loss_value));
+    if (!g->loss_ready) DSC_TRY(dsc_model_device_read_loss(g->model, &g->loss_value));
     *loss_sum += g->loss_value;
     g->loss_pending = g->loss_ready = false;
     return DSC_OK;
@@ -479,10 +475,10 @@ dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t
 
 dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                float *loss) {
-    if (!g->dp) return dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, loss);
-    DSC_TRY(dsc_gpt2_cuda_forward(g->model, g->p16, in, tg, B, T, NULL));
+    if (!g->dp) return dsc_model_device_forward(g->model, g->p16, in, tg, B, T, loss);
+    DSC_TRY(dsc_model_device_forward(g->model, g->p16, in, tg, B, T, NULL));
     DSC_TRY(dsc__train_dp_pass_done(g->dp)); // stage 3's gathers, waited with their deadline
-    return dsc_gpt2_cuda_read_loss(g->model, loss);
+    return dsc_model_device_read_loss(g->model, loss);
 }
 
 // ZeRO-Offload without streaming (DSC_OFFLOAD_STREAM=0, for comparisons): after the backward the
@@ -536,7 +532,7 @@ static dsc_status queued_step(train_gpu *g, dsc_step_info *info) {
     const float *loss_dev = NULL;
     float inv = (float)(1.0 / dsc__engine_loss_scale(g->eng));
     DSC_TRY(dsc__cuda_state_grad_sumsq_enqueue(g->st, inv));
-    if (g->loss_pending && !g->loss_ready) DSC_TRY(dsc_gpt2_cuda_loss_enqueue(g->model, &loss_dev));
+    if (g->loss_pending && !g->loss_ready) DSC_TRY(dsc_model_device_loss_enqueue(g->model, &loss_dev));
     DSC_TRY(dsc__cuda_state_results_enqueue(g->st, loss_dev));
     dsc__device_step plan;
     dsc__device_divisor div;
@@ -562,7 +558,7 @@ static bool queued(const train_gpu *g) {
 dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
     bool q = queued(g);
     if (g->loss_pending && !g->loss_ready && !q) { // read before the step, as ever
-        DSC_TRY(dsc_gpt2_cuda_read_loss(g->model, &g->loss_value));
+        DSC_TRY(dsc_model_device_read_loss(g->model, &g->loss_value));
         g->loss_ready = true;
     }
     if (g->dp) return dsc__train_dp_step(g->dp, info);

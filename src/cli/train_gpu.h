@@ -1,7 +1,7 @@
 // cli/train_gpu.h - the GPU half of `dsc train` (--device cuda).
 //
 // The engine keeps what the config decides and what checkpoints record (engine/device.h); the GPU
-// runs forward and backward in bf16, or in fp16 under fp16.enabled (cuda/gpt2_cuda.h). On one
+// runs forward and backward in bf16, or in fp16 under fp16.enabled (the model's device passes, dsc/model.h). On one
 // rank it also runs the optimizer step, unless the config offloads it
 // (zero_optimization.offload_optimizer.device "cpu").
 // Several ranks (each on device LOCAL_RANK % visible devices, so several may share one GPU) are

@@ -173,13 +173,13 @@ static dsc_status wait_all(train_dp *dp, dsc_comm_req **reqs, int n); // the ste
 static dsc_status snap_init(train_dp *dp);              // snapshots, below
 
 // Stage 3's own buffers: the weight partition, the slots' events, the pass's requests.
-static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_config *mc) {
+static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_model *model) {
     const dsc__engine_dp *L = &dp->L;
-    DSC_TRY(dsc__slots_init(&dp->sl, dp->eng, mc, dp->st->p16, dp->st->grad, dp->st->n,
+    DSC_TRY(dsc__slots_init(&dp->sl, dp->eng, model, dp->st->p16, dp->st->grad, dp->st->n,
                             &slot_ops, dp));
     DSC_TRY(buf(dp, pool, BUF_OWN16, L->state_len * 2, "gpu.weight_partition",
                 (void **)&dp->own16));
-    dp->mcap = 4 * mc->n_layer + 8; // a pass issues at most 3 per layer
+    dp->mcap = 4 * dsc_model_describe(model)->n_layer + 8; // a pass issues at most 3 per layer
     dp->mreqs = calloc((size_t)dp->mcap, sizeof *dp->mreqs);
     dp->hdev = calloc(dp->st->n, sizeof *dp->hdev);
     if (!dp->mreqs || !dp->hdev) return dsc__fail(DSC_ERR_OOM, "out of memory");
@@ -204,13 +204,13 @@ static dsc_status partition_wanted(int stage, bool *on) {
     return DSC_OK;
 }
 
-static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_config *mc) {
+static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool, const dsc_model *model) {
     const dsc__engine_dp *L = &dp->L;
     size_t ns = L->state_len;
     int moments = L->v ? 2 : 1;
     DSC_TRY(partition_wanted(L->stage, &dp->shard));
     // stage 3: the device arrays hold the resident groups and the slots (cuda/layer_slots.h)
-    size_t n = dp->shard ? dsc__slots_layout(dp->eng, mc->n_layer, NULL, NULL) : L->total;
+    size_t n = dp->shard ? dsc__slots_layout(dp->eng, dsc_model_describe(model)->n_layer, NULL, NULL) : L->total;
     if (dp->st)
         DSC_TRY(dsc__cuda_state_resize_dp(dp->st, n, ns, moments)); // after a recovery
     else
@@ -234,10 +234,10 @@ static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool, const dsc_gpt2_
         return dsc__fail(DSC_ERR_OOM, "out of memory for the host copies of %zu parameters",
                          L->total);
     for (int g = 0; g < L->ngroups; g++) DSC_TRY(dsc__cuda_event_create(&dp->ready[g]));
-    return dp->shard ? shard_init(dp, pool, mc) : DSC_OK;
+    return dp->shard ? shard_init(dp, pool, model) : DSC_OK;
 }
 
-dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_model *model,
                                 dsc_mem_pool *pool, bool timed, dsc_cuda_state **st) {
     *out = NULL;
     train_dp *dp = calloc(1, sizeof *dp);
@@ -248,7 +248,7 @@ dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_
     dp->gas = (int)dsc_engine_config(eng)->gradient_accumulation_steps;
     dsc_status s = dsc__engine_dp_layout(eng, &dp->L);
     if (s == DSC_OK) s = make_comm(dp, NULL, "gpu-dp");
-    if (s == DSC_OK) s = make_buffers(dp, pool, mc);
+    if (s == DSC_OK) s = make_buffers(dp, pool, model);
     if (s == DSC_OK) s = snap_init(dp);
     if (s != DSC_OK) {
         dsc__train_dp_destroy(dp);
@@ -419,7 +419,7 @@ static dsc_status recovery_store(train_dp *dp, dsc_store **out) {
     return st;
 }
 
-dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_gpt2_config *mc) {
+dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_model *model) {
     double t0 = dsc_now();
     dsc__train_dp_fault(dp); // normally done already, before the engine's recovery
     dsc_mem_pool *pool = dp->st->bufs[1].pool;
@@ -428,7 +428,7 @@ dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_gpt2_config *mc) {
     dp->gen++;
     dp->gas = (int)dsc_engine_config(dp->eng)->gradient_accumulation_steps;
     DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
-    DSC_TRY(make_buffers(dp, pool, mc));
+    DSC_TRY(make_buffers(dp, pool, model));
     dsc_store *store = NULL;
     char tag[32];
     snprintf(tag, sizeof tag, "gpu-dp%d", dp->gen);
@@ -638,7 +638,7 @@ static dsc_status begin_group(train_dp *dp, int g) {
     return st;
 }
 
-// The backward's hook (dsc_gpt2_cuda_grad_hook). The model's group numbers are the engine's:
+// The backward's hook (dsc_model_grad_hook). The model's group numbers are the engine's:
 // the engine numbers its groups by dsc_param_desc.group, which the trainer copies from the
 // model's tensor table (0: wte and wpe, 1 + l: layer l, n_layer + 1: ln_f), and lays them out in
 // that order.
@@ -661,7 +661,7 @@ static dsc_status grads_final(void *user, int g) {
     return begin_group(dp, g);
 }
 
-void dsc__train_dp_backward_hook(train_dp *dp, dsc_gpt2_cuda_grad_hook *fn, void **user) {
+void dsc__train_dp_backward_hook(train_dp *dp, dsc_model_grad_hook *fn, void **user) {
     bool hooked = dp->micro + 1 == dp->gas || dp->shard; // stage 3 reduces layers every time
     *fn = hooked ? grads_final : NULL;
     *user = hooked ? dp : NULL;
@@ -918,10 +918,10 @@ dsc_status dsc__train_dp_pass_done(train_dp *dp) {
     return st;
 }
 
-bool dsc__train_dp_views(train_dp *dp, dsc_gpt2_cuda *model, const uint16_t **p16,
+bool dsc__train_dp_views(train_dp *dp, dsc_model_device *dev, const uint16_t **p16,
                          float **grad) {
     if (!dp->shard) return false;
-    dsc__slots_views(&dp->sl, model, p16, grad);
+    dsc__slots_views(&dp->sl, dev, p16, grad);
     return true;
 }
 

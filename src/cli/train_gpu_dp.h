@@ -48,7 +48,7 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint16_t
 
-#include "cuda/gpt2_cuda.h" // dsc_gpt2_cuda_grad_hook
+#include "dsc/model.h" // dsc_model, dsc_model_device, dsc_model_grad_hook
 #include "dsc/engine.h"      // dsc_engine, dsc_step_info
 #include "dsc/memory.h"      // dsc_mem_pool
 
@@ -66,8 +66,8 @@ dsc_status dsc__train_dp_wanted(dsc_engine *eng, int device, bool *use, char *wh
 
 // The nccl communicator (group "gpu-dp", the engine's rank and world, comm_timeout_s, the
 // thread's current device) and the device state, master and moments of this rank's partition
-// (*st: borrowed, owned by dp). mc: the model's shape (stage 3 lays out its slots by it).
-dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_gpt2_config *mc,
+// (*st: borrowed, owned by dp). model: the model (stage 3 lays out its slots by its layers).
+dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_model *model,
                                 dsc_mem_pool *pool, bool timed, struct dsc_cuda_state **st);
 void dsc__train_dp_destroy(train_dp *dp); // NULL ok
 // A step failed (before dsc_engine_recover): the communicator is aborted, the requests and the
@@ -78,7 +78,7 @@ void dsc__train_dp_fault(train_dp *dp);
 // state keeps its stream), and a new nccl communicator of the new ranks is formed through a store
 // the new rank 0 hosts (tag "gpu-dp<recoveries>"). Collective; the state is uploaded after it
 // (dsc__train_dp_load).
-dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_gpt2_config *mc);
+dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_model *model);
 
 // The engine's host state -> the device (collective: the full weights are gathered).
 dsc_status dsc__train_dp_load(train_dp *dp);
@@ -87,14 +87,14 @@ dsc_status dsc__train_dp_store(train_dp *dp);
 // Stage 3: the trainer's per-tensor views (the resident groups' tensors, the layers' in the
 // slots) and the model's layer hook that streams the layers; false (nothing done) at stages 0-2,
 // where the views are the state's whole arrays at the engine's offsets.
-bool dsc__train_dp_views(train_dp *dp, dsc_gpt2_cuda *model, const uint16_t **p16,
+bool dsc__train_dp_views(train_dp *dp, dsc_model_device *dev, const uint16_t **p16,
                          float **grad);
-// The gradient hook the next micro-step's backward should carry (dsc_gpt2_cuda_set_grad_hook):
+// The gradient hook the next micro-step's backward should carry (dsc_model_device_set_grad_hook):
 // on the last micro-step of an optimizer step (at stage 3 on every one), *fn starts each group's
 // reduction as the backward completes it (*user: dp); on the others *fn and *user are NULL. Call
 // before every micro-step. Without it the step starts every group itself, after the backward:
 // the same result (stage 3 needs it).
-void dsc__train_dp_backward_hook(train_dp *dp, dsc_gpt2_cuda_grad_hook *fn, void **user);
+void dsc__train_dp_backward_hook(train_dp *dp, dsc_model_grad_hook *fn, void **user);
 // After every pass of the model (a micro-step's forward + backward, an evaluation's forward),
 // before the host waits for the model's stream: stage 3's slot results are added in and the
 // pass's collectives waited for (with the communicator's deadline). A no-op at stages 0-2.

@@ -19,7 +19,7 @@
 struct train_off {
     dsc_engine *eng;
     dsc_cuda_state *st;
-    dsc_gpt2_cuda *model;
+    dsc_model_device *dev;
     dsc_cuda_offload *bus;
     dsc__engine_flat host;   // acc: gradients land here; master, m, v: the optimizer's
     dsc__engine_span *spans; // (ngroups) each group's range of the flat layout
@@ -54,17 +54,16 @@ static bool ring_group(const train_off *o, int g) {
 
 // The backward's groups are the engine's: tensor i of model group k lies inside engine group k,
 // and at one rank every group's optimizer state is its whole range.
-static dsc_status check_groups(train_off *o, const dsc_gpt2_config *mc) {
-    for (int i = 0; i < dsc_gpt2_num_tensors(mc); i++) {
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(mc, i, &info);
+static dsc_status check_groups(train_off *o, const dsc_model *model) {
+    for (int i = 0; i < dsc_model_describe(model)->num_tensors; i++) {
+        const dsc_model_param *info = dsc_model_param_get(model, i);
         size_t off = dsc__engine_param_offset(o->eng, i);
-        const dsc__engine_span *sp = info.group < o->ngroups ? &o->spans[info.group] : NULL;
-        if (!sp || off < sp->off || off + (size_t)info.numel > sp->off + sp->padded)
+        const dsc__engine_span *sp = info->group < o->ngroups ? &o->spans[info->group] : NULL;
+        if (!sp || off < sp->off || off + (size_t)info->numel > sp->off + sp->padded)
             return dsc__fail(DSC_ERR_INTERNAL,
                              "ZeRO-Offload: tensor %s is not inside the "
                              "engine's parameter group %d",
-                             info.name, info.group);
+                             info->name, info->group);
     }
     for (int g = 0; g < o->ngroups; g++)
         if (o->spans[g].state_off != o->spans[g].off || o->spans[g].state_len != o->spans[g].padded)
@@ -85,15 +84,15 @@ static void pin(void *p, size_t bytes, bool *ok, bool *all, char *why, size_t ca
     if (!*ok) *all = false;
 }
 
-size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc) {
-    return dsc__slots_layout(eng, mc->n_layer, NULL, NULL);
+size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_model *model) {
+    return dsc__slots_layout(eng, dsc_model_describe(model)->n_layer, NULL, NULL);
 }
 
 static const dsc__slots_ops slot_ops; // below
 
-static dsc_status param_init(train_off *o, const dsc_gpt2_config *mc, bool *pinned, char *why,
+static dsc_status param_init(train_off *o, const dsc_model *model, bool *pinned, char *why,
                              size_t cap) {
-    DSC_TRY(dsc__slots_init(&o->sl, o->eng, mc, o->st->p16, o->st->grad, o->st->n, &slot_ops,
+    DSC_TRY(dsc__slots_init(&o->sl, o->eng, model, o->st->p16, o->st->grad, o->st->n, &slot_ops,
                             o));
     for (int k = 0; k < 2; k++) {
         o->tmp[k] = aligned_alloc(64, (o->sl.slot_len * sizeof(float) + 63) / 64 * 64);
@@ -103,7 +102,7 @@ static dsc_status param_init(train_off *o, const dsc_gpt2_config *mc, bool *pinn
     return DSC_OK;
 }
 
-static dsc_status init(train_off *o, const dsc_gpt2_config *mc, bool *pinned, char *why,
+static dsc_status init(train_off *o, const dsc_model *model, bool *pinned, char *why,
                        size_t cap) {
     dsc__engine_dp L;
     DSC_TRY(dsc__engine_dp_layout(o->eng, &L));
@@ -121,29 +120,29 @@ static dsc_status init(train_off *o, const dsc_gpt2_config *mc, bool *pinned, ch
                          o->host.total);
     for (int g = 0; g < o->ngroups; g++)
         dsc__engine_span_of(o->eng, g, &o->spans[g]);
-    DSC_TRY(check_groups(o, mc));
+    DSC_TRY(check_groups(o, model));
     DSC_TRY(dsc__cuda_offload_create(&o->bus, o->ngroups, o->params ? 2 : 0, o->st->stream));
     *pinned = true;
     pin(o->host.acc, o->host.total * sizeof(float), &o->acc_pinned, pinned, why, cap);
     pin(o->h16, bytes, &o->h16_pinned, pinned, why, cap);
-    return o->params ? param_init(o, mc, pinned, why, cap) : DSC_OK;
+    return o->params ? param_init(o, model, pinned, why, cap) : DSC_OK;
 }
 
 dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
-                                 const dsc__engine_flat *host, dsc_gpt2_cuda *model,
-                                 const dsc_gpt2_config *mc, bool fp16, bool params, bool *pinned,
+                                 const dsc__engine_flat *host, dsc_model_device *dev,
+                                 const dsc_model *model, bool fp16, bool params, bool *pinned,
                                  char *why, size_t cap) {
     *out = NULL;
     train_off *o = calloc(1, sizeof *o);
     if (!o) return dsc__fail(DSC_ERR_OOM, "out of memory");
     *o = (train_off){.eng = eng,
                      .st = st,
-                     .model = model,
+                     .dev = dev,
                      .host = *host,
                      .fp16 = fp16,
                      .params = params,
                      .tmp_group = {-1, -1}};
-    dsc_status s = init(o, mc, pinned, why, cap);
+    dsc_status s = init(o, model, pinned, why, cap);
     if (s != DSC_OK) {
         dsc__train_off_destroy(o);
         return s;
@@ -311,16 +310,16 @@ dsc_status dsc__train_off_micro(train_off *o, const uint16_t *const *p16, float 
                                 bool timed, float *loss, double *fwd_s, double *bwd_s) {
     o->last = o->micro + 1 == o->gas;
     bool hook = o->last || o->params;
-    dsc_gpt2_cuda_set_grad_hook(o->model, hook ? grads_out : NULL, o);
+    dsc_model_device_set_grad_hook(o->dev, hook ? grads_out : NULL, o);
     if (o->last) DSC_TRY(start_step(o));
     double t0 = dsc_now(), t1 = t0;
     if (timed) {
-        DSC_TRY(dsc_gpt2_cuda_forward(o->model, p16, in, tg, B, T, loss));
+        DSC_TRY(dsc_model_device_forward(o->dev, p16, in, tg, B, T, loss));
         t1 = dsc_now();
         dsc__engine_phase(o->eng, "backward");
-        DSC_TRY(dsc_gpt2_cuda_backward(o->model, p16, grad, scale));
+        DSC_TRY(dsc_model_device_backward(o->dev, p16, grad, scale));
     } else {
-        DSC_TRY(dsc_gpt2_cuda_train_step(o->model, p16, grad, in, tg, B, T, scale, NULL));
+        DSC_TRY(dsc_model_device_train_step(o->dev, p16, grad, in, tg, B, T, scale, NULL));
         dsc__engine_phase(o->eng, "backward"); // enqueued; the gradients come in take_all
     }
     if (hook) DSC_TRY(take_all(o)); // while the GPU finishes the backward
@@ -330,7 +329,7 @@ dsc_status dsc__train_off_micro(train_off *o, const uint16_t *const *p16, float 
         *bwd_s += dsc_now() - t1;
         return DSC_OK;
     }
-    return dsc_gpt2_cuda_read_loss(o->model, loss);
+    return dsc_model_device_read_loss(o->dev, loss);
 }
 
 dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
@@ -368,7 +367,7 @@ dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
 }
 
 void dsc__train_off_views(train_off *o, const uint16_t **p16, float **grad) {
-    dsc__slots_views(&o->sl, o->model, p16, grad);
+    dsc__slots_views(&o->sl, o->dev, p16, grad);
 }
 
 dsc_status dsc__train_off_load(train_off *o) {

@@ -37,7 +37,7 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include "cuda/gpt2_cuda.h"   // dsc_gpt2_cuda
+#include "dsc/model.h"        // dsc_model, dsc_model_device
 #include "cuda/train_state.h" // dsc_cuda_state
 #include "engine/device.h"    // dsc__engine_flat
 
@@ -51,16 +51,16 @@ typedef struct train_off_times {
 } train_off_times;
 
 // st: an offload state (cuda/train_state.h) of the engine's flat layout; host: the engine's flat
-// state (its accumulator gets page-locked); model: the GPU model whose backward hands over the
-// groups, mc its shape. *pinned false (reason in why) when the host refused to page-lock the
+// state (its accumulator gets page-locked); dev: the model's device passes, whose backward hands
+// over the groups; model: the model (its tensors' groups). *pinned false (reason in why) when the host refused to page-lock the
 // buffers. params: parameter offload; st must then have been created for dsc__train_off_device_len
 // elements (the resident groups and the slots), otherwise for the engine's whole layout.
 dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
-                                 const dsc__engine_flat *host, dsc_gpt2_cuda *model,
-                                 const dsc_gpt2_config *mc, bool fp16, bool params, bool *pinned,
+                                 const dsc__engine_flat *host, dsc_model_device *dev,
+                                 const dsc_model *model, bool fp16, bool params, bool *pinned,
                                  char *why, size_t cap);
 // Parameter offload: elements of the device state (the resident groups and two layer slots).
-size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_gpt2_config *mc);
+size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_model *model);
 // Parameter offload: fill the per-tensor view tables the model is called with (ntensors each;
 // kept and repointed layer by layer while the model runs) and set the model's layer hook.
 void dsc__train_off_views(train_off *o, const uint16_t **p16, float **grad);

@@ -639,3 +639,60 @@ extern "C" dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t 
     m->have_targets = false; // the logits became their gradients
     return loss ? read_loss(m, loss) : DSC_OK;
 }
+
+// ---- the model interface's device table ----
+
+static dsc_status dev_create(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
+                             void **dev) {
+    dsc_gpt2_cuda *m = NULL;
+    DSC_TRY(dsc_gpt2_cuda_create_in(&m, (const dsc_gpt2_config *)cfg, B, T, stream, pool));
+    *dev = m;
+    return DSC_OK;
+}
+
+static void dev_destroy(void *dev) { dsc_gpt2_cuda_destroy((dsc_gpt2_cuda *)dev); }
+
+static void dev_set_fp16(void *dev, bool on) { dsc_gpt2_cuda_set_fp16((dsc_gpt2_cuda *)dev, on); }
+
+static void dev_set_fresh(void *dev, bool on) {
+    dsc_gpt2_cuda_set_grads_fresh((dsc_gpt2_cuda *)dev, on);
+}
+
+static void dev_set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
+    dsc_gpt2_cuda_set_grad_hook((dsc_gpt2_cuda *)dev, fn, user);
+}
+
+static void dev_set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
+    dsc_gpt2_cuda_set_layer_hook((dsc_gpt2_cuda *)dev, fn, user);
+}
+
+static dsc_status dev_forward(void *dev, const uint16_t *const *params, const int32_t *inputs,
+                              const int32_t *targets, int B, int T, float *loss) {
+    return dsc_gpt2_cuda_forward((dsc_gpt2_cuda *)dev, params, inputs, targets, B, T, loss);
+}
+
+static dsc_status dev_backward(void *dev, const uint16_t *const *params, float *const *grads,
+                               float loss_scale) {
+    return dsc_gpt2_cuda_backward((dsc_gpt2_cuda *)dev, params, grads, loss_scale);
+}
+
+static dsc_status dev_train_step(void *dev, const uint16_t *const *params, float *const *grads,
+                                 const int32_t *inputs, const int32_t *targets, int B, int T,
+                                 float loss_scale, float *loss) {
+    return dsc_gpt2_cuda_train_step((dsc_gpt2_cuda *)dev, params, grads, inputs, targets, B, T,
+                                    loss_scale, loss);
+}
+
+static dsc_status dev_read_loss(void *dev, float *loss) {
+    return dsc_gpt2_cuda_read_loss((dsc_gpt2_cuda *)dev, loss);
+}
+
+static dsc_status dev_loss_enqueue(void *dev, const float **loss_dev) {
+    return dsc_gpt2_cuda_loss_enqueue((dsc_gpt2_cuda *)dev, loss_dev);
+}
+
+extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
+    dev_create,     dev_destroy,   dev_set_fp16,  dev_set_fresh,   dev_set_grad_hook,
+    dev_set_layer_hook, dev_forward, dev_backward, dev_train_step, dev_read_loss,
+    dev_loss_enqueue,
+};

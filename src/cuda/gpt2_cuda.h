@@ -98,7 +98,7 @@ dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev);
 // The hook typically records an event on the stream and starts copies or reductions of those
 // gradients on another stream, so they overlap the rest of the backward. A non-OK return ends the
 // backward with that status. fn NULL: no hook (the default).
-typedef dsc_status (*dsc_gpt2_cuda_grad_hook)(void *user, int group);
+typedef dsc_model_grad_hook dsc_gpt2_cuda_grad_hook; // (void *user, int group)
 void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn, void *user);
 
 // A hook called on the host before each layer's kernels are enqueued: pass 0 (forward) for
@@ -108,8 +108,12 @@ void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn, v
 // the model reads a layer's entries after its hook (a caller streaming layer weights through a
 // few device buffers points them at the buffer that holds the layer). A non-OK return ends the
 // pass with that status. fn NULL: no hook (the default).
-typedef dsc_status (*dsc_gpt2_cuda_layer_hook)(void *user, int pass, int layer);
+typedef dsc_model_layer_hook dsc_gpt2_cuda_layer_hook; // (void *user, int pass, int layer)
 void dsc_gpt2_cuda_set_layer_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_layer_hook fn, void *user);
+
+// GPT-2's device passes behind the model interface (dsc/model.h): model/gpt2/ops.c points its
+// table here in CUDA builds.
+extern const struct dsc_model_device_ops dsc__gpt2_device_ops;
 
 // The last forward's logits (B, T, ld) on the device, bf16 (fp16 under dsc_gpt2_cuda_set_fp16;
 // columns [vocab_size, ld) unused) and ld; borrowed, valid until the next backward.

@@ -1,6 +1,6 @@
 // cuda/layer_slots.c - the two-slot layer stream of the GPU trainer (see layer_slots.h). Host
 // code: every build compiles it (tests/unit/test_layer_slots.c drives the hook with recording
-// ops); only dsc__slots_views needs the CUDA model.
+// ops).
 #include "cuda/layer_slots.h"
 
 #include <stdlib.h> // calloc, free
@@ -24,12 +24,12 @@ size_t dsc__slots_layout(dsc_engine *eng, int n_layer, size_t *dev_off, size_t *
     return at + 2 * slot;
 }
 
-dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_gpt2_config *mc, uint16_t *p16,
+dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *model, uint16_t *p16,
                            float *grad, size_t n, const dsc__slots_ops *ops, void *user) {
     *s = (dsc__slots){.ops = ops,
                       .user = user,
-                      .L = mc->n_layer,
-                      .ntensors = dsc_gpt2_num_tensors(mc),
+                      .L = dsc_model_describe(model)->n_layer,
+                      .ntensors = dsc_model_describe(model)->num_tensors,
                       .dev16 = p16,
                       .devgrad = grad,
                       .held = {-1, -1},
@@ -49,11 +49,10 @@ dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_gpt2_config
         s->g[k] = grad + len - (size_t)(2 - k) * s->slot_len;
     }
     for (int i = 0; i < s->ntensors; i++) {
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(mc, i, &info);
+        int group = dsc_model_param_get(model, i)->group;
         dsc__engine_span sp;
-        dsc__engine_span_of(eng, info.group, &sp);
-        s->tgroup[i] = info.group;
+        dsc__engine_span_of(eng, group, &sp);
+        s->tgroup[i] = group;
         s->tin[i] = dsc__engine_param_offset(eng, i) - sp.off;
     }
     return DSC_OK;
@@ -83,12 +82,10 @@ void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad) {
     }
 }
 
-#ifdef DSC_WITH_CUDA
-void dsc__slots_views(dsc__slots *s, dsc_gpt2_cuda *model, const uint16_t **p16, float **grad) {
+void dsc__slots_views(dsc__slots *s, dsc_model_device *dev, const uint16_t **p16, float **grad) {
     dsc__slots_tables(s, p16, grad);
-    dsc_gpt2_cuda_set_layer_hook(model, dsc__slots_hook, s);
+    dsc_model_device_set_layer_hook(dev, dsc__slots_hook, s);
 }
-#endif
 
 void dsc__slots_forget(dsc__slots *s) {
     s->held[0] = s->held[1] = -1;

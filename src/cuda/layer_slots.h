@@ -1,10 +1,10 @@
-// cuda/layer_slots.h - two device slots through which the GPU trainer streams the GPT-2 layers'
+// cuda/layer_slots.h - two device slots through which the GPU trainer streams a model's layers'
 // 16-bit weights (and, in backward, their gradients) when the device does not hold them all:
 // parameter offload (the weights live on the host, train_gpu_offload.c) and ZeRO stage 3 over
 // nccl (each GPU holds its slice, train_gpu_dp.c).
 //
-// The device layout of such a run (dsc__slots_layout): the resident groups (0: wte and wpe,
-// n_layer + 1: ln_f) in group order, then two slots of the largest layer group, for the 16-bit
+// The device layout of such a run (dsc__slots_layout): the resident groups (0: the embeddings,
+// n_layer + 1: the final norm and head) in group order, then two slots of the largest layer group, for the 16-bit
 // weights and the fp32 gradients alike. The model's layer hook (dsc__slots_hook, installed by
 // dsc__slots_views) keeps one layer ahead: before layer l's kernels are enqueued the slot of the
 // layer before is released, layer l's slot is waited for (fetched first if no slot holds it) and
@@ -12,15 +12,15 @@
 // backward layer l's gradients go to gradient slot l & 1, which the owner frees first (its last
 // gradients sent on) and zeroes. How a fetch, a wait, a release and a gradient slot's reuse are
 // done is the owner's (the ops below); this file only decides which and when. Host code, in
-// every build (dsc__slots_views alone needs the CUDA model).
+// every build.
 #ifndef DSC_CUDA_LAYER_SLOTS_H
 #define DSC_CUDA_LAYER_SLOTS_H
 
 #include <stddef.h> // size_t
 #include <stdint.h> // uint16_t
 
-#include "cuda/gpt2_cuda.h" // dsc_gpt2_cuda, dsc_gpt2_config
-#include "dsc/engine.h"     // dsc_engine
+#include "dsc/engine.h" // dsc_engine
+#include "dsc/model.h"  // dsc_model, dsc_model_device
 
 typedef struct dsc__slots_ops {
     // Start bringing layer `layer`'s weights (engine group layer + 1) into weight slot k. The
@@ -60,17 +60,17 @@ size_t dsc__slots_layout(dsc_engine *eng, int n_layer, size_t *dev_off, size_t *
 
 // Slots inside the device arrays p16 and grad of dsc__slots_layout's length n (checked). ops and
 // user are borrowed.
-dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_gpt2_config *mc, uint16_t *p16,
+dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *model, uint16_t *p16,
                            float *grad, size_t n, const dsc__slots_ops *ops, void *user);
 void dsc__slots_free(dsc__slots *s); // a zeroed or initialised s
 
 // The trainer's per-tensor view tables (ntensors entries each): resident tensors point into the
 // device arrays at their group's offset, layer tensors into slot 0 until the hook repoints them.
 void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad);
-// The same, and the layer hook installed on `model` (CUDA builds only).
-void dsc__slots_views(dsc__slots *s, dsc_gpt2_cuda *model, const uint16_t **p16, float **grad);
+// The same, and the layer hook installed on the model's device passes.
+void dsc__slots_views(dsc__slots *s, dsc_model_device *dev, const uint16_t **p16, float **grad);
 
-// The model's layer hook (a dsc_gpt2_cuda_layer_hook with user s).
+// The model's layer hook (a dsc_model_layer_hook with user s).
 dsc_status dsc__slots_hook(void *s, int pass, int layer);
 
 // The layers' weights changed (an optimizer step, a load): no slot holds a current copy.

@@ -65,6 +65,26 @@ static const char *missing_slot(const struct dsc_model_ops *o) {
     };
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (!req[i].set) return req[i].name;
+    const struct dsc_model_device_ops *d = o->device;
+    if (!d) return NULL; // no device passes is fine; some of them is not
+    const struct {
+        const char *name;
+        bool set;
+    } dreq[] = {
+        {"device->create", d->create != NULL},
+        {"device->destroy", d->destroy != NULL},
+        {"device->set_fp16", d->set_fp16 != NULL},
+        {"device->set_grads_fresh", d->set_grads_fresh != NULL},
+        {"device->set_grad_hook", d->set_grad_hook != NULL},
+        {"device->set_layer_hook", d->set_layer_hook != NULL},
+        {"device->forward", d->forward != NULL},
+        {"device->backward", d->backward != NULL},
+        {"device->train_step", d->train_step != NULL},
+        {"device->read_loss", d->read_loss != NULL},
+        {"device->loss_enqueue", d->loss_enqueue != NULL},
+    };
+    for (size_t i = 0; i < sizeof dreq / sizeof dreq[0]; i++)
+        if (!dreq[i].set) return dreq[i].name;
     return NULL;
 }
 
@@ -379,4 +399,82 @@ dsc_status dsc_model_infer(const dsc_model *m, dsc_model_kv *kv, float *const *p
                          "or was made for another model family; make it with dsc_model_kv_create");
     dsc_model_tp none = {0, 1, NULL};
     return m->ops->infer(kv->impl, params, tp ? tp : &none, rows, hooks, logits);
+}
+
+// ---- device passes ----
+
+struct dsc_model_device {
+    const struct dsc_model_device_ops *ops;
+    void *impl;
+};
+
+bool dsc_model_has_device(const dsc_model *m) { return m && m->ops->device; }
+
+dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, int B, int T,
+                                   void *stream, dsc_mem_pool *pool) {
+    if (!out || !m) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_device_create: out and m "
+                                     "must be set");
+    *out = NULL;
+    if (!m->ops->device)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model %s (family %s) has no GPU passes in this "
+                         "build; train it on the CPU (--device cpu)", m->spec, m->ops->family);
+    if (B < 1 || T < 1 || T > m->info.max_seq_len)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_device_create: batch %d x %d does not "
+                         "fit model %s (1 <= T <= %d)", B, T, m->spec, m->info.max_seq_len);
+    dsc_model_device *d = calloc(1, sizeof *d);
+    if (!d) return dsc__fail(DSC_ERR_OOM, "dsc_model_device_create: out of memory");
+    d->ops = m->ops->device;
+    dsc_status st = d->ops->create(m->cfg, B, T, stream, pool, &d->impl);
+    if (st != DSC_OK) {
+        free(d);
+        return st;
+    }
+    *out = d;
+    return DSC_OK;
+}
+
+void dsc_model_device_destroy(dsc_model_device *d) {
+    if (!d) return;
+    d->ops->destroy(d->impl);
+    free(d);
+}
+
+void dsc_model_device_set_fp16(dsc_model_device *d, bool on) { d->ops->set_fp16(d->impl, on); }
+
+void dsc_model_device_set_grads_fresh(dsc_model_device *d, bool on) {
+    d->ops->set_grads_fresh(d->impl, on);
+}
+
+void dsc_model_device_set_grad_hook(dsc_model_device *d, dsc_model_grad_hook fn, void *user) {
+    d->ops->set_grad_hook(d->impl, fn, user);
+}
+
+void dsc_model_device_set_layer_hook(dsc_model_device *d, dsc_model_layer_hook fn, void *user) {
+    d->ops->set_layer_hook(d->impl, fn, user);
+}
+
+dsc_status dsc_model_device_forward(dsc_model_device *d, const uint16_t *const *params,
+                                    const int32_t *inputs, const int32_t *targets, int B, int T,
+                                    float *loss) {
+    return d->ops->forward(d->impl, params, inputs, targets, B, T, loss);
+}
+
+dsc_status dsc_model_device_backward(dsc_model_device *d, const uint16_t *const *params,
+                                     float *const *grads, float loss_scale) {
+    return d->ops->backward(d->impl, params, grads, loss_scale);
+}
+
+dsc_status dsc_model_device_train_step(dsc_model_device *d, const uint16_t *const *params,
+                                       float *const *grads, const int32_t *inputs,
+                                       const int32_t *targets, int B, int T, float loss_scale,
+                                       float *loss) {
+    return d->ops->train_step(d->impl, params, grads, inputs, targets, B, T, loss_scale, loss);
+}
+
+dsc_status dsc_model_device_read_loss(dsc_model_device *d, float *loss) {
+    return d->ops->read_loss(d->impl, loss);
+}
+
+dsc_status dsc_model_device_loss_enqueue(dsc_model_device *d, const float **loss_dev) {
+    return d->ops->loss_enqueue(d->impl, loss_dev);
 }

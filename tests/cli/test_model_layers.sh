@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The model interface's layering, checked on the sources: outside src/model/ nothing calls a
-# model family's own functions or includes its headers (everything goes through dsc/model.h),
-# except the GPU code that still drives GPT-2's CUDA model directly until the device passes go
-# through the table (listed below); the registry names each family once (families.def); the
-# examples include public headers only.
+# model family's own functions or includes its headers (everything goes through dsc/model.h; the
+# GPU trainer through the table's device passes), except the CUDA kernels and GPU generation
+# (listed below); the registry names each family once (families.def); the examples include
+# public headers only.
 set -u
 . "$(dirname "$0")/lib.sh"
 : "${DSC_SOURCE_DIR:?set DSC_SOURCE_DIR to the source tree}"
 cd "$DSC_SOURCE_DIR" || exit 1
 
-# Files that may still name GPT-2's functions: the CUDA model and decoder, the GPU trainer, and
-# GPU generation (they move behind the table's device slots with the device runtime).
-allowed='^src/(cuda/|cli/train_gpu|infer/generate_cuda\.c)'
+# Files that may still name GPT-2's functions: the CUDA models and decoder (a family's device
+# passes live beside its kernels) and GPU generation (its decoder is GPT-2's alone).
+allowed='^src/(cuda/|infer/generate_cuda\.c)'
 
 # family_uses: lines outside src/model/ (and the allowed files) that call a family's functions
 # or include its headers.

@@ -20,12 +20,14 @@
 #include "dsc/engine.h"       // dsc_engine_*
 #include "engine/device.h"    // dsc__engine_span_of, dsc__engine_param_offset
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_*
+#include "model/gpt2/model.h" // dsc__model_gpt2_create
 
 static const dsc_gpt2_config cfg = {
     .n_layer = 5, .n_head = 2, .n_embd = 16, .vocab_size = 37, .max_seq_len = 8};
 
 typedef struct sim {
     const dsc_gpt2_config *c;
+    dsc_model *model; // the same shape behind the model interface (what the slots read)
     dsc_engine *eng;
     dsc__slots s;
     size_t n;        // device layout length
@@ -111,7 +113,8 @@ static sim make(const dsc_gpt2_config *c) {
     m.grad = calloc((size_t)m.ntensors, sizeof *m.grad);
     free(pd);
     free(ti);
-    if (dsc__slots_init(&m.s, m.eng, c, m.dev16, m.devgrad, m.n, &ops, NULL) != DSC_OK)
+    if (dsc__model_gpt2_create(&m.model, c) != DSC_OK) fail_msg("model: %s", dsc_last_error());
+    if (dsc__slots_init(&m.s, m.eng, m.model, m.dev16, m.devgrad, m.n, &ops, NULL) != DSC_OK)
         fail_msg("slots: %s", dsc_last_error());
     dsc__slots_tables(&m.s, m.p16, m.grad);
     return m;
@@ -119,6 +122,7 @@ static sim make(const dsc_gpt2_config *c) {
 
 static void release_sim(sim *m) {
     dsc__slots_free(&m->s);
+    dsc_model_destroy(m->model);
     dsc_engine_destroy(m->eng);
     free(m->src);
     free(m->dev16);
@@ -157,7 +161,7 @@ static void test_layout_and_tables(void **state) {
     }
     // a device array of the wrong length is refused
     dsc__slots other;
-    assert_int_equal(dsc__slots_init(&other, m.eng, &cfg, m.dev16, m.devgrad, m.n - 1, &ops, &m),
+    assert_int_equal(dsc__slots_init(&other, m.eng, m.model, m.dev16, m.devgrad, m.n - 1, &ops, &m),
                      DSC_ERR_INTERNAL);
     dsc__slots_free(&other);
     release_sim(&m);

@@ -20,6 +20,13 @@
 
 // ---- the registry ----
 
+// A device table's create that a test registers without the rest of the table.
+static dsc_status no_device(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
+                            void **dev) {
+    (void)cfg, (void)B, (void)T, (void)stream, (void)pool, (void)dev;
+    return DSC_ERR_UNSUPPORTED;
+}
+
 static void test_specs(void **state) {
     (void)state;
     assert_true(dsc_model_num_families() >= 1);
@@ -60,9 +67,29 @@ static void test_specs(void **state) {
     assert_non_null(strstr(dsc_last_error(), "gpt2 model 'd0' is not known"));
     assert_int_equal(dsc_model_create(&m, "gpt2-1M", &o), DSC_ERR_INVALID_ARG);
     assert_int_equal(dsc_model_create(NULL, "d2", &o), DSC_ERR_INVALID_ARG);
-    // device passes are not in the table yet (the device runtime comes into the library next)
-    assert_null(dsc__gpt2_model_ops.device_forward);
-    assert_null(dsc__gpt2_model_ops.device_backward);
+    // GPT-2's device passes are in its table exactly when the build has CUDA
+#ifdef DSC_WITH_CUDA
+    assert_non_null(dsc__gpt2_model_ops.device);
+#else
+    assert_null(dsc__gpt2_model_ops.device);
+#endif
+    assert_int_equal(dsc_model_create(&m, "d2", &o), DSC_OK);
+    assert_int_equal(dsc_model_has_device(m), dsc__gpt2_model_ops.device != NULL);
+    if (!dsc_model_has_device(m)) { // a host-only family asked for device passes: named refusal
+        dsc_model_device *d = NULL;
+        assert_int_equal(dsc_model_device_create(&d, m, 1, 8, NULL, NULL), DSC_ERR_UNSUPPORTED);
+        assert_null(d);
+        assert_non_null(strstr(dsc_last_error(), "model d2 (family gpt2) has no GPU passes"));
+    }
+    dsc_model_destroy(m);
+    // a family with a device table must fill every slot of it: the first one missing is named
+    static struct dsc_model_device_ops half; // only create
+    half.create = no_device;
+    struct dsc_model_ops odd = dsc__gpt2_model_ops;
+    odd.family = "gpt2-half-device";
+    odd.device = &half;
+    assert_int_equal(dsc_model_register(&odd), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "has no device->destroy"));
 }
 
 // ---- GPT-2 through the table == GPT-2's own functions, bit for bit ----

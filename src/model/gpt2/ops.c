@@ -15,6 +15,10 @@
 
 enum { GPT2_VOCAB = 50257, GPT2_CONTEXT = 1024 };
 
+#ifdef DSC_WITH_CUDA
+extern const struct dsc_model_device_ops dsc__gpt2_device_ops; // cuda/gpt2_cuda.cu
+#endif
+
 const dsc_gpt2_config *dsc__model_gpt2_config(const dsc_model *m) {
     return dsc__model_ops(m) == &dsc__gpt2_model_ops ? dsc__model_config(m) : NULL;
 }
@@ -253,8 +257,9 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .backward = backward,
     .logits = logits,
     .set_timing = set_timing,
-    .device_forward = NULL,  // the GPU trainer drives cuda/gpt2_cuda.h itself for now
-    .device_backward = NULL, // (docs/architecture.md, "Models")
+#ifdef DSC_WITH_CUDA
+    .device = &dsc__gpt2_device_ops, // cuda/gpt2_cuda.cu
+#endif
     .tp_check = tp_check,
     .tp_numel = tp_numel,
     .tp_slice = tp_slice,
