@@ -420,13 +420,35 @@ __device__ static inline void store_acc_colsum(uint16_t *g, size_t gld, const fl
     __syncthreads(); // red may be written again by a next call
 }
 
+// ---- where a head's operands lie ----
+//
+// A qkv row holds q (NH heads of 64 values), then k and v (NKV heads each): (NH + 2 NKV) 64
+// values, and query head h reads kv head h / (NH / NKV). GQA false is GPT-2's layout (NKV = NH,
+// rows of 3C), with the group of one query head per kv head known at compile time.
+template <bool GQA> __device__ static inline int kv_head(int h, int NH, int NKV) {
+    return GQA ? h / (NH / NKV) : h;
+}
+
+template <bool GQA> struct head_cols {
+    size_t C;  // q values of a row: NH 64 (also the rows of out and dout)
+    size_t ld; // values of a qkv row
+    size_t k;  // first column of kv head hk's k
+    size_t kv; // from a kv head's k to its v: NKV 64
+    __device__ head_cols(int NH, int NKV, int hk) {
+        C = (size_t)NH * 64;
+        kv = GQA ? (size_t)NKV * 64 : C;
+        ld = C + 2 * kv;
+        k = C + (size_t)hk * 64;
+    }
+};
+
 // ---- forward ----
 
 #define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
-template <bool F16>
+template <bool F16, bool GQA>
 __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
-    fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
+    fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV,
                float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t *sQ = aligned_smem(smem_raw);
@@ -436,13 +458,15 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
     int nt = (T + 63) / 64, qt = nt - 1 - blockIdx.x; // longest rows first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    size_t C3 = 3 * (size_t)C;
+    head_cols<GQA> hc(NH, NKV, kv_head<GQA>(h, NH, NKV));
+    size_t C = hc.C, C3 = hc.ld;
     const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    const uint16_t *kbase = qkv + (size_t)b * T * C3 + hc.k, *vbase = kbase + hc.kv;
     int q0 = qt * 64, row0 = q0 + warp * 16 + gi, row1 = row0 + 8;
 
     tile_async(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
-    tile_async(sK, base + C, C3, min(64, T));
-    tile_async(sV, base + 2 * C, C3, min(64, T));
+    tile_async(sK, kbase, C3, min(64, T));
+    tile_async(sV, vbase, C3, min(64, T));
     cp_commit();
 
     float o[8][4], s[8][4];
@@ -454,9 +478,9 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
         int cur = kt & 1, k0 = kt * 64;
         if (kt < qt) {
             int nk = k0 + 64;
-            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, base + C + (size_t)nk * C3, C3,
+            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, kbase + (size_t)nk * C3, C3,
                        min(64, T - nk));
-            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, base + 2 * C + (size_t)nk * C3, C3,
+            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, vbase + (size_t)nk * C3, C3,
                        min(64, T - nk));
         }
         cp_commit();
@@ -533,10 +557,10 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
 // with wgmma) instead of two. dS is formed from the 16-bit P that the dV product also uses.
 #define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4 + MMA_SMEM_ALIGN)
 
-template <bool F16>
+template <bool F16, bool GQA>
 __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
-                const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale,
+                const float *Dv, int T, int NH, int NKV, float scale_log2, float sm_scale,
                 float *bpart) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t *sK = aligned_smem(smem_raw), *sV = sK + MMA_TILE_ELEMS;
@@ -545,17 +569,21 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     float *sL = (float *)(sK + 6 * MMA_TILE_ELEMS),
           *sD = sL + 128; // two rows of 64 each
 
+    if (!GQA) NKV = NH;
     int nt = (T + 63) / 64, kt = blockIdx.x; // most query tiles first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int bh = blockIdx.y, b = bh / NKV, h = bh % NKV; // h: the kv head
+    int G = GQA ? NH / NKV : 1, h0 = h * G;          // its query heads h0 .. h0 + G - 1
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    size_t C3 = 3 * (size_t)C;
-    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
-    const uint16_t *dbase = dout + (size_t)b * T * C + (size_t)h * 64;
-    const float *L = lse + (size_t)bh * T, *D = Dv + (size_t)bh * T;
+    head_cols<GQA> hc(NH, NKV, h);
+    size_t C = hc.C, C3 = hc.ld;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h0 * 64; // query head h0's q
+    const uint16_t *kbase = qkv + (size_t)b * T * C3 + hc.k, *vbase = kbase + hc.kv;
+    const uint16_t *dbase = dout + (size_t)b * T * C + (size_t)h0 * 64;
+    const float *L = lse + ((size_t)b * NH + h0) * T, *D = Dv + ((size_t)b * NH + h0) * T;
     int k0 = kt * 64, key0 = k0 + warp * 16 + gi, key1 = key0 + 8;
 
-    tile_async(sK, base + C + (size_t)k0 * C3, C3, min(64, T - k0));
-    tile_async(sV, base + 2 * C + (size_t)k0 * C3, C3, min(64, T - k0));
+    tile_async(sK, kbase + (size_t)k0 * C3, C3, min(64, T - k0));
+    tile_async(sV, vbase + (size_t)k0 * C3, C3, min(64, T - k0));
     tile_async(sQ, base + (size_t)k0 * C3, C3, min(64, T - k0));
     tile_async(sdO, dbase + (size_t)k0 * C, C, min(64, T - k0));
     stats_async(sL, L + k0, T - k0);
@@ -568,16 +596,20 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
             dk[n][e] = dv[n][e] = 0.0f;
     const float log2e = 1.4426950408889634f;
 
-    for (int qt = kt; qt < nt; qt++) {
-        int cur = (qt - kt) & 1, q0 = qt * 64;
-        if (qt + 1 < nt) {
-            int nq = q0 + 64;
-            tile_async(sQ + (cur ^ 1) * MMA_TILE_ELEMS, base + (size_t)nq * C3, C3,
-                       min(64, T - nq));
-            tile_async(sdO + (cur ^ 1) * MMA_TILE_ELEMS, dbase + (size_t)nq * C, C,
-                       min(64, T - nq));
-            stats_async(sL + (cur ^ 1) * 64, L + nq, T - nq);
-            stats_async(sD + (cur ^ 1) * 64, D + nq, T - nq);
+    // Step i is query head h0 + i / nq's query tile kt + i % nq: the group's heads in order, each
+    // over the query tiles that see this key tile, with the next step's tiles loading meanwhile.
+    int nq = nt - kt;
+    for (int i = 0; i < G * nq; i++) {
+        int cur = i & 1, qt = kt + (GQA ? i % nq : i), q0 = qt * 64;
+        if (i + 1 < G * nq) {
+            int ng = GQA ? (i + 1) / nq : 0, nq0 = (kt + (GQA ? (i + 1) % nq : i + 1)) * 64;
+            size_t hq = (size_t)ng * 64, hs = (size_t)ng * T;
+            tile_async(sQ + (cur ^ 1) * MMA_TILE_ELEMS, base + hq + (size_t)nq0 * C3, C3,
+                       min(64, T - nq0));
+            tile_async(sdO + (cur ^ 1) * MMA_TILE_ELEMS, dbase + hq + (size_t)nq0 * C, C,
+                       min(64, T - nq0));
+            stats_async(sL + (cur ^ 1) * 64, L + hs + nq0, T - nq0);
+            stats_async(sD + (cur ^ 1) * 64, D + hs + nq0, T - nq0);
         }
         cp_commit();
         cp_wait_prev();
@@ -635,9 +667,10 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
     }
     cp_wait_all();
     uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
-    if (!bpart) {
-        store_acc<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T);
-        store_acc<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T);
+    if (GQA || !bpart) { // the bias column sums are GPT-2's only
+        uint16_t *gk = dqkv + (size_t)b * T * C3 + hc.k;
+        store_acc<F16>(gk, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T);
+        store_acc<F16>(gk + hc.kv, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T);
         return;
     }
     __syncthreads(); // every warp is past its last read of the tiles: red reuses them
@@ -652,10 +685,10 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
 // dO V^T, dS = P (dP - D), dQ += dS K. Q and dO stay in shared memory.
 #define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
-template <bool F16>
+template <bool F16, bool GQA>
 __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
-              const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale,
+              const float *Dv, int T, int NH, int NKV, float scale_log2, float sm_scale,
               float *bpart) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     uint16_t *sQ = aligned_smem(smem_raw), *sdO = sQ + MMA_TILE_ELEMS;
@@ -665,14 +698,16 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     int nt = (T + 63) / 64, qt = nt - 1 - blockIdx.x; // most key tiles first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    size_t C3 = 3 * (size_t)C;
+    head_cols<GQA> hc(NH, NKV, kv_head<GQA>(h, NH, NKV));
+    size_t C = hc.C, C3 = hc.ld;
     const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    const uint16_t *kbase = qkv + (size_t)b * T * C3 + hc.k, *vbase = kbase + hc.kv;
     int q0 = qt * 64, row0 = q0 + warp * 16 + gi, row1 = row0 + 8;
 
     tile_async(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
     tile_async(sdO, dout + ((size_t)b * T + q0) * C + (size_t)h * 64, C, min(64, T - q0));
-    tile_async(sK, base + C, C3, min(64, T));
-    tile_async(sV, base + 2 * C, C3, min(64, T));
+    tile_async(sK, kbase, C3, min(64, T));
+    tile_async(sV, vbase, C3, min(64, T));
     cp_commit();
 
     const float log2e = 1.4426950408889634f;
@@ -688,9 +723,9 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
         int cur = kt & 1, k0 = kt * 64;
         if (kt < qt) {
             int nk = k0 + 64;
-            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, base + C + (size_t)nk * C3, C3,
+            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, kbase + (size_t)nk * C3, C3,
                        min(64, T - nk));
-            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, base + 2 * C + (size_t)nk * C3, C3,
+            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, vbase + (size_t)nk * C3, C3,
                        min(64, T - nk));
         }
         cp_commit();
@@ -731,7 +766,7 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     }
     cp_wait_all();
     uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
-    if (!bpart) {
+    if (GQA || !bpart) {
         store_acc<F16>(g, C3, dq, sm_scale, sm_scale, q0 + warp * 16, T);
         return;
     }
