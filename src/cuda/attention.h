@@ -9,7 +9,8 @@
 // bf16 operands (raw uint16_t bits; the `_h` entry points take fp16 ones when `fp16` is set),
 // tensor-core tile products with fp32 accumulation, fp32 softmax statistics. fp16 and the
 // grouped-query calls need the register-tile kernels of NVIDIA builds; elsewhere (HIP) they
-// return DSC_ERR_UNSUPPORTED. Head size must be 64 (every GPT-2 size has it); T is any length.
+// return DSC_ERR_UNSUPPORTED. Head size 64 (every GPT-2 size has it; the only one of the GPT-2
+// calls), or 128 for the grouped-query calls (Llama 3.2 3B, 3.1 8B); T is any length.
 // Both passes are deterministic: the backward computes dK, dV in one kernel (a block per key
 // tile of one kv head, looping over its query heads in order and their query tiles) and dQ in
 // another (a block per query tile), so no gradient is accumulated with atomics. The CPU
@@ -59,8 +60,9 @@ dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scratch, float 
 // channels), then k (NKV heads), then v (NKV heads); NKV divides NH (NKV == NH is GPT-2's
 // layout with C = NH HS; NKV == 1 is multi-query); query head h reads kv head h / (NH / NKV).
 // out (B, T, NH HS); lse (B, NH, T) natural-log logsumexp of each softmax row. Scale
-// 1/sqrt(HS). HS must be 64 (DSC_ERR_INVALID_ARG naming it otherwise). fp16: 16-bit tensors are
-// IEEE fp16, else bf16. With NKV == NH the results are bitwise those of the GPT-2 calls.
+// 1/sqrt(HS). HS must be 64 or 128 (DSC_ERR_INVALID_ARG naming it otherwise). fp16: 16-bit
+// tensors are IEEE fp16, else bf16. With NKV == NH and HS 64 the results are bitwise those of the
+// GPT-2 calls.
 dsc_status dsc__cuda_gqa_forward(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T,
                                  int NH, int NKV, int HS, bool fp16, void *stream);
 // dqkv (same layout as qkv, overwritten) given dout (B, T, NH HS) and the forward's out, lse.

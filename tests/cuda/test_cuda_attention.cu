@@ -7,9 +7,10 @@
 // Grouped-query attention (dsc__cuda_gqa_*) the same way against its own float64 reference
 // (query head h reads kv head h / (NH / NKV); a kv head's dK, dV sum its query heads), at
 // SmolLM2-360M's 15 / 5 heads, multi-query 8 / 1, 4 / 2 and NKV == NH, with T = 1, 63, 200 and
-// 2048; both passes run twice with bitwise equal results, NKV == NH gives the GPT-2 calls' bits,
-// bad shapes are refused by name; then timings at SmolLM2-360M's and Llama 3.1 8B's heads beside
-// the GPT-2 layout with as many heads.
+// 2048, head size 64 and (Llama 3.2 3B's 24 / 8 heads and others) 128; both passes run twice with
+// bitwise equal results, NKV == NH gives the GPT-2 calls' bits, bad shapes are refused by name;
+// then timings at SmolLM2-360M's heads and Llama 3.1 8B's (head size 64, beside the GPT-2 layout
+// with as many heads) and at Llama 3.2 3B's and 3.1 8B's (head size 128).
 #include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_16
 
 #include <math.h>   // exp, log, sqrt
@@ -199,26 +200,26 @@ static void time_attention(int B, int T, int NH, bool f16) {
 
 // ---- grouped-query attention ----
 
-// The reference over the whole batch in the device layouts: qkv (B, T, (NH + 2 NKV) HS) and dy
-// (B, T, NH HS) give y (B, T, NH HS), lse (B, NH, T) and dqkv (qkv's layout; zeroed here).
+// The reference over the whole batch in the device layouts: qkv (B, T, (NH + 2 NKV) hs) and dy
+// (B, T, NH hs) give y (B, T, NH hs), lse (B, NH, T) and dqkv (qkv's layout; zeroed here).
 static void ref_gqa(const std::vector<float> &qkv, const std::vector<float> &dy, int B, int T,
-                    int NH, int NKV, std::vector<double> &y, std::vector<double> &lse,
+                    int NH, int NKV, int hs, std::vector<double> &y, std::vector<double> &lse,
                     std::vector<double> &dqkv) {
-    size_t C = (size_t)NH * HS, ld = C + 2 * (size_t)NKV * HS;
+    size_t C = (size_t)NH * hs, ld = C + 2 * (size_t)NKV * hs;
     std::fill(dqkv.begin(), dqkv.end(), 0.0);
-    double scale = 1.0 / sqrt((double)HS);
+    double scale = 1.0 / sqrt((double)hs);
     std::vector<double> P(T), dP(T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            size_t qc = (size_t)h * HS, kc = C + (size_t)(h / (NH / NKV)) * HS,
-                   vc = kc + (size_t)NKV * HS, row = (size_t)b * T;
+            size_t qc = (size_t)h * hs, kc = C + (size_t)(h / (NH / NKV)) * hs,
+                   vc = kc + (size_t)NKV * hs, row = (size_t)b * T;
             auto at = [&](int t, size_t c) { return (double)qkv[(row + t) * ld + c]; };
             auto g = [&](int t, int d) { return (double)dy[(row + t) * C + qc + d]; };
             for (int t = 0; t < T; t++) {
                 double m = -INFINITY;
                 for (int s = 0; s <= t; s++) {
                     double a = 0;
-                    for (int d = 0; d < HS; d++)
+                    for (int d = 0; d < hs; d++)
                         a += at(t, qc + d) * at(s, kc + d);
                     P[s] = a * scale;
                     m = P[s] > m ? P[s] : m;
@@ -232,12 +233,12 @@ static void ref_gqa(const std::vector<float> &qkv, const std::vector<float> &dy,
                 double dot = 0;
                 for (int s = 0; s <= t; s++) {
                     double a = 0;
-                    for (int d = 0; d < HS; d++)
+                    for (int d = 0; d < hs; d++)
                         a += g(t, d) * at(s, vc + d);
                     dP[s] = a;
                     dot += P[s] * a;
                 }
-                for (int d = 0; d < HS; d++) {
+                for (int d = 0; d < hs; d++) {
                     double a = 0;
                     for (int s = 0; s <= t; s++)
                         a += P[s] * at(s, vc + d);
@@ -245,7 +246,7 @@ static void ref_gqa(const std::vector<float> &qkv, const std::vector<float> &dy,
                 }
                 for (int s = 0; s <= t; s++) {
                     double ds = P[s] * (dP[s] - dot);
-                    for (int d = 0; d < HS; d++) {
+                    for (int d = 0; d < hs; d++) {
                         dqkv[(row + t) * ld + qc + d] += ds * at(s, kc + d) * scale;
                         dqkv[(row + s) * ld + kc + d] += ds * at(t, qc + d) * scale;
                         dqkv[(row + s) * ld + vc + d] += P[s] * g(t, d);
@@ -262,14 +263,14 @@ struct gqa_run {
 
 // Forward and backward through dsc__cuda_gqa_* over freshly poisoned outputs.
 static gqa_run run_gqa(const uint16_t *d_qkv, const uint16_t *d_dy, int B, int T, int NH, int NKV,
-                       bool f16) {
-    size_t C = (size_t)NH * HS, ld = C + 2 * (size_t)NKV * HS;
+                       int hs, bool f16) {
+    size_t C = (size_t)NH * hs, ld = C + 2 * (size_t)NKV * hs;
     uint16_t *d_out = dev_alloc<uint16_t>((size_t)B * T * C),
              *d_dqkv = dev_alloc<uint16_t>((size_t)B * T * ld);
     float *d_lse = dev_alloc<float>((size_t)B * NH * T);
     float *d_scr = dev_alloc<float>(dsc__cuda_gqa_backward_scratch(B, T, NH));
-    DS(dsc__cuda_gqa_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS, f16, NULL));
-    DS(dsc__cuda_gqa_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, NH, NKV, HS, f16,
+    DS(dsc__cuda_gqa_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, hs, f16, NULL));
+    DS(dsc__cuda_gqa_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, NH, NKV, hs, f16,
                               NULL));
     SYNC();
     gqa_run r = {dev_download(d_out, (size_t)B * T * C), dev_download(d_dqkv, (size_t)B * T * ld),
@@ -302,22 +303,22 @@ static gqa_run run_gpt2(const uint16_t *d_qkv, const uint16_t *d_dy, int B, int 
     return r;
 }
 
-static void test_gqa(int B, int T, int NH, int NKV, bool f16) {
-    size_t C = (size_t)NH * HS, ld = C + 2 * (size_t)NKV * HS;
+static void test_gqa(int B, int T, int NH, int NKV, int hs, bool f16) {
+    size_t C = (size_t)NH * hs, ld = C + 2 * (size_t)NKV * hs;
     std::vector<float> qkv = randn((size_t)B * T * ld, 1.0), dy = randn((size_t)B * T * C, 1.0);
     std::vector<uint16_t> qkv16 = to_16(qkv, f16), dy16 = to_16(dy, f16);
     uint16_t *d_qkv = dev_upload(qkv16), *d_dy = dev_upload(dy16);
-    gqa_run r = run_gqa(d_qkv, d_dy, B, T, NH, NKV, f16);
+    gqa_run r = run_gqa(d_qkv, d_dy, B, T, NH, NKV, hs, f16);
     std::vector<double> ry((size_t)B * T * C), rl((size_t)B * NH * T), rd((size_t)B * T * ld);
-    ref_gqa(qkv, dy, B, T, NH, NKV, ry, rl, rd);
+    ref_gqa(qkv, dy, B, T, NH, NKV, hs, ry, rl, rd);
     std::vector<float> out = from_16(r.out, f16), dq = from_16(r.dqkv, f16);
     char name[160];
-    snprintf(name, sizeof name, "gqa forward out (B %d T %d NH %d NKV %d)%s", B, T, NH, NKV,
-             type_tag(f16));
+    snprintf(name, sizeof name, "gqa forward out (B %d T %d NH %d NKV %d HS %d)%s", B, T, NH, NKV,
+             hs, type_tag(f16));
     check(name, rel_err(out.data(), ry.data(), ry.size()), f16 ? TOL_FWD_F16 : TOL_FWD);
     snprintf(name, sizeof name, "gqa forward lse%s", type_tag(f16));
     check(name, rel_err(r.lse.data(), rl.data(), rl.size()), TOL_F32);
-    size_t lo[4] = {0, C, C + (size_t)NKV * HS, ld}; // q, k, v columns
+    size_t lo[4] = {0, C, C + (size_t)NKV * hs, ld}; // q, k, v columns
     for (int part = 0; part < 3; part++) {
         std::vector<float> g;
         std::vector<double> ref;
@@ -331,8 +332,8 @@ static void test_gqa(int B, int T, int NH, int NKV, bool f16) {
     }
     snprintf(name, sizeof name, "gqa forward and backward are bitwise repeatable%s",
              type_tag(f16));
-    check_true(name, same_bits(r, run_gqa(d_qkv, d_dy, B, T, NH, NKV, f16)));
-    if (NKV == NH) {
+    check_true(name, same_bits(r, run_gqa(d_qkv, d_dy, B, T, NH, NKV, hs, f16)));
+    if (NKV == NH && hs == HS) {
         snprintf(name, sizeof name, "gqa with NKV == NH gives the GPT-2 calls' bits%s",
                  type_tag(f16));
         check_true(name, same_bits(r, run_gpt2(d_qkv, d_dy, B, T, NH, f16)));
@@ -347,7 +348,7 @@ static void test_gqa_refusals(void) {
     struct {
         int B, NH, NKV, hs;
         const char *needle;
-    } bad[] = {{1, 4, 2, 128, "HS = 128"},
+    } bad[] = {{1, 4, 2, 96, "HS = 96"},
                {1, 6, 4, 64, "NKV = 4"},
                {2, 40000, 40000, 64, "DSC_CUDA_ATT_MAX_BH"}};
     for (auto &c : bad) {
@@ -365,10 +366,11 @@ static void test_gqa_refusals(void) {
     cudaFree(buf), cudaFree(f);
 }
 
-// Forward, and forward + backward, of the GQA calls and of the GPT-2 calls with as many query
-// heads (TFLOP/s of the causal products: forward 4 T^2 HS NH B / 2, backward 2.5 times that).
-static void time_gqa(int B, int T, int NH, int NKV, bool f16) {
-    size_t C = (size_t)NH * HS;
+// Forward, and forward + backward, of the GQA calls and, at head size 64, of the GPT-2 calls with
+// as many query heads (TFLOP/s of the causal products: forward 4 T^2 HS NH B / 2, backward 2.5
+// times that).
+static void time_gqa(int B, int T, int NH, int NKV, int hs, bool f16) {
+    size_t C = (size_t)NH * hs;
     std::vector<float> qkv = randn((size_t)B * T * (3 * C), 1.0), dy = randn((size_t)B * T * C, 1.0);
     std::vector<uint16_t> qkv16 = to_16(qkv, f16), dy16 = to_16(dy, f16);
     uint16_t *d_qkv = dev_upload(qkv16), *d_dy = dev_upload(dy16); // big enough for both layouts
@@ -376,14 +378,14 @@ static void time_gqa(int B, int T, int NH, int NKV, bool f16) {
              *d_dqkv = dev_alloc<uint16_t>((size_t)B * T * 3 * C);
     float *d_lse = dev_alloc<float>((size_t)B * NH * T);
     float *d_scr = dev_alloc<float>(dsc__cuda_gqa_backward_scratch(B, T, NH));
-    double fwd_flops = 4.0 * T * (double)T * HS * NH * B / 2;
+    double fwd_flops = 4.0 * T * (double)T * hs * NH * B / 2;
     const char *ty = f16 ? "fp16" : "bf16";
-    for (int gpt2 = 0; gpt2 < 2; gpt2++) {
+    for (int gpt2 = 0; gpt2 < (hs == HS ? 2 : 1); gpt2++) {
         auto fwd = [&] {
             if (gpt2)
                 dsc__cuda_attention_forward_h(d_out, d_lse, d_qkv, B, T, (int)C, NH, f16, NULL);
             else
-                dsc__cuda_gqa_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS, f16, NULL);
+                dsc__cuda_gqa_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, hs, f16, NULL);
         };
         auto bwd = [&] {
             if (gpt2)
@@ -391,7 +393,7 @@ static void time_gqa(int B, int T, int NH, int NKV, bool f16) {
                                                T, (int)C, NH, f16, NULL);
             else
                 dsc__cuda_gqa_backward(d_dqkv, d_scr, d_dy, d_qkv, d_out, d_lse, B, T, NH, NKV,
-                                       HS, f16, NULL);
+                                       hs, f16, NULL);
         };
         double ms_f = time_ms(fwd, 3, 20);
         double ms_fb = time_ms(
@@ -405,7 +407,7 @@ static void time_gqa(int B, int T, int NH, int NKV, bool f16) {
         if (gpt2)
             snprintf(what, sizeof what, "gpt2 layout (B %d T %d NH %d)", B, T, NH);
         else
-            snprintf(what, sizeof what, "gqa (B %d T %d NH %d NKV %d)", B, T, NH, NKV);
+            snprintf(what, sizeof what, "gqa (B %d T %d NH %d NKV %d HS %d)", B, T, NH, NKV, hs);
         printf("time %s %s forward: %.3f ms, %.1f TFLOP/s; forward+backward: %.3f ms, %.1f "
                "TFLOP/s\n",
                what, ty, ms_f, fwd_flops / ms_f / 1e9, ms_fb, 3.5 * fwd_flops / ms_fb / 1e9);
@@ -426,19 +428,26 @@ int main(void) {
         test_attention(1, 1024, 1, 1.0, false, f16);
     }
     for (int f16 = 0; f16 < 2; f16++) {
-        test_gqa(2, 200, 15, 5, f16); // SmolLM2-360M's heads
-        test_gqa(1, 63, 8, 1, f16);   // multi-query
-        test_gqa(2, 1, 4, 2, f16);
-        test_gqa(1, 130, 3, 3, f16); // GPT-2's layout
+        test_gqa(2, 200, 15, 5, 64, f16); // SmolLM2-360M's heads
+        test_gqa(1, 63, 8, 1, 64, f16);   // multi-query
+        test_gqa(2, 1, 4, 2, 64, f16);
+        test_gqa(1, 130, 3, 3, 64, f16); // GPT-2's layout
+        test_gqa(1, 130, 24, 8, 128, f16); // Llama 3.2 3B's heads
+        test_gqa(1, 63, 4, 1, 128, f16);
+        test_gqa(2, 1, 4, 2, 128, f16);
+        test_gqa(1, 100, 2, 2, 128, f16);
         if (small) continue;
-        test_gqa(1, 2048, 4, 2, f16);
+        test_gqa(1, 2048, 4, 2, 64, f16);
+        test_gqa(1, 2048, 4, 1, 128, f16);
     }
     test_gqa_refusals();
     if (!small) {
         time_attention(16, 1024, 12, false);
         time_attention(16, 1024, 12, true);
-        time_gqa(8, 2048, 15, 5, false);
-        time_gqa(4, 2048, 32, 8, false);
+        time_gqa(8, 2048, 15, 5, 64, false);
+        time_gqa(4, 2048, 32, 8, 64, false);
+        time_gqa(4, 2048, 24, 8, 128, false); // Llama 3.2 3B
+        time_gqa(4, 2048, 32, 8, 128, false); // Llama 3.1 8B
     }
     return finish("test_cuda_attention");
 }
