@@ -172,8 +172,9 @@ __global__ void __launch_bounds__(ATT_WARPS *DSC_WARP_SIZE)
 
 // Dv (B, NH, T) = rowsum(dO * O) per head: the softmax backward's correction term. A warp per
 // position: lane l takes the row's 16-byte chunks l, l + warp, ... (both tensors, so a warp reads
-// whole contiguous runs), and the eight lanes holding one head's eight chunks add in a fixed tree.
-template <bool F16>
+// whole contiguous runs), and the HC lanes holding one head's HC chunks (8: head size 64, 16: 128)
+// add in a fixed tree.
+template <bool F16, int HC = 8>
 __global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16_t *out, int BT,
                                    int T, int C, int NH) {
     int lane = threadIdx.x % DSC_WARP_SIZE;
@@ -182,7 +183,7 @@ __global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16
     if (bt >= BT) return; // whole warps leave together
     int b = (int)(bt / T), t = (int)(bt % T), C8 = C / 8;
     const uint4 *a = (const uint4 *)(dout + bt * C), *o = (const uint4 *)(out + bt * C);
-    for (int base = 0; base < C8; base += DSC_WARP_SIZE) { // C8 and the warp: multiples of 8
+    for (int base = 0; base < C8; base += DSC_WARP_SIZE) { // C8 and the warp: multiples of HC
         int i = base + lane;
         float s = 0.0f;
         if (i < C8) {
@@ -195,7 +196,8 @@ __global__ void att_bwd_dot_kernel(float *Dv, const uint16_t *dout, const uint16
         s += dsc_shfl_xor(s, 1);
         s += dsc_shfl_xor(s, 2);
         s += dsc_shfl_xor(s, 4);
-        if (i < C8 && (i & 7) == 0) Dv[((size_t)b * NH + i / 8) * T + t] = s;
+        if (HC > 8) s += dsc_shfl_xor(s, 8);
+        if (i < C8 && (i & (HC - 1)) == 0) Dv[((size_t)b * NH + i / HC) * T + t] = s;
     }
 }
 
@@ -404,31 +406,36 @@ static dsc_status need_mma(bool fp16, const char *what) {
 }
 
 #if ATT_MMA
-template <bool F16>
-static dsc_status mma_forward(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
-                              dim3 grid, cudaStream_t st) {
-    DSC_TRY(raise_smem(dsc_att::fwd_kernel<F16>, MMA_FWD_SMEM,
+// GQA false: GPT-2's layout (NKV = NH), whose kernels also make the bias column sums. NP: the head
+// size in 64-column panels (1 or 2).
+template <bool F16, bool GQA, int NP>
+static dsc_status mma_forward(uint16_t *out, float *lse, const uint16_t *qkv, int T, int NH,
+                              int NKV, dim3 grid, cudaStream_t st) {
+    DSC_TRY(raise_smem(dsc_att::fwd_kernel<F16, GQA, NP>, MMA_FWD_SMEM(NP),
                        "attention forward: shared memory limit"));
-    dsc_att::fwd_kernel<F16>
-        <<<grid, 128, MMA_FWD_SMEM, st>>>(out, lse, qkv, T, C, NH, LOG2E / sqrtf((float)ATT_HS));
+    dsc_att::fwd_kernel<F16, GQA, NP><<<grid, 128, MMA_FWD_SMEM(NP), st>>>(
+        out, lse, qkv, T, NH, NKV, LOG2E / sqrtf((float)(ATT_HS * NP)));
     DSC_CUDA_LAUNCHED("attention forward kernel");
     return DSC_OK;
 }
 
-template <bool F16>
+// grid: (query tiles, B NH), the dQ kernel's; the dK dV kernel has a block per (key tile, batch,
+// kv head).
+template <bool F16, bool GQA, int NP>
 static dsc_status mma_backward(uint16_t *dqkv, const float *Dv, const uint16_t *dout,
-                               const uint16_t *qkv, const float *lse, int T, int C, int NH,
+                               const uint16_t *qkv, const float *lse, int T, int NH, int NKV,
                                float *bpart, dim3 grid, cudaStream_t st) {
-    float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
-    DSC_TRY(raise_smem(dsc_att::dkdv_kernel<F16>, MMA_DKDV_SMEM,
+    float scale = 1.0f / sqrtf((float)(ATT_HS * NP)), scale_log2 = scale * LOG2E;
+    dim3 kv_grid(grid.x, grid.y / NH * NKV);
+    DSC_TRY(raise_smem(dsc_att::dkdv_kernel<F16, GQA, NP>, MMA_DKDV_SMEM(NP),
                        "attention backward: shared memory limit"));
-    dsc_att::dkdv_kernel<F16><<<grid, 128, MMA_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH,
-                                                                scale_log2, scale, bpart);
+    dsc_att::dkdv_kernel<F16, GQA, NP><<<kv_grid, 128, MMA_DKDV_SMEM(NP), st>>>(
+        dqkv, qkv, dout, lse, Dv, T, NH, NKV, scale_log2, scale, bpart);
     DSC_CUDA_LAUNCHED("attention backward dK dV kernel");
-    DSC_TRY(raise_smem(dsc_att::dq_kernel<F16>, MMA_DQ_SMEM,
+    DSC_TRY(raise_smem(dsc_att::dq_kernel<F16, GQA, NP>, MMA_DQ_SMEM(NP),
                        "attention backward: shared memory limit"));
-    dsc_att::dq_kernel<F16><<<grid, 128, MMA_DQ_SMEM, st>>>(dqkv, qkv, dout, lse, Dv, T, C, NH,
-                                                            scale_log2, scale, bpart);
+    dsc_att::dq_kernel<F16, GQA, NP><<<grid, 128, MMA_DQ_SMEM(NP), st>>>(
+        dqkv, qkv, dout, lse, Dv, T, NH, NKV, scale_log2, scale, bpart);
     DSC_CUDA_LAUNCHED("attention backward dQ kernel");
     return DSC_OK;
 }
@@ -443,8 +450,8 @@ extern "C" dsc_status dsc__cuda_attention_forward_h(uint16_t *out, float *lse, c
     cudaStream_t st = (cudaStream_t)stream;
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
 #if ATT_MMA
-    return fp16 ? mma_forward<true>(out, lse, qkv, T, C, NH, grid, st)
-                : mma_forward<false>(out, lse, qkv, T, C, NH, grid, st);
+    return fp16 ? mma_forward<true, false, 1>(out, lse, qkv, T, NH, NH, grid, st)
+                : mma_forward<false, false, 1>(out, lse, qkv, T, NH, NH, grid, st);
 #else
     DSC_TRY(raise_smem(att_fwd_kernel, FWD_SMEM, "attention forward: shared memory limit"));
     int threads = ATT_WARPS * dsc__host_warp_size();
@@ -502,8 +509,10 @@ extern "C" dsc_status dsc__cuda_attention_backward_h(uint16_t *dqkv, float *scra
     DSC_CUDA_LAUNCHED("att_bwd_dot_kernel");
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
 #if ATT_MMA
-    return fp16 ? mma_backward<true>(dqkv, scratch, dout, qkv, lse, T, C, NH, bias_part, grid, st)
-                : mma_backward<false>(dqkv, scratch, dout, qkv, lse, T, C, NH, bias_part, grid, st);
+    return fp16 ? mma_backward<true, false, 1>(dqkv, scratch, dout, qkv, lse, T, NH, NH,
+                                               bias_part, grid, st)
+                : mma_backward<false, false, 1>(dqkv, scratch, dout, qkv, lse, T, NH, NH,
+                                                bias_part, grid, st);
 #else
     float scale = 1.0f / sqrtf((float)ATT_HS), scale_log2 = scale * LOG2E;
     int threads = ATT_WARPS * dsc__host_warp_size();
@@ -533,4 +542,93 @@ extern "C" dsc_status dsc__cuda_attention_backward(uint16_t *dqkv, float *scratc
                                                    int T, int C, int NH, void *stream) {
     return dsc__cuda_attention_backward_h(dqkv, scratch, NULL, dout, qkv, out, lse, B, T, C, NH,
                                           false, stream);
+}
+
+// ---- grouped-query attention ----
+
+static dsc_status gqa_check(const char *what, int B, int T, int NH, int NKV, int HS, const void *a,
+                            const void *b, const void *c) {
+    DSC_CUDA_ARG(HS == ATT_HS || HS == 2 * ATT_HS,
+                 "%s: head size HS = %d is not supported; it must be %d or %d", what, HS, ATT_HS,
+                 2 * ATT_HS);
+    DSC_CUDA_ARG(B > 0 && T > 0 && NH > 0 && NKV > 0,
+                 "%s: B %d, T %d, NH %d, NKV %d must all be positive", what, B, T, NH, NKV);
+    DSC_CUDA_ARG(NH % NKV == 0, "%s: NKV = %d kv heads must divide NH = %d query heads", what, NKV,
+                 NH);
+    DSC_CUDA_ARG((int64_t)B * NH <= DSC_CUDA_ATT_MAX_BH,
+                 "%s: batch %d x %d heads = %lld (batch, head) pairs, more than the %d one launch "
+                 "takes (DSC_CUDA_ATT_MAX_BH); use a smaller micro-batch",
+                 what, B, NH, (long long)B * NH, DSC_CUDA_ATT_MAX_BH);
+    DSC_CUDA_ARG(dsc__aligned16(a) && dsc__aligned16(b) && dsc__aligned16(c),
+                 "%s: tensors must be 16-byte aligned", what);
+#if ATT_MMA
+    return DSC_OK;
+#else
+    return dsc__fail(DSC_ERR_UNSUPPORTED,
+                     "%s: grouped-query attention is built for NVIDIA GPUs only (its kernels are "
+                     "the register-tile ones); this build has the portable GPT-2 kernels only",
+                     what);
+#endif
+}
+
+extern "C" dsc_status dsc__cuda_gqa_forward(uint16_t *out, float *lse, const uint16_t *qkv, int B,
+                                            int T, int NH, int NKV, int HS, bool fp16,
+                                            void *stream) {
+    DSC_TRY(gqa_check("grouped-query attention forward", B, T, NH, NKV, HS, out, qkv, qkv));
+    DSC_CUDA_ARG(lse != NULL, "grouped-query attention forward: lse is NULL");
+#if ATT_MMA
+    cudaStream_t st = (cudaStream_t)stream;
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    if (HS == ATT_HS)
+        return fp16 ? mma_forward<true, true, 1>(out, lse, qkv, T, NH, NKV, grid, st)
+                    : mma_forward<false, true, 1>(out, lse, qkv, T, NH, NKV, grid, st);
+    return fp16 ? mma_forward<true, true, 2>(out, lse, qkv, T, NH, NKV, grid, st)
+                : mma_forward<false, true, 2>(out, lse, qkv, T, NH, NKV, grid, st);
+#else
+    (void)fp16, (void)stream;
+    return DSC_ERR_INTERNAL; // gqa_check has refused
+#endif
+}
+
+extern "C" size_t dsc__cuda_gqa_backward_scratch(int B, int T, int NH) {
+    return (size_t)B * NH * T;
+}
+
+extern "C" dsc_status dsc__cuda_gqa_backward(uint16_t *dqkv, float *scratch, const uint16_t *dout,
+                                             const uint16_t *qkv, const uint16_t *out,
+                                             const float *lse, int B, int T, int NH, int NKV,
+                                             int HS, bool fp16, void *stream) {
+    DSC_TRY(gqa_check("grouped-query attention backward", B, T, NH, NKV, HS, dqkv, dout, qkv));
+    DSC_CUDA_ARG(out && lse && scratch && dsc__aligned16(out),
+                 "grouped-query attention backward: out, lse or scratch is NULL or out is not "
+                 "16-byte aligned");
+#if ATT_MMA
+    cudaStream_t st = (cudaStream_t)stream;
+    int C = NH * HS;
+    unsigned dot_blocks = dsc__blocks((long long)B * T, 256 / dsc__host_warp_size());
+    if (HS == ATT_HS && fp16)
+        att_bwd_dot_kernel<true><<<dot_blocks, 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    else if (HS == ATT_HS)
+        att_bwd_dot_kernel<false><<<dot_blocks, 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    else if (fp16)
+        att_bwd_dot_kernel<true, 16>
+            <<<dot_blocks, 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    else
+        att_bwd_dot_kernel<false, 16>
+            <<<dot_blocks, 256, 0, st>>>(scratch, dout, out, B * T, T, C, NH);
+    DSC_CUDA_LAUNCHED("att_bwd_dot_kernel");
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    if (HS == ATT_HS)
+        return fp16 ? mma_backward<true, true, 1>(dqkv, scratch, dout, qkv, lse, T, NH, NKV, NULL,
+                                                  grid, st)
+                    : mma_backward<false, true, 1>(dqkv, scratch, dout, qkv, lse, T, NH, NKV, NULL,
+                                                   grid, st);
+    return fp16 ? mma_backward<true, true, 2>(dqkv, scratch, dout, qkv, lse, T, NH, NKV, NULL, grid,
+                                              st)
+                : mma_backward<false, true, 2>(dqkv, scratch, dout, qkv, lse, T, NH, NKV, NULL,
+                                               grid, st);
+#else
+    (void)fp16, (void)stream;
+    return DSC_ERR_INTERNAL; // gqa_check has refused
+#endif
 }

@@ -7,8 +7,9 @@
 //
 // Shape of the work: a block is 4 warps (one warpgroup) and 64 rows of one (batch, head); each
 // warp owns 16 rows and keeps its score tiles and its output tile in registers as mma fragments.
-// The operand tiles (Q, K, V, dO: 64 rows x 64 16-bit values) sit in shared memory; the streamed
-// ones are double-buffered with cp.async so the next tile loads while this one is multiplied.
+// The operand tiles (Q, K, V, dO: 64 rows x 64 16-bit values; a head of 128 is two such panels)
+// sit in shared memory; the streamed ones are double-buffered with cp.async so the next tile
+// loads while this one is multiplied.
 // A score accumulator's layout (row g / g + 8, columns 2t, 2t + 1 of each
 // 8-column slice) is exactly the layout of an A operand once packed to 16-bit pairs, so P and dS
 // go from one product to the next without touching memory.
@@ -163,6 +164,13 @@ __device__ static inline void tile_async(uint16_t *s, const uint16_t *g, size_t 
     }
 }
 
+// The same for a 64 x 64 NP tile stored as NP 64 x 64 panels, one after the other.
+template <int NP>
+__device__ static inline void panels_async(uint16_t *s, const uint16_t *g, size_t gld, int nvalid) {
+    for (int p = 0; p < NP; p++)
+        tile_async(s + p * MMA_TILE_ELEMS, g + p * 64, gld, nvalid);
+}
+
 // 64 floats of row statistics (rows past nvalid: zeros).
 __device__ static inline void stats_async(float *s, const float *g, int nvalid) {
     int i = threadIdx.x;
@@ -242,10 +250,11 @@ __device__ static inline void wg_mma_ss(float d[8][4], uint64_t adesc, uint64_t 
 // is column n of the product).
 template <bool F16>
 __device__ static inline void rows_bt_mma(float acc[8][4], const uint32_t a[4][4],
-                                          const uint16_t *tile) {
+                                          const uint16_t *tile, bool zero = true) {
     int lane = threadIdx.x & 31;
-    for (int n = 0; n < 8; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    if (zero)
+        for (int n = 0; n < 8; n++)
+            acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     for (int n = 0; n < 8; n++) {
         for (int h = 0; h < 2; h++) {
             uint32_t b[4];
@@ -318,16 +327,22 @@ __device__ static inline void pin(float d[8][4]) {
 // B^T, B a shared tile of 64 rows x 64 (row n of B is column n of the product): Q K^T, dO V^T,
 // K Q^T, V dO^T. With wgmma both operands are read from shared memory (a k-step is 32 bytes
 // along the rows).
-template <bool F16>
+// With NP > 1 the rows are NP 64-column panels (NP tiles one after the other, head size 64 NP),
+// summed over.
+template <bool F16, int NP = 1>
 __device__ static inline void bt(float acc[8][4], const uint16_t *tileA, const uint16_t *tileB) {
 #if DSC_ATT_ASYNC
-    uint64_t da = wg_desc(tileA), db = wg_desc(tileB);
-    for (int k = 0; k < 4; k++)
-        wg_mma_ss<F16>(acc, da + 2 * k, db + 2 * k, k > 0);
+    for (int p = 0; p < NP; p++) {
+        uint64_t da = wg_desc(tileA + p * MMA_TILE_ELEMS), db = wg_desc(tileB + p * MMA_TILE_ELEMS);
+        for (int k = 0; k < 4; k++)
+            wg_mma_ss<F16>(acc, da + 2 * k, db + 2 * k, p > 0 || k > 0);
+    }
 #else
-    uint32_t af[4][4];
-    load_a_rows(af, tileA, (threadIdx.x >> 5) * 16);
-    rows_bt_mma<F16>(acc, af, tileB);
+    for (int p = 0; p < NP; p++) {
+        uint32_t af[4][4];
+        load_a_rows(af, tileA + p * MMA_TILE_ELEMS, (threadIdx.x >> 5) * 16);
+        rows_bt_mma<F16>(acc, af, tileB + p * MMA_TILE_ELEMS, p == 0);
+    }
 #endif
 }
 
@@ -420,50 +435,78 @@ __device__ static inline void store_acc_colsum(uint16_t *g, size_t gld, const fl
     __syncthreads(); // red may be written again by a next call
 }
 
+// ---- where a head's operands lie ----
+//
+// A qkv row holds q (NH heads of HS = 64 NP values), then k and v (NKV heads each):
+// (NH + 2 NKV) HS values, and query head h reads kv head h / (NH / NKV). GQA false is GPT-2's
+// layout (NKV = NH, rows of 3C, HS 64), with the group of one query head per kv head known at
+// compile time. A head's 64 NP columns are held as NP shared tiles of 64 columns (panels): the
+// score products sum over them, and each output accumulator is NP register tiles.
+template <bool GQA> __device__ static inline int kv_head(int h, int NH, int NKV) {
+    return GQA ? h / (NH / NKV) : h;
+}
+
+template <bool GQA, int NP> struct head_cols {
+    size_t C;  // q values of a row: NH HS (also the rows of out and dout)
+    size_t ld; // values of a qkv row
+    size_t k;  // first column of kv head hk's k
+    size_t kv; // from a kv head's k to its v: NKV HS
+    __device__ head_cols(int NH, int NKV, int hk) {
+        C = (size_t)NH * 64 * NP;
+        kv = GQA ? (size_t)NKV * 64 * NP : C;
+        ld = C + 2 * kv;
+        k = C + (size_t)hk * 64 * NP;
+    }
+};
+
+// Blocks per multiprocessor: the head size 64 counts above; with 128 two (shared memory).
+#define MMA_BLOCKS(np, n) ((np) == 1 ? (n) : 2)
+
 // ---- forward ----
 
-#define MMA_FWD_SMEM (5 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
+#define MMA_FWD_SMEM(np) (5 * (np) * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
-template <bool F16>
-__global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
-    fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int C, int NH,
+template <bool F16, bool GQA, int NP>
+__global__ void __launch_bounds__(128, MMA_BLOCKS(NP, DSC_ATT_FWD_BLOCKS))
+    fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV,
                float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
+    const int TE = NP * MMA_TILE_ELEMS, HS = 64 * NP; // one 64 x HS tile
     uint16_t *sQ = aligned_smem(smem_raw);
-    uint16_t *sK = sQ + MMA_TILE_ELEMS,
-             *sV = sQ + 3 * MMA_TILE_ELEMS; // two buffers each
+    uint16_t *sK = sQ + TE, *sV = sQ + 3 * TE; // two buffers each
 
     int nt = (T + 63) / 64, qt = nt - 1 - blockIdx.x; // longest rows first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    size_t C3 = 3 * (size_t)C;
-    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    head_cols<GQA, NP> hc(NH, NKV, kv_head<GQA>(h, NH, NKV));
+    size_t C = hc.C, C3 = hc.ld;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const uint16_t *kbase = qkv + (size_t)b * T * C3 + hc.k, *vbase = kbase + hc.kv;
     int q0 = qt * 64, row0 = q0 + warp * 16 + gi, row1 = row0 + 8;
 
-    tile_async(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
-    tile_async(sK, base + C, C3, min(64, T));
-    tile_async(sV, base + 2 * C, C3, min(64, T));
+    panels_async<NP>(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
+    panels_async<NP>(sK, kbase, C3, min(64, T));
+    panels_async<NP>(sV, vbase, C3, min(64, T));
     cp_commit();
 
-    float o[8][4], s[8][4];
-    for (int n = 0; n < 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float o[NP][8][4], s[8][4];
+    for (int p = 0; p < NP; p++)
+        for (int n = 0; n < 8; n++)
+            o[p][n][0] = o[p][n][1] = o[p][n][2] = o[p][n][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {
         int cur = kt & 1, k0 = kt * 64;
         if (kt < qt) {
             int nk = k0 + 64;
-            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, base + C + (size_t)nk * C3, C3,
-                       min(64, T - nk));
-            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, base + 2 * C + (size_t)nk * C3, C3,
-                       min(64, T - nk));
+            panels_async<NP>(sK + (cur ^ 1) * TE, kbase + (size_t)nk * C3, C3, min(64, T - nk));
+            panels_async<NP>(sV + (cur ^ 1) * TE, vbase + (size_t)nk * C3, C3, min(64, T - nk));
         }
         cp_commit();
         cp_wait_prev();
         __syncthreads();
         prod_begin();
-        bt<F16>(s, sQ, sK + cur * MMA_TILE_ELEMS);
+        bt<F16, NP>(s, sQ, sK + cur * TE);
         prod_commit();
         prod_wait<0>();
         pin(s);
@@ -492,7 +535,8 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
             s[n][3] = ex2(fmaf(s[n][3], scale_log2, -mn1));
             ls0 += s[n][0] + s[n][1];
             ls1 += s[n][2] + s[n][3];
-            o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
+            for (int p = 0; p < NP; p++)
+                o[p][n][0] *= a0, o[p][n][1] *= a0, o[p][n][2] *= a1, o[p][n][3] *= a1;
         }
         l0 = l0 * a0 + ls0,
         l1 = l1 * a1 + ls1; // this lane's columns; summed over the quad below
@@ -500,12 +544,15 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
         {
             uint32_t pa[4][4];
             pack_acc<F16>(pa, s);
-            pin(o);
+            for (int p = 0; p < NP; p++)
+                pin(o[p]);
             prod_begin();
-            times<F16>(o, pa, sV + cur * MMA_TILE_ELEMS);
+            for (int p = 0; p < NP; p++)
+                times<F16>(o[p], pa, sV + cur * TE + p * MMA_TILE_ELEMS);
             prod_commit();
             prod_wait<0>();
-            pin(o);
+            for (int p = 0; p < NP; p++)
+                pin(o[p]);
         }
         __syncthreads(); // every warp is done with this buffer before it is
                          // refilled
@@ -515,8 +562,9 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
         l0 += __shfl_xor_sync(0xffffffffu, l0, x);
         l1 += __shfl_xor_sync(0xffffffffu, l1, x);
     }
-    store_acc<F16>(out + (size_t)b * T * C + (size_t)h * 64, C, o, 1.0f / l0, 1.0f / l1,
-                   q0 + warp * 16, T);
+    for (int p = 0; p < NP; p++)
+        store_acc<F16>(out + (size_t)b * T * C + (size_t)h * HS + p * 64, C, o[p], 1.0f / l0,
+                       1.0f / l1, q0 + warp * 16, T);
     if (t == 0) {
         const float ln2 = 0.6931471805599453f;
         if (row0 < T) lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * ln2;
@@ -531,58 +579,69 @@ __global__ void __launch_bounds__(128, DSC_ATT_FWD_BLOCKS)
 // dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q. K and V stay in shared
 // memory and P^T is held packed, so that three blocks fit on a multiprocessor (166 registers
 // with wgmma) instead of two. dS is formed from the 16-bit P that the dV product also uses.
-#define MMA_DKDV_SMEM (6 * MMA_TILE_ELEMS * 2 + 4 * 64 * 4 + MMA_SMEM_ALIGN)
+// With grouped-query attention the block's key tile belongs to one kv head, and the loop runs
+// over each of its query heads in turn, adding into the same registers.
+#define MMA_DKDV_SMEM(np) (6 * (np) * MMA_TILE_ELEMS * 2 + 4 * 64 * 4 + MMA_SMEM_ALIGN)
 
-template <bool F16>
-__global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
+template <bool F16, bool GQA, int NP>
+__global__ void __launch_bounds__(128, MMA_BLOCKS(NP, DSC_ATT_DKDV_BLOCKS))
     dkdv_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
-                const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale,
+                const float *Dv, int T, int NH, int NKV, float scale_log2, float sm_scale,
                 float *bpart) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint16_t *sK = aligned_smem(smem_raw), *sV = sK + MMA_TILE_ELEMS;
-    uint16_t *sQ = sK + 2 * MMA_TILE_ELEMS,
-             *sdO = sK + 4 * MMA_TILE_ELEMS; // two buffers each
-    float *sL = (float *)(sK + 6 * MMA_TILE_ELEMS),
+    const int TE = NP * MMA_TILE_ELEMS, HS = 64 * NP; // one 64 x HS tile
+    uint16_t *sK = aligned_smem(smem_raw), *sV = sK + TE;
+    uint16_t *sQ = sK + 2 * TE, *sdO = sK + 4 * TE; // two buffers each
+    float *sL = (float *)(sK + 6 * TE),
           *sD = sL + 128; // two rows of 64 each
 
+    if (!GQA) NKV = NH;
     int nt = (T + 63) / 64, kt = blockIdx.x; // most query tiles first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int bh = blockIdx.y, b = bh / NKV, h = bh % NKV; // h: the kv head
+    int G = GQA ? NH / NKV : 1, h0 = h * G;          // its query heads h0 .. h0 + G - 1
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    size_t C3 = 3 * (size_t)C;
-    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
-    const uint16_t *dbase = dout + (size_t)b * T * C + (size_t)h * 64;
-    const float *L = lse + (size_t)bh * T, *D = Dv + (size_t)bh * T;
+    head_cols<GQA, NP> hc(NH, NKV, h);
+    size_t C = hc.C, C3 = hc.ld;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h0 * HS; // query head h0's q
+    const uint16_t *kbase = qkv + (size_t)b * T * C3 + hc.k, *vbase = kbase + hc.kv;
+    const uint16_t *dbase = dout + (size_t)b * T * C + (size_t)h0 * HS;
+    const float *L = lse + ((size_t)b * NH + h0) * T, *D = Dv + ((size_t)b * NH + h0) * T;
     int k0 = kt * 64, key0 = k0 + warp * 16 + gi, key1 = key0 + 8;
 
-    tile_async(sK, base + C + (size_t)k0 * C3, C3, min(64, T - k0));
-    tile_async(sV, base + 2 * C + (size_t)k0 * C3, C3, min(64, T - k0));
-    tile_async(sQ, base + (size_t)k0 * C3, C3, min(64, T - k0));
-    tile_async(sdO, dbase + (size_t)k0 * C, C, min(64, T - k0));
+    panels_async<NP>(sK, kbase + (size_t)k0 * C3, C3, min(64, T - k0));
+    panels_async<NP>(sV, vbase + (size_t)k0 * C3, C3, min(64, T - k0));
+    panels_async<NP>(sQ, base + (size_t)k0 * C3, C3, min(64, T - k0));
+    panels_async<NP>(sdO, dbase + (size_t)k0 * C, C, min(64, T - k0));
     stats_async(sL, L + k0, T - k0);
     stats_async(sD, D + k0, T - k0);
     cp_commit();
 
-    float dk[8][4], dv[8][4], s[8][4];
-    for (int n = 0; n < 8; n++)
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
+    float dk[NP][8][4], dv[NP][8][4], s[8][4];
+    for (int p = 0; p < NP; p++)
+        for (int n = 0; n < 8; n++)
+            for (int e = 0; e < 4; e++)
+                dk[p][n][e] = dv[p][n][e] = 0.0f;
     const float log2e = 1.4426950408889634f;
 
-    for (int qt = kt; qt < nt; qt++) {
-        int cur = (qt - kt) & 1, q0 = qt * 64;
-        if (qt + 1 < nt) {
-            int nq = q0 + 64;
-            tile_async(sQ + (cur ^ 1) * MMA_TILE_ELEMS, base + (size_t)nq * C3, C3,
-                       min(64, T - nq));
-            tile_async(sdO + (cur ^ 1) * MMA_TILE_ELEMS, dbase + (size_t)nq * C, C,
-                       min(64, T - nq));
-            stats_async(sL + (cur ^ 1) * 64, L + nq, T - nq);
-            stats_async(sD + (cur ^ 1) * 64, D + nq, T - nq);
+    // Step i is query head h0 + i / nq's query tile kt + i % nq: the group's heads in order, each
+    // over the query tiles that see this key tile, with the next step's tiles loading meanwhile.
+    int nq = nt - kt;
+    for (int i = 0; i < G * nq; i++) {
+        int cur = i & 1, qt = kt + (GQA ? i % nq : i), q0 = qt * 64;
+        if (i + 1 < G * nq) {
+            int ng = GQA ? (i + 1) / nq : 0, nq0 = (kt + (GQA ? (i + 1) % nq : i + 1)) * 64;
+            size_t hq = (size_t)ng * HS, hs = (size_t)ng * T;
+            panels_async<NP>(sQ + (cur ^ 1) * TE, base + hq + (size_t)nq0 * C3, C3,
+                             min(64, T - nq0));
+            panels_async<NP>(sdO + (cur ^ 1) * TE, dbase + hq + (size_t)nq0 * C, C,
+                             min(64, T - nq0));
+            stats_async(sL + (cur ^ 1) * 64, L + hs + nq0, T - nq0);
+            stats_async(sD + (cur ^ 1) * 64, D + hs + nq0, T - nq0);
         }
         cp_commit();
         cp_wait_prev();
         __syncthreads();
-        const uint16_t *tQ = sQ + cur * MMA_TILE_ELEMS, *tdO = sdO + cur * MMA_TILE_ELEMS;
+        const uint16_t *tQ = sQ + cur * TE, *tdO = sdO + cur * TE;
         const float *tL = sL + cur * 64, *tD = sD + cur * 64;
         // S^T and dP^T start together; P^T is formed while dP^T is still being multiplied, and
         // dV's product runs while dS^T is formed.
@@ -590,9 +649,9 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
         pin(s);
         pin(dp);
         prod_begin();
-        bt<F16>(s, sK, tQ); // S^T = K Q^T
+        bt<F16, NP>(s, sK, tQ); // S^T = K Q^T
         prod_commit();
-        bt<F16>(dp, sV, tdO); // dP^T = V dO^T
+        bt<F16, NP>(dp, sV, tdO); // dP^T = V dO^T
         prod_commit();
         prod_wait<1>();
         pin(s);
@@ -607,9 +666,11 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
                 }
         uint32_t pf[4][4], df[4][4]; // P^T and dS^T, packed
         pack_acc<F16>(pf, s);
-        pin(dv);
+        for (int p = 0; p < NP; p++)
+            pin(dv[p]);
         prod_begin();
-        times<F16>(dv, pf, tdO); // dV += P^T dO
+        for (int p = 0; p < NP; p++)
+            times<F16>(dv[p], pf, tdO + p * MMA_TILE_ELEMS); // dV += P^T dO
         prod_commit();
         prod_wait<1>();
         pin(dp);
@@ -624,55 +685,64 @@ __global__ void __launch_bounds__(128, DSC_ATT_DKDV_BLOCKS)
             }
         }
         pack_acc<F16>(df, dp);
-        pin(dk);
+        for (int p = 0; p < NP; p++)
+            pin(dk[p]);
         prod_begin();
-        times<F16>(dk, df, tQ); // dK += dS^T Q
+        for (int p = 0; p < NP; p++)
+            times<F16>(dk[p], df, tQ + p * MMA_TILE_ELEMS); // dK += dS^T Q
         prod_commit();
         prod_wait<0>();
-        pin(dv);
-        pin(dk);
+        for (int p = 0; p < NP; p++) {
+            pin(dv[p]);
+            pin(dk[p]);
+        }
         __syncthreads();
     }
     cp_wait_all();
-    uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
-    if (!bpart) {
-        store_acc<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T);
-        store_acc<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T);
+    uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+    if (GQA || !bpart) { // the bias column sums are GPT-2's only
+        uint16_t *gk = dqkv + (size_t)b * T * C3 + hc.k;
+        for (int p = 0; p < NP; p++) {
+            store_acc<F16>(gk + p * 64, C3, dk[p], sm_scale, sm_scale, k0 + warp * 16, T);
+            store_acc<F16>(gk + hc.kv + p * 64, C3, dv[p], 1.0f, 1.0f, k0 + warp * 16, T);
+        }
         return;
     }
     __syncthreads(); // every warp is past its last read of the tiles: red reuses them
     float *part = bpart + ((size_t)b * nt + kt) * C3 + (size_t)h * 64;
-    store_acc_colsum<F16>(g + C, C3, dk, sm_scale, sm_scale, k0 + warp * 16, T, (float *)sK,
+    store_acc_colsum<F16>(g + C, C3, dk[0], sm_scale, sm_scale, k0 + warp * 16, T, (float *)sK,
                           part + C);
-    store_acc_colsum<F16>(g + 2 * C, C3, dv, 1.0f, 1.0f, k0 + warp * 16, T, (float *)sK,
+    store_acc_colsum<F16>(g + 2 * C, C3, dv[0], 1.0f, 1.0f, k0 + warp * 16, T, (float *)sK,
                           part + 2 * C);
 }
 
 // dQ of one 64-query tile, looping over the key tiles it sees: S = Q K^T, dP =
 // dO V^T, dS = P (dP - D), dQ += dS K. Q and dO stay in shared memory.
-#define MMA_DQ_SMEM (6 * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
+#define MMA_DQ_SMEM(np) (6 * (np) * MMA_TILE_ELEMS * 2 + MMA_SMEM_ALIGN)
 
-template <bool F16>
-__global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
+template <bool F16, bool GQA, int NP>
+__global__ void __launch_bounds__(128, MMA_BLOCKS(NP, DSC_ATT_DQ_BLOCKS))
     dq_kernel(uint16_t *dqkv, const uint16_t *qkv, const uint16_t *dout, const float *lse,
-              const float *Dv, int T, int C, int NH, float scale_log2, float sm_scale,
+              const float *Dv, int T, int NH, int NKV, float scale_log2, float sm_scale,
               float *bpart) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint16_t *sQ = aligned_smem(smem_raw), *sdO = sQ + MMA_TILE_ELEMS;
-    uint16_t *sK = sQ + 2 * MMA_TILE_ELEMS,
-             *sV = sQ + 4 * MMA_TILE_ELEMS; // two buffers each
+    const int TE = NP * MMA_TILE_ELEMS, HS = 64 * NP; // one 64 x HS tile
+    uint16_t *sQ = aligned_smem(smem_raw), *sdO = sQ + TE;
+    uint16_t *sK = sQ + 2 * TE, *sV = sQ + 4 * TE; // two buffers each
 
     int nt = (T + 63) / 64, qt = nt - 1 - blockIdx.x; // most key tiles first
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gi = lane >> 2, t = lane & 3;
-    size_t C3 = 3 * (size_t)C;
-    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * 64;
+    head_cols<GQA, NP> hc(NH, NKV, kv_head<GQA>(h, NH, NKV));
+    size_t C = hc.C, C3 = hc.ld;
+    const uint16_t *base = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const uint16_t *kbase = qkv + (size_t)b * T * C3 + hc.k, *vbase = kbase + hc.kv;
     int q0 = qt * 64, row0 = q0 + warp * 16 + gi, row1 = row0 + 8;
 
-    tile_async(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
-    tile_async(sdO, dout + ((size_t)b * T + q0) * C + (size_t)h * 64, C, min(64, T - q0));
-    tile_async(sK, base + C, C3, min(64, T));
-    tile_async(sV, base + 2 * C, C3, min(64, T));
+    panels_async<NP>(sQ, base + (size_t)q0 * C3, C3, min(64, T - q0));
+    panels_async<NP>(sdO, dout + ((size_t)b * T + q0) * C + (size_t)h * HS, C, min(64, T - q0));
+    panels_async<NP>(sK, kbase, C3, min(64, T));
+    panels_async<NP>(sV, vbase, C3, min(64, T));
     cp_commit();
 
     const float log2e = 1.4426950408889634f;
@@ -680,18 +750,17 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
     float L0 = row0 < T ? L[row0] * log2e : 0.0f, L1 = row1 < T ? L[row1] * log2e : 0.0f;
     float D0 = row0 < T ? D[row0] : 0.0f, D1 = row1 < T ? D[row1] : 0.0f;
 
-    float dq[8][4], s[8][4], dp[8][4];
-    for (int n = 0; n < 8; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    float dq[NP][8][4], s[8][4], dp[8][4];
+    for (int p = 0; p < NP; p++)
+        for (int n = 0; n < 8; n++)
+            dq[p][n][0] = dq[p][n][1] = dq[p][n][2] = dq[p][n][3] = 0.0f;
 
     for (int kt = 0; kt <= qt; kt++) {
         int cur = kt & 1, k0 = kt * 64;
         if (kt < qt) {
             int nk = k0 + 64;
-            tile_async(sK + (cur ^ 1) * MMA_TILE_ELEMS, base + C + (size_t)nk * C3, C3,
-                       min(64, T - nk));
-            tile_async(sV + (cur ^ 1) * MMA_TILE_ELEMS, base + 2 * C + (size_t)nk * C3, C3,
-                       min(64, T - nk));
+            panels_async<NP>(sK + (cur ^ 1) * TE, kbase + (size_t)nk * C3, C3, min(64, T - nk));
+            panels_async<NP>(sV + (cur ^ 1) * TE, vbase + (size_t)nk * C3, C3, min(64, T - nk));
         }
         cp_commit();
         cp_wait_prev();
@@ -699,9 +768,9 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
         pin(s);
         pin(dp);
         prod_begin();
-        bt<F16>(s, sQ, sK + cur * MMA_TILE_ELEMS); // S = Q K^T
+        bt<F16, NP>(s, sQ, sK + cur * TE); // S = Q K^T
         prod_commit();
-        bt<F16>(dp, sdO, sV + cur * MMA_TILE_ELEMS); // dP = dO V^T
+        bt<F16, NP>(dp, sdO, sV + cur * TE); // dP = dO V^T
         prod_commit();
         prod_wait<1>(); // P while dP is still being multiplied
         pin(s);
@@ -720,23 +789,27 @@ __global__ void __launch_bounds__(128, DSC_ATT_DQ_BLOCKS)
         {
             uint32_t df[4][4];
             pack_acc<F16>(df, dp);
-            pin(dq);
+            for (int p = 0; p < NP; p++)
+                pin(dq[p]);
             prod_begin();
-            times<F16>(dq, df, sK + cur * MMA_TILE_ELEMS); // dQ += dS K
+            for (int p = 0; p < NP; p++)
+                times<F16>(dq[p], df, sK + cur * TE + p * MMA_TILE_ELEMS); // dQ += dS K
             prod_commit();
             prod_wait<0>();
-            pin(dq);
+            for (int p = 0; p < NP; p++)
+                pin(dq[p]);
         }
         __syncthreads();
     }
     cp_wait_all();
-    uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * 64;
-    if (!bpart) {
-        store_acc<F16>(g, C3, dq, sm_scale, sm_scale, q0 + warp * 16, T);
+    uint16_t *g = dqkv + (size_t)b * T * C3 + (size_t)h * HS;
+    if (GQA || !bpart) {
+        for (int p = 0; p < NP; p++)
+            store_acc<F16>(g + p * 64, C3, dq[p], sm_scale, sm_scale, q0 + warp * 16, T);
         return;
     }
     __syncthreads(); // every warp is past its last read of the tiles: red reuses them
-    store_acc_colsum<F16>(g, C3, dq, sm_scale, sm_scale, q0 + warp * 16, T, (float *)sQ,
+    store_acc_colsum<F16>(g, C3, dq[0], sm_scale, sm_scale, q0 + warp * 16, T, (float *)sQ,
                           bpart + ((size_t)b * nt + qt) * C3 + (size_t)h * 64);
 }
 
