@@ -64,7 +64,8 @@ static void test_embed(int64_t N, int C, int V, bool f16) {
     std::vector<float> ref((size_t)N * C);
     dsc__llama_embed_forward(ref.data(), tok.data(), emb.data(), N, C);
     std::vector<float> out = from_16(dev_download(d_out, (size_t)N * C), f16);
-    check_true(nm(f16, "embedding forward (N %lld, C %d): rows copied bit for bit", (long long)N, C),
+    check_true(nm(f16, "embedding forward (N %lld, C %d): rows copied bit for bit",
+                  (long long)N, C),
                memcmp(out.data(), ref.data(), ref.size() * 4) == 0);
 
     // backward, add: demb starts from random values
@@ -139,7 +140,8 @@ static void test_rmsnorm(int64_t N, int C, bool f16) {
     std::vector<float> dy = randn(n, 1.0), dx0 = randn(n, 1.0), dw0 = randn(C, 1.0);
     std::vector<uint16_t> dy16 = to_16(dy, f16), dx16 = to_16(dx0, f16);
     uint16_t *d_dy = dev_upload(dy16), *d_dx = dev_upload(dx16);
-    float *d_dw = dev_upload(dw0), *d_scr = dev_alloc<float>(dsc__cuda_rmsnorm_backward_scratch(N, C));
+    float *d_dw = dev_upload(dw0);
+    float *d_scr = dev_alloc<float>(dsc__cuda_rmsnorm_backward_scratch(N, C));
     fill_dev(d_r, rref);
     DS(dsc__cuda_rmsnorm_backward_h(d_dx, d_dw, d_scr, d_dy, d_x, d_w, d_r, true, N, C, f16, NULL));
     SYNC();
