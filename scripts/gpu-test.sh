@@ -91,9 +91,9 @@ build_direct() {
         objs+=("$o")
         nvcc "${nvflags[@]}" -c "$f" -o "$o" & pids+=($!)
     done
-    for f in base/status.c base/log.c base/half.c base/time.c model/blas.c model/gpt2/gpt2.c \
-        model/gpt2/kernels.c model/llama/kernels.c engine/optim/optim.c engine/optim/optim_avx2.c \
-        engine/optim/optim_avx512.c; do
+    for f in base/status.c base/log.c base/half.c base/time.c model/blas.c model/common.c \
+        model/gpt2/gpt2.c model/gpt2/kernels.c model/llama/kernels.c engine/optim/optim.c \
+        engine/optim/optim_avx2.c engine/optim/optim_avx512.c; do
         o="$out/$(echo "$f" | tr / _ | sed 's/\.c$/.o/')"
         objs+=("$o")
         gcc "${cflags[@]}" -c "$ROOT/src/$f" -o "$o" & pids+=($!)
