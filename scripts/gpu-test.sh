@@ -59,8 +59,8 @@ have_cpu_deps() {
 }
 
 # ---- build ----
-TESTS=(test_cuda_kernels test_cuda_attention test_cuda_optim test_cuda_gpt2 test_cuda_decode
-    test_cuda_nccl)
+TESTS=(test_cuda_kernels test_cuda_llama_kernels test_cuda_attention test_cuda_optim
+    test_cuda_gpt2 test_cuda_decode test_cuda_nccl)
 # The direct build compiles only the CPU sources the kernel tests compare against; these need
 # the whole library (the generation loop, the comm layer and NCCL) and so the CMake build.
 CMAKE_ONLY_TESTS=" test_cuda_decode test_cuda_nccl "
@@ -91,9 +91,9 @@ build_direct() {
         objs+=("$o")
         nvcc "${nvflags[@]}" -c "$f" -o "$o" & pids+=($!)
     done
-    for f in base/status.c base/log.c base/half.c base/time.c model/blas.c model/gpt2/gpt2.c \
-        model/gpt2/kernels.c engine/optim/optim.c engine/optim/optim_avx2.c \
-        engine/optim/optim_avx512.c; do
+    for f in base/status.c base/log.c base/half.c base/time.c model/blas.c model/common.c \
+        model/gpt2/gpt2.c model/gpt2/kernels.c model/llama/kernels.c engine/optim/optim.c \
+        engine/optim/optim_avx2.c engine/optim/optim_avx512.c; do
         o="$out/$(echo "$f" | tr / _ | sed 's/\.c$/.o/')"
         objs+=("$o")
         gcc "${cflags[@]}" -c "$ROOT/src/$f" -o "$o" & pids+=($!)
@@ -186,6 +186,7 @@ if [ "$SANITIZE" = 1 ]; then
     if [ -n "$SANITIZER" ]; then
         export DSC_TEST_SMALL=1
         run "memcheck test_cuda_kernels" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_kernels"
+        run "memcheck test_cuda_llama_kernels" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_llama_kernels"
         run "memcheck test_cuda_attention" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_attention"
         run "racecheck test_cuda_attention" 150 "$SANITIZER" --tool racecheck --error-exitcode 9 "$BIN/test_cuda_attention"
         run "initcheck test_cuda_attention" 150 "$SANITIZER" --tool initcheck --error-exitcode 9 "$BIN/test_cuda_attention"

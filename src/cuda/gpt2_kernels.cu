@@ -339,9 +339,40 @@ static size_t enc_counts_bytes(size_t nchunks, int V) {
     return align256((nchunks * V + (V + ELEM_THREADS - 1) / ELEM_THREADS) * 4);
 }
 
+extern "C" size_t dsc__cuda_token_sort_scratch(int64_t N, int V) {
+    size_t nchunks = ((size_t)N + ENC_CHUNK - 1) / ENC_CHUNK;
+    return enc_counts_bytes(nchunks, V) + 2 * align256((size_t)V * 4) + 2 * align256((size_t)N * 4);
+}
+
 extern "C" size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V) {
-    size_t BT = (size_t)B * T, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK;
-    return enc_counts_bytes(nchunks, V) + 2 * align256((size_t)V * 4) + 2 * align256(BT * 4);
+    return dsc__cuda_token_sort_scratch((int64_t)B * T, V);
+}
+
+extern "C" dsc_status dsc__cuda_token_sort(int **sorted, void *scratch, const int32_t *inp,
+                                           int64_t N, int V, void *stream) {
+    DSC_CUDA_ARG(sorted && scratch && inp && N > 0 && N < (1ll << 31) && V > 0,
+                 "token sort: bad arguments (N %lld, V %d)", (long long)N, V);
+    cudaStream_t st = as_stream(stream);
+    int BT = (int)N, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK;
+    char *s = (char *)scratch;
+    int *counts = (int *)s, *blocksum = counts + (size_t)nchunks * V;
+    s += enc_counts_bytes(nchunks, V);
+    int *totals = (int *)s, *offsets = (int *)(s + align256((size_t)V * 4));
+    s += 2 * align256((size_t)V * 4);
+    int *rank = (int *)s;
+    *sorted = (int *)(s + align256((size_t)BT * 4));
+    DSC_CUDA_TRY(cudaMemsetAsync(counts, 0, enc_counts_bytes(nchunks, V), st));
+    enc_rank_kernel<<<nchunks, ENC_THREADS, 0, st>>>(rank, counts, inp, BT, V);
+    DSC_CUDA_LAUNCHED("enc_rank_kernel");
+    unsigned vblocks = dsc__blocks(V, ELEM_THREADS);
+    enc_chunk_prefix_kernel<<<vblocks, ELEM_THREADS, 0, st>>>(counts, totals, blocksum, nchunks, V);
+    DSC_CUDA_LAUNCHED("enc_chunk_prefix_kernel");
+    enc_scan_kernel<<<vblocks, ELEM_THREADS, 0, st>>>(offsets, totals, blocksum, V);
+    DSC_CUDA_LAUNCHED("enc_scan_kernel");
+    enc_scatter_kernel<<<dsc__blocks(BT, ELEM_THREADS), ELEM_THREADS, 0, st>>>(
+        *sorted, rank, counts, offsets, inp, BT, V);
+    DSC_CUDA_LAUNCHED("enc_scatter_kernel");
+    return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
@@ -351,24 +382,8 @@ extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, voi
     DSC_TRY(check_rows("encoder backward", C, dwte, dwpe, dout));
     DSC_CUDA_ARG(B > 0 && T > 0 && V > 0 && inp && scratch, "encoder backward: bad arguments");
     cudaStream_t st = as_stream(stream);
-    int BT = B * T, nchunks = (BT + ENC_CHUNK - 1) / ENC_CHUNK, C8 = C / 8;
-    char *s = (char *)scratch;
-    int *counts = (int *)s, *blocksum = counts + (size_t)nchunks * V;
-    s += enc_counts_bytes(nchunks, V);
-    int *totals = (int *)s, *offsets = (int *)(s + align256((size_t)V * 4));
-    s += 2 * align256((size_t)V * 4);
-    int *rank = (int *)s, *sorted = (int *)(s + align256((size_t)BT * 4));
-    DSC_CUDA_TRY(cudaMemsetAsync(counts, 0, enc_counts_bytes(nchunks, V), st));
-    enc_rank_kernel<<<nchunks, ENC_THREADS, 0, st>>>(rank, counts, inp, BT, V);
-    DSC_CUDA_LAUNCHED("enc_rank_kernel");
-    unsigned vblocks = dsc__blocks(V, ELEM_THREADS);
-    enc_chunk_prefix_kernel<<<vblocks, ELEM_THREADS, 0, st>>>(counts, totals, blocksum, nchunks, V);
-    DSC_CUDA_LAUNCHED("enc_chunk_prefix_kernel");
-    enc_scan_kernel<<<vblocks, ELEM_THREADS, 0, st>>>(offsets, totals, blocksum, V);
-    DSC_CUDA_LAUNCHED("enc_scan_kernel");
-    enc_scatter_kernel<<<dsc__blocks(BT, ELEM_THREADS), ELEM_THREADS, 0, st>>>(sorted, rank, counts,
-                                                                               offsets, inp, BT, V);
-    DSC_CUDA_LAUNCHED("enc_scatter_kernel");
+    int BT = B * T, C8 = C / 8, *sorted = NULL;
+    DSC_TRY(dsc__cuda_token_sort(&sorted, scratch, inp, BT, V, stream));
     unsigned wte_blocks = dsc__blocks((long long)BT * C8, ELEM_THREADS);
     unsigned wpe_blocks = dsc__blocks((long long)T * C8, ELEM_THREADS);
     const uint4 *d = (const uint4 *)dout;

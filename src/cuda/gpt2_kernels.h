@@ -53,6 +53,13 @@ dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
                                         const uint16_t *dout, const int32_t *inp, int B, int T,
                                         int C, int V, bool wpe_add, bool fp16, void *stream);
 
+// Positions 0 .. N-1 of inp (N token ids in [0, V)) sorted by (token, position): the stable
+// counting sort the embedding backward passes share (N < 2^31). *sorted (N) points into scratch,
+// dsc__cuda_token_sort_scratch(N, V) bytes, valid until scratch is reused.
+size_t dsc__cuda_token_sort_scratch(int64_t N, int V);
+dsc_status dsc__cuda_token_sort(int **sorted, void *scratch, const int32_t *inp, int64_t N, int V,
+                                void *stream);
+
 // out (N, C) = (inp - mean) * rstd * w + b with eps 1e-5; mean, rstd (N) fp32 kept for backward.
 dsc_status dsc__cuda_layernorm_forward(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                                        const uint16_t *w, const uint16_t *b, int64_t N, int C,

@@ -1,0 +1,561 @@
+// cuda/llama_kernels.cu - GPU kernels of the Llama-family layers (see llama_kernels.h for the
+// contracts).
+#include "cuda/llama_kernels.h"
+
+#include "cuda/common.cuh"       // DSC_CUDA_TRY, dsc_unpack8_16, dsc_pack8_16, dsc_warp_sum, ...
+#include "cuda/gpt2_kernels.h" // dsc__cuda_token_sort, dsc__cuda_token_sort_scratch
+
+// Threads per block of each family; all multiples of 64 so that AMD wavefronts divide them.
+#define ELEM_THREADS 256 // elementwise passes: embedding, RoPE, SwiGLU (eight values a thread)
+#define RMS_THREADS 256  // RMSNorm forward: one warp per row
+#define RMS_REG_MAX 8    // rows of up to 8 chunks of 8 channels a lane live in registers
+#define RMSB_THREADS 128 // RMSNorm backward: one warp per row
+#define RMSB_ROWS 32     // rows per partial sum of the RMSNorm weight gradient
+#define RED_X 32         // columns per block of the partial-sum reduction
+#define RED_Y 16         // lanes along the chunks
+
+static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
+
+// 16-byte alignment of every tensor a call moves as vectors (NULL counts as aligned).
+static dsc_status check_aligned(const char *what, const void *a, const void *b, const void *c) {
+    DSC_CUDA_ARG(dsc__aligned16(a) && dsc__aligned16(b) && dsc__aligned16(c),
+                 "%s: tensors must be 16-byte aligned (whole rows of cudaMalloc'd buffers)", what);
+    return DSC_OK;
+}
+
+static dsc_status check_width(const char *what, const char *name, int n, int64_t N) {
+    DSC_CUDA_ARG(n > 0 && n % 8 == 0, "%s: %s = %d must be a positive multiple of 8", what, name,
+                 n);
+    DSC_CUDA_ARG(N > 0, "%s: N = %lld rows; it must be positive", what, (long long)N);
+    return DSC_OK;
+}
+
+// ---- token embeddings ----
+
+// One thread per 8 channels of one position: a copy of the bits, whatever the 16-bit type.
+__global__ void embed_fwd_kernel(uint4 *out, const int32_t *inp, const uint4 *emb, long long N,
+                                 int C8) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * C8) return;
+    out[i] = emb[(size_t)inp[i / C8] * C8 + (int)(i % C8)];
+}
+
+extern "C" dsc_status dsc__cuda_embed_forward_h(uint16_t *out, const int32_t *inp,
+                                                const uint16_t *emb, int64_t N, int C, bool fp16,
+                                                void *stream) {
+    (void)fp16; // rows are copied bit for bit
+    DSC_TRY(check_width("embedding forward", "C", C, N));
+    DSC_TRY(check_aligned("embedding forward", out, emb, NULL));
+    DSC_CUDA_ARG(out && inp && emb, "embedding forward: NULL tensor");
+    long long n = (long long)N * (C / 8);
+    embed_fwd_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
+        (uint4 *)out, inp, (const uint4 *)emb, N, C / 8);
+    DSC_CUDA_LAUNCHED("embed_fwd_kernel");
+    return DSC_OK;
+}
+
+// The first thread of each token's run (positions sorted by token) sums the run's rows (8
+// channels) in position order and adds them to (add) or writes them over (!add) the token's row
+// of demb: one writer per (token, channel group), hence no atomics; rows of tokens absent from
+// the batch have no run and are not touched.
+template <bool F16>
+__global__ void embed_grad_kernel(float *demb, const uint4 *dout, const int *sorted,
+                                  const int32_t *inp, int N, int C8, bool add) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)N * C8) return;
+    int i = (int)(idx / C8), c8 = (int)(idx % C8);
+    int v = inp[sorted[i]];
+    if (i > 0 && inp[sorted[i - 1]] == v) return;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, x[8];
+    for (int j = i; j < N; j++) {
+        int p = sorted[j];
+        if (inp[p] != v) break;
+        dsc_unpack8_16<F16>(dout[(size_t)p * C8 + c8], x);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[k];
+    }
+    float4 *g = (float4 *)(demb + ((size_t)v * C8 + c8) * 8);
+    if (add) {
+        float4 g0 = g[0], g1 = g[1];
+        acc[0] += g0.x, acc[1] += g0.y, acc[2] += g0.z, acc[3] += g0.w;
+        acc[4] += g1.x, acc[5] += g1.y, acc[6] += g1.z, acc[7] += g1.w;
+    }
+    g[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    g[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+}
+
+extern "C" size_t dsc__cuda_embed_backward_scratch(int64_t N, int V) {
+    return dsc__cuda_token_sort_scratch(N, V);
+}
+
+extern "C" dsc_status dsc__cuda_embed_backward_h(float *demb, void *scratch, const uint16_t *dout,
+                                                 const int32_t *inp, int64_t N, int C, int V,
+                                                 bool add, bool fp16, void *stream) {
+    DSC_TRY(check_width("embedding backward", "C", C, N));
+    DSC_TRY(check_aligned("embedding backward", demb, dout, NULL));
+    DSC_CUDA_ARG(demb && scratch && dout && inp && V > 0 && N < (1ll << 31),
+                 "embedding backward: bad arguments (N %lld, V %d)", (long long)N, V);
+    int *sorted = NULL, C8 = C / 8;
+    DSC_TRY(dsc__cuda_token_sort(&sorted, scratch, inp, N, V, stream));
+    unsigned blocks = dsc__blocks(N * C8, ELEM_THREADS);
+    cudaStream_t st = as_stream(stream);
+    const uint4 *d = (const uint4 *)dout;
+    if (fp16)
+        embed_grad_kernel<true>
+            <<<blocks, ELEM_THREADS, 0, st>>>(demb, d, sorted, inp, (int)N, C8, add);
+    else
+        embed_grad_kernel<false>
+            <<<blocks, ELEM_THREADS, 0, st>>>(demb, d, sorted, inp, (int)N, C8, add);
+    DSC_CUDA_LAUNCHED("embed_grad_kernel");
+    return DSC_OK;
+}
+
+// ---- RMSNorm ----
+
+// Eight channels of a row: s += x^2.
+template <bool F16> __device__ static inline void rms_sq8(float &s, uint4 xq) {
+    float v[8];
+    dsc_unpack8_16<F16>(xq, v);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s += v[k] * v[k];
+}
+
+// Eight channels of the result, in Hugging Face's order: w (x rstd).
+template <bool F16> __device__ static inline uint4 rms_norm8(uint4 xq, uint4 wq, float r) {
+    float v[8], wv[8];
+    dsc_unpack8_16<F16>(xq, v);
+    dsc_unpack8_16<F16>(wq, wv);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        v[k] = wv[k] * (v[k] * r);
+    return dsc_pack8_16<F16>(v);
+}
+
+// One warp per row. NCH > 0: the row in registers (at most NCH chunks of 8 channels a lane), all
+// of a lane's loads in flight at once; NCH 0: any C, the row read twice. Both add a lane's
+// squares in the same order (zeros past the row add nothing), so they give the same bits.
+template <bool F16, int NCH>
+__global__ void __launch_bounds__(RMS_THREADS)
+    rms_fwd_kernel(uint16_t *out, float *rstd, const uint16_t *x, const uint16_t *w, float eps,
+                   long long N, int C) {
+    int lane = threadIdx.x % DSC_WARP_SIZE;
+    long long row =
+        (long long)blockIdx.x * (blockDim.x / DSC_WARP_SIZE) + threadIdx.x / DSC_WARP_SIZE;
+    if (row >= N) return; // whole warps leave together
+    int C8 = C / 8;
+    const uint4 *xr = (const uint4 *)(x + row * C), *w4 = (const uint4 *)w;
+    uint4 *o = (uint4 *)(out + row * C);
+    float s = 0.0f, r;
+    if (NCH > 0) {
+        uint4 xq[NCH > 0 ? NCH : 1];
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            xq[j] = i < C8 ? xr[i] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < NCH; j++)
+            rms_sq8<F16>(s, xq[j]);
+        r = 1.0f / sqrtf(dsc_warp_sum(s) / (float)C + eps);
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            if (i < C8) o[i] = rms_norm8<F16>(xq[j], w4[i], r);
+        }
+    } else {
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+            rms_sq8<F16>(s, xr[i]);
+        r = 1.0f / sqrtf(dsc_warp_sum(s) / (float)C + eps);
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+            o[i] = rms_norm8<F16>(xr[i], w4[i], r);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+typedef void (*rms_fwd_fn)(uint16_t *, float *, const uint16_t *, const uint16_t *, float,
+                           long long, int);
+
+// The kernel for a 16-bit type and nch chunks of 8 channels a lane (0: beyond the registers).
+template <bool F16> static rms_fwd_fn rms_fwd_pick(int nch) {
+    static const rms_fwd_fn reg[RMS_REG_MAX] = {
+        rms_fwd_kernel<F16, 1>, rms_fwd_kernel<F16, 2>, rms_fwd_kernel<F16, 3>,
+        rms_fwd_kernel<F16, 4>, rms_fwd_kernel<F16, 5>, rms_fwd_kernel<F16, 6>,
+        rms_fwd_kernel<F16, 7>, rms_fwd_kernel<F16, 8>};
+    return nch >= 1 && nch <= RMS_REG_MAX ? reg[nch - 1] : rms_fwd_kernel<F16, 0>;
+}
+
+extern "C" dsc_status dsc__cuda_rmsnorm_forward_h(uint16_t *out, float *rstd, const uint16_t *x,
+                                                  const uint16_t *w, float eps, int64_t N, int C,
+                                                  bool fp16, void *stream) {
+    DSC_TRY(check_width("rmsnorm forward", "C", C, N));
+    DSC_TRY(check_aligned("rmsnorm forward", out, x, w));
+    DSC_CUDA_ARG(out && rstd && x && w, "rmsnorm forward: NULL tensor");
+    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws;
+    rms_fwd_fn k = fp16 ? rms_fwd_pick<true>(nch) : rms_fwd_pick<false>(nch);
+    k<<<dsc__blocks(N, RMS_THREADS / ws), RMS_THREADS, 0, as_stream(stream)>>>(out, rstd, x, w, eps,
+                                                                               N, C);
+    DSC_CUDA_LAUNCHED("rms_fwd_kernel");
+    return DSC_OK;
+}
+
+// Eight channels of a row: s += dy w (x rstd), the CPU kernel's order.
+template <bool F16>
+__device__ static inline void rms_bwd_dot8(float &s, uint4 dyq, uint4 xq, uint4 wq, float r) {
+    float a[8], xv[8], wv[8];
+    dsc_unpack8_16<F16>(dyq, a);
+    dsc_unpack8_16<F16>(xq, xv);
+    dsc_unpack8_16<F16>(wq, wv);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s += a[k] * wv[k] * (xv[k] * r);
+}
+
+// Eight channels once s is the row's mean of g xh: dx + rstd (dy w - xh s) as the result (one
+// rounding), and dy xh added into pw[0..7], the lane's partial weight gradient.
+template <bool F16>
+__device__ static inline uint4 rms_bwd_dx8(uint4 dyq, uint4 xq, uint4 wq, uint4 dxq, float r,
+                                           float s, float *pw) {
+    float a[8], xv[8], wv[8], d[8];
+    dsc_unpack8_16<F16>(dyq, a);
+    dsc_unpack8_16<F16>(xq, xv);
+    dsc_unpack8_16<F16>(wq, wv);
+    dsc_unpack8_16<F16>(dxq, d);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float xh = xv[k] * r;
+        d[k] += r * (a[k] * wv[k] - xh * s);
+        pw[k] += a[k] * xh;
+    }
+    return dsc_pack8_16<F16>(d);
+}
+
+// One block per chunk of RMSB_ROWS rows, a warp per row, the row (dy, x, dx) in registers (at
+// most NCH chunks of 8 channels a lane) and each lane's partial weight gradient of its channels
+// in registers across the warp's rows. At the end the warps add their partials into shared
+// memory one after the other (warp order: deterministic) and the block writes its chunk's row
+// of part (nchunks, C).
+template <bool F16, int NCH>
+__global__ void __launch_bounds__(RMSB_THREADS)
+    rms_bwd_reg_kernel(uint16_t *dx, float *part, const uint16_t *dout, const uint16_t *x,
+                       const uint16_t *w, const float *rstd, long long N, int C) {
+    extern __shared__ float4 rms_sh4[]; // C floats
+    float *sh = (float *)rms_sh4;
+    int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
+    int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
+    const uint4 *w4 = (const uint4 *)w;
+    long long r0 = (long long)blockIdx.x * RMSB_ROWS;
+    int nr = (int)min((long long)RMSB_ROWS, N - r0);
+    float pw[NCH][8];
+#pragma unroll
+    for (int j = 0; j < NCH; j++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            pw[j][k] = 0.0f;
+    for (int r = warp; r < nr; r += nwarps) {
+        size_t off = (size_t)(r0 + r) * C8;
+        const uint4 *dy = (const uint4 *)dout + off, *xr = (const uint4 *)x + off;
+        uint4 *dxr = (uint4 *)dx + off;
+        uint4 dyq[NCH], xq[NCH], dxq[NCH];
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            bool in = i < C8;
+            dyq[j] = in ? dy[i] : make_uint4(0, 0, 0, 0);
+            xq[j] = in ? xr[i] : make_uint4(0, 0, 0, 0);
+            dxq[j] = in ? dxr[i] : make_uint4(0, 0, 0, 0);
+        }
+        float rs = rstd[r0 + r], s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            if (i < C8) rms_bwd_dot8<F16>(s, dyq[j], xq[j], w4[i], rs);
+        }
+        s = dsc_warp_sum(s) / (float)C;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = lane + j * DSC_WARP_SIZE;
+            if (i < C8) dxr[i] = rms_bwd_dx8<F16>(dyq[j], xq[j], w4[i], dxq[j], rs, s, pw[j]);
+        }
+    }
+    for (int k = 0; k < nwarps; k++) {
+        if (warp == k) {
+#pragma unroll
+            for (int j = 0; j < NCH; j++) {
+                int i = lane + j * DSC_WARP_SIZE;
+                if (i >= C8) continue;
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    sh[i * 8 + q] = k ? sh[i * 8 + q] + pw[j][q] : pw[j][q];
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        part[(size_t)blockIdx.x * C + c] = sh[c];
+}
+
+// The same for any C: the row read twice from memory, each warp's partial weight gradient in its
+// own slice of shared memory (nwarps C floats; a channel is one lane's, so no atomics), the
+// slices summed in warp order at the end.
+template <bool F16>
+__global__ void __launch_bounds__(RMSB_THREADS)
+    rms_bwd_kernel(uint16_t *dx, float *part, const uint16_t *dout, const uint16_t *x,
+                   const uint16_t *w, const float *rstd, long long N, int C) {
+    extern __shared__ float4 rms_sh4[]; // (nwarps, C) floats
+    float *sh = (float *)rms_sh4;
+    int lane = threadIdx.x % DSC_WARP_SIZE, warp = threadIdx.x / DSC_WARP_SIZE;
+    int nwarps = blockDim.x / DSC_WARP_SIZE, C8 = C / 8;
+    float *pw = sh + (size_t)warp * C;
+    const uint4 *w4 = (const uint4 *)w;
+    long long r0 = (long long)blockIdx.x * RMSB_ROWS;
+    int nr = (int)min((long long)RMSB_ROWS, N - r0);
+    for (int c = threadIdx.x; c < nwarps * C; c += blockDim.x)
+        sh[c] = 0.0f;
+    __syncthreads();
+    for (int r = warp; r < nr; r += nwarps) {
+        size_t off = (size_t)(r0 + r) * C8;
+        const uint4 *dy = (const uint4 *)dout + off, *xr = (const uint4 *)x + off;
+        uint4 *dxr = (uint4 *)dx + off;
+        float rs = rstd[r0 + r], s = 0.0f;
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+            rms_bwd_dot8<F16>(s, dy[i], xr[i], w4[i], rs);
+        s = dsc_warp_sum(s) / (float)C;
+        for (int i = lane; i < C8; i += DSC_WARP_SIZE)
+            dxr[i] = rms_bwd_dx8<F16>(dy[i], xr[i], w4[i], dxr[i], rs, s, pw + i * 8);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = 0.0f;
+        for (int k = 0; k < nwarps; k++)
+            v += sh[(size_t)k * C + c];
+        part[(size_t)blockIdx.x * C + c] = v;
+    }
+}
+
+// acc (ncols) += (add) or = the column sums of part (nchunks, ncols), chunks in a fixed order:
+// RED_Y lanes each take every RED_Y-th chunk, then the lanes are added in order.
+__global__ void __launch_bounds__(RED_X *RED_Y)
+    rms_reduce_kernel(float *acc, const float *part, int nchunks, int ncols, bool add) {
+    __shared__ float sh[RED_Y][RED_X + 1];
+    int c = blockIdx.x * RED_X + threadIdx.x;
+    float s = 0.0f;
+    if (c < ncols)
+        for (int k = threadIdx.y; k < nchunks; k += RED_Y)
+            s += part[(size_t)k * ncols + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= ncols) return;
+    for (int y = 1; y < RED_Y; y++)
+        s += sh[y][threadIdx.x];
+    acc[c] = add ? acc[c] + s : s;
+}
+
+extern "C" size_t dsc__cuda_rmsnorm_backward_scratch(int64_t N, int C) {
+    return (size_t)((N + RMSB_ROWS - 1) / RMSB_ROWS) * (size_t)C;
+}
+
+typedef void (*rms_bwd_fn)(uint16_t *, float *, const uint16_t *, const uint16_t *,
+                           const uint16_t *, const float *, long long, int);
+
+template <bool F16> static rms_bwd_fn rms_bwd_pick(int nch) {
+    static const rms_bwd_fn reg[RMS_REG_MAX] = {
+        rms_bwd_reg_kernel<F16, 1>, rms_bwd_reg_kernel<F16, 2>, rms_bwd_reg_kernel<F16, 3>,
+        rms_bwd_reg_kernel<F16, 4>, rms_bwd_reg_kernel<F16, 5>, rms_bwd_reg_kernel<F16, 6>,
+        rms_bwd_reg_kernel<F16, 7>, rms_bwd_reg_kernel<F16, 8>};
+    return nch >= 1 && nch <= RMS_REG_MAX ? reg[nch - 1] : rms_bwd_kernel<F16>;
+}
+
+// Threads and shared memory of a backward block: the register kernel takes C floats; the other
+// one C floats a warp, as many warps (up to RMSB_THREADS / ws) as the device's opt-in limit holds.
+static dsc_status rms_bwd_shape(int C, int nch, int *threads, size_t *smem) {
+    int ws = dsc__host_warp_size(), warps = RMSB_THREADS / ws;
+    if (nch <= RMS_REG_MAX) {
+        *threads = RMSB_THREADS;
+        *smem = (size_t)C * sizeof(float);
+        return DSC_OK;
+    }
+    int dev = 0, optin = 0;
+    DSC_CUDA_TRY(cudaGetDevice(&dev));
+    DSC_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    while (warps > 0 && (size_t)warps * C * sizeof(float) > (size_t)optin)
+        warps--;
+    DSC_CUDA_ARG(warps > 0,
+                 "rmsnorm backward: C = %d needs %zu bytes of shared memory a block, more than "
+                 "this device's %d",
+                 C, (size_t)C * sizeof(float), optin);
+    *threads = warps * ws;
+    *smem = (size_t)warps * C * sizeof(float);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_rmsnorm_backward_h(uint16_t *dx, float *dw, float *scratch,
+                                                   const uint16_t *dout, const uint16_t *x,
+                                                   const uint16_t *w, const float *rstd, bool add,
+                                                   int64_t N, int C, bool fp16, void *stream) {
+    DSC_TRY(check_width("rmsnorm backward", "C", C, N));
+    DSC_TRY(check_aligned("rmsnorm backward", dx, dout, x));
+    DSC_TRY(check_aligned("rmsnorm backward", w, NULL, NULL));
+    DSC_CUDA_ARG(dx && dw && scratch && dout && x && w && rstd, "rmsnorm backward: NULL tensor");
+    cudaStream_t st = as_stream(stream);
+    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws, threads = 0;
+    int nchunks = (int)((N + RMSB_ROWS - 1) / RMSB_ROWS);
+    size_t smem = 0;
+    DSC_TRY(rms_bwd_shape(C, nch, &threads, &smem));
+    rms_bwd_fn k = fp16 ? rms_bwd_pick<true>(nch) : rms_bwd_pick<false>(nch);
+    if (smem > 48 * 1024)
+        DSC_CUDA_CHECK_AS(
+            cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+            "rmsnorm backward: shared memory limit");
+    k<<<nchunks, threads, smem, st>>>(dx, scratch, dout, x, w, rstd, N, C);
+    DSC_CUDA_LAUNCHED("rms_bwd_kernel");
+    rms_reduce_kernel<<<(C + RED_X - 1) / RED_X, dim3(RED_X, RED_Y), 0, st>>>(dw, scratch, nchunks,
+                                                                              C, add);
+    DSC_CUDA_LAUNCHED("rms_reduce_kernel");
+    return DSC_OK;
+}
+
+// ---- rotary position embeddings ----
+
+// One thread per 8 pairs (i, i + HS/2) of one head of one row: 16 bytes from each half of the
+// head, 32 from each table. sign -1 rotates back.
+template <bool F16>
+__global__ void rope_kernel(uint16_t *x, int ld, const float *cos_t, const float *sin_t,
+                            const int32_t *pos, long long rows, int T, int nheads, int H8,
+                            float sign) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long per_row = (long long)nheads * H8;
+    if (idx >= rows * per_row) return;
+    long long bt = idx / per_row;
+    int rem = (int)(idx % per_row), h = rem / H8, i8 = rem % H8, half = H8 * 8;
+    long long t = pos ? (long long)pos[bt] : bt % T;
+    uint16_t *head = x + (size_t)bt * ld + (size_t)h * 2 * half;
+    uint4 *p1 = (uint4 *)head + i8, *p2 = (uint4 *)(head + half) + i8;
+    const float4 *c4 = (const float4 *)(cos_t + (size_t)t * half) + 2 * i8;
+    const float4 *s4 = (const float4 *)(sin_t + (size_t)t * half) + 2 * i8;
+    float4 c0 = c4[0], c1 = c4[1], s0 = s4[0], s1 = s4[1];
+    const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    float a[8], b[8];
+    dsc_unpack8_16<F16>(*p1, a);
+    dsc_unpack8_16<F16>(*p2, b);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float x1 = a[k], x2 = b[k], sk = sign * s[k];
+        a[k] = x1 * c[k] - x2 * sk;
+        b[k] = x2 * c[k] + x1 * sk;
+    }
+    *p1 = dsc_pack8_16<F16>(a);
+    *p2 = dsc_pack8_16<F16>(b);
+}
+
+extern "C" dsc_status dsc__cuda_rope_h(uint16_t *x, int ld, const float *cos_t,
+                                       const float *sin_t, const int32_t *pos, int B, int T,
+                                       int nheads, int HS, bool inverse, bool fp16,
+                                       void *stream) {
+    DSC_CUDA_ARG(HS > 0 && HS % 16 == 0,
+                 "rope: head size %d must be a positive multiple of 16 (each half of a head moves "
+                 "as 16-byte vectors)",
+                 HS);
+    DSC_CUDA_ARG(B > 0 && T > 0 && nheads > 0 && ld % 8 == 0 && ld >= nheads * HS,
+                 "rope: bad shape (B %d, T %d, %d heads of %d, row stride %d: a multiple of 8 "
+                 "holding the heads)",
+                 B, T, nheads, HS, ld);
+    DSC_TRY(check_aligned("rope", x, cos_t, sin_t));
+    DSC_CUDA_ARG(x && cos_t && sin_t, "rope: NULL tensor");
+    long long rows = (long long)B * T, n = rows * nheads * (HS / 16);
+    unsigned blocks = dsc__blocks(n, ELEM_THREADS);
+    float sign = inverse ? -1.0f : 1.0f;
+    cudaStream_t st = as_stream(stream);
+    if (fp16)
+        rope_kernel<true><<<blocks, ELEM_THREADS, 0, st>>>(x, ld, cos_t, sin_t, pos, rows, T,
+                                                           nheads, HS / 16, sign);
+    else
+        rope_kernel<false><<<blocks, ELEM_THREADS, 0, st>>>(x, ld, cos_t, sin_t, pos, rows, T,
+                                                            nheads, HS / 16, sign);
+    DSC_CUDA_LAUNCHED("rope_kernel");
+    return DSC_OK;
+}
+
+// ---- SwiGLU ----
+
+// silu(g) = g s with s = sigmoid(g) = 1 / (1 + exp(-g)). The fast exponential and division
+// (a few ulp, far below the 16-bit rounding of every result) keep the kernels memory-bound;
+// exp(-g) = inf for g < -88 gives s = 0, the limit.
+__device__ static inline float sigmoid_f(float g) { return __fdividef(1.0f, 1.0f + __expf(-g)); }
+
+// One thread per 8 elements of h: 16 bytes of gate, of up and of h.
+template <bool F16>
+__global__ void swiglu_fwd_kernel(uint4 *h, const uint4 *gu, long long N, int I8) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * I8) return;
+    size_t gi = (size_t)(idx / I8) * 2 * I8 + (size_t)(idx % I8);
+    float g[8], u[8];
+    dsc_unpack8_16<F16>(gu[gi], g);
+    dsc_unpack8_16<F16>(gu[gi + I8], u);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        g[k] = g[k] * sigmoid_f(g[k]) * u[k];
+    h[idx] = dsc_pack8_16<F16>(g);
+}
+
+// dgate = dh up silu'(gate) with silu'(g) = s (1 + g (1 - s)), dup = dh silu(gate). Each thread
+// reads its gate, up and dh before it writes the same places of dgu, so dgu may be gu.
+template <bool F16>
+__global__ void swiglu_bwd_kernel(uint4 *dgu, const uint4 *dh, const uint4 *gu, long long N,
+                                  int I8) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * I8) return;
+    size_t gi = (size_t)(idx / I8) * 2 * I8 + (size_t)(idx % I8);
+    float g[8], u[8], d[8];
+    dsc_unpack8_16<F16>(gu[gi], g);
+    dsc_unpack8_16<F16>(gu[gi + I8], u);
+    dsc_unpack8_16<F16>(dh[idx], d);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float s = sigmoid_f(g[k]);
+        float du = d[k] * (g[k] * s);
+        g[k] = d[k] * u[k] * (s * (1.0f + g[k] * (1.0f - s)));
+        u[k] = du;
+    }
+    dgu[gi] = dsc_pack8_16<F16>(g);
+    dgu[gi + I8] = dsc_pack8_16<F16>(u);
+}
+
+extern "C" dsc_status dsc__cuda_swiglu_forward_h(uint16_t *h, const uint16_t *gu, int64_t N,
+                                                 int I, bool fp16, void *stream) {
+    DSC_TRY(check_width("swiglu forward", "I", I, N));
+    DSC_TRY(check_aligned("swiglu forward", h, gu, NULL));
+    DSC_CUDA_ARG(h && gu, "swiglu forward: NULL tensor");
+    long long n = (long long)N * (I / 8);
+    unsigned blocks = dsc__blocks(n, ELEM_THREADS);
+    cudaStream_t st = as_stream(stream);
+    if (fp16)
+        swiglu_fwd_kernel<true>
+            <<<blocks, ELEM_THREADS, 0, st>>>((uint4 *)h, (const uint4 *)gu, N, I / 8);
+    else
+        swiglu_fwd_kernel<false>
+            <<<blocks, ELEM_THREADS, 0, st>>>((uint4 *)h, (const uint4 *)gu, N, I / 8);
+    DSC_CUDA_LAUNCHED("swiglu_fwd_kernel");
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_swiglu_backward_h(uint16_t *dgu, const uint16_t *dh,
+                                                  const uint16_t *gu, int64_t N, int I, bool fp16,
+                                                  void *stream) {
+    DSC_TRY(check_width("swiglu backward", "I", I, N));
+    DSC_TRY(check_aligned("swiglu backward", dgu, dh, gu));
+    DSC_CUDA_ARG(dgu && dh && gu, "swiglu backward: NULL tensor");
+    long long n = (long long)N * (I / 8);
+    unsigned blocks = dsc__blocks(n, ELEM_THREADS);
+    cudaStream_t st = as_stream(stream);
+    if (fp16)
+        swiglu_bwd_kernel<true><<<blocks, ELEM_THREADS, 0, st>>>(
+            (uint4 *)dgu, (const uint4 *)dh, (const uint4 *)gu, N, I / 8);
+    else
+        swiglu_bwd_kernel<false><<<blocks, ELEM_THREADS, 0, st>>>(
+            (uint4 *)dgu, (const uint4 *)dh, (const uint4 *)gu, N, I / 8);
+    DSC_CUDA_LAUNCHED("swiglu_bwd_kernel");
+    return DSC_OK;
+}

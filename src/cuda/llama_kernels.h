@@ -1,0 +1,84 @@
+// cuda/llama_kernels.h - GPU kernels of the Llama-family layers other than attention and the
+// matrix products: token embeddings, RMSNorm, rotary position embeddings (rotate_half), SwiGLU.
+//
+// The conventions of cuda/gpt2_kernels.h: 16-bit tensors are raw uint16_t bit patterns, bf16 or
+// IEEE fp16 as `fp16` says (one type for every 16-bit tensor of a call); statistics and parameter
+// gradients are fp32; arithmetic is fp32 inside every kernel and each 16-bit result is rounded
+// once, to nearest even; fp16 results overflow to inf, never saturate. The CPU kernels of
+// model/llama/kernels.h are the reference the tests compare against.
+//
+// Every pointer is device memory; `stream` is a cudaStream_t (hipStream_t in HIP builds), NULL for
+// the default stream. Calls only enqueue work: they return DSC_ERR_INVALID_ARG for shapes the
+// kernels do not take and DSC_ERR_CUDA when a launch fails. Every kernel is deterministic:
+// parameter gradients are summed in a fixed order (fixed row chunks, then the chunks in order;
+// token runs in position order), never with floating-point atomics, so two runs give the same
+// bits.
+//
+// Shapes: rows move as 16-byte vectors of eight 16-bit values, so C and I must be multiples of 8,
+// HS a multiple of 16 (each half of a head in whole vectors) and ld a multiple of 8, and every
+// tensor 16-byte aligned (cudaMalloc's alignment and whole rows keep them so). Token ids and
+// position ids are not checked: ids in [0, V), positions below the tables' maxT.
+#ifndef DSC_CUDA_LLAMA_KERNELS_H
+#define DSC_CUDA_LLAMA_KERNELS_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t, int64_t, uint16_t
+
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// out (N, C) = emb[inp] (16-bit rows copied); inp (N) ids in [0, V) (not checked here).
+dsc_status dsc__cuda_embed_forward_h(uint16_t *out, const int32_t *inp, const uint16_t *emb,
+                                     int64_t N, int C, bool fp16, void *stream);
+
+// The sum of the rows of dout (N, C) that hold token v, in position order (fp32), goes to row v
+// of demb (V, C): add true adds it (+=); add false writes it (=) into the rows of the tokens that
+// occur in inp and leaves every other row of demb untouched (not zeroed: the caller zeroes demb
+// when it needs the rest to be 0). Deterministic without atomics: positions are sorted by token
+// (dsc__cuda_token_sort), then one thread per (token, 8 channels) sums its run. N < 2^31.
+// scratch: dsc__cuda_embed_backward_scratch(N, V) bytes.
+size_t dsc__cuda_embed_backward_scratch(int64_t N, int V);
+dsc_status dsc__cuda_embed_backward_h(float *demb, void *scratch, const uint16_t *dout,
+                                      const int32_t *inp, int64_t N, int C, int V, bool add,
+                                      bool fp16, void *stream);
+
+// out (N, C) = w * (x * rstd), rstd (N) = 1 / sqrt(mean(x^2) + eps) kept (fp32) for backward.
+dsc_status dsc__cuda_rmsnorm_forward_h(uint16_t *out, float *rstd, const uint16_t *x,
+                                       const uint16_t *w, float eps, int64_t N, int C, bool fp16,
+                                       void *stream);
+
+// dx (N, C) += the gradient through the norm, rstd (g - xh mean(g xh)) with xh = x rstd and
+// g = dout w (dx sits on the residual stream: 16-bit, added in fp32 and rounded once); dw (C) +=
+// (add) or = (!add) the sum over rows of dout * x * rstd, in fixed chunks of rows then the chunks
+// in order (deterministic). scratch: dsc__cuda_rmsnorm_backward_scratch(N, C) floats.
+size_t dsc__cuda_rmsnorm_backward_scratch(int64_t N, int C);
+dsc_status dsc__cuda_rmsnorm_backward_h(uint16_t *dx, float *dw, float *scratch,
+                                        const uint16_t *dout, const uint16_t *x, const uint16_t *w,
+                                        const float *rstd, bool add, int64_t N, int C, bool fp16,
+                                        void *stream);
+
+// In place on rows of x (B, T, ld): heads 0 .. nheads-1 of HS channels at the start of each row
+// (the caller passes the q and k heads, which are adjacent: nheads = NH + NKV; what follows them
+// in the row is not touched). Pairs (i, i + HS/2) are rotated as Hugging Face's rotate_half:
+// (x1 c - x2 s, x2 c + x1 s) with c, s from cos_t / sin_t (maxT, HS/2), the fp32 device tables of
+// dsc__llama_rope_tables, at row position pos[b * T + t] (pos NULL: t). inverse rotates back
+// (s -> -s), which is the backward. fp32 arithmetic, one rounding per element.
+dsc_status dsc__cuda_rope_h(uint16_t *x, int ld, const float *cos_t, const float *sin_t,
+                            const int32_t *pos, int B, int T, int nheads, int HS, bool inverse,
+                            bool fp16, void *stream);
+
+// gu (N, 2I) rows [gate | up]; h (N, I) = silu(gate) * up.
+dsc_status dsc__cuda_swiglu_forward_h(uint16_t *h, const uint16_t *gu, int64_t N, int I,
+                                      bool fp16, void *stream);
+// dgu (N, 2I) = [dh * up * silu'(gate) | dh * silu(gate)]; dgu may equal gu (in place).
+dsc_status dsc__cuda_swiglu_backward_h(uint16_t *dgu, const uint16_t *dh, const uint16_t *gu,
+                                       int64_t N, int I, bool fp16, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
