@@ -60,7 +60,7 @@ have_cpu_deps() {
 
 # ---- build ----
 TESTS=(test_cuda_kernels test_cuda_llama_kernels test_cuda_attention test_cuda_optim
-    test_cuda_gpt2 test_cuda_decode test_cuda_nccl)
+    test_cuda_gpt2 test_cuda_llama test_cuda_decode test_cuda_nccl)
 # The direct build compiles only the CPU sources the kernel tests compare against; these need
 # the whole library (the generation loop, the comm layer and NCCL) and so the CMake build.
 CMAKE_ONLY_TESTS=" test_cuda_decode test_cuda_nccl "
@@ -92,8 +92,8 @@ build_direct() {
         nvcc "${nvflags[@]}" -c "$f" -o "$o" & pids+=($!)
     done
     for f in base/status.c base/log.c base/half.c base/time.c model/blas.c model/common.c \
-        model/gpt2/gpt2.c model/gpt2/kernels.c model/llama/kernels.c engine/optim/optim.c \
-        engine/optim/optim_avx2.c engine/optim/optim_avx512.c; do
+        model/gpt2/gpt2.c model/gpt2/kernels.c model/llama/llama.c model/llama/kernels.c \
+        engine/optim/optim.c engine/optim/optim_avx2.c engine/optim/optim_avx512.c; do
         o="$out/$(echo "$f" | tr / _ | sed 's/\.c$/.o/')"
         objs+=("$o")
         gcc "${cflags[@]}" -c "$ROOT/src/$f" -o "$o" & pids+=($!)
@@ -166,7 +166,7 @@ for t in "${TESTS[@]}"; do run "$t" 300 "$BIN/$t"; done
 # dsc train --device cuda against the CPU path, fp16, several ranks host-staged, the nccl path,
 # --dump-grads on the GPU, generation (need the dsc binary: CMake builds only)
 for t in test_train_gpu test_train_gpu_fp16 test_train_gpu_ranks test_train_nccl \
-    test_dump_grads_gpu test_generate_gpu; do
+    test_train_llama_gpu test_dump_grads_gpu test_generate_gpu; do
     if [ -x "$BUILD/dsc" ]; then
         run "$t" 900 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/$t.sh"
     else

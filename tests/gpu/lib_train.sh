@@ -77,12 +77,12 @@ cfg() {
 JSON
 }
 
-# run_one NAME DEVICE CONFIG STEPS [FLAGS...]: one rank of `dsc train` (d2, T 64, seed 7, default
-# data) into $T/NAME; a failure counts and shows the log.
+# run_one NAME DEVICE CONFIG STEPS [FLAGS...]: one rank of `dsc train` (the model $MODEL, d2 by
+# default; T 64, seed 7, default data) into $T/NAME; a failure counts and shows the log.
 run_one() {
     local name=$1 dev=$2 conf=$3 steps=$4
     shift 4
-    "$DSC" train --device "$dev" --config "$conf" --model d2 --seq-len 64 --max-steps "$steps" \
+    "$DSC" train --device "$dev" --config "$conf" --model "${MODEL:-d2}" --seq-len 64 --max-steps "$steps" \
         --seed 7 --eval-every 10 --eval-batches 4 --sample-tokens 0 --out "$T/$name" "$@" \
         >"$T/$name.log" 2>&1 || { echo "FAIL: run $name"; cat "$T/$name.log"; failed=$((failed+1)); }
 }

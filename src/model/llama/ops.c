@@ -356,6 +356,10 @@ static dsc_status hf_config(const void *cfg, char **config_json, char **generati
     return dsc_hf_config_render(&h, config_json, generation_json);
 }
 
+#ifdef DSC_WITH_CUDA
+extern const struct dsc_model_device_ops dsc__llama_device_ops; // cuda/llama_cuda.cu
+#endif
+
 const struct dsc_model_ops dsc__llama_model_ops = {
     .family = "llama",
     .specs = "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, "
@@ -387,4 +391,7 @@ const struct dsc_model_ops dsc__llama_model_ops = {
     .infer = infer,
     .config_from_hf = config_from_hf,
     .hf_config = hf_config,
+#ifdef DSC_WITH_CUDA
+    .device = &dsc__llama_device_ops,
+#endif
 };

@@ -1,0 +1,601 @@
+// cuda/llama_cuda.cu - the Llama family's forward and backward on one GPU (see llama_cuda.h).
+#include "cuda/llama_cuda.h"
+
+#include <stdlib.h> // calloc, free, malloc
+#include <string.h> // memset
+
+extern "C" {
+#include "model/llama/kernels.h" // dsc__llama_rope_tables
+#include "model/llama/llama.h"   // dsc_llama_config, dsc__llama_layer_tensor, ...
+}
+
+#include "cuda/attention.h"     // dsc__cuda_gqa_*
+#include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG
+#include "cuda/devbuf.h"        // dsc__cuda_buf_*
+#include "cuda/gpt2_kernels.h"  // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
+#include "cuda/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
+#include "cuda/matmul.h"        // dsc__cuda_gemm
+
+#define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
+
+typedef struct llama_cuda {
+    dsc_llama_config c;
+    int maxB, maxT, B, T, Vp;
+    int QD, KD, QKV; // q columns (NH hd), k and v columns each (NKV hd), a qkv row (QD + 2 KD)
+    int ntargets;    // targets of the last forward that count: the mean's divisor
+    bool have_targets, fp16, fresh;
+    cudaStream_t st;
+    dsc_cuda_blas *blas;
+    dsc_cuda_buf slab;
+    // 16-bit activations; per-layer arrays hold n_layer blocks of maxB * maxT rows
+    uint16_t *res;               // (L + 1, R, C) residual stream into each layer; block L: the norm
+    uint16_t *ln1, *qkv, *atty;  // (L, R, C / QKV / QD)
+    uint16_t *res2, *ln2;        // (L, R, C)
+    uint16_t *gu, *hmid;         // (L, R, 2 I): gate | up; (L, R, I): silu(gate) * up
+    uint16_t *lnf;               // (R, C)
+    uint16_t *head_pad;          // (Vp, C) the head's rows, [V, Vp) zero; NULL when V == Vp
+    uint16_t *logits;            // (R, Vp); their gradients after backward
+    uint16_t *dres, *dln, *datt; // backward scratch (R, C), (R, C), (R, QD)
+    uint16_t *dbig, *dh;         // (R, max(2 I, QKV)), (R, I)
+    float *rstd1, *rstd2;        // (L, R)
+    float *att_lse;              // (L, B, NH, T)
+    float *rstdf, *losses, *lse; // (R)
+    float *loss_dev;             // (1)
+    float *rms_scratch, *att_scratch, *col_scratch, *bias_tmp;
+    float *rope_cos, *rope_sin; // (maxT, hd / 2)
+    void *emb_scratch;
+    int32_t *tokens; // (2, R): inputs, targets
+    dsc_model_grad_hook hook;
+    void *hook_user;
+    dsc_model_layer_hook layer_hook;
+    void *layer_user;
+} llama_cuda;
+
+typedef struct layer_acts {
+    uint16_t *res_in, *ln1, *qkv, *atty, *res2, *ln2, *gu, *hmid, *res_out;
+    float *rstd1, *rstd2, *lse;
+} layer_acts;
+
+static layer_acts acts_of(const llama_cuda *m, int l) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)l;
+    size_t I = (size_t)m->c.intermediate;
+    layer_acts a = {
+        m->res + L * R * C,        m->ln1 + L * R * C,      m->qkv + L * R * (size_t)m->QKV,
+        m->atty + L * R * m->QD,   m->res2 + L * R * C,     m->ln2 + L * R * C,
+        m->gu + L * R * 2 * I,     m->hmid + L * R * I,     m->res + (L + 1) * R * C,
+        m->rstd1 + L * R,          m->rstd2 + L * R,        m->att_lse + L * R * m->c.n_head,
+    };
+    return a;
+}
+
+// ---- allocation ----
+
+static size_t carve(llama_cuda *m, char *base) {
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)m->c.n_layer;
+    size_t I = (size_t)m->c.intermediate, NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
+    size_t Vp = (size_t)m->Vp, QKV = (size_t)m->QKV, QD = (size_t)m->QD;
+    size_t big = 2 * I > QKV ? 2 * I : QKV, hd2 = (size_t)m->c.head_dim / 2;
+    size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, (int)QKV);
+    struct {
+        void **view;
+        size_t bytes;
+    } table[] = {
+        {(void **)&m->res, (L + 1) * R * C * 2},
+        {(void **)&m->ln1, L * R * C * 2},
+        {(void **)&m->qkv, L * R * QKV * 2},
+        {(void **)&m->atty, L * R * QD * 2},
+        {(void **)&m->res2, L * R * C * 2},
+        {(void **)&m->ln2, L * R * C * 2},
+        {(void **)&m->gu, L * R * 2 * I * 2},
+        {(void **)&m->hmid, L * R * I * 2},
+        {(void **)&m->lnf, R * C * 2},
+        {(void **)&m->head_pad, Vp != V ? Vp * C * 2 : 0},
+        {(void **)&m->logits, R * Vp * 2},
+        {(void **)&m->dres, R * C * 2},
+        {(void **)&m->dln, R * C * 2},
+        {(void **)&m->datt, R * QD * 2},
+        {(void **)&m->dbig, R * big * 2},
+        {(void **)&m->dh, R * I * 2},
+        {(void **)&m->rstd1, L * R * 4},
+        {(void **)&m->rstd2, L * R * 4},
+        {(void **)&m->att_lse, L * R * NH * 4},
+        {(void **)&m->rstdf, R * 4},
+        {(void **)&m->losses, R * 4},
+        {(void **)&m->lse, R * 4},
+        {(void **)&m->loss_dev, 4},
+        {(void **)&m->rms_scratch, dsc__cuda_rmsnorm_backward_scratch((int64_t)R, (int)C) * 4},
+        {(void **)&m->att_scratch,
+         dsc__cuda_gqa_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
+        {(void **)&m->col_scratch, colsum * 4},
+        {(void **)&m->bias_tmp, QKV * 4},
+        {(void **)&m->rope_cos, (size_t)m->maxT * hd2 * 4},
+        {(void **)&m->rope_sin, (size_t)m->maxT * hd2 * 4},
+        {(void **)&m->emb_scratch, dsc__cuda_embed_backward_scratch((int64_t)R, (int)V)},
+        {(void **)&m->tokens, 2 * R * 4},
+    };
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (base) *table[i].view = table[i].bytes ? base + off : NULL;
+        off += (table[i].bytes + 255) / 256 * 256;
+    }
+    return off;
+}
+
+static void destroy(void *dev) {
+    llama_cuda *m = (llama_cuda *)dev;
+    if (!m) return;
+    (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
+    dsc__cuda_blas_destroy(m->blas);
+    dsc__cuda_buf_free(&m->slab);
+    free(m);
+}
+
+// The rotary tables of the model's positions, made on the host as the CPU model makes them.
+static dsc_status upload_rope(llama_cuda *m) {
+    const dsc_llama_config *c = &m->c;
+    size_t n = (size_t)m->maxT * (size_t)(c->head_dim / 2);
+    float *h = (float *)malloc(2 * n * sizeof(float));
+    if (!h) return dsc__fail(DSC_ERR_OOM, "llama cuda create: out of host memory");
+    dsc__llama_rope_tables(h, h + n, m->maxT, c->head_dim, c->rope_theta, c->rope_scaling,
+                           c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                           c->rope_original_max_pos);
+    cudaError_t e = cudaMemcpy(m->rope_cos, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(m->rope_sin, h + n, n * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess)
+        return dsc__cuda_fail(e, "llama cuda create: uploading the rotary tables", __FILE__,
+                              __LINE__);
+    return DSC_OK;
+}
+
+static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
+                         void **out) {
+    const dsc_llama_config *c = (const dsc_llama_config *)cfg;
+    DSC_CUDA_ARG(out && c, "llama cuda create: out and config must be set");
+    *out = NULL;
+    DSC_CUDA_ARG(c->head_dim == 64 || c->head_dim == 128,
+                 "--device cuda: this Llama-family model has head_dim %d; the GPU attention "
+                 "kernels take head_dim 64 (SmolLM2, Llama 3.2 1B, Qwen2.5 0.5B) or 128 (Llama "
+                 "3.2 3B, 3.1 8B): train it on the CPU (--device cpu)",
+                 c->head_dim);
+    DSC_CUDA_ARG(c->hidden % 8 == 0 && c->intermediate % 8 == 0,
+                 "llama cuda create: hidden_size %d and intermediate_size %d must be multiples "
+                 "of 8 on the GPU", c->hidden, c->intermediate);
+    DSC_CUDA_ARG(B >= 1 && T >= 1 && T <= c->max_seq_len && (int64_t)B * T <= (1 << 24),
+                 "llama cuda create: batch %d x %d is invalid (T <= %d, B * T <= 16M)", B, T,
+                 c->max_seq_len);
+    DSC_CUDA_ARG((int64_t)B * c->n_head <= DSC_CUDA_ATT_MAX_BH,
+                 "llama cuda create: micro-batch %d x %d heads is more than the %d (sequence, "
+                 "head) pairs attention takes in one launch; lower "
+                 "train_micro_batch_size_per_gpu", B, c->n_head, DSC_CUDA_ATT_MAX_BH);
+    llama_cuda *m = (llama_cuda *)calloc(1, sizeof *m);
+    if (!m) return dsc__fail(DSC_ERR_OOM, "llama cuda create: out of host memory");
+    m->c = *c;
+    m->maxB = B, m->maxT = T;
+    m->QD = c->n_head * c->head_dim;
+    m->KD = c->n_kv_head * c->head_dim;
+    m->QKV = m->QD + 2 * m->KD;
+    m->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+    m->st = (cudaStream_t)stream;
+    dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
+    if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
+    if (st == DSC_OK && m->head_pad) { // the padding rows stay zero for the model's life
+        size_t V = (size_t)c->vocab_size, C = (size_t)c->hidden;
+        cudaError_t e = cudaMemsetAsync(m->head_pad + V * C, 0,
+                                        sizeof(uint16_t) * (size_t)(m->Vp - V) * C, m->st);
+        if (e != cudaSuccess)
+            st = dsc__cuda_fail(e, "llama cuda create: clearing the head's padding", __FILE__,
+                                __LINE__);
+    }
+    if (st == DSC_OK) st = upload_rope(m);
+    if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
+    if (st != DSC_OK) {
+        destroy(m);
+        return st;
+    }
+    *out = m;
+    return DSC_OK;
+}
+
+static void set_fp16(void *dev, bool on) { ((llama_cuda *)dev)->fp16 = on; }
+static void set_fresh(void *dev, bool on) { ((llama_cuda *)dev)->fresh = on; }
+
+static void set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
+    llama_cuda *m = (llama_cuda *)dev;
+    m->hook = fn;
+    m->hook_user = user;
+}
+
+static void set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
+    llama_cuda *m = (llama_cuda *)dev;
+    m->layer_hook = fn;
+    m->layer_user = user;
+}
+
+// ---- products (nn.Linear: w is (out, in)) ----
+
+// out (rows, OUT; row stride ldo) = inp (rows, IN; stride ldi) @ w^T [+ bias] [+ resid, which
+// has out's row stride].
+static dsc_status linear(llama_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int ldi,
+                         const uint16_t *w, const uint16_t *bias, const uint16_t *resid, int rows,
+                         int IN, int OUT) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1, g.M = rows, g.N = OUT, g.K = IN;
+    g.A = inp, g.lda = ldi, g.B = w, g.ldb = IN, g.D = out, g.ldd = ldo;
+    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
+    g.epilogue = bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE, g.bias = bias;
+    g.fp16 = m->fp16;
+    return dsc__cuda_gemm(m->blas, &g, m->st);
+}
+
+// dinp (rows, IN; stride ldo) = dout (rows, OUT; stride ldd) @ w (OUT, IN), or += when acc.
+static dsc_status linear_dinp(llama_cuda *m, uint16_t *dinp, int ldo, const uint16_t *dout,
+                              int ldd, const uint16_t *w, int rows, int IN, int OUT, bool acc) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = rows, g.N = IN, g.K = OUT;
+    g.A = dout, g.lda = ldd, g.B = w, g.ldb = IN, g.D = dinp, g.ldd = ldo;
+    g.alpha = 1.0f, g.beta = acc ? 1.0f : 0.0f, g.C = acc ? dinp : NULL, g.ldc = ldo;
+    g.fp16 = m->fp16;
+    return dsc__cuda_gemm(m->blas, &g, m->st);
+}
+
+// dw (OUT, IN) fp32 += (= when fresh) dout^T @ inp; dout (rows, OUT; stride ldd), inp (rows, IN;
+// stride ldi).
+static dsc_status linear_dw(llama_cuda *m, float *dw, const uint16_t *dout, int ldd,
+                            const uint16_t *inp, int ldi, int rows, int IN, int OUT) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = 1, g.M = OUT, g.N = IN, g.K = rows;
+    g.A = dout, g.lda = ldd, g.B = inp, g.ldb = ldi, g.D = dw, g.ldd = IN, g.d_fp32 = 1;
+    g.alpha = 1.0f, g.beta = m->fresh ? 0.0f : 1.0f, g.C = dw, g.ldc = IN, g.fp16 = m->fp16;
+    return dsc__cuda_gemm(m->blas, &g, m->st);
+}
+
+// ---- forward ----
+
+static int lt(const llama_cuda *m, int l, int k) { return dsc__llama_layer_tensor(&m->c, l, k); }
+
+// A bias of layer l (Qwen2), or NULL.
+static const uint16_t *bias_of(const llama_cuda *m, const uint16_t *const *p, int l, int k) {
+    int i = lt(m, l, k);
+    return i >= 0 ? p[i] : NULL;
+}
+
+// Whether tensors i and j of the table lie end to end in t (j right after i's n elements), so
+// that one product covers both: the engine lays out a group's tensors in table order, so the
+// q, k, v weights (no biases between them) and the gate, up weights usually do.
+static bool adjacent(const void *const *t, int i, int j, size_t n, size_t elem) {
+    return (const char *)t[i] + n * elem == (const char *)t[j];
+}
+
+// q, k, v weights one (QKV, C) matrix, in the weights and, for backward, in the gradients.
+static bool qkv_joined(const llama_cuda *m, const uint16_t *const *p, int l) {
+    if (lt(m, l, DSC_LLAMA_QB) >= 0) return false; // biases between the weights
+    size_t C = (size_t)m->c.hidden;
+    int q = lt(m, l, DSC_LLAMA_QW), k = lt(m, l, DSC_LLAMA_KW), v = lt(m, l, DSC_LLAMA_VW);
+    const void *const *t = (const void *const *)p;
+    return adjacent(t, q, k, (size_t)m->QD * C, 2) && adjacent(t, k, v, (size_t)m->KD * C, 2);
+}
+
+static bool qkv_grads_joined(const llama_cuda *m, float *const *g, int l) {
+    if (lt(m, l, DSC_LLAMA_QB) >= 0) return false;
+    size_t C = (size_t)m->c.hidden;
+    int q = lt(m, l, DSC_LLAMA_QW), k = lt(m, l, DSC_LLAMA_KW), v = lt(m, l, DSC_LLAMA_VW);
+    const void *const *t = (const void *const *)g;
+    return adjacent(t, q, k, (size_t)m->QD * C, 4) && adjacent(t, k, v, (size_t)m->KD * C, 4);
+}
+
+// gate and up weights one (2 I, C) matrix.
+static bool gu_joined(const llama_cuda *m, const uint16_t *const *p, int l) {
+    size_t n = (size_t)m->c.intermediate * m->c.hidden;
+    return adjacent((const void *const *)p, lt(m, l, DSC_LLAMA_GATE), lt(m, l, DSC_LLAMA_UP), n,
+                    2);
+}
+
+static bool gu_grads_joined(const llama_cuda *m, float *const *g, int l) {
+    size_t n = (size_t)m->c.intermediate * m->c.hidden;
+    return adjacent((const void *const *)g, lt(m, l, DSC_LLAMA_GATE), lt(m, l, DSC_LLAMA_UP), n,
+                    4);
+}
+
+static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) {
+    int B = m->B, T = m->T, BT = B * T, C = m->c.hidden, I = m->c.intermediate;
+    int NH = m->c.n_head, NKV = m->c.n_kv_head, HS = m->c.head_dim;
+    int QD = m->QD, KD = m->KD, QKV = m->QKV;
+    float eps = m->c.rms_eps;
+    layer_acts a = acts_of(m, l);
+    cudaStream_t st = m->st;
+    DSC_TRY(dsc__cuda_rmsnorm_forward_h(a.ln1, a.rstd1, a.res_in, p[lt(m, l, DSC_LLAMA_LN1)], eps,
+                                        BT, C, m->fp16, st));
+    if (qkv_joined(m, p, l)) { // one product over the three weights, which lie end to end
+        DSC_TRY(linear(m, a.qkv, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_QW)], NULL, NULL, BT, C,
+                       QKV));
+    } else {
+        DSC_TRY(linear(m, a.qkv, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_QW)],
+                       bias_of(m, p, l, DSC_LLAMA_QB), NULL, BT, C, QD));
+        DSC_TRY(linear(m, a.qkv + QD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_KW)],
+                       bias_of(m, p, l, DSC_LLAMA_KB), NULL, BT, C, KD));
+        DSC_TRY(linear(m, a.qkv + QD + KD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_VW)],
+                       bias_of(m, p, l, DSC_LLAMA_VB), NULL, BT, C, KD));
+    }
+    DSC_TRY(dsc__cuda_rope_h(a.qkv, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV, HS, false,
+                             m->fp16, st));
+    DSC_TRY(dsc__cuda_gqa_forward(a.atty, a.lse, a.qkv, B, T, NH, NKV, HS, m->fp16, st));
+    DSC_TRY(linear(m, a.res2, C, a.atty, QD, p[lt(m, l, DSC_LLAMA_OW)], NULL, a.res_in, BT, QD,
+                   C));
+    DSC_TRY(dsc__cuda_rmsnorm_forward_h(a.ln2, a.rstd2, a.res2, p[lt(m, l, DSC_LLAMA_LN2)], eps,
+                                        BT, C, m->fp16, st));
+    if (gu_joined(m, p, l)) {
+        DSC_TRY(linear(m, a.gu, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_GATE)], NULL, NULL, BT, C,
+                       2 * I));
+    } else {
+        DSC_TRY(
+            linear(m, a.gu, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_GATE)], NULL, NULL, BT, C, I));
+        DSC_TRY(
+            linear(m, a.gu + I, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_UP)], NULL, NULL, BT, C, I));
+    }
+    DSC_TRY(dsc__cuda_swiglu_forward_h(a.hmid, a.gu, BT, I, m->fp16, st));
+    return linear(m, a.res_out, C, a.hmid, I, p[lt(m, l, DSC_LLAMA_DOWN)], NULL, a.res2, BT, I, C);
+}
+
+static dsc_status check_tokens(const int32_t *tok, const char *what, int n, int T, int V,
+                               bool ignore_negative) {
+    for (int i = 0; i < n; i++) {
+        if (tok[i] < V && (tok[i] >= 0 || ignore_negative)) continue;
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "llama cuda forward: %s[b=%d, t=%d] = %d is outside the vocabulary "
+                         "[0, %d); check the tokenizer and vocab_size",
+                         what, i / T, i % T, tok[i], V);
+    }
+    return DSC_OK;
+}
+
+static dsc_status check_params(const llama_cuda *m, const void *const *t, const char *what) {
+    DSC_CUDA_ARG(t != NULL, "llama cuda: the %s array is NULL", what);
+    for (int i = 0; i < dsc_llama_num_tensors(&m->c); i++) {
+        if (t[i]) continue;
+        dsc_llama_tensor_info info;
+        dsc_llama_tensor_info_get(&m->c, i, &info);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "llama cuda: %s[%d] (%s) is NULL", what, i,
+                         info.name);
+    }
+    return DSC_OK;
+}
+
+static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
+    llama_cuda *m = (llama_cuda *)dev;
+    DSC_CUDA_ARG(m && loss_dev, "llama cuda loss: model and out must be set");
+    float scale = m->ntargets ? 1.0f / (float)m->ntargets : 0.0f; // 0 when all are ignored
+    DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, (int64_t)m->B * m->T, scale, m->st));
+    *loss_dev = m->loss_dev;
+    return DSC_OK;
+}
+
+static dsc_status read_loss(void *dev, float *loss) {
+    llama_cuda *m = (llama_cuda *)dev;
+    DSC_CUDA_ARG(m && loss && m->B > 0, "llama cuda read loss: needs a model that ran a forward");
+    const float *d = NULL;
+    DSC_TRY(loss_enqueue(m, &d));
+    DSC_CUDA_TRY(cudaMemcpyAsync(loss, d, sizeof(float), cudaMemcpyDeviceToHost, m->st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
+    return DSC_OK;
+}
+
+static dsc_status before_layer(llama_cuda *m, int pass, int layer) {
+    return m->layer_hook ? m->layer_hook(m->layer_user, pass, layer) : DSC_OK;
+}
+
+static dsc_status group_done(llama_cuda *m, int group) {
+    return m->hook ? m->hook(m->hook_user, group) : DSC_OK;
+}
+
+static dsc_status prepare_tokens(llama_cuda *m, const uint16_t *const *params,
+                                 const int32_t *inputs, const int32_t *targets, int B, int T) {
+    DSC_CUDA_ARG(m && inputs, "llama cuda forward: model and inputs must be set");
+    DSC_CUDA_ARG(B >= 1 && T >= 1 && B <= m->maxB && T <= m->maxT,
+                 "llama cuda forward: batch %d x %d does not fit the %d x %d this model was "
+                 "created for", B, T, m->maxB, m->maxT);
+    DSC_TRY(check_params(m, (const void *const *)params, "params"));
+    int BT = B * T, V = m->c.vocab_size;
+    DSC_TRY(check_tokens(inputs, "inputs", BT, T, V, false));
+    if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V, true));
+    m->B = B, m->T = T, m->have_targets = false;
+    m->ntargets = 0;
+    for (int i = 0; targets && i < BT; i++) m->ntargets += targets[i] >= 0;
+    DSC_CUDA_TRY(
+        cudaMemcpyAsync(m->tokens, inputs, sizeof(int32_t) * BT, cudaMemcpyHostToDevice, m->st));
+    if (targets)
+        DSC_CUDA_TRY(cudaMemcpyAsync(m->tokens + BT, targets, sizeof(int32_t) * BT,
+                                     cudaMemcpyHostToDevice, m->st));
+    return DSC_OK;
+}
+
+// The head's rows as the logits product reads them: the parameter itself when the vocabulary is
+// a multiple of 64, else a padded copy (cuBLASLt's aligned kernels are several times faster).
+static dsc_status head_rows(llama_cuda *m, const uint16_t *const *params, const uint16_t **w) {
+    const uint16_t *head = params[dsc__llama_head_tensor(&m->c)];
+    *w = head;
+    if (!m->head_pad) return DSC_OK;
+    DSC_CUDA_TRY(cudaMemcpyAsync(m->head_pad, head,
+                                 sizeof(uint16_t) * (size_t)m->c.vocab_size * m->c.hidden,
+                                 cudaMemcpyDeviceToDevice, m->st));
+    *w = m->head_pad;
+    return DSC_OK;
+}
+
+static dsc_status enqueue_forward(llama_cuda *m, const uint16_t *const *params) {
+    int BT = m->B * m->T, C = m->c.hidden, L = m->c.n_layer;
+    DSC_TRY(dsc__cuda_embed_forward_h(m->res, m->tokens, params[0], BT, C, m->fp16, m->st));
+    for (int l = 0; l < L; l++) {
+        DSC_TRY(before_layer(m, 0, l));
+        DSC_TRY(layer_forward(m, params, l));
+    }
+    DSC_TRY(before_layer(m, 0, L));
+    DSC_TRY(dsc__cuda_rmsnorm_forward_h(m->lnf, m->rstdf, acts_of(m, L).res_in,
+                                        params[dsc__llama_norm_tensor(&m->c)], m->c.rms_eps, BT,
+                                        C, m->fp16, m->st));
+    const uint16_t *w = NULL;
+    DSC_TRY(head_rows(m, params, &w));
+    return linear(m, m->logits, m->Vp, m->lnf, C, w, NULL, NULL, BT, C, m->Vp);
+}
+
+static dsc_status forward(void *dev, const uint16_t *const *params, const int32_t *inputs,
+                          const int32_t *targets, int B, int T, float *loss) {
+    llama_cuda *m = (llama_cuda *)dev;
+    DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
+    DSC_TRY(enqueue_forward(m, params));
+    if (!targets) return DSC_OK;
+    int BT = B * T;
+    DSC_TRY(dsc__cuda_xent_forward_h(m->losses, m->lse, m->logits, m->tokens + BT, BT,
+                                     m->c.vocab_size, m->Vp, m->fp16, m->st));
+    m->have_targets = true;
+    return loss ? read_loss(m, loss) : DSC_OK;
+}
+
+// ---- backward ----
+
+// On entry m->dres holds the gradient of layer l's output (the residual stream); on return that
+// of its input.
+static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float *const *g,
+                                 int l) {
+    int B = m->B, T = m->T, BT = B * T, C = m->c.hidden, I = m->c.intermediate;
+    int NH = m->c.n_head, NKV = m->c.n_kv_head, HS = m->c.head_dim;
+    int QD = m->QD, KD = m->KD, QKV = m->QKV;
+    layer_acts a = acts_of(m, l);
+    cudaStream_t st = m->st;
+    bool add = !m->fresh;
+    // down_proj and SwiGLU: dh = dres @ W_down; dgu (in dbig) from dh
+    DSC_TRY(linear_dinp(m, m->dh, I, m->dres, C, p[lt(m, l, DSC_LLAMA_DOWN)], BT, I, C, false));
+    DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_DOWN)], m->dres, C, a.hmid, I, BT, I, C));
+    DSC_TRY(dsc__cuda_swiglu_backward_h(m->dbig, m->dh, a.gu, BT, I, m->fp16, st));
+    // gate_proj, up_proj and post_attention_layernorm
+    if (gu_joined(m, p, l)) {
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, 2 * I, p[lt(m, l, DSC_LLAMA_GATE)], BT, C,
+                            2 * I, false));
+    } else {
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, 2 * I, p[lt(m, l, DSC_LLAMA_GATE)], BT, C, I,
+                            false));
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + I, 2 * I, p[lt(m, l, DSC_LLAMA_UP)], BT, C,
+                            I, true));
+    }
+    if (gu_grads_joined(m, g, l)) {
+        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C,
+                          2 * I));
+    } else {
+        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C, I));
+        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_UP)], m->dbig + I, 2 * I, a.ln2, C, BT, C, I));
+    }
+    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, g[lt(m, l, DSC_LLAMA_LN2)], m->rms_scratch,
+                                         m->dln, a.res2, p[lt(m, l, DSC_LLAMA_LN2)], a.rstd2, add,
+                                         BT, C, m->fp16, st));
+    // o_proj and attention (dqkv in dbig), rotary embeddings undone on dq and dk
+    DSC_TRY(linear_dinp(m, m->datt, QD, m->dres, C, p[lt(m, l, DSC_LLAMA_OW)], BT, QD, C, false));
+    DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_OW)], m->dres, C, a.atty, QD, BT, QD, C));
+    DSC_TRY(dsc__cuda_gqa_backward(m->dbig, m->att_scratch, m->datt, a.qkv, a.atty, a.lse, B, T,
+                                   NH, NKV, HS, m->fp16, st));
+    DSC_TRY(dsc__cuda_rope_h(m->dbig, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV, HS,
+                             true, m->fp16, st));
+    if (lt(m, l, DSC_LLAMA_QB) >= 0) { // Qwen2's q/k/v biases: dqkv's column sums
+        DSC_TRY(dsc__cuda_colsum_h(m->bias_tmp, m->col_scratch, m->dbig, BT, QKV, false, m->fp16,
+                                   st));
+        DSC_TRY(dsc__cuda_add_f32_clear(g[lt(m, l, DSC_LLAMA_QB)], m->bias_tmp, QD, add, st));
+        DSC_TRY(dsc__cuda_add_f32_clear(g[lt(m, l, DSC_LLAMA_KB)], m->bias_tmp + QD, KD, add, st));
+        DSC_TRY(dsc__cuda_add_f32_clear(g[lt(m, l, DSC_LLAMA_VB)], m->bias_tmp + QD + KD, KD, add,
+                                        st));
+    }
+    // q, k, v projections and input_layernorm
+    if (qkv_joined(m, p, l)) {
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, QKV, p[lt(m, l, DSC_LLAMA_QW)], BT, C, QKV,
+                            false));
+    } else {
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, QKV, p[lt(m, l, DSC_LLAMA_QW)], BT, C, QD,
+                            false));
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + QD, QKV, p[lt(m, l, DSC_LLAMA_KW)], BT, C, KD,
+                            true));
+        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + QD + KD, QKV, p[lt(m, l, DSC_LLAMA_VW)], BT,
+                            C, KD, true));
+    }
+    if (qkv_grads_joined(m, g, l)) {
+        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QKV));
+    } else {
+        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QD));
+        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_KW)], m->dbig + QD, QKV, a.ln1, C, BT, C, KD));
+        DSC_TRY(
+            linear_dw(m, g[lt(m, l, DSC_LLAMA_VW)], m->dbig + QD + KD, QKV, a.ln1, C, BT, C, KD));
+    }
+    return dsc__cuda_rmsnorm_backward_h(m->dres, g[lt(m, l, DSC_LLAMA_LN1)], m->rms_scratch,
+                                        m->dln, a.res_in, p[lt(m, l, DSC_LLAMA_LN1)], a.rstd1,
+                                        add, BT, C, m->fp16, st);
+}
+
+// Backward from the logits' gradients (in m->logits) down to the embeddings.
+static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *params,
+                                        float *const *grads) {
+    int BT = m->B * m->T, C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer;
+    int norm = dsc__llama_norm_tensor(&m->c), head = dsc__llama_head_tensor(&m->c);
+    cudaStream_t st = m->st;
+    const uint16_t *w = m->head_pad ? m->head_pad : params[head]; // as the forward read it
+    DSC_TRY(linear_dinp(m, m->dln, C, m->logits, m->Vp, w, BT, C, m->Vp, false));
+    DSC_TRY(linear_dw(m, grads[head], m->logits, m->Vp, m->lnf, C, BT, C, V));
+    DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
+    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, grads[norm], m->rms_scratch, m->dln,
+                                         acts_of(m, L).res_in, params[norm], m->rstdf, !m->fresh,
+                                         BT, C, m->fp16, st));
+    DSC_TRY(group_done(m, L + 1));
+    for (int l = L - 1; l >= 0; l--) {
+        DSC_TRY(before_layer(m, 1, l));
+        DSC_TRY(layer_backward(m, params, grads, l));
+        DSC_TRY(group_done(m, l + 1));
+    }
+    DSC_TRY(before_layer(m, 1, -1));
+    // embed_tokens: tied, the head's product wrote (or added to) it above; untied and fresh, its
+    // rows no token visits must read zero
+    if (head != 0 && m->fresh)
+        DSC_CUDA_TRY(cudaMemsetAsync(grads[0], 0, sizeof(float) * (size_t)V * C, st));
+    DSC_TRY(dsc__cuda_embed_backward_h(grads[0], m->emb_scratch, m->dres, m->tokens, BT, C, V,
+                                       true, m->fp16, st));
+    return group_done(m, 0);
+}
+
+static dsc_status backward(void *dev, const uint16_t *const *params, float *const *grads,
+                           float loss_scale) {
+    llama_cuda *m = (llama_cuda *)dev;
+    DSC_CUDA_ARG(m != NULL, "llama cuda backward: model is NULL");
+    DSC_CUDA_ARG(m->have_targets,
+                 "llama cuda backward: needs a forward with targets first, and each such forward "
+                 "allows one backward (it consumes the logits)");
+    DSC_TRY(check_params(m, (const void *const *)params, "params"));
+    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
+    m->have_targets = false;
+    int BT = m->B * m->T;
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f;
+    DSC_TRY(dsc__cuda_xent_backward_h(m->logits, m->logits, m->lse, m->tokens + BT, g, BT,
+                                      m->c.vocab_size, m->Vp, m->fp16, m->st));
+    return backward_from_dlogits(m, params, grads);
+}
+
+// Forward, loss and logits' gradients in one pass over the logits, backward; bitwise forward
+// then backward (the fused cross-entropy makes the same values).
+static dsc_status train_step(void *dev, const uint16_t *const *params, float *const *grads,
+                             const int32_t *inputs, const int32_t *targets, int B, int T,
+                             float loss_scale, float *loss) {
+    llama_cuda *m = (llama_cuda *)dev;
+    DSC_CUDA_ARG(m && targets, "llama cuda train step: model and targets must be set");
+    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
+    DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
+    DSC_TRY(enqueue_forward(m, params));
+    int BT = B * T;
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
+    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, g, BT, m->c.vocab_size,
+                                   m->Vp, m->fp16, m->st));
+    DSC_TRY(backward_from_dlogits(m, params, grads));
+    return loss ? read_loss(m, loss) : DSC_OK;
+}
+
+extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
+    create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
+    forward,  backward, train_step, read_loss, loss_enqueue,
+};
