@@ -2,6 +2,7 @@
 #include "cuda/gpt2_cuda.h"
 
 #include <stdlib.h> // calloc, free, getenv
+#include <stdio.h>  // snprintf
 #include <string.h> // memcmp, memcpy, memset, strcmp
 
 extern "C" {
@@ -11,6 +12,7 @@ extern "C" {
 #include "cuda/attention.h"    // dsc__cuda_attention_*
 #include "cuda/common.cuh"     // DSC_CUDA_TRY
 #include "cuda/devbuf.h"       // dsc__cuda_buf_*
+#include "cuda/device_model.h" // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
 #include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
 #include "cuda/matmul.h"       // dsc__cuda_gemm
 
@@ -316,45 +318,27 @@ static dsc_status layer_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
                       C, DSC_CUDA_EPI_NONE, NULL);
 }
 
-// Ids in [0, V); with ignore_negative, negative ids (ignored targets) pass too.
-static dsc_status check_tokens(const int32_t *tok, const char *what, int n, int T, int V,
-                               bool ignore_negative) {
-    for (int i = 0; i < n; i++) {
-        if (tok[i] < V && (tok[i] >= 0 || ignore_negative)) continue;
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "gpt2 cuda forward: %s[b=%d, t=%d] = %d is outside the vocabulary "
-                         "[0, %d); check the tokenizer and vocab_size",
-                         what, i / T, i % T, tok[i], V);
-    }
-    return DSC_OK;
+static void tensor_name(const void *cfg, int i, char *buf, int cap) {
+    dsc_gpt2_tensor_info info;
+    dsc_gpt2_tensor_info_get((const dsc_gpt2_config *)cfg, i, &info);
+    snprintf(buf, (size_t)cap, "%s", info.name);
 }
 
 static dsc_status check_params(const dsc_gpt2_cuda *m, const void *const *t, const char *what) {
-    DSC_CUDA_ARG(t != NULL, "gpt2 cuda: the %s array is NULL", what);
-    for (int i = 0; i < dsc_gpt2_num_tensors(&m->c); i++) {
-        if (t[i]) continue;
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(&m->c, i, &info);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 cuda: %s[%d] (%s) is NULL", what, i, info.name);
-    }
-    return DSC_OK;
+    return dsc__cuda_table_check(t, dsc_gpt2_num_tensors(&m->c), "gpt2 cuda", what, tensor_name,
+                                 &m->c);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev) {
     DSC_CUDA_ARG(m && loss_dev, "gpt2 cuda loss: model and out must be set");
-    int BT = m->B * m->T;
-    float scale = m->ntargets ? 1.0f / (float)m->ntargets : 0.0f; // 0 when all are ignored
-    DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, BT, scale, m->st));
+    DSC_TRY(dsc__cuda_mean_loss(m->loss_dev, m->losses, (int64_t)m->B * m->T, m->ntargets, m->st));
     *loss_dev = m->loss_dev;
     return DSC_OK;
 }
 
 static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
-    const float *dev = NULL; // set by a successful enqueue (some compilers cannot tell)
-    DSC_TRY(dsc_gpt2_cuda_loss_enqueue(m, &dev));
-    DSC_CUDA_TRY(cudaMemcpyAsync(loss, dev, sizeof(float), cudaMemcpyDeviceToHost, m->st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
-    return DSC_OK;
+    return dsc__cuda_mean_loss_read(loss, m->loss_dev, m->losses, (int64_t)m->B * m->T,
+                                    m->ntargets, m->st);
 }
 
 static dsc_status before_layer(dsc_gpt2_cuda *m, int pass, int layer) {
@@ -377,17 +361,9 @@ static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params
                  "created for",
                  B, T, m->maxB, m->maxT);
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
-    int BT = B * T, V = m->c.vocab_size;
-    DSC_TRY(check_tokens(inputs, "inputs", BT, T, V, false));
-    if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V, true));
+    DSC_TRY(dsc__cuda_tokens_upload(m->tokens, inputs, targets, B, T, m->c.vocab_size,
+                                    "gpt2 cuda", &m->ntargets, m->st));
     m->B = B, m->T = T, m->have_targets = false;
-    m->ntargets = 0;
-    for (int i = 0; targets && i < BT; i++) m->ntargets += targets[i] >= 0;
-    DSC_CUDA_TRY(
-        cudaMemcpyAsync(m->tokens, inputs, sizeof(int32_t) * BT, cudaMemcpyHostToDevice, m->st));
-    if (targets)
-        DSC_CUDA_TRY(cudaMemcpyAsync(m->tokens + BT, targets, sizeof(int32_t) * BT,
-                                     cudaMemcpyHostToDevice, m->st));
     return DSC_OK;
 }
 

@@ -1,6 +1,7 @@
 // cuda/llama_cuda.cu - the Llama family's forward and backward on one GPU (see llama_cuda.h).
 #include "cuda/llama_cuda.h"
 
+#include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
 #include <string.h> // memset
 
@@ -12,6 +13,7 @@ extern "C" {
 #include "cuda/attention.h"     // dsc__cuda_gqa_*
 #include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG
 #include "cuda/devbuf.h"        // dsc__cuda_buf_*
+#include "cuda/device_model.h"  // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
 #include "cuda/gpt2_kernels.h"  // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
 #include "cuda/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
 #include "cuda/matmul.h"        // dsc__cuda_gemm
@@ -341,35 +343,21 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
     return linear(m, a.res_out, C, a.hmid, I, p[lt(m, l, DSC_LLAMA_DOWN)], NULL, a.res2, BT, I, C);
 }
 
-static dsc_status check_tokens(const int32_t *tok, const char *what, int n, int T, int V,
-                               bool ignore_negative) {
-    for (int i = 0; i < n; i++) {
-        if (tok[i] < V && (tok[i] >= 0 || ignore_negative)) continue;
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "llama cuda forward: %s[b=%d, t=%d] = %d is outside the vocabulary "
-                         "[0, %d); check the tokenizer and vocab_size",
-                         what, i / T, i % T, tok[i], V);
-    }
-    return DSC_OK;
+static void tensor_name(const void *cfg, int i, char *buf, int cap) {
+    dsc_llama_tensor_info info;
+    dsc_llama_tensor_info_get((const dsc_llama_config *)cfg, i, &info);
+    snprintf(buf, (size_t)cap, "%s", info.name);
 }
 
 static dsc_status check_params(const llama_cuda *m, const void *const *t, const char *what) {
-    DSC_CUDA_ARG(t != NULL, "llama cuda: the %s array is NULL", what);
-    for (int i = 0; i < dsc_llama_num_tensors(&m->c); i++) {
-        if (t[i]) continue;
-        dsc_llama_tensor_info info;
-        dsc_llama_tensor_info_get(&m->c, i, &info);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "llama cuda: %s[%d] (%s) is NULL", what, i,
-                         info.name);
-    }
-    return DSC_OK;
+    return dsc__cuda_table_check(t, dsc_llama_num_tensors(&m->c), "llama cuda", what,
+                                 tensor_name, &m->c);
 }
 
 static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
     llama_cuda *m = (llama_cuda *)dev;
     DSC_CUDA_ARG(m && loss_dev, "llama cuda loss: model and out must be set");
-    float scale = m->ntargets ? 1.0f / (float)m->ntargets : 0.0f; // 0 when all are ignored
-    DSC_TRY(dsc__cuda_sum(m->loss_dev, m->losses, (int64_t)m->B * m->T, scale, m->st));
+    DSC_TRY(dsc__cuda_mean_loss(m->loss_dev, m->losses, (int64_t)m->B * m->T, m->ntargets, m->st));
     *loss_dev = m->loss_dev;
     return DSC_OK;
 }
@@ -377,11 +365,8 @@ static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
 static dsc_status read_loss(void *dev, float *loss) {
     llama_cuda *m = (llama_cuda *)dev;
     DSC_CUDA_ARG(m && loss && m->B > 0, "llama cuda read loss: needs a model that ran a forward");
-    const float *d = NULL;
-    DSC_TRY(loss_enqueue(m, &d));
-    DSC_CUDA_TRY(cudaMemcpyAsync(loss, d, sizeof(float), cudaMemcpyDeviceToHost, m->st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(m->st));
-    return DSC_OK;
+    return dsc__cuda_mean_loss_read(loss, m->loss_dev, m->losses, (int64_t)m->B * m->T,
+                                    m->ntargets, m->st);
 }
 
 static dsc_status before_layer(llama_cuda *m, int pass, int layer) {
@@ -399,17 +384,9 @@ static dsc_status prepare_tokens(llama_cuda *m, const uint16_t *const *params,
                  "llama cuda forward: batch %d x %d does not fit the %d x %d this model was "
                  "created for", B, T, m->maxB, m->maxT);
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
-    int BT = B * T, V = m->c.vocab_size;
-    DSC_TRY(check_tokens(inputs, "inputs", BT, T, V, false));
-    if (targets) DSC_TRY(check_tokens(targets, "targets", BT, T, V, true));
+    DSC_TRY(dsc__cuda_tokens_upload(m->tokens, inputs, targets, B, T, m->c.vocab_size,
+                                    "llama cuda", &m->ntargets, m->st));
     m->B = B, m->T = T, m->have_targets = false;
-    m->ntargets = 0;
-    for (int i = 0; targets && i < BT; i++) m->ntargets += targets[i] >= 0;
-    DSC_CUDA_TRY(
-        cudaMemcpyAsync(m->tokens, inputs, sizeof(int32_t) * BT, cudaMemcpyHostToDevice, m->st));
-    if (targets)
-        DSC_CUDA_TRY(cudaMemcpyAsync(m->tokens + BT, targets, sizeof(int32_t) * BT,
-                                     cudaMemcpyHostToDevice, m->st));
     return DSC_OK;
 }
 

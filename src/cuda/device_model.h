@@ -1,0 +1,39 @@
+// cuda/device_model.h - what the families' GPU models (cuda/gpt2_cuda.cu, cuda/llama_cuda.cu)
+// share around their kernels: the batch's tokens checked, counted and uploaded, the parameter and
+// gradient tables checked, and the mean loss over the targets that count.
+#ifndef DSC_CUDA_DEVICE_MODEL_H
+#define DSC_CUDA_DEVICE_MODEL_H
+
+#include <stdint.h> // int32_t, int64_t
+
+#include "dsc/status.h" // dsc_status
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// inputs (B, T) ids in [0, V) and targets (B, T; NULL: none) in [0, V) or negative (ignored),
+// HOST arrays, checked (DSC_ERR_INVALID_ARG naming `who`, the array, the position and the id),
+// then enqueued for upload on stream: tokens[0 .. BT) the inputs, tokens[BT .. 2 BT) the targets
+// (device, (2, BT) int32). *ntargets: the targets that count (not negative), 0 without targets.
+dsc_status dsc__cuda_tokens_upload(int32_t *tokens, const int32_t *inputs, const int32_t *targets,
+                                   int B, int T, int V, const char *who, int *ntargets,
+                                   void *stream);
+
+// Every entry of a per-tensor table (n of them) set: DSC_ERR_INVALID_ARG naming `who`, the table
+// (`what`: "params", "grads") and the first NULL entry's index and tensor name (name(cfg, i)).
+dsc_status dsc__cuda_table_check(const void *const *t, int n, const char *who, const char *what,
+                                 void (*name)(const void *cfg, int i, char *buf, int cap),
+                                 const void *cfg);
+
+// *loss_dev = the mean of losses (n) over ntargets (0 when none count), queued on stream; the
+// _read twin also copies it to the host float *loss and waits for the stream.
+dsc_status dsc__cuda_mean_loss(float *loss_dev, const float *losses, int64_t n, int ntargets,
+                               void *stream);
+dsc_status dsc__cuda_mean_loss_read(float *loss, float *loss_dev, const float *losses, int64_t n,
+                                    int ntargets, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
