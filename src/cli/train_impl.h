@@ -9,7 +9,7 @@
 #include <stdio.h>   // FILE
 
 #include "cli/train.h"       // train_opts
-#include "cli/train_gpu.h"   // train_gpu
+#include "engine/gpu/train_gpu.h"   // train_gpu
 #include "cli/train_obs.h"   // train_times
 #include "data/loader.h"     // dsc_loader
 #include "data/tokenizer.h"  // dsc_tokenizer

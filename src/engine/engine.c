@@ -149,7 +149,7 @@ static dsc_status comm_dtype(dsc_engine *e) {
 }
 
 // The engine's communicator moves host buffers. DSC_COMM_BACKEND=nccl asks for device
-// collectives, which the GPU trainer makes for itself (cli/train_gpu_dp.c); the engine's own
+// collectives, which the GPU trainer makes for itself (engine/gpu/train_gpu_dp.c); the engine's own
 // collectives (loss means, norms of the host paths, checkpoints, fault tolerance) then stay on a
 // host backend: DSC_HOST_COMM_BACKEND, else shm.
 const char *dsc__engine_host_backend(void) {

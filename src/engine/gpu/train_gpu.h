@@ -1,4 +1,4 @@
-// cli/train_gpu.h - the GPU half of `dsc train` (--device cuda).
+// engine/gpu/train_gpu.h - the GPU half of `dsc train` (--device cuda).
 //
 // The engine keeps what the config decides and what checkpoints record (engine/device.h); the GPU
 // runs forward and backward in bf16, or in fp16 under fp16.enabled (the model's device passes, dsc/model.h). On one
@@ -8,10 +8,10 @@
 // host-staged by default: every micro-step's gradients go to the engine's host buffers, the
 // engine's ZeRO reduction and CPU optimizer run as on the CPU path, and the new weights come
 // back. With DSC_COMM_BACKEND=nccl and a GPU per rank, the GPUs reduce the gradients among
-// themselves and run the optimizer on their ZeRO partitions (cli/train_gpu_dp.h); at world 1
+// themselves and run the optimizer on their ZeRO partitions (engine/gpu/train_gpu_dp.h); at world 1
 // with nccl that path runs with one-rank collectives.
-#ifndef DSC_CLI_TRAIN_GPU_H
-#define DSC_CLI_TRAIN_GPU_H
+#ifndef DSC_ENGINE_GPU_TRAIN_GPU_H
+#define DSC_ENGINE_GPU_TRAIN_GPU_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
@@ -64,7 +64,7 @@ void dsc__train_gpu_fault(train_gpu *g);
 // staging for the engine's new layout (a different world pads the groups differently), zero the
 // device gradients, and upload the gathered weights (a collective among the survivors); nccl
 // runs also make their device buffers and communicator again for the new ranks and upload the
-// restored partition (cli/train_gpu_dp.h). B: the
+// restored partition (engine/gpu/train_gpu_dp.h). B: the
 // micro-batch from now on (at most the one the model was made for).
 dsc_status dsc__train_gpu_recovered(train_gpu *g, int B);
 

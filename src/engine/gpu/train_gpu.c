@@ -1,5 +1,5 @@
-// cli/train_gpu.c - the GPU half of `dsc train` (see train_gpu.h).
-#include "cli/train_gpu.h"
+// engine/gpu/train_gpu.c - the GPU half of `dsc train` (see train_gpu.h).
+#include "engine/gpu/train_gpu.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv
@@ -7,8 +7,8 @@
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
 #include "base/time.h"       // dsc_now
-#include "cli/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
-#include "cli/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
+#include "engine/gpu/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
+#include "engine/gpu/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
 #include "dsc/comm.h"         // dsc_comm_backend_available
 
 #ifdef DSC_WITH_CUDA
