@@ -17,6 +17,7 @@
 #include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, memcpy
 
+#include "base/env.h"     // dsc__env, DSC_ENV_*
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "base/time.h"    // dsc_now
 #include "cli/args.h"     // cli_parse, cli_int
@@ -329,7 +330,7 @@ static bool parse_dtype(const char *s, dsc_dtype *dt) {
 // The comm backend and, for nccl, this rank's GPU.
 static int open_comm(bench *b, const char *flag) {
     dsc_comm_opts o = dsc_comm_opts_default();
-    const char *backend = flag ? flag : getenv("DSC_COMM_BACKEND");
+    const char *backend = flag ? flag : dsc__env(DSC_ENV_COMM_BACKEND);
     o.backend = backend && *backend ? backend : "shm";
     o.group_tag = "bench";
     b->device = !strcmp(o.backend, "nccl");

@@ -18,6 +18,7 @@
 #include <omp.h> // omp_*
 #endif
 
+#include "base/env.h"                    // dsc__env, DSC_ENV_*
 #include "base/io.h"                     // dsc__mkdirs
 #include "base/status.h"                 // dsc__fail, DSC_TRY
 #include "base/time.h"                   // dsc_now
@@ -71,7 +72,7 @@ static dsc_status hook_ready(void *u, int g) {
 // (or whichever process gets there first) builds it in a private folder and renames it into
 // place, so ranks starting together never see a half-written data set; the others wait for it.
 static dsc_status default_data(trainer *t) {
-    const char *home = getenv("DSC_DATA_HOME"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = dsc__env(DSC_ENV_DATA_HOME), *xdg = getenv("XDG_CACHE_HOME");
     char root[4000];
     if (home && home[0]) snprintf(root, sizeof root, "%s", home);
     else if (xdg && xdg[0]) snprintf(root, sizeof root, "%s/dsc", xdg);
@@ -318,7 +319,7 @@ static double measure_cpu_peak(void) {
 
 // DSC_RESTART_COUNT: 0 (or unset) on a first start, K on dsc launch's K-th restart.
 static long restart_count(void) {
-    const char *s = getenv("DSC_RESTART_COUNT");
+    const char *s = dsc__env(DSC_ENV_RESTART_COUNT);
     return s ? strtol(s, NULL, 10) : 0;
 }
 
@@ -859,7 +860,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(dsc_model_create(&t->model, o->model, &mo));
     DSC_TRY(check_model_fits(t, vocab));
     bool cuda; // chosen before the engine, whose creation already waits for the other ranks
-    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = getenv("DSC_COMM_BACKEND");
+    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = dsc__env(DSC_ENV_COMM_BACKEND);
     bool nccl = be && !strcmp(be, "nccl");
     // --dump-grads serves comparisons against an fp32 reference: auto keeps it on the CPU's
     // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.

@@ -24,6 +24,7 @@ EOF
 
 # src/cli files' internal includes (anything but dsc/, cli/ and the generated build info)
 cli_allowed=$(cat <<'EOF'
+src/cli/cmd_bench.c base/env.h
 src/cli/cmd_bench.c base/status.h
 src/cli/cmd_bench.c base/time.h
 src/cli/cmd_bench.c cuda/convert.h
@@ -40,6 +41,7 @@ src/cli/cmd_generate.c base/status.h
 src/cli/cmd_generate.c data/tokenizer.h
 src/cli/cmd_generate.c engine/ckpt/hf_weights.h
 src/cli/cmd_generate.c engine/ckpt/safetensors.h
+src/cli/train.c base/env.h
 src/cli/cmd_generate.c infer/generate.h
 src/cli/cmd_launch.c base/status.h
 src/cli/cmd_launch.c launch/launch.h
@@ -49,6 +51,7 @@ src/cli/train.c base/time.h
 src/cli/train.c data/loader.h
 src/cli/train.c data/prepare.h
 src/cli/train.c data/tokenizer.h
+src/cli/train_obs.c base/env.h
 src/cli/train.c engine/ckpt/hf_weights.h
 src/cli/train_impl.h data/loader.h
 src/cli/train_impl.h data/tokenizer.h

@@ -7,6 +7,7 @@
 #include <stdlib.h> // calloc, free, getenv
 #include <string.h> // strcmp
 
+#include "base/env.h"        // dsc__env, DSC_ENV_*
 #include "base/status.h"     // dsc__fail, DSC_TRY
 #include "base/time.h"       // dsc_now
 #include "engine/gpu/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
@@ -127,7 +128,7 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
         return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param on --device cuda "
                          "runs on one rank (this run has %d); set offload_param.device to "
                          "\"none\", or train on one GPU", g->world);
-    const char *stream = getenv("DSC_OFFLOAD_STREAM");
+    const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
     g->unstreamed = *offload && g->world == 1 && stream && !strcmp(stream, "0");
     if (g->unstreamed && g->param_offload)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_OFFLOAD_STREAM=0 (the whole-gradient "

@@ -4,8 +4,10 @@
 #include <stdlib.h> // getenv
 #include <string.h> // strcmp
 
+#include "base/env.h" // dsc__env, DSC_ENV_*
+
 bool dsc__train_dp_selected(void) {
-    const char *b = getenv("DSC_COMM_BACKEND");
+    const char *b = dsc__env(DSC_ENV_COMM_BACKEND);
     return b && !strcmp(b, "nccl");
 }
 
@@ -194,7 +196,7 @@ static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_model *
 // Stage 3 partitions the 16-bit weights unless DSC_GPU_STAGE3_PARTITION=0, which keeps them whole
 // on every GPU (stage 3 then runs as stage 2: faster where the memory allows it).
 static dsc_status partition_wanted(int stage, bool *on) {
-    const char *v = getenv("DSC_GPU_STAGE3_PARTITION");
+    const char *v = dsc__env(DSC_ENV_GPU_STAGE3_PARTITION);
     *on = stage == 3;
     if (!v || !*v || !strcmp(v, "1")) return DSC_OK;
     *on = false;
