@@ -128,6 +128,24 @@ void dsc_device_trainer_fault(dsc_device_trainer *t);
 // B: the micro-batch from now on (at most the create's: larger is DSC_ERR_UNSUPPORTED).
 dsc_status dsc_device_trainer_recovered(dsc_device_trainer *t, int B);
 
+// ---- device buffers ----
+//
+// For a program that moves device memory itself, e.g. through the nccl comm backend (dsc/comm.h,
+// whose collectives take device pointers). Each call is DSC_ERR_UNSUPPORTED in a build without
+// the CUDA kernels.
+
+// This rank's device, made current for the calling thread: LOCAL_RANK (dsc_comm_env) modulo the
+// visible devices; *device receives its index (for dsc_comm_opts.device). DSC_ERR_UNSUPPORTED,
+// naming the reason, when no device is usable.
+dsc_status dsc_device_select(int *device);
+// bytes of memory on the current device (*ptr, caller frees with dsc_device_free); tag names the
+// buffer in errors (an out-of-memory error says how much was asked for).
+dsc_status dsc_device_alloc(void **ptr, size_t bytes, const char *tag);
+void dsc_device_free(void *ptr); // NULL ok
+// Synchronous copies between host and device memory.
+dsc_status dsc_device_to_device(void *dev, const void *host, size_t bytes);
+dsc_status dsc_device_to_host(void *host, const void *dev, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,8 @@
 // every call DSC_ERR_UNSUPPORTED with a sentence saying how to rebuild; a CUDA build without a
 // device: create fails cleanly, leaving nothing). Where a device exists, GPT-2 d2 trains through
 // the API: three optimizer steps of two micro-steps on one batch, the loss finite and falling,
-// the trained weights through the engine (store, load) the same model.
+// the trained weights through the engine (store, load) the same model. Device buffers: a round
+// trip of values through the device, or the reason there is none.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -96,6 +97,43 @@ static void test_models(void **state) {
     assert_false(dsc_device_model_ok(m)); // no kernels: no model trains on a device
 #endif
     dsc_model_destroy(m);
+}
+
+// Device buffers: a round trip through the device where there is one; otherwise each call
+// says why not.
+static void test_buffers(void **state) {
+    (void)state;
+    int dev = -1;
+    dsc_status st = dsc_device_select(&dev);
+#ifndef DSC_WITH_CUDA
+    assert_int_equal(st, DSC_ERR_UNSUPPORTED);
+    assert_true(has_text("built without the CUDA kernels"));
+    void *p = &dev;
+    float x = 1;
+    assert_int_equal(dsc_device_alloc(&p, 64, "test"), DSC_ERR_UNSUPPORTED);
+    assert_null(p);
+    assert_int_equal(dsc_device_to_device(&x, &x, sizeof x), DSC_ERR_UNSUPPORTED);
+    assert_int_equal(dsc_device_to_host(&x, &x, sizeof x), DSC_ERR_UNSUPPORTED);
+    dsc_device_free(NULL);
+#else
+    if (st != DSC_OK) { // no device here
+        assert_int_equal(st, DSC_ERR_UNSUPPORTED);
+        assert_true(dsc_last_error()[0] != '\0');
+        return;
+    }
+    assert_true(dev >= 0);
+    enum { N = 1000 };
+    float a[N], b[N];
+    for (int k = 0; k < N; k++) a[k] = (float)k * 0.5f - 7.0f, b[k] = 0;
+    void *d = NULL;
+    assert_int_equal(dsc_device_alloc(&d, sizeof a, "test"), DSC_OK);
+    assert_non_null(d);
+    assert_int_equal(dsc_device_to_device(d, a, sizeof a), DSC_OK);
+    assert_int_equal(dsc_device_to_host(b, d, sizeof b), DSC_OK);
+    assert_memory_equal(a, b, sizeof a);
+    dsc_device_free(d);
+    dsc_device_free(NULL);
+#endif
 }
 
 #ifndef DSC_WITH_CUDA
@@ -191,6 +229,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_models),
+        cmocka_unit_test(test_buffers),
 #ifndef DSC_WITH_CUDA
         cmocka_unit_test(test_unsupported),
 #else
