@@ -8,13 +8,15 @@
 #include <stdlib.h>  // getenv
 #include <string.h>  // strstr, strlen
 
+#include "base/env.h" // dsc__env, DSC_ENV_*
+
 static int log_level = -1;
 static char log_subsys[256];
 static int log_rank = -1;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static void log_read_env(void) {
-    const char *lv = getenv("DSC_LOG");
+    const char *lv = dsc__env(DSC_ENV_LOG);
     int level = DSC_LOG_WARN;
     if (lv) {
         if (!strcmp(lv, "error")) level = DSC_LOG_ERROR;
@@ -23,7 +25,7 @@ static void log_read_env(void) {
         else if (!strcmp(lv, "debug")) level = DSC_LOG_DEBUG;
     }
     if (log_level < 0) log_level = level;
-    const char *ss = getenv("DSC_LOG_SUBSYS");
+    const char *ss = dsc__env(DSC_ENV_LOG_SUBSYS);
     if (ss) snprintf(log_subsys, sizeof log_subsys, ",%s,", ss);
 }
 

@@ -17,17 +17,14 @@
 #include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, memcpy
 
+#include "base/env.h"     // dsc__env, DSC_ENV_*
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "base/time.h"    // dsc_now
 #include "cli/args.h"     // cli_parse, cli_int
 #include "cli/commands.h" // cmd_bench
 #include "dsc/comm.h"     // dsc_comm_*
+#include "dsc/device.h"   // dsc_device_select, dsc_device_alloc, dsc_device_to_* (nccl)
 #include "dsc/half.h"     // dsc_fp32_to_bf16_n, ...
-#ifdef DSC_WITH_CUDA
-#include "cuda/convert.h"     // dsc__cuda_to_device, dsc__cuda_to_host
-#include "cuda/devbuf.h"      // dsc__cuda_buf_*
-#include "cuda/train_state.h" // dsc__cuda_select_device
-#endif
 
 enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_PT2PT, NOPS };
 static const char *const op_names[NOPS] = {"all_reduce", "all_gather", "reduce_scatter",
@@ -46,7 +43,7 @@ typedef struct bench {
     float *host;             // max_bytes * world / es floats: staging of the values and the check
     uint16_t *half;          // the same in 16 bits
 #ifdef DSC_WITH_CUDA
-    dsc_cuda_buf bufs[3]; // send, recv, one float for the ranks' maximum
+    void *bufs[3]; // device: send, recv, one float for the ranks' maximum
 #endif
 } bench;
 
@@ -65,11 +62,10 @@ static int alloc_buffers(bench *b, size_t bytes) {
     }
 #ifdef DSC_WITH_CUDA
     for (int k = 0; k < 3; k++)
-        if (dsc__cuda_buf_alloc(&b->bufs[k], NULL, k < 2 ? bytes : sizeof(float), "bench") !=
-            DSC_OK)
+        if (dsc_device_alloc(&b->bufs[k], k < 2 ? bytes : sizeof(float), "bench") != DSC_OK)
             return fprintf(stderr, "dsc bench: %s\n", dsc_last_error()), 1;
-    b->send = b->bufs[0].ptr;
-    b->recv = b->bufs[1].ptr;
+    b->send = b->bufs[0];
+    b->recv = b->bufs[1];
 #endif
     return 0;
 }
@@ -82,8 +78,10 @@ static void free_buffers(bench *b) {
         free(b->recv);
     }
 #ifdef DSC_WITH_CUDA
-    for (int k = 0; k < 3; k++)
-        dsc__cuda_buf_free(&b->bufs[k]);
+    for (int k = 0; k < 3; k++) {
+        dsc_device_free(b->bufs[k]);
+        b->bufs[k] = NULL;
+    }
 #endif
 }
 
@@ -94,7 +92,7 @@ static dsc_status put(bench *b, void *dst, size_t n) {
     if (b->dt == DSC_DT_F16) dsc_fp32_to_fp16_n(b->half, b->host, n);
     if (b->dt != DSC_DT_F32) src = b->half;
 #ifdef DSC_WITH_CUDA
-    if (b->device) return dsc__cuda_to_device(dst, src, n * b->es, NULL);
+    if (b->device) return dsc_device_to_device(dst, src, n * b->es);
 #endif
     memcpy(dst, src, n * b->es);
     return DSC_OK;
@@ -105,7 +103,7 @@ static dsc_status get(bench *b, const void *src, size_t n) {
     void *dst = b->dt == DSC_DT_F32 ? (void *)b->host : (void *)b->half;
 #ifdef DSC_WITH_CUDA
     if (b->device)
-        DSC_TRY(dsc__cuda_to_host(dst, src, n * b->es, NULL));
+        DSC_TRY(dsc_device_to_host(dst, src, n * b->es));
     else
 #endif
         memcpy(dst, src, n * b->es);
@@ -118,10 +116,10 @@ static dsc_status get(bench *b, const void *src, size_t n) {
 static dsc_status ranks_max(bench *b, float *x) {
     if (!b->device) return dsc_comm_all_reduce(b->c, x, x, 1, DSC_DT_F32, DSC_OP_MAX, NULL);
 #ifdef DSC_WITH_CUDA
-    float *d = b->bufs[2].ptr;
-    DSC_TRY(dsc__cuda_to_device(d, x, sizeof *x, NULL));
+    float *d = b->bufs[2];
+    DSC_TRY(dsc_device_to_device(d, x, sizeof *x));
     DSC_TRY(dsc_comm_all_reduce(b->c, d, d, 1, DSC_DT_F32, DSC_OP_MAX, NULL));
-    return dsc__cuda_to_host(x, d, sizeof *x, NULL);
+    return dsc_device_to_host(x, d, sizeof *x);
 #else
     return DSC_OK;
 #endif
@@ -329,7 +327,7 @@ static bool parse_dtype(const char *s, dsc_dtype *dt) {
 // The comm backend and, for nccl, this rank's GPU.
 static int open_comm(bench *b, const char *flag) {
     dsc_comm_opts o = dsc_comm_opts_default();
-    const char *backend = flag ? flag : getenv("DSC_COMM_BACKEND");
+    const char *backend = flag ? flag : dsc__env(DSC_ENV_COMM_BACKEND);
     o.backend = backend && *backend ? backend : "shm";
     o.group_tag = "bench";
     b->device = !strcmp(o.backend, "nccl");
@@ -342,13 +340,8 @@ static int open_comm(bench *b, const char *flag) {
                1;
 #else
     if (b->device) {
-        dsc_comm_env_info env;
-        int dev = 0, count = 0;
-        char name[256];
-        double peak;
-        if (dsc__cuda_device_info(name, sizeof name, &peak) != DSC_OK ||
-            dsc_comm_env(&env) != DSC_OK ||
-            dsc__cuda_select_device(env.local_rank, &dev, &count) != DSC_OK)
+        int dev = 0;
+        if (dsc_device_select(&dev) != DSC_OK)
             return fprintf(stderr, "dsc bench: DSC_COMM_BACKEND=nccl: %s\n", dsc_last_error()), 1;
         o.device = dev;
     }

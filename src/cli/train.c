@@ -18,6 +18,7 @@
 #include <omp.h> // omp_*
 #endif
 
+#include "base/env.h"                    // dsc__env, DSC_ENV_*
 #include "base/io.h"                     // dsc__mkdirs
 #include "base/status.h"                 // dsc__fail, DSC_TRY
 #include "base/time.h"                   // dsc_now
@@ -71,7 +72,7 @@ static dsc_status hook_ready(void *u, int g) {
 // (or whichever process gets there first) builds it in a private folder and renames it into
 // place, so ranks starting together never see a half-written data set; the others wait for it.
 static dsc_status default_data(trainer *t) {
-    const char *home = getenv("DSC_DATA_HOME"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = dsc__env(DSC_ENV_DATA_HOME), *xdg = getenv("XDG_CACHE_HOME");
     char root[4000];
     if (home && home[0]) snprintf(root, sizeof root, "%s", home);
     else if (xdg && xdg[0]) snprintf(root, sizeof root, "%s/dsc", xdg);
@@ -318,7 +319,7 @@ static double measure_cpu_peak(void) {
 
 // DSC_RESTART_COUNT: 0 (or unset) on a first start, K on dsc launch's K-th restart.
 static long restart_count(void) {
-    const char *s = getenv("DSC_RESTART_COUNT");
+    const char *s = dsc__env(DSC_ENV_RESTART_COUNT);
     return s ? strtol(s, NULL, 10) : 0;
 }
 
@@ -351,7 +352,7 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     int32_t *in = t->in + off, *tg = t->tg + off, *pos = t->pos ? t->pos + off : NULL;
     DSC_TRY(dsc_loader_get_pos(t->train, first, t->B, in, tg, pos));
     if (t->gpu)
-        return dsc__train_gpu_micro(t->gpu, in, tg, t->B, t->T, loss, &t->cur.fwd, &t->cur.bwd);
+        return dsc_device_trainer_micro(t->gpu, in, tg, t->B, t->T, loss, &t->cur.fwd, &t->cur.bwd);
     dsc_model_hooks h = {t, hook_gather, hook_release, hook_ready};
     double t0 = dsc_now();
     DSC_TRY(dsc_model_forward_pos(t->model, t->work, in, pos, tg, t->B, t->T, &h, loss));
@@ -376,7 +377,7 @@ static dsc_status evaluate(trainer *t, double *out) {
         float loss;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
         DSC_TRY(dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos));
-        if (t->gpu) DSC_TRY(dsc__train_gpu_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss));
+        if (t->gpu) DSC_TRY(dsc_device_trainer_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss));
         else DSC_TRY(dsc_model_forward_pos(t->model, t->work, t->in, t->pos, t->tg, t->B, t->T, &h,
                                             &loss));
         sum += loss;
@@ -404,7 +405,7 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
     if (t->gpu) { // the device's part of the step ends first; the fault's message stays the error
         char why[2048];
         snprintf(why, sizeof why, "%s", dsc_last_error());
-        dsc__train_gpu_fault(t->gpu);
+        dsc_device_trainer_fault(t->gpu);
         dsc__fail(failed, "%s", why);
     }
     dsc_ft_report rep;
@@ -434,8 +435,8 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
     t->rank = dsc_engine_rank(t->eng);
     t->world = dsc_engine_world_size(t->eng);
     if (t->gpu) { // the restored state goes up; the ranks' share of the device may have grown
-        DSC_TRY(dsc__train_gpu_recovered(t->gpu, t->B));
-        dsc__train_gpu_describe(t->gpu, &t->peak_flops);
+        DSC_TRY(dsc_device_trainer_recovered(t->gpu, t->B));
+        dsc_device_trainer_describe(t->gpu, &t->peak_flops);
     }
     dsc_loader_set_stride(t->train, (int64_t)t->B * t->world);
     for (int i = 0; i < t->ntensors; i++) {
@@ -742,7 +743,7 @@ static dsc_status gpu_store_for_ckpt(trainer *t, int64_t step) {
     if (t->world > 1) DSC_TRY(dsc_engine_mean(t->eng, &stop, 1));
     if (stop > 0 || cfg->checkpoint.interval_s > 0 || (every > 0 && step % every == 0) ||
         step == t->o->max_steps)
-        return dsc__train_gpu_store(t->gpu);
+        return dsc_device_trainer_store(t->gpu);
     return DSC_OK;
 }
 
@@ -775,7 +776,7 @@ static dsc_status train_loop(trainer *t) {
             if ((st = micro_step(t, step, micro, &loss)) != DSC_OK) goto fault;
             loss_sum += loss;
             if (step == 1 && micro == t->gas - 1 && t->o->dump_grads) {
-                if (t->gpu && (st = dsc__train_gpu_take_loss(t->gpu, &loss_sum)) != DSC_OK)
+                if (t->gpu && (st = dsc_device_trainer_take_loss(t->gpu, &loss_sum)) != DSC_OK)
                     goto fault;
                 double mean = loss_sum / t->gas;
                 DSC_TRY(dsc_engine_mean(t->eng, &mean, 1));
@@ -784,12 +785,12 @@ static dsc_status train_loop(trainer *t) {
             }
             if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
             double ts = dsc_now();
-            st = t->gpu ? dsc__train_gpu_step(t->gpu, &si) : dsc_step(t->eng, &si);
+            st = t->gpu ? dsc_device_trainer_step(t->gpu, &si) : dsc_step(t->eng, &si);
             if (st != DSC_OK) goto fault;
             t->cur.step += dsc_now() - ts;
         }
         // --device cuda reads the last micro-step's loss with the step's results
-        if (t->gpu && (st = dsc__train_gpu_take_loss(t->gpu, &loss_sum)) != DSC_OK) goto fault;
+        if (t->gpu && (st = dsc_device_trainer_take_loss(t->gpu, &loss_sum)) != DSC_OK) goto fault;
         // Between steps the engine may compact its pool: re-read the pointers. Not with --device
         // cuda: the GPU path keeps the host state's addresses (registered with the driver for
         // its copies) for the whole run.
@@ -836,7 +837,7 @@ static dsc_status train_loop(trainer *t) {
         dsc_checkpoint_fence(t->eng); // a save's copy of the state ends before recovery changes it
         DSC_TRY(recover_step(t, st, &step));
     }
-    if (t->gpu) DSC_TRY(dsc__train_gpu_store(t->gpu)); // the final state, for exports and saves
+    if (t->gpu) DSC_TRY(dsc_device_trainer_store(t->gpu)); // the final state, for exports and saves
     if (t->o->dump_weights) DSC_TRY(train__dump_weights(t));
     DSC_TRY(dsc_monitor_flush(t->mon));
     obs_progress_clear();
@@ -859,7 +860,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(dsc_model_create(&t->model, o->model, &mo));
     DSC_TRY(check_model_fits(t, vocab));
     bool cuda; // chosen before the engine, whose creation already waits for the other ranks
-    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = getenv("DSC_COMM_BACKEND");
+    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = dsc__env(DSC_ENV_COMM_BACKEND);
     bool nccl = be && !strcmp(be, "nccl");
     // --dump-grads serves comparisons against an fp32 reference: auto keeps it on the CPU's
     // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.
@@ -868,10 +869,10 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (o->restart_positions && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
 
     // a model the GPU trainer lacks (every family but GPT-2 for now) trains on the CPU
-    bool gpu_model = dsc__train_gpu_model_ok(t->model);
+    bool gpu_model = dsc_device_model_ok(t->model);
     if (!gpu_model && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
 
-    DSC_TRY(dsc__train_pick_device(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
+    DSC_TRY(dsc_device_pick(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
     if (cuda && !gpu_model)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
                          "training yet; the CPU trains it: pass --device cpu (or leave --device "
@@ -899,8 +900,8 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
     if (cuda) {
-        DSC_TRY(dsc__train_gpu_create(&t->gpu, t->eng, t->model, t->B, t->T));
-        gpu_line = dsc__train_gpu_describe(t->gpu, &t->peak_flops);
+        DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
+        gpu_line = dsc_device_trainer_describe(t->gpu, &t->peak_flops);
     } else {
         t->peak_flops = measure_cpu_peak();
     }
@@ -936,7 +937,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
 static void trainer_free(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     dsc_monitor_destroy(t->mon);
-    dsc__train_gpu_destroy(t->gpu); // before the engine: it unpins the engine's buffers
+    dsc_device_trainer_destroy(t->gpu); // before the engine: it unpins the engine's buffers
     dsc_model_destroy(t->model);    // after the GPU side, which borrows it
     dsc_engine_destroy(t->eng);
     dsc_loader_destroy(t->train);

@@ -14,7 +14,7 @@ typedef struct train_opts {
     const char *dump_weights; // safetensors to write the final fp32 weights to, or NULL
     const char *prompt;       // text the closing sample starts from
     const char *save_dir;     // checkpoints go here (--save-dir), or NULL
-    const char *device;       // --device: "cuda", "cpu", or NULL / "auto" (see train_gpu.h)
+    const char *device;       // --device: "cuda", "cpu", or NULL / "auto" (see dsc/device.h)
     const char *resume;       // --resume: NULL = no, "" = latest of save_dir, a tag, or DIR/TAG
     bool save_at_end;         // --save-at-end: a checkpoint after the last step
     bool restart_positions;   // --restart-positions: position ids restart at each document

@@ -9,7 +9,7 @@
 #include <stdio.h>   // FILE
 
 #include "cli/train.h"       // train_opts
-#include "cli/train_gpu.h"   // train_gpu
+#include "dsc/device.h"       // dsc_device_trainer
 #include "cli/train_obs.h"   // train_times
 #include "data/loader.h"     // dsc_loader
 #include "data/tokenizer.h"  // dsc_tokenizer
@@ -21,7 +21,7 @@ typedef struct trainer {
     const train_opts *o;
     dsc_engine *eng;
     dsc_model *model; // --model; its host activations only without --device cuda
-    train_gpu *gpu; // --device cuda: the GPU model and state; NULL on the CPU
+    dsc_device_trainer *gpu; // --device cuda: the GPU model and state; NULL on the CPU
     dsc_loader *train, *val;
     dsc_tokenizer *tok;
     int ntensors, B, T, gas, rank, world;

@@ -8,6 +8,7 @@
 #include <string.h> // strcmp, strerror
 #include <unistd.h> // isatty
 
+#include "base/env.h"              // dsc__env, DSC_ENV_*
 #include "base/status.h"           // dsc__fail, DSC_TRY
 #include "dsc/comm.h"              // dsc_comm_logger_*
 #include "monitor/flops_profiler.h" // dsc__flops_profile_write
@@ -105,7 +106,7 @@ static bool line_shown;
 
 bool obs_progress_on(void) {
     if (tty_state < 0) {
-        const char *force = getenv("DSC_PROGRESS"); // "tty" / "plain": for scripts and tests
+        const char *force = dsc__env(DSC_ENV_PROGRESS); // "tty" / "plain": for scripts and tests
         if (force && !strcmp(force, "tty")) tty_state = 1;
         else if (force && !strcmp(force, "plain")) tty_state = 0;
         else tty_state = isatty(STDOUT_FILENO) ? 1 : 0;

@@ -68,7 +68,7 @@ done:
 static void write_gpu_memory(trainer *t) {
     dsc_mem_stats ms;
     size_t used;
-    if (!t->gpu || dsc__train_gpu_memory(t->gpu, &ms, &used) != DSC_OK) return;
+    if (!t->gpu || dsc_device_trainer_memory(t->gpu, &ms, &used) != DSC_OK) return;
     fprintf(t->metrics,
             ", \"gpu_reserved\": %zu, \"gpu_allocated\": %zu, \"gpu_allocs\": %llu, "
             "\"gpu_system_allocs\": %llu, \"gpu_device_used\": %zu",
@@ -99,8 +99,9 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
     write_gpu_memory(t);
     if (t->gpu) {
         char extra[256];
-        dsc__train_gpu_metrics(t->gpu, extra, sizeof extra);
-        fprintf(t->metrics, ", \"gpu_compute\": \"%s\"%s", dsc__train_gpu_compute(t->gpu), extra);
+        dsc_device_trainer_metrics(t->gpu, extra, sizeof extra);
+        fprintf(t->metrics, ", \"gpu_compute\": \"%s\"%s", dsc_device_trainer_compute(t->gpu),
+                extra);
     }
     if (t->mark_resume) fprintf(t->metrics, ", \"resumed\": true"); // lines before: an earlier run
     t->mark_resume = false;
@@ -126,7 +127,7 @@ void train__sample_text(trainer *t) {
     dsc_gen_output out = {0};
     // On the GPU the weights live on the device: bring them into the engine, whose host copy the
     // generator reads (a KV-cached decode of a few tokens; the CPU is quick enough for a sample).
-    dsc_status st = t->gpu ? dsc__train_gpu_store(t->gpu) : DSC_OK;
+    dsc_status st = t->gpu ? dsc_device_trainer_store(t->gpu) : DSC_OK;
     if (st == DSC_OK) st = dsc_generate(t->eng, &p, 1, &go, &out, NULL);
     dsc_generate_release(t->eng);
     char *text = NULL;

@@ -41,6 +41,7 @@
 #include <string.h>           // strcmp, memcpy
 #include <time.h>             // nanosleep
 
+#include "base/env.h"     // dsc__env, DSC_ENV_*
 #include "base/log.h"     // DSC_DEBUG, DSC_WARN
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "base/time.h"    // dsc_now
@@ -768,9 +769,9 @@ static ncb *ncb_alloc(dsc_comm *c, int rank, int world, int device, double timeo
     b->timeout = timeout;
     pthread_mutex_init(&b->mu, NULL);
     double pause = 0;
-    if (!dsc__nccl_inject_parse(getenv("DSC_NCCL_INJECT_DELAY"), &b->inject_op, &pause))
+    if (!dsc__nccl_inject_parse(dsc__env(DSC_ENV_NCCL_INJECT_DELAY), &b->inject_op, &pause))
         DSC_WARN("comm", "DSC_NCCL_INJECT_DELAY=\"%s\" is not K:SECONDS; ignored",
-                 getenv("DSC_NCCL_INJECT_DELAY"));
+                 dsc__env(DSC_ENV_NCCL_INJECT_DELAY));
     if (b->inject_op) inject_s = pause;
     return b;
 }

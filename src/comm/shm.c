@@ -21,6 +21,7 @@
 #include <time.h>        // nanosleep, time
 #include <unistd.h>      // getpid, close, gethostname
 
+#include "base/env.h"        // dsc__env, DSC_ENV_*
 #include "base/log.h"        // DSC_INFO, DSC_WARN
 #include "base/status.h"     // dsc__fail
 #include "base/time.h"       // dsc_now
@@ -437,8 +438,8 @@ static bool run_inline(shm *s, dsc_comm_req *r) {
 
 // ---- segment ----
 
-static size_t env_bytes(const char *name, size_t dflt, size_t lo, size_t hi) {
-    const char *v = getenv(name);
+static size_t env_bytes(dsc__env_id id, size_t dflt, size_t lo, size_t hi) {
+    const char *v = dsc__env(id), *name = dsc__env_row_of(id)->name;
     if (!v || !*v) return dflt;
     char *end = NULL;
     unsigned long long x = strtoull(v, &end, 10);
@@ -544,12 +545,12 @@ static void sweep_stale(void) {
 // Rank 0: create, size (reserving the memory, so that a full /dev/shm fails here and not with
 // SIGBUS later) and initialise the segment.
 static dsc_status segment_create(shm *s, const char *tag, int port) {
-    size_t slot = env_bytes("DSC_SHM_SLOT_BYTES", s->world > 16 ? 256u << 10 : 1u << 20, 4096,
+    size_t slot = env_bytes(DSC_ENV_SHM_SLOT_BYTES, s->world > 16 ? 256u << 10 : 1u << 20, 4096,
                             1u << 30);
     size_t pairs = (size_t)s->world * (size_t)(s->world - 1);
     size_t chan_dflt = pairs ? (32u << 20) / pairs : 4096; // about 32 MiB of rings in all
     chan_dflt = chan_dflt < 1024 ? 1024 : chan_dflt > (1u << 20) ? 1u << 20 : chan_dflt;
-    size_t chan_bytes = env_bytes("DSC_SHM_CHAN_BYTES", chan_dflt, 64, 1u << 30);
+    size_t chan_bytes = env_bytes(DSC_ENV_SHM_CHAN_BYTES, chan_dflt, 64, 1u << 30);
     if (slot < (size_t)s->world * 256) slot = (size_t)s->world * 256; // >= 64 f32 per rank
     set_layout(s, round_up(slot, 64), round_up(chan_bytes, 64));
     sweep_stale();

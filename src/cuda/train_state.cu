@@ -9,6 +9,8 @@
 #include "cuda/gpt2_kernels.h"   // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
 #include "cuda/optim.h"          // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
+#include "base/env.h" // dsc__env (a C header with its own extern "C")
+
 extern "C" {
 #ifdef DSC_WITH_CUDA
 #include "mem/cuda.h" // dsc__mem_cuda_host_register
@@ -54,7 +56,7 @@ static const struct {
 };
 
 static double peak_of(const char *name) {
-    const char *env = getenv("DSC_GPU_PEAK_TFLOPS");
+    const char *env = dsc__env(DSC_ENV_GPU_PEAK_TFLOPS);
     if (env && *env) {
         double v = strtod(env, NULL);
         if (v > 0) return v * 1e12;

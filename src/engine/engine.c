@@ -6,6 +6,7 @@
 #include <stdlib.h> // calloc, free, getenv, strtol
 #include <string.h> // memset, memcpy
 
+#include "base/env.h"                   // dsc__env, DSC_ENV_*
 #include "base/log.h"                   // DSC_WARN, DSC_INFO
 #include "base/status.h"                // dsc__fail, DSC_TRY
 #include "dsc/half.h"                   // dsc_fp32_to_fp16, dsc_fp32_to_bf16
@@ -149,14 +150,14 @@ static dsc_status comm_dtype(dsc_engine *e) {
 }
 
 // The engine's communicator moves host buffers. DSC_COMM_BACKEND=nccl asks for device
-// collectives, which the GPU trainer makes for itself (cli/train_gpu_dp.c); the engine's own
+// collectives, which the GPU trainer makes for itself (engine/gpu/train_gpu_dp.c); the engine's own
 // collectives (loss means, norms of the host paths, checkpoints, fault tolerance) then stay on a
 // host backend: DSC_HOST_COMM_BACKEND, else shm.
 const char *dsc__engine_host_backend(void) {
-    const char *b = getenv("DSC_COMM_BACKEND");
+    const char *b = dsc__env(DSC_ENV_COMM_BACKEND);
     if (!b || !b[0]) return "shm";
     if (strcmp(b, "nccl")) return b;
-    const char *h = getenv("DSC_HOST_COMM_BACKEND");
+    const char *h = dsc__env(DSC_ENV_HOST_COMM_BACKEND);
     return h && h[0] ? h : "shm";
 }
 
@@ -202,7 +203,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(alloc_init(e, o->init_in_place));
     DSC_TRY(create_comm(e));
     DSC_TRY(dsc__ft_create(e));
-    e->inject = getenv("DSC_INJECT_OVERFLOW");
+    e->inject = dsc__env(DSC_ENV_INJECT_OVERFLOW);
     return DSC_OK;
 }
 
@@ -258,7 +259,7 @@ dsc_status dsc_params_updated(dsc_engine *e) {
     }
     e->params_ready = true;
     // DSC_FT_LOAD_STATE (a test hook, docs/fault-tolerance.md): continue from a saved state.
-    const char *load = getenv("DSC_FT_LOAD_STATE");
+    const char *load = dsc__env(DSC_ENV_FT_LOAD_STATE);
     if (load && *load) return dsc__ft_load_state(e, load);
     DSC_TRY(dsc__zero_sync_params(e));
     return dsc__ft_state_changed(e); // the first snapshot, and its replica at the buddy
@@ -396,7 +397,7 @@ bool dsc__inject_overflow(const char *spec, int64_t step) {
 // DSC_FT_SAVE_STATE=DIR (a test hook, docs/fault-tolerance.md): the whole state after every
 // optimizer step to DIR/step<N>.safetensors. A collective; rank 0 writes.
 static dsc_status save_state_hook(dsc_engine *e) {
-    const char *dir = getenv("DSC_FT_SAVE_STATE");
+    const char *dir = dsc__env(DSC_ENV_FT_SAVE_STATE);
     if (!dir || !*dir) return DSC_OK;
     char path[4096];
     snprintf(path, sizeof path, "%s/step%lld.safetensors", dir, (long long)e->global_steps);
@@ -500,7 +501,7 @@ void dsc__engine_ft_cancel(dsc_engine *e) {
 }
 
 bool dsc__engine_save_state_wanted(void) {
-    const char *dir = getenv("DSC_FT_SAVE_STATE");
+    const char *dir = dsc__env(DSC_ENV_FT_SAVE_STATE);
     return dir && *dir;
 }
 

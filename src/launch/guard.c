@@ -17,6 +17,7 @@
 #include <time.h>      // nanosleep
 #include <unistd.h>    // fork, pipe2, dup2, read, write, close
 
+#include "base/env.h"      // dsc__env, DSC_ENV_*
 #include "base/status.h"   // dsc__fail
 #include "launch/proc.h"   // dsc__launch_begin, dsc__launch_end, dsc__launch_grace
 
@@ -40,7 +41,7 @@ static void on_signal(int s) {
 bool dsc__launch_is_stop_signal(int s) { return s == SIGINT || s == SIGTERM || s == SIGHUP; }
 
 double dsc__launch_grace(void) {
-    const char *v = getenv("DSC_LAUNCH_GRACE");
+    const char *v = dsc__env(DSC_ENV_LAUNCH_GRACE);
     char *end = NULL;
     double x = v && *v ? strtod(v, &end) : 3.0;
     if (v && *v && (*end || x < 0.1 || x > 60)) x = 3.0;

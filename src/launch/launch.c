@@ -16,6 +16,7 @@
 #include <sys/stat.h>  // stat, mkdir
 #include <unistd.h>    // access, getcwd, readlink
 
+#include "base/env.h"           // dsc__env, DSC_ENV_*
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "dsc/comm.h"           // dsc_hostlist_expand
 #include "launch/launch_impl.h" // dsc__launch_job, start_*
@@ -82,7 +83,7 @@ dsc_status dsc__launch_program_argv(const dsc_launch_opts *o, int local_rank, ds
 
 // Read `dir`/NAME (NAME from DS_ENV_FILE, default .deepspeed_env) when it exists.
 static dsc_status load_envfile(const char *dir, dsc__strv *kv) {
-    const char *name = getenv("DS_ENV_FILE");
+    const char *name = dsc__env(DSC_ENV_DS_ENV_FILE);
     if (!name || !*name) name = ".deepspeed_env";
     char path[PATH_MAX];
     if (name[0] == '/') snprintf(path, sizeof path, "%s", name);
@@ -484,7 +485,7 @@ static dsc_status pick_master(dsc__launch_job *job) {
 static const char *helper_of(dsc__launcher_kind k) {
     switch (k) {
     case DSC__LAUNCHER_PDSH: return "pdsh";
-    case DSC__LAUNCHER_SSH: return getenv("DSC_SSH") && *getenv("DSC_SSH") ? NULL : "ssh";
+    case DSC__LAUNCHER_SSH: return dsc__env(DSC_ENV_SSH) && *dsc__env(DSC_ENV_SSH) ? NULL : "ssh";
     case DSC__LAUNCHER_SLURM: return "srun";
     case DSC__LAUNCHER_OPENMPI: return "mpirun";
     default: return NULL;

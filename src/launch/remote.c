@@ -9,6 +9,7 @@
 #include <string.h> // strcmp, strlen, strerror
 #include <unistd.h> // geteuid, execvp, sysconf
 
+#include "base/env.h"           // dsc__env, DSC_ENV_*
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "dsc/comm.h"           // dsc_slurm_tasks_on_node
 #include "launch/launch_impl.h" // dsc__launch_job
@@ -138,7 +139,7 @@ static dsc_status spawn_ssh(const dsc__launch_job *job, dsc__group *g, const cha
     char *cmd = NULL;
     dsc_status st;
     // DSC_SSH replaces the ssh command (e.g. "ssh -p 2222" or a wrapper); words split as a shell.
-    const char *ssh = getenv("DSC_SSH");
+    const char *ssh = dsc__env(DSC_ENV_SSH);
     DSC_TRY_GOTO(dsc__launch_split_words(ssh && *ssh ? ssh : "ssh", &argv), st, done);
     DSC_TRY_GOTO(dsc__strv_extend(&argv, job->launcher_args.v, job->launcher_args.n), st, done);
     DSC_TRY_GOTO(dsc__strv_push(&argv, host), st, done);

@@ -10,6 +10,7 @@
 #include <stdlib.h>  // calloc, realloc, free, getenv, strtol
 #include <string.h>  // strcmp, strdup, strlen
 
+#include "base/env.h"           // dsc__env, DSC_ENV_*
 #include "base/hash.h"          // dsc_hash64
 #include "base/log.h"           // DSC_WARN, DSC_INFO
 #include "base/status.h"        // dsc__fail, DSC_TRY
@@ -438,7 +439,7 @@ dsc_status dsc_monitor_create(dsc_monitor **out, const dsc_config *cfg, const ch
     dsc_monitor *m = calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "out of memory creating the monitor");
     pthread_mutex_init(&m->mu, NULL);
-    const char *all = getenv("DSC_MONITOR_ALL_RANKS");
+    const char *all = dsc__env(DSC_ENV_MONITOR_ALL_RANKS);
     m->rank = rank;
     m->writes = rank == 0 || (all && strcmp(all, "0") && *all);
     m->global_step = -1;

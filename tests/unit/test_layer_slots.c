@@ -1,4 +1,4 @@
-// Tests of the two-slot layer stream (src/cuda/layer_slots.c) on the host, in every build: the
+// Tests of the two-slot layer stream (src/engine/gpu/layer_slots.c) on the host, in every build: the
 // device layout and view tables made from an engine's groups, and the model's layer hook driven
 // through forward and backward passes with ops that act at once on host arrays (a fetch copies
 // the layer's weights, a reuse zeroes the gradient slot) and record what they were asked. Checked:
@@ -16,7 +16,7 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // memcpy
 
-#include "cuda/layer_slots.h" // dsc__slots_*
+#include "engine/gpu/layer_slots.h" // dsc__slots_*
 #include "dsc/engine.h"       // dsc_engine_*
 #include "engine/device.h"    // dsc__engine_span_of, dsc__engine_param_offset
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_*

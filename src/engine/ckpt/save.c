@@ -8,6 +8,7 @@
 #include <time.h>     // nanosleep
 #include <unistd.h>   // getpid
 
+#include "base/env.h" // dsc__env, DSC_ENV_*
 #include "base/io.h" // dsc__mkdirs
 #include "base/log.h"          // DSC_WARN, DSC_INFO
 #include "base/status.h"       // dsc__fail
@@ -181,7 +182,7 @@ dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const 
     s->last_save_step = -1;
     // A test hook (docs/checkpoint-format.md): a slow disk, so that a test can fault a rank while a
     // save is still being written.
-    const char *delay = getenv("DSC_CKPT_TEST_WRITE_DELAY_S");
+    const char *delay = dsc__env(DSC_ENV_CKPT_TEST_WRITE_DELAY_S);
     s->test_delay_s = delay ? strtod(delay, NULL) : 0;
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_cond_init(&s->snap_cond, NULL);

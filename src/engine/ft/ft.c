@@ -11,6 +11,7 @@
 #include <time.h>    // clock_gettime, nanosleep
 #include <unistd.h>  // getpid, _exit
 
+#include "base/env.h"          // dsc__env, DSC_ENV_*
 #include "base/log.h"          // DSC_WARN
 #include "base/status.h"       // dsc__fail
 #include "base/time.h"         // dsc_now, dsc_wall_time
@@ -236,7 +237,7 @@ dsc_status dsc__ft_create(dsc_engine *e) {
     ft->orig_of = calloc((size_t)e->world, sizeof *ft->orig_of);
     if (!ft->orig_of) return dsc__fail(DSC_ERR_OOM, "out of memory for the fault-tolerance state");
     for (int r = 0; r < e->world; r++) ft->orig_of[r] = r;
-    parse_inject(ft, getenv("DSC_FT_INJECT"));
+    parse_inject(ft, dsc__env(DSC_ENV_FT_INJECT));
     DSC_TRY(dsc__ft_slots_alloc(e));
     return watchdog_start(ft);
 }

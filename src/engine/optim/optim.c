@@ -23,6 +23,7 @@
 #include <stdlib.h> // getenv
 #include <string.h> // strcmp
 
+#include "base/env.h"    // dsc__env, DSC_ENV_*
 #include "base/log.h"    // DSC_WARN
 #include "base/status.h" // dsc__fail, DSC_ASSERT
 #include "dsc/half.h"    // dsc_fp32_to_bf16, dsc_fp32_to_fp16
@@ -159,7 +160,7 @@ static const dsc__opt_kernels *path_by_name(const char *name) {
 
 // DSC_SIMD, read at the first use; a bad value warns and falls back to the best path.
 static const dsc__opt_kernels *path_from_env(void) {
-    const char *env = getenv("DSC_SIMD");
+    const char *env = dsc__env(DSC_ENV_SIMD);
     if (env == NULL || env[0] == '\0' || strcmp(env, "auto") == 0) return best_path();
     const dsc__opt_kernels *k = path_by_name(env);
     if (k == NULL) {

@@ -1,11 +1,13 @@
-// cli/train_gpu_dp.c - data parallelism across GPUs through the nccl backend (see train_gpu_dp.h).
-#include "cli/train_gpu_dp.h"
+// engine/gpu/train_gpu_dp.c - data parallelism across GPUs through the nccl backend (see train_gpu_dp.h).
+#include "engine/gpu/train_gpu_dp.h"
 
 #include <stdlib.h> // getenv
 #include <string.h> // strcmp
 
+#include "base/env.h" // dsc__env, DSC_ENV_*
+
 bool dsc__train_dp_selected(void) {
-    const char *b = getenv("DSC_COMM_BACKEND");
+    const char *b = dsc__env(DSC_ENV_COMM_BACKEND);
     return b && !strcmp(b, "nccl");
 }
 
@@ -21,7 +23,7 @@ bool dsc__train_dp_selected(void) {
 #include "base/status.h"      // dsc__fail, DSC_TRY
 #include "base/time.h"        // dsc_now
 #include "comm/store.h"       // dsc_store_* (the rendezvous after a recovery)
-#include "cuda/layer_slots.h"  // dsc__slots_* (stage 3)
+#include "engine/gpu/layer_slots.h"  // dsc__slots_* (stage 3)
 #include "comm/nccl.h"        // dsc__nccl_after_event, dsc__nccl_record_event
 #include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events, copies
 #include "cuda/gpt2_kernels.h" // dsc__cuda_round_fp16
@@ -53,7 +55,7 @@ struct train_dp {
     bool timed;
     // Stage 3 (shard): the layers' 16-bit weights are partitioned as the optimizer state is.
     // This rank keeps its slice of each layer group (own16); a layer is all-gathered into one of
-    // two device slots one layer ahead of use (cuda/layer_slots.h), in forward and again in
+    // two device slots one layer ahead of use (engine/gpu/layer_slots.h), in forward and again in
     // backward. The layers' gradients go through two gradient slots: reduce-scattered in place
     // every micro-step, then added into the partition (red). The embeddings and ln_f stay whole
     // on every device (resident) and are reduced once per step, as at stage 2.
@@ -194,7 +196,7 @@ static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_model *
 // Stage 3 partitions the 16-bit weights unless DSC_GPU_STAGE3_PARTITION=0, which keeps them whole
 // on every GPU (stage 3 then runs as stage 2: faster where the memory allows it).
 static dsc_status partition_wanted(int stage, bool *on) {
-    const char *v = getenv("DSC_GPU_STAGE3_PARTITION");
+    const char *v = dsc__env(DSC_ENV_GPU_STAGE3_PARTITION);
     *on = stage == 3;
     if (!v || !*v || !strcmp(v, "1")) return DSC_OK;
     *on = false;
@@ -209,7 +211,7 @@ static dsc_status make_buffers(train_dp *dp, dsc_mem_pool *pool, const dsc_model
     size_t ns = L->state_len;
     int moments = L->v ? 2 : 1;
     DSC_TRY(partition_wanted(L->stage, &dp->shard));
-    // stage 3: the device arrays hold the resident groups and the slots (cuda/layer_slots.h)
+    // stage 3: the device arrays hold the resident groups and the slots (engine/gpu/layer_slots.h)
     size_t n = dp->shard ? dsc__slots_layout(dp->eng, dsc_model_describe(model)->n_layer, NULL, NULL) : L->total;
     if (dp->st)
         DSC_TRY(dsc__cuda_state_resize_dp(dp->st, n, ns, moments)); // after a recovery

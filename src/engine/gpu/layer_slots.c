@@ -1,7 +1,7 @@
-// cuda/layer_slots.c - the two-slot layer stream of the GPU trainer (see layer_slots.h). Host
+// engine/gpu/layer_slots.c - the two-slot layer stream of the GPU trainer (see layer_slots.h). Host
 // code: every build compiles it (tests/unit/test_layer_slots.c drives the hook with recording
 // ops).
-#include "cuda/layer_slots.h"
+#include "engine/gpu/layer_slots.h"
 
 #include <stdlib.h> // calloc, free
 

@@ -1,4 +1,4 @@
-// cli/train_gpu_dp.h - data parallelism across GPUs for `dsc train --device cuda`: each rank has a
+// engine/gpu/train_gpu_dp.h - data parallelism across GPUs for `dsc train --device cuda`: each rank has a
 // GPU of its own, the gradients are reduced among the devices through the nccl comm backend and
 // the optimizer runs on the device over this rank's ZeRO partition. Chosen when
 // DSC_COMM_BACKEND=nccl and no two ranks of the job share a GPU; also at world 1 with nccl (the
@@ -28,7 +28,7 @@
 // does: the same sum, rounded differently.
 // Stage 3 (unless DSC_GPU_STAGE3_PARTITION=0, which runs it as stage 2) partitions the 16-bit
 // weights too: each device keeps its slice of every layer's weights; the model's layer hook
-// all-gathers a layer into one of two device slots one layer ahead of use (cuda/layer_slots.h),
+// all-gathers a layer into one of two device slots one layer ahead of use (engine/gpu/layer_slots.h),
 // in forward and again in backward, so the gather of the next layer overlaps this layer's
 // compute. The layers' gradients pass through two gradient slots: each layer's are
 // reduce-scattered in place as soon as its backward is done, every micro-step, and added into
@@ -41,8 +41,8 @@
 // The engine's host copies of master and moments are refreshed (store) for checkpoints and
 // exports, a collective; load uploads them. The device state is the only current one, so a fault
 // is not recovered in place: the job restarts from its last checkpoint.
-#ifndef DSC_CLI_TRAIN_GPU_DP_H
-#define DSC_CLI_TRAIN_GPU_DP_H
+#ifndef DSC_ENGINE_GPU_TRAIN_GPU_DP_H
+#define DSC_ENGINE_GPU_TRAIN_GPU_DP_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t

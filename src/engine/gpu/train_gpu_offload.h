@@ -1,4 +1,4 @@
-// cli/train_gpu_offload.h - ZeRO-Offload on one GPU (offload_optimizer.device "cpu"), streamed:
+// engine/gpu/train_gpu_offload.h - ZeRO-Offload on one GPU (offload_optimizer.device "cpu"), streamed:
 // the GPU keeps the 16-bit weights and the fp32 gradients; the host keeps the fp32 master and the
 // optimizer moments (the engine's flat state) and runs the engine's CPU optimizer.
 //
@@ -26,8 +26,8 @@
 // hook), and two gradient slots: each layer's gradients go to the host as soon as its backward
 // is done, every micro-step (the host adds later micro-steps into the accumulator). GPU memory
 // is then activations plus two layers, whatever the depth.
-#ifndef DSC_CLI_TRAIN_GPU_OFFLOAD_H
-#define DSC_CLI_TRAIN_GPU_OFFLOAD_H
+#ifndef DSC_ENGINE_GPU_TRAIN_GPU_OFFLOAD_H
+#define DSC_ENGINE_GPU_TRAIN_GPU_OFFLOAD_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t

@@ -1,4 +1,4 @@
-// cuda/layer_slots.h - two device slots through which the GPU trainer streams a model's layers'
+// engine/gpu/layer_slots.h - two device slots through which the GPU trainer streams a model's layers'
 // 16-bit weights (and, in backward, their gradients) when the device does not hold them all:
 // parameter offload (the weights live on the host, train_gpu_offload.c) and ZeRO stage 3 over
 // nccl (each GPU holds its slice, train_gpu_dp.c).
@@ -13,8 +13,8 @@
 // gradients sent on) and zeroes. How a fetch, a wait, a release and a gradient slot's reuse are
 // done is the owner's (the ops below); this file only decides which and when. Host code, in
 // every build.
-#ifndef DSC_CUDA_LAYER_SLOTS_H
-#define DSC_CUDA_LAYER_SLOTS_H
+#ifndef DSC_ENGINE_GPU_LAYER_SLOTS_H
+#define DSC_ENGINE_GPU_LAYER_SLOTS_H
 
 #include <stddef.h> // size_t
 #include <stdint.h> // uint16_t

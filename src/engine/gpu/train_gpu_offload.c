@@ -1,5 +1,5 @@
-// cli/train_gpu_offload.c - streamed ZeRO-Offload on one GPU (see train_gpu_offload.h).
-#include "cli/train_gpu_offload.h"
+// engine/gpu/train_gpu_offload.c - streamed ZeRO-Offload on one GPU (see train_gpu_offload.h).
+#include "engine/gpu/train_gpu_offload.h"
 
 #ifdef DSC_WITH_CUDA
 
@@ -10,7 +10,7 @@
 #include "base/log.h"           // DSC_WARN
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "base/time.h"          // dsc_now
-#include "cuda/layer_slots.h"    // dsc__slots_*
+#include "engine/gpu/layer_slots.h"    // dsc__slots_*
 #include "cuda/convert.h"       // dsc__cuda_to_device
 #include "cuda/offload.h"       // dsc__cuda_offload_*
 #include "dsc/half.h"           // dsc_fp32_to_fp16_n, dsc_fp16_to_fp32_n
@@ -36,7 +36,7 @@ struct train_off {
     dsc_step_info early_info;
     train_off_times t;
     // offload_param: the layers' 16-bit weights live in h16 only and pass through two device
-    // slots (cuda/layer_slots.h; the embeddings and ln_f stay on the device); the layers'
+    // slots (engine/gpu/layer_slots.h; the embeddings and ln_f stay on the device); the layers'
     // gradients pass through two gradient slots and go to the host every micro-step (later
     // micro-steps through tmp, added into the accumulator on the host).
     bool params;
@@ -167,7 +167,7 @@ void dsc__train_off_destroy(train_off *o) {
     free(o);
 }
 
-// ---- parameter offload: the layers through the slots (cuda/layer_slots.h) ----
+// ---- parameter offload: the layers through the slots (engine/gpu/layer_slots.h) ----
 
 static dsc_status slot_fetch(void *user, int k, int layer) {
     train_off *o = user;

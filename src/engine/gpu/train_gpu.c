@@ -1,14 +1,17 @@
-// cli/train_gpu.c - the GPU half of `dsc train` (see train_gpu.h).
-#include "cli/train_gpu.h"
+// engine/gpu/train_gpu.c - the engine's GPU training runtime behind dsc/device.h: the device
+// trainer picks one-rank, nccl data-parallel (train_gpu_dp.c), host-staged or ZeRO-Offload
+// (train_gpu_offload.c) training from the engine's config and drives the model's device passes.
+#include "dsc/device.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv
 #include <string.h> // strcmp
 
+#include "base/env.h"        // dsc__env, DSC_ENV_*
 #include "base/status.h"     // dsc__fail, DSC_TRY
 #include "base/time.h"       // dsc_now
-#include "cli/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
-#include "cli/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
+#include "engine/gpu/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
+#include "engine/gpu/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
 #include "dsc/comm.h"         // dsc_comm_backend_available
 
 #ifdef DSC_WITH_CUDA
@@ -17,7 +20,9 @@
 #include "dsc/model.h"        // dsc_model_device_*
 #include "engine/device.h"    // dsc__engine_*
 
-struct train_gpu {
+typedef dsc_device_trainer train_gpu; // this file's short name
+
+struct dsc_device_trainer {
     dsc_engine *eng;
     const dsc_model *mdl;   // borrowed from the trainer
     dsc_mem_pool *pool;     // every device buffer of the run (state, activations, workspace)
@@ -30,7 +35,7 @@ struct train_gpu {
     bool unstreamed;        // ZeRO-Offload, DSC_OFFLOAD_STREAM=0: whole gradient after backward
     bool param_offload;     // offload_param: layer weights on the host, streamed (off owns views)
     char dp_note[256];      // why nccl was selected but not used, for the banner
-    int world;              // ranks now (dsc__train_gpu_recovered follows a smaller world)
+    int world;              // ranks now (dsc_device_trainer_recovered follows a smaller world)
     int sharing;            // ranks of this node on this device (MFU's share of its peak)
     int devices;            // devices visible to this node's ranks
     bool one_node;          // every rank on this node (then a recovery's world is the node's)
@@ -72,7 +77,7 @@ static dsc_status check_nccl_choice(bool on_cpu) {
     return DSC_OK;
 }
 
-dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
+dsc_status dsc_device_pick(const char *flag, int world, bool *cuda) {
     *cuda = false;
     bool autopick = !flag || !strcmp(flag, "auto");
     if (!autopick && strcmp(flag, "cpu") && strcmp(flag, "cuda"))
@@ -94,7 +99,7 @@ dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
                          "CUDA_VISIBLE_DEVICES, or train with --device cpu%s", flag ? flag : "auto",
                          why, dsc__train_dp_selected() ? " and without DSC_COMM_BACKEND=nccl" : "");
     }
-    *cuda = true; // several ranks: nccl data-parallel or host-staged (train_gpu.h)
+    *cuda = true; // several ranks: nccl data-parallel or host-staged (dsc/device.h)
     return DSC_OK;
 }
 
@@ -123,7 +128,7 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
         return dsc__fail(DSC_ERR_UNSUPPORTED, "zero_optimization.offload_param on --device cuda "
                          "runs on one rank (this run has %d); set offload_param.device to "
                          "\"none\", or train on one GPU", g->world);
-    const char *stream = getenv("DSC_OFFLOAD_STREAM");
+    const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
     g->unstreamed = *offload && g->world == 1 && stream && !strcmp(stream, "0");
     if (g->unstreamed && g->param_offload)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_OFFLOAD_STREAM=0 (the whole-gradient "
@@ -247,7 +252,8 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
         snprintf(mode, sizeof mode, "%s", one_rank_mode(g, offload));
     bool note = (offload || g->staged) && !g->dp && !pinned;
     snprintf(g->line, sizeof g->line, "device %s | %s | %s compute, %s config%s%s%s%s%s", name,
-             mode, dsc__train_gpu_compute(g), prec, note ? " | host buffers not page-locked (" : "",
+             mode, dsc_device_trainer_compute(g), prec,
+             note ? " | host buffers not page-locked (" : "",
              note ? why : "", note ? ")" : "", g->dp_note[0] ? " | " : "", g->dp_note);
 }
 
@@ -296,13 +302,13 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
                             sizeof why);
     DSC_TRY(make_views(g));
     describe(g, name, offload, prec, pinned, why);
-    return dsc__train_gpu_load(g);
+    return dsc_device_trainer_load(g);
 }
 
-bool dsc__train_gpu_model_ok(const dsc_model *model) { return dsc_model_has_device(model); }
+bool dsc_device_model_ok(const dsc_model *model) { return dsc_model_has_device(model); }
 
-dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
-                                 int T) {
+dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc_model *model,
+                                     int B, int T) {
     *out = NULL;
     if (!dsc_model_has_device(model))
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
@@ -315,14 +321,14 @@ dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_mod
     g->ntensors = dsc_model_describe(model)->num_tensors;
     dsc_status st = gpu_init(g, B, T);
     if (st != DSC_OK) {
-        dsc__train_gpu_destroy(g);
+        dsc_device_trainer_destroy(g);
         return st;
     }
     *out = g;
     return DSC_OK;
 }
 
-void dsc__train_gpu_destroy(train_gpu *g) {
+void dsc_device_trainer_destroy(train_gpu *g) {
     if (!g) return;
     dsc__train_off_destroy(g->off); // its copies end and its host buffers are unpinned first
     dsc_model_device_destroy(g->model);
@@ -336,14 +342,14 @@ void dsc__train_gpu_destroy(train_gpu *g) {
     free(g);
 }
 
-const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
+const char *dsc_device_trainer_describe(const train_gpu *g, double *peak_flops) {
     *peak_flops = g->peak;
     return g->line;
 }
 
-const char *dsc__train_gpu_compute(const train_gpu *g) { return g->fp16 ? "fp16" : "bf16"; }
+const char *dsc_device_trainer_compute(const train_gpu *g) { return g->fp16 ? "fp16" : "bf16"; }
 
-void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) {
+void dsc_device_trainer_metrics(const train_gpu *g, char *buf, size_t cap) {
     buf[0] = '\0';
     if (!g->off) return;
     train_off_times t;
@@ -363,11 +369,11 @@ static dsc_status staged_remake(train_gpu *g) {
     return staged_host(g, n, &pinned, why, sizeof why);
 }
 
-void dsc__train_gpu_fault(train_gpu *g) {
+void dsc_device_trainer_fault(train_gpu *g) {
     if (g->dp) dsc__train_dp_fault(g->dp);
 }
 
-dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
+dsc_status dsc_device_trainer_recovered(train_gpu *g, int B) {
     if (B > g->maxB)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: after the recovery each rank takes "
                          "micro-batches of %d, but the GPU model was made for %d; restart the job "
@@ -384,10 +390,10 @@ dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) {
     g->micro = 0;
     DSC_TRY(dsc__cuda_state_zero_grads(g->st)); // a failed step's partial gradients go
     DSC_TRY(make_views(g));
-    return dsc__train_gpu_load(g);
+    return dsc_device_trainer_load(g);
 }
 
-dsc_status dsc__train_gpu_load(train_gpu *g) {
+dsc_status dsc_device_trainer_load(train_gpu *g) {
     if (g->dp) return dsc__train_dp_load(g->dp);
     if (g->staged) { // every rank holds a part of the master at stages 1-3: gather it
         DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
@@ -398,7 +404,7 @@ dsc_status dsc__train_gpu_load(train_gpu *g) {
     return dsc__cuda_state_upload(g->st, g->host.master, g->host.m, g->host.v);
 }
 
-dsc_status dsc__train_gpu_store(train_gpu *g) {
+dsc_status dsc_device_trainer_store(train_gpu *g) {
     if (g->dp) return dsc__train_dp_store(g->dp);
     if (g->st->offload) return DSC_OK; // the host state is the one the optimizer updates (and
                                        // staged runs are offloaded)
@@ -406,16 +412,20 @@ dsc_status dsc__train_gpu_store(train_gpu *g) {
     return dsc__engine_master_changed(g->eng);
 }
 
-// One GPU with the optimizer on it (the tail of dsc__train_gpu_step): a step's first micro-step
-// writes the gradients rather than adding to zeroed ones, so nothing zeroes them between steps.
+// One GPU with the optimizer on it (the tail of dsc_device_trainer_step): a step's first
+// micro-step writes the gradients rather than adding to zeroed ones, so nothing zeroes them
+// between steps.
 static bool device_optimizer(const train_gpu *g) {
     return !g->dp && !g->staged && !g->off && !g->st->offload;
 }
 
 // The device runs ahead of the host; only with wall_clock_breakdown does the host wait after each
 // phase (the forward already waits for its loss), so that the phase times are the device's.
-dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                                float *loss, double *fwd_s, double *bwd_s) {
+dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B,
+                                    int T, float *loss, double *fwd_s, double *bwd_s) {
+    double fwd_unused = 0, bwd_unused = 0; // the caller keeps no phase times
+    if (!fwd_s) fwd_s = &fwd_unused;
+    if (!bwd_s) bwd_s = &bwd_unused;
     float scale = (float)dsc_backward_scale(g->eng);
     g->loss_pending = false; // one not taken belonged to a step a fault abandoned
     if (device_optimizer(g)) dsc_model_device_set_grads_fresh(g->model, g->micro == 0);
@@ -460,7 +470,7 @@ dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *
     return DSC_OK;
 }
 
-dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum) {
+dsc_status dsc_device_trainer_take_loss(train_gpu *g, double *loss_sum) {
     if (!g->loss_pending) return DSC_OK;
     if (!g->loss_ready) DSC_TRY(dsc_model_device_read_loss(g->model, &g->loss_value));
     *loss_sum += g->loss_value;
@@ -468,13 +478,14 @@ dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum) {
     return DSC_OK;
 }
 
-dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used) {
+dsc_status dsc_device_trainer_memory(const train_gpu *g, dsc_mem_stats *pool,
+                                     size_t *device_used) {
     DSC_TRY(dsc_mem_pool_stats(g->pool, pool));
     return dsc__cuda_device_used(device_used);
 }
 
-dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                               float *loss) {
+dsc_status dsc_device_trainer_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                                   float *loss) {
     if (!g->dp) return dsc_model_device_forward(g->model, g->p16, in, tg, B, T, loss);
     DSC_TRY(dsc_model_device_forward(g->model, g->p16, in, tg, B, T, NULL));
     DSC_TRY(dsc__train_dp_pass_done(g->dp)); // stage 3's gathers, waited with their deadline
@@ -555,7 +566,7 @@ static bool queued(const train_gpu *g) {
            !dsc__engine_grads_observed(g->eng);
 }
 
-dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
+dsc_status dsc_device_trainer_step(train_gpu *g, dsc_step_info *info) {
     bool q = queued(g);
     if (g->loss_pending && !g->loss_ready && !q) { // read before the step, as ever
         DSC_TRY(dsc_model_device_read_loss(g->model, &g->loss_value));
@@ -592,7 +603,9 @@ dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) {
 
 #else // a build without the CUDA kernels: only the choice exists, and says why
 
-dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
+typedef dsc_device_trainer train_gpu;
+
+dsc_status dsc_device_pick(const char *flag, int world, bool *cuda) {
     *cuda = false;
     if (dsc__train_dp_selected())
         return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_COMM_BACKEND=nccl: this dsc was built without "
@@ -607,44 +620,45 @@ dsc_status dsc__train_pick_device(const char *flag, int world, bool *cuda) {
                      "toolkit on PATH, or train with --device cpu");
 }
 
-bool dsc__train_gpu_model_ok(const dsc_model *model) {
+bool dsc_device_model_ok(const dsc_model *model) {
     (void)model;
     return false;
 }
 
 static dsc_status no_cuda(void) {
     bool cuda;
-    return dsc__train_pick_device("cuda", 1, &cuda);
+    return dsc_device_pick("cuda", 1, &cuda);
 }
 
 // create always fails here, so no train_gpu exists and the calls below are never reached.
-dsc_status dsc__train_gpu_create(train_gpu **out, dsc_engine *eng, const dsc_model *model, int B,
-                                 int T) {
+dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc_model *model,
+                                     int B, int T) {
     *out = NULL;
     return no_cuda();
 }
-void dsc__train_gpu_destroy(train_gpu *g) {}
-const char *dsc__train_gpu_describe(const train_gpu *g, double *peak_flops) {
+void dsc_device_trainer_destroy(train_gpu *g) {}
+const char *dsc_device_trainer_describe(const train_gpu *g, double *peak_flops) {
     *peak_flops = 0;
     return "no CUDA";
 }
-const char *dsc__train_gpu_compute(const train_gpu *g) { return "none"; }
-void dsc__train_gpu_metrics(const train_gpu *g, char *buf, size_t cap) { buf[0] = '\0'; }
-dsc_status dsc__train_gpu_load(train_gpu *g) { return no_cuda(); }
-void dsc__train_gpu_fault(train_gpu *g) {}
-dsc_status dsc__train_gpu_recovered(train_gpu *g, int B) { return no_cuda(); }
-dsc_status dsc__train_gpu_store(train_gpu *g) { return no_cuda(); }
-dsc_status dsc__train_gpu_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                                float *loss, double *fwd_s, double *bwd_s) {
+const char *dsc_device_trainer_compute(const train_gpu *g) { return "none"; }
+void dsc_device_trainer_metrics(const train_gpu *g, char *buf, size_t cap) { buf[0] = '\0'; }
+dsc_status dsc_device_trainer_load(train_gpu *g) { return no_cuda(); }
+void dsc_device_trainer_fault(train_gpu *g) {}
+dsc_status dsc_device_trainer_recovered(train_gpu *g, int B) { return no_cuda(); }
+dsc_status dsc_device_trainer_store(train_gpu *g) { return no_cuda(); }
+dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32_t *tg, int B,
+                                    int T, float *loss, double *fwd_s, double *bwd_s) {
     return no_cuda();
 }
-dsc_status dsc__train_gpu_take_loss(train_gpu *g, double *loss_sum) { return no_cuda(); }
-dsc_status dsc__train_gpu_memory(const train_gpu *g, dsc_mem_stats *pool, size_t *device_used) {
+dsc_status dsc_device_trainer_take_loss(train_gpu *g, double *loss_sum) { return no_cuda(); }
+dsc_status dsc_device_trainer_memory(const train_gpu *g, dsc_mem_stats *pool,
+                                     size_t *device_used) {
     return no_cuda();
 }
-dsc_status dsc__train_gpu_step(train_gpu *g, dsc_step_info *info) { return no_cuda(); }
-dsc_status dsc__train_gpu_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
-                               float *loss) {
+dsc_status dsc_device_trainer_step(train_gpu *g, dsc_step_info *info) { return no_cuda(); }
+dsc_status dsc_device_trainer_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
+                                   float *loss) {
     return no_cuda();
 }
 

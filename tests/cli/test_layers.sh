@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The library's layering, checked on the sources (docs/architecture.md, "Layers"):
+#   - the GPU kernels (src/cuda) sit below the engine and the models: no src/cuda file includes
+#     an engine/ or model/ header, except a family's CUDA model including its own family's
+#     headers (src/cuda/<family>_*: the device passes live beside their kernels) and the few
+#     files listed below with their reason;
+#   - the command-line tool (src/cli) is wiring over the public API (include/dsc/) and its own
+#     headers; the internal headers it still includes are listed below, file by file, and the
+#     list can only shrink: a new internal include fails, and so does a listed one that is gone
+#     (remove it from the list);
+#   - the GPU training runtime is in the library (src/engine/gpu/, behind dsc/device.h): no
+#     src/cli file is part of it or includes it.
+set -u
+. "$(dirname "$0")/lib.sh"
+: "${DSC_SOURCE_DIR:?set DSC_SOURCE_DIR to the source tree}"
+cd "$DSC_SOURCE_DIR" || exit 1
+
+# src/cuda files that include engine/ headers, "file header  # reason"
+cuda_allowed=$(cat <<'EOF'
+src/cuda/optim.h engine/optim/optim.h  # the optimizer's hyperparameters and output flags: the device optimizer mirrors the host one
+src/cuda/train_state.h engine/optim/optim.h  # the same hyperparameters, passed to the device optimizer's step
+EOF
+)
+
+# src/cli files' internal includes (anything but dsc/, cli/ and the generated build info)
+cli_allowed=$(cat <<'EOF'
+src/cli/cmd_bench.c base/env.h
+src/cli/cmd_bench.c base/status.h
+src/cli/cmd_bench.c base/time.h
+src/cli/cmd_ckpt.c base/io.h
+src/cli/cmd_ckpt.c base/time.h
+src/cli/cmd_config.c config/doc.h
+src/cli/cmd_data.c data/jsonl.h
+src/cli/cmd_data.c data/prepare.h
+src/cli/cmd_data.c data/shard.h
+src/cli/cmd_data.c data/tokenizer.h
+src/cli/cmd_generate.c base/status.h
+src/cli/cmd_generate.c data/tokenizer.h
+src/cli/cmd_generate.c engine/ckpt/hf_weights.h
+src/cli/cmd_generate.c engine/ckpt/safetensors.h
+src/cli/cmd_generate.c infer/generate.h
+src/cli/cmd_launch.c base/status.h
+src/cli/cmd_launch.c launch/launch.h
+src/cli/train.c base/env.h
+src/cli/train.c base/io.h
+src/cli/train.c base/status.h
+src/cli/train.c base/time.h
+src/cli/train.c data/loader.h
+src/cli/train.c data/prepare.h
+src/cli/train.c data/tokenizer.h
+src/cli/train.c engine/ckpt/hf_weights.h
+src/cli/train_impl.h data/loader.h
+src/cli/train_impl.h data/tokenizer.h
+src/cli/train_obs.c base/env.h
+src/cli/train_obs.c base/status.h
+src/cli/train_obs.c monitor/flops_profiler.h
+src/cli/train_out.c base/status.h
+src/cli/train_out.c base/time.h
+src/cli/train_out.c engine/ckpt/safetensors.h
+EOF
+)
+
+# includes DIR: "file header" for every quoted include of the files under DIR, sorted
+includes() {
+  grep -rHoE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]+"' "$1" \
+    | sed -E 's/:[[:space:]]*#[[:space:]]*include[[:space:]]*"(.*)"/ \1/' | LC_ALL=C sort -u
+}
+
+# cuda_violations: src/cuda includes of engine/ or model/ headers that are neither a family's
+# own (src/cuda/gpt2_cuda.h -> model/gpt2/...) nor listed
+cuda_violations() {
+  local listed
+  listed=$(sed 's/ *#.*//' <<<"$cuda_allowed")
+  includes src/cuda | grep -E ' (engine|model)/' \
+    | awk '{ n = split($1, p, "/"); f = p[n]; split($2, h, "/");
+             if (!(h[1] == "model" && index(f, h[2] "_") == 1)) print }' \
+    | grep -vxF -f <(echo "$listed")
+}
+
+# cli_internal: the internal headers src/cli includes
+cli_internal() {
+  includes src/cli | grep -vE ' (dsc/|cli/|dsc_build_info\.h$)'
+}
+
+out=$(cuda_violations)
+check "src/cuda includes no engine/ or model/ internals beyond a family's own and the list" -- \
+  test -z "$out"
+[ -z "$out" ] || echo "$out"
+
+now=$(cli_internal)
+listed=$(LC_ALL=C sort -u <<<"$cli_allowed")
+new=$(LC_ALL=C comm -23 <(echo "$now") <(echo "$listed"))
+gone=$(LC_ALL=C comm -13 <(echo "$now") <(echo "$listed"))
+echo "src/cli's internal includes ($(grep -c . <<<"$now"); the list only shrinks):"
+echo "$now" | sed 's/^/  /'
+check "src/cli includes no internal header beyond the list" -- test -z "$new"
+[ -z "$new" ] || printf "new (use include/dsc/ instead):\n%s\n" "$new"
+check "every listed src/cli include still exists (remove the gone ones from the list)" -- \
+  test -z "$gone"
+[ -z "$gone" ] || printf "gone:\n%s\n" "$gone"
+
+check "the GPU trainer is not in src/cli" -- \
+  test -z "$(ls src/cli | grep -E '^train_gpu' || true)"
+check "  ... and no src/cli file includes the runtime's internals (engine/gpu/, engine/device.h)" \
+  -- test -z "$(echo "$now" | grep -E ' engine/(gpu/|device\.h)' || true)"
+check "the runtime is in the library: src/engine/gpu/train_gpu.c behind include/dsc/device.h" -- \
+  test -f src/engine/gpu/train_gpu.c -a -f include/dsc/device.h
+
+# the checks see violations: a scratch tree with planted includes
+mkdir -p "$T/src/cli" "$T/src/cuda"
+printf '#include "dsc/engine.h"\n#include "engine/device.h"\n' > "$T/src/cli/x.c"
+printf '#include "engine/engine_impl.h"\n' > "$T/src/cuda/y.cu"
+printf '#include "model/llama/llama.h"\n#include "model/gpt2/gpt2.h"\n' > "$T/src/cuda/gpt2_z.cu"
+planted_cli=$(cd "$T" && cli_internal)
+planted_cuda=$(cd "$T" && cuda_violations)
+check "the cli check finds an internal include planted in src/cli" -- \
+  test "$planted_cli" = "src/cli/x.c engine/device.h"
+check "the cuda check finds an engine include and another family's include planted in src/cuda" \
+  -- test "$planted_cuda" = "$(printf 'src/cuda/gpt2_z.cu model/llama/llama.h\nsrc/cuda/y.cu engine/engine_impl.h')"
+finish
