@@ -597,5 +597,5 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
 
 extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
-    forward,  backward, train_step, read_loss, loss_enqueue,
+    forward,  backward, train_step, read_loss, loss_enqueue, NULL, // no GPU decoder yet
 };
