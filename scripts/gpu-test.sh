@@ -60,10 +60,11 @@ have_cpu_deps() {
 
 # ---- build ----
 TESTS=(test_cuda_kernels test_cuda_llama_kernels test_cuda_attention test_cuda_optim
-    test_cuda_gpt2 test_cuda_llama test_cuda_decode test_cuda_nccl)
+    test_cuda_gpt2 test_cuda_llama test_cuda_decode test_cuda_llama_decode test_cuda_nccl)
 # The direct build compiles only the CPU sources the kernel tests compare against; these need
-# the whole library (the generation loop, the comm layer and NCCL) and so the CMake build.
-CMAKE_ONLY_TESTS=" test_cuda_decode test_cuda_nccl "
+# the whole library (the generation loop, the model interface, the comm layer and NCCL) and so
+# the CMake build.
+CMAKE_ONLY_TESTS=" test_cuda_decode test_cuda_llama_decode test_cuda_nccl "
 build_cmake() {
     note "build: CMake in $BUILD (-DDSC_CUDA=ON)"
     cmake -S "$ROOT" -B "$BUILD" -DDSC_CUDA=ON -DDSC_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release &&
@@ -166,7 +167,7 @@ for t in "${TESTS[@]}"; do run "$t" 300 "$BIN/$t"; done
 # dsc train --device cuda against the CPU path, fp16, several ranks host-staged, the nccl path,
 # --dump-grads on the GPU, generation (need the dsc binary: CMake builds only)
 for t in test_train_gpu test_train_gpu_fp16 test_train_gpu_ranks test_train_nccl \
-    test_train_llama_gpu test_dump_grads_gpu test_generate_gpu; do
+    test_train_llama_gpu test_dump_grads_gpu test_generate_gpu test_generate_llama_gpu; do
     if [ -x "$BUILD/dsc" ]; then
         run "$t" 900 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/$t.sh"
     else

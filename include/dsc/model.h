@@ -17,7 +17,9 @@
 //
 // A family may also train on a GPU: its table then points to a second table of device passes
 // (struct dsc_model_device_ops: 16-bit weights, fp32 gradients, every kernel on one stream), and
-// the GPU trainer drives any such model through the dsc_model_device_* calls below.
+// the GPU trainer drives any such model through the dsc_model_device_* calls below. That table
+// may point to a third, the family's GPU decoder (struct dsc_model_decode_ops: prefill, decode
+// steps, cache size), which `dsc generate --device cuda` drives through dsc_model_decode_*.
 #ifndef DSC_MODEL_H
 #define DSC_MODEL_H
 
@@ -216,6 +218,53 @@ struct dsc_model_device_ops {
     dsc_status (*read_loss)(void *dev, float *loss); // the last forward's mean loss (waits)
     // The same mean as a device float (*loss_dev, valid until the next forward), not read.
     dsc_status (*loss_enqueue)(void *dev, const float **loss_dev);
+
+    // Generation on the GPU (optional; NULL: the family generates on the host only). See
+    // struct dsc_model_decode_ops below.
+    const struct dsc_model_decode_ops *decode;
+};
+
+// ---- a family's decoder on a GPU ----
+//
+// Generation with a key/value cache on one GPU, in bf16 with fp32 logits: a prompt pass
+// (prefill) that fills the cache, then one token per sequence per step. Sequences are the rows
+// 0 .. n-1 of the decoder (n <= batch), each with its own length. Weights are the bf16 device
+// copies of every tensor (params[i], the model's tensor order, borrowed for each call). prefill
+// and step only enqueue work on the decoder's stream; argmax and logits wait for it once.
+typedef struct dsc_model_decode_opts {
+    int batch;          // rows (sequences) at most, >= 1
+    int max_len;        // positions per row the cache holds, 1 .. max_seq_len
+    bool recompute;     // no cache reuse: every pass recomputes the rows' whole sequences (the
+                        // reference the cache is compared against; slow)
+    bool no_graph;      // launch a step's kernels one by one (a family without graphs ignores it)
+    void *stream;       // cudaStream_t to run on (borrowed); NULL: the decoder makes its own
+    dsc_mem_pool *pool; // device pool of every buffer (it must never move blocks); NULL: cudaMalloc
+} dsc_model_decode_opts;
+
+struct dsc_model_decode_ops {
+    // The cache and a step's buffers on the current device; DSC_ERR_INVALID_ARG naming what the
+    // family's kernels do not take (head size, sizes).
+    dsc_status (*create)(const void *cfg, const dsc_model_decode_opts *o, void **dec);
+    void (*destroy)(void *dec); // waits for the stream first
+    // Bytes of the cache for batch rows of max_len positions (the family's layout).
+    size_t (*kv_bytes)(const void *cfg, int batch, int max_len);
+    // The prompts of rows 0 .. n-1: tokens[b] (HOST, lens[b] ids, 1 <= lens[b] <= max_len),
+    // copied. Afterwards the cache holds positions 0 .. lens[b]-1 of row b; the result is the
+    // logits of position lens[b]-1.
+    dsc_status (*prefill)(void *dec, const uint16_t *const *params, const int32_t *const *tokens,
+                          const int *lens, int n);
+    // One token per row b < n: tokens[b] at position pos[b] (HOST, copied); positions before it
+    // were written by the prefill or earlier steps. The result is that position's logits. A row
+    // whose sequence ended may be fed its last token again at its last position: rows are
+    // independent.
+    dsc_status (*step)(void *dec, const uint16_t *const *params, const int32_t *tokens,
+                       const int32_t *pos, int n);
+    // The last pass's result for its n rows, waiting for the stream: each row's most likely
+    // token (the lowest id on ties), or the logits, (n, vocab_size) fp32 row-major.
+    dsc_status (*argmax)(void *dec, int32_t *tokens);
+    dsc_status (*logits)(void *dec, float *logits);
+    // Steps so far that replayed a captured CUDA graph (optional; NULL: the family has none).
+    long (*graph_replays)(const void *dec);
 };
 
 // ---- the registry ----
@@ -322,6 +371,28 @@ dsc_status dsc_model_device_train_step(dsc_model_device *d, const uint16_t *cons
                                        float *loss);
 dsc_status dsc_model_device_read_loss(dsc_model_device *d, float *loss);
 dsc_status dsc_model_device_loss_enqueue(dsc_model_device *d, const float **loss_dev);
+
+// ---- generation on a GPU ----
+
+typedef struct dsc_model_decode dsc_model_decode; // a model's decoder (cache, buffers) on one GPU
+
+// Whether the model's family has a GPU decoder (in this build).
+bool dsc_model_has_decode(const dsc_model *m);
+// A decoder for the model (see struct dsc_model_decode_ops.create). DSC_ERR_UNSUPPORTED naming
+// the model and its family when the family has none; DSC_ERR_INVALID_ARG when o's sizes do not
+// fit the model's context. Caller owns *out.
+dsc_status dsc_model_decode_create(dsc_model_decode **out, const dsc_model *m,
+                                   const dsc_model_decode_opts *o);
+void dsc_model_decode_destroy(dsc_model_decode *d); // NULL ok; waits for the stream first
+// Bytes of the decoder's cache for these sizes; 0 when the family has no decoder.
+size_t dsc_model_decode_kv_bytes(const dsc_model *m, int batch, int max_len);
+dsc_status dsc_model_decode_prefill(dsc_model_decode *d, const uint16_t *const *params,
+                                    const int32_t *const *tokens, const int *lens, int n);
+dsc_status dsc_model_decode_step(dsc_model_decode *d, const uint16_t *const *params,
+                                 const int32_t *tokens, const int32_t *pos, int n);
+dsc_status dsc_model_decode_argmax(dsc_model_decode *d, int32_t *tokens);
+dsc_status dsc_model_decode_logits(dsc_model_decode *d, float *logits);
+long dsc_model_decode_graph_replays(const dsc_model_decode *d); // 0 when the family has none
 
 // ---- inference ----
 

@@ -13,6 +13,7 @@ extern "C" {
 #include "cuda/common.cuh"     // DSC_CUDA_TRY
 #include "cuda/devbuf.h"       // dsc__cuda_buf_*
 #include "cuda/device_model.h" // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
+#include "cuda/gpt2_decode.h"  // dsc__gpt2_decode_ops
 #include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
 #include "cuda/matmul.h"       // dsc__cuda_gemm
 
@@ -670,5 +671,5 @@ static dsc_status dev_loss_enqueue(void *dev, const float **loss_dev) {
 extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     dev_create,     dev_destroy,   dev_set_fp16,  dev_set_fresh,   dev_set_grad_hook,
     dev_set_layer_hook, dev_forward, dev_backward, dev_train_step, dev_read_loss,
-    dev_loss_enqueue,
+    dev_loss_enqueue, &dsc__gpt2_decode_ops,
 };

@@ -819,3 +819,48 @@ extern "C" void dsc_gpt2_decode_weights_destroy(dsc_gpt2_decode_weights *w) {
     free(w->params);
     free(w);
 }
+
+// ---- the model interface's decoder (struct dsc_model_decode_ops) ----
+
+static dsc_status ops_create(const void *cfg, const dsc_model_decode_opts *o, void **dec) {
+    dsc_gpt2_decode_opts g = {};
+    g.batch = o->batch, g.max_len = o->max_len, g.recompute = o->recompute;
+    g.no_graph = o->no_graph, g.stream = o->stream, g.pool = o->pool;
+    dsc_gpt2_decode *d = NULL;
+    DSC_TRY(dsc_gpt2_decode_create(&d, (const dsc_gpt2_config *)cfg, &g));
+    *dec = d;
+    return DSC_OK;
+}
+
+static void ops_destroy(void *dec) { dsc_gpt2_decode_destroy((dsc_gpt2_decode *)dec); }
+
+static size_t ops_kv_bytes(const void *cfg, int batch, int max_len) {
+    return dsc_gpt2_decode_kv_bytes((const dsc_gpt2_config *)cfg, batch, max_len);
+}
+
+static dsc_status ops_prefill(void *dec, const uint16_t *const *params,
+                              const int32_t *const *tokens, const int *lens, int n) {
+    return dsc_gpt2_decode_prefill((dsc_gpt2_decode *)dec, params, tokens, lens, n);
+}
+
+static dsc_status ops_step(void *dec, const uint16_t *const *params, const int32_t *tokens,
+                           const int32_t *pos, int n) {
+    return dsc_gpt2_decode_step((dsc_gpt2_decode *)dec, params, tokens, pos, n);
+}
+
+static dsc_status ops_argmax(void *dec, int32_t *tokens) {
+    return dsc_gpt2_decode_argmax((dsc_gpt2_decode *)dec, tokens);
+}
+
+static dsc_status ops_logits(void *dec, float *logits) {
+    return dsc_gpt2_decode_logits((dsc_gpt2_decode *)dec, logits);
+}
+
+static long ops_graph_replays(const void *dec) {
+    return dsc_gpt2_decode_graph_replays((const dsc_gpt2_decode *)dec);
+}
+
+extern "C" const struct dsc_model_decode_ops dsc__gpt2_decode_ops = {
+    ops_create, ops_destroy, ops_kv_bytes, ops_prefill,      ops_step,
+    ops_argmax, ops_logits,  ops_graph_replays,
+};

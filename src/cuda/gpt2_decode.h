@@ -98,6 +98,10 @@ void dsc_gpt2_decode_weights_destroy(dsc_gpt2_decode_weights *w); // NULL ok
 // Steps so far that replayed a captured graph (0 with no_graph or in recompute mode).
 long dsc_gpt2_decode_graph_replays(const dsc_gpt2_decode *d);
 
+// The decoder behind the model interface (struct dsc_model_decode_ops, dsc/model.h): the calls
+// above, which the family's device passes (cuda/gpt2_cuda.cu) point to.
+extern const struct dsc_model_decode_ops dsc__gpt2_decode_ops;
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@ extern "C" {
 #include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG
 #include "cuda/devbuf.h"        // dsc__cuda_buf_*
 #include "cuda/device_model.h"  // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
+#include "cuda/llama_decode.h"  // dsc__llama_decode_ops
 #include "cuda/gpt2_kernels.h"  // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
 #include "cuda/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
 #include "cuda/matmul.h"        // dsc__cuda_gemm
@@ -574,5 +575,5 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
 
 extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
-    forward,  backward, train_step, read_loss, loss_enqueue,
+    forward,  backward, train_step, read_loss, loss_enqueue, &dsc__llama_decode_ops,
 };

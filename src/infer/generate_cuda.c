@@ -1,12 +1,13 @@
-// infer/generate_cuda.c - the generation loop (generate.c) over the GPU decoder
-// (cuda/gpt2_decode.h): `dsc generate --device cuda`. See dsc__generate_run_cuda in generate.h.
+// infer/generate_cuda.c - the generation loop (generate.c) over the model's GPU decoder (the
+// model interface's decode slots, dsc_model_decode_* in dsc/model.h): `dsc generate --device
+// cuda`. See dsc__generate_run_cuda in generate.h.
 //
 // Every sequence of the call is a row of the decoder for the whole call: the prompts' pass is its
 // prefill, and each later pass is one step over all rows, where a row whose sequence has ended is
 // fed its last token again at its last position (rows are independent, so the others are not
-// affected) - the step's shape never changes, and its captured graph is replayed to the end. Only
-// the live rows' results are handed to the loop. One host wait per pass: the chosen tokens
-// (greedy) or the logits (sampling, --trace) coming back.
+// affected) - the step's shape never changes, and a decoder with graphs replays its captured one
+// to the end. Only the live rows' results are handed to the loop. One host wait per pass: the
+// chosen tokens (greedy) or the logits (sampling, --trace) coming back.
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
 #include <string.h> // memcpy
@@ -17,12 +18,69 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include "cuda/gpt2_decode.h" // dsc_gpt2_decode_*
+#include "cuda/convert.h"     // dsc__cuda_to_device
+#include "cuda/devbuf.h"      // dsc__cuda_buf_*
 #include "cuda/train_state.h" // dsc__cuda_device_info, dsc__cuda_current_device
-#include "model/gpt2/model.h" // dsc__model_gpt2_config
+#include "dsc/half.h"         // dsc_fp32_to_bf16_n
+
+// ---- the weights ----
+
+// Device bf16 copies of every tensor of the model's parameter table (host fp32, rounded to nearest
+// even as dsc_fp32_to_bf16_n) in one block (tag "gpu.bf16_weights"), each tensor on a 256-byte
+// boundary; params[i] = tensor i, as the decoder takes them.
+typedef struct bf16_weights {
+    dsc_cuda_buf buf;
+    const uint16_t **params; // (tensors) views into buf
+} bf16_weights;
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+static void weights_free(bf16_weights *w) {
+    dsc__cuda_buf_free(&w->buf);
+    free(w->params);
+    w->params = NULL;
+}
+
+// One host staging buffer as large as the largest tensor; each copy waits for its transfer.
+static dsc_status weights_upload(bf16_weights *w, const dsc_model *m, const float *const *host,
+                                 dsc_mem_pool *pool) {
+    int nt = dsc_model_describe(m)->num_tensors;
+    if (nt < 1)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "generation on the GPU: a model without tensors");
+    size_t total = 0, most = 0;
+    for (int i = 0; i < nt; i++) {
+        const dsc_model_param *p = dsc_model_param_get(m, i);
+        if (!host[i])
+            return dsc__fail(DSC_ERR_INVALID_ARG, "generation on the GPU: tensor %d (%s) is "
+                             "NULL", i, p->name);
+        total += align256((size_t)p->numel * 2);
+        most = (size_t)p->numel > most ? (size_t)p->numel : most;
+    }
+    uint16_t *stage = malloc(most * 2);
+    w->params = calloc((size_t)nt, sizeof *w->params);
+    dsc_status st = stage && w->params ? DSC_OK
+                                       : dsc__fail(DSC_ERR_OOM, "generation on the GPU: out of "
+                                                   "host memory for the weights' staging");
+    if (st == DSC_OK) st = dsc__cuda_buf_alloc(&w->buf, pool, total, "gpu.bf16_weights");
+    size_t off = 0;
+    for (int i = 0; st == DSC_OK && i < nt; i++) {
+        const dsc_model_param *p = dsc_model_param_get(m, i);
+        uint16_t *dst = (uint16_t *)((char *)w->buf.ptr + off);
+        dsc_fp32_to_bf16_n(stage, host[i], (size_t)p->numel);
+        st = dsc__cuda_to_device(dst, stage, (size_t)p->numel * 2, NULL);
+        if (st != DSC_OK) dsc__error_prefix("uploading %s: ", p->name);
+        w->params[i] = dst;
+        off += align256((size_t)p->numel * 2);
+    }
+    free(stage);
+    if (st != DSC_OK) weights_free(w);
+    return st;
+}
+
+// ---- the backend ----
 
 typedef struct gpu_backend {
-    dsc_gpt2_decode *dec;
+    dsc_model_decode *dec;
     const uint16_t *const *params;
     int n, V;
     int32_t *tok, *pos, *all; // (n) a step's inputs; every row's chosen token
@@ -33,23 +91,23 @@ static dsc_status gpu_next(void *ctx, const dsc__gen_pass *p, float *logits, int
                            bool *picked) {
     gpu_backend *g = ctx;
     if (p->first) {
-        DSC_TRY(dsc_gpt2_decode_prefill(g->dec, g->params, p->tokens, p->len, p->n));
+        DSC_TRY(dsc_model_decode_prefill(g->dec, g->params, p->tokens, p->len, p->n));
     } else {
         for (int i = 0; i < p->n; i++) {
             g->tok[i] = p->tokens[i][p->len[i] - 1];
             g->pos[i] = p->len[i] - 1;
         }
-        DSC_TRY(dsc_gpt2_decode_step(g->dec, g->params, g->tok, g->pos, p->n));
+        DSC_TRY(dsc_model_decode_step(g->dec, g->params, g->tok, g->pos, p->n));
     }
     *picked = chosen != NULL;
     if (chosen) {
-        DSC_TRY(dsc_gpt2_decode_argmax(g->dec, g->all));
+        DSC_TRY(dsc_model_decode_argmax(g->dec, g->all));
         for (int j = 0; j < p->nout; j++)
             chosen[j] = g->all[p->sel[j]];
         return DSC_OK;
     }
-    if (p->nout == p->n) return dsc_gpt2_decode_logits(g->dec, logits); // sel is 0 .. n-1
-    DSC_TRY(dsc_gpt2_decode_logits(g->dec, g->logits));
+    if (p->nout == p->n) return dsc_model_decode_logits(g->dec, logits); // sel is 0 .. n-1
+    DSC_TRY(dsc_model_decode_logits(g->dec, g->logits));
     for (int j = 0; j < p->nout; j++)
         memcpy(logits + (size_t)j * g->V, g->logits + (size_t)p->sel[j] * g->V,
                sizeof(float) * (size_t)g->V);
@@ -57,8 +115,8 @@ static dsc_status gpu_next(void *ctx, const dsc__gen_pass *p, float *logits, int
 }
 
 // The prompts' pass and two steps (the first runs eagerly, the second captures the step's
-// graph), each waited for; the timed loop then starts from a fresh prefill, which rewrites every
-// cache position these wrote.
+// graph where the decoder has graphs), each waited for; the timed loop then starts from a fresh
+// prefill, which rewrites every cache position these wrote.
 static dsc_status warm_up(gpu_backend *g, const dsc_gen_prompt *p, int n) {
     const int32_t **rows = calloc((size_t)n, sizeof *rows);
     int *lens = calloc((size_t)n, sizeof *lens);
@@ -67,11 +125,11 @@ static dsc_status warm_up(gpu_backend *g, const dsc_gen_prompt *p, int n) {
         rows[i] = p[i].tokens, lens[i] = p[i].len;
         g->tok[i] = p[i].tokens[p[i].len - 1], g->pos[i] = p[i].len - 1;
     }
-    if (st == DSC_OK) st = dsc_gpt2_decode_prefill(g->dec, g->params, rows, lens, n);
-    if (st == DSC_OK) st = dsc_gpt2_decode_argmax(g->dec, g->all);
+    if (st == DSC_OK) st = dsc_model_decode_prefill(g->dec, g->params, rows, lens, n);
+    if (st == DSC_OK) st = dsc_model_decode_argmax(g->dec, g->all);
     for (int k = 0; k < 2 && st == DSC_OK; k++) {
-        st = dsc_gpt2_decode_step(g->dec, g->params, g->tok, g->pos, n);
-        if (st == DSC_OK) st = dsc_gpt2_decode_argmax(g->dec, g->all);
+        st = dsc_model_decode_step(g->dec, g->params, g->tok, g->pos, n);
+        if (st == DSC_OK) st = dsc_model_decode_argmax(g->dec, g->all);
     }
     free(rows);
     free(lens);
@@ -101,28 +159,27 @@ dsc_status dsc__generate_cuda_check(char *name, size_t cap) {
 static dsc_status run(const dsc__gen_model *m, dsc_mem_pool *pool, int positions,
                       const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                       dsc_gen_output *out, dsc_gen_stats *st) {
-    dsc_gpt2_decode_weights *w = NULL;
-    const dsc_gpt2_config *c = dsc__model_gpt2_config(m->model); // checked by the caller
-    gpu_backend g = {.n = n, .V = c->vocab_size};
-    dsc_status rc = dsc_gpt2_decode_weights_upload(&w, c, (const float *const *)m->params, pool);
-    dsc_gpt2_decode_opts dopt = {.batch = n, .max_len = positions, .recompute = o->no_cache,
-                                 .pool = pool};
-    if (rc == DSC_OK) rc = dsc_gpt2_decode_create(&g.dec, c, &dopt);
-    g.params = dsc_gpt2_decode_weights_params(w);
+    bf16_weights w = {0};
+    gpu_backend g = {.n = n, .V = dsc_model_describe(m->model)->vocab_size};
+    dsc_status rc = weights_upload(&w, m->model, (const float *const *)m->params, pool);
+    dsc_model_decode_opts dopt = {.batch = n, .max_len = positions, .recompute = o->no_cache,
+                                  .pool = pool};
+    if (rc == DSC_OK) rc = dsc_model_decode_create(&g.dec, m->model, &dopt);
+    g.params = w.params;
     g.tok = calloc((size_t)n, sizeof(int32_t)), g.pos = calloc((size_t)n, sizeof(int32_t));
     g.all = calloc((size_t)n, sizeof(int32_t));
     g.logits = malloc((size_t)n * g.V * sizeof(float));
     if (rc == DSC_OK && !(g.tok && g.pos && g.all && g.logits))
         rc = dsc__fail(DSC_ERR_OOM, "generate: out of memory for %d sequences", n);
-    st->kv_bytes = o->no_cache ? 0 : dsc_gpt2_decode_kv_bytes(c, n, positions);
+    st->kv_bytes = o->no_cache ? 0 : dsc_model_decode_kv_bytes(m->model, n, positions);
     st->kv_positions = positions;
     double t0 = dsc_now();
     if (rc == DSC_OK) rc = warm_up(&g, prompts, n);
     st->warmup_s = dsc_now() - t0;
     dsc__gen_backend be = {.ctx = &g, .next = gpu_next};
     if (rc == DSC_OK) rc = dsc__generate_loop(m, &be, positions, prompts, n, o, out, st);
-    dsc_gpt2_decode_destroy(g.dec);
-    dsc_gpt2_decode_weights_destroy(w);
+    dsc_model_decode_destroy(g.dec);
+    weights_free(&w);
     free(g.tok), free(g.pos), free(g.all), free(g.logits);
     return rc;
 }
@@ -135,9 +192,9 @@ dsc_status dsc__generate_run_cuda(const dsc__gen_model *m, const dsc_gen_prompt 
     if (m->tp.size > 1 || m->hooks)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "generation on the GPU takes whole weights on one "
                          "device: tensor parallelism (--tp) and gather hooks are CPU only");
-    if (!dsc__model_gpt2_config(m->model))
+    if (!dsc_model_has_decode(m->model))
         return dsc__fail(DSC_ERR_UNSUPPORTED, "generation on the GPU: model family %s has no "
-                         "CUDA decoder yet; generate on the CPU (--device cpu)",
+                         "GPU decoder; generate on the CPU (--device cpu)",
                          dsc_model_describe(m->model)->family);
     int positions;
     DSC_TRY(dsc__generate_positions(m, prompts, n, o, &positions));

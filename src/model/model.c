@@ -85,6 +85,22 @@ static const char *missing_slot(const struct dsc_model_ops *o) {
     };
     for (size_t i = 0; i < sizeof dreq / sizeof dreq[0]; i++)
         if (!dreq[i].set) return dreq[i].name;
+    const struct dsc_model_decode_ops *g = d->decode;
+    if (!g) return NULL; // no GPU decoder is fine; part of one is not
+    const struct {
+        const char *name;
+        bool set;
+    } greq[] = {
+        {"device->decode->create", g->create != NULL},
+        {"device->decode->destroy", g->destroy != NULL},
+        {"device->decode->kv_bytes", g->kv_bytes != NULL},
+        {"device->decode->prefill", g->prefill != NULL},
+        {"device->decode->step", g->step != NULL},
+        {"device->decode->argmax", g->argmax != NULL},
+        {"device->decode->logits", g->logits != NULL},
+    };
+    for (size_t i = 0; i < sizeof greq / sizeof greq[0]; i++)
+        if (!greq[i].set) return greq[i].name;
     return NULL;
 }
 
@@ -477,4 +493,76 @@ dsc_status dsc_model_device_read_loss(dsc_model_device *d, float *loss) {
 
 dsc_status dsc_model_device_loss_enqueue(dsc_model_device *d, const float **loss_dev) {
     return d->ops->loss_enqueue(d->impl, loss_dev);
+}
+
+// ---- generation on a GPU ----
+
+struct dsc_model_decode {
+    const struct dsc_model_decode_ops *ops;
+    void *impl;
+};
+
+static const struct dsc_model_decode_ops *decode_ops(const dsc_model *m) {
+    return m && m->ops->device ? m->ops->device->decode : NULL;
+}
+
+bool dsc_model_has_decode(const dsc_model *m) { return decode_ops(m) != NULL; }
+
+dsc_status dsc_model_decode_create(dsc_model_decode **out, const dsc_model *m,
+                                   const dsc_model_decode_opts *o) {
+    if (!out || !m || !o)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_decode_create: out, m and o must be set");
+    *out = NULL;
+    const struct dsc_model_decode_ops *ops = decode_ops(m);
+    if (!ops)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "generation on the GPU: model %s (family %s) has "
+                         "no GPU decoder in this build; generate on the CPU (--device cpu)",
+                         m->spec, m->ops->family);
+    if (o->batch < 1 || o->max_len < 1 || o->max_len > m->info.max_seq_len)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_decode_create: %d sequences of %d "
+                         "positions do not fit model %s (at least one sequence, 1 <= positions "
+                         "<= %d)", o->batch, o->max_len, m->spec, m->info.max_seq_len);
+    dsc_model_decode *d = calloc(1, sizeof *d);
+    if (!d) return dsc__fail(DSC_ERR_OOM, "dsc_model_decode_create: out of memory");
+    d->ops = ops;
+    dsc_status st = ops->create(m->cfg, o, &d->impl);
+    if (st != DSC_OK) {
+        free(d);
+        return st;
+    }
+    *out = d;
+    return DSC_OK;
+}
+
+void dsc_model_decode_destroy(dsc_model_decode *d) {
+    if (!d) return;
+    d->ops->destroy(d->impl);
+    free(d);
+}
+
+size_t dsc_model_decode_kv_bytes(const dsc_model *m, int batch, int max_len) {
+    const struct dsc_model_decode_ops *ops = decode_ops(m);
+    return ops ? ops->kv_bytes(m->cfg, batch, max_len) : 0;
+}
+
+dsc_status dsc_model_decode_prefill(dsc_model_decode *d, const uint16_t *const *params,
+                                    const int32_t *const *tokens, const int *lens, int n) {
+    return d->ops->prefill(d->impl, params, tokens, lens, n);
+}
+
+dsc_status dsc_model_decode_step(dsc_model_decode *d, const uint16_t *const *params,
+                                 const int32_t *tokens, const int32_t *pos, int n) {
+    return d->ops->step(d->impl, params, tokens, pos, n);
+}
+
+dsc_status dsc_model_decode_argmax(dsc_model_decode *d, int32_t *tokens) {
+    return d->ops->argmax(d->impl, tokens);
+}
+
+dsc_status dsc_model_decode_logits(dsc_model_decode *d, float *logits) {
+    return d->ops->logits(d->impl, logits);
+}
+
+long dsc_model_decode_graph_replays(const dsc_model_decode *d) {
+    return d && d->ops->graph_replays ? d->ops->graph_replays(d->impl) : 0;
 }

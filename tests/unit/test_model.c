@@ -92,6 +92,159 @@ static void test_specs(void **state) {
     assert_non_null(strstr(dsc_last_error(), "has no device->destroy"));
 }
 
+// ---- the GPU decoder's slots ----
+//
+// A family that registers a device table with a decoder (every slot a recorder, so that the
+// wrappers' dispatch shows without a GPU): "fakedec" is a d2 GPT-2 shape behind it.
+
+static int calls[8]; // create, destroy, kv_bytes, prefill, step, argmax, logits
+static const void *seen_cfg;
+
+static dsc_status fk_create(const void *cfg, const dsc_model_decode_opts *o, void **dec) {
+    calls[0]++, seen_cfg = cfg;
+    *dec = (void *)&calls;
+    return o->batch == 3 ? DSC_OK : DSC_ERR_INTERNAL;
+}
+static void fk_destroy(void *dec) { calls[1] += dec == (void *)&calls; }
+static size_t fk_kv_bytes(const void *cfg, int batch, int max_len) {
+    calls[2]++;
+    return cfg == seen_cfg ? (size_t)batch * (size_t)max_len : 0;
+}
+static dsc_status fk_prefill(void *dec, const uint16_t *const *params,
+                             const int32_t *const *tokens, const int *lens, int n) {
+    (void)dec, (void)params, (void)tokens, (void)lens;
+    calls[3] += n;
+    return DSC_OK;
+}
+static dsc_status fk_step(void *dec, const uint16_t *const *params, const int32_t *tokens,
+                          const int32_t *pos, int n) {
+    (void)dec, (void)params, (void)tokens, (void)pos;
+    calls[4] += n;
+    return DSC_OK;
+}
+static dsc_status fk_argmax(void *dec, int32_t *tokens) {
+    (void)dec;
+    tokens[0] = 42, calls[5]++;
+    return DSC_OK;
+}
+static dsc_status fk_logits(void *dec, float *logits) {
+    (void)dec;
+    logits[0] = 0.5f, calls[6]++;
+    return DSC_OK;
+}
+
+// The device passes' slots, never called here.
+static void fk_set(void *dev, bool on) { (void)dev, (void)on; }
+static void fk_hook(void *dev, dsc_model_grad_hook fn, void *user) {
+    (void)dev, (void)fn, (void)user;
+}
+static void fk_lhook(void *dev, dsc_model_layer_hook fn, void *user) {
+    (void)dev, (void)fn, (void)user;
+}
+static void fk_dev_destroy(void *dev) { (void)dev; }
+static dsc_status fk_fwd(void *dev, const uint16_t *const *p, const int32_t *in,
+                         const int32_t *tg, int B, int T, float *loss) {
+    (void)dev, (void)p, (void)in, (void)tg, (void)B, (void)T, (void)loss;
+    return DSC_ERR_UNSUPPORTED;
+}
+static dsc_status fk_bwd(void *dev, const uint16_t *const *p, float *const *g, float s) {
+    (void)dev, (void)p, (void)g, (void)s;
+    return DSC_ERR_UNSUPPORTED;
+}
+static dsc_status fk_train(void *dev, const uint16_t *const *p, float *const *g,
+                           const int32_t *in, const int32_t *tg, int B, int T, float s,
+                           float *loss) {
+    (void)dev, (void)p, (void)g, (void)in, (void)tg, (void)B, (void)T, (void)s, (void)loss;
+    return DSC_ERR_UNSUPPORTED;
+}
+static dsc_status fk_read(void *dev, float *loss) {
+    (void)dev, (void)loss;
+    return DSC_ERR_UNSUPPORTED;
+}
+static dsc_status fk_enq(void *dev, const float **loss) {
+    (void)dev, (void)loss;
+    return DSC_ERR_UNSUPPORTED;
+}
+
+static bool fk_claims(const char *spec) { return !strcmp(spec, "fakedec"); }
+static dsc_status fk_parse(const char *spec, const dsc_model_opts *o, void **cfg) {
+    (void)spec;
+    return dsc__gpt2_model_ops.config_parse("d2", o, cfg);
+}
+
+static void test_decode_slots(void **state) {
+    (void)state;
+    // GPT-2's decoder is in its table exactly when the build has CUDA; without one, a named
+    // refusal
+    dsc_model *m = NULL;
+    dsc_model_opts o = {.vocab_size = 256, .max_seq_len = 32};
+    assert_int_equal(dsc_model_create(&m, "d2", &o), DSC_OK);
+    bool has = dsc__gpt2_model_ops.device && dsc__gpt2_model_ops.device->decode;
+#ifdef DSC_WITH_CUDA
+    assert_true(has);
+#endif
+    assert_int_equal(dsc_model_has_decode(m), has);
+    dsc_model_decode_opts dopt = {.batch = 3, .max_len = 16};
+    dsc_model_decode *d = NULL;
+    if (!has) {
+        assert_int_equal(dsc_model_decode_create(&d, m, &dopt), DSC_ERR_UNSUPPORTED);
+        assert_null(d);
+        assert_non_null(strstr(dsc_last_error(), "model d2 (family gpt2) has no GPU decoder"));
+        assert_non_null(strstr(dsc_last_error(), "--device cpu"));
+        assert_int_equal(dsc_model_decode_kv_bytes(m, 3, 16), 0);
+    }
+    dsc_model_destroy(m);
+    dsc_model_decode_destroy(NULL);
+    assert_int_equal(dsc_model_decode_graph_replays(NULL), 0);
+
+    // a decoder table must have every required slot: the first one missing is named
+    static struct dsc_model_device_ops dev = {
+        .create = no_device, .destroy = fk_dev_destroy, .set_fp16 = fk_set,
+        .set_grads_fresh = fk_set, .set_grad_hook = fk_hook, .set_layer_hook = fk_lhook,
+        .forward = fk_fwd, .backward = fk_bwd, .train_step = fk_train, .read_loss = fk_read,
+        .loss_enqueue = fk_enq};
+    static struct dsc_model_decode_ops dec = {.create = fk_create, .destroy = fk_destroy};
+    static struct dsc_model_ops fam;
+    fam = dsc__gpt2_model_ops;
+    fam.family = "fake-decoder", fam.claims = fk_claims, fam.config_parse = fk_parse;
+    fam.device = &dev;
+    dev.decode = &dec;
+    assert_int_equal(dsc_model_register(&fam), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "has no device->decode->kv_bytes"));
+    dec.kv_bytes = fk_kv_bytes, dec.prefill = fk_prefill, dec.step = fk_step;
+    dec.argmax = fk_argmax, dec.logits = fk_logits; // graph_replays stays NULL: optional
+    assert_int_equal(dsc_model_register(&fam), DSC_OK);
+
+    // the wrappers reach the family's slots with its configuration
+    assert_int_equal(dsc_model_create(&m, "fakedec", &o), DSC_OK);
+    assert_true(dsc_model_has_decode(m));
+    dopt.max_len = 33; // past the context: refused before the family sees it
+    assert_int_equal(dsc_model_decode_create(&d, m, &dopt), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "1 <= positions <= 32"));
+    assert_int_equal(calls[0], 0);
+    dopt.max_len = 16;
+    assert_int_equal(dsc_model_decode_create(&d, m, &dopt), DSC_OK);
+    assert_int_equal(calls[0], 1);
+    assert_int_equal(dsc_model_decode_kv_bytes(m, 3, 16), 48);
+    const int32_t tok[2] = {1, 2}, pos[2] = {0, 0}, *rows[1] = {tok};
+    int lens[1] = {2};
+    int32_t chosen = 0;
+    float logit = 0;
+    assert_int_equal(dsc_model_decode_prefill(d, NULL, rows, lens, 1), DSC_OK);
+    assert_int_equal(dsc_model_decode_step(d, NULL, tok, pos, 2), DSC_OK);
+    assert_int_equal(dsc_model_decode_argmax(d, &chosen), DSC_OK);
+    assert_int_equal(dsc_model_decode_logits(d, &logit), DSC_OK);
+    assert_int_equal(calls[3], 1), assert_int_equal(calls[4], 2);
+    assert_int_equal(chosen, 42), assert_true(logit == 0.5f);
+    assert_int_equal(dsc_model_decode_graph_replays(d), 0);
+    dsc_model_decode_destroy(d);
+    assert_int_equal(calls[1], 1);
+    dopt.batch = 2; // the family's own failure comes back as it is, nothing left behind
+    assert_int_equal(dsc_model_decode_create(&d, m, &dopt), DSC_ERR_INTERNAL);
+    assert_null(d);
+    dsc_model_destroy(m);
+}
+
 // ---- GPT-2 through the table == GPT-2's own functions, bit for bit ----
 
 static const dsc_gpt2_config cfg = {
@@ -472,6 +625,7 @@ int main(void) {
         cmocka_unit_test(test_specs),          cmocka_unit_test(test_table_and_init),
         cmocka_unit_test(test_passes_equal_family), cmocka_unit_test(test_infer_equals_family),
         cmocka_unit_test(test_from_params),    cmocka_unit_test(test_register_family),
+        cmocka_unit_test(test_decode_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
