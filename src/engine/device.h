@@ -135,6 +135,31 @@ dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
 // device: the CPU optimizer reads them next): the observer runs, the accumulator stays.
 dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
 
+// ---- one step routine for host and device ----
+//
+// The engine keeps the accumulation position (which micro-step of the optimizer step runs) for
+// dsc_step and every device path alike; a recovery or a loaded state puts it back to 0.
+// dsc__engine_micro: the position, 0 .. gradient_accumulation_steps - 1 (0: the step's first
+// micro-step, whose gradients overwrite rather than add); dsc__engine_micro_last: whether the
+// micro-step running is the step's last (its backward starts the reductions, its gradients go
+// to the host). dsc__engine_micro_done, after each micro-step: info cleared; true at the step's
+// boundary (the position back to 0: the caller steps now), else false with info->step the
+// global step (info is then complete).
+int64_t dsc__engine_micro(const dsc_engine *e);
+bool dsc__engine_micro_last(const dsc_engine *e);
+bool dsc__engine_micro_done(dsc_engine *e, dsc_step_info *info);
+// fp16 training (fp16.enabled): at the boundary the accumulated gradients become fp16 values
+// (dsc__round_fp16 on the host; the device applies the same rule in its kernel) and a step whose
+// gradients hold inf/NaN is skipped. Elsewhere no step is ever skipped.
+bool dsc__engine_fp16(const dsc_engine *e);
+// dst[i] = src[i] rounded to the nearest fp16 value (beyond fp16's range: inf), as a float;
+// dst == src allowed.
+void dsc__round_fp16(float *dst, const float *src, size_t n);
+// Whether nothing of the step's update depends on the gradients' norm (no fp16 skip, no
+// clipping: gradient_clipping is read here and in the step's plan only), so that the optimizer
+// may run before the norm is known (dsc__engine_device_step_begin).
+bool dsc__engine_norm_free(const dsc_engine *e);
+
 // What the device applies at this optimizer step.
 typedef struct dsc__device_step {
     bool apply;          // false: fp16 overflow, nothing changes

@@ -16,7 +16,8 @@
 #include <string.h> // memset, memcpy
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
-#include "dsc/half.h"           // dsc_fp32_to_fp16, ...
+#include "dsc/half.h"           // dsc_fp32_to_fp16_n, ...
+#include "engine/device.h"      // dsc__round_fp16
 #include "engine/engine_impl.h" // dsc_engine, group
 #include "engine/ft/ft.h"       // dsc__ft_point
 #include "engine/hybrid.h"      // dsc__engine_has_compute_copy
@@ -197,8 +198,7 @@ static dsc_status all_gather(dsc_engine *e, const float *send, float *recv, size
 // Round x to the training dtype's values (the compute copy of 16-bit training).
 static void round_to(precision prec, float *dst, const float *src, size_t n) {
     if (prec == PREC_FP16) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++) dst[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(src[i]));
+        dsc__round_fp16(dst, src, n);
     } else if (prec == PREC_BF16) {
 #pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++) dst[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(src[i]));
