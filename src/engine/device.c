@@ -48,6 +48,19 @@ void dsc__round_fp16(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(src[i]));
 }
 
+void dsc__step_global_norm(const double *parts, int n, bool replicated, double *sumsq,
+                           bool *nonfinite) {
+    double sum = 0;
+    bool flag = false;
+    for (int r = 0; r < n; r++) {
+        sum += parts[2 * r];
+        flag |= parts[2 * r + 1] != 0;
+    }
+    if (replicated && n > 0) sum = parts[0];
+    *sumsq = sum;
+    *nonfinite = flag || !isfinite(sum);
+}
+
 // DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss scale
 // before it unscales: on a step where the scale grows, the gradients (scaled by the old scale)
 // are divided by the new one, and clipping compares against that too. The reported norm uses the

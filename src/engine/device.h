@@ -155,6 +155,11 @@ bool dsc__engine_fp16(const dsc_engine *e);
 // dst[i] = src[i] rounded to the nearest fp16 value (beyond fp16's range: inf), as a float;
 // dst == src allowed.
 void dsc__round_fp16(float *dst, const float *src, size_t n);
+// The global norm and inf/NaN flag from n ranks' (sum of squares, flag != 0) pairs (parts: 2n
+// doubles, in rank order): the sums added in rank order, or with replicated (every rank summed
+// the same vector) the first one's; *nonfinite when a rank flagged or the sum is not finite.
+void dsc__step_global_norm(const double *parts, int n, bool replicated, double *sumsq,
+                           bool *nonfinite);
 // Whether nothing of the step's update depends on the gradients' norm (no fp16 skip, no
 // clipping: gradient_clipping is read here and in the step's plan only), so that the optimizer
 // may run before the norm is known (dsc__engine_device_step_begin).

@@ -3,7 +3,8 @@
 // device calls move the same counter; the last micro-step and the boundary are where the config
 // says), the decisions of a boundary (an fp16 overflow skips and backs the scaler off, bf16 never
 // skips, clipping divides by the norm over the threshold), which configs may step before the
-// norm is known, and the fp16 rounding rule (nearest even, beyond the range inf, NaN kept).
+// norm is known, the fp16 rounding rule (nearest even, beyond the range inf, NaN kept) and the
+// global norm of the ranks' parts.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -200,6 +201,29 @@ static void test_round_fp16(void **state) {
         assert_true(x[i] == y[i] || (isnan(x[i]) && isnan(y[i])));
 }
 
+// The global norm of the ranks' parts: added in rank order, a flag or a non-finite sum makes it
+// inf/NaN; replicated parts (every rank summed the same vector) count once.
+static void test_global_norm(void **state) {
+    (void)state;
+    double sumsq;
+    bool bad = true;
+    const double parts[] = {1.0, 0.0, 2.5, 0.0, 0.5, 0.0};
+    dsc__step_global_norm(parts, 3, false, &sumsq, &bad);
+    assert_true(sumsq == 4.0);
+    assert_false(bad);
+    dsc__step_global_norm(parts, 3, true, &sumsq, &bad);
+    assert_true(sumsq == 1.0);
+    const double flagged[] = {1.0, 0.0, 2.0, 1.0};
+    dsc__step_global_norm(flagged, 2, false, &sumsq, &bad);
+    assert_true(bad);
+    const double big[] = {1e308, 0.0, 1e308, 0.0};
+    dsc__step_global_norm(big, 2, false, &sumsq, &bad);
+    assert_true(bad); // the sum overflowed
+    dsc__step_global_norm(big, 0, true, &sumsq, &bad); // no rank answered
+    assert_true(sumsq == 0.0);
+    assert_false(bad);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_position),
@@ -208,6 +232,7 @@ int main(void) {
         cmocka_unit_test(test_decide_bf16_clip),
         cmocka_unit_test(test_device_step),
         cmocka_unit_test(test_round_fp16),
+        cmocka_unit_test(test_global_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,6 @@ bool dsc__train_dp_selected(void) {
 
 #ifdef DSC_WITH_CUDA
 
-#include <math.h>   // isfinite
 #include <stdio.h>  // snprintf, fopen
 #include <time.h>   // nanosleep
 #include <unistd.h> // gethostname
@@ -733,16 +732,9 @@ static dsc_status global_norm(train_dp *dp, double *sumsq, bool *nonfinite) {
     if (st == DSC_OK)
         st = dsc__cuda_to_host(all, dp->norm + 4, sizeof(double) * 2 * (size_t)L->world,
                                dp->st->stream);
-    double sum = 0;
-    bool flag = false;
-    for (int r = 0; st == DSC_OK && r < L->world; r++) {
-        sum += all[2 * r];
-        flag |= all[2 * r + 1] != 0;
-    }
-    if (L->stage == 0 && st == DSC_OK) sum = all[0]; // every rank summed the same vector
+    // at stage 0 every rank summed the same vector
+    dsc__step_global_norm(all, st == DSC_OK ? L->world : 0, L->stage == 0, sumsq, nonfinite);
     free(all);
-    *sumsq = sum;
-    *nonfinite = flag || !isfinite(sum);
     return st;
 }
 
