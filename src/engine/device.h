@@ -137,6 +137,17 @@ dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
 
 // ---- one step routine for host and device ----
 //
+// dsc_step is the one step call: with a device trainer attached (dsc_device_trainer_create
+// attaches itself, destroy detaches it) it runs the trainer's step, which makes its decisions
+// here; otherwise the host step. A device path that steps on the host (several ranks staged
+// through host buffers, the whole-gradient offload) calls dsc__engine_host_step itself.
+// attach: fn NULL detaches. detach: only where user is the one attached.
+typedef dsc_status (*dsc__engine_device_fn)(void *user, dsc_step_info *info);
+void dsc__engine_attach_device(dsc_engine *e, dsc__engine_device_fn fn, void *user);
+void dsc__engine_detach_device(dsc_engine *e, const void *user);
+bool dsc__engine_device_attached(const dsc_engine *e);
+dsc_status dsc__engine_host_step(dsc_engine *e, dsc_step_info *info);
+//
 // The engine keeps the accumulation position (which micro-step of the optimizer step runs) for
 // dsc_step and every device path alike; a recovery or a loaded state puts it back to 0.
 // dsc__engine_micro: the position, 0 .. gradient_accumulation_steps - 1 (0: the step's first

@@ -416,6 +416,22 @@ static dsc_status apply_step(dsc_engine *e, const dsc_opt_hparams *hp, float gra
 }
 
 dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
+    if (e->device_step) return e->device_step(e->device_user, info);
+    return dsc__engine_host_step(e, info);
+}
+
+void dsc__engine_attach_device(dsc_engine *e, dsc__engine_device_fn fn, void *user) {
+    e->device_step = fn;
+    e->device_user = fn ? user : NULL;
+}
+
+bool dsc__engine_device_attached(const dsc_engine *e) { return e->device_step != NULL; }
+
+void dsc__engine_detach_device(dsc_engine *e, const void *user) {
+    if (e->device_user == user) e->device_step = NULL, e->device_user = NULL;
+}
+
+dsc_status dsc__engine_host_step(dsc_engine *e, dsc_step_info *info) {
     memset(info, 0, sizeof *info);
     e->backward = false;
     DSC_TRY(dsc__zero_finish_micro(e));

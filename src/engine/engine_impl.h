@@ -95,6 +95,9 @@ struct dsc_engine {
                                                    // the pool's accounting per tag)
     uint64_t comm_bytes_sent;                      // payload handed to collectives
     struct dsc__ft *ft; // fault tolerance (engine/ft/ft.h); NULL on one rank
+    // The device trainer's step that dsc_step runs (dsc__engine_attach_device), or NULL.
+    dsc_status (*device_step)(void *user, dsc_step_info *info);
+    void *device_user;
 };
 
 // engine.c: is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? (tests)

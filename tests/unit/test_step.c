@@ -3,8 +3,8 @@
 // device calls move the same counter; the last micro-step and the boundary are where the config
 // says), the decisions of a boundary (an fp16 overflow skips and backs the scaler off, bf16 never
 // skips, clipping divides by the norm over the threshold), which configs may step before the
-// norm is known, the fp16 rounding rule (nearest even, beyond the range inf, NaN kept) and the
-// global norm of the ranks' parts.
+// norm is known, the fp16 rounding rule (nearest even, beyond the range inf, NaN kept), the
+// global norm of the ranks' parts, and dsc_step running an attached device trainer's step.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -224,6 +224,46 @@ static void test_global_norm(void **state) {
     assert_false(bad);
 }
 
+// A device trainer's step as the engine sees it: counts its calls, moves the shared position.
+typedef struct fake_device {
+    int calls;
+    dsc_engine *e;
+} fake_device;
+
+static dsc_status device_fn(void *user, dsc_step_info *info) {
+    fake_device *d = user;
+    d->calls++;
+    (void)dsc__engine_micro_done(d->e, info);
+    return DSC_OK;
+}
+
+// dsc_step runs the attached device step (and only it); a detach by someone else leaves it;
+// after its own detach dsc_step is the host step again.
+static void test_attach(void **state) {
+    (void)state;
+    dsc_engine *e = make(2, "fp32", 0);
+    fake_device dev = {.e = e};
+    assert_false(dsc__engine_device_attached(e));
+    dsc__engine_attach_device(e, device_fn, &dev);
+    assert_true(dsc__engine_device_attached(e));
+    dsc_step_info info;
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    assert_int_equal(dev.calls, 2);
+    assert_int_equal(dsc_engine_global_steps(e), 0); // the host step never ran
+    int other;
+    dsc__engine_detach_device(e, &other);
+    assert_true(dsc__engine_device_attached(e));
+    dsc__engine_detach_device(e, &dev);
+    assert_false(dsc__engine_device_attached(e));
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    assert_int_equal(dsc_step(e, &info), DSC_OK);
+    assert_int_equal(dev.calls, 2);
+    assert_true(info.boundary);
+    assert_int_equal(dsc_engine_global_steps(e), 1);
+    dsc_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_position),
@@ -233,6 +273,7 @@ int main(void) {
         cmocka_unit_test(test_device_step),
         cmocka_unit_test(test_round_fp16),
         cmocka_unit_test(test_global_norm),
+        cmocka_unit_test(test_attach),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -306,6 +306,10 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
 
 bool dsc_device_model_ok(const dsc_model *model) { return dsc_model_has_device(model); }
 
+static dsc_status step_fn(void *user, dsc_step_info *info) {
+    return dsc_device_trainer_step(user, info);
+}
+
 dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc_model *model,
                                      int B, int T) {
     *out = NULL;
@@ -313,6 +317,9 @@ dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
                          "training yet; the CPU trains it: pass --device cpu",
                          dsc_model_spec(model), dsc_model_describe(model)->family);
+    if (dsc__engine_device_attached(eng))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_device_trainer_create: the engine has a device "
+                         "trainer already (dsc_step runs it); destroy that one first");
     train_gpu *g = calloc(1, sizeof *g);
     if (!g) return dsc__fail(DSC_ERR_OOM, "out of memory");
     g->eng = eng;
@@ -323,12 +330,14 @@ dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc
         dsc_device_trainer_destroy(g);
         return st;
     }
+    dsc__engine_attach_device(eng, step_fn, g); // dsc_step(eng) is this trainer's step now
     *out = g;
     return DSC_OK;
 }
 
 void dsc_device_trainer_destroy(train_gpu *g) {
     if (!g) return;
+    dsc__engine_detach_device(g->eng, g);
     dsc__train_off_destroy(g->off); // its copies end and its host buffers are unpinned first
     dsc_model_device_destroy(g->model);
     if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
@@ -496,7 +505,7 @@ dsc_status dsc_device_trainer_loss(train_gpu *g, const int32_t *in, const int32_
 static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
     bool last = dsc__engine_micro_last(g->eng);
     if (last) DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->host.acc));
-    DSC_TRY(dsc_step(g->eng, info));
+    DSC_TRY(dsc__engine_host_step(g->eng, info));
     if (!last) return DSC_OK;
     DSC_TRY(dsc__cuda_state_zero_grads(g->st));
     return info->skipped ? DSC_OK : dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
@@ -514,7 +523,7 @@ static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
     DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->hgrad));
     DSC_TRY(dsc__cuda_state_zero_grads(g->st));
     DSC_TRY(dsc__engine_add_grads(g->eng, g->hgrad));
-    DSC_TRY(dsc_step(g->eng, info));
+    DSC_TRY(dsc__engine_host_step(g->eng, info));
     if (!info->boundary || info->skipped) return DSC_OK;
     DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
     return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
