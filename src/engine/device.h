@@ -131,8 +131,9 @@ dsc_status dsc__engine_save_state(dsc_engine *e);
 bool dsc__engine_grads_observed(const dsc_engine *e);
 float *dsc__engine_grad_acc(dsc_engine *e, size_t *len);
 dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
-// The same for a caller that keeps the step's gradients in that accumulator (ZeRO-Offload from a
-// device: the CPU optimizer reads them next): the observer runs, the accumulator stays.
+// The same for a caller that keeps the step's gradients in that accumulator (dsc_step's host
+// step; ZeRO-Offload from a device: the CPU optimizer reads them next): the observer runs, the
+// accumulator stays.
 dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
 
 // ---- one step routine for host and device ----

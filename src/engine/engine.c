@@ -443,12 +443,7 @@ dsc_status dsc__engine_host_step(dsc_engine *e, dsc_step_info *info) {
     info->step = e->global_steps;
     info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
     if (dsc__engine_fp16(e)) dsc__zero_round_fp16(e);
-    if (e->observer) {
-        dsc_grad_observer fn = e->observer;
-        e->observer = NULL;
-        e->observer_inv_scale = 1.0 / info->loss_scale;
-        DSC_TRY(fn(e->observer_user, e));
-    }
+    DSC_TRY(dsc__engine_observe_host_grads(e)); // --dump-grads: the accumulated gradients
     // The previous step's replica exchange completes before the norm's collective: no rank
     // passes it (and overwrites its older snapshot) until every replica of that step is whole.
     DSC_TRY(dsc__ft_commit_end(e));
