@@ -7,8 +7,8 @@
 #include <string.h> // memset
 
 #include "base/log.h"                 // DSC_WARN
-#include "dsc/half.h"                 // dsc_fp32_to_fp16, dsc_fp16_to_fp32
 #include "base/status.h"              // dsc__fail, DSC_TRY
+#include "dsc/half.h"                 // dsc_fp32_to_fp16, dsc_fp16_to_fp32
 #include "engine/engine_impl.h"       // struct dsc_engine, dsc__zero_sync_params
 #include "engine/ft/ft.h"             // dsc__ft_point, dsc__ft_step_end
 #include "engine/optim/loss_scaler.h" // dsc_loss_scaler_*

@@ -435,7 +435,8 @@ dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32
     if (!bwd_s) bwd_s = &bwd_unused;
     float scale = (float)dsc_backward_scale(g->eng);
     g->loss_pending = false; // one not taken belonged to a step a fault abandoned
-    if (device_optimizer(g)) dsc_model_device_set_grads_fresh(g->model, dsc__engine_micro(g->eng) == 0);
+    if (device_optimizer(g)) // the step's first micro-step writes the gradients
+        dsc_model_device_set_grads_fresh(g->model, dsc__engine_micro(g->eng) == 0);
     dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,

@@ -824,11 +824,11 @@ static dsc_status settle(train_dp *dp, int j) {
     if (L->comm_dt == DSC_DT_F32) {
         const float *src = dp->sl.g[j] + at;
         return first ? dsc__cuda_copy(dst, src, sp.slice * 4, s)
-                              : dsc__cuda_add(dst, src, sp.slice, s);
+                     : dsc__cuda_add(dst, src, sp.slice, s);
     }
     const uint16_t *src16 = dp->send16 + (dp->sl.g[j] - dp->st->grad) + at;
     return first ? dsc__cuda_from16(dst, src16, sp.slice, 1.0f, f16, s)
-                          : dsc__cuda_add_from16(dst, src16, sp.slice, f16, s);
+                 : dsc__cuda_add_from16(dst, src16, sp.slice, f16, s);
 }
 
 // Gradient slot j may take group g's gradients: the last group's result is added first (which
