@@ -23,9 +23,9 @@
 // Use, on every rank (the calls marked collective must be made by every rank at the same step):
 //   dsc_engine_create with opts.no_compute_copy on one rank (the device holds the 16-bit weights),
 //   the master weights set (dsc_param_master + dsc_params_updated, or dsc_params_init), then
-//   dsc_device_trainer_create(&t, eng, model, B, T);
-//   per micro-batch: dsc_device_trainer_micro, then dsc_device_trainer_step (in place of
-//   dsc_step: same contract, info->boundary true at the optimizer steps), then
+//   dsc_device_trainer_create(&t, eng, model, B, T) (the trainer attaches itself to the engine);
+//   per micro-batch: dsc_device_trainer_micro, then dsc_step(eng, &info), which runs the
+//   trainer's step (info->boundary true at the optimizer steps), then
 //   dsc_device_trainer_take_loss;
 //   before a checkpoint or an export reads the engine: dsc_device_trainer_store; after a resume
 //   (dsc_load_checkpoint): dsc_device_trainer_load;
@@ -105,9 +105,12 @@ dsc_status dsc_device_trainer_store(dsc_device_trainer *t);
 dsc_status dsc_device_trainer_micro(dsc_device_trainer *t, const int32_t *inputs,
                                     const int32_t *targets, int B, int T, float *loss,
                                     double *fwd_s, double *bwd_s);
-// After every micro-step, in place of dsc_step (same contract and info): at the boundary the
-// optimizer step the config chose (the device optimizer, ZeRO over nccl, the CPU optimizer of
-// ZeRO-Offload, or the engine's host step), with the engine's clipping, loss scaler and lr.
+// The trainer's step, which dsc_step(eng) runs while the trainer exists (one trainer per engine:
+// a second create is DSC_ERR_INVALID_ARG; destroy detaches it): after every micro-step, with the
+// engine's accumulation position; at the boundary the optimizer step the config chose (the
+// device optimizer, ZeRO over nccl, the CPU optimizer of ZeRO-Offload, or the engine's host
+// step), with the engine's decisions (skip, clipping, loss scaler, lr). Calling it directly is
+// the same as dsc_step on its engine (kept for programs written against it).
 dsc_status dsc_device_trainer_step(dsc_device_trainer *t, dsc_step_info *info);
 // A loss left on the device by the step's last micro-step is added to *loss_sum (call after the
 // step, or before it where the sum is needed earlier: the loss is then read at once). Nothing

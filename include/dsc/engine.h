@@ -6,7 +6,9 @@
 // dsc_param_grad(), calling dsc_grads_ready(g) when group g's gradients are complete; then calls
 // dsc_step(). Every gradient_accumulation_steps micro-steps, dsc_step reduces the gradients,
 // unscales them, checks for overflow, clips, runs the optimizer and the LR schedule, and reports
-// what it did. The same calls serve one rank or many, ZeRO stages 0-3.
+// what it did. The same calls serve one rank or many, ZeRO stages 0-3. dsc_step is also the step
+// of training on a device: with a device trainer on the engine (dsc/device.h) it runs that
+// trainer's step, under the same contract.
 #ifndef DSC_ENGINE_H
 #define DSC_ENGINE_H
 

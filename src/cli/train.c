@@ -785,7 +785,7 @@ static dsc_status train_loop(trainer *t) {
             }
             if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
             double ts = dsc_now();
-            st = t->gpu ? dsc_device_trainer_step(t->gpu, &si) : dsc_step(t->eng, &si);
+            st = dsc_step(t->eng, &si); // the device trainer's step where one is attached
             if (st != DSC_OK) goto fault;
             t->cur.step += dsc_now() - ts;
         }

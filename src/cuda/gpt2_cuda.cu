@@ -1,11 +1,12 @@
 // cuda/gpt2_cuda.cu - GPT-2 forward and backward on one GPU (see gpt2_cuda.h).
 #include "cuda/gpt2_cuda.h"
 
-#include <stdlib.h> // calloc, free, getenv
+#include <stdlib.h> // calloc, free
 #include <stdio.h>  // snprintf
-#include <string.h> // memcmp, memcpy, memset, strcmp
+#include <string.h> // memcmp, memcpy, memset
 
 extern "C" {
+#include "base/env.h" // dsc__env_is (a C header with its own extern "C")
 #include "base/log.h" // DSC_WARN
 }
 
@@ -177,8 +178,7 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
     m->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
     m->st = (cudaStream_t)stream;
     m->fused_gelu = true;
-    const char *graph = getenv("DSC_GPU_GRAPH");
-    m->use_graph = !(graph && !strcmp(graph, "0"));
+    m->use_graph = !dsc__env_is(DSC_ENV_GPU_GRAPH, "0");
     for (int k = 0; k < 2; k++) {
         m->graphs[k].ptrs =
             (const void **)calloc(2 * (size_t)dsc_gpt2_num_tensors(c), sizeof(void *));

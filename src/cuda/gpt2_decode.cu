@@ -7,8 +7,9 @@
 // own slab of n x T rows, made at the first prefill and grown when needed.
 #include "cuda/gpt2_decode.h"
 
-#include <stdlib.h> // calloc, free, getenv, malloc
+#include <stdlib.h> // calloc, free, malloc
 
+#include "base/env.h" // dsc__env (a C header with its own extern "C")
 #include "dsc/half.h"          // dsc_fp32_to_bf16_n
 
 #include "cuda/attention.h"    // dsc__cuda_attention_forward
@@ -489,7 +490,7 @@ extern "C" dsc_status dsc_gpt2_decode_create(dsc_gpt2_decode **out, const dsc_gp
     d->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
     d->nt = dsc_gpt2_num_tensors(c);
     d->recompute = o->recompute;
-    const char *env = getenv("DSC_GEN_GRAPH");
+    const char *env = dsc__env(DSC_ENV_GEN_GRAPH);
     d->use_graph = !o->no_graph && !o->recompute && !(env && env[0] == '0');
     d->pool = o->pool;
     d->st = (cudaStream_t)o->stream;

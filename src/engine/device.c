@@ -1,5 +1,6 @@
-// engine/device.c - the engine's side of device training (see device.h), and the decisions of an
-// applied optimizer step that dsc_step and the device path share.
+// engine/device.c - the engine's side of device training (see device.h), and the decisions of a
+// step that dsc_step and the device paths share: the accumulation position, inf/NaN (the skip
+// and the warning), clipping, the scaler, the lr, fp16 rounding.
 #include "engine/device.h"
 
 #include <math.h>   // sqrt, INFINITY
@@ -7,10 +8,58 @@
 
 #include "base/log.h"                 // DSC_WARN
 #include "base/status.h"              // dsc__fail, DSC_TRY
+#include "dsc/half.h"                 // dsc_fp32_to_fp16, dsc_fp16_to_fp32
 #include "engine/engine_impl.h"       // struct dsc_engine, dsc__zero_sync_params
 #include "engine/ft/ft.h"             // dsc__ft_point, dsc__ft_step_end
 #include "engine/optim/loss_scaler.h" // dsc_loss_scaler_*
 #include "engine/optim/lr_schedule.h" // dsc_sched_lr_at
+
+// ---- the accumulation position ----
+
+int64_t dsc__engine_micro(const dsc_engine *e) { return e->micro; }
+
+bool dsc__engine_micro_last(const dsc_engine *e) {
+    return e->micro + 1 >= e->cfg.gradient_accumulation_steps;
+}
+
+bool dsc__engine_micro_done(dsc_engine *e, dsc_step_info *info) {
+    memset(info, 0, sizeof *info);
+    if (++e->micro < e->cfg.gradient_accumulation_steps) {
+        info->step = e->global_steps;
+        return false;
+    }
+    e->micro = 0;
+    return true;
+}
+
+// ---- the step's decisions ----
+
+bool dsc__engine_fp16(const dsc_engine *e) { return e->prec == PREC_FP16; }
+
+// The one read of gradient_clipping (0: none).
+static double clipping(const dsc_engine *e) { return e->cfg.gradient_clipping; }
+
+bool dsc__engine_norm_free(const dsc_engine *e) {
+    return !dsc__engine_fp16(e) && !(clipping(e) > 0);
+}
+
+void dsc__round_fp16(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(src[i]));
+}
+
+void dsc__step_global_norm(const double *parts, int n, bool replicated, double *sumsq,
+                           bool *nonfinite) {
+    double sum = 0;
+    bool flag = false;
+    for (int r = 0; r < n; r++) {
+        sum += parts[2 * r];
+        flag |= parts[2 * r + 1] != 0;
+    }
+    if (replicated && n > 0) sum = parts[0];
+    *sumsq = sum;
+    *nonfinite = flag || !isfinite(sum);
+}
 
 // DeepSpeed's ZeRO optimizer (stages 1-3, which dsc follows at every stage) updates the loss scale
 // before it unscales: on a step where the scale grows, the gradients (scaled by the old scale)
@@ -52,7 +101,39 @@ dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, floa
     double prev, scale;
     DSC_TRY(plan_common(e, hp, lr, &prev, &scale));
     *norm = sqrt(sumsq); // of g / prev: the true gradient norm
-    *grad_scale = (float)(1.0 / dsc__step_divisor(*norm, prev, scale, e->cfg.gradient_clipping));
+    *grad_scale = (float)(1.0 / dsc__step_divisor(*norm, prev, scale, clipping(e)));
+    return DSC_OK;
+}
+
+// An fp16 overflow: nothing is applied; the scaler backs off (or DeepSpeed's error at the minimum).
+static dsc_status skip_step(dsc_engine *e, dsc_step_info *info) {
+    double mom;
+    info->lr = e->base_lr;
+    if (e->has_sched)
+        DSC_TRY(dsc_sched_lr_at(&e->sched, e->base_lr, e->applied_steps + 1, &info->lr, &mom));
+    e->skipped_steps++;
+    info->skipped = true;
+    info->grad_norm = INFINITY;
+    return dsc_loss_scaler_update(&e->scaler, true);
+}
+
+// Whether this step's gradients count as inf/NaN (DSC_INJECT_OVERFLOW too); without loss
+// scaling to skip the step, a warning says so.
+static bool nonfinite_step(dsc_engine *e, bool nonfinite) {
+    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
+    if (nonfinite && !dsc__engine_fp16(e))
+        DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
+                 "training to skip the step)", (long long)e->global_steps,
+                 e->prec == PREC_BF16 ? "bf16" : "fp32");
+    return nonfinite;
+}
+
+dsc_status dsc__step_decide(dsc_engine *e, double sumsq, bool nonfinite, dsc_step_info *info,
+                            dsc_opt_hparams *hp, float *grad_scale, bool *apply) {
+    *apply = false;
+    if (nonfinite_step(e, nonfinite) && dsc__engine_fp16(e)) return skip_step(e, info);
+    DSC_TRY(dsc__step_plan(e, sumsq, hp, grad_scale, &info->lr, &info->grad_norm));
+    *apply = true;
     return DSC_OK;
 }
 
@@ -113,18 +194,6 @@ dsc_status dsc__engine_gather_master(dsc_engine *e, float *out) {
     return dsc__zero_gather_master(e, out);
 }
 
-// An fp16 overflow: nothing is applied; the scaler backs off (or DeepSpeed's error at the minimum).
-static dsc_status skip_step(dsc_engine *e, dsc_step_info *info) {
-    double mom;
-    info->lr = e->base_lr;
-    if (e->has_sched)
-        DSC_TRY(dsc_sched_lr_at(&e->sched, e->base_lr, e->applied_steps + 1, &info->lr, &mom));
-    e->skipped_steps++;
-    info->skipped = true;
-    info->grad_norm = INFINITY;
-    return dsc_loss_scaler_update(&e->scaler, true);
-}
-
 // A device step's start and end, whichever way it is planned: the counters and info's fields, and
 // the end of the step for the fault-tolerance watchdog.
 static void device_step_start(dsc_engine *e, dsc__device_step *out, dsc_step_info *info) {
@@ -142,40 +211,24 @@ static void device_step_finish(dsc_engine *e, dsc_step_info *info) {
     dsc__ft_step_end(e);
 }
 
-// Whether this step's gradients count as inf/NaN (DSC_INJECT_OVERFLOW too); without loss
-// scaling to skip the step, a warning says so.
-static bool nonfinite_step(dsc_engine *e, bool nonfinite) {
-    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
-    if (nonfinite && e->prec != PREC_FP16)
-        DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
-                 "training to skip the step)", (long long)e->global_steps,
-                 e->prec == PREC_BF16 ? "bf16" : "fp32");
-    return nonfinite;
-}
-
 dsc_status dsc__engine_device_step(dsc_engine *e, double sumsq, bool nonfinite,
                                    dsc__device_step *out, dsc_step_info *info) {
     device_step_start(e, out, info);
-    dsc_status st;
-    if (nonfinite_step(e, nonfinite) && e->prec == PREC_FP16) {
-        st = skip_step(e, info);
-    } else {
-        st = dsc__step_plan(e, sumsq, &out->hp, &out->grad_scale, &info->lr, &info->grad_norm);
-        out->apply = st == DSC_OK;
-        if (st == DSC_OK) out->opt_step = ++e->applied_steps;
-    }
+    dsc_status st = dsc__step_decide(e, sumsq, nonfinite, info, &out->hp, &out->grad_scale,
+                                     &out->apply);
+    if (out->apply) out->opt_step = ++e->applied_steps;
     device_step_finish(e, info);
     return st;
 }
 
 dsc_status dsc__engine_device_step_begin(dsc_engine *e, dsc__device_step *out,
                                          dsc_step_info *info, dsc__device_divisor *div) {
-    if (e->prec == PREC_FP16)
+    if (dsc__engine_fp16(e))
         return dsc__fail(DSC_ERR_INTERNAL, "device step begin: fp16 steps may be skipped, which "
                          "needs the norm first (use dsc__engine_device_step; a bug: report it)");
     device_step_start(e, out, info);
     dsc_status st = plan_common(e, &out->hp, &info->lr, &div->prev, &div->scale);
-    div->clipping = e->cfg.gradient_clipping;
+    div->clipping = clipping(e);
     out->apply = st == DSC_OK;
     out->grad_scale = 1.0f; // the device's divisor replaces it
     if (st == DSC_OK) out->opt_step = ++e->applied_steps;

@@ -131,9 +131,51 @@ dsc_status dsc__engine_save_state(dsc_engine *e);
 bool dsc__engine_grads_observed(const dsc_engine *e);
 float *dsc__engine_grad_acc(dsc_engine *e, size_t *len);
 dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
-// The same for a caller that keeps the step's gradients in that accumulator (ZeRO-Offload from a
-// device: the CPU optimizer reads them next): the observer runs, the accumulator stays.
+// The same for a caller that keeps the step's gradients in that accumulator (dsc_step's host
+// step; ZeRO-Offload from a device: the CPU optimizer reads them next): the observer runs, the
+// accumulator stays.
 dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
+
+// ---- one step routine for host and device ----
+//
+// dsc_step is the one step call: with a device trainer attached (dsc_device_trainer_create
+// attaches itself, destroy detaches it) it runs the trainer's step, which makes its decisions
+// here; otherwise the host step. A device path that steps on the host (several ranks staged
+// through host buffers, the whole-gradient offload) calls dsc__engine_host_step itself.
+// attach: fn NULL detaches. detach: only where user is the one attached.
+typedef dsc_status (*dsc__engine_device_fn)(void *user, dsc_step_info *info);
+void dsc__engine_attach_device(dsc_engine *e, dsc__engine_device_fn fn, void *user);
+void dsc__engine_detach_device(dsc_engine *e, const void *user);
+bool dsc__engine_device_attached(const dsc_engine *e);
+dsc_status dsc__engine_host_step(dsc_engine *e, dsc_step_info *info);
+//
+// The engine keeps the accumulation position (which micro-step of the optimizer step runs) for
+// dsc_step and every device path alike; a recovery or a loaded state puts it back to 0.
+// dsc__engine_micro: the position, 0 .. gradient_accumulation_steps - 1 (0: the step's first
+// micro-step, whose gradients overwrite rather than add); dsc__engine_micro_last: whether the
+// micro-step running is the step's last (its backward starts the reductions, its gradients go
+// to the host). dsc__engine_micro_done, after each micro-step: info cleared; true at the step's
+// boundary (the position back to 0: the caller steps now), else false with info->step the
+// global step (info is then complete).
+int64_t dsc__engine_micro(const dsc_engine *e);
+bool dsc__engine_micro_last(const dsc_engine *e);
+bool dsc__engine_micro_done(dsc_engine *e, dsc_step_info *info);
+// fp16 training (fp16.enabled): at the boundary the accumulated gradients become fp16 values
+// (dsc__round_fp16 on the host; the device applies the same rule in its kernel) and a step whose
+// gradients hold inf/NaN is skipped. Elsewhere no step is ever skipped.
+bool dsc__engine_fp16(const dsc_engine *e);
+// dst[i] = src[i] rounded to the nearest fp16 value (beyond fp16's range: inf), as a float;
+// dst == src allowed.
+void dsc__round_fp16(float *dst, const float *src, size_t n);
+// The global norm and inf/NaN flag from n ranks' (sum of squares, flag != 0) pairs (parts: 2n
+// doubles, in rank order): the sums added in rank order, or with replicated (every rank summed
+// the same vector) the first one's; *nonfinite when a rank flagged or the sum is not finite.
+void dsc__step_global_norm(const double *parts, int n, bool replicated, double *sumsq,
+                           bool *nonfinite);
+// Whether nothing of the step's update depends on the gradients' norm (no fp16 skip, no
+// clipping: gradient_clipping is read here and in the step's plan only), so that the optimizer
+// may run before the norm is known (dsc__engine_device_step_begin).
+bool dsc__engine_norm_free(const dsc_engine *e);
 
 // What the device applies at this optimizer step.
 typedef struct dsc__device_step {

@@ -1,7 +1,7 @@
 // engine/engine.c - parameter table, flat buffers, micro-steps and the optimizer step.
 #include "dsc/engine.h"
 
-#include <math.h>   // sqrt, isfinite
+#include <math.h>   // NAN
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv, strtol
 #include <string.h> // memset, memcpy
@@ -13,6 +13,7 @@
 #include "engine/optim/loss_scaler.h"   // dsc_loss_scaler_*
 #include "engine/optim/lr_schedule.h"   // dsc_sched_*
 #include "engine/optim/optim.h"         // dsc_opt_step, dsc_opt_sumsq
+#include "engine/device.h"              // dsc__engine_micro_done, dsc__engine_fp16
 #include "engine/engine_impl.h"         // struct dsc_engine, dsc__zero_*
 #include "engine/ft/ft.h"               // dsc__ft_*
 #include "engine/sched_config.h"        // dsc__sched_params_from_config
@@ -404,11 +405,8 @@ static dsc_status save_state_hook(dsc_engine *e) {
     return dsc__ft_save_state(e, path);
 }
 
-static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
-    dsc_opt_hparams hp;
-    float grad_scale;
-    DSC_TRY(dsc__step_plan(e, sumsq, &hp, &grad_scale, &info->lr, &info->grad_norm));
-    DSC_TRY(dsc__zero_optimizer(e, &hp, e->applied_steps + 1, grad_scale));
+static dsc_status apply_step(dsc_engine *e, const dsc_opt_hparams *hp, float grad_scale) {
+    DSC_TRY(dsc__zero_optimizer(e, hp, e->applied_steps + 1, grad_scale));
     e->applied_steps++;
     // Snapshot the new state and start sending it to the buddy; the exchange runs on during the
     // parameter gather and the next step's compute, and completes at the next boundary.
@@ -418,53 +416,47 @@ static dsc_status apply_step(dsc_engine *e, dsc_step_info *info, double sumsq) {
 }
 
 dsc_status dsc_step(dsc_engine *e, dsc_step_info *info) {
+    if (e->device_step) return e->device_step(e->device_user, info);
+    return dsc__engine_host_step(e, info);
+}
+
+void dsc__engine_attach_device(dsc_engine *e, dsc__engine_device_fn fn, void *user) {
+    e->device_step = fn;
+    e->device_user = fn ? user : NULL;
+}
+
+bool dsc__engine_device_attached(const dsc_engine *e) { return e->device_step != NULL; }
+
+void dsc__engine_detach_device(dsc_engine *e, const void *user) {
+    if (e->device_user == user) e->device_step = NULL, e->device_user = NULL;
+}
+
+dsc_status dsc__engine_host_step(dsc_engine *e, dsc_step_info *info) {
     memset(info, 0, sizeof *info);
     e->backward = false;
     DSC_TRY(dsc__zero_finish_micro(e));
-    if (++e->micro < e->cfg.gradient_accumulation_steps) {
-        info->step = e->global_steps;
-        return DSC_OK;
-    }
-    e->micro = 0;
+    if (!dsc__engine_micro_done(e, info)) return DSC_OK;
     e->in_step = false; // from here on the step's buffers are back in the pool
     e->global_steps++;
     dsc__ft_point(e, "step");
     info->boundary = true;
     info->step = e->global_steps;
     info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
-    if (e->prec == PREC_FP16) dsc__zero_round_fp16(e);
-    if (e->observer) {
-        dsc_grad_observer fn = e->observer;
-        e->observer = NULL;
-        e->observer_inv_scale = 1.0 / info->loss_scale;
-        DSC_TRY(fn(e->observer_user, e));
-    }
+    if (dsc__engine_fp16(e)) dsc__zero_round_fp16(e);
+    DSC_TRY(dsc__engine_observe_host_grads(e)); // --dump-grads: the accumulated gradients
     // The previous step's replica exchange completes before the norm's collective: no rank
     // passes it (and overwrites its older snapshot) until every replica of that step is whole.
     DSC_TRY(dsc__ft_commit_end(e));
     bool nonfinite = false;
     double sumsq;
     DSC_TRY(dsc__zero_norm(e, 1.0 / info->loss_scale, &sumsq, &nonfinite));
-    if (dsc__inject_overflow(e->inject, e->global_steps)) nonfinite = true;
-    dsc_status st = DSC_OK;
-    if (nonfinite && e->prec == PREC_FP16) {
-        // Overflow: skip the step. Weights, optimizer state and the LR schedule stay as they are.
-        double mom;
-        st = sched_at(e, e->applied_steps + 1, &info->lr, &mom);
-        if (st == DSC_OK) {
-            e->skipped_steps++;
-            info->skipped = true;
-            info->grad_norm = INFINITY;
-            st = dsc_loss_scaler_update(&e->scaler, true);
-        }
-        if (st == DSC_OK) st = dsc__ft_state_changed(e); // the scaler's state moved: commit it
-    } else {
-        if (nonfinite)
-            DSC_WARN("engine", "step %lld: gradients contain inf/NaN (no loss scaling in %s "
-                     "training to skip the step)", (long long)e->global_steps,
-                     e->prec == PREC_BF16 ? "bf16" : "fp32");
-        st = apply_step(e, info, sumsq);
-    }
+    dsc_opt_hparams hp;
+    float grad_scale;
+    bool apply;
+    dsc_status st = dsc__step_decide(e, sumsq, nonfinite, info, &hp, &grad_scale, &apply);
+    // A skipped step (fp16 overflow) leaves weights, optimizer state and the LR schedule as they
+    // are; the scaler's state moved: commit it.
+    if (st == DSC_OK) st = apply ? apply_step(e, &hp, grad_scale) : dsc__ft_state_changed(e);
     dsc__zero_zero_acc(e);
     info->skipped_total = e->skipped_steps;
     if (st == DSC_OK) st = save_state_hook(e);

@@ -95,6 +95,9 @@ struct dsc_engine {
                                                    // the pool's accounting per tag)
     uint64_t comm_bytes_sent;                      // payload handed to collectives
     struct dsc__ft *ft; // fault tolerance (engine/ft/ft.h); NULL on one rank
+    // The device trainer's step that dsc_step runs (dsc__engine_attach_device), or NULL.
+    dsc_status (*device_step)(void *user, dsc_step_info *info);
+    void *device_user;
 };
 
 // engine.c: is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? (tests)
@@ -103,6 +106,13 @@ bool dsc__inject_overflow(const char *spec, int64_t step);
 // scaler update, clipping, this step's lr/betas; grad_scale = 1 / (loss scale * clip).
 dsc_status dsc__step_plan(dsc_engine *e, double sumsq, dsc_opt_hparams *hp, float *grad_scale,
                           double *lr, double *norm);
+// device.c: every decision of a step boundary, host and device alike, after global_steps counted
+// the step. sumsq and nonfinite: the gradients' (divided by the loss scale). inf/NaN (or
+// DSC_INJECT_OVERFLOW's step) in fp16 training skips the step: the scaler backs off, info says
+// skipped, *apply false; elsewhere it is warned about once and the step is planned as
+// dsc__step_plan says (info's lr and grad_norm filled, *apply true). An error: *apply false.
+dsc_status dsc__step_decide(dsc_engine *e, double sumsq, bool nonfinite, dsc_step_info *info,
+                            dsc_opt_hparams *hp, float *grad_scale, bool *apply);
 // engine_mem.c: the engine's pool
 // Creates the engine's pool (or adopts opts->pool).
 dsc_status dsc__engine_pool_init(dsc_engine *e, dsc_mem_pool *given);

@@ -3,9 +3,10 @@
 // train on the device, and the errors of a run that cannot (a build without the CUDA kernels:
 // every call DSC_ERR_UNSUPPORTED with a sentence saying how to rebuild; a CUDA build without a
 // device: create fails cleanly, leaving nothing). Where a device exists, GPT-2 d2 trains through
-// the API: three optimizer steps of two micro-steps on one batch, the loss finite and falling,
-// the trained weights through the engine (store, load) the same model. Device buffers: a round
-// trip of values through the device, or the reason there is none.
+// the API: three optimizer steps of two micro-steps on one batch (the second through dsc_step,
+// which runs the attached trainer's step; a second trainer on the engine is refused), the loss
+// finite and falling, the trained weights through the engine (store, load) the same model.
+// Device buffers: a round trip of values through the device, or the reason there is none.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -189,6 +190,10 @@ static void test_train(void **state) {
     double peak;
     assert_non_null(dsc_device_trainer_describe(t, &peak));
     assert_string_equal(dsc_device_trainer_compute(t), "bf16");
+    dsc_device_trainer *t2 = NULL; // one trainer per engine: dsc_step runs it
+    assert_int_equal(dsc_device_trainer_create(&t2, eng, m, B, T), DSC_ERR_INVALID_ARG);
+    assert_null(t2);
+    assert_true(has_text("device trainer already"));
     int32_t in[B * T], tg[B * T];
     for (int k = 0; k < B * T; k++) in[k] = (k * 7 + 3) % VOCAB, tg[k] = (k * 7 + 10) % VOCAB;
     float eval0, eval1, eval2;
@@ -201,7 +206,9 @@ static void test_train(void **state) {
             float loss = 0;
             assert_int_equal(dsc_device_trainer_micro(t, in, tg, B, T, &loss, NULL, NULL), DSC_OK);
             sum += loss;
-            assert_int_equal(dsc_device_trainer_step(t, &si), DSC_OK);
+            // dsc_step runs the attached trainer's step: the second step goes through it
+            assert_int_equal(s == 1 ? dsc_step(eng, &si) : dsc_device_trainer_step(t, &si),
+                             DSC_OK);
             assert_int_equal(dsc_device_trainer_take_loss(t, &sum), DSC_OK);
         }
         assert_true(si.boundary);

@@ -43,7 +43,7 @@ struct dsc_device_trainer {
     float *hgrad, *hweights; // staged: host copies of a micro-step's gradients / the weights
     dsc_cuda_state *st;     // the device's
     dsc_model_device *model; // the model's device passes
-    int ntensors, gas, micro;
+    int ntensors;
     int maxB;               // the micro-batch the model was made for
     bool timed;             // wall_clock_breakdown: wait for the device after each phase
     bool fp16;              // fp16.enabled: the model computes in fp16 (else bf16)
@@ -275,7 +275,6 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     const char *prec = "";
     g->world = dsc_engine_world_size(g->eng);
     DSC_TRY(check_config(g, &offload, &prec));
-    g->gas = (int)dsc_engine_config(g->eng)->gradient_accumulation_steps;
     g->timed = dsc_engine_config(g->eng)->wall_clock_breakdown;
     DSC_TRY(pick_gpu(g));
     char name[256];
@@ -307,6 +306,10 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
 
 bool dsc_device_model_ok(const dsc_model *model) { return dsc_model_has_device(model); }
 
+static dsc_status step_fn(void *user, dsc_step_info *info) {
+    return dsc_device_trainer_step(user, info);
+}
+
 dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc_model *model,
                                      int B, int T) {
     *out = NULL;
@@ -314,6 +317,9 @@ dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
                          "training yet; the CPU trains it: pass --device cpu",
                          dsc_model_spec(model), dsc_model_describe(model)->family);
+    if (dsc__engine_device_attached(eng))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_device_trainer_create: the engine has a device "
+                         "trainer already (dsc_step runs it); destroy that one first");
     train_gpu *g = calloc(1, sizeof *g);
     if (!g) return dsc__fail(DSC_ERR_OOM, "out of memory");
     g->eng = eng;
@@ -324,12 +330,14 @@ dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc
         dsc_device_trainer_destroy(g);
         return st;
     }
+    dsc__engine_attach_device(eng, step_fn, g); // dsc_step(eng) is this trainer's step now
     *out = g;
     return DSC_OK;
 }
 
 void dsc_device_trainer_destroy(train_gpu *g) {
     if (!g) return;
+    dsc__engine_detach_device(g->eng, g);
     dsc__train_off_destroy(g->off); // its copies end and its host buffers are unpinned first
     dsc_model_device_destroy(g->model);
     if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
@@ -387,7 +395,6 @@ dsc_status dsc_device_trainer_recovered(train_gpu *g, int B) {
         g->sharing = ranks_per_device(g, g->world);
         g->peak = g->device_peak / g->sharing;
     }
-    g->micro = 0;
     DSC_TRY(dsc__cuda_state_zero_grads(g->st)); // a failed step's partial gradients go
     DSC_TRY(make_views(g));
     return dsc_device_trainer_load(g);
@@ -428,7 +435,8 @@ dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32
     if (!bwd_s) bwd_s = &bwd_unused;
     float scale = (float)dsc_backward_scale(g->eng);
     g->loss_pending = false; // one not taken belonged to a step a fault abandoned
-    if (device_optimizer(g)) dsc_model_device_set_grads_fresh(g->model, g->micro == 0);
+    if (device_optimizer(g)) // the step's first micro-step writes the gradients
+        dsc_model_device_set_grads_fresh(g->model, dsc__engine_micro(g->eng) == 0);
     dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
@@ -442,7 +450,7 @@ dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32
     // With nccl the loss is read after the pass's collectives were waited for (pass_done).
     if (!g->timed) { // one pass over the logits for loss and gradient; bitwise the split calls
         if (!g->dp) { // the step's last loss is read with its results (take_loss)
-            bool defer = g->micro + 1 == g->gas;
+            bool defer = dsc__engine_micro_last(g->eng);
             DSC_TRY(dsc_model_device_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale,
                                              defer ? NULL : loss));
             dsc__engine_phase(g->eng, "backward"); // the backward is enqueued
@@ -496,10 +504,9 @@ dsc_status dsc_device_trainer_loss(train_gpu *g, const int32_t *in, const int32_
 // whole gradient goes to the engine, whose dsc_step runs the CPU optimizer; the updated master
 // weights come back and are rounded to the 16-bit type on the device.
 static dsc_status offload_step(train_gpu *g, dsc_step_info *info) {
-    bool last = g->micro + 1 == g->gas;
+    bool last = dsc__engine_micro_last(g->eng);
     if (last) DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->host.acc));
-    DSC_TRY(dsc_step(g->eng, info));
-    g->micro = last ? 0 : g->micro + 1;
+    DSC_TRY(dsc__engine_host_step(g->eng, info));
     if (!last) return DSC_OK;
     DSC_TRY(dsc__cuda_state_zero_grads(g->st));
     return info->skipped ? DSC_OK : dsc__cuda_state_upload(g->st, g->host.master, NULL, NULL);
@@ -517,7 +524,7 @@ static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
     DSC_TRY(dsc__cuda_state_grads_to_host(g->st, g->hgrad));
     DSC_TRY(dsc__cuda_state_zero_grads(g->st));
     DSC_TRY(dsc__engine_add_grads(g->eng, g->hgrad));
-    DSC_TRY(dsc_step(g->eng, info));
+    DSC_TRY(dsc__engine_host_step(g->eng, info));
     if (!info->boundary || info->skipped) return DSC_OK;
     DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
     return dsc__cuda_state_upload(g->st, g->hweights, NULL, NULL);
@@ -562,8 +569,8 @@ static dsc_status queued_step(train_gpu *g, dsc_step_info *info) {
 
 // Whether this step boundary goes through queued_step.
 static bool queued(const train_gpu *g) {
-    return device_optimizer(g) && g->micro + 1 == g->gas && !g->fp16 && !g->timed &&
-           !dsc__engine_grads_observed(g->eng);
+    return device_optimizer(g) && dsc__engine_micro_last(g->eng) && !dsc__engine_fp16(g->eng) &&
+           !g->timed && !dsc__engine_grads_observed(g->eng);
 }
 
 dsc_status dsc_device_trainer_step(train_gpu *g, dsc_step_info *info) {
@@ -579,19 +586,14 @@ dsc_status dsc_device_trainer_step(train_gpu *g, dsc_step_info *info) {
         return g->timed ? dsc__cuda_stream_wait(g->st->stream) : DSC_OK;
     }
     if (g->st->offload) return offload_step(g, info);
-    if (++g->micro < g->gas) {
-        memset(info, 0, sizeof *info);
-        info->step = dsc_engine_global_steps(g->eng);
-        return DSC_OK;
-    }
-    g->micro = 0;
+    if (!dsc__engine_micro_done(g->eng, info)) return DSC_OK;
     if (q) return queued_step(g, info);
     DSC_TRY(observe_grads(g));
     double sumsq;
     bool nonfinite;
     // fp16: the gradients become fp16 values as the engine's CPU step makes them (an overflow
     // beyond fp16's range becomes inf there too), so both paths skip the same steps.
-    if (g->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16(g->st));
+    if (dsc__engine_fp16(g->eng)) DSC_TRY(dsc__cuda_state_round_grads_fp16(g->st));
     DSC_TRY(dsc__cuda_state_grad_sumsq(g->st, (float)(1.0 / dsc__engine_loss_scale(g->eng)),
                                        &sumsq, &nonfinite));
     dsc__device_step plan;

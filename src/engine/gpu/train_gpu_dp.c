@@ -13,7 +13,6 @@ bool dsc__train_dp_selected(void) {
 
 #ifdef DSC_WITH_CUDA
 
-#include <math.h>   // isfinite
 #include <stdio.h>  // snprintf, fopen
 #include <time.h>   // nanosleep
 #include <unistd.h> // gethostname
@@ -51,7 +50,6 @@ struct train_dp {
     void **ready;          // (ngroups) cudaEvent_t: group g staged for its collective on the
                            // compute stream (recorded every step; created once)
     bool *begun;           // (ngroups) group g's reduction was started at this step
-    int micro, gas;
     bool timed;
     // Stage 3 (shard): the layers' 16-bit weights are partitioned as the optimizer state is.
     // This rank keeps its slice of each layer group (own16); a layer is all-gathered into one of
@@ -247,7 +245,6 @@ dsc_status dsc__train_dp_create(train_dp **out, dsc_engine *eng, const dsc_model
     dp->eng = eng;
     dp->timed = timed;
     dp->gpend[0] = dp->gpend[1] = -1;
-    dp->gas = (int)dsc_engine_config(eng)->gradient_accumulation_steps;
     dsc_status s = dsc__engine_dp_layout(eng, &dp->L);
     if (s == DSC_OK) s = make_comm(dp, NULL, "gpu-dp");
     if (s == DSC_OK) s = make_buffers(dp, pool, model);
@@ -288,7 +285,6 @@ static void release(train_dp *dp) {
     dp->begun = NULL;
     dp->send16 = dp->recv16 = dp->own16 = NULL;
     dp->nm = dp->mcap = 0;
-    dp->micro = 0;
     dp->gpend[0] = dp->gpend[1] = -1;
 }
 
@@ -428,7 +424,6 @@ dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_model *model) {
     snap_release(dp, false);
     release(dp);
     dp->gen++;
-    dp->gas = (int)dsc_engine_config(dp->eng)->gradient_accumulation_steps;
     DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
     DSC_TRY(make_buffers(dp, pool, model));
     dsc_store *store = NULL;
@@ -622,7 +617,8 @@ static dsc_status stage_group(train_dp *dp, int g) {
     float *grad = dp->st->grad + off;
     float pre = L->pre != 1.0 ? (float)(1.0 / L->pre) : 1.0f;
     dp->begun[g] = true;
-    if (dp->st->fp16) DSC_TRY(dsc__cuda_state_round_grads_fp16_range(dp->st, off, sp.padded));
+    if (dsc__engine_fp16(dp->eng))
+        DSC_TRY(dsc__cuda_state_round_grads_fp16_range(dp->st, off, sp.padded));
     if (L->comm_dt == DSC_DT_F32) DSC_TRY(dsc__cuda_scale(grad, sp.padded, pre, s));
     else
         DSC_TRY(dsc__cuda_to16(dp->send16 + off, grad, sp.padded, pre, L->comm_dt == DSC_DT_F16,
@@ -654,7 +650,7 @@ static dsc_status grads_final(void *user, int g) {
                          "the model and the engine disagree on the parameter table (a bug: "
                          "report it)", g, dp->L.ngroups - 1);
     if (dp->shard && dsc__slots_layer_group(&dp->sl, g)) return reduce_layer(dp, g);
-    if (dp->micro + 1 < dp->gas) return DSC_OK; // stage 3's resident groups: at the last one
+    if (!dsc__engine_micro_last(dp->eng)) return DSC_OK; // stage 3's resident groups: at the last
     if (dp->begun[g])
         return dsc__fail(DSC_ERR_INTERNAL, "--device cuda with DSC_COMM_BACKEND=nccl: parameter "
                          "group %d was reported complete twice in the last micro-step of step "
@@ -664,7 +660,7 @@ static dsc_status grads_final(void *user, int g) {
 }
 
 void dsc__train_dp_backward_hook(train_dp *dp, dsc_model_grad_hook *fn, void **user) {
-    bool hooked = dp->micro + 1 == dp->gas || dp->shard; // stage 3 reduces layers every time
+    bool hooked = dsc__engine_micro_last(dp->eng) || dp->shard; // stage 3: layers every time
     *fn = hooked ? grads_final : NULL;
     *user = hooked ? dp : NULL;
 }
@@ -736,16 +732,9 @@ static dsc_status global_norm(train_dp *dp, double *sumsq, bool *nonfinite) {
     if (st == DSC_OK)
         st = dsc__cuda_to_host(all, dp->norm + 4, sizeof(double) * 2 * (size_t)L->world,
                                dp->st->stream);
-    double sum = 0;
-    bool flag = false;
-    for (int r = 0; st == DSC_OK && r < L->world; r++) {
-        sum += all[2 * r];
-        flag |= all[2 * r + 1] != 0;
-    }
-    if (L->stage == 0 && st == DSC_OK) sum = all[0]; // every rank summed the same vector
+    // at stage 0 every rank summed the same vector
+    dsc__step_global_norm(all, st == DSC_OK ? L->world : 0, L->stage == 0, sumsq, nonfinite);
     free(all);
-    *sumsq = sum;
-    *nonfinite = flag || !isfinite(sum);
     return st;
 }
 
@@ -831,15 +820,15 @@ static dsc_status settle(train_dp *dp, int j) {
     DSC_TRY(dsc__cuda_stream_wait_event(s, dp->gdone[j]));
     float *dst = dp->red + sp.state_off;
     size_t at = (size_t)L->rank * sp.slice;
-    bool f16 = L->comm_dt == DSC_DT_F16;
+    bool f16 = L->comm_dt == DSC_DT_F16, first = dsc__engine_micro(dp->eng) == 0;
     if (L->comm_dt == DSC_DT_F32) {
         const float *src = dp->sl.g[j] + at;
-        return dp->micro == 0 ? dsc__cuda_copy(dst, src, sp.slice * 4, s)
-                              : dsc__cuda_add(dst, src, sp.slice, s);
+        return first ? dsc__cuda_copy(dst, src, sp.slice * 4, s)
+                     : dsc__cuda_add(dst, src, sp.slice, s);
     }
     const uint16_t *src16 = dp->send16 + (dp->sl.g[j] - dp->st->grad) + at;
-    return dp->micro == 0 ? dsc__cuda_from16(dst, src16, sp.slice, 1.0f, f16, s)
-                          : dsc__cuda_add_from16(dst, src16, sp.slice, f16, s);
+    return first ? dsc__cuda_from16(dst, src16, sp.slice, 1.0f, f16, s)
+                 : dsc__cuda_add_from16(dst, src16, sp.slice, f16, s);
 }
 
 // Gradient slot j may take group g's gradients: the last group's result is added first (which
@@ -906,7 +895,8 @@ static dsc_status shard_finish(train_dp *dp) {
         else
             DSC_TRY(dsc__cuda_from16(r, dp->recv16 + sp.state_off, sp.slice, post,
                                      L->comm_dt == DSC_DT_F16, s));
-        if (layer && dp->st->fp16) DSC_TRY(dsc__cuda_round_fp16(r, (int64_t)sp.slice, s));
+        if (layer && dsc__engine_fp16(dp->eng))
+            DSC_TRY(dsc__cuda_round_fp16(r, (int64_t)sp.slice, s));
     }
     return DSC_OK;
 }
@@ -928,12 +918,7 @@ bool dsc__train_dp_views(train_dp *dp, dsc_model_device *dev, const uint16_t **p
 }
 
 dsc_status dsc__train_dp_step(train_dp *dp, dsc_step_info *info) {
-    if (++dp->micro < dp->gas) {
-        memset(info, 0, sizeof *info);
-        info->step = dsc_engine_global_steps(dp->eng);
-        return DSC_OK;
-    }
-    dp->micro = 0;
+    if (!dsc__engine_micro_done(dp->eng, info)) return DSC_OK;
     DSC_TRY(dsc__engine_dp_layout(dp->eng, &dp->L));
     // fp16: the accumulated gradients become fp16 values before the reduction, as on one GPU;
     // each group's when its reduction starts (stage_group), so never twice.

@@ -3,17 +3,16 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include <math.h>   // isfinite, sqrt
+#include <math.h>   // isfinite
 #include <stdlib.h> // calloc, free, aligned_alloc
 #include <string.h> // memset
 
-#include "base/log.h"           // DSC_WARN
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "base/time.h"          // dsc_now
 #include "engine/gpu/layer_slots.h"    // dsc__slots_*
 #include "cuda/convert.h"       // dsc__cuda_to_device
 #include "cuda/offload.h"       // dsc__cuda_offload_*
-#include "dsc/half.h"           // dsc_fp32_to_fp16_n, dsc_fp16_to_fp32_n
+#include "dsc/half.h"           // dsc_fp32_to_fp16_n, dsc_fp32_to_bf16_n
 #include "engine/optim/optim.h" // dsc_opt_step, dsc_opt_sumsq
 
 struct train_off {
@@ -25,8 +24,8 @@ struct train_off {
     dsc__engine_span *spans; // (ngroups) each group's range of the flat layout
     uint16_t *h16;           // (total) page-locked: the new 16-bit weights on their way up
     bool acc_pinned, h16_pinned;
-    int ngroups, gas, micro;
-    bool fp16, clipping;
+    int ngroups;
+    bool fp16; // the model computes in fp16 (the 16-bit weights are fp16)
     // this step
     double *part; // (ngroups) each group's sum of squares, added in group order
     bool nonfinite;
@@ -34,6 +33,7 @@ struct train_off {
     bool last;             // the micro-step running is the step's last
     dsc__device_step plan; // early: made before the norm was known (nothing depends on it)
     dsc_step_info early_info;
+    dsc__device_divisor early_div; // early: unused (no clipping, no loss scale)
     train_off_times t;
     // offload_param: the layers' 16-bit weights live in h16 only and pass through two device
     // slots (engine/gpu/layer_slots.h; the embeddings and ln_f stay on the device); the layers'
@@ -107,8 +107,6 @@ static dsc_status init(train_off *o, const dsc_model *model, bool *pinned, char 
     dsc__engine_dp L;
     DSC_TRY(dsc__engine_dp_layout(o->eng, &L));
     o->ngroups = L.ngroups;
-    o->gas = (int)dsc_engine_config(o->eng)->gradient_accumulation_steps;
-    o->clipping = dsc_engine_config(o->eng)->gradient_clipping > 0;
     o->spans = calloc((size_t)o->ngroups, sizeof *o->spans);
     o->part = calloc((size_t)o->ngroups, sizeof *o->part);
     size_t bytes = (o->host.total * sizeof(uint16_t) + 63) / 64 * 64;
@@ -241,7 +239,7 @@ static dsc_status grads_out(void *user, int g) {
     if (ring_group(o, g)) {
         int k = (g - 1) & 1;
         src = o->sl.g[k];
-        if (o->micro > 0) {
+        if (dsc__engine_micro(o->eng) > 0) {
             DSC_TRY(drain_tmp(o, k));
             dst = o->tmp[k];
             o->tmp_group[k] = g;
@@ -250,18 +248,6 @@ static dsc_status grads_out(void *user, int g) {
         return DSC_OK; // stays on the device, accumulating
     }
     return dsc__cuda_offload_grads_out(o->bus, g, dst, src, sp->padded);
-}
-
-// fp16 values, as dsc_step makes them (beyond fp16's range: inf), through a small buffer.
-static void round_fp16(float *x, size_t n) {
-    enum { CHUNK = 4096 };
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i += CHUNK) {
-        uint16_t h[CHUNK];
-        size_t c = n - i < CHUNK ? n - i : CHUNK;
-        dsc_fp32_to_fp16_n(h, x + i, c);
-        dsc_fp16_to_fp32_n(x + i, h, c);
-    }
 }
 
 // Group g landed: a later micro-step's layer gradients added; on the step's last micro-step fp16
@@ -277,7 +263,7 @@ static dsc_status take_group(train_off *o, int g, float inv_scale) {
     if (!o->last) return DSC_OK;
     const dsc__engine_span *sp = &o->spans[g];
     float *a = o->host.acc + sp->off;
-    if (o->fp16) round_fp16(a, sp->padded);
+    if (dsc__engine_fp16(o->eng)) dsc__round_fp16(a, a, sp->padded); // as dsc_step's
     o->part[g] = dsc_opt_sumsq(a, sp->padded, inv_scale, &o->nonfinite);
     if (o->early && o->plan.apply) DSC_TRY(update_group(o, g));
     o->t.cpu += dsc_now() - t1;
@@ -285,14 +271,15 @@ static dsc_status take_group(train_off *o, int g, float inv_scale) {
 }
 
 // The optimizer may run before the norm is known when nothing it does depends on the norm: no
-// clipping and no fp16 loss scaling (bf16 and fp32 runs never skip a step).
+// clipping and no fp16 loss scaling (bf16 and fp32 runs never skip a step); the step's first
+// half then, its second (the norm, inf/NaN) in dsc__train_off_step.
 static dsc_status start_step(train_off *o) {
     memset(&o->t, 0, sizeof o->t);
     o->nonfinite = false;
-    o->early = !o->fp16 && !o->clipping;
+    o->early = dsc__engine_norm_free(o->eng);
     if (!o->early) return DSC_OK;
     o->t.overlapped = true;
-    return dsc__engine_device_step(o->eng, 0.0, false, &o->plan, &o->early_info);
+    return dsc__engine_device_step_begin(o->eng, &o->plan, &o->early_info, &o->early_div);
 }
 
 // Backward order: ln_f's group, the layers from the last, the embeddings. Before the last
@@ -308,7 +295,7 @@ static dsc_status take_all(train_off *o) {
 dsc_status dsc__train_off_micro(train_off *o, const uint16_t *const *p16, float *const *grad,
                                 const int32_t *in, const int32_t *tg, int B, int T, float scale,
                                 bool timed, float *loss, double *fwd_s, double *bwd_s) {
-    o->last = o->micro + 1 == o->gas;
+    o->last = dsc__engine_micro_last(o->eng);
     bool hook = o->last || o->params;
     dsc_model_device_set_grad_hook(o->dev, hook ? grads_out : NULL, o);
     if (o->last) DSC_TRY(start_step(o));
@@ -333,12 +320,7 @@ dsc_status dsc__train_off_micro(train_off *o, const uint16_t *const *p16, float 
 }
 
 dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
-    if (++o->micro < o->gas) {
-        memset(info, 0, sizeof *info);
-        info->step = dsc_engine_global_steps(o->eng);
-        return DSC_OK;
-    }
-    o->micro = 0;
+    if (!dsc__engine_micro_done(o->eng, info)) return DSC_OK;
     double t0 = dsc_now();
     // --dump-grads: the accumulator holds the whole step's gradients (the optimizer reads them
     // and leaves them as they are, so an early update does not disturb them).
@@ -349,12 +331,7 @@ dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
     bool nonfinite = o->nonfinite || !isfinite(sumsq);
     if (o->early) {
         *info = o->early_info;
-        info->grad_norm = sqrt(sumsq);
-        if (nonfinite)
-            DSC_WARN("engine",
-                     "step %lld: gradients contain inf/NaN (no loss scaling in %s "
-                     "training to skip the step)",
-                     (long long)info->step, o->fp16 ? "fp16" : "bf16");
+        dsc__engine_device_step_end(o->eng, sumsq, nonfinite, info);
     } else {
         DSC_TRY(dsc__engine_device_step(o->eng, sumsq, nonfinite, &o->plan, info));
         for (int g = 0; o->plan.apply && g < o->ngroups; g++)

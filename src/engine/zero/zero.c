@@ -11,12 +11,12 @@
 // Determinism: every stage reduces the same per-micro-step sums (the comm layer adds ranks in
 // order, all-reduce == reduce-scatter + all-gather bitwise), accumulates them with the same code,
 // and runs the optimizer elementwise on whole vectors, so stages 0-3 give bitwise equal weights.
-#include <math.h>   // isfinite
 #include <stdlib.h> // calloc, malloc, free
 #include <string.h> // memset, memcpy
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
-#include "dsc/half.h"           // dsc_fp32_to_fp16, ...
+#include "dsc/half.h"           // dsc_fp32_to_fp16_n, ...
+#include "engine/device.h"      // dsc__round_fp16
 #include "engine/engine_impl.h" // dsc_engine, group
 #include "engine/ft/ft.h"       // dsc__ft_point
 #include "engine/hybrid.h"      // dsc__engine_has_compute_copy
@@ -197,8 +197,7 @@ static dsc_status all_gather(dsc_engine *e, const float *send, float *recv, size
 // Round x to the training dtype's values (the compute copy of 16-bit training).
 static void round_to(precision prec, float *dst, const float *src, size_t n) {
     if (prec == PREC_FP16) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++) dst[i] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(src[i]));
+        dsc__round_fp16(dst, src, n);
     } else if (prec == PREC_BF16) {
 #pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++) dst[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(src[i]));
@@ -475,24 +474,16 @@ dsc_status dsc__zero_norm(dsc_engine *e, double inv_scale, double *sumsq, bool *
         const group *gr = &e->groups[g];
         local += dsc_opt_sumsq(own_grad(e, gr), gr->slice, (float)inv_scale, &bad);
     }
+    double mine[2] = {local, bad ? 1.0 : 0.0};
     if (!e->comm) {
-        *sumsq = local;
-        *nonfinite = bad || !isfinite(local);
+        dsc__step_global_norm(mine, 1, false, sumsq, nonfinite);
         return DSC_OK;
     }
-    double mine[2] = {local, bad ? 1.0 : 0.0};
     double *all = malloc(sizeof(double) * 2 * (size_t)e->world);
     if (!all) return dsc__fail(DSC_ERR_OOM, "out of memory");
     dsc_status st = dsc_comm_all_gather(e->comm, mine, all, 4, DSC_DT_F32, NULL); // 16 bytes each
-    double sum = 0;
-    bool flag = false;
-    for (int r = 0; st == DSC_OK && r < e->world; r++) {
-        sum += all[2 * r];
-        flag |= all[2 * r + 1] != 0;
-    }
+    dsc__step_global_norm(all, st == DSC_OK ? e->world : 0, false, sumsq, nonfinite);
     free(all);
-    *sumsq = sum;
-    *nonfinite = flag || !isfinite(sum);
     return st;
 }
 
