@@ -823,6 +823,10 @@ extern "C" void dsc_gpt2_decode_weights_destroy(dsc_gpt2_decode_weights *w) {
 
 // ---- the model interface's decoder (struct dsc_model_decode_ops) ----
 
+// Host code only: hipcc's device pass would otherwise emit the table too, and then miss the
+// host functions it points to.
+#ifndef __HIP_DEVICE_COMPILE__
+
 static dsc_status ops_create(const void *cfg, const dsc_model_decode_opts *o, void **dec) {
     dsc_gpt2_decode_opts g = {};
     g.batch = o->batch, g.max_len = o->max_len, g.recompute = o->recompute;
@@ -865,3 +869,4 @@ extern "C" const struct dsc_model_decode_ops dsc__gpt2_decode_ops = {
     ops_create, ops_destroy, ops_kv_bytes, ops_prefill,      ops_step,
     ops_argmax, ops_logits,  ops_graph_replays,
 };
+#endif

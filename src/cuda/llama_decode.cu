@@ -582,6 +582,10 @@ extern "C" dsc_status dsc_llama_decode_logits(dsc_llama_decode *d, float *logits
 
 // ---- the model interface's decoder (struct dsc_model_decode_ops) ----
 
+// Host code only: hipcc's device pass would otherwise emit the table too, and then miss the
+// host functions it points to.
+#ifndef __HIP_DEVICE_COMPILE__
+
 static dsc_status ops_create(const void *cfg, const dsc_model_decode_opts *o, void **dec) {
     dsc_llama_decode *d = NULL;
     DSC_TRY(dsc_llama_decode_create(&d, (const dsc_llama_config *)cfg, o));
@@ -616,3 +620,4 @@ static dsc_status ops_logits(void *dec, float *logits) {
 extern "C" const struct dsc_model_decode_ops dsc__llama_decode_ops = {
     ops_create, ops_destroy, ops_kv_bytes, ops_prefill, ops_step, ops_argmax, ops_logits, NULL,
 };
+#endif

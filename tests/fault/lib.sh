@@ -38,7 +38,7 @@ JSON
 
 # start_ranks NAME WORLD CONFIG STEPS [VAR=value ...]: ranks in the background; logs NAME/log.R,
 # final weights NAME/w.safetensors. The variables go to every rank; FLAGS (an array) are more
-# flags of `dsc train`. Each rank runs under a small
+# flags of `dsc train`; MODEL (default d2) the model. Each rank runs under a small
 # subshell that records its pid and exit code (and keeps bash's notices of killed jobs quiet).
 SUBS=()
 FLAGS=()
@@ -56,7 +56,7 @@ start_ranks() {
   for ((r = 0; r < world; r++)); do
     (
       env "$@" RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-        "$DSC" train --config "$cfg" --data "$T/data" --model d2 --seq-len 32 --sample-tokens 0 \
+        "$DSC" train --config "$cfg" --data "$T/data" --model "${MODEL:-d2}" --seq-len 32 --sample-tokens 0 \
         --eval-every 0 --eval-batches 2 --max-steps "$steps" --out "$d" \
         --dump-weights "$d/w.safetensors" "${FLAGS[@]}" > "$d/log.$r" 2>&1 &
       echo $! > "$d/pid.$r"
