@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `dsc train --model llama-d4` with everything GPT-2 has on the CPU, no oracle needed: ZeRO stages
 # 0-3 on 2 ranks with gradient accumulation, clipping and emulated bf16 end on the same weights
-# byte for byte (--dump-weights); communication_data_type bf16 takes effect; fp16 with the loss
+# byte for byte (--dump-weights); communication_data_type takes effect; fp16 with the loss
 # scaler trains; a run stopped and resumed from its checkpoint ends where an uninterrupted run
 # does; the checkpoint carries the model's config.json, exports as a LlamaForCausalLM folder and
 # generates (KV cache) the same tokens from the checkpoint and from the folder; --init-weights
@@ -31,14 +31,15 @@ for st in 1 2 3; do
     check "ZeRO stage $st = stage 0, byte for byte (2 ranks, accumulation, clipping, bf16)" -- \
         cmp -s w0.st w$st.st
 done
-# communication_data_type bf16 at stage 2: the gradients are reduced in bf16, so the weights end
-# near, but not on, the fp32-reduced run's
-config cdt.json 2 ', "bf16": {"enabled": true}, "communication_data_type": "bf16"'
+# communication_data_type at stage 2: with bf16 on, the gradients are reduced in bf16 unless the
+# key says fp32 (as in DeepSpeed), so an fp32-reduced run ends near, but not on, the stage-2 run:
+# Adam turns small gradient differences into updates of up to about lr each
+config cdt.json 2 ', "bf16": {"enabled": true}, "communication_data_type": "fp32"'
 expect 0 "train loss" -- "$DSC" launch --num_procs 2 --master_port "$(free_port)" "$DSC" train \
     "${common[@]}" --config cdt.json --max-steps 4 --out rcdt --dump-weights wcdt.st
-check "communication_data_type bf16 takes effect: weights differ from the fp32-reduced run" -- \
+check "communication_data_type fp32 takes effect: weights differ from the bf16-reduced run" -- \
     bash -c '! cmp -s w2.st wcdt.st'
-check "... and stay within bf16's rounding of it (every tensor within 2e-2 of its largest value)" -- \
+check "... by no more than the 4 Adam steps can move a weight (2 x 4 x lr)" -- \
     /usr/bin/python3 - w2.st wcdt.st <<'PYEOF'
 import array, json, struct, sys
 def load(p):
@@ -53,9 +54,9 @@ def load(p):
     return out
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a.keys() == b.keys()
-worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / max(max(abs(y) for y in b[k]), 1e-12) for k in a)
-print(f"  worst tensor difference {worst:.2e} of its largest value")
-assert worst <= 2e-2, worst
+worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a)
+print(f"  largest weight difference {worst:.2e} (Adam moves a weight by about lr = 2e-3 a step)")
+assert 0 < worst <= 2 * 4 * 2e-3, worst
 PYEOF
 config h.json 1 ', "fp16": {"enabled": true, "initial_scale_power": 8}'
 expect 0 "fp16" -- "$DSC" train "${common[@]}" --config h.json --max-steps 3 --out rh
