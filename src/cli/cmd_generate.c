@@ -15,10 +15,9 @@
 #include "cli/commands.h"            // cmd_generate
 #include "data/tokenizer.h"          // dsc_tokenizer_*
 #include "dsc/checkpoint.h"          // dsc_ckpt_*
-#include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_*
 #include "dsc/half.h"                // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
 #include "dsc/model.h"               // dsc_model_*
-#include "engine/ckpt/safetensors.h" // dsc_st_*
+#include "dsc/safetensors.h"         // dsc_st_*, dsc_hf_weights_*
 #include "infer/generate.h"          // dsc__generate_run
 
 typedef struct gen_cli {

@@ -30,7 +30,7 @@
 #include "dsc/engine.h"                  // dsc_engine_*
 #include "dsc/model.h"                   // dsc_model_*
 #include "dsc/monitor.h"                 // dsc_monitor_*
-#include "engine/ckpt/hf_weights.h"      // dsc_hf_weights_*
+#include "dsc/safetensors.h"             // dsc_hf_weights_*
 
 // The configuration used when --config is not given: AdamW with warm-up and cosine decay.
 static const char *default_config_fmt =

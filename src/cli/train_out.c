@@ -6,10 +6,10 @@
 #include <stdlib.h> // calloc, malloc, free
 #include <string.h> // strlen, strcmp
 
-#include "base/status.h"             // dsc__fail, DSC_TRY
-#include "base/time.h"               // dsc_now
-#include "dsc/generate.h"            // dsc_generate
-#include "engine/ckpt/safetensors.h" // dsc_st_*
+#include "base/status.h"     // dsc__fail, DSC_TRY
+#include "base/time.h"       // dsc_now
+#include "dsc/generate.h"    // dsc_generate
+#include "dsc/safetensors.h" // dsc_st_*
 
 // --dump-grads: the first step's reduced, unscaled, accumulated gradients with Hugging Face
 // names, the global batch's input and target tokens, and the step's loss, so the step can be

@@ -8,6 +8,7 @@
 #     headers; the internal headers it still includes are listed below, file by file, and the
 #     list can only shrink: a new internal include fails, and so does a listed one that is gone
 #     (remove it from the list);
+#   - in particular no src/cli file includes an engine/, comm/ or cuda/ header;
 #   - the GPU training runtime is in the library (src/engine/gpu/, behind dsc/device.h): no
 #     src/cli file is part of it or includes it.
 set -u
@@ -36,8 +37,6 @@ src/cli/cmd_data.c data/shard.h
 src/cli/cmd_data.c data/tokenizer.h
 src/cli/cmd_generate.c base/status.h
 src/cli/cmd_generate.c data/tokenizer.h
-src/cli/cmd_generate.c engine/ckpt/hf_weights.h
-src/cli/cmd_generate.c engine/ckpt/safetensors.h
 src/cli/cmd_generate.c infer/generate.h
 src/cli/cmd_launch.c base/status.h
 src/cli/cmd_launch.c launch/launch.h
@@ -48,7 +47,6 @@ src/cli/train.c base/time.h
 src/cli/train.c data/loader.h
 src/cli/train.c data/prepare.h
 src/cli/train.c data/tokenizer.h
-src/cli/train.c engine/ckpt/hf_weights.h
 src/cli/train_impl.h data/loader.h
 src/cli/train_impl.h data/tokenizer.h
 src/cli/train_obs.c base/env.h
@@ -56,7 +54,6 @@ src/cli/train_obs.c base/status.h
 src/cli/train_obs.c monitor/flops_profiler.h
 src/cli/train_out.c base/status.h
 src/cli/train_out.c base/time.h
-src/cli/train_out.c engine/ckpt/safetensors.h
 EOF
 )
 
@@ -82,6 +79,11 @@ cli_internal() {
   includes src/cli | grep -vE ' (dsc/|cli/|dsc_build_info\.h$)'
 }
 
+# cli_engine: the engine, comm and cuda headers src/cli includes (none may be left)
+cli_engine() {
+  cli_internal | grep -E ' (engine|comm|cuda)/'
+}
+
 out=$(cuda_violations)
 check "src/cuda includes no engine/ or model/ internals beyond a family's own and the list" -- \
   test -z "$out"
@@ -98,6 +100,13 @@ check "src/cli includes no internal header beyond the list" -- test -z "$new"
 check "every listed src/cli include still exists (remove the gone ones from the list)" -- \
   test -z "$gone"
 [ -z "$gone" ] || printf "gone:\n%s\n" "$gone"
+
+# no engine, comm or GPU internals at all: the checkpoint, safetensors and Hugging Face folder
+# calls the CLI uses are public (dsc/checkpoint.h, dsc/safetensors.h)
+engine_inc=$(cli_engine)
+check "src/cli includes no engine/, comm/ or cuda/ header" -- test -z "$engine_inc"
+[ -z "$engine_inc" ] || printf "engine, comm or cuda internals (use include/dsc/ instead):\n%s\n" \
+  "$engine_inc"
 
 check "the GPU trainer is not in src/cli" -- \
   test -z "$(ls src/cli | grep -E '^train_gpu' || true)"
@@ -117,4 +126,11 @@ check "the cli check finds an internal include planted in src/cli" -- \
   test "$planted_cli" = "src/cli/x.c engine/device.h"
 check "the cuda check finds an engine include and another family's include planted in src/cuda" \
   -- test "$planted_cuda" = "$(printf 'src/cuda/gpt2_z.cu model/llama/llama.h\nsrc/cuda/y.cu engine/engine_impl.h')"
+mkdir -p "$T/b/src/cli"
+printf '#include "dsc/safetensors.h"\n#include "comm/comm.h"\n' > "$T/b/src/cli/a.c"
+printf '#include "base/io.h"\n#include "engine/ckpt/hf_weights.h"\n' > "$T/b/src/cli/b.c"
+printf '#include "cuda/kernels.h"\n#include "data/loader.h"\n' > "$T/b/src/cli/c.h"
+planted_engine=$(cd "$T/b" && cli_engine)
+check "the no-engine check finds comm/, engine/ and cuda/ includes planted in src/cli (no others)" \
+  -- test "$planted_engine" = "$(printf 'src/cli/a.c comm/comm.h\nsrc/cli/b.c engine/ckpt/hf_weights.h\nsrc/cli/c.h cuda/kernels.h')"
 finish
