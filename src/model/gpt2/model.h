@@ -1,6 +1,6 @@
-// model/gpt2/model.h - GPT-2 behind the model interface (ops.c): the family's table, and the
-// configuration of a GPT-2 model handle for the code that still drives GPT-2 directly (the
-// CUDA model, the GPU trainer) until the device passes go through the table too.
+// model/gpt2/model.h - GPT-2 behind the model interface (ops.c): the family's table, a handle
+// around a configuration of its own, and the configuration of a GPT-2 model handle (tests use it
+// to see which family made a handle; the GPU code goes through the table's device passes).
 #ifndef DSC_MODEL_GPT2_MODEL_H
 #define DSC_MODEL_GPT2_MODEL_H
 
