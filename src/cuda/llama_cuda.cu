@@ -163,8 +163,9 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
                  "3.2 3B, 3.1 8B): train it on the CPU (--device cpu)",
                  c->head_dim);
     DSC_CUDA_ARG(c->hidden % 8 == 0 && c->intermediate % 8 == 0,
-                 "llama cuda create: hidden_size %d and intermediate_size %d must be multiples "
-                 "of 8 on the GPU", c->hidden, c->intermediate);
+                 "--device cuda: hidden_size %d and intermediate_size %d must be multiples of 8 "
+                 "on the GPU (its kernels move rows as 16-byte vectors): train this model on the "
+                 "CPU (--device cpu)", c->hidden, c->intermediate);
     DSC_CUDA_ARG(B >= 1 && T >= 1 && T <= c->max_seq_len && (int64_t)B * T <= (1 << 24),
                  "llama cuda create: batch %d x %d is invalid (T <= %d, B * T <= 16M)", B, T,
                  c->max_seq_len);

@@ -135,27 +135,7 @@ ref_weights() {
 
 # same_weights A B TOL: every tensor of A equals B's within TOL relative to B's largest value;
 # and both ran the same number of steps.
+ST_DIFF=$(cd "$(dirname "${BASH_SOURCE[0]}")/../cli" && pwd)/st_diff.py
 same_weights() {
-  $PY - "$1" "$2" "$3" << 'PYEOF'
-import array, json, struct, sys
-def load(p):
-    raw = open(p, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    h = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        a = array.array("f"); a.frombytes(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-        out[k] = a
-    return out, h.get("__metadata__", {})
-(a, ma), (b, mb) = load(sys.argv[1]), load(sys.argv[2])
-tol, worst = float(sys.argv[3]), 0.0
-assert a.keys() == b.keys(), "different tensors"
-assert ma["global_steps"] == mb["global_steps"], (ma["global_steps"], mb["global_steps"])
-for k in a:
-    scale = max(max(abs(x) for x in b[k]), 1e-30)
-    worst = max(worst, max(abs(x - y) for x, y in zip(a[k], b[k])) / scale)
-if worst > tol:
-    sys.exit("weights differ: max relative difference %.3g > %g" % (worst, tol))
-PYEOF
+  $PY "$ST_DIFF" "$1" "$2" --rel-max "$3" --same-steps > /dev/null
 }
