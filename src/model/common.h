@@ -1,5 +1,5 @@
 // model/common.h - what every family's host model shares: the engine's hooks around a pass, the
-// check of a pass's token ids, and the module tree the flops profiler prints.
+// check of a pass's token ids, the module tree the flops profiler prints, OpenMP's thread count.
 #ifndef DSC_MODEL_COMMON_H
 #define DSC_MODEL_COMMON_H
 
@@ -10,6 +10,28 @@
 #include "dsc/memory.h" // dsc_mem_pool, dsc_mem_handle
 #include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
 #include "dsc/status.h" // dsc_status
+
+#ifdef _OPENMP
+#include <omp.h> // omp_get_max_threads, omp_get_thread_num
+#endif
+
+// The OpenMP threads a parallel region may use, and this thread's number in it (1 and 0 in a
+// build without OpenMP): the host kernels size per-thread scratch and pick slots with them.
+static inline int dsc__model_max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static inline int dsc__model_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 enum dsc__hook_kind { DSC__HOOK_GATHER, DSC__HOOK_RELEASE, DSC__HOOK_GRADS_READY };
 

@@ -15,10 +15,6 @@
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/common.h" // dsc__model_hook, dsc__model_check_tokens
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
-#ifdef _OPENMP
-#include <omp.h> // omp_get_max_threads
-#endif
-
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
@@ -290,14 +286,6 @@ static layer_acts acts_of(const dsc_gpt2 *m, int l) {
     return a;
 }
 
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 // Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
 static size_t carve(dsc_gpt2 *m, float *slab) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)m->c.n_layer;
@@ -345,7 +333,7 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     m->maxB = B;
     m->maxT = T;
     m->pool = pool;
-    m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
+    m->att_slots = dsc__model_max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
     dsc_status st = dsc__activations_alloc(m->pool, nfloats, "gpt2.activations", &m->hslab,

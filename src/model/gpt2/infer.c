@@ -10,31 +10,11 @@
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
-#ifdef _OPENMP
-#include <omp.h> // omp_get_max_threads, omp_get_thread_num
-#endif
-
 // The twelve tensors of a layer, in table order (as gpt2.c numbers them).
 enum {
     K_LN1W, K_LN1B, K_ATTW, K_ATTB, K_APROJW, K_APROJB,
     K_LN2W, K_LN2B, K_FCW, K_FCB, K_MPROJW, K_MPROJB, PER_LAYER
 };
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 // ---- tensor-parallel layout ----
 
@@ -127,7 +107,7 @@ dsc_status dsc__gpt2_kv_create(dsc_gpt2_kv **out, const dsc_gpt2_config *c, int 
     if (!kv) return dsc__fail(DSC_ERR_OOM, "gpt2 kv cache: out of memory for its handle");
     *kv = (dsc_gpt2_kv){.c = *c, .tp = tp_size, .nseq = nseq, .max_len = max_len,
                         .Cl = c->n_embd / tp_size, .Fl = 4 * c->n_embd / tp_size};
-    kv->att_slots = max_threads();
+    kv->att_slots = dsc__model_max_threads();
     kv->att = malloc(sizeof(float) * (size_t)kv->att_slots * (size_t)max_len);
     dsc_status st = kv->att ? DSC_OK : dsc__fail(DSC_ERR_OOM, "gpt2 kv cache: out of memory");
     if (st == DSC_OK) st = dsc_mem_default_pool(DSC_MEM_HOST, &kv->pool);
@@ -234,13 +214,13 @@ static void attend(float *y, const float *q, const float *K, const float *V, flo
 static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc_gpt2_rows *r,
                       const float *qkv, float *y) {
     int Cl = kv->Cl, hs = kv->c.n_embd / kv->c.n_head, nh = Cl / hs;
-    int nthreads = max_threads() < kv->att_slots ? max_threads() : kv->att_slots;
+    int nthreads = dsc__model_max_threads() < kv->att_slots ? dsc__model_max_threads() : kv->att_slots;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
     for (int64_t rh = 0; rh < (int64_t)r->n * nh; rh++) {
         int i = (int)(rh / nh), h = (int)(rh % nh);
         size_t base = (size_t)r->seq[i] * kv->max_len * Cl + (size_t)h * hs;
         attend(y + (size_t)i * Cl + (size_t)h * hs, qkv + (size_t)i * 3 * Cl + (size_t)h * hs,
-               K + base, V + base, kv->att + (size_t)thread_id() * kv->max_len, r->pos[i] + 1,
+               K + base, V + base, kv->att + (size_t)dsc__model_thread_id() * kv->max_len, r->pos[i] + 1,
                Cl, hs);
     }
 }

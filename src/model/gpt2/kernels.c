@@ -2,14 +2,11 @@
 #include "model/gpt2/kernels.h"
 
 #include "model/blas.h" // dsc__model_sgemm, dsc__model_chunk, dsc__exp_fast
+#include "model/common.h" // dsc__model_max_threads, dsc__model_thread_id
 
 #include <cblas.h>  // cblas_sgemm, openblas_set_num_threads
 #include <math.h>   // sqrtf, logf, INFINITY
 #include <string.h> // memcpy, memset
-#ifdef _OPENMP
-#include <omp.h> // omp_get_thread_num, omp_get_max_threads
-#endif
-
 // Row kernels that do arithmetic rather than move memory are compiled for three instruction sets
 // (SSE2, AVX2+FMA, AVX-512) and chosen once at load time, so that a portable build still uses
 // wide vectors. OpenMP regions stay in plain functions that call these per row or per block: an
@@ -28,22 +25,6 @@
 #define COL_BLOCK 64    // columns per task of a column sum
 #define ELEM_BLOCK 8192 // elements per task of an elementwise pass
 #define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -316,10 +297,10 @@ void dsc__gpt2_attention_forward(float *out, float *stats, const float *qkv, flo
                                  int slots, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    int nthreads = max_threads() < slots ? max_threads() : slots;
+    int nthreads = dsc__model_max_threads() < slots ? dsc__model_max_threads() : slots;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *S = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) of this thread's slot
+        float *S = scratch + (size_t)dsc__model_thread_id() * 2 * T * T; // (T, T) of this thread's slot
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             int b = bh / NH, h = bh % NH;
@@ -363,10 +344,10 @@ void dsc__gpt2_attention_backward(float *dqkv, const float *dout, const float *q
                                   int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    int nthreads = max_threads() < slots ? max_threads() : slots;
+    int nthreads = dsc__model_max_threads() < slots ? dsc__model_max_threads() : slots;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *P = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) twice per slot
+        float *P = scratch + (size_t)dsc__model_thread_id() * 2 * T * T; // (T, T) twice per slot
         float *dP = P + (size_t)T * T;
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {

@@ -13,26 +13,6 @@
 #include "dsc/memory.h"          // dsc_mem_*
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread, dsc__exp_fast
 #include "model/llama/kernels.h" // dsc__llama_*
-#ifdef _OPENMP
-#include <omp.h> // omp_get_max_threads, omp_get_thread_num
-#endif
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 // ---- tensor-parallel layout ----
 //
 // Rank r of P holds query heads [r NH/P, (r+1) NH/P) and the kv heads they read, [r NKV/P,
@@ -146,7 +126,7 @@ dsc_status dsc__llama_kv_create(dsc_llama_kv **out, const dsc_llama_config *c, i
     kv->NKV = c->n_kv_head / tp_size;
     kv->I = c->intermediate / tp_size;
     kv->KV = kv->NKV * c->head_dim;
-    kv->att_slots = max_threads();
+    kv->att_slots = dsc__model_max_threads();
     size_t half = (size_t)max_len * (size_t)(c->head_dim / 2);
     kv->rope_cos = malloc(sizeof(float) * half);
     kv->rope_sin = malloc(sizeof(float) * half);
@@ -257,13 +237,13 @@ static void attention(dsc_llama_kv *kv, const float *K, const float *V, const ds
                       const float *qkv, int ld, float *y) {
     const dsc_llama_config *c = &kv->c;
     int NH = kv->NH, hd = c->head_dim, group = c->n_head / c->n_kv_head, Q = NH * hd;
-    int nthreads = max_threads() < kv->att_slots ? max_threads() : kv->att_slots;
+    int nthreads = dsc__model_max_threads() < kv->att_slots ? dsc__model_max_threads() : kv->att_slots;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
     for (int64_t rh = 0; rh < (int64_t)r->n * NH; rh++) {
         int i = (int)(rh / NH), h = (int)(rh % NH);
         size_t base = (size_t)r->seq[i] * kv->max_len * kv->KV + (size_t)(h / group) * hd;
         attend(y + (size_t)i * Q + (size_t)h * hd, qkv + (size_t)i * ld + (size_t)h * hd,
-               K + base, V + base, kv->att + (size_t)thread_id() * kv->max_len, r->pos[i] + 1,
+               K + base, V + base, kv->att + (size_t)dsc__model_thread_id() * kv->max_len, r->pos[i] + 1,
                kv->KV, hd);
     }
 }

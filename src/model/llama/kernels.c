@@ -6,10 +6,7 @@
 #include <string.h> // memcpy, memset
 
 #include "model/blas.h" // dsc__model_sgemm, dsc__exp_fast
-#ifdef _OPENMP
-#include <omp.h> // omp_get_thread_num, omp_get_max_threads
-#endif
-
+#include "model/common.h" // dsc__model_max_threads, dsc__model_thread_id
 // Row kernels are compiled for three instruction sets and chosen at load time, as GPT-2's are.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DSC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
@@ -21,22 +18,6 @@
 #define COL_BLOCK 64    // columns per task of a column sum
 #define ELEM_BLOCK 8192 // elements per task of an elementwise pass
 #define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -336,10 +317,10 @@ void dsc__llama_attention_forward(float *out, float *stats, const float *qkv, fl
                                   int slots, int B, int T, int NH, int NKV, int hd) {
     att_shape s = {T, hd, (NH + 2 * NKV) * hd, NH * hd, 1.0f / sqrtf((float)hd)};
     int group = NH / NKV;
-    int nthreads = max_threads() < slots ? max_threads() : slots;
+    int nthreads = dsc__model_max_threads() < slots ? dsc__model_max_threads() : slots;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *S = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) of this thread's slot
+        float *S = scratch + (size_t)dsc__model_thread_id() * 2 * T * T; // (T, T) of this thread's slot
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             int b = bh / NH, h = bh % NH, kvh = h / group;
@@ -385,10 +366,10 @@ void dsc__llama_attention_backward(float *dqkv, const float *dout, const float *
                                    int NH, int NKV, int hd) {
     att_shape s = {T, hd, (NH + 2 * NKV) * hd, NH * hd, 1.0f / sqrtf((float)hd)};
     int group = NH / NKV;
-    int nthreads = max_threads() < slots ? max_threads() : slots;
+    int nthreads = dsc__model_max_threads() < slots ? dsc__model_max_threads() : slots;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *P = scratch + (size_t)thread_id() * 2 * T * T; // (T, T) twice per slot
+        float *P = scratch + (size_t)dsc__model_thread_id() * 2 * T * T; // (T, T) twice per slot
         float *dP = P + (size_t)T * T;
 #pragma omp for schedule(dynamic, 1)
         for (int bk = 0; bk < B * NKV; bk++) {

@@ -14,10 +14,6 @@
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/common.h"  // dsc__model_hook, dsc__model_check_tokens
 #include "model/llama/kernels.h" // dsc__llama_*
-#ifdef _OPENMP
-#include <omp.h> // omp_get_max_threads
-#endif
-
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
@@ -401,14 +397,6 @@ static layer_acts acts_of(const dsc_llama *m, int l) {
     return a;
 }
 
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 // Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
 static size_t carve(dsc_llama *m, float *slab) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)m->c.n_layer;
@@ -460,7 +448,7 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     m->maxT = T;
     m->pool = pool;
     m->ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
-    m->att_slots = max_threads(); // one (T, T) pair per thread, but no more than there are heads
+    m->att_slots = dsc__model_max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
     dsc_status st = dsc__activations_alloc(m->pool, nfloats, "llama.activations", &m->hslab,
