@@ -111,6 +111,11 @@ const char *dsc__engine_host_backend(void);
 // into the pool itself.
 size_t dsc__engine_ft_floats(const dsc_engine *e);
 dsc_status dsc__engine_ft_own_external(dsc_engine *e, float *const bufs[2]);
+// On one node the engine's own slots are shared with the buddy (its replica is the snapshot
+// itself, nothing is sent): true and their addresses (page-aligned, stable until the next
+// recovery or the engine's end), which the caller page-locks and copies into instead of bringing
+// buffers of its own (unlock them before a recovery and before dsc_engine_destroy).
+bool dsc__engine_ft_own_shared(dsc_engine *e, float *bufs[2]);
 // At the end of a run: the caller's own slots are forgotten (after the exchange reading them),
 // so that it may free them; no copy back (the engine snapshots nothing more).
 void dsc__engine_ft_own_drop(dsc_engine *e);

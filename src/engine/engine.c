@@ -475,6 +475,10 @@ dsc_status dsc__engine_ft_own_external(dsc_engine *e, float *const bufs[2]) {
     return dsc__ft_own_external(e, bufs);
 }
 
+bool dsc__engine_ft_own_shared(dsc_engine *e, float *bufs[2]) {
+    return dsc__engine_ft_floats(e) && dsc__ft_own_shared(e, bufs);
+}
+
 void dsc__engine_ft_own_drop(dsc_engine *e) {
     dsc__ft_own_drop(e);
 }

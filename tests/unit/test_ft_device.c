@@ -6,6 +6,10 @@
 // for bit under the boundary's tag, the own slot must carry the tag, a reserved slot that is
 // cancelled must never be tagged, moving the slots back into the pool keeps their contents, and
 // dropping them (the end of a run) leaves none.
+// That is the protocol when the replicas are sent (DSC_FT_SEND_REPLICAS=1, as when no shared
+// segment can be made). On one node they are not: the own slots are in a segment the buddy maps,
+// dsc__engine_ft_own_shared hands them to the device, and the replica of a boundary is readable
+// by the buddy the moment its snapshot is published - also after its owner was killed.
 // Without fault tolerance (one rank, or on_failure abort) there is nothing to snapshot.
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +17,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <signal.h>   // kill, SIGKILL
+#include <signal.h>   // kill, raise, SIGKILL
+#include <stdatomic.h> // atomic_load
 #include <stdio.h>    // fprintf, snprintf
 #include <stdlib.h>   // setenv, malloc
 #include <string.h>   // memcmp
@@ -63,6 +68,55 @@ static int check_pattern(const float *buf, size_t n, int r, int64_t s) {
         }                                                                                          \
     } while (0)
 
+// Shared slots (one node): the device fills the engine's own slots in place; the buddy sees each
+// published boundary without any exchange; then rank 0 publishes boundary 5 and is killed, and
+// rank 1 still reads it whole.
+static int shared_main(dsc_engine *e, int rank, int world, size_t n) {
+    struct dsc__ft *ft = e->ft;
+    float *slots[2];
+    FAILS(dsc__engine_ft_own_shared(e, slots), 60);
+    FAILS(slots[0] != slots[1], 61);
+    FAILS(dsc__engine_ft_own_external(e, NULL) == DSC_OK, 62); // keeps them
+    FAILS(dsc__ft_own_at(ft, 0) && (dsc__ft_own_at(ft, 0)->buf == slots[0] ||
+                                    dsc__ft_own_at(ft, 0)->buf == slots[1]), 63);
+    int prev = (rank + world - 1) % world;
+    for (int64_t s = 1; s <= 5; s++) {
+        e->global_steps = s;
+        float *buf = dsc__engine_ft_reserve(e);
+        FAILS(buf == slots[0] || buf == slots[1], 64);
+        for (size_t k = 0; k < n; k++)
+            buf[k] = pattern(rank, s, k);
+        FAILS(dsc__engine_ft_commit_end(e) == DSC_OK, 65);
+        FAILS(dsc__engine_ft_publish(e) == DSC_OK, 66);
+        FAILS(dsc__ft_own_at(ft, s) != NULL, 67);
+        if (s == 5) break;
+        FAILS(dsc__engine_ft_commit_end(e) == DSC_OK, 68); // nothing was sent: nothing to wait
+        // both ranks published s before either looks at the buddy's (the loss mean's role)
+        FAILS(dsc_engine_mean(e, &(double){0}, 1) == DSC_OK, 69);
+        dsc__ft_rep_freeze(ft); // as a recovery does
+        ft_slot *rep = dsc__ft_rep_at(ft, s);
+        FAILS(rep != NULL, 70);
+        FAILS(check_pattern(rep->buf, n, prev, s), 71);
+        FAILS(s == 1 || dsc__ft_rep_at(ft, s - 1) != NULL, 72); // two boundaries held
+        // and both looked before either overwrites its older slot (the next step's collective)
+        FAILS(dsc_engine_mean(e, &(double){0}, 1) == DSC_OK, 76);
+    }
+    if (rank == 0) raise(SIGKILL); // published boundary 5, then gone
+    ft_slot *r = NULL;
+    for (double t0 = dsc_now(); dsc_now() - t0 < 20;) { // the owner's tag says it is whole
+        for (int k = 0; k < 2; k++)
+            if (atomic_load(ft->rep[k].shared) == 5) r = &ft->rep[k];
+        if (r) break;
+        nap(0.005);
+    }
+    FAILS(r != NULL, 73);
+    nap(0.3); // rank 0 is dead by now; its segment is still mapped here
+    dsc__ft_rep_freeze(ft);
+    FAILS(dsc__ft_rep_at(ft, 5) && check_pattern(dsc__ft_rep_at(ft, 5)->buf, n, 0, 5), 74);
+    FAILS(dsc__ft_rep_at(ft, 4) && check_pattern(dsc__ft_rep_at(ft, 4)->buf, n, 0, 4), 75);
+    _exit(0); // the communicator's peer is dead: no orderly end
+}
+
 static int rank_main(int rank, int world, int port, int abort_policy) {
     char p[16];
     snprintf(p, sizeof p, "%d", port);
@@ -82,6 +136,10 @@ static int rank_main(int rank, int world, int port, int abort_policy) {
     FAILS(n > 0, 12);
     struct dsc__ft *ft = e->ft;
     FAILS(n == ft->len * (size_t)ft->nvec, 13);
+    const char *send = getenv("DSC_FT_SEND_REPLICAS");
+    if (!(send && !strcmp(send, "1"))) return shared_main(e, rank, world, n);
+    float *none[2];
+    FAILS(!dsc__engine_ft_own_shared(e, none), 16);
     ft_slot *first = dsc__ft_own_at(ft, 0);
     FAILS(first != NULL, 14);
     float *before = malloc(n * sizeof(float));
@@ -138,7 +196,8 @@ static int rank_main(int rank, int world, int port, int abort_policy) {
     return 0;
 }
 
-static void run(int world, int abort_policy) {
+// expect_killed: rank 0 is expected to die of SIGKILL
+static void run_expect(int world, int abort_policy, bool expect_killed) {
     int port = free_port();
     pid_t pids[2];
     int codes[2] = {-1, -1};
@@ -161,13 +220,23 @@ static void run(int world, int abort_policy) {
         if (left) nap(0.005);
     }
     for (int r = 0; r < world; r++)
-        assert_int_equal(codes[r], 0);
+        assert_int_equal(codes[r], r == 0 && expect_killed ? 128 + SIGKILL : 0);
 }
+
+static void run(int world, int abort_policy) { run_expect(world, abort_policy, false); }
 
 static void test_publish_and_replica(void **state) {
     (void)state;
     make_config("degrade");
+    setenv("DSC_FT_SEND_REPLICAS", "1", 1);
     run(2, 0);
+    unsetenv("DSC_FT_SEND_REPLICAS");
+}
+
+static void test_shared_replica_outlives_owner(void **state) {
+    (void)state;
+    make_config("degrade");
+    run_expect(2, 0, true);
 }
 
 static void test_abort_copies_nothing(void **state) {
@@ -185,6 +254,7 @@ static void test_one_rank_copies_nothing(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_and_replica),
+        cmocka_unit_test(test_shared_replica_outlives_owner),
         cmocka_unit_test(test_abort_copies_nothing),
         cmocka_unit_test(test_one_rank_copies_nothing),
     };

@@ -47,6 +47,11 @@ dsc_status dsc__ft_snapshot_publish(dsc_engine *e);
 void dsc__ft_snapshot_cancel(dsc_engine *e);
 size_t dsc__ft_snapshot_floats(const dsc_engine *e);
 dsc_status dsc__ft_own_external(dsc_engine *e, float *const bufs[2]);
+// On one node the own slots are in a segment shared with the buddy (no replica is sent): true
+// and their addresses (two of dsc__ft_snapshot_floats, page-aligned, stable until the next
+// recovery or the engine's end), which the caller fills in place (page-locked for the copy)
+// instead of bringing its own; dsc__ft_own_external then keeps them. False otherwise.
+bool dsc__ft_own_shared(dsc_engine *e, float *bufs[2]);
 // The caller's own slots are forgotten (untagged, no memory) once the exchange reading them ends:
 // before the caller frees them at the end of a run, when no snapshot is needed any more.
 void dsc__ft_own_drop(dsc_engine *e);

@@ -24,6 +24,14 @@ typedef struct ft_slot {
     int64_t tag;          // the step boundary it holds (global steps), -1: empty or invalid
     dsc_state_scalars sc; // own slots: the scalars of that boundary
     bool external;        // own slots: buf is the caller's (dsc__ft_own_external), h is 0
+    // On one node (the shm backend) the own slots live in a segment of this rank's that the
+    // buddy maps, so the replica is the snapshot itself and nothing is sent: shared is then the
+    // tag the segment publishes (an own slot's, mirroring tag; a replica slot's, the sender's),
+    // map the mapped slot, and frozen (a replica slot during a recovery) a private copy of it,
+    // which buf and tag then describe. NULL otherwise.
+    _Atomic int64_t *shared;
+    float *map;
+    float *frozen;
 } ft_slot;
 
 #define FT_MAX_INJECT 8
@@ -50,6 +58,9 @@ struct dsc__ft {
     size_t len;    // floats per vector: the partition (stages 1-3) or the whole layout (stage 0)
     int nvec;      // 1 + moments
     ft_slot own[2], rep[2]; // own: this rank; rep: the replica of rank - 1 (the ring's sender)
+    void *seg, *peer;       // this rank's shared segment (own slots), rank - 1's mapped; or NULL
+    size_t seg_bytes, peer_bytes;
+    bool peer_maps;         // rank + 1 maps our segment: the exchange sends nothing
     dsc_comm_req *send_req, *recv_req;
     ft_slot *recv_slot;     // receiving the replica of this boundary
     int64_t recv_tag;
@@ -92,6 +103,11 @@ void dsc__ft_ring_drain(dsc_engine *e);           // wait (and forget) the excha
 void dsc__ft_pack(dsc_engine *e, float *buf);     // live state -> (nvec, len)
 void dsc__ft_unpack(dsc_engine *e, const float *buf); // (nvec, len) -> live state (same layout)
 ft_slot *dsc__ft_own_at(struct dsc__ft *ft, int64_t tag); // NULL when not held
+void dsc__ft_set_tag(ft_slot *s, int64_t tag); // an own slot's tag (published when shared)
+// At a recovery's start: each mapped replica slot that holds a whole boundary is copied out of
+// the sender's segment (which a rank thought dead may still write), the copy then being the
+// slot; the next exchange maps it again.
+void dsc__ft_rep_freeze(struct dsc__ft *ft);
 ft_slot *dsc__ft_rep_at(struct dsc__ft *ft, int64_t tag);
 
 // state_io.c: fill this rank's slices of the current layout from a source of whole parameters

@@ -466,7 +466,7 @@ static dsc_status regroup(dsc_engine *e, const ft_view *v, dsc_ft_report *rep, b
     if (rep->transient) { // same ranks, same layout: each restores its own snapshot
         dsc__ft_unpack(e, dsc__ft_own_at(ft, p.b)->buf);
         for (int k = 0; k < 2; k++) { // states past b belong to the attempt being redone
-            if (ft->own[k].tag > p.b) ft->own[k].tag = -1;
+            if (ft->own[k].tag > p.b) dsc__ft_set_tag(&ft->own[k], -1);
             if (ft->rep[k].tag > p.b) ft->rep[k].tag = -1;
         }
         e->comm = nc;
@@ -576,6 +576,7 @@ dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *rep
     dsc__zero_abandon_step(e);
     ft->pending = NULL; // a device's copy reserved for a step that will not be published
     dsc__ft_ring_drain(e);
+    dsc__ft_rep_freeze(ft);
     ft_view v = {.failed = calloc((size_t)e->world, 1)};
     if (!v.failed) return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory");
     classify(e, &v);

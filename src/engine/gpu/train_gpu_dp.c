@@ -77,6 +77,7 @@ struct train_dp {
     void *opt_done, *copy_done; // cudaEvent_t: the optimizer is enqueued before; the copy done
     bool snap_pending;          // a copy was started and its snapshot not yet published
     float *snap[2];             // page-locked own snapshot slots, or NULL
+    bool snap_shared;           // snap are the engine's shared slots (pinned here, not ours)
 };
 
 // ---- choosing ----
@@ -295,6 +296,14 @@ static void release(train_dp *dp) {
 static void snap_release(train_dp *dp, bool end) {
     if (dp->copy_stream) (void)dsc__cuda_stream_wait(dp->copy_stream);
     dp->snap_pending = false;
+    if (dp->snap_shared) { // the engine's: unlocked before it lets them go
+        for (int k = 0; k < 2; k++) {
+            dsc__cuda_host_unpin(dp->snap[k]);
+            dp->snap[k] = NULL;
+        }
+        dp->snap_shared = false;
+        return;
+    }
     if (dp->snap[0] && end)
         dsc__engine_ft_own_drop(dp->eng);
     else if (dp->snap[0] && dsc__engine_ft_own_external(dp->eng, NULL) != DSC_OK) {
@@ -317,6 +326,23 @@ static dsc_status snap_init(train_dp *dp) {
         DSC_TRY(dsc__cuda_stream_create(&dp->copy_stream));
         DSC_TRY(dsc__cuda_event_create(&dp->opt_done));
         DSC_TRY(dsc__cuda_event_create(&dp->copy_done));
+    }
+    char why[160] = "";
+    float *shared[2];
+    if (dsc__engine_ft_own_shared(dp->eng, shared)) { // one node: the slots the buddy reads
+        bool ok = dsc__cuda_host_pin(shared[0], n * sizeof(float), why, sizeof why);
+        if (ok && !dsc__cuda_host_pin(shared[1], n * sizeof(float), why, sizeof why)) {
+            dsc__cuda_host_unpin(shared[0]);
+            ok = false;
+        }
+        if (!ok) {
+            DSC_WARN("ft", "the state snapshots could not be page-locked, so copying them from "
+                     "the GPU takes longer (%s)", why);
+            return DSC_OK;
+        }
+        dp->snap[0] = shared[0], dp->snap[1] = shared[1];
+        dp->snap_shared = true;
+        return DSC_OK;
     }
     dsc_status st = DSC_OK;
     for (int k = 0; k < 2 && st == DSC_OK; k++)
@@ -395,6 +421,7 @@ void dsc__train_dp_fault(train_dp *dp) {
     dsc_clear_error();
     dp->snap_pending = false;
     dsc__engine_ft_cancel(dp->eng);
+    if (dp->snap_shared) snap_release(dp, false); // a recovery may let the shared slots go
 }
 
 // A fresh store on this node for the new group's rendezvous: the new rank 0 hosts it on a free
