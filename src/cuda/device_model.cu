@@ -1,8 +1,8 @@
 // cuda/device_model.cu - see device_model.h.
 #include "cuda/device_model.h"
 
-#include "cuda/common.cuh"     // DSC_CUDA_TRY, DSC_CUDA_ARG
-#include "cuda/gpt2_kernels.h" // dsc__cuda_sum
+#include "cuda/common.cuh" // DSC_CUDA_TRY, DSC_CUDA_ARG
+#include "cuda/kernels.h"  // dsc__cuda_sum
 
 // Ids in [0, V); with ignore_negative, negative ids (ignored targets) pass too.
 static dsc_status check_ids(const int32_t *tok, const char *who, const char *what, int n, int T,

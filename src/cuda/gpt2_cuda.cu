@@ -16,6 +16,7 @@ extern "C" {
 #include "cuda/device_model.h" // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
 #include "cuda/gpt2_decode.h"  // dsc__gpt2_decode_ops
 #include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
+#include "cuda/kernels.h"      // dsc__cuda_xent_*_h, dsc__cuda_colsum_h, dsc__cuda_reduce_columns
 #include "cuda/matmul.h"       // dsc__cuda_gemm
 
 #define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns

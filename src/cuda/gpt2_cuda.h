@@ -7,7 +7,7 @@
 // of each tensor plus an fp32 gradient buffer per tensor. Activations are 16-bit and kept for
 // backward (no recomputation); statistics are fp32. The 16-bit type is bf16 unless
 // dsc_gpt2_cuda_set_fp16 says fp16. Products go through cuBLASLt, attention through the flash
-// kernels of cuda/attention.h, everything else through cuda/gpt2_kernels.h.
+// kernels of cuda/attention.h, everything else through cuda/gpt2_kernels.h and cuda/kernels.h.
 //
 // All device work of a pass is enqueued on the model's stream; the only host synchronisation is
 // the loss read (when forward is given a loss pointer). Results are deterministic: the same

@@ -2,8 +2,8 @@
 // contracts).
 #include "cuda/llama_kernels.h"
 
-#include "cuda/common.cuh"       // DSC_CUDA_TRY, dsc_unpack8_16, dsc_pack8_16, dsc_warp_sum, ...
-#include "cuda/gpt2_kernels.h" // dsc__cuda_token_sort, dsc__cuda_token_sort_scratch
+#include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8_16, dsc_pack8_16, dsc_warp_sum, ...
+#include "cuda/kernels.h"  // dsc__cuda_token_sort, dsc__cuda_token_sort_scratch
 
 // Threads per block of each family; all multiples of 64 so that AMD wavefronts divide them.
 #define ELEM_THREADS 256 // elementwise passes: embedding, RoPE, SwiGLU (eight values a thread)

@@ -1,7 +1,7 @@
 // cuda/llama_kernels.h - GPU kernels of the Llama-family layers other than attention and the
 // matrix products: token embeddings, RMSNorm, rotary position embeddings (rotate_half), SwiGLU.
 //
-// The conventions of cuda/gpt2_kernels.h: 16-bit tensors are raw uint16_t bit patterns, bf16 or
+// The conventions of cuda/kernels.h: 16-bit tensors are raw uint16_t bit patterns, bf16 or
 // IEEE fp16 as `fp16` says (one type for every 16-bit tensor of a call); statistics and parameter
 // gradients are fp32; arithmetic is fp32 inside every kernel and each 16-bit result is rounded
 // once, to nearest even; fp16 results overflow to inf, never saturate. The CPU kernels of

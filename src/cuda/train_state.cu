@@ -6,7 +6,7 @@
 #include <string.h> // strstr
 
 #include "cuda/common.cuh"       // DSC_CUDA_TRY
-#include "cuda/gpt2_kernels.h"   // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
+#include "cuda/kernels.h"        // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
 #include "cuda/optim.h"          // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
 #include "base/env.h" // dsc__env (a C header with its own extern "C")

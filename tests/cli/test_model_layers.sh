@@ -2,8 +2,9 @@
 # The model interface's layering, checked on the sources: outside src/model/ nothing calls a
 # model family's own functions or includes its headers (everything goes through dsc/model.h; the
 # GPU trainer through the table's device passes, GPU generation through its decode slots), except
-# the CUDA kernels (listed below); the registry names each family once (families.def); the
-# examples include public headers only.
+# the CUDA kernels (listed below); no file but GPT-2's own includes a GPT-2 header (the kernels
+# every model shares are in cuda/kernels.h); the registry names each family once (families.def);
+# the examples include public headers only.
 set -u
 . "$(dirname "$0")/lib.sh"
 : "${DSC_SOURCE_DIR:?set DSC_SOURCE_DIR to the source tree}"
@@ -24,6 +25,18 @@ check "nothing outside src/model/ calls GPT-2's own functions (only the CUDA fil
   test -z "$out"
 [ -z "$out" ] || echo "$out" | head
 
+# gpt2_includes: includes of GPT-2's headers (model/gpt2/..., cuda/gpt2_*.h) by files that are
+# not GPT-2's own (src/model/gpt2/, src/cuda/gpt2_*): what every model and the trainer share on the
+# GPU is in cuda/kernels.h, not in the GPT-2 kernels.
+gpt2_includes() {
+  grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*gpt2' src include examples \
+    | grep -vE '^src/(model/gpt2/|cuda/gpt2_)'
+}
+out=$(gpt2_includes)
+check "no file but GPT-2's own includes a GPT-2 header (model/gpt2/, cuda/gpt2_*)" -- \
+  test -z "$out"
+[ -z "$out" ] || echo "$out" | head
+
 # (hf_config.* is the Hugging Face config.json reader: it knows every architecture's field names)
 check "the registry names GPT-2 once: families.def" -- \
   test "$(grep -rn gpt2 src/model --include='*.c' --include='*.h' --include='*.def' \
@@ -41,4 +54,11 @@ mkdir -p "$T/src/cli" "$T/src/model" "$T/include" "$T/examples"
 printf '#include "model/gpt2/gpt2.h"\nvoid f(void) { dsc_gpt2_forward(0); }\n' > "$T/src/cli/x.c"
 planted=$(cd "$T" && family_uses)
 check "the check finds a use planted in src/cli" -- test -n "$planted"
+mkdir -p "$T/src/cuda" "$T/src/engine/gpu"
+printf '#include "cuda/gpt2_kernels.h"\n' > "$T/src/engine/gpu/y.c"
+printf '#include "cuda/kernels.h"\n#include "cuda/gpt2_kernels.h"\n' > "$T/src/cuda/llama_z.cu"
+printf '#include "cuda/gpt2_kernels.h"\n' > "$T/src/cuda/gpt2_z.cu"
+planted=$(cd "$T" && gpt2_includes | cut -d: -f1 | LC_ALL=C sort | tr '\n' ' ')
+check "the include check finds GPT-2 includes planted outside GPT-2's files (and only those)" -- \
+  test "$planted" = "src/cli/x.c src/cuda/llama_z.cu src/engine/gpu/y.c "
 finish

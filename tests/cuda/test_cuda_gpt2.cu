@@ -14,7 +14,7 @@
 
 extern "C" {
 #include "cuda/gpt2_cuda.h"    // dsc_gpt2_cuda_*
-#include "cuda/gpt2_kernels.h" // dsc__cuda_f32_to_16
+#include "cuda/kernels.h"      // dsc__cuda_f32_to_16
 #include "cuda/optim.h"        // dsc__cuda_opt_step
 #include "model/gpt2/gpt2.h"   // dsc_gpt2_* (CPU reference)
 }

@@ -1,6 +1,7 @@
-// GPU kernels of the GPT-2 layers (cuda/gpt2_kernels.h) and the matrix products (cuda/matmul.h)
-// against float64 references computed here on the same 16-bit-rounded inputs, once with bf16
-// tensors and once with fp16 ones (the `_h` entry points). Tolerances: bf16 results 1e-2
+// GPU kernels of the GPT-2 layers (cuda/gpt2_kernels.h), the kernels every model shares
+// (cuda/kernels.h: cross-entropy, column sums, sums, conversions) and the matrix products
+// (cuda/matmul.h) against float64 references computed here on the same 16-bit-rounded inputs, once
+// with bf16 tensors and once with fp16 ones (the `_h` entry points). Tolerances: bf16 results 1e-2
 // relative (L2 over the tensor), fp16 results 2e-3, fp32 results 1e-5 (products into fp32: 1e-4);
 // every output buffer is poisoned (NaN bits) first, so an element a kernel forgets to write fails
 // the check. fp16 only: conversions bitwise against dsc/half.h (all 65536 bit patterns through a
@@ -10,7 +11,8 @@
 #include <math.h> // tanh, exp, log, sqrt
 
 extern "C" {
-#include "cuda/gpt2_kernels.h" // dsc__cuda_*
+#include "cuda/gpt2_kernels.h" // dsc__cuda_encoder_*, dsc__cuda_layernorm_*, dsc__cuda_gelu_*, ...
+#include "cuda/kernels.h"      // dsc__cuda_xent_*, dsc__cuda_colsum*, dsc__cuda_sum, ...
 #include "cuda/matmul.h"       // dsc__cuda_gemm
 }
 

@@ -14,7 +14,7 @@
 #include "cuda_test.h" // require_device, check, rel_err, dev_*, randn
 
 extern "C" {
-#include "cuda/gpt2_kernels.h"  // dsc__cuda_f32_to_16
+#include "cuda/kernels.h"       // dsc__cuda_f32_to_16
 #include "cuda/llama_cuda.h"    // dsc__llama_device_ops
 #include "cuda/optim.h"         // dsc__cuda_opt_step
 #include "model/llama/llama.h"  // dsc_llama_* (CPU reference)

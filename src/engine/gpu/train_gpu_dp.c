@@ -25,7 +25,7 @@ bool dsc__train_dp_selected(void) {
 #include "engine/gpu/layer_slots.h"  // dsc__slots_* (stage 3)
 #include "comm/nccl.h"        // dsc__nccl_after_event, dsc__nccl_record_event
 #include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events, copies
-#include "cuda/gpt2_kernels.h" // dsc__cuda_round_fp16
+#include "cuda/kernels.h"     // dsc__cuda_round_fp16
 #include "cuda/devbuf.h"      // dsc__cuda_buf_*
 #include "cuda/train_state.h" // dsc__cuda_state_*
 #include "dsc/comm.h"         // dsc_comm_*

@@ -3,9 +3,10 @@
 // optimizer moments (the engine's flat state) and runs the engine's CPU optimizer.
 //
 // One optimizer step, on its last micro-step:
-//   1. backward: as the backward completes each parameter group (the GPT-2 backward's hook:
-//      ln_f, the layers from the last to the first, then the embeddings), that group's gradients
-//      go to the engine's host accumulator on a copy stream, while the GPU computes the rest;
+//   1. backward: as the backward completes each parameter group (the model's gradient hook,
+//      in backward order: the final norm, the layers from the last to the first, then the
+//      embeddings), that group's gradients go to the engine's host accumulator on a copy stream,
+//      while the GPU computes the rest;
 //   2. the host takes the groups as they land: fp16 rounding (fp16 runs), the group's sum of
 //      squares for the global norm; when nothing in the step depends on the whole gradient (no
 //      gradient_clipping and no fp16 loss scaling) the CPU optimizer also updates the group right
