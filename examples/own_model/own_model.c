@@ -642,7 +642,7 @@ static dsc_status start_gpu(mlp *m) {
     TRY(dsc_device_trainer_create(&m->gpu, m->eng, m->model, m->B, CTX));
     double peak;
     if (dsc_engine_rank(m->eng) == 0)
-        printf("device: %s\n", dsc_device_trainer_describe(m->gpu, &peak));
+        printf("%s\n", dsc_device_trainer_describe(m->gpu, &peak)); // "device NAME | mode | ..."
     return DSC_OK;
 }
 
