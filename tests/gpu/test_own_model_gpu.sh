@@ -24,9 +24,11 @@ skip() { echo "SKIP: $*"; finish >/dev/null; exit 77; }
 OM=${OWN_MODEL_GPU:-}
 if [ -z "$OM" ]; then
     command -v nvcc >/dev/null || skip "nvcc not found: cannot build the example's device passes"
-    BUILD=$(dirname "$DSC") # a build without the CUDA kernels: the probe below skips
+    BUILD=$(dirname "$DSC")
     cmake --install "$BUILD" --prefix "$T/p" >/dev/null || { echo "FAIL: install"; exit 1; }
     export PKG_CONFIG_PATH=$T/p/lib/pkgconfig
+    pkg-config --static --libs dsc | grep -q -- -lcudart ||
+        skip "$DSC was built without the CUDA kernels (its dsc.pc links no CUDA runtime)"
     E=$DSC_SOURCE_DIR/examples/own_model
     # shellcheck disable=SC2046
     nvcc -arch="${CUDA_ARCH:-sm_90a}" -O2 -c "$E/own_model_cuda.cu" $(pkg-config --cflags dsc) \
