@@ -31,9 +31,16 @@ check "the registry names GPT-2 once: families.def" -- \
 check "  ... and that line is DSC_MODEL_FAMILY(gpt2)" -- \
   grep -qx 'DSC_MODEL_FAMILY(gpt2)' src/model/families.def
 
-# includes of each example: public headers (dsc/...) and system headers only
-bad=$(grep -rnE '^#include "' examples | grep -v '#include "dsc/')
-check "examples include only public headers (dsc/*.h)" -- test -z "$bad"
+# includes of each example: public headers (dsc/...), system headers and the example's own
+# headers (a file beside the one that includes it) only
+example_includes() {
+  grep -rnE '^#include "' examples | grep -v '#include "dsc/' | while IFS=: read -r f n line; do
+    h=$(sed -E 's/^#include "([^"]*)".*/\1/' <<<"$line")
+    [[ "$h" != */* && -f "$(dirname "$f")/$h" ]] || echo "$f:$n:$line"
+  done
+}
+bad=$(example_includes)
+check "examples include only public headers (dsc/*.h) and their own" -- test -z "$bad"
 [ -z "$bad" ] || echo "$bad"
 
 # the check sees a violation: a scratch tree with one added call
@@ -41,4 +48,11 @@ mkdir -p "$T/src/cli" "$T/src/model" "$T/include" "$T/examples"
 printf '#include "model/gpt2/gpt2.h"\nvoid f(void) { dsc_gpt2_forward(0); }\n' > "$T/src/cli/x.c"
 planted=$(cd "$T" && family_uses)
 check "the check finds a use planted in src/cli" -- test -n "$planted"
+mkdir -p "$T/examples/x"
+printf '#include "x.h"\n' > "$T/examples/x/x.c"
+touch "$T/examples/x/x.h"
+check "an example's own header passes the include check" -- test -z "$(cd "$T" && example_includes)"
+printf '#include "x.h"\n#include "engine/engine.h"\n' > "$T/examples/x/x.c"
+check "the include check finds a private header planted in an example" -- \
+  test "$(cd "$T" && example_includes)" = 'examples/x/x.c:2:#include "engine/engine.h"'
 finish
