@@ -165,9 +165,11 @@ run() { # name, timeout, command...
 
 for t in "${TESTS[@]}"; do run "$t" 300 "$BIN/$t"; done
 # dsc train --device cuda against the CPU path, fp16, several ranks host-staged, the nccl path,
-# --dump-grads on the GPU, generation (need the dsc binary: CMake builds only)
+# --dump-grads on the GPU, generation, a model of the user's own (examples/own_model, built
+# against an install of $BUILD) (need the dsc binary: CMake builds only)
 for t in test_train_gpu test_train_gpu_fp16 test_train_gpu_ranks test_train_nccl \
-    test_train_llama_gpu test_dump_grads_gpu test_generate_gpu test_generate_llama_gpu; do
+    test_train_llama_gpu test_dump_grads_gpu test_generate_gpu test_generate_llama_gpu \
+    test_own_model_gpu; do
     if [ -x "$BUILD/dsc" ]; then
         run "$t" 900 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/$t.sh"
     else

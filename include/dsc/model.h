@@ -176,6 +176,13 @@ struct dsc_model_ops {
 // the model's tensor order) and an fp32 gradient buffer per tensor (grads[i]). Activations are
 // kept from forward to backward. The only host synchronisation of a pass is a loss read.
 //
+// Layer groups: the device trainer lays a model out as n_layer + 2 groups (dsc_model_info's
+// num_groups == n_layer + 2, n_layer >= 0): group 0 before the layers and group n_layer + 1
+// after them stay on the device whole, groups 1 .. n_layer are the layers (layer l is group
+// l + 1), which ZeRO-3 over nccl and parameter offload stream through two slots. Any model fits
+// it: a model without repeated layers has n_layer 0 (two groups) or counts its middle groups as
+// layers. dsc_device_trainer_create refuses another layout, naming the counts.
+//
 // Hooks, called on the host while a pass is being enqueued:
 // - grad hook: once per layer group, right after the last kernel that writes that group's
 //   gradients was enqueued, in the order backward completes them (the last group first, group

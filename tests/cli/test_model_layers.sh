@@ -44,9 +44,16 @@ check "the registry names GPT-2 once: families.def" -- \
 check "  ... and that line is DSC_MODEL_FAMILY(gpt2)" -- \
   grep -qx 'DSC_MODEL_FAMILY(gpt2)' src/model/families.def
 
-# includes of each example: public headers (dsc/...) and system headers only
-bad=$(grep -rnE '^#include "' examples | grep -v '#include "dsc/')
-check "examples include only public headers (dsc/*.h)" -- test -z "$bad"
+# includes of each example: public headers (dsc/...), system headers and the example's own
+# headers (a file beside the one that includes it) only
+example_includes() {
+  grep -rnE '^#include "' examples | grep -v '#include "dsc/' | while IFS=: read -r f n line; do
+    h=$(sed -E 's/^#include "([^"]*)".*/\1/' <<<"$line")
+    [[ "$h" != */* && -f "$(dirname "$f")/$h" ]] || echo "$f:$n:$line"
+  done
+}
+bad=$(example_includes)
+check "examples include only public headers (dsc/*.h) and their own" -- test -z "$bad"
 [ -z "$bad" ] || echo "$bad"
 
 # the check sees a violation: a scratch tree with one added call
@@ -61,4 +68,11 @@ printf '#include "cuda/gpt2_kernels.h"\n' > "$T/src/cuda/gpt2_z.cu"
 planted=$(cd "$T" && gpt2_includes | cut -d: -f1 | LC_ALL=C sort | tr '\n' ' ')
 check "the include check finds GPT-2 includes planted outside GPT-2's files (and only those)" -- \
   test "$planted" = "src/cli/x.c src/cuda/llama_z.cu src/engine/gpu/y.c "
+mkdir -p "$T/examples/x"
+printf '#include "x.h"\n' > "$T/examples/x/x.c"
+touch "$T/examples/x/x.h"
+check "an example's own header passes the include check" -- test -z "$(cd "$T" && example_includes)"
+printf '#include "x.h"\n#include "engine/engine.h"\n' > "$T/examples/x/x.c"
+check "the include check finds a private header planted in an example" -- \
+  test "$(cd "$T" && example_includes)" = 'examples/x/x.c:2:#include "engine/engine.h"'
 finish

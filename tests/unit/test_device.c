@@ -137,6 +137,96 @@ static void test_buffers(void **state) {
 #endif
 }
 
+// ---- a family whose layer groups the device trainer cannot lay out ----
+//
+// GPT-2's table under another name and spec, with device passes that are never reached (the
+// layout is refused first) and a description that breaks the layout: odd_mode 1 counts one layer
+// more than there are middle groups, odd_mode 2 puts a tensor outside the groups.
+
+static const struct dsc_model_ops *gpt2;
+static int odd_mode;
+
+static bool odd_claims(const char *spec) { return !strcmp(spec, "odd-d2"); }
+static dsc_status odd_parse(const char *spec, const dsc_model_opts *o, void **cfg) {
+    (void)spec;
+    return gpt2->config_parse("d2", o, cfg);
+}
+static void odd_describe(const void *cfg, dsc_model_info *out) {
+    gpt2->describe(cfg, out);
+    if (odd_mode == 1) out->n_layer += 1;
+}
+static void odd_param(const void *cfg, int i, dsc_model_param *out) {
+    gpt2->param(cfg, i, out);
+    if (odd_mode == 2 && i == 1) out->group = 7;
+}
+static dsc_status nd_create(const void *c, int b, int t, void *s, dsc_mem_pool *p, void **d) {
+    (void)c, (void)b, (void)t, (void)s, (void)p, (void)d;
+    return DSC_ERR_INTERNAL;
+}
+static void nd_destroy(void *d) { (void)d; }
+static void nd_flag(void *d, bool on) { (void)d, (void)on; }
+static void nd_grad_hook(void *d, dsc_model_grad_hook f, void *u) { (void)d, (void)f, (void)u; }
+static void nd_layer_hook(void *d, dsc_model_layer_hook f, void *u) { (void)d, (void)f, (void)u; }
+static dsc_status nd_forward(void *d, const uint16_t *const *p, const int32_t *in,
+                             const int32_t *tg, int b, int t, float *l) {
+    (void)d, (void)p, (void)in, (void)tg, (void)b, (void)t, (void)l;
+    return DSC_ERR_INTERNAL;
+}
+static dsc_status nd_backward(void *d, const uint16_t *const *p, float *const *g, float s) {
+    (void)d, (void)p, (void)g, (void)s;
+    return DSC_ERR_INTERNAL;
+}
+static dsc_status nd_train_step(void *d, const uint16_t *const *p, float *const *g,
+                                const int32_t *in, const int32_t *tg, int b, int t, float s,
+                                float *l) {
+    (void)d, (void)p, (void)g, (void)in, (void)tg, (void)b, (void)t, (void)s, (void)l;
+    return DSC_ERR_INTERNAL;
+}
+static dsc_status nd_read_loss(void *d, float *l) { return (void)d, (void)l, DSC_ERR_INTERNAL; }
+static dsc_status nd_loss_enqueue(void *d, const float **l) {
+    return (void)d, (void)l, DSC_ERR_INTERNAL;
+}
+
+static const struct dsc_model_device_ops never_device = {
+    .create = nd_create, .destroy = nd_destroy, .set_fp16 = nd_flag,
+    .set_grads_fresh = nd_flag, .set_grad_hook = nd_grad_hook, .set_layer_hook = nd_layer_hook,
+    .forward = nd_forward, .backward = nd_backward, .train_step = nd_train_step,
+    .read_loss = nd_read_loss, .loss_enqueue = nd_loss_enqueue,
+};
+
+// A model's layer groups must be the device trainer's layout (dsc/model.h: n_layer + 2 groups):
+// otherwise create refuses it by name, in every build, before it touches the engine or a device.
+static void test_group_layout(void **state) {
+    (void)state;
+    for (int i = 0; i < dsc_model_num_families() && !gpt2; i++)
+        if (!strcmp(dsc_model_family(i)->family, "gpt2")) gpt2 = dsc_model_family(i);
+    assert_non_null(gpt2);
+    static struct dsc_model_ops odd;
+    odd = *gpt2;
+    odd.family = "gpt2-odd-groups", odd.specs = "odd-d2";
+    odd.claims = odd_claims, odd.config_parse = odd_parse;
+    odd.describe = odd_describe, odd.param = odd_param;
+    odd.device = &never_device;
+    assert_int_equal(dsc_model_register(&odd), DSC_OK);
+    dsc_model_opts mo = {.vocab_size = VOCAB, .max_seq_len = T};
+    for (odd_mode = 1; odd_mode <= 2; odd_mode++) {
+        dsc_model *m = NULL;
+        assert_int_equal(dsc_model_create(&m, "odd-d2", &mo), DSC_OK);
+        assert_true(dsc_model_has_device(m));
+        dsc_device_trainer *t = (dsc_device_trainer *)&t; // must be overwritten
+        assert_int_equal(dsc_device_trainer_create(&t, NULL, m, B, T), DSC_ERR_INVALID_ARG);
+        assert_null(t);
+        if (odd_mode == 1) // d2: four groups, described as three layers
+            assert_true(has_text("odd-d2") && has_text("describes 4 layer groups and 3 layers") &&
+                        has_text("n_layer + 2 groups"));
+        else
+            assert_true(has_text("tensor wpe.weight is in layer group 7") &&
+                        has_text("outside the model's 4 groups"));
+        dsc_model_destroy(m);
+    }
+    odd_mode = 0;
+}
+
 #ifndef DSC_WITH_CUDA
 // Every call of a build without the CUDA kernels: DSC_ERR_UNSUPPORTED, saying how to rebuild.
 static void test_unsupported(void **state) {
@@ -237,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_pick),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_buffers),
+        cmocka_unit_test(test_group_layout),
 #ifndef DSC_WITH_CUDA
         cmocka_unit_test(test_unsupported),
 #else

@@ -14,6 +14,30 @@
 #include "engine/gpu/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
 #include "dsc/comm.h"         // dsc_comm_backend_available
 
+// The layer groups as the device trainer lays them out (dsc/model.h, "a family on a GPU"): group
+// 0, the layers 1 .. n_layer, group n_layer + 1; every tensor in one of them. Checked in every
+// build, so that a model described otherwise is refused by name rather than trained with groups
+// the device layout leaves out.
+static dsc_status check_groups(const dsc_model *model) {
+    const dsc_model_info *mi = dsc_model_describe(model);
+    if (mi->n_layer < 0 || mi->num_groups != mi->n_layer + 2)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--device cuda: model %s (family %s) describes %d "
+                         "layer groups and %d layers; the device trainer takes n_layer + 2 groups "
+                         "(0 before the layers, one per layer, the last after them; dsc/model.h): "
+                         "describe the model's groups that way (a model without layers: n_layer 0, "
+                         "two groups)", dsc_model_spec(model), mi->family, mi->num_groups,
+                         mi->n_layer);
+    for (int i = 0; i < mi->num_tensors; i++) {
+        const dsc_model_param *p = dsc_model_param_get(model, i);
+        if (p->group < 0 || p->group >= mi->num_groups)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "--device cuda: model %s: tensor %s is in layer "
+                             "group %d, outside the model's %d groups; give it a group 0 .. %d",
+                             dsc_model_spec(model), p->name, p->group, mi->num_groups,
+                             mi->num_groups - 1);
+    }
+    return DSC_OK;
+}
+
 #ifdef DSC_WITH_CUDA
 
 #include "cuda/train_state.h" // dsc__cuda_state_*
@@ -317,6 +341,7 @@ dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc
         return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
                          "training yet; the CPU trains it: pass --device cpu",
                          dsc_model_spec(model), dsc_model_describe(model)->family);
+    DSC_TRY(check_groups(model));
     if (dsc__engine_device_attached(eng))
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_device_trainer_create: the engine has a device "
                          "trainer already (dsc_step runs it); destroy that one first");
@@ -636,6 +661,7 @@ static dsc_status no_cuda(void) {
 dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc_model *model,
                                      int B, int T) {
     *out = NULL;
+    if (model && dsc_model_has_device(model)) DSC_TRY(check_groups(model));
     return no_cuda();
 }
 void dsc_device_trainer_destroy(train_gpu *g) {}
