@@ -16,7 +16,7 @@
 #include "base/time.h"        // dsc_now
 #include "dsc/engine.h"       // dsc_engine_*
 #include "dsc/generate.h"     // dsc_generate
-#include "infer/generate.h"   // dsc__generate_run
+#include "infer/generate.h"   // dsc_generate_run
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_*
 #include "model/gpt2/model.h" // dsc__model_gpt2_create
 
@@ -42,11 +42,11 @@ static double tokens_per_s(float **params, bool no_cache) {
     make_prompts(p, tok);
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0, o.max_new_tokens = N, o.no_cache = no_cache;
-    dsc__gen_model m = {.model = model, .params = params, .tp = {0, 1, NULL}};
+    dsc_gen_model m = {.model = model, .params = params, .tp = {0, 1, NULL}};
     dsc_model_kv *kv = NULL;
     dsc_gen_output out[64];
     dsc_gen_stats st = {0};
-    if (dsc__generate_run(&m, &kv, p, B, &o, out, &st) != DSC_OK) {
+    if (dsc_generate_run(&m, &kv, p, B, &o, out, &st) != DSC_OK) {
         fprintf(stderr, "generate: %s\n", dsc_last_error());
         exit(1);
     }

@@ -278,6 +278,10 @@ bool dsc_config_overlap_comm(const dsc_config *cfg);
 // `out` is a FILE*.
 void dsc_config_print(const dsc_config *cfg, void *out, bool json);
 
+// Write every key dsc reads as a markdown table (key path, type, default, meaning; one row of
+// src/config/keys.def each), as docs/config.md and `dsc config keys` show it. `out` is a FILE*.
+void dsc_config_write_doc(void *out);
+
 #ifdef __cplusplus
 }
 #endif

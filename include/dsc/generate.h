@@ -26,6 +26,7 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t, uint64_t
+#include <stdio.h>   // FILE
 
 #include "dsc/engine.h" // dsc_engine
 #include "dsc/model.h"  // dsc_model
@@ -99,6 +100,49 @@ dsc_status dsc_generate(dsc_engine *eng, const dsc_gen_prompt *prompts, int n,
 // Free the key/value cache kept for eng (release_inference_cache false). Call before
 // dsc_engine_destroy; NULL and engines without a cache are fine.
 void dsc_generate_release(dsc_engine *eng);
+
+// ---- generation from weights the caller holds ----
+// The loop dsc_generate runs, without an engine: a model (dsc/model.h) and its tensors in fp32,
+// e.g. read from a file (`dsc generate --weights`: dsc/safetensors.h) or from a checkpoint
+// (dsc/checkpoint.h). dsc_generate is this call on the engine's weights.
+
+// The model and its weights. tp: the caller's tensor-parallel group (dsc_model_tp_slice gives
+// each rank's slices); hooks: called around each layer group's use as in training (a ZeRO-3
+// engine gathers there).
+typedef struct dsc_gen_model {
+    const dsc_model *model;       // the model's shape and passes (borrowed)
+    float *const *params;         // every tensor in the local layout of tp (borrowed)
+    const dsc_model_hooks *hooks; // NULL: params stay valid for the whole call
+    dsc_model_tp tp;              // size 1: none
+    int max_positions;            // positions per sequence the cache may hold; 0: the context
+    FILE *trace; // NULL, or one JSON line per sequence and token: the choice and the two most
+                 // likely tokens with their logits (greedy then reads the logits on the host)
+} dsc_gen_model;
+
+// Generate from n prompts into out[0..n) (see dsc_generate for the options). *kv is reused when
+// it fits and replaced otherwise; the caller owns it (dsc_model_kv_destroy). Every rank of a
+// tensor-parallel group passes the same prompts and gets the same outputs. stats may be NULL.
+// Errors: DSC_ERR_INVALID_ARG for bad prompts or options (naming them), the model's own.
+dsc_status dsc_generate_run(const dsc_gen_model *m, dsc_model_kv **kv,
+                            const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
+                            dsc_gen_output *out, dsc_gen_stats *stats);
+
+// The same on the current CUDA device: m->params are whole fp32 host
+// tensors (no tensor parallelism, no hooks), copied to the device as bf16 for the call; the
+// key/value cache (bf16) and everything else lives on the device for the call only. Greedy
+// choices are made on the device; sampling copies each step's logits (fp32) to the host and runs
+// the CPU path's sampler there, so a seed gives the CPU path's choices for the same logits.
+// o->no_cache recomputes every sequence with the training forward (the family's CUDA model) for
+// each token. One prompt pass and two steps run before the timed loop (a warm-up: the products'
+// algorithm choices and the step's graph capture), reported as stats->warmup_s. The family needs
+// a GPU decoder (dsc_model_decode_ops). DSC_ERR_UNSUPPORTED, naming what is missing, in a build
+// without the CUDA kernels or without a usable device.
+dsc_status dsc_generate_run_cuda(const dsc_gen_model *m, const dsc_gen_prompt *prompts, int n,
+                                 const dsc_gen_opts *o, dsc_gen_output *out,
+                                 dsc_gen_stats *stats);
+// Whether generation on the GPU can run here: OK with the device's name in name[0 .. cap), or
+// the error dsc_generate_run_cuda would give.
+dsc_status dsc_generate_cuda_check(char *name, size_t cap);
 
 #ifdef __cplusplus
 }

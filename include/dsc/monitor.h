@@ -15,6 +15,7 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int64_t
+#include <stdio.h>   // FILE
 
 #include "dsc/config.h" // dsc_config
 #include "dsc/status.h" // dsc_status
@@ -141,6 +142,40 @@ int dsc_monitor_prometheus_port(const dsc_monitor *m);
 // Borrowed until dsc_monitor_destroy.
 const char *dsc_monitor_tensorboard_dir(const dsc_monitor *m);
 const char *dsc_monitor_csv_dir(const dsc_monitor *m);
+
+// ---- the flops profiler's report ----
+// DeepSpeed's flops profiler output (the config's `flops_profiler` section; `dsc train` writes it
+// at profile_step): the summary, the aggregated top modules per depth and the detailed module
+// tree, from numbers the caller measured (a model's dsc_model_modules tree and its timings).
+
+// One module; the array lists each parent before its children (children have depth + 1 and
+// follow it until a module of its depth or less).
+typedef struct dsc_prof_module {
+    const char *name; // full dotted name; the tree shows its last component
+    const char *type;
+    int depth;
+    int64_t params;
+    double fwd_flops;
+    double latency_s; // leaves: measured; parents: 0 (the report sums their children)
+} dsc_prof_module;
+
+typedef struct dsc_prof_summary {
+    int64_t step;
+    int world, dp, mp;
+    int64_t batch_per_rank;              // samples per rank per optimizer step
+    double fwd_s, bwd_s, step_s, iter_s; // measured over the profiled optimizer step
+} dsc_prof_summary;
+
+typedef struct dsc_prof_opts {
+    int64_t module_depth; // -1: all
+    int64_t top_modules;
+    bool detailed;
+} dsc_prof_opts;
+
+// Write the report. mods[0] is the whole model: its fwd_flops are the per-rank forward FLOPs of
+// the step. Parents' latencies are filled in (sums of their children). DSC_ERR_IO on a write error.
+dsc_status dsc_flops_profile_write(FILE *f, const dsc_prof_summary *s, dsc_prof_module *mods,
+                                   int n, const dsc_prof_opts *o);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,38 @@ const char *dsc_last_error(void);
 // Forget the recorded message (e.g. after handling an expected failure).
 void dsc_clear_error(void);
 
+// ---- for code that returns dsc_status itself ----
+// A program's own functions (a model family's table, a fill callback, wiring around the
+// library's calls) report failures the library's way with these.
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DSC_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DSC_PRINTF_LIKE(f, a)
+#endif
+
+// Record a sentence for dsc_last_error() (printf's format) and return st, so that a failure
+// reads `return dsc_fail(DSC_ERR_IO, "open %s: %s", path, strerror(errno));`.
+dsc_status dsc_fail(dsc_status st, const char *fmt, ...) DSC_PRINTF_LIKE(2, 3);
+
+// Put context before the sentence already recorded ("config foo.json: " + "..."); the whole
+// stays within the recorded message's 1023 bytes.
+void dsc_error_prefix(const char *fmt, ...) DSC_PRINTF_LIKE(1, 2);
+
+// Return a failure to the caller.
+#define DSC_TRY(expr)                                                                          \
+    do {                                                                                       \
+        dsc_status dsc__st_ = (expr);                                                          \
+        if (dsc__st_ != DSC_OK) return dsc__st_;                                               \
+    } while (0)
+
+// Store a failure in `st` and jump to the function's cleanup label.
+#define DSC_TRY_GOTO(expr, st, label)                                                          \
+    do {                                                                                       \
+        (st) = (expr);                                                                         \
+        if ((st) != DSC_OK) goto label;                                                        \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,12 @@
-// base/env.c - the environment switches' table and accessor (see env.h).
+// base/env.c - the environment switches' table and accessors (see env.h; dsc_env: dsc/base.h).
 #include "base/env.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // getenv
 #include <string.h> // strcmp
+
+#include "base/status.h" // dsc__fail
+#include "dsc/base.h"    // dsc_env
 
 static const dsc__env_row rows[DSC_ENV_COUNT] = {
 #define DSC_ENV(id, name, values, dflt, effect) [DSC_ENV_##id] = {name, values, dflt, effect},
@@ -31,4 +34,12 @@ void dsc__env_doc_row(int id, char *buf, size_t cap) {
         return;
     }
     snprintf(buf, cap, "| `%s` | %s | %s | %s |", r->name, r->values, r->dflt, r->effect);
+}
+
+const char *dsc_env(const char *name) {
+    for (int id = 0; name && id < DSC_ENV_COUNT; id++)
+        if (!strcmp(rows[id].name, name)) return getenv(name);
+    dsc__fail(DSC_ERR_INVALID_ARG, "environment switch %s: not one of dsc's switches; "
+              "docs/environment.md lists them", name ? name : "(null)");
+    return NULL;
 }

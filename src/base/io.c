@@ -9,7 +9,7 @@
 
 #include "base/status.h" // dsc__fail
 
-dsc_status dsc__mkdirs(const char *path) {
+dsc_status dsc_mkdirs(const char *path) {
     char buf[4096];
     size_t n = strlen(path);
     if (n == 0) return DSC_OK;

@@ -5,11 +5,11 @@
 
 #include <stddef.h> // size_t
 
+#include "dsc/base.h"   // dsc_mkdirs
 #include "dsc/status.h" // dsc_status
 
-// mkdir -p (mode 0777 less the umask; "" is fine). DSC_ERR_IO naming the directory that could not
-// be made or exists as something else; DSC_ERR_INVALID_ARG for a path longer than 4095 bytes.
-dsc_status dsc__mkdirs(const char *path);
+// mkdir -p: the public dsc_mkdirs (dsc/base.h) under the name the library's files call it by.
+#define dsc__mkdirs dsc_mkdirs
 
 // Write all n bytes of buf to fd (retrying short writes and EINTR, at most 1 GiB a call).
 // DSC_ERR_IO naming path (what the message calls the file) and the reason on failure.

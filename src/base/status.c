@@ -25,7 +25,7 @@ const char *dsc_last_error(void) { return last_error; }
 
 void dsc_clear_error(void) { last_error[0] = '\0'; }
 
-dsc_status dsc__fail(dsc_status st, const char *fmt, ...) {
+dsc_status dsc_fail(dsc_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -33,7 +33,7 @@ dsc_status dsc__fail(dsc_status st, const char *fmt, ...) {
     return st;
 }
 
-void dsc__error_prefix(const char *fmt, ...) {
+void dsc_error_prefix(const char *fmt, ...) {
     char prefix[256];
     va_list ap;
     va_start(ap, fmt);

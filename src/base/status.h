@@ -2,28 +2,12 @@
 #ifndef DSC_BASE_STATUS_H
 #define DSC_BASE_STATUS_H
 
-#include "dsc/status.h"
+#include "dsc/status.h" // dsc_fail, dsc_error_prefix, DSC_TRY, DSC_TRY_GOTO
 
-// Record a message for dsc_last_error() and return `st`, so that call sites read
-// `return dsc__fail(DSC_ERR_IO, "open %s: %s", path, strerror(errno));`
-dsc_status dsc__fail(dsc_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-// Prepend context to the message already recorded ("config foo.json: " + "...").
-void dsc__error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-// Propagate a failure to the caller.
-#define DSC_TRY(expr)                                                                          \
-    do {                                                                                       \
-        dsc_status dsc__st_ = (expr);                                                          \
-        if (dsc__st_ != DSC_OK) return dsc__st_;                                               \
-    } while (0)
-
-// Store a failure in `st` and jump to the function's cleanup label.
-#define DSC_TRY_GOTO(expr, st, label)                                                          \
-    do {                                                                                       \
-        (st) = (expr);                                                                         \
-        if ((st) != DSC_OK) goto label;                                                        \
-    } while (0)
+// The public dsc_fail and dsc_error_prefix (dsc/status.h, with DSC_TRY and DSC_TRY_GOTO) under
+// the names the library's files call them by.
+#define dsc__fail dsc_fail
+#define dsc__error_prefix dsc_error_prefix
 
 // Broken invariants only (programming errors), never bad input.
 #define DSC_ASSERT(cond)                                                                       \

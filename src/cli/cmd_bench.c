@@ -17,14 +17,13 @@
 #include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, memcpy
 
-#include "base/env.h"     // dsc__env, DSC_ENV_*
-#include "base/status.h"  // dsc__fail, DSC_TRY
-#include "base/time.h"    // dsc_now
 #include "cli/args.h"     // cli_parse, cli_int
 #include "cli/commands.h" // cmd_bench
+#include "dsc/base.h"     // dsc_env, dsc_now
 #include "dsc/comm.h"     // dsc_comm_*
 #include "dsc/device.h"   // dsc_device_select, dsc_device_alloc, dsc_device_to_* (nccl)
 #include "dsc/half.h"     // dsc_fp32_to_bf16_n, ...
+#include "dsc/status.h"   // dsc_fail, DSC_TRY
 
 enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_PT2PT, NOPS };
 static const char *const op_names[NOPS] = {"all_reduce", "all_gather", "reduce_scatter",
@@ -221,7 +220,7 @@ static dsc_status timed(bench *b, int op, const shape *s, double *seconds) {
     for (long long k = 0; k < b->warmups; k++)
         DSC_TRY(call(b, op, s, NULL));
     dsc_comm_req **reqs = b->async ? calloc((size_t)b->trials, sizeof *reqs) : NULL;
-    if (b->async && !reqs) return dsc__fail(DSC_ERR_OOM, "dsc bench: out of memory");
+    if (b->async && !reqs) return dsc_fail(DSC_ERR_OOM, "dsc bench: out of memory");
     dsc_status st = dsc_comm_barrier(b->c, NULL);
     double t0 = dsc_now();
     for (long long k = 0; k < b->trials && st == DSC_OK; k++)
@@ -327,7 +326,7 @@ static bool parse_dtype(const char *s, dsc_dtype *dt) {
 // The comm backend and, for nccl, this rank's GPU.
 static int open_comm(bench *b, const char *flag) {
     dsc_comm_opts o = dsc_comm_opts_default();
-    const char *backend = flag ? flag : dsc__env(DSC_ENV_COMM_BACKEND);
+    const char *backend = flag ? flag : dsc_env("DSC_COMM_BACKEND");
     o.backend = backend && *backend ? backend : "shm";
     o.group_tag = "bench";
     b->device = !strcmp(o.backend, "nccl");

@@ -7,9 +7,8 @@
 #include <sys/stat.h> // stat
 #include <time.h>     // localtime, strftime
 
-#include "base/io.h"        // dsc__mkdirs
-#include "base/time.h"      // dsc_now
 #include "cli/args.h"       // cli_parse
+#include "dsc/base.h"       // dsc_mkdirs, dsc_now
 #include "dsc/checkpoint.h" // dsc_ckpt_*
 
 static const char *state_name(dsc_ckpt_state s) {
@@ -242,7 +241,7 @@ static int ckpt_export(int argc, char **argv) {
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) {
         *slash = '\0';
-        if (dsc__mkdirs(parent) != DSC_OK) {
+        if (dsc_mkdirs(parent) != DSC_OK) {
             fprintf(stderr, "dsc ckpt export: --out %s: %s\n", out, dsc_last_error());
             return 1;
         }

@@ -6,8 +6,7 @@
 #include "cli/args.h"     // cli_parse
 #include "cli/commands.h" // cmd_config
 #include "cli/train.h"    // dsc__train_ckpt_key
-#include "config/doc.h"   // dsc__config_write_doc
-#include "dsc/config.h"   // dsc_config_*
+#include "dsc/config.h"   // dsc_config_*, dsc_config_write_doc
 
 static void print_warning(void *user, const char *msg) {
     int *count = user;
@@ -58,7 +57,7 @@ static int config_check(int argc, char **argv) {
 int cmd_config(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "check")) return config_check(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "keys")) {
-        dsc__config_write_doc(stdout);
+        dsc_config_write_doc(stdout);
         return 0;
     }
     bool help = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));

@@ -8,10 +8,7 @@
 
 #include "cli/args.h"     // cli_parse
 #include "cli/commands.h" // cmd_data
-#include "data/jsonl.h"     // DSC_BAD_LINE_*
-#include "data/prepare.h"   // dsc_data_prepare, dsc_data_default
-#include "data/shard.h"     // dsc_shard_*
-#include "data/tokenizer.h" // dsc_tokenizer_*
+#include "dsc/data.h"     // dsc_data_*, dsc_shard_*, dsc_tokenizer_*
 #include "dsc/status.h"   // dsc_last_error
 
 #define TOKENIZER_HELP                                                                         \

@@ -1,7 +1,7 @@
 // cli/cmd_generate.c - `dsc generate`: a model's weights from a checkpoint or a safetensors file,
 // prompts from the command line or a file (one per line, generated as one batch), text out. The
-// generation itself runs on the CPU (dsc__generate_run) or on a CUDA device
-// (dsc__generate_run_cuda): this file only picks one.
+// generation itself runs on the CPU (dsc_generate_run) or on a CUDA device
+// (dsc_generate_run_cuda): this file only picks one.
 #include <errno.h>  // errno
 #include <stdio.h>  // printf, fopen
 #include <stdlib.h> // calloc, free
@@ -10,15 +10,15 @@
 #include <omp.h> // omp_set_num_threads
 #endif
 
-#include "base/status.h"             // dsc__fail, DSC_TRY
-#include "cli/args.h"                // cli_parse, cli_int, cli_double
-#include "cli/commands.h"            // cmd_generate
-#include "data/tokenizer.h"          // dsc_tokenizer_*
-#include "dsc/checkpoint.h"          // dsc_ckpt_*
-#include "dsc/half.h"                // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
-#include "dsc/model.h"               // dsc_model_*
-#include "dsc/safetensors.h"         // dsc_st_*, dsc_hf_weights_*
-#include "infer/generate.h"          // dsc__generate_run
+#include "cli/args.h"        // cli_parse, cli_int, cli_double
+#include "cli/commands.h"    // cmd_generate
+#include "dsc/checkpoint.h"  // dsc_ckpt_*
+#include "dsc/data.h"        // dsc_tokenizer_*
+#include "dsc/generate.h"    // dsc_generate_run, dsc_generate_run_cuda, dsc_gen_*
+#include "dsc/half.h"        // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
+#include "dsc/model.h"       // dsc_model_*
+#include "dsc/safetensors.h" // dsc_st_*, dsc_hf_weights_*
+#include "dsc/status.h"      // dsc_fail, DSC_TRY
 
 typedef struct gen_cli {
     const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
@@ -49,7 +49,7 @@ static dsc_status weights_alloc(weights *w) {
         if (!(w->full[k] = malloc((size_t)numel * sizeof(float)))) break;
         if (k == w->nt - 1) return DSC_OK;
     }
-    return dsc__fail(DSC_ERR_OOM, "dsc generate: out of memory for the weights");
+    return dsc_fail(DSC_ERR_OOM, "dsc generate: out of memory for the weights");
 }
 
 // ---- loading ----
@@ -59,7 +59,7 @@ static dsc_status weights_alloc(weights *w) {
 static dsc_status model_of(weights *w, const dsc_param_desc *table, int n, int heads,
                            const char *what, int **order) {
     *order = calloc((size_t)n + 1, sizeof **order);
-    if (!*order) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    if (!*order) return dsc_fail(DSC_ERR_OOM, "out of memory");
     dsc_model_opts mo = {.n_head = heads};
     return dsc_model_create_from_params(&w->model, table, n, &mo, what, *order);
 }
@@ -70,7 +70,7 @@ static dsc_status load_safetensors(weights *w, const char *path, int heads) {
     int n = dsc_st_count(f);
     dsc_param_desc *table = calloc((size_t)n + 1, sizeof *table);
     int *order = NULL;
-    dsc_status st = table ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_status st = table ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; st == DSC_OK && i < n; i++) {
         const dsc_st_tensor *t = dsc_st_get(f, i);
         table[i] = (dsc_param_desc){.name = t->name, .ndim = t->ndim};
@@ -88,10 +88,10 @@ static dsc_status load_safetensors(weights *w, const char *path, int heads) {
         else if (!strcmp(t->dtype, "F16"))
             dsc_fp16_to_fp32_n(w->full[k], t->data, numel);
         else
-            st = dsc__fail(DSC_ERR_INVALID_ARG,
-                           "--weights %s: tensor %s has dtype %s; F32, BF16 "
-                           "or F16 expected",
-                           path, t->name, t->dtype);
+            st = dsc_fail(DSC_ERR_INVALID_ARG,
+                          "--weights %s: tensor %s has dtype %s; F32, BF16 "
+                          "or F16 expected",
+                          path, t->name, t->dtype);
     }
     free(table), free(order);
     dsc_st_close(f);
@@ -120,12 +120,12 @@ static dsc_status load_hf(weights *w, const char *spec) {
         const char *name = hf_name(f, p->name, buf, sizeof buf);
         dsc_hf_tensor t;
         if (!name) {
-            st = dsc__fail(DSC_ERR_INVALID_ARG, "--model %s: the folder's weights have no tensor "
-                           "%s", spec, p->name);
+            st = dsc_fail(DSC_ERR_INVALID_ARG, "--model %s: the folder's weights have no tensor "
+                          "%s", spec, p->name);
         } else if ((st = dsc_hf_weights_info(f, name, &t)) == DSC_OK && t.numel != p->numel) {
-            st = dsc__fail(DSC_ERR_INVALID_ARG, "--model %s: tensor %s has %lld elements, its "
-                           "config.json asks for %lld", spec, name, (long long)t.numel,
-                           (long long)p->numel);
+            st = dsc_fail(DSC_ERR_INVALID_ARG, "--model %s: tensor %s has %lld elements, its "
+                          "config.json asks for %lld", spec, name, (long long)t.numel,
+                          (long long)p->numel);
         }
         if (st == DSC_OK) st = dsc_hf_weights_read(f, name, 0, p->numel, w->full[k]);
     }
@@ -147,8 +147,8 @@ static dsc_status load_checkpoint_hf(weights *w, dsc_ckpt *ck, const char *cfg_p
         dsc_ckpt_param cp;
         if (i >= 0) dsc_ckpt_get_param(ck, i, &cp);
         if (i < 0 || cp.numel != p->numel)
-            return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: tensor %s is missing or not the "
-                             "shape its config.json gives", spec + 3, p->name);
+            return dsc_fail(DSC_ERR_CORRUPT, "checkpoint %s: tensor %s is missing or not the "
+                            "shape its config.json gives", spec + 3, p->name);
         DSC_TRY(dsc_ckpt_read_param(ck, i, 0, w->full[k]));
     }
     return DSC_OK;
@@ -173,7 +173,7 @@ static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     int n = info.nparams;
     dsc_param_desc *table = calloc((size_t)n + 1, sizeof *table);
     int *order = NULL;
-    dsc_status st = table ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_status st = table ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; st == DSC_OK && i < n; i++) {
         dsc_ckpt_param p;
         dsc_ckpt_get_param(ck, i, &p);
@@ -211,7 +211,7 @@ static dsc_status add_prompt(prompts *ps, const char *s, size_t len) {
     dsc_gen_prompt *p = realloc(ps->p, sizeof *p * (size_t)(ps->n + 1));
     if (p) ps->p = p;
     char *copy = t && p ? strndup(s, len) : NULL;
-    if (!copy) return dsc__fail(DSC_ERR_OOM, "out of memory for the prompts");
+    if (!copy) return dsc_fail(DSC_ERR_OOM, "out of memory for the prompts");
     ps->text[ps->n] = copy;
     ps->p[ps->n++] = (dsc_gen_prompt){NULL, 0};
     return DSC_OK;
@@ -221,8 +221,8 @@ static dsc_status read_prompts(const gen_cli *o, prompts *ps) {
     if (o->prompt) return add_prompt(ps, o->prompt, strlen(o->prompt));
     FILE *f = fopen(o->prompt_file, "r");
     if (!f)
-        return dsc__fail(DSC_ERR_IO, "--prompt-file %s: cannot open: %s", o->prompt_file,
-                         strerror(errno));
+        return dsc_fail(DSC_ERR_IO, "--prompt-file %s: cannot open: %s", o->prompt_file,
+                        strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -235,10 +235,10 @@ static dsc_status read_prompts(const gen_cli *o, prompts *ps) {
     free(line);
     fclose(f);
     if (st == DSC_OK && ps->n == 0)
-        st = dsc__fail(DSC_ERR_INVALID_ARG,
-                       "--prompt-file %s holds no prompt; write one prompt "
-                       "per line",
-                       o->prompt_file);
+        st = dsc_fail(DSC_ERR_INVALID_ARG,
+                      "--prompt-file %s holds no prompt; write one prompt "
+                      "per line",
+                      o->prompt_file);
     return st;
 }
 
@@ -248,7 +248,7 @@ static dsc_status encode_prompts(const dsc_tokenizer *tok, prompts *ps) {
         size_t n;
         DSC_TRY(dsc_tokenizer_encode(tok, ps->text[i], strlen(ps->text[i]), &ids, &n));
         ps->p[i] = (dsc_gen_prompt){ids, (int)n};
-        if (n == 0) return dsc__fail(DSC_ERR_INVALID_ARG, "prompt %d encodes to no tokens", i + 1);
+        if (n == 0) return dsc_fail(DSC_ERR_INVALID_ARG, "prompt %d encodes to no tokens", i + 1);
     }
     return DSC_OK;
 }
@@ -280,10 +280,10 @@ static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokeniz
                        : V == 256                                             ? "byte"
                                                                               : NULL;
     if (!spec)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "the model's vocabulary has %d tokens and %s holds no tokenizer: give "
-                         "its tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
-                         "merges.txt), --tokenizer hf:DIR (a tokenizer.json), --tokenizer byte, "
+        return dsc_fail(DSC_ERR_INVALID_ARG,
+                        "the model's vocabulary has %d tokens and %s holds no tokenizer: give "
+                        "its tokenizer with --tokenizer gpt2:DIR (DIR holding vocab.json and "
+                        "merges.txt), --tokenizer hf:DIR (a tokenizer.json), --tokenizer byte, "
                          "or --tokenizer ids (token ids in and out)",
                          V, o->weights ? o->weights : o->model ? o->model : o->checkpoint);
     char ids[32];
@@ -293,28 +293,28 @@ static dsc_status open_tokenizer(const gen_cli *o, const weights *w, dsc_tokeniz
     }
     DSC_TRY(dsc_tokenizer_create(tok, spec));
     if (dsc_tokenizer_vocab_size(*tok) > V)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "tokenizer %s has %d tokens, the model only %d; "
-                         "use the tokenizer the model was trained with",
-                         spec, dsc_tokenizer_vocab_size(*tok), V);
+        return dsc_fail(DSC_ERR_INVALID_ARG,
+                        "tokenizer %s has %d tokens, the model only %d; "
+                        "use the tokenizer the model was trained with",
+                        spec, dsc_tokenizer_vocab_size(*tok), V);
     return DSC_OK;
 }
 
 // Tensor parallelism: the ranks of the environment form the group; each keeps its slices.
-static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc__gen_model *m) {
+static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc_gen_model *m) {
     if (o->tp <= 1) return DSC_OK;
     DSC_TRY(dsc_model_tp_check(w->model, (int)o->tp));
     dsc_comm_opts co = dsc_comm_opts_default();
     DSC_TRY(dsc_comm_create(comm, &co));
     if (dsc_comm_size(*comm) != o->tp)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "--tp %lld, but %d ranks were started; start --tp "
-                         "ranks (dsc launch --num_procs %lld dsc generate ...)",
-                         o->tp, dsc_comm_size(*comm), o->tp);
+        return dsc_fail(DSC_ERR_INVALID_ARG,
+                        "--tp %lld, but %d ranks were started; start --tp "
+                        "ranks (dsc launch --num_procs %lld dsc generate ...)",
+                        o->tp, dsc_comm_size(*comm), o->tp);
     m->tp = (dsc_model_tp){dsc_comm_rank(*comm), (int)o->tp, *comm};
     for (int k = 0; k < w->nt; k++) {
         float *slice = malloc((size_t)dsc_model_tp_numel(w->model, k, m->tp.size) * sizeof(float));
-        if (!slice) return dsc__fail(DSC_ERR_OOM, "out of memory for the weight slices");
+        if (!slice) return dsc_fail(DSC_ERR_OOM, "out of memory for the weight slices");
         dsc_model_tp_slice(w->model, k, m->tp.rank, m->tp.size, w->full[k], slice);
         free(w->full[k]);
         w->full[k] = slice;
@@ -360,15 +360,15 @@ static dsc_status pick_device(const gen_cli *o, bool *cuda, char *name, size_t c
     *cuda = !strcmp(o->device, "cuda");
     name[0] = '\0';
     if (!*cuda) return DSC_OK;
-    dsc_status st = dsc__generate_cuda_check(name, cap);
-    if (st != DSC_OK) dsc__error_prefix("--device cuda: ");
+    dsc_status st = dsc_generate_cuda_check(name, cap);
+    if (st != DSC_OK) dsc_error_prefix("--device cuda: ");
     return st;
 }
 
 static dsc_status open_trace(const gen_cli *o, FILE **f) {
     if (!o->trace) return DSC_OK;
     if ((*f = fopen(o->trace, "w"))) return DSC_OK;
-    return dsc__fail(DSC_ERR_IO, "--trace %s: cannot create: %s", o->trace, strerror(errno));
+    return dsc_fail(DSC_ERR_IO, "--trace %s: cannot create: %s", o->trace, strerror(errno));
 }
 
 static dsc_status generate(const gen_cli *o) {
@@ -393,7 +393,7 @@ static dsc_status generate(const gen_cli *o) {
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
     DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
     DSC_TRY_GOTO(encode_prompts(tok, &ps), st, done);
-    dsc__gen_model m = {.model = w.model, .params = w.full, .tp = {0, 1, NULL}, .trace = trace};
+    dsc_gen_model m = {.model = w.model, .params = w.full, .tp = {0, 1, NULL}, .trace = trace};
     DSC_TRY_GOTO(setup_tp(o, &w, &comm, &m), st, done);
     stop_ctx sc = {tok, o->stop};
     dsc_gen_opts go = {.max_new_tokens = (int)o->max_new,
@@ -407,11 +407,11 @@ static dsc_status generate(const gen_cli *o) {
                        .stop_user = &sc};
     dsc_gen_stats gs = {0};
     out = calloc((size_t)ps.n, sizeof *out);
-    if (!out) DSC_TRY_GOTO(dsc__fail(DSC_ERR_OOM, "out of memory"), st, done);
+    if (!out) DSC_TRY_GOTO(dsc_fail(DSC_ERR_OOM, "out of memory"), st, done);
     if (cuda)
-        DSC_TRY_GOTO(dsc__generate_run_cuda(&m, ps.p, ps.n, &go, out, &gs), st, done);
+        DSC_TRY_GOTO(dsc_generate_run_cuda(&m, ps.p, ps.n, &go, out, &gs), st, done);
     else
-        DSC_TRY_GOTO(dsc__generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
+        DSC_TRY_GOTO(dsc_generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
     if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device,
                                       dsc_model_describe(w.model)->max_seq_len);
 done:

@@ -2,10 +2,10 @@
 #include <stdio.h>  // fprintf
 #include <string.h> // strcmp, strncmp, strchr
 
-#include "base/status.h"   // dsc_last_error
-#include "cli/args.h"      // cli_parse, cli_int
-#include "cli/commands.h"  // cmd_launch
-#include "launch/launch.h" // dsc_launch_run
+#include "cli/args.h"     // cli_parse, cli_int
+#include "cli/commands.h" // cmd_launch
+#include "dsc/launch.h"   // dsc_launch_run
+#include "dsc/status.h"   // dsc_last_error
 
 int cmd_launch(int argc, char **argv);
 

@@ -18,19 +18,15 @@
 #include <omp.h> // omp_*
 #endif
 
-#include "base/env.h"                    // dsc__env, DSC_ENV_*
-#include "base/io.h"                     // dsc__mkdirs
-#include "base/status.h"                 // dsc__fail, DSC_TRY
-#include "base/time.h"                   // dsc_now
-#include "cli/train_obs.h"               // obs_*, train_times
-#include "data/loader.h"                 // dsc_loader_*
-#include "data/prepare.h"                // dsc_data_default
-#include "data/tokenizer.h"              // dsc_tokenizer_*
-#include "dsc/checkpoint.h"              // dsc_checkpointing_*, dsc_save_checkpoint
-#include "dsc/engine.h"                  // dsc_engine_*
-#include "dsc/model.h"                   // dsc_model_*
-#include "dsc/monitor.h"                 // dsc_monitor_*
-#include "dsc/safetensors.h"             // dsc_hf_weights_*
+#include "cli/train_obs.h"   // obs_*, train_times
+#include "dsc/base.h"        // dsc_env, dsc_mkdirs, dsc_now
+#include "dsc/checkpoint.h"  // dsc_checkpointing_*, dsc_save_checkpoint
+#include "dsc/data.h"        // dsc_loader_*, dsc_data_default, dsc_tokenizer_*
+#include "dsc/engine.h"      // dsc_engine_*
+#include "dsc/model.h"       // dsc_model_*
+#include "dsc/monitor.h"     // dsc_monitor_*
+#include "dsc/safetensors.h" // dsc_hf_weights_*
+#include "dsc/status.h"      // dsc_fail, DSC_TRY
 
 // The configuration used when --config is not given: AdamW with warm-up and cosine decay.
 static const char *default_config_fmt =
@@ -72,7 +68,7 @@ static dsc_status hook_ready(void *u, int g) {
 // (or whichever process gets there first) builds it in a private folder and renames it into
 // place, so ranks starting together never see a half-written data set; the others wait for it.
 static dsc_status default_data(trainer *t) {
-    const char *home = dsc__env(DSC_ENV_DATA_HOME), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = dsc_env("DSC_DATA_HOME"), *xdg = getenv("XDG_CACHE_HOME");
     char root[4000];
     if (home && home[0]) snprintf(root, sizeof root, "%s", home);
     else if (xdg && xdg[0]) snprintf(root, sizeof root, "%s/dsc", xdg);
@@ -86,15 +82,15 @@ static dsc_status default_data(trainer *t) {
     if (rank && strcmp(rank, "0") != 0) { // another rank builds it: wait up to 5 minutes
         for (int i = 0; i < 3000 && stat(probe, &sb) != 0; i++) nanosleep(&(struct timespec){0, 100000000}, NULL);
         if (stat(probe, &sb) == 0) return DSC_OK;
-        return dsc__fail(DSC_ERR_TIMEOUT, "rank %s: rank 0 did not build %s within 5 minutes", rank, t->data_dir);
+        return dsc_fail(DSC_ERR_TIMEOUT, "rank %s: rank 0 did not build %s within 5 minutes", rank, t->data_dir);
     }
-    DSC_TRY(dsc__mkdirs(root));
+    DSC_TRY(dsc_mkdirs(root));
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", t->data_dir, (int)getpid());
-    DSC_TRY(dsc__mkdirs(tmp));
+    DSC_TRY(dsc_mkdirs(tmp));
     printf("building the default data set in %s\n", t->data_dir);
     DSC_TRY(dsc_data_default(tmp, NULL));
     if (rename(tmp, t->data_dir) != 0 && stat(probe, &sb) != 0)
-        return dsc__fail(DSC_ERR_IO, "cannot move %s to %s: %s", tmp, t->data_dir, strerror(errno));
+        return dsc_fail(DSC_ERR_IO, "cannot move %s to %s: %s", tmp, t->data_dir, strerror(errno));
     if (stat(tmp, &sb) == 0) { // someone else won the race: drop ours
         char cmd[8600];
         snprintf(cmd, sizeof cmd, "%s/train.bin", tmp), unlink(cmd);
@@ -121,9 +117,9 @@ static dsc_status open_tokenizer(trainer *t, int *vocab) {
         if (json_is_integer(vs))
             snprintf(got, sizeof got, "%lld", (long long)json_integer_value(vs));
         json_decref(j);
-        return dsc__fail(DSC_ERR_CONFIG, "%s: vocab_size %s is out of range: it must be a whole "
-                         "number from 1 to %d (token ids are 32-bit); fix it or prepare the data "
-                         "again with `dsc data prepare`", path, got, INT32_MAX);
+        return dsc_fail(DSC_ERR_CONFIG, "%s: vocab_size %s is out of range: it must be a whole "
+                        "number from 1 to %d (token ids are 32-bit); fix it or prepare the data "
+                        "again with `dsc data prepare`", path, got, INT32_MAX);
     }
     if (vs) *vocab = (int)json_integer_value(vs);
     // The tokenizer only serves the closing sample: without it (e.g. GPT-2 files moved away)
@@ -156,9 +152,9 @@ static dsc_status open_data(trainer *t, int *vocab) {
     }
     int maxtok = dsc_loader_max_token(t->train);
     if (maxtok >= *vocab)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "data %s holds token id %d but the vocabulary has "
-                         "%d entries; fix vocab_size in dataset.json or prepare the data again",
-                         t->data_dir, maxtok, *vocab);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "data %s holds token id %d but the vocabulary has "
+                        "%d entries; fix vocab_size in dataset.json or prepare the data again",
+                        t->data_dir, maxtok, *vocab);
     t->target_tokens = dsc_loader_masked(t->train) ? 0 : -1;
     return DSC_OK;
 }
@@ -169,13 +165,13 @@ static void print_warning(void *user, const char *msg) { fprintf(stderr, "warnin
 static dsc_status check_model_fits(const trainer *t, int vocab) {
     const dsc_model_info *mi = dsc_model_describe(t->model);
     if (t->T > mi->max_seq_len)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "--seq-len %d is longer than model %s's context "
-                         "(%d positions); give --seq-len %d or less", t->T, t->o->model,
-                         mi->max_seq_len, mi->max_seq_len);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--seq-len %d is longer than model %s's context "
+                        "(%d positions); give --seq-len %d or less", t->T, t->o->model,
+                        mi->max_seq_len, mi->max_seq_len);
     if (vocab > mi->vocab_size)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "data %s has a vocabulary of %d tokens but model %s "
-                         "has %d; prepare the data with the model's tokenizer (dsc data prepare "
-                         "--tokenizer ...)", t->data_dir, vocab, t->o->model, mi->vocab_size);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "data %s has a vocabulary of %d tokens but model %s "
+                        "has %d; prepare the data with the model's tokenizer (dsc data prepare "
+                        "--tokenizer ...)", t->data_dir, vocab, t->o->model, mi->vocab_size);
     return DSC_OK;
 }
 
@@ -207,7 +203,7 @@ static dsc_status build_engine(trainer *t, bool device_model) {
     }
     t->ntensors = dsc_model_describe(t->model)->num_tensors;
     dsc_param_desc *pd = calloc((size_t)t->ntensors, sizeof *pd);
-    if (!pd) return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
+    if (!pd) return dsc_fail(DSC_ERR_OOM, "out of memory for the parameter table");
     dsc_model_param_descs(t->model, pd);
     eo.params = pd;
     eo.nparams = t->ntensors;
@@ -230,17 +226,17 @@ static dsc_status find_tensor(weight_source *w, const dsc_model_param *p, char *
     snprintf(name, cap, "%s", p->name);
     if (!dsc_hf_weights_has(w->file, name)) snprintf(name, cap, "transformer.%s", p->name);
     if (!dsc_hf_weights_has(w->file, name))
-        return dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", w->what,
-                         p->name);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s is missing", w->what,
+                        p->name);
     dsc_hf_tensor x;
     DSC_TRY(dsc_hf_weights_info(w->file, name, &x));
     bool same = x.ndim == p->ndim && x.numel == p->numel;
     for (int d = 0; same && d < p->ndim; d++) same = x.shape[d] == p->shape[d];
     if (!same)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
-                         "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "
-                         "and the vocabulary", w->what, p->name, (long long)x.numel,
-                         (long long)x.shape[0], (long long)p->numel, (long long)p->shape[0]);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--init-weights %s: tensor %s has %lld elements "
+                        "(shape[0] %lld), the model expects %lld (shape[0] %lld); check --model "
+                        "and the vocabulary", w->what, p->name, (long long)x.numel,
+                        (long long)x.shape[0], (long long)p->numel, (long long)p->shape[0]);
     return DSC_OK;
 }
 
@@ -319,7 +315,7 @@ static double measure_cpu_peak(void) {
 
 // DSC_RESTART_COUNT: 0 (or unset) on a first start, K on dsc launch's K-th restart.
 static long restart_count(void) {
-    const char *s = dsc__env(DSC_ENV_RESTART_COUNT);
+    const char *s = dsc_env("DSC_RESTART_COUNT");
     return s ? strtol(s, NULL, 10) : 0;
 }
 
@@ -332,7 +328,7 @@ static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
         snprintf(out, cap, "runs/%s", stamp);
     }
-    DSC_TRY(dsc__mkdirs(out));
+    DSC_TRY(dsc_mkdirs(out));
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
     // A resumed or restarted run continues the file; its first line says so ("resumed": true).
@@ -340,7 +336,7 @@ static dsc_status open_run_dir(trainer *t, char *out, size_t cap) {
     bool append = t->o->resume || restart_count() > 0;
     t->mark_resume = append && stat(path, &sb) == 0 && sb.st_size > 0;
     t->metrics = fopen(path, append ? "a" : "w");
-    if (!t->metrics) return dsc__fail(DSC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (!t->metrics) return dsc_fail(DSC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return DSC_OK;
 }
 
@@ -395,7 +391,7 @@ static void emergency_checkpoint(trainer *t, dsc_status failed) {
     if (st == DSC_OK) st = dsc_checkpoint_wait(t->eng);
     if (st == DSC_OK) fprintf(stderr, "dsc train: saved an emergency checkpoint of step %lld\n", (long long)dsc_engine_global_steps(t->eng));
     else fprintf(stderr, "dsc train: no emergency checkpoint: %s\n", dsc_last_error());
-    dsc__fail(failed, "%s", why); // the restart's reason stays the error
+    dsc_fail(failed, "%s", why); // the restart's reason stays the error
 }
 
 // A step failed: the engine applies fault_tolerance.on_failure. When it continues (on the
@@ -406,7 +402,7 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
         char why[2048];
         snprintf(why, sizeof why, "%s", dsc_last_error());
         dsc_device_trainer_fault(t->gpu);
-        dsc__fail(failed, "%s", why);
+        dsc_fail(failed, "%s", why);
     }
     dsc_ft_report rep;
     dsc_status st = dsc_engine_recover(t->eng, failed, &rep);
@@ -428,7 +424,7 @@ static dsc_status recover_step(trainer *t, dsc_status failed, int64_t *step) {
         if (tg) t->tg = tg;
         int32_t *pos = t->pos ? realloc(t->pos, (size_t)gas * B * t->T * sizeof *pos) : NULL;
         if (pos) t->pos = pos;
-        if (!in || !tg || (t->pos && !pos)) return dsc__fail(DSC_ERR_OOM, "out of memory");
+        if (!in || !tg || (t->pos && !pos)) return dsc_fail(DSC_ERR_OOM, "out of memory");
     }
     t->B = B;
     t->gas = gas;
@@ -515,8 +511,8 @@ static dsc_status ckpt_resume(trainer *t) {
         tag = has ? tg : NULL;
     }
     if (!dir)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "--resume %s: give --save-dir DIR, or the "
-                         "checkpoint's path (DIR or DIR/TAG)", resume);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--resume %s: give --save-dir DIR, or the "
+                        "checkpoint's path (DIR or DIR/TAG)", resume);
     bool none;
     DSC_TRY(dsc_resume_checkpoint(t->eng, dir, tag, loaded, sizeof loaded, &none));
     for (int i = 0; i < t->ntensors; i++) {
@@ -542,7 +538,7 @@ static dsc_status attach_file(trainer *t, const char *path, const char *name) {
     }
     fclose(f);
     dsc_status st = buf ? dsc_checkpoint_attach(t->eng, name, buf, n)
-                        : dsc__fail(DSC_ERR_OOM, "out of memory reading %s", path);
+                        : dsc_fail(DSC_ERR_OOM, "out of memory reading %s", path);
     free(buf);
     return st;
 }
@@ -597,9 +593,9 @@ static dsc_status ckpt_pick_dir(trainer *t) {
     t->save_dir = t->o->save_dir;
     if (t->save_dir || !key) return DSC_OK;
     if (!t->o->out)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "%s sets %s, but nothing would be saved: add "
-                         "--save-dir DIR (or --out DIR, which keeps them in DIR/checkpoints)",
-                         t->o->config ? t->o->config : "the config", key);
+        return dsc_fail(DSC_ERR_INVALID_ARG, "%s sets %s, but nothing would be saved: add "
+                        "--save-dir DIR (or --out DIR, which keeps them in DIR/checkpoints)",
+                        t->o->config ? t->o->config : "the config", key);
     snprintf(t->save_default, sizeof t->save_default, "%s/checkpoints", t->o->out);
     t->save_dir = t->save_default;
     if (t->rank == 0)
@@ -615,7 +611,7 @@ static dsc_status ckpt_setup(trainer *t) {
                restart_count(), t->save_dir);
     if (t->o->resume || restarted) DSC_TRY(ckpt_resume(t));
     if (!t->save_dir) {
-        if (t->o->save_at_end) return dsc__fail(DSC_ERR_INVALID_ARG, "--save-at-end needs --save-dir DIR");
+        if (t->o->save_at_end) return dsc_fail(DSC_ERR_INVALID_ARG, "--save-at-end needs --save-dir DIR");
         return DSC_OK;
     }
     const dsc_config *cfg = dsc_engine_config(t->eng);
@@ -667,7 +663,7 @@ static dsc_status observe_begin(trainer *t, int64_t step) {
     if (!cfg->flops_profiler.enabled || step != cfg->flops_profiler.profile_step) return DSC_OK;
     free(t->prof_times);
     t->prof_times = calloc((size_t)dsc_model_timing_slots(t->model), sizeof *t->prof_times);
-    if (!t->prof_times) return dsc__fail(DSC_ERR_OOM, "out of memory for the flops profiler");
+    if (!t->prof_times) return dsc_fail(DSC_ERR_OOM, "out of memory for the flops profiler");
     dsc_model_set_timing(t->model, t->prof_times);
     return DSC_OK;
 }
@@ -860,7 +856,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(dsc_model_create(&t->model, o->model, &mo));
     DSC_TRY(check_model_fits(t, vocab));
     bool cuda; // chosen before the engine, whose creation already waits for the other ranks
-    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = dsc__env(DSC_ENV_COMM_BACKEND);
+    const char *ws = getenv("WORLD_SIZE"), *dev = o->device, *be = dsc_env("DSC_COMM_BACKEND");
     bool nccl = be && !strcmp(be, "nccl");
     // --dump-grads serves comparisons against an fp32 reference: auto keeps it on the CPU's
     // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.
@@ -874,12 +870,12 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
 
     DSC_TRY(dsc_device_pick(dev, ws ? (int)strtol(ws, NULL, 10) : 1, &cuda));
     if (cuda && !gpu_model)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
-                         "training yet; the CPU trains it: pass --device cpu (or leave --device "
-                         "out)", o->model, dsc_model_describe(t->model)->family);
+        return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
+                        "training yet; the CPU trains it: pass --device cpu (or leave --device "
+                        "out)", o->model, dsc_model_describe(t->model)->family);
     if (cuda && o->restart_positions)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
-                         "pass --device cpu, or leave the flag out on the GPU");
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
+                        "pass --device cpu, or leave the flag out on the GPU");
     DSC_TRY(build_engine(t, cuda && (!ws || strtol(ws, NULL, 10) <= 1)));
     const dsc_config *cfg = dsc_engine_config(t->eng);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
@@ -895,7 +891,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (o->restart_positions) t->pos = malloc((size_t)t->gas * t->B * t->T * sizeof *t->pos);
     bool no_pos = o->restart_positions && !t->pos;
     if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg || no_pos)
-        return dsc__fail(DSC_ERR_OOM, "out of memory");
+        return dsc_fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;

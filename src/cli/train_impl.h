@@ -8,14 +8,13 @@
 #include <stdint.h>  // int32_t, int64_t
 #include <stdio.h>   // FILE
 
-#include "cli/train.h"       // train_opts
-#include "dsc/device.h"       // dsc_device_trainer
-#include "cli/train_obs.h"   // train_times
-#include "data/loader.h"     // dsc_loader
-#include "data/tokenizer.h"  // dsc_tokenizer
-#include "dsc/engine.h"      // dsc_engine, dsc_step_info
-#include "dsc/model.h"       // dsc_model
-#include "dsc/monitor.h"     // dsc_monitor
+#include "cli/train.h"     // train_opts
+#include "dsc/device.h"    // dsc_device_trainer
+#include "cli/train_obs.h" // train_times
+#include "dsc/engine.h"    // dsc_engine, dsc_step_info
+#include "dsc/model.h"     // dsc_model
+#include "dsc/monitor.h"   // dsc_monitor
+#include "dsc/data.h"      // dsc_loader, dsc_tokenizer
 
 typedef struct trainer {
     const train_opts *o;

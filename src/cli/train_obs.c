@@ -8,10 +8,10 @@
 #include <string.h> // strcmp, strerror
 #include <unistd.h> // isatty
 
-#include "base/env.h"              // dsc__env, DSC_ENV_*
-#include "base/status.h"           // dsc__fail, DSC_TRY
-#include "dsc/comm.h"              // dsc_comm_logger_*
-#include "monitor/flops_profiler.h" // dsc__flops_profile_write
+#include "dsc/base.h"    // dsc_env
+#include "dsc/comm.h"    // dsc_comm_logger_*
+#include "dsc/monitor.h" // dsc_flops_profile_write
+#include "dsc/status.h"  // dsc_fail, DSC_TRY
 
 // ---- wall_clock_breakdown ----
 
@@ -36,12 +36,12 @@ static dsc_status prof_ops_mask(const char *text, unsigned *mask) {
     json_t *list = json_loads(text && *text ? text : "[]", 0, NULL);
     dsc_status st = DSC_OK;
     if (!json_is_array(list))
-        st = dsc__fail(DSC_ERR_CONFIG, "comms_logger.prof_ops must be a list of operation names");
+        st = dsc_fail(DSC_ERR_CONFIG, "comms_logger.prof_ops must be a list of operation names");
     for (size_t i = 0; st == DSC_OK && i < json_array_size(list); i++) {
         const char *name = json_string_value(json_array_get(list, i));
         unsigned bit;
         st = dsc_comm_log_op_bit(name ? name : "(not a string)", &bit);
-        if (st != DSC_OK) dsc__error_prefix("config key comms_logger.prof_ops[%zu]: ", i);
+        if (st != DSC_OK) dsc_error_prefix("config key comms_logger.prof_ops[%zu]: ", i);
         *mask |= st == DSC_OK ? bit : 0;
     }
     json_decref(list);
@@ -66,32 +66,32 @@ void obs_comms_print(const dsc_config *cfg, int64_t step) {
 // ---- flops_profiler ----
 
 static dsc_status write_profile(FILE *f, const dsc_config *cfg, const obs_profile *p,
-                                dsc_model_module *gm, dsc__prof_module *pm, int n) {
+                                dsc_model_module *gm, dsc_prof_module *pm, int n) {
     dsc_model_modules(p->model, p->B * p->gas, p->T, gm);
     for (int i = 0; i < n; i++)
-        pm[i] = (dsc__prof_module){gm[i].name, gm[i].type, gm[i].depth, gm[i].params,
-                                   gm[i].fwd_flops, gm[i].slot >= 0 ? p->times[gm[i].slot] : 0};
-    dsc__prof_summary s = {.step = p->step, .world = p->world, .dp = p->world, .mp = 1,
-                           .batch_per_rank = (int64_t)p->B * p->gas, .fwd_s = p->tt.fwd,
-                           .bwd_s = p->tt.bwd, .step_s = p->tt.step, .iter_s = p->iter_s};
-    dsc__prof_opts o = {cfg->flops_profiler.module_depth, cfg->flops_profiler.top_modules,
-                        cfg->flops_profiler.detailed};
-    return dsc__flops_profile_write(f, &s, pm, n, &o);
+        pm[i] = (dsc_prof_module){gm[i].name, gm[i].type, gm[i].depth, gm[i].params,
+                                  gm[i].fwd_flops, gm[i].slot >= 0 ? p->times[gm[i].slot] : 0};
+    dsc_prof_summary s = {.step = p->step, .world = p->world, .dp = p->world, .mp = 1,
+                          .batch_per_rank = (int64_t)p->B * p->gas, .fwd_s = p->tt.fwd,
+                          .bwd_s = p->tt.bwd, .step_s = p->tt.step, .iter_s = p->iter_s};
+    dsc_prof_opts o = {cfg->flops_profiler.module_depth, cfg->flops_profiler.top_modules,
+                       cfg->flops_profiler.detailed};
+    return dsc_flops_profile_write(f, &s, pm, n, &o);
 }
 
 dsc_status obs_flops_report(const dsc_config *cfg, const obs_profile *p) {
     const char *path = cfg->flops_profiler.output_file;
     int n = dsc_model_modules(p->model, 1, p->T, NULL);
     dsc_model_module *gm = calloc((size_t)n, sizeof *gm);
-    dsc__prof_module *pm = calloc((size_t)n, sizeof *pm);
+    dsc_prof_module *pm = calloc((size_t)n, sizeof *pm);
     FILE *f = path[0] ? fopen(path, "w") : stdout;
     dsc_status st = DSC_OK;
-    if (!gm || !pm) st = dsc__fail(DSC_ERR_OOM, "out of memory for the flops profile");
-    else if (!f) st = dsc__fail(DSC_ERR_IO, "flops_profiler.output_file %s: cannot write: %s; "
-                                "give a path in a writable directory", path, strerror(errno));
+    if (!gm || !pm) st = dsc_fail(DSC_ERR_OOM, "out of memory for the flops profile");
+    else if (!f) st = dsc_fail(DSC_ERR_IO, "flops_profiler.output_file %s: cannot write: %s; "
+                               "give a path in a writable directory", path, strerror(errno));
     else st = write_profile(f, cfg, p, gm, pm, n);
     if (f && f != stdout && fclose(f) != 0 && st == DSC_OK)
-        st = dsc__fail(DSC_ERR_IO, "flops_profiler.output_file %s: %s", path, strerror(errno));
+        st = dsc_fail(DSC_ERR_IO, "flops_profiler.output_file %s: %s", path, strerror(errno));
     if (st == DSC_OK && path[0]) printf("flops profile of step %lld written to %s\n",
                                         (long long)p->step, path);
     free(gm);
@@ -106,7 +106,7 @@ static bool line_shown;
 
 bool obs_progress_on(void) {
     if (tty_state < 0) {
-        const char *force = dsc__env(DSC_ENV_PROGRESS); // "tty" / "plain": for scripts and tests
+        const char *force = dsc_env("DSC_PROGRESS"); // "tty" / "plain": for scripts and tests
         if (force && !strcmp(force, "tty")) tty_state = 1;
         else if (force && !strcmp(force, "plain")) tty_state = 0;
         else tty_state = isatty(STDOUT_FILENO) ? 1 : 0;

@@ -6,10 +6,10 @@
 #include <stdlib.h> // calloc, malloc, free
 #include <string.h> // strlen, strcmp
 
-#include "base/status.h"     // dsc__fail, DSC_TRY
-#include "base/time.h"       // dsc_now
+#include "dsc/base.h"        // dsc_now
 #include "dsc/generate.h"    // dsc_generate
 #include "dsc/safetensors.h" // dsc_st_*
+#include "dsc/status.h"      // dsc_fail, DSC_TRY
 
 // --dump-grads: the first step's reduced, unscaled, accumulated gradients with Hugging Face
 // names, the global batch's input and target tokens, and the step's loss, so the step can be
@@ -25,13 +25,13 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     int32_t *in = malloc(ntok * sizeof *in), *tg = malloc(ntok * sizeof *tg);
     dsc_status st = DSC_OK;
     if (!ts || !copies || !in || !tg) {
-        st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+        st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         goto done;
     }
     for (int i = 0; i < n && st == DSC_OK; i++) {
         const dsc_model_param *info = dsc_model_param_get(t->model, i);
         copies[i] = malloc((size_t)info->numel * sizeof(float));
-        if (!copies[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+        if (!copies[i]) st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         else st = dsc_engine_full_grad(eng, i, copies[i]);
         ts[i] = (dsc_st_tensor){.name = info->name, .dtype = "F32", .ndim = info->ndim,
                                 .data = copies[i], .nbytes = (size_t)info->numel * 4};
@@ -156,11 +156,11 @@ dsc_status train__dump_weights(trainer *t) {
     int n = t->ntensors;
     dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);
     float **vals = calloc((size_t)n, sizeof *vals);
-    dsc_status st = ts && vals ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory");
+    dsc_status st = ts && vals ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory");
     for (int i = 0; i < n && st == DSC_OK; i++) {
         const dsc_model_param *info = dsc_model_param_get(t->model, i);
         vals[i] = malloc((size_t)info->numel * sizeof(float));
-        st = vals[i] ? dsc_engine_full_param(t->eng, i, vals[i]) : dsc__fail(DSC_ERR_OOM, "out of memory");
+        st = vals[i] ? dsc_engine_full_param(t->eng, i, vals[i]) : dsc_fail(DSC_ERR_OOM, "out of memory");
         ts[i] = (dsc_st_tensor){.name = info->name, .dtype = "F32", .ndim = info->ndim,
                                 .data = vals[i], .nbytes = (size_t)info->numel * 4};
         for (int d = 0; d < info->ndim; d++) ts[i].shape[d] = info->shape[d];

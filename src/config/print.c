@@ -7,7 +7,6 @@
 #include <stdlib.h>  // free
 #include <string.h>  // strchr, strcmp, strncmp, strpbrk, strstr, strdup
 
-#include "config/doc.h"   // dsc__config_write_doc
 #include "config/table.h" // dsc__rows
 
 static json_t *whole(double x) {
@@ -153,7 +152,7 @@ static const char *reader_text(const dsc__key_row *r) {
 }
 
 // Write the key table as a markdown table (docs/config.md is generated from this).
-void dsc__config_write_doc(void *out) {
+void dsc_config_write_doc(void *out) {
     static const char *kinds[] = {"section", "bool", "int", "int", "float", "string",
                                   "[float, float]", "list", "[int, ...]", "alias",
                                   "not implemented"};

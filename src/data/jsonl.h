@@ -18,6 +18,7 @@
 #include <stdint.h>  // int64_t
 
 #include "data/chat.h"  // dsc_chat_template
+#include "dsc/data.h"   // DSC_BAD_LINE_*
 #include "dsc/status.h" // dsc_status
 
 typedef struct dsc_segment {
@@ -36,8 +37,6 @@ typedef struct dsc_examples {
     int64_t n, cap;
     int64_t skipped; // bad lines skipped (DSC_BAD_LINE_SKIP)
 } dsc_examples;
-
-enum { DSC_BAD_LINE_ERROR, DSC_BAD_LINE_SKIP }; // `--on-bad-line error|skip`
 
 // Append one example of len bytes of text, trained throughout (copied); none when len is 0.
 dsc_status dsc_examples_add_text(dsc_examples *ex, const char *text, size_t len);

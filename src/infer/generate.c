@@ -30,7 +30,7 @@ void dsc_gen_output_free(dsc_gen_output *out, int n) {
 // ---- the loop ----
 
 typedef struct gen_state {
-    const dsc__gen_model *m;
+    const dsc_gen_model *m;
     const dsc_gen_opts *o;
     int n, ctx;     // sequences; positions each may reach
     int *len;       // (n) tokens so far, prompt included
@@ -46,7 +46,7 @@ typedef struct gen_state {
     int step;        // passes so far
 } gen_state;
 
-static dsc_status check_inputs(const dsc__gen_model *m, const dsc_gen_prompt *p, int n,
+static dsc_status check_inputs(const dsc_gen_model *m, const dsc_gen_prompt *p, int n,
                                const dsc_gen_opts *o, int ctx) {
     if (!o || n < 1 || !p)
         return dsc__fail(DSC_ERR_INVALID_ARG, "generate: need at least one prompt and options");
@@ -221,7 +221,7 @@ static dsc_status take_outputs(gen_state *s, const dsc_gen_prompt *p, dsc_gen_ou
     return DSC_OK;
 }
 
-dsc_status dsc__generate_positions(const dsc__gen_model *m, const dsc_gen_prompt *prompts, int n,
+dsc_status dsc__generate_positions(const dsc_gen_model *m, const dsc_gen_prompt *prompts, int n,
                                    const dsc_gen_opts *o, int *positions) {
     int context = dsc_model_describe(m->model)->max_seq_len;
     int ctx = m->max_positions > 0 && m->max_positions < context ? m->max_positions : context;
@@ -238,7 +238,7 @@ dsc_status dsc__generate_positions(const dsc__gen_model *m, const dsc_gen_prompt
     return DSC_OK;
 }
 
-dsc_status dsc__generate_loop(const dsc__gen_model *m, const dsc__gen_backend *be, int positions,
+dsc_status dsc__generate_loop(const dsc_gen_model *m, const dsc__gen_backend *be, int positions,
                               const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                               dsc_gen_output *out, dsc_gen_stats *stats) {
     dsc_gen_stats local = {0};
@@ -256,7 +256,7 @@ dsc_status dsc__generate_loop(const dsc__gen_model *m, const dsc__gen_backend *b
 // ---- the CPU model as the loop's backend ----
 
 typedef struct cpu_backend {
-    const dsc__gen_model *m;
+    const dsc_gen_model *m;
     dsc_model_kv *kv;
     bool no_cache;
     int32_t *rseq, *rpos, *rtok, *rout; // row arrays, sized for every token of every sequence
@@ -286,16 +286,16 @@ static dsc_status cpu_next(void *ctx, const dsc__gen_pass *p, float *logits, int
 }
 
 // The cache: reused when it fits, else made for n sequences of `positions`.
-static dsc_status cache_for(const dsc__gen_model *m, dsc_model_kv **kv, int n, int positions) {
+static dsc_status cache_for(const dsc_gen_model *m, dsc_model_kv **kv, int n, int positions) {
     if (dsc_model_kv_fits(*kv, m->model, m->tp.size, n, positions)) return DSC_OK;
     dsc_model_kv_destroy(*kv);
     *kv = NULL;
     return dsc_model_kv_create(kv, m->model, m->tp.size, n, positions);
 }
 
-dsc_status dsc__generate_run(const dsc__gen_model *m, dsc_model_kv **kv,
-                             const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
-                             dsc_gen_output *out, dsc_gen_stats *stats) {
+dsc_status dsc_generate_run(const dsc_gen_model *m, dsc_model_kv **kv,
+                            const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
+                            dsc_gen_output *out, dsc_gen_stats *stats) {
     dsc_gen_stats local = {0};
     dsc_gen_stats *st = stats ? stats : &local;
     int positions;

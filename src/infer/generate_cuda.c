@@ -1,6 +1,6 @@
 // infer/generate_cuda.c - the generation loop (generate.c) over the model's GPU decoder (the
 // model interface's decode slots, dsc_model_decode_* in dsc/model.h): `dsc generate --device
-// cuda`. See dsc__generate_run_cuda in generate.h.
+// cuda`. See dsc_generate_run_cuda in generate.h.
 //
 // Every sequence of the call is a row of the decoder for the whole call: the prompts' pass is its
 // prefill, and each later pass is one step over all rows, where a row whose sequence has ended is
@@ -147,7 +147,7 @@ static dsc_status make_pool(dsc_mem_pool **pool) {
     return dsc_mem_pool_create(pool, dev, 0, &o);
 }
 
-dsc_status dsc__generate_cuda_check(char *name, size_t cap) {
+dsc_status dsc_generate_cuda_check(char *name, size_t cap) {
     double peak = 0;
     if (dsc__cuda_device_info(name, cap, &peak) == DSC_OK) return DSC_OK;
     char why[512]; // dsc__fail writes the buffer dsc_last_error() points to: copy first
@@ -156,7 +156,7 @@ dsc_status dsc__generate_cuda_check(char *name, size_t cap) {
                      "CUDA_VISIBLE_DEVICES, or generate on the CPU (--device cpu)", why);
 }
 
-static dsc_status run(const dsc__gen_model *m, dsc_mem_pool *pool, int positions,
+static dsc_status run(const dsc_gen_model *m, dsc_mem_pool *pool, int positions,
                       const dsc_gen_prompt *prompts, int n, const dsc_gen_opts *o,
                       dsc_gen_output *out, dsc_gen_stats *st) {
     bf16_weights w = {0};
@@ -184,9 +184,9 @@ static dsc_status run(const dsc__gen_model *m, dsc_mem_pool *pool, int positions
     return rc;
 }
 
-dsc_status dsc__generate_run_cuda(const dsc__gen_model *m, const dsc_gen_prompt *prompts, int n,
-                                  const dsc_gen_opts *o, dsc_gen_output *out,
-                                  dsc_gen_stats *stats) {
+dsc_status dsc_generate_run_cuda(const dsc_gen_model *m, const dsc_gen_prompt *prompts, int n,
+                                 const dsc_gen_opts *o, dsc_gen_output *out,
+                                 dsc_gen_stats *stats) {
     dsc_gen_stats local = {0};
     dsc_gen_stats *st = stats ? stats : &local;
     if (m->tp.size > 1 || m->hooks)
@@ -199,7 +199,7 @@ dsc_status dsc__generate_run_cuda(const dsc__gen_model *m, const dsc_gen_prompt 
     int positions;
     DSC_TRY(dsc__generate_positions(m, prompts, n, o, &positions));
     char name[256];
-    DSC_TRY(dsc__generate_cuda_check(name, sizeof name));
+    DSC_TRY(dsc_generate_cuda_check(name, sizeof name));
     dsc_mem_pool *pool = NULL;
     DSC_TRY(make_pool(&pool));
     dsc_status rc = run(m, pool, positions, prompts, n, o, out, st);
@@ -215,14 +215,14 @@ static dsc_status no_cuda(void) {
                      "CUDA toolkit on PATH, or generate on the CPU (--device cpu)");
 }
 
-dsc_status dsc__generate_cuda_check(char *name, size_t cap) {
+dsc_status dsc_generate_cuda_check(char *name, size_t cap) {
     if (cap) name[0] = '\0';
     return no_cuda();
 }
 
-dsc_status dsc__generate_run_cuda(const dsc__gen_model *m, const dsc_gen_prompt *prompts, int n,
-                                  const dsc_gen_opts *o, dsc_gen_output *out,
-                                  dsc_gen_stats *stats) {
+dsc_status dsc_generate_run_cuda(const dsc_gen_model *m, const dsc_gen_prompt *prompts, int n,
+                                 const dsc_gen_opts *o, dsc_gen_output *out,
+                                 dsc_gen_stats *stats) {
     return no_cuda();
 }
 

@@ -10,7 +10,7 @@
 #include "dsc/memory.h"     // dsc_mem_*
 #include "engine/hybrid.h"  // dsc__engine_*
 #include "dsc/model.h"      // dsc_model_*
-#include "infer/generate.h" // dsc__generate_run
+#include "infer/generate.h" // dsc_generate_run
 
 // ---- the caches kept between calls (release_inference_cache false) ----
 
@@ -237,23 +237,23 @@ static dsc_status run(layout *ly, const dsc_gen_prompt *prompts, int n, const ds
     const dsc_config *cfg = dsc_engine_config(ly->eng);
     int64_t bound = cfg->hybrid_engine.max_out_tokens;
     int context = dsc_model_describe(ly->model)->max_seq_len;
-    dsc__gen_model m = {.model = ly->model,
-                        .params = ly->params,
-                        .tp = {ly->tp_rank, ly->tp, ly->tp > 1 ? dsc__engine_comm(ly->eng) : NULL},
-                        .max_positions = bound <= 0        ? 0
+    dsc_gen_model m = {.model = ly->model,
+                       .params = ly->params,
+                       .tp = {ly->tp_rank, ly->tp, ly->tp > 1 ? dsc__engine_comm(ly->eng) : NULL},
+                       .max_positions = bound <= 0        ? 0
                                          : bound < context ? (int)bound
                                                            : context};
     dsc_model_kv *kv = kept_take(ly->eng);
     dsc_status rc;
     if (ly->tp == 1) {
-        rc = dsc__generate_run(&m, &kv, prompts, n, o, out, st);
+        rc = dsc_generate_run(&m, &kv, prompts, n, o, out, st);
     } else { // the whole group's prompts, then this rank's outputs
         group_prompts gp = {0};
         dsc_gen_output *all = NULL;
         rc = gather_prompts(m.tp.comm, prompts, n, &gp);
         if (rc == DSC_OK && !(all = calloc((size_t)gp.n, sizeof *all)))
             rc = dsc__fail(DSC_ERR_OOM, "generate: out of memory");
-        if (rc == DSC_OK) rc = dsc__generate_run(&m, &kv, gp.p, gp.n, o, all, st);
+        if (rc == DSC_OK) rc = dsc_generate_run(&m, &kv, gp.p, gp.n, o, all, st);
         if (rc == DSC_OK) {
             memcpy(out, all + gp.first, (size_t)n * sizeof *out);
             dsc_gen_output_free(all, gp.first);

@@ -1,6 +1,6 @@
 // monitor/flops_profiler.c - the flops profiler's report, laid out as DeepSpeed's
 // FlopsProfiler.print_model_profile: summary, top modules per depth, detailed tree.
-#include "monitor/flops_profiler.h"
+#include "dsc/monitor.h"
 
 #include <errno.h>  // errno
 #include <stdlib.h> // calloc, free
@@ -31,14 +31,14 @@ static const char *duration(double s, char *buf, size_t cap) {
 }
 
 // Index just past the subtree of module i.
-static int subtree_end(const dsc__prof_module *m, int n, int i) {
+static int subtree_end(const dsc_prof_module *m, int n, int i) {
     int j = i + 1;
     while (j < n && m[j].depth > m[i].depth) j++;
     return j;
 }
 
 // A parent's latency: the sum of its leaves (parents of this tree do no work of their own).
-static void fill_latency(dsc__prof_module *m, int n) {
+static void fill_latency(dsc_prof_module *m, int n) {
     for (int i = n - 1; i >= 0; i--) {
         int end = subtree_end(m, n, i);
         if (end == i + 1) continue;
@@ -52,7 +52,7 @@ static void row(FILE *f, const char *label, const char *value) {
     fprintf(f, "%-60s  %s\n", label, value);
 }
 
-static void summary(FILE *f, const dsc__prof_summary *s, const dsc__prof_module *root) {
+static void summary(FILE *f, const dsc_prof_summary *s, const dsc_prof_module *root) {
     char b[64];
     double fl = root->fwd_flops, fb = s->fwd_s + s->bwd_s;
     fprintf(f, "\n-------------------------- DeepSpeed Flops Profiler "
@@ -124,7 +124,7 @@ static void top_list(FILE *f, agg *a, int na, int key, int64_t top) {
     free(used);
 }
 
-static void aggregated(FILE *f, const dsc__prof_module *m, int n, const dsc__prof_opts *o) {
+static void aggregated(FILE *f, const dsc_prof_module *m, int n, const dsc_prof_opts *o) {
     int maxd = 0;
     for (int i = 0; i < n; i++) maxd = m[i].depth > maxd ? m[i].depth : maxd;
     if (o->module_depth >= 0 && o->module_depth < maxd) maxd = (int)o->module_depth;
@@ -151,8 +151,8 @@ static void aggregated(FILE *f, const dsc__prof_module *m, int n, const dsc__pro
     free(a);
 }
 
-static void detailed(FILE *f, const dsc__prof_module *m, int n, const dsc__prof_opts *o) {
-    const dsc__prof_module *r = &m[0];
+static void detailed(FILE *f, const dsc_prof_module *m, int n, const dsc_prof_opts *o) {
+    const dsc_prof_module *r = &m[0];
     fprintf(f, "\n------------------------------ Detailed Profile per GPU "
                "------------------------------\n");
     fprintf(f, "Each module profile is listed after its name in the following order:\nparams, "
@@ -178,8 +178,8 @@ static void detailed(FILE *f, const dsc__prof_module *m, int n, const dsc__prof_
     fprintf(f, ")\n");
 }
 
-dsc_status dsc__flops_profile_write(FILE *f, const dsc__prof_summary *s, dsc__prof_module *mods,
-                                    int n, const dsc__prof_opts *o) {
+dsc_status dsc_flops_profile_write(FILE *f, const dsc_prof_summary *s, dsc_prof_module *mods,
+                                   int n, const dsc_prof_opts *o) {
     if (!f || !s || !mods || n < 1 || !o)
         return dsc__fail(DSC_ERR_INVALID_ARG, "flops profiler: nothing to report");
     fill_latency(mods, n);

@@ -1,4 +1,4 @@
-// The GPU decoder (cuda/gpt2_decode.h) and GPU generation (dsc__generate_run_cuda) against the CPU.
+// The GPU decoder (cuda/gpt2_decode.h) and GPU generation (dsc_generate_run_cuda) against the CPU.
 //
 // (a) Logits: a small random GPT-2 (2 layers, 128 channels, vocabulary 1000, context 256), three
 //     rows with prompts of 5, 150 and 77 tokens (150 > the 128 keys one pass of the attention
@@ -29,7 +29,7 @@
 extern "C" {
 #include "base/time.h"        // dsc_now
 #include "cuda/gpt2_decode.h" // dsc_gpt2_decode_*
-#include "infer/generate.h"   // dsc__generate_run_cuda, dsc__generate_run
+#include "infer/generate.h"   // dsc_generate_run_cuda, dsc_generate_run
 #include "infer/sample.h"     // dsc__sample
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_* (CPU reference)
 #include "model/gpt2/model.h" // dsc__model_gpt2_create
@@ -260,13 +260,13 @@ static std::vector<std::vector<trace_top>> read_trace(FILE *f, int n) {
     return t;
 }
 
-typedef dsc_status (*gen_fn)(const dsc__gen_model *, const dsc_gen_prompt *, int,
+typedef dsc_status (*gen_fn)(const dsc_gen_model *, const dsc_gen_prompt *, int,
                              const dsc_gen_opts *, dsc_gen_output *, dsc_gen_stats *);
 
-static dsc_status run_cpu(const dsc__gen_model *m, const dsc_gen_prompt *p, int n,
+static dsc_status run_cpu(const dsc_gen_model *m, const dsc_gen_prompt *p, int n,
                           const dsc_gen_opts *o, dsc_gen_output *out, dsc_gen_stats *st) {
     dsc_model_kv *kv = NULL;
-    dsc_status rc = dsc__generate_run(m, &kv, p, n, o, out, st);
+    dsc_status rc = dsc_generate_run(m, &kv, p, n, o, out, st);
     dsc_model_kv_destroy(kv);
     return rc;
 }
@@ -277,7 +277,7 @@ static std::vector<std::vector<int32_t>> generate(gen_fn fn, const host_model &h
     int n = (int)prompts.size();
     dsc_model *model = NULL;
     DS(dsc__model_gpt2_create(&model, &hm.c));
-    dsc__gen_model gm = {};
+    dsc_gen_model gm = {};
     gm.model = model, gm.params = (float *const *)hm.p.data(), gm.tp = {0, 1, NULL};
     gm.trace = trace;
     std::vector<dsc_gen_prompt> p;
@@ -346,9 +346,9 @@ static void test_greedy(void) {
                 printf("FATAL: tmpfile\n");
                 exit(1);
             }
-            auto cached = generate(dsc__generate_run_cuda, m, prompts, o, NULL);
+            auto cached = generate(dsc_generate_run_cuda, m, prompts, o, NULL);
             o.no_cache = true;
-            auto nocache = generate(dsc__generate_run_cuda, m, prompts, o, tn);
+            auto nocache = generate(dsc_generate_run_cuda, m, prompts, o, tn);
             o.no_cache = false;
             auto cpu = generate(run_cpu, m, prompts, o, tc);
             int k = kind == PEAKED ? 0 : 1;
@@ -386,10 +386,10 @@ static void test_sampling(void) {
     std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {40, 50, 60, 70, 80, 90, 100}};
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0.9f, o.top_k = 20, o.top_p = 0.95f, o.seed = 77, o.max_new_tokens = 24;
-    auto a = generate(dsc__generate_run_cuda, m, prompts, o, NULL);
-    auto b = generate(dsc__generate_run_cuda, m, prompts, o, NULL);
+    auto a = generate(dsc_generate_run_cuda, m, prompts, o, NULL);
+    auto b = generate(dsc_generate_run_cuda, m, prompts, o, NULL);
     o.seed = 78;
-    auto d = generate(dsc__generate_run_cuda, m, prompts, o, NULL);
+    auto d = generate(dsc_generate_run_cuda, m, prompts, o, NULL);
     o.seed = 77;
     check_true("sampling on the GPU: the same seed repeats", a == b);
     check_true("sampling on the GPU: another seed differs", a != d);

@@ -15,7 +15,7 @@
 #include "dsc/engine.h"       // dsc_engine_*
 #include "dsc/generate.h"     // dsc_generate
 #include "dsc/memory.h"       // dsc_memory_stats
-#include "infer/generate.h"   // dsc__generate_run
+#include "infer/generate.h"   // dsc_generate_run
 #include "infer/sample.h"     // dsc__sample
 #include "model/gpt2/gpt2.h"  // dsc_gpt2_*
 #include "model/gpt2/model.h" // dsc__model_gpt2_create
@@ -139,9 +139,9 @@ static void reference(const model *m, const int32_t *prompt, int len, int n_new,
 
 static dsc_status run(const model *m, const dsc_gen_prompt *p, int n, const dsc_gen_opts *o,
                       dsc_gen_output *out, dsc_gen_stats *st) {
-    dsc__gen_model gm = {.model = the_model(), .params = m->p, .tp = {0, 1, NULL}};
+    dsc_gen_model gm = {.model = the_model(), .params = m->p, .tp = {0, 1, NULL}};
     dsc_model_kv *kv = NULL;
-    dsc_status rc = dsc__generate_run(&gm, &kv, p, n, o, out, st);
+    dsc_status rc = dsc_generate_run(&gm, &kv, p, n, o, out, st);
     dsc_model_kv_destroy(kv);
     return rc;
 }

@@ -16,9 +16,8 @@
 #include "dsc/comm.h"               // dsc_comm_log_*
 #include "dsc/config.h"             // dsc_config_load_string
 #include "dsc/memory.h"             // dsc_mem_*
-#include "dsc/monitor.h"            // dsc_monitor_*
+#include "dsc/monitor.h"            // dsc_monitor_*, dsc_flops_profile_write
 #include "model/gpt2/gpt2.h"        // dsc_gpt2_modules
-#include "monitor/flops_profiler.h" // dsc__flops_profile_write
 
 // Every model: 3 x the root's forward FLOPs is the trainer's MFU numerator, exactly; the
 // parameters are the model's; each parent holds the sums of its children.
@@ -98,16 +97,16 @@ static bool has_row(const char *out, const char *label, const char *value) {
 }
 
 static void test_profile_report(void **state) {
-    dsc__prof_module m[] = {
+    dsc_prof_module m[] = {
         {"model", "Net", 0, 300, 6e9, 0},      {"model.a", "Block", 1, 100, 2e9, 0},
         {"model.a.x", "Linear", 2, 100, 2e9, 0.001}, {"model.b", "Block", 1, 200, 4e9, 0.003},
     };
-    dsc__prof_summary s = {.step = 3, .world = 2, .dp = 2, .mp = 1, .batch_per_rank = 8,
-                           .fwd_s = 0.004, .bwd_s = 0.008, .step_s = 0.001, .iter_s = 0.013};
-    dsc__prof_opts o = {.module_depth = -1, .top_modules = 1, .detailed = true};
+    dsc_prof_summary s = {.step = 3, .world = 2, .dp = 2, .mp = 1, .batch_per_rank = 8,
+                          .fwd_s = 0.004, .bwd_s = 0.008, .step_s = 0.001, .iter_s = 0.013};
+    dsc_prof_opts o = {.module_depth = -1, .top_modules = 1, .detailed = true};
     FILE *f = tmpfile();
     assert_non_null(f);
-    assert_int_equal(dsc__flops_profile_write(f, &s, m, 4, &o), DSC_OK);
+    assert_int_equal(dsc_flops_profile_write(f, &s, m, 4, &o), DSC_OK);
     assert_true(fabs(m[0].latency_s - 0.004) < 1e-12); // parents: sums of children
     char *out = read_all(f);
     assert_non_null(strstr(out, "Profile Summary at step 3:"));
@@ -123,8 +122,8 @@ static void test_profile_report(void **state) {
     free(out);
     fclose(f);
     f = tmpfile();
-    o = (dsc__prof_opts){.module_depth = 1, .top_modules = 0, .detailed = true};
-    assert_int_equal(dsc__flops_profile_write(f, &s, m, 4, &o), DSC_OK);
+    o = (dsc_prof_opts){.module_depth = 1, .top_modules = 0, .detailed = true};
+    assert_int_equal(dsc_flops_profile_write(f, &s, m, 4, &o), DSC_OK);
     out = read_all(f);
     assert_null(strstr(out, "(x): Linear")); // deeper than module_depth
     assert_null(strstr(out, "Aggregated Profile"));
