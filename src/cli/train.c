@@ -864,7 +864,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     // position ids reach the CPU model only: auto picks it for --restart-positions
     if (o->restart_positions && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
 
-    // a model the GPU trainer lacks (every family but GPT-2 for now) trains on the CPU
+    // a model without device passes (a registered family may have none) trains on the CPU
     bool gpu_model = dsc_device_model_ok(t->model);
     if (!gpu_model && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
 

@@ -1,4 +1,4 @@
-// cli/train.h - the reference GPT-2 trainer behind `dsc train`.
+// cli/train.h - the trainer behind `dsc train`: any model the registry makes, on the CPU or a GPU.
 #ifndef DSC_CLI_TRAIN_H
 #define DSC_CLI_TRAIN_H
 
@@ -9,7 +9,7 @@ typedef struct train_opts {
     const char *model;        // model spec ("d4", "gpt2-124M", ...)
     const char *data;         // data folder or shard; NULL = the built-in default data
     const char *out;          // run directory
-    const char *init_weights; // safetensors with Hugging Face GPT-2 names, or NULL
+    const char *init_weights; // safetensors with the model's Hugging Face names, or NULL
     const char *dump_grads;   // safetensors to write the first step's gradients to, or NULL
     const char *dump_weights; // safetensors to write the final fp32 weights to, or NULL
     const char *prompt;       // text the closing sample starts from
