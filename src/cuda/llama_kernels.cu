@@ -3,7 +3,7 @@
 #include "cuda/llama_kernels.h"
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8_16, dsc_pack8_16, dsc_warp_sum, ...
-#include "cuda/kernels.h"  // dsc__cuda_token_sort, dsc__cuda_token_sort_scratch
+#include "cuda/kernels.h"  // dsc__cuda_token_sort, dsc__cuda_reduce_columns, ...
 
 // Threads per block of each family; all multiples of 64 so that AMD wavefronts divide them.
 #define ELEM_THREADS 256 // elementwise passes: embedding, RoPE, SwiGLU (eight values a thread)
@@ -11,8 +11,6 @@
 #define RMS_REG_MAX 8    // rows of up to 8 chunks of 8 channels a lane live in registers
 #define RMSB_THREADS 128 // RMSNorm backward: one warp per row
 #define RMSB_ROWS 32     // rows per partial sum of the RMSNorm weight gradient
-#define RED_X 32         // columns per block of the partial-sum reduction
-#define RED_Y 16         // lanes along the chunks
 
 static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 
@@ -334,24 +332,6 @@ __global__ void __launch_bounds__(RMSB_THREADS)
     }
 }
 
-// acc (ncols) += (add) or = the column sums of part (nchunks, ncols), chunks in a fixed order:
-// RED_Y lanes each take every RED_Y-th chunk, then the lanes are added in order.
-__global__ void __launch_bounds__(RED_X *RED_Y)
-    rms_reduce_kernel(float *acc, const float *part, int nchunks, int ncols, bool add) {
-    __shared__ float sh[RED_Y][RED_X + 1];
-    int c = blockIdx.x * RED_X + threadIdx.x;
-    float s = 0.0f;
-    if (c < ncols)
-        for (int k = threadIdx.y; k < nchunks; k += RED_Y)
-            s += part[(size_t)k * ncols + c];
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= ncols) return;
-    for (int y = 1; y < RED_Y; y++)
-        s += sh[y][threadIdx.x];
-    acc[c] = add ? acc[c] + s : s;
-}
-
 extern "C" size_t dsc__cuda_rmsnorm_backward_scratch(int64_t N, int C) {
     return (size_t)((N + RMSB_ROWS - 1) / RMSB_ROWS) * (size_t)C;
 }
@@ -410,10 +390,8 @@ extern "C" dsc_status dsc__cuda_rmsnorm_backward_h(uint16_t *dx, float *dw, floa
             "rmsnorm backward: shared memory limit");
     k<<<nchunks, threads, smem, st>>>(dx, scratch, dout, x, w, rstd, N, C);
     DSC_CUDA_LAUNCHED("rms_bwd_kernel");
-    rms_reduce_kernel<<<(C + RED_X - 1) / RED_X, dim3(RED_X, RED_Y), 0, st>>>(dw, scratch, nchunks,
-                                                                              C, add);
-    DSC_CUDA_LAUNCHED("rms_reduce_kernel");
-    return DSC_OK;
+    // dw (C) += (add) or = the chunks' partial sums, in chunk order: the shared column reduction
+    return dsc__cuda_reduce_columns(dw, scratch, nchunks, C, add, stream);
 }
 
 // ---- rotary position embeddings ----
