@@ -14,6 +14,7 @@
 
 #include "cuda/attention.h"    // dsc__cuda_attention_forward
 #include "cuda/common.cuh"     // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
+#include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
 #include "cuda/devbuf.h"       // dsc__cuda_buf_*
 #include "cuda/gpt2_cuda.h"    // dsc_gpt2_cuda_* (recompute mode)
 #include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_forward, dsc__cuda_encoder_forward
@@ -24,8 +25,6 @@
 #define ATT_GROUP 8      // lanes per key row: 8 x 8 bf16 = 64 channels, one 16-byte load each
 #define ATT_UNROLL 4     // key rows per lane group and iteration (loads in flight)
 #define ELEM_THREADS 256 // gathers, embeddings, cache stores
-#define ARGMAX_THREADS 256
-#define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
 
 // The twelve tensors of a layer, in table order (as model/gpt2/gpt2.c).
 // clang-format off
@@ -132,33 +131,6 @@ __global__ void gather_logits_kernel(float *dst, const uint16_t *src, const int3
     if (i >= (long long)n * V) return;
     int b = (int)(i / V), v = (int)(i % V);
     dst[(size_t)b * ldd + v] = dsc_bf16_f32(src[((size_t)b * T + pos[b]) * lds + v]);
-}
-
-// out[b] = the column of the largest value of row b (n, ld) over [0, V), the lowest on ties;
-// NaN never wins (as dsc__sample's argmax, which only replaces on a strictly larger value: the
-// two agree unless NaN is at column 0). One block per row, a fixed-order tree in shared memory.
-__global__ void argmax_kernel(int32_t *out, const float *logits, int V, int ld) {
-    __shared__ float sv[ARGMAX_THREADS];
-    __shared__ int si[ARGMAX_THREADS];
-    const float *row = logits + (size_t)blockIdx.x * ld;
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = row[v];
-        if (x > bv || (x == bv && v < bi)) bv = x, bi = v;
-    }
-    sv[threadIdx.x] = bv, si[threadIdx.x] = bi;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) {
-            float ov = sv[threadIdx.x + s];
-            int oi = si[threadIdx.x + s];
-            if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x]))
-                sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = si[0] < V ? si[0] : 0;
 }
 
 // Shared memory of the decode attention: scores (max_len, padded), partial outputs of every lane
@@ -293,9 +265,7 @@ static dsc_status kv_store(dsc_gpt2_decode *d, int l, const uint16_t *qkv, int n
 }
 
 static dsc_status argmax(dsc_gpt2_decode *d, int n) {
-    argmax_kernel<<<n, ARGMAX_THREADS, 0, d->st>>>(d->chosen, d->logits, d->c.vocab_size, d->Vp);
-    DSC_CUDA_LAUNCHED("argmax_kernel");
-    return DSC_OK;
+    return dsc__cuda_decode_argmax(d->chosen, d->logits, n, d->c.vocab_size, d->Vp, d->st);
 }
 
 // ---- products ----
@@ -487,7 +457,7 @@ extern "C" dsc_status dsc_gpt2_decode_create(dsc_gpt2_decode **out, const dsc_gp
     if (!d) return dsc__fail(DSC_ERR_OOM, "gpt2 decode create: out of host memory");
     d->c = *c;
     d->B = o->batch, d->max_len = o->max_len;
-    d->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+    d->Vp = dsc__cuda_decode_logits_ld(c->vocab_size);
     d->nt = dsc_gpt2_num_tensors(c);
     d->recompute = o->recompute;
     const char *env = dsc__env(DSC_ENV_GEN_GRAPH);
@@ -551,11 +521,7 @@ static dsc_status check_params(const dsc_gpt2_decode *d, const uint16_t *const *
 }
 
 static dsc_status check_token(const dsc_gpt2_decode *d, int32_t tok, int b, int t) {
-    if (tok >= 0 && tok < d->c.vocab_size) return DSC_OK;
-    return dsc__fail(DSC_ERR_INVALID_ARG,
-                     "gpt2 decode: token %d of row %d (position %d) is outside the vocabulary "
-                     "[0, %d); check the tokenizer",
-                     tok, b, t, d->c.vocab_size);
+    return dsc__cuda_decode_check_token("gpt2 decode", tok, d->c.vocab_size, b, t);
 }
 
 // The pinned input buffer is rewritten only once the previous inputs' copy has run.
@@ -738,25 +704,17 @@ extern "C" dsc_status dsc_gpt2_decode_step(dsc_gpt2_decode *d, const uint16_t *c
 extern "C" dsc_status dsc_gpt2_decode_argmax(dsc_gpt2_decode *d, int32_t *tokens) {
     DSC_CUDA_ARG(d && tokens, "gpt2 decode argmax: decoder and output must be set");
     DSC_CUDA_ARG(d->n > 0, "gpt2 decode argmax: no prefill or step has run (or the last failed)");
-    int32_t *h = d->h_io + 2 * d->B;
-    DSC_CUDA_TRY(
-        cudaMemcpyAsync(h, d->chosen, sizeof(int32_t) * d->n, cudaMemcpyDeviceToHost, d->st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(d->st));
-    d->io_pending = false;
-    memcpy(tokens, h, sizeof(int32_t) * d->n);
+    DSC_TRY(dsc__cuda_decode_tokens_read(tokens, d->h_io + 2 * d->B, d->chosen, d->n, d->st));
+    d->io_pending = false; // the read waited for the stream
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc_gpt2_decode_logits(dsc_gpt2_decode *d, float *logits) {
     DSC_CUDA_ARG(d && logits, "gpt2 decode logits: decoder and output must be set");
     DSC_CUDA_ARG(d->n > 0, "gpt2 decode logits: no prefill or step has run (or the last failed)");
-    size_t V = (size_t)d->c.vocab_size;
-    DSC_CUDA_TRY(cudaMemcpyAsync(d->h_logits, d->logits, sizeof(float) * d->n * d->Vp,
-                                 cudaMemcpyDeviceToHost, d->st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(d->st));
-    d->io_pending = false;
-    for (int b = 0; b < d->n; b++)
-        memcpy(logits + b * V, d->h_logits + (size_t)b * d->Vp, sizeof(float) * V);
+    DSC_TRY(dsc__cuda_decode_logits_read(logits, d->h_logits, d->logits, d->n, d->c.vocab_size,
+                                         d->Vp, d->st));
+    d->io_pending = false; // the read waited for the stream
     return DSC_OK;
 }
 

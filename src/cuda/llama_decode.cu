@@ -15,14 +15,13 @@ extern "C" {
 }
 
 #include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG, dsc_block_*, dsc_warp_sum
+#include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
 #include "cuda/devbuf.h"        // dsc__cuda_buf_*
 #include "cuda/llama_kernels.h" // dsc__cuda_embed_forward_h, dsc__cuda_rmsnorm_forward_h, ...
 #include "cuda/matmul.h"        // dsc__cuda_gemm
 
 #define ATT_THREADS 128  // row attention: threads per (row, query head)
 #define ELEM_THREADS 256 // gathers, cache stores
-#define ARGMAX_THREADS 256
-#define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
 
 struct dsc_llama_decode {
     dsc_llama_config c;
@@ -133,32 +132,6 @@ static __global__ void gather_rows_kernel(uint4 *dst, const uint4 *src, const in
     dst[i] = src[(size_t)out[b] * C8 + c8];
 }
 
-// out[b] = the column of the largest value of row b (n, ld) over [0, V), the lowest on ties (NaN
-// never wins); one block per row, a fixed-order tree in shared memory.
-static __global__ void argmax_kernel(int32_t *out, const float *logits, int V, int ld) {
-    __shared__ float sv[ARGMAX_THREADS];
-    __shared__ int si[ARGMAX_THREADS];
-    const float *row = logits + (size_t)blockIdx.x * ld;
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = row[v];
-        if (x > bv || (x == bv && v < bi)) bv = x, bi = v;
-    }
-    sv[threadIdx.x] = bv, si[threadIdx.x] = bi;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) {
-            float ov = sv[threadIdx.x + s];
-            int oi = si[threadIdx.x + s];
-            if (ov > sv[threadIdx.x] || (ov == sv[threadIdx.x] && oi < si[threadIdx.x]))
-                sv[threadIdx.x] = ov, si[threadIdx.x] = oi;
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = si[0] < V ? si[0] : 0;
-}
-
 // Shared memory of the row attention: scores (max_len, padded), q (HD), reduction scratch.
 static size_t att_smem(int max_len, int HD) {
     return ((size_t)(max_len + 3) / 4 * 4 + (size_t)HD + DSC_MAX_WARPS) * sizeof(float);
@@ -250,9 +223,7 @@ static dsc_status head(dsc_llama_decode *d, const uint16_t *const *p, int n) {
     g.A = d->lno, g.lda = C, g.B = p[dsc__llama_head_tensor(c)], g.ldb = C;
     g.D = d->logits, g.ldd = d->Vp, g.d_fp32 = 1, g.alpha = 1.0f;
     DSC_TRY(dsc__cuda_gemm(d->blas, &g, d->st));
-    argmax_kernel<<<n, ARGMAX_THREADS, 0, d->st>>>(d->chosen, d->logits, c->vocab_size, d->Vp);
-    DSC_CUDA_LAUNCHED("argmax_kernel");
-    return DSC_OK;
+    return dsc__cuda_decode_argmax(d->chosen, d->logits, n, c->vocab_size, d->Vp, d->st);
 }
 
 // ---- allocation ----
@@ -385,7 +356,7 @@ extern "C" dsc_status dsc_llama_decode_create(dsc_llama_decode **out, const dsc_
     if (!d) return dsc__fail(DSC_ERR_OOM, "llama decode create: out of host memory");
     d->c = *c;
     d->B = o->batch, d->max_len = o->max_len;
-    d->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+    d->Vp = dsc__cuda_decode_logits_ld(c->vocab_size);
     d->nt = dsc_llama_num_tensors(c);
     d->QD = c->n_head * c->head_dim, d->KD = c->n_kv_head * c->head_dim;
     d->QKV = d->QD + 2 * d->KD;
@@ -438,11 +409,7 @@ static dsc_status check_params(const dsc_llama_decode *d, const uint16_t *const 
 }
 
 static dsc_status check_token(const dsc_llama_decode *d, int32_t tok, int b, int t) {
-    if (tok >= 0 && tok < d->c.vocab_size) return DSC_OK;
-    return dsc__fail(DSC_ERR_INVALID_ARG,
-                     "llama decode: token %d of row %d (position %d) is outside the vocabulary "
-                     "[0, %d); check the tokenizer",
-                     tok, b, t, d->c.vocab_size);
+    return dsc__cuda_decode_check_token("llama decode", tok, d->c.vocab_size, b, t);
 }
 
 // Rows (b, t) for t in [from[b], upto[b]] of each sequence b < n, tokens from tok(b, t); each
@@ -560,24 +527,15 @@ extern "C" dsc_status dsc_llama_decode_argmax(dsc_llama_decode *d, int32_t *toke
     DSC_CUDA_ARG(d && tokens, "llama decode argmax: decoder and output must be set");
     DSC_CUDA_ARG(d->n > 0, "llama decode argmax: no prefill or step has run (or the last "
                            "failed)");
-    DSC_CUDA_TRY(cudaMemcpyAsync(d->h_chosen, d->chosen, sizeof(int32_t) * d->n,
-                                 cudaMemcpyDeviceToHost, d->st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(d->st));
-    memcpy(tokens, d->h_chosen, sizeof(int32_t) * d->n);
-    return DSC_OK;
+    return dsc__cuda_decode_tokens_read(tokens, d->h_chosen, d->chosen, d->n, d->st);
 }
 
 extern "C" dsc_status dsc_llama_decode_logits(dsc_llama_decode *d, float *logits) {
     DSC_CUDA_ARG(d && logits, "llama decode logits: decoder and output must be set");
     DSC_CUDA_ARG(d->n > 0, "llama decode logits: no prefill or step has run (or the last "
                            "failed)");
-    size_t V = (size_t)d->c.vocab_size;
-    DSC_CUDA_TRY(cudaMemcpyAsync(d->h_logits, d->logits, sizeof(float) * d->n * d->Vp,
-                                 cudaMemcpyDeviceToHost, d->st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(d->st));
-    for (int b = 0; b < d->n; b++)
-        memcpy(logits + b * V, d->h_logits + (size_t)b * d->Vp, sizeof(float) * V);
-    return DSC_OK;
+    return dsc__cuda_decode_logits_read(logits, d->h_logits, d->logits, d->n, d->c.vocab_size,
+                                        d->Vp, d->st);
 }
 
 // ---- the model interface's decoder (struct dsc_model_decode_ops) ----
