@@ -248,14 +248,8 @@ extern "C" const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld)
 static dsc_status mm_forward(dsc_gpt2_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int lda,
                              const uint16_t *w, const uint16_t *bias, const uint16_t *resid,
                              int rows, int IC, int OC, int epi, uint16_t *aux) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.M = rows, g.N = OC, g.K = IC;
-    g.A = inp, g.lda = lda, g.B = w, g.ldb = OC, g.D = out, g.ldd = ldo;
-    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
-    g.epilogue = epi != DSC_CUDA_EPI_NONE ? epi : (bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE);
-    g.bias = bias, g.aux = aux, g.ldaux = OC, g.fp16 = m->fp16;
-    return dsc__cuda_gemm(m->blas, &g, m->st);
+    return dsc__cuda_mm_forward(m->blas, out, ldo, inp, lda, w, bias, resid, rows, IC, OC, epi, aux,
+                                m->fp16, m->st);
 }
 
 // dinp (rows, IC; row stride ldo) = dout (rows, OC; row stride ldd) @ w^T, w (IC, OC); with

@@ -271,17 +271,12 @@ static dsc_status argmax(dsc_gpt2_decode *d, int n) {
 // ---- products ----
 
 // out (rows, OC) = inp (rows, IC) @ w (IC, OC) + bias [+ resid, which may be out]; GELU_BIAS
-// puts the pre-activation in aux.
+// puts the pre-activation in aux. epi is BIAS or GELU_BIAS (the training forward's product, bf16).
 static dsc_status mm(dsc_gpt2_decode *d, uint16_t *out, const uint16_t *inp, const uint16_t *w,
                      const uint16_t *bias, const uint16_t *resid, int rows, int IC, int OC,
                      int epi, uint16_t *aux) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.M = rows, g.N = OC, g.K = IC;
-    g.A = inp, g.lda = IC, g.B = w, g.ldb = OC, g.D = out, g.ldd = OC;
-    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = OC;
-    g.epilogue = epi, g.bias = bias, g.aux = aux, g.ldaux = OC;
-    return dsc__cuda_gemm(d->blas, &g, d->st);
+    return dsc__cuda_mm_forward(d->blas, out, OC, inp, IC, w, bias, resid, rows, IC, OC, epi, aux,
+                                0, d->st);
 }
 
 // fcg = GELU(ln @ w_fc + b_fc) with the pre-activation in fch: the GELU in the product's epilogue

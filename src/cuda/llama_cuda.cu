@@ -224,14 +224,8 @@ static void set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
 static dsc_status linear(llama_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int ldi,
                          const uint16_t *w, const uint16_t *bias, const uint16_t *resid, int rows,
                          int IN, int OUT) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1, g.M = rows, g.N = OUT, g.K = IN;
-    g.A = inp, g.lda = ldi, g.B = w, g.ldb = IN, g.D = out, g.ldd = ldo;
-    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
-    g.epilogue = bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE, g.bias = bias;
-    g.fp16 = m->fp16;
-    return dsc__cuda_gemm(m->blas, &g, m->st);
+    return dsc__cuda_linear_forward(m->blas, out, ldo, inp, ldi, w, bias, resid, rows, IN, OUT,
+                                    m->fp16, m->st);
 }
 
 // dinp (rows, IN; stride ldo) = dout (rows, OUT; stride ldd) @ w (OUT, IN), or += when acc.

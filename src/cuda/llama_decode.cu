@@ -143,13 +143,8 @@ static size_t att_smem(int max_len, int HD) {
 static dsc_status linear(dsc_llama_decode *d, uint16_t *out, int ldo, const uint16_t *inp,
                          const uint16_t *w, const uint16_t *bias, const uint16_t *resid, int rows,
                          int IN, int OUT) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1, g.M = rows, g.N = OUT, g.K = IN;
-    g.A = inp, g.lda = IN, g.B = w, g.ldb = IN, g.D = out, g.ldd = ldo;
-    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
-    g.epilogue = bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE, g.bias = bias;
-    return dsc__cuda_gemm(d->blas, &g, d->st);
+    return dsc__cuda_linear_forward(d->blas, out, ldo, inp, IN, w, bias, resid, rows, IN, OUT, 0,
+                                    d->st);
 }
 
 static const uint16_t *bias_of(const dsc_llama_decode *d, const uint16_t *const *p, int l,

@@ -2,6 +2,7 @@
 #include "cuda/matmul.h"
 
 #include <stdlib.h> // calloc, free
+#include <string.h> // memset
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, vendor names
 #include "cuda/devbuf.h"   // dsc__cuda_buf_*
@@ -303,3 +304,35 @@ extern "C" dsc_status dsc__cuda_gemm(dsc_cuda_blas *h, const dsc_cuda_gemm *g, v
 }
 
 #endif
+
+// ---- the families' forward products ----
+
+extern "C" dsc_status dsc__cuda_mm_forward(dsc_cuda_blas *h, uint16_t *out, int ldo,
+                                           const uint16_t *inp, int lda, const uint16_t *w,
+                                           const uint16_t *bias, const uint16_t *resid, int rows,
+                                           int IC, int OC, int epi, uint16_t *aux, int fp16,
+                                           void *stream) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = rows, g.N = OC, g.K = IC;
+    g.A = inp, g.lda = lda, g.B = w, g.ldb = OC, g.D = out, g.ldd = ldo;
+    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
+    g.epilogue = epi != DSC_CUDA_EPI_NONE ? epi : (bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE);
+    g.bias = bias, g.aux = aux, g.ldaux = OC, g.fp16 = fp16;
+    return dsc__cuda_gemm(h, &g, stream);
+}
+
+extern "C" dsc_status dsc__cuda_linear_forward(dsc_cuda_blas *h, uint16_t *out, int ldo,
+                                               const uint16_t *inp, int ldi, const uint16_t *w,
+                                               const uint16_t *bias, const uint16_t *resid,
+                                               int rows, int IN, int OUT, int fp16,
+                                               void *stream) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1, g.M = rows, g.N = OUT, g.K = IN;
+    g.A = inp, g.lda = ldi, g.B = w, g.ldb = IN, g.D = out, g.ldd = ldo;
+    g.alpha = 1.0f, g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
+    g.epilogue = bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE, g.bias = bias;
+    g.fp16 = fp16;
+    return dsc__cuda_gemm(h, &g, stream);
+}

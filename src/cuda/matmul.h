@@ -63,6 +63,24 @@ typedef struct dsc_cuda_gemm {
 // the library refuses (the message names the shape), DSC_ERR_UNSUPPORTED without a vendor BLAS.
 dsc_status dsc__cuda_gemm(dsc_cuda_blas *h, const dsc_cuda_gemm *g, void *stream);
 
+// ---- the families' forward products: one filling of dsc_cuda_gemm for trainer and decoder ----
+// fp16 as the struct's field (0: bf16); the product is enqueued on stream.
+
+// GPT-2's layout, w (IC, OC): out (rows, OC; row stride ldo) = inp (rows, IC; row stride lda) @ w
+// [+ bias] [+ resid, with out's row stride; may be out]. epi DSC_CUDA_EPI_NONE becomes BIAS when
+// bias is set; GELU_BIAS puts the pre-activation in aux (rows, OC).
+dsc_status dsc__cuda_mm_forward(dsc_cuda_blas *h, uint16_t *out, int ldo, const uint16_t *inp,
+                                int lda, const uint16_t *w, const uint16_t *bias,
+                                const uint16_t *resid, int rows, int IC, int OC, int epi,
+                                uint16_t *aux, int fp16, void *stream);
+
+// nn.Linear's layout, w (OUT, IN): out (rows, OUT; row stride ldo) = inp (rows, IN; row stride
+// ldi) @ w^T [+ bias] [+ resid, with out's row stride; may be out].
+dsc_status dsc__cuda_linear_forward(dsc_cuda_blas *h, uint16_t *out, int ldo, const uint16_t *inp,
+                                    int ldi, const uint16_t *w, const uint16_t *bias,
+                                    const uint16_t *resid, int rows, int IN, int OUT, int fp16,
+                                    void *stream);
+
 #ifdef __cplusplus
 }
 #endif
