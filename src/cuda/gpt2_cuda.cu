@@ -269,20 +269,15 @@ static dsc_status mm_dinp(dsc_gpt2_cuda *m, uint16_t *dinp, int ldo, const uint1
 // dw (IC, OC) fp32 += inp^T @ dout, inp (rows, IC; stride lda), dout (rows, OC; stride ldd).
 static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, int lda,
                              const uint16_t *dout, int ldd, int rows, int IC, int OC) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_a = 1, g.M = IC, g.N = OC, g.K = rows;
-    g.A = inp, g.lda = lda, g.B = dout, g.ldb = ldd, g.D = dw, g.ldd = OC, g.d_fp32 = 1;
-    g.alpha = 1.0f, g.beta = m->fresh ? 0.0f : 1.0f, g.C = dw, g.ldc = OC, g.fp16 = m->fp16;
     // A long unaligned IC (the vocabulary: 50257 rows of the lm-head's gradient) leaves cuBLASLt
     // only older kernels (sm80-era, about 510 TFLOP/s here): the aligned rows first, the last
     // few in a small product of their own.
     int tail = IC >= 4096 ? IC % 64 : 0;
-    if (!tail) return dsc__cuda_gemm(m->blas, &g, m->st);
-    g.M = IC - tail;
-    DSC_TRY(dsc__cuda_gemm(m->blas, &g, m->st));
-    g.M = tail, g.A = inp + (IC - tail), g.D = dw + (size_t)(IC - tail) * OC, g.C = g.D;
-    return dsc__cuda_gemm(m->blas, &g, m->st);
+    DSC_TRY(dsc__cuda_mm_dweight(m->blas, dw, inp, lda, dout, ldd, rows, IC - tail, OC, m->fresh,
+                                 m->fp16, m->st));
+    if (!tail) return DSC_OK;
+    return dsc__cuda_mm_dweight(m->blas, dw + (size_t)(IC - tail) * OC, inp + (IC - tail), lda,
+                                dout, ldd, rows, tail, OC, m->fresh, m->fp16, m->st);
 }
 
 // ---- forward ----

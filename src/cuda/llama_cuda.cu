@@ -244,12 +244,8 @@ static dsc_status linear_dinp(llama_cuda *m, uint16_t *dinp, int ldo, const uint
 // stride ldi).
 static dsc_status linear_dw(llama_cuda *m, float *dw, const uint16_t *dout, int ldd,
                             const uint16_t *inp, int ldi, int rows, int IN, int OUT) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_a = 1, g.M = OUT, g.N = IN, g.K = rows;
-    g.A = dout, g.lda = ldd, g.B = inp, g.ldb = ldi, g.D = dw, g.ldd = IN, g.d_fp32 = 1;
-    g.alpha = 1.0f, g.beta = m->fresh ? 0.0f : 1.0f, g.C = dw, g.ldc = IN, g.fp16 = m->fp16;
-    return dsc__cuda_gemm(m->blas, &g, m->st);
+    return dsc__cuda_mm_dweight(m->blas, dw, dout, ldd, inp, ldi, rows, OUT, IN, m->fresh, m->fp16,
+                                m->st);
 }
 
 // ---- forward ----

@@ -336,3 +336,14 @@ extern "C" dsc_status dsc__cuda_linear_forward(dsc_cuda_blas *h, uint16_t *out, 
     g.fp16 = fp16;
     return dsc__cuda_gemm(h, &g, stream);
 }
+
+extern "C" dsc_status dsc__cuda_mm_dweight(dsc_cuda_blas *h, float *dw, const uint16_t *a, int lda,
+                                           const uint16_t *b, int ldb, int rows, int M, int N,
+                                           int fresh, int fp16, void *stream) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = 1, g.M = M, g.N = N, g.K = rows;
+    g.A = a, g.lda = lda, g.B = b, g.ldb = ldb, g.D = dw, g.ldd = N, g.d_fp32 = 1;
+    g.alpha = 1.0f, g.beta = fresh ? 0.0f : 1.0f, g.C = dw, g.ldc = N, g.fp16 = fp16;
+    return dsc__cuda_gemm(h, &g, stream);
+}

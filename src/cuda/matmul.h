@@ -81,6 +81,13 @@ dsc_status dsc__cuda_linear_forward(dsc_cuda_blas *h, uint16_t *out, int ldo, co
                                     const uint16_t *resid, int rows, int IN, int OUT, int fp16,
                                     void *stream);
 
+// A weight gradient in either layout: dw (M, N; row stride N) fp32 += a^T @ b (= when fresh),
+// a (rows, M; row stride lda), b (rows, N; row stride ldb). GPT-2: a the layer's input, b the
+// output's gradient; nn.Linear: a the output's gradient, b the input.
+dsc_status dsc__cuda_mm_dweight(dsc_cuda_blas *h, float *dw, const uint16_t *a, int lda,
+                                const uint16_t *b, int ldb, int rows, int M, int N, int fresh,
+                                int fp16, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
