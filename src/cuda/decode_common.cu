@@ -1,7 +1,7 @@
 // cuda/decode_common.cu - see decode_common.h.
 #include "cuda/decode_common.h"
 
-#include <string.h> // memcpy
+#include <string.h> // memcpy, memset
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, DSC_CUDA_LAUNCHED
 
@@ -38,6 +38,17 @@ extern "C" int dsc__cuda_decode_logits_ld(int V) {
     return (V + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
 }
 
+extern "C" dsc_status dsc__cuda_decode_head(dsc_cuda_blas *h, float *logits, int ld,
+                                            const uint16_t *ln, const uint16_t *w, int n, int C,
+                                            int V, void *stream) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1, g.M = n, g.N = V, g.K = C;
+    g.A = ln, g.lda = C, g.B = w, g.ldb = C;
+    g.D = logits, g.ldd = ld, g.d_fp32 = 1, g.alpha = 1.0f;
+    return dsc__cuda_gemm(h, &g, stream);
+}
+
 extern "C" dsc_status dsc__cuda_decode_argmax(int32_t *out, const float *logits, int n, int V,
                                               int ld, void *stream) {
     argmax_kernel<<<n, ARGMAX_THREADS, 0, (cudaStream_t)stream>>>(out, logits, V, ld);
@@ -64,6 +75,21 @@ extern "C" dsc_status dsc__cuda_decode_logits_read(float *logits, float *staging
     DSC_CUDA_TRY(cudaStreamSynchronize(st));
     for (int b = 0; b < n; b++)
         memcpy(logits + (size_t)b * V, staging + (size_t)b * ld, sizeof(float) * V);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_decode_smem_limit(const void *kernel, size_t need,
+                                                  const char *who, int max_len) {
+    if (need <= 48 * 1024) return DSC_OK;
+    int dev = 0, most = 0;
+    DSC_CUDA_TRY(cudaGetDevice(&dev));
+    DSC_CUDA_TRY(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    DSC_CUDA_ARG(need <= (size_t)most,
+                 "%s: %d positions need %zu bytes of shared memory per block for the attention "
+                 "scores, the device allows %d; generate fewer tokens",
+                 who, max_len, need, most);
+    DSC_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
     return DSC_OK;
 }
 

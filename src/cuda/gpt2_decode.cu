@@ -321,12 +321,8 @@ static dsc_status head(dsc_gpt2_decode *d, const uint16_t *const *params, int n)
     int C = d->c.n_embd, lnf = layer_tensor(d->c.n_layer, 0);
     DSC_TRY(dsc__cuda_layernorm_forward(d->s.ln, d->s.mean, d->s.rstd, d->s.x, params[lnf],
                                         params[lnf + 1], n, C, d->st));
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1, g.M = n, g.N = d->c.vocab_size, g.K = C;
-    g.A = d->s.ln, g.lda = C, g.B = params[0], g.ldb = C;
-    g.D = d->logits, g.ldd = d->Vp, g.d_fp32 = 1, g.alpha = 1.0f;
-    DSC_TRY(dsc__cuda_gemm(d->blas, &g, d->st));
+    DSC_TRY(dsc__cuda_decode_head(d->blas, d->logits, d->Vp, d->s.ln, params[0], n, C,
+                                  d->c.vocab_size, d->st));
     return argmax(d, n);
 }
 
@@ -408,19 +404,8 @@ static dsc_status check_create(const dsc_gpt2_config *c, const dsc_gpt2_decode_o
 }
 
 static dsc_status attention_smem_limit(int max_len) {
-    size_t need = att_smem(max_len);
-    if (need <= 48 * 1024) return DSC_OK;
-    int dev = 0, most = 0;
-    DSC_CUDA_TRY(cudaGetDevice(&dev));
-    DSC_CUDA_TRY(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DSC_CUDA_ARG(need <= (size_t)most,
-                 "gpt2 decode: %d positions need %zu bytes of shared memory per block for the "
-                 "attention scores, the device allows %d; generate fewer tokens",
-                 max_len, need, most);
-    DSC_CUDA_TRY(
-        cudaFuncSetAttribute(decode_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)need));
-    return DSC_OK;
+    return dsc__cuda_decode_smem_limit((const void *)decode_attention_kernel, att_smem(max_len),
+                                       "gpt2 decode", max_len);
 }
 
 static dsc_status create_buffers(dsc_gpt2_decode *d) {

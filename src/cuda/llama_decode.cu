@@ -212,12 +212,8 @@ static dsc_status head(dsc_llama_decode *d, const uint16_t *const *p, int n) {
     DSC_CUDA_LAUNCHED("gather_rows_kernel");
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(d->lno, d->rstdo, d->xo, p[dsc__llama_norm_tensor(c)],
                                         c->rms_eps, n, C, false, d->st));
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1, g.M = n, g.N = c->vocab_size, g.K = C;
-    g.A = d->lno, g.lda = C, g.B = p[dsc__llama_head_tensor(c)], g.ldb = C;
-    g.D = d->logits, g.ldd = d->Vp, g.d_fp32 = 1, g.alpha = 1.0f;
-    DSC_TRY(dsc__cuda_gemm(d->blas, &g, d->st));
+    DSC_TRY(dsc__cuda_decode_head(d->blas, d->logits, d->Vp, d->lno,
+                                  p[dsc__llama_head_tensor(c)], n, C, c->vocab_size, d->st));
     return dsc__cuda_decode_argmax(d->chosen, d->logits, n, c->vocab_size, d->Vp, d->st);
 }
 
@@ -288,18 +284,9 @@ static dsc_status upload_rope(dsc_llama_decode *d) {
 }
 
 static dsc_status attention_smem_limit(const dsc_llama_decode *d) {
-    size_t need = att_smem(d->max_len, d->c.head_dim);
-    if (need <= 48 * 1024) return DSC_OK;
-    int dev = 0, most = 0;
-    DSC_CUDA_TRY(cudaGetDevice(&dev));
-    DSC_CUDA_TRY(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    DSC_CUDA_ARG(need <= (size_t)most,
-                 "llama decode: %d positions need %zu bytes of shared memory per block for the "
-                 "attention scores, the device allows %d; generate fewer tokens",
-                 d->max_len, need, most);
-    DSC_CUDA_TRY(cudaFuncSetAttribute(row_attention_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
-    return DSC_OK;
+    return dsc__cuda_decode_smem_limit((const void *)row_attention_kernel,
+                                       att_smem(d->max_len, d->c.head_dim), "llama decode",
+                                       d->max_len);
 }
 
 extern "C" size_t dsc_llama_decode_kv_bytes(const dsc_llama_config *c, int batch, int max_len) {
