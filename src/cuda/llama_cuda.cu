@@ -133,23 +133,28 @@ static void destroy(void *dev) {
     free(m);
 }
 
-// The rotary tables of the model's positions, made on the host as the CPU model makes them.
-static dsc_status upload_rope(llama_cuda *m) {
-    const dsc_llama_config *c = &m->c;
-    size_t n = (size_t)m->maxT * (size_t)(c->head_dim / 2);
+extern "C" dsc_status dsc__llama_cuda_rope_upload(float *cos, float *sin,
+                                                  const dsc_llama_config *c, int npos,
+                                                  const char *who) {
+    size_t n = (size_t)npos * (size_t)(c->head_dim / 2);
     float *h = (float *)malloc(2 * n * sizeof(float));
-    if (!h) return dsc__fail(DSC_ERR_OOM, "llama cuda create: out of host memory");
-    dsc__llama_rope_tables(h, h + n, m->maxT, c->head_dim, c->rope_theta, c->rope_scaling,
+    if (!h) return dsc__fail(DSC_ERR_OOM, "%s: out of host memory", who);
+    dsc__llama_rope_tables(h, h + n, npos, c->head_dim, c->rope_theta, c->rope_scaling,
                            c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                            c->rope_original_max_pos);
-    cudaError_t e = cudaMemcpy(m->rope_cos, h, n * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(m->rope_sin, h + n, n * sizeof(float), cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpy(cos, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(sin, h + n, n * sizeof(float), cudaMemcpyHostToDevice);
     free(h);
-    if (e != cudaSuccess)
-        return dsc__cuda_fail(e, "llama cuda create: uploading the rotary tables", __FILE__,
-                              __LINE__);
-    return DSC_OK;
+    if (e == cudaSuccess) return DSC_OK;
+    char what[128];
+    snprintf(what, sizeof what, "%s: uploading the rotary tables", who);
+    return dsc__cuda_fail(e, what, __FILE__, __LINE__);
+}
+
+// The rotary tables of the model's positions.
+static dsc_status upload_rope(llama_cuda *m) {
+    return dsc__llama_cuda_rope_upload(m->rope_cos, m->rope_sin, &m->c, m->maxT,
+                                       "llama cuda create");
 }
 
 static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,

@@ -23,14 +23,23 @@
 #ifndef DSC_CUDA_LLAMA_CUDA_H
 #define DSC_CUDA_LLAMA_CUDA_H
 
-#include "dsc/model.h" // struct dsc_model_device_ops
+#include "dsc/model.h"  // struct dsc_model_device_ops
+#include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#include "model/llama/llama.h" // dsc_llama_config
+
 // The table; its cfg is a dsc_llama_config (model/llama/llama.h).
 extern const struct dsc_model_device_ops dsc__llama_device_ops;
+
+// cos, sin (npos, head_dim / 2) fp32, device = the rotary tables of positions 0 .. npos-1, made
+// on the host as the CPU model makes them (dsc__llama_rope_tables) and copied, waiting for the
+// copies; a failure's sentence starts with `who`. The training passes and the decoder share it.
+dsc_status dsc__llama_cuda_rope_upload(float *cos, float *sin, const dsc_llama_config *c, int npos,
+                                       const char *who);
 
 #ifdef __cplusplus
 }

@@ -10,13 +10,10 @@
 #include <stdlib.h> // calloc, free, malloc
 #include <string.h> // memcpy, memset
 
-extern "C" {
-#include "model/llama/kernels.h" // dsc__llama_rope_tables
-}
-
 #include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG, dsc_block_*, dsc_warp_sum
 #include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
 #include "cuda/devbuf.h"        // dsc__cuda_buf_*
+#include "cuda/llama_cuda.h"    // dsc__llama_cuda_rope_upload
 #include "cuda/llama_kernels.h" // dsc__cuda_embed_forward_h, dsc__cuda_rmsnorm_forward_h, ...
 #include "cuda/matmul.h"        // dsc__cuda_gemm
 
@@ -265,22 +262,10 @@ static dsc_status rows_bufs(dsc_llama_decode *d, size_t R) {
     return DSC_OK;
 }
 
-// The rotary tables of the cache's positions, made on the host as the CPU model makes them.
+// The rotary tables of the cache's positions.
 static dsc_status upload_rope(dsc_llama_decode *d) {
-    const dsc_llama_config *c = &d->c;
-    size_t n = (size_t)d->max_len * (size_t)(c->head_dim / 2);
-    float *h = (float *)malloc(2 * n * sizeof(float));
-    if (!h) return dsc__fail(DSC_ERR_OOM, "llama decode: out of host memory");
-    dsc__llama_rope_tables(h, h + n, d->max_len, c->head_dim, c->rope_theta, c->rope_scaling,
-                           c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
-                           c->rope_original_max_pos);
-    cudaError_t e = cudaMemcpy(d->rope_cos, h, n * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(d->rope_sin, h + n, n * sizeof(float), cudaMemcpyHostToDevice);
-    free(h);
-    if (e != cudaSuccess)
-        return dsc__cuda_fail(e, "llama decode: uploading the rotary tables", __FILE__, __LINE__);
-    return DSC_OK;
+    return dsc__llama_cuda_rope_upload(d->rope_cos, d->rope_sin, &d->c, d->max_len,
+                                       "llama decode");
 }
 
 static dsc_status attention_smem_limit(const dsc_llama_decode *d) {
