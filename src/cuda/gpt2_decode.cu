@@ -766,11 +766,8 @@ extern "C" void dsc_gpt2_decode_weights_destroy(dsc_gpt2_decode_weights *w) {
 #ifndef __HIP_DEVICE_COMPILE__
 
 static dsc_status ops_create(const void *cfg, const dsc_model_decode_opts *o, void **dec) {
-    dsc_gpt2_decode_opts g = {};
-    g.batch = o->batch, g.max_len = o->max_len, g.recompute = o->recompute;
-    g.no_graph = o->no_graph, g.stream = o->stream, g.pool = o->pool;
     dsc_gpt2_decode *d = NULL;
-    DSC_TRY(dsc_gpt2_decode_create(&d, (const dsc_gpt2_config *)cfg, &g));
+    DSC_TRY(dsc_gpt2_decode_create(&d, (const dsc_gpt2_config *)cfg, o));
     *dec = d;
     return DSC_OK;
 }

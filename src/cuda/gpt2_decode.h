@@ -32,11 +32,11 @@
 #ifndef DSC_CUDA_GPT2_DECODE_H
 #define DSC_CUDA_GPT2_DECODE_H
 
-#include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t, uint16_t
 
 #include "dsc/memory.h" // dsc_mem_pool
+#include "dsc/model.h"  // dsc_model_decode_opts, struct dsc_model_decode_ops
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
@@ -47,16 +47,11 @@ extern "C" {
 
 typedef struct dsc_gpt2_decode dsc_gpt2_decode;
 
-typedef struct dsc_gpt2_decode_opts {
-    int batch;          // rows (sequences) at most, >= 1
-    int max_len;        // positions per row the cache holds, 1 .. max_seq_len
-    bool recompute;     // no cache: the training forward over whole sequences every step
-    bool no_graph;      // launch a step's kernels one by one instead of replaying a graph
-    void *stream;       // cudaStream_t to run on (borrowed); NULL: the decoder makes its own
-    dsc_mem_pool *pool; // device pool for every buffer (tags "gpu.kv_cache", "gpu.decode",
-                        // "gpu.prefill", "gpu.matmul_workspace"); it must never move blocks
-                        // (cuda/devbuf.h). NULL: cudaMalloc.
-} dsc_gpt2_decode_opts;
+// The model interface's decoder options (dsc/model.h): batch, max_len, recompute (no cache: the
+// training forward over whole sequences every step), no_graph (launch a step's kernels one by one
+// instead of replaying a graph), stream, pool (tags "gpu.kv_cache", "gpu.decode", "gpu.prefill",
+// "gpu.matmul_workspace"; it must never move blocks, cuda/devbuf.h).
+typedef dsc_model_decode_opts dsc_gpt2_decode_opts;
 
 // Bytes of the key/value cache for these sizes: n_layer x 2 x batch x max_len x n_embd bf16.
 size_t dsc_gpt2_decode_kv_bytes(const dsc_gpt2_config *c, int batch, int max_len);
