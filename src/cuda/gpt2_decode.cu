@@ -7,18 +7,20 @@
 // own slab of n x T rows, made at the first prefill and grown when needed.
 #include "cuda/gpt2_decode.h"
 
+#include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
 
 #include "base/env.h" // dsc__env (a C header with its own extern "C")
 #include "dsc/half.h"          // dsc_fp32_to_bf16_n
 
-#include "cuda/attention.h"    // dsc__cuda_attention_forward
-#include "cuda/common.cuh"     // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
+#include "cuda/attention.h"     // dsc__cuda_attention_forward
+#include "cuda/common.cuh"      // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
 #include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
-#include "cuda/devbuf.h"       // dsc__cuda_buf_*
-#include "cuda/gpt2_cuda.h"    // dsc_gpt2_cuda_* (recompute mode)
-#include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_forward, dsc__cuda_encoder_forward
-#include "cuda/matmul.h"       // dsc__cuda_gemm
+#include "cuda/devbuf.h"        // dsc__cuda_buf_*
+#include "cuda/device_model.h"  // dsc__cuda_table_check
+#include "cuda/gpt2_cuda.h"     // dsc_gpt2_cuda_* (recompute mode)
+#include "cuda/gpt2_kernels.h"  // dsc__cuda_layernorm_forward, dsc__cuda_encoder_forward
+#include "cuda/matmul.h"        // dsc__cuda_mm_forward
 
 #define HS 64            // head size the kernels take
 #define ATT_THREADS 256  // decode attention: threads per (row, head); a multiple of 64
@@ -488,16 +490,15 @@ extern "C" long dsc_gpt2_decode_graph_replays(const dsc_gpt2_decode *d) {
 
 // ---- inputs ----
 
+static void tensor_name(const void *cfg, int i, char *buf, int cap) {
+    dsc_gpt2_tensor_info info;
+    dsc_gpt2_tensor_info_get((const dsc_gpt2_config *)cfg, i, &info);
+    snprintf(buf, (size_t)cap, "%s", info.name);
+}
+
 static dsc_status check_params(const dsc_gpt2_decode *d, const uint16_t *const *params) {
-    DSC_CUDA_ARG(params != NULL, "gpt2 decode: the params array is NULL");
-    for (int i = 0; i < d->nt; i++) {
-        if (params[i]) continue;
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(&d->c, i, &info);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 decode: params[%d] (%s) is NULL", i,
-                         info.name);
-    }
-    return DSC_OK;
+    return dsc__cuda_table_check((const void *const *)params, d->nt, "gpt2 decode", "params",
+                                 tensor_name, &d->c);
 }
 
 static dsc_status check_token(const dsc_gpt2_decode *d, int32_t tok, int b, int t) {

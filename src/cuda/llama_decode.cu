@@ -7,15 +7,17 @@
 // pass has more rows than any before. Pinned host staging for the inputs and the results.
 #include "cuda/llama_decode.h"
 
+#include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
 #include <string.h> // memcpy, memset
 
 #include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG, dsc_block_*, dsc_warp_sum
 #include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
 #include "cuda/devbuf.h"        // dsc__cuda_buf_*
+#include "cuda/device_model.h"  // dsc__cuda_table_check
 #include "cuda/llama_cuda.h"    // dsc__llama_cuda_rope_upload
 #include "cuda/llama_kernels.h" // dsc__cuda_embed_forward_h, dsc__cuda_rmsnorm_forward_h, ...
-#include "cuda/matmul.h"        // dsc__cuda_gemm
+#include "cuda/matmul.h"        // dsc__cuda_linear_forward
 
 #define ATT_THREADS 128  // row attention: threads per (row, query head)
 #define ELEM_THREADS 256 // gathers, cache stores
@@ -363,16 +365,15 @@ extern "C" void dsc_llama_decode_destroy(dsc_llama_decode *d) {
 
 // ---- inputs ----
 
+static void tensor_name(const void *cfg, int i, char *buf, int cap) {
+    dsc_llama_tensor_info info;
+    dsc_llama_tensor_info_get((const dsc_llama_config *)cfg, i, &info);
+    snprintf(buf, (size_t)cap, "%s", info.name);
+}
+
 static dsc_status check_params(const dsc_llama_decode *d, const uint16_t *const *params) {
-    DSC_CUDA_ARG(params != NULL, "llama decode: the params array is NULL");
-    for (int i = 0; i < d->nt; i++) {
-        if (params[i]) continue;
-        dsc_llama_tensor_info info;
-        dsc_llama_tensor_info_get(&d->c, i, &info);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "llama decode: params[%d] (%s) is NULL", i,
-                         info.name);
-    }
-    return DSC_OK;
+    return dsc__cuda_table_check((const void *const *)params, d->nt, "llama decode", "params",
+                                 tensor_name, &d->c);
 }
 
 static dsc_status check_token(const dsc_llama_decode *d, int32_t tok, int b, int t) {
