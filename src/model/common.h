@@ -1,5 +1,6 @@
 // model/common.h - what every family's host model shares: the engine's hooks around a pass, the
-// check of a pass's token ids, the module tree the flops profiler prints, OpenMP's thread count.
+// check of a pass's token ids, the weights' normal initialisation, the module tree the flops
+// profiler prints, OpenMP's thread count.
 #ifndef DSC_MODEL_COMMON_H
 #define DSC_MODEL_COMMON_H
 
@@ -64,6 +65,13 @@ size_t dsc__carve(const dsc__view *v, size_t n, float *slab);
 // aligned_alloc (*h 0). DSC_ERR_OOM when there is no room; the caller says what for.
 dsc_status dsc__activations_alloc(dsc_mem_pool *pool, size_t nfloats, const char *tag,
                                   dsc_mem_handle *h, float **slab, uint64_t *gen);
+
+// Elements [begin, begin + count) of tensor i's normal(0, std) stream into dst[0 .. count).
+// Counter-based and so order-free: element e is a function of (seed, i, e) only (a splitmix64
+// hash of the three gives two uniforms per element pair, Box-Muller turns them into two
+// normals), so any slice of any tensor can be initialised on its own, on any thread.
+void dsc__model_init_normal(float *dst, int i, int64_t begin, int64_t count, double std,
+                            uint64_t seed);
 
 // The profiler's module tree, built in print order: out NULL only counts.
 typedef struct dsc__tree {

@@ -12,7 +12,7 @@
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
 #include "base/time.h"           // dsc_now
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
-#include "model/common.h"  // dsc__model_hook, dsc__model_check_tokens
+#include "model/common.h"        // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/llama/kernels.h" // dsc__llama_*
 // ---- configuration and parameter table ----
 
@@ -253,28 +253,6 @@ double dsc_llama_flops_per_token(const dsc_llama_config *c, int T) {
 
 // ---- initialisation ----
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
-// splitmix64's output function: a bijective 64-bit mixer.
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Element e of the standard-normal stream `key`: elements 2p and 2p+1 are the cosine and sine
-// halves of one Box-Muller pair, made from splitmix64 outputs 2p+1 and 2p+2 of that stream.
-static double normal_at(uint64_t key, int64_t e) {
-    uint64_t pair = (uint64_t)e >> 1;
-    uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
-    uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
-    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53; // (0, 1]: log stays finite
-    double u2 = (double)(h2 >> 11) * 0x1.0p-53;       // [0, 1)
-    double r = sqrt(-2.0 * log(u1));
-    double a = 6.283185307179586 * u2;
-    return (e & 1) ? r * sin(a) : r * cos(a);
-}
-
 void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t begin,
                            int64_t count, uint64_t seed) {
     dsc_llama_tensor_info info;
@@ -285,29 +263,7 @@ void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t
         for (int64_t j = 0; j < count; j++) dst[j] = norm_weight ? 1.0f : 0.0f;
         return;
     }
-    const double std = 0.02;
-    uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
-    // Pair by pair: both halves of a Box-Muller pair share its hashes, log and sqrt (the values
-    // are normal_at's, bit for bit; an unpaired first or last element goes through normal_at).
-    int64_t lo = begin, hi = begin + count;
-    if (count > 0 && (lo & 1)) {
-        dst[0] = (float)(std * normal_at(key, lo));
-        lo++;
-    }
-    if (hi > lo && (hi & 1)) {
-        dst[hi - 1 - begin] = (float)(std * normal_at(key, hi - 1));
-        hi--;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t e = lo; e < hi; e += 2) {
-        uint64_t pair = (uint64_t)e >> 1;
-        uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
-        uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
-        double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53, u2 = (double)(h2 >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
-        dst[e - begin] = (float)(std * (r * cos(a)));
-        dst[e + 1 - begin] = (float)(std * (r * sin(a)));
-    }
+    dsc__model_init_normal(dst, i, begin, count, 0.02, seed);
 }
 
 void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uint64_t seed) {
