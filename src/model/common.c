@@ -6,6 +6,7 @@
 #include <stdlib.h> // aligned_alloc
 
 #include "base/status.h" // dsc__fail, dsc__error_prefix
+#include "base/time.h"   // dsc_now
 
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family) {
@@ -31,6 +32,60 @@ dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const
                          ignored_ok ? " (negative = ignored)" : "");
     }
     return DSC_OK;
+}
+
+dsc_status dsc__model_check_tensors(const struct dsc_model_ops *ops, const void *cfg, int n,
+                                    float *const *t, const char *what,
+                                    const dsc_model_hooks *hooks) {
+    if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: the %s array is NULL", ops->family, what);
+    if (hooks && hooks->gather) return DSC_OK;
+    for (int i = 0; i < n; i++) {
+        if (t[i]) continue;
+        dsc_model_param p;
+        ops->param(cfg, i, &p);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: %s[%d] (%s) is NULL", ops->family, what, i,
+                         p.name);
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_create(const char *family, int B, int T, int max_seq_len) {
+    if (B < 1 || T < 1 || T > max_seq_len || (int64_t)B * T > (1 << 24))
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s create: batch %d x %d is invalid; need B >= 1, 1 <= T <= "
+                         "max_seq_len (%d), and B * T <= 16M tokens",
+                         family, B, T, max_seq_len);
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_batch(const char *family, int B, int T, int maxB, int maxT) {
+    if (B < 1 || T < 1 || B > maxB || T > maxT)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s forward: batch %d x %d does not fit the %d x %d this model was "
+                         "created for; create it with the larger size",
+                         family, B, T, maxB, maxT);
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_backward(const char *family, bool has_model, bool after_loss) {
+    if (!has_model) return dsc__fail(DSC_ERR_INVALID_ARG, "%s backward: model is NULL", family);
+    if (!after_loss)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s backward: needs a forward with targets first, and each such "
+                         "forward allows one backward (it consumes the logits)",
+                         family);
+    return DSC_OK;
+}
+
+float dsc__model_mean_loss(const float *losses, const int32_t *targets, int64_t n,
+                           int64_t *counted) {
+    double sum = 0.0;
+    *counted = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sum += losses[i]; // 0 at ignored positions
+        *counted += targets[i] >= 0;
+    }
+    return *counted ? (float)(sum / (double)*counted) : 0.0f;
 }
 
 dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
@@ -66,18 +121,44 @@ size_t dsc__carve(const dsc__view *v, size_t n, float *slab) {
     return off;
 }
 
-dsc_status dsc__activations_alloc(dsc_mem_pool *pool, size_t nfloats, const char *tag,
-                                  dsc_mem_handle *h, float **slab, uint64_t *gen) {
+dsc_status dsc__slab_alloc(dsc__slab *s, dsc_mem_pool *pool, size_t nfloats, const char *tag) {
     size_t bytes = nfloats * sizeof(float);
+    s->pool = pool;
     if (!pool) {
-        *h = 0;
-        *slab = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        return *slab ? DSC_OK : DSC_ERR_OOM;
+        s->h = 0;
+        s->p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        return s->p ? DSC_OK : DSC_ERR_OOM;
     }
-    DSC_TRY(dsc_mem_alloc(pool, bytes, tag, h));
-    *slab = dsc_mem_ptr(pool, *h);
-    *gen = dsc_mem_generation(pool);
+    DSC_TRY(dsc_mem_alloc(pool, bytes, tag, &s->h));
+    s->p = dsc_mem_ptr(pool, s->h);
+    s->gen = dsc_mem_generation(pool);
     return DSC_OK;
+}
+
+bool dsc__slab_moved(dsc__slab *s) {
+    if (!s->pool || dsc_mem_generation(s->pool) == s->gen) return false;
+    s->p = dsc_mem_ptr(s->pool, s->h);
+    s->gen = dsc_mem_generation(s->pool);
+    return true;
+}
+
+void dsc__slab_free(dsc__slab *s) {
+    if (s->pool) dsc_mem_free(s->pool, s->h);
+    else free(s->p);
+}
+
+dsc_status dsc__slab_fail(dsc_status st, const dsc_mem_pool *pool, const char *family,
+                          size_t nfloats, int B, int T) {
+    if (st != DSC_OK && pool) { // the pool's message names its largest users
+        dsc__error_prefix("%s create: activations for batch %d x %d (lower the micro-batch size "
+                          "or the sequence length): ",
+                          family, B, T);
+        return st;
+    }
+    return dsc__fail(DSC_ERR_OOM,
+                     "%s create: cannot allocate %.2f GiB of activations for batch %d x %d; "
+                     "lower the micro-batch size or the sequence length",
+                     family, (double)nfloats * sizeof(float) / (1u << 30), B, T);
 }
 
 int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,
@@ -103,6 +184,15 @@ int dsc__tree_child(dsc__tree *t, int parent, int depth, const char *type, int64
     int child = dsc__tree_add(t, depth, type, params, flops, slot, name);
     dsc__tree_roll_up(t, parent, child);
     return child;
+}
+
+double dsc__model_lap_start(const double *times) { return times ? dsc_now() : 0; }
+
+void dsc__model_lap(double *times, double *t0, int slot) {
+    if (!times) return;
+    double now = dsc_now();
+    times[slot] += now - *t0;
+    *t0 = now;
 }
 
 // ---- initialisation ----
