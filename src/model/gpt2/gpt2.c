@@ -4,7 +4,7 @@
 
 #include <ctype.h>  // isdigit
 #include <errno.h>  // errno
-#include <math.h>   // sqrt, log, cos, sin
+#include <math.h>   // sqrt
 #include <stdbool.h> // bool
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc, calloc, free, strtol
@@ -14,6 +14,7 @@
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/common.h"       // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
+#include "model/kernels.h"      // dsc__model_xent_*
 #include "model/gpt2/model.h"   // dsc__gpt2_model_ops
 // ---- configuration and parameter table ----
 
@@ -373,7 +374,7 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     if (!targets) return DSC_OK;
     t0 = dsc__model_lap_start(m->times);
-    dsc__gpt2_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
+    dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
     float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->ntargets);
     if (loss) *loss = mean;
     dsc__model_lap(m->times, &t0, 2 + 4 * L);
@@ -462,7 +463,7 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     int64_t BT = (int64_t)m->B * m->T;
     float *dlogits = m->logits; // (BT, V), in place
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
-    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);

@@ -4,7 +4,6 @@
 
 #include <ctype.h>  // isdigit
 #include <errno.h>  // errno
-#include <math.h>   // sqrt, log, cos, sin
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc, calloc, free, malloc, strtol
 #include <string.h> // memset, memcpy, strcmp
@@ -13,6 +12,7 @@
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/common.h"        // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/llama/kernels.h" // dsc__llama_*
+#include "model/kernels.h"       // dsc__model_xent_*
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
@@ -524,7 +524,7 @@ static dsc_status head_forward(dsc_llama *m, float *const *params, const int32_t
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, m->c.tied ? 0 : L + 1));
     if (!targets) return DSC_OK;
     t0 = dsc__model_lap_start(m->times);
-    dsc__llama_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
+    dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
     float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->n_valid);
     if (loss) *loss = mean;
     dsc__model_lap(m->times, &t0, 2 + 4 * L);
@@ -637,7 +637,7 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
     int64_t BT = (int64_t)m->B * m->T;
     float *dlogits = m->logits; // (BT, V), in place
     float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
-    dsc__llama_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
     dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
