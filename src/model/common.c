@@ -4,6 +4,7 @@
 #include <math.h>   // sqrt, log, cos, sin
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc
+#include <string.h> // strcmp, strlen, strncmp
 
 #include "base/status.h" // dsc__fail, dsc__error_prefix
 #include "base/time.h"   // dsc_now
@@ -109,6 +110,70 @@ dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len,
         if (r->out[j] < 0 || r->out[j] >= r->n)
             return dsc__fail(DSC_ERR_INVALID_ARG, "%s inference: output row %d is not a row",
                              family, r->out[j]);
+    return DSC_OK;
+}
+
+int dsc__model_find_param(const dsc_param_desc *t, int count, const char *want,
+                          const char *strip) {
+    size_t ns = strip ? strlen(strip) : 0;
+    for (int j = 0; j < count; j++) {
+        const char *n = t[j].name;
+        if (ns && !strncmp(n, strip, ns)) n += ns;
+        if (!strcmp(n, want)) return j;
+    }
+    return -1;
+}
+
+dsc_status dsc__model_match_params(const dsc_param_desc *t, int count, const char *strip,
+                                   void (*param)(const void *cfg, int i, dsc_model_param *out),
+                                   const void *cfg, int n, const char *what, const char *whole,
+                                   const char *shape, int *order) {
+    for (int k = 0; k < n; k++) {
+        dsc_model_param p;
+        param(cfg, k, &p);
+        int j = dsc__model_find_param(t, count, p.name, strip);
+        if (j < 0)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s is missing; the file is not a complete %s", what,
+                             p.name, whole);
+        if (t[j].ndim != p.ndim || t[j].shape[0] != p.shape[0] ||
+            (p.ndim == 2 && t[j].shape[1] != p.shape[1]))
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s has shape (%lld, %lld), %s needs (%lld, %lld); the "
+                             "weights are inconsistent",
+                             what, p.name, (long long)t[j].shape[0],
+                             (long long)(t[j].ndim == 2 ? t[j].shape[1] : 0), shape,
+                             (long long)p.shape[0], (long long)p.shape[1]);
+        order[k] = j;
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_kv(const char *family, int nseq, int max_len, int context) {
+    if (nseq < 1 || max_len < 1 || max_len > context)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s kv cache: %d sequences of %d positions is invalid; need at least "
+                         "one sequence and 1 <= positions <= the context (%d)",
+                         family, nseq, max_len, context);
+    return DSC_OK;
+}
+
+dsc_status dsc__model_kv_alloc(size_t bytes, dsc_mem_pool **pool, dsc_mem_handle *block) {
+    DSC_TRY(dsc_mem_default_pool(DSC_MEM_HOST, pool));
+    return dsc_mem_alloc(*pool, bytes, "infer.kv_cache", block);
+}
+
+dsc_status dsc__model_rows_slab(float **slab, int *cap, int n, size_t nfloats, const char *family) {
+    if (n <= *cap) return DSC_OK;
+    free(*slab);
+    *cap = 0;
+    *slab = aligned_alloc(64, nfloats * sizeof(float));
+    if (!*slab)
+        return dsc__fail(DSC_ERR_OOM,
+                         "%s inference: out of memory for %d rows of activations; generate fewer "
+                         "or shorter prompts at once",
+                         family, n);
+    *cap = n;
     return DSC_OK;
 }
 

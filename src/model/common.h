@@ -8,6 +8,7 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t, int64_t, uint64_t
 
+#include "dsc/engine.h" // dsc_param_desc
 #include "dsc/memory.h" // dsc_mem_pool, dsc_mem_handle
 #include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
 #include "dsc/status.h" // dsc_status
@@ -72,6 +73,29 @@ float dsc__model_mean_loss(const float *losses, const int32_t *targets, int64_t 
 // vocabulary of V: every row in range, every output row a row. Errors name the family and row.
 dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
                                  const char *family);
+
+// The entry of a file's tensor table t (count entries) named want, or -1; with strip non-NULL a
+// name may also carry that prefix (some exports put one before every name).
+int dsc__model_find_param(const dsc_param_desc *t, int count, const char *want,
+                          const char *strip);
+// Each of the n tensors of a family's table (param: its dsc_model_ops.param, over cfg) found in t
+// by name (dsc__model_find_param), with its shape: order[k] = the entry of tensor k. The errors
+// name what (the file) and the tensor, and say what the family's shape wants: `whole` for a
+// missing tensor ("a GPT-2 of 12 layers"), `shape` for a misshapen one ("GPT-2 with 768 channels
+// and vocabulary 50257").
+dsc_status dsc__model_match_params(const dsc_param_desc *t, int count, const char *strip,
+                                   void (*param)(const void *cfg, int i, dsc_model_param *out),
+                                   const void *cfg, int n, const char *what, const char *whole,
+                                   const char *shape, int *order);
+
+// An inference cache's shape: nseq >= 1 sequences of 1 <= max_len <= context positions.
+dsc_status dsc__model_check_kv(const char *family, int nseq, int max_len, int context);
+// The cache's block: bytes from the host's default pool (tag infer.kv_cache); *pool is that pool
+// once it is known, *block the block.
+dsc_status dsc__model_kv_alloc(size_t bytes, dsc_mem_pool **pool, dsc_mem_handle *block);
+// An inference call's scratch for n rows, nfloats of views: *slab (aligned_alloc's, the caller's
+// to free) is replaced by a larger one when n exceeds *cap, the rows it was made for.
+dsc_status dsc__model_rows_slab(float **slab, int *cap, int n, size_t nfloats, const char *family);
 
 // One buffer of a family's activations: where its address goes and how many floats it holds.
 typedef struct dsc__view {
