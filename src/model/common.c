@@ -22,6 +22,30 @@ dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, i
     return st;
 }
 
+dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
+                                     void (*layer)(void *m, float *const *params, int l),
+                                     void *m, float *const *params) {
+    for (int l = 0; l < L; l++) {
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
+        layer(m, params, l);
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_RELEASE, 1 + l, family));
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
+                                      void (*layer)(void *m, float *const *params,
+                                                    float *const *grads, int l),
+                                      void *m, float *const *params, float *const *grads) {
+    for (int l = L - 1; l >= 0; l--) {
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
+        layer(m, params, grads, l);
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_RELEASE, 1 + l, family));
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_GRADS_READY, 1 + l, family));
+    }
+    return DSC_OK;
+}
+
 dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,
                                    int B, int T, int V, bool ignored_ok) {
     for (int64_t i = 0; i < (int64_t)B * T; i++) {

@@ -42,6 +42,17 @@ enum dsc__hook_kind { DSC__HOOK_GATHER, DSC__HOOK_RELEASE, DSC__HOOK_GRADS_READY
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family);
 
+// The layers' part of a host pass, layer l being hook group 1 + l: forward runs layers 0 .. L-1,
+// each between its group's gather and release; backward runs L-1 .. 0 the same way and calls
+// grads_ready after each. A hook's failure stops the pass (see dsc__model_hook).
+dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
+                                     void (*layer)(void *m, float *const *params, int l),
+                                     void *m, float *const *params);
+dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
+                                      void (*layer)(void *m, float *const *params,
+                                                    float *const *grads, int l),
+                                      void *m, float *const *params, float *const *grads);
+
 // Ids (B, T) in [0, V); with ignored_ok, negative ids (ignored targets) pass too. The error names
 // the family, the array (what), the position and the value.
 dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,

@@ -333,7 +333,8 @@ static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const i
 
 // ---- forward ----
 
-static void layer_forward(dsc_gpt2 *m, float *const *params, int l) {
+static void layer_forward(void *state, float *const *params, int l) {
+    dsc_gpt2 *m = state;
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
     int64_t BT = (int64_t)B * T;
     layer_acts a = acts_of(m, l);
@@ -420,11 +421,7 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
                               params[1], B, T, m->c.n_embd);
     dsc__model_lap(m->times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    for (int l = 0; l < m->c.n_layer; l++) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_forward(m, params, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_forward(hooks, "gpt2", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     m->pass = targets ? PASS_LOSS : PASS_LOGITS;
     return DSC_OK;
@@ -433,7 +430,8 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
 // ---- backward ----
 
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
-static void layer_backward(dsc_gpt2 *m, float *const *params, float *const *grads, int l) {
+static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
+    dsc_gpt2 *m = state;
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
     int64_t BT = (int64_t)B * T;
     layer_acts a = acts_of(m, l);
@@ -486,12 +484,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    for (int l = m->c.n_layer - 1; l >= 0; l--) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_backward(m, params, grads, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-        DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward, m, params,
+                                       grads));
     int64_t BT = (int64_t)m->B * m->T;
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
                                m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);

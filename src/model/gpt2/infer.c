@@ -1,6 +1,6 @@
 // model/gpt2/infer.c - GPT-2 inference rows through a key/value cache, optionally
 // tensor-parallel (see infer.h).
-#include "model/common.h" // dsc__model_check_*, dsc__model_hook, dsc__model_kv_alloc, dsc__model_rows_slab
+#include "model/common.h" // dsc__model_* (checks, hooks, the KV block, row scratch)
 #include "model/gpt2/infer.h"
 
 #include <math.h>   // expf, sqrtf, INFINITY

@@ -1,7 +1,7 @@
 // model/llama/infer.c - Llama inference rows through a grouped-query key/value cache (see
 // infer.h). The layers are the training forward's kernels on the rows of the call; only
 // attention differs: each row reads its sequence's cached keys and values.
-#include "model/common.h" // dsc__model_check_*, dsc__model_hook, dsc__model_kv_alloc, dsc__model_rows_slab
+#include "model/common.h" // dsc__model_* (checks, hooks, the KV block, row scratch)
 #include "model/llama/infer.h"
 
 #include <math.h>   // sqrtf, INFINITY

@@ -474,7 +474,8 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
                               Q, C);
 }
 
-static void layer_forward(dsc_llama *m, float *const *params, int l) {
+static void layer_forward(void *state, float *const *params, int l) {
+    dsc_llama *m = state;
     const dsc_llama_config *c = &m->c;
     int C = c->hidden, I = c->intermediate;
     int64_t BT = (int64_t)m->B * m->T;
@@ -564,11 +565,7 @@ dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32
     dsc__llama_embed_forward(m->res, tok_in, params[0], BT, m->c.hidden);
     dsc__model_lap(m->times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    for (int l = 0; l < m->c.n_layer; l++) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_forward(m, params, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_forward(hooks, "llama", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     m->pass = targets ? PASS_LOSS : PASS_LOGITS;
     return DSC_OK;
@@ -622,7 +619,8 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
 }
 
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
-static void layer_backward(dsc_llama *m, float *const *params, float *const *grads, int l) {
+static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
+    dsc_llama *m = state;
     layer_acts a = acts_of(m, l);
     int first = layer_tensor(&m->c, l, 0);
     mlp_backward(m, params + first, grads + first, &a);
@@ -661,12 +659,8 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    for (int l = m->c.n_layer - 1; l >= 0; l--) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_backward(m, params, grads, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-        DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward, m, params,
+                                       grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
