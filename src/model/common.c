@@ -1,10 +1,13 @@
 // model/common.c - the families' shared pieces of a host pass (see common.h).
 #include "model/common.h"
 
+#include <math.h>   // sqrt, log, cos, sin
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc
+#include <string.h> // strcmp, strlen, strncmp
 
 #include "base/status.h" // dsc__fail, dsc__error_prefix
+#include "base/time.h"   // dsc_now
 
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family) {
@@ -19,6 +22,30 @@ dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, i
     return st;
 }
 
+dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
+                                     void (*layer)(void *m, float *const *params, int l),
+                                     void *m, float *const *params) {
+    for (int l = 0; l < L; l++) {
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
+        layer(m, params, l);
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_RELEASE, 1 + l, family));
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
+                                      void (*layer)(void *m, float *const *params,
+                                                    float *const *grads, int l),
+                                      void *m, float *const *params, float *const *grads) {
+    for (int l = L - 1; l >= 0; l--) {
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
+        layer(m, params, grads, l);
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_RELEASE, 1 + l, family));
+        DSC_TRY(dsc__model_hook(h, DSC__HOOK_GRADS_READY, 1 + l, family));
+    }
+    return DSC_OK;
+}
+
 dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,
                                    int B, int T, int V, bool ignored_ok) {
     for (int64_t i = 0; i < (int64_t)B * T; i++) {
@@ -30,6 +57,60 @@ dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const
                          ignored_ok ? " (negative = ignored)" : "");
     }
     return DSC_OK;
+}
+
+dsc_status dsc__model_check_tensors(const struct dsc_model_ops *ops, const void *cfg, int n,
+                                    float *const *t, const char *what,
+                                    const dsc_model_hooks *hooks) {
+    if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: the %s array is NULL", ops->family, what);
+    if (hooks && hooks->gather) return DSC_OK;
+    for (int i = 0; i < n; i++) {
+        if (t[i]) continue;
+        dsc_model_param p;
+        ops->param(cfg, i, &p);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: %s[%d] (%s) is NULL", ops->family, what, i,
+                         p.name);
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_create(const char *family, int B, int T, int max_seq_len) {
+    if (B < 1 || T < 1 || T > max_seq_len || (int64_t)B * T > (1 << 24))
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s create: batch %d x %d is invalid; need B >= 1, 1 <= T <= "
+                         "max_seq_len (%d), and B * T <= 16M tokens",
+                         family, B, T, max_seq_len);
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_batch(const char *family, int B, int T, int maxB, int maxT) {
+    if (B < 1 || T < 1 || B > maxB || T > maxT)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s forward: batch %d x %d does not fit the %d x %d this model was "
+                         "created for; create it with the larger size",
+                         family, B, T, maxB, maxT);
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_backward(const char *family, bool has_model, bool after_loss) {
+    if (!has_model) return dsc__fail(DSC_ERR_INVALID_ARG, "%s backward: model is NULL", family);
+    if (!after_loss)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s backward: needs a forward with targets first, and each such "
+                         "forward allows one backward (it consumes the logits)",
+                         family);
+    return DSC_OK;
+}
+
+float dsc__model_mean_loss(const float *losses, const int32_t *targets, int64_t n,
+                           int64_t *counted) {
+    double sum = 0.0;
+    *counted = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sum += losses[i]; // 0 at ignored positions
+        *counted += targets[i] >= 0;
+    }
+    return *counted ? (float)(sum / (double)*counted) : 0.0f;
 }
 
 dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
@@ -56,6 +137,70 @@ dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len,
     return DSC_OK;
 }
 
+int dsc__model_find_param(const dsc_param_desc *t, int count, const char *want,
+                          const char *strip) {
+    size_t ns = strip ? strlen(strip) : 0;
+    for (int j = 0; j < count; j++) {
+        const char *n = t[j].name;
+        if (ns && !strncmp(n, strip, ns)) n += ns;
+        if (!strcmp(n, want)) return j;
+    }
+    return -1;
+}
+
+dsc_status dsc__model_match_params(const dsc_param_desc *t, int count, const char *strip,
+                                   void (*param)(const void *cfg, int i, dsc_model_param *out),
+                                   const void *cfg, int n, const char *what, const char *whole,
+                                   const char *shape, int *order) {
+    for (int k = 0; k < n; k++) {
+        dsc_model_param p;
+        param(cfg, k, &p);
+        int j = dsc__model_find_param(t, count, p.name, strip);
+        if (j < 0)
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s is missing; the file is not a complete %s", what,
+                             p.name, whole);
+        if (t[j].ndim != p.ndim || t[j].shape[0] != p.shape[0] ||
+            (p.ndim == 2 && t[j].shape[1] != p.shape[1]))
+            return dsc__fail(DSC_ERR_INVALID_ARG,
+                             "%s: tensor %s has shape (%lld, %lld), %s needs (%lld, %lld); the "
+                             "weights are inconsistent",
+                             what, p.name, (long long)t[j].shape[0],
+                             (long long)(t[j].ndim == 2 ? t[j].shape[1] : 0), shape,
+                             (long long)p.shape[0], (long long)p.shape[1]);
+        order[k] = j;
+    }
+    return DSC_OK;
+}
+
+dsc_status dsc__model_check_kv(const char *family, int nseq, int max_len, int context) {
+    if (nseq < 1 || max_len < 1 || max_len > context)
+        return dsc__fail(DSC_ERR_INVALID_ARG,
+                         "%s kv cache: %d sequences of %d positions is invalid; need at least "
+                         "one sequence and 1 <= positions <= the context (%d)",
+                         family, nseq, max_len, context);
+    return DSC_OK;
+}
+
+dsc_status dsc__model_kv_alloc(size_t bytes, dsc_mem_pool **pool, dsc_mem_handle *block) {
+    DSC_TRY(dsc_mem_default_pool(DSC_MEM_HOST, pool));
+    return dsc_mem_alloc(*pool, bytes, "infer.kv_cache", block);
+}
+
+dsc_status dsc__model_rows_slab(float **slab, int *cap, int n, size_t nfloats, const char *family) {
+    if (n <= *cap) return DSC_OK;
+    free(*slab);
+    *cap = 0;
+    *slab = aligned_alloc(64, nfloats * sizeof(float));
+    if (!*slab)
+        return dsc__fail(DSC_ERR_OOM,
+                         "%s inference: out of memory for %d rows of activations; generate fewer "
+                         "or shorter prompts at once",
+                         family, n);
+    *cap = n;
+    return DSC_OK;
+}
+
 size_t dsc__carve(const dsc__view *v, size_t n, float *slab) {
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
@@ -65,18 +210,44 @@ size_t dsc__carve(const dsc__view *v, size_t n, float *slab) {
     return off;
 }
 
-dsc_status dsc__activations_alloc(dsc_mem_pool *pool, size_t nfloats, const char *tag,
-                                  dsc_mem_handle *h, float **slab, uint64_t *gen) {
+dsc_status dsc__slab_alloc(dsc__slab *s, dsc_mem_pool *pool, size_t nfloats, const char *tag) {
     size_t bytes = nfloats * sizeof(float);
+    s->pool = pool;
     if (!pool) {
-        *h = 0;
-        *slab = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        return *slab ? DSC_OK : DSC_ERR_OOM;
+        s->h = 0;
+        s->p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        return s->p ? DSC_OK : DSC_ERR_OOM;
     }
-    DSC_TRY(dsc_mem_alloc(pool, bytes, tag, h));
-    *slab = dsc_mem_ptr(pool, *h);
-    *gen = dsc_mem_generation(pool);
+    DSC_TRY(dsc_mem_alloc(pool, bytes, tag, &s->h));
+    s->p = dsc_mem_ptr(pool, s->h);
+    s->gen = dsc_mem_generation(pool);
     return DSC_OK;
+}
+
+bool dsc__slab_moved(dsc__slab *s) {
+    if (!s->pool || dsc_mem_generation(s->pool) == s->gen) return false;
+    s->p = dsc_mem_ptr(s->pool, s->h);
+    s->gen = dsc_mem_generation(s->pool);
+    return true;
+}
+
+void dsc__slab_free(dsc__slab *s) {
+    if (s->pool) dsc_mem_free(s->pool, s->h);
+    else free(s->p);
+}
+
+dsc_status dsc__slab_fail(dsc_status st, const dsc_mem_pool *pool, const char *family,
+                          size_t nfloats, int B, int T) {
+    if (st != DSC_OK && pool) { // the pool's message names its largest users
+        dsc__error_prefix("%s create: activations for batch %d x %d (lower the micro-batch size "
+                          "or the sequence length): ",
+                          family, B, T);
+        return st;
+    }
+    return dsc__fail(DSC_ERR_OOM,
+                     "%s create: cannot allocate %.2f GiB of activations for batch %d x %d; "
+                     "lower the micro-batch size or the sequence length",
+                     family, (double)nfloats * sizeof(float) / (1u << 30), B, T);
 }
 
 int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,
@@ -102,4 +273,63 @@ int dsc__tree_child(dsc__tree *t, int parent, int depth, const char *type, int64
     int child = dsc__tree_add(t, depth, type, params, flops, slot, name);
     dsc__tree_roll_up(t, parent, child);
     return child;
+}
+
+double dsc__model_lap_start(const double *times) { return times ? dsc_now() : 0; }
+
+void dsc__model_lap(double *times, double *t0, int slot) {
+    if (!times) return;
+    double now = dsc_now();
+    times[slot] += now - *t0;
+    *t0 = now;
+}
+
+// ---- initialisation ----
+
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+// splitmix64's output function: a bijective 64-bit mixer.
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Element e of the standard-normal stream `key`: elements 2p and 2p+1 are the cosine and sine
+// halves of one Box-Muller pair, made from splitmix64 outputs 2p+1 and 2p+2 of that stream.
+static double normal_at(uint64_t key, int64_t e) {
+    uint64_t pair = (uint64_t)e >> 1;
+    uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
+    uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
+    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53; // (0, 1]: log stays finite
+    double u2 = (double)(h2 >> 11) * 0x1.0p-53;       // [0, 1)
+    double r = sqrt(-2.0 * log(u1));
+    double a = 6.283185307179586 * u2;
+    return (e & 1) ? r * sin(a) : r * cos(a);
+}
+
+void dsc__model_init_normal(float *dst, int i, int64_t begin, int64_t count, double std,
+                            uint64_t seed) {
+    uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
+    // Pair by pair: both halves of a Box-Muller pair share its hashes, log and sqrt (the values
+    // are normal_at's, bit for bit; an unpaired first or last element goes through normal_at).
+    int64_t lo = begin, hi = begin + count;
+    if (count > 0 && (lo & 1)) {
+        dst[0] = (float)(std * normal_at(key, lo));
+        lo++;
+    }
+    if (hi > lo && (hi & 1)) {
+        dst[hi - 1 - begin] = (float)(std * normal_at(key, hi - 1));
+        hi--;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t e = lo; e < hi; e += 2) {
+        uint64_t pair = (uint64_t)e >> 1;
+        uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
+        uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
+        double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53, u2 = (double)(h2 >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        dst[e - begin] = (float)(std * (r * cos(a)));
+        dst[e + 1 - begin] = (float)(std * (r * sin(a)));
+    }
 }

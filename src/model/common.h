@@ -1,5 +1,6 @@
 // model/common.h - what every family's host model shares: the engine's hooks around a pass, the
-// check of a pass's token ids, the module tree the flops profiler prints, OpenMP's thread count.
+// check of a pass's token ids, the weights' normal initialisation, the module tree the flops
+// profiler prints, OpenMP's thread count.
 #ifndef DSC_MODEL_COMMON_H
 #define DSC_MODEL_COMMON_H
 
@@ -7,6 +8,7 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t, int64_t, uint64_t
 
+#include "dsc/engine.h" // dsc_param_desc
 #include "dsc/memory.h" // dsc_mem_pool, dsc_mem_handle
 #include "dsc/model.h"  // dsc_model_hooks, dsc_model_module
 #include "dsc/status.h" // dsc_status
@@ -40,15 +42,71 @@ enum dsc__hook_kind { DSC__HOOK_GATHER, DSC__HOOK_RELEASE, DSC__HOOK_GRADS_READY
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family);
 
+// The layers' part of a host pass, layer l being hook group 1 + l: forward runs layers 0 .. L-1,
+// each between its group's gather and release; backward runs L-1 .. 0 the same way and calls
+// grads_ready after each. A hook's failure stops the pass (see dsc__model_hook).
+dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
+                                     void (*layer)(void *m, float *const *params, int l),
+                                     void *m, float *const *params);
+dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
+                                      void (*layer)(void *m, float *const *params,
+                                                    float *const *grads, int l),
+                                      void *m, float *const *params, float *const *grads);
+
 // Ids (B, T) in [0, V); with ignored_ok, negative ids (ignored targets) pass too. The error names
 // the family, the array (what), the position and the value.
 dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const char *what,
                                    int B, int T, int V, bool ignored_ok);
 
+// A pass's tensor array t (what: "params" or "grads") of the family of ops, shape cfg, n tensors:
+// not NULL, and, without a gather hook (one fills a group's entries itself, as ZeRO-3 does),
+// every entry set. The error names the family, the array, the index and the tensor.
+dsc_status dsc__model_check_tensors(const struct dsc_model_ops *ops, const void *cfg, int n,
+                                    float *const *t, const char *what,
+                                    const dsc_model_hooks *hooks);
+
+// A create's batch B x T: B >= 1, 1 <= T <= max_seq_len, B T <= 16M tokens.
+dsc_status dsc__model_check_create(const char *family, int B, int T, int max_seq_len);
+
+// A forward's batch B x T within the maxB x maxT the model was created for.
+dsc_status dsc__model_check_batch(const char *family, int B, int T, int maxB, int maxT);
+
+// A backward's model (has_model) and its forward: one with targets whose logits no backward has
+// consumed yet (after_loss).
+dsc_status dsc__model_check_backward(const char *family, bool has_model, bool after_loss);
+
+// The mean of losses (n) over the positions whose target is not ignored (negative; their loss
+// is 0), summed in order in double; 0 when every target is ignored. *counted: those positions.
+float dsc__model_mean_loss(const float *losses, const int32_t *targets, int64_t n,
+                           int64_t *counted);
+
 // An inference call's rows against a cache of nseq sequences x max_len positions and a
 // vocabulary of V: every row in range, every output row a row. Errors name the family and row.
 dsc_status dsc__model_check_rows(const dsc_model_rows *r, int nseq, int max_len, int V,
                                  const char *family);
+
+// The entry of a file's tensor table t (count entries) named want, or -1; with strip non-NULL a
+// name may also carry that prefix (some exports put one before every name).
+int dsc__model_find_param(const dsc_param_desc *t, int count, const char *want,
+                          const char *strip);
+// Each of the n tensors of a family's table (param: its dsc_model_ops.param, over cfg) found in t
+// by name (dsc__model_find_param), with its shape: order[k] = the entry of tensor k. The errors
+// name what (the file) and the tensor, and say what the family's shape wants: `whole` for a
+// missing tensor ("a GPT-2 of 12 layers"), `shape` for a misshapen one ("GPT-2 with 768 channels
+// and vocabulary 50257").
+dsc_status dsc__model_match_params(const dsc_param_desc *t, int count, const char *strip,
+                                   void (*param)(const void *cfg, int i, dsc_model_param *out),
+                                   const void *cfg, int n, const char *what, const char *whole,
+                                   const char *shape, int *order);
+
+// An inference cache's shape: nseq >= 1 sequences of 1 <= max_len <= context positions.
+dsc_status dsc__model_check_kv(const char *family, int nseq, int max_len, int context);
+// The cache's block: bytes from the host's default pool (tag infer.kv_cache); *pool is that pool
+// once it is known, *block the block.
+dsc_status dsc__model_kv_alloc(size_t bytes, dsc_mem_pool **pool, dsc_mem_handle *block);
+// An inference call's scratch for n rows, nfloats of views: *slab (aligned_alloc's, the caller's
+// to free) is replaced by a larger one when n exceeds *cap, the rows it was made for.
+dsc_status dsc__model_rows_slab(float **slab, int *cap, int n, size_t nfloats, const char *family);
 
 // One buffer of a family's activations: where its address goes and how many floats it holds.
 typedef struct dsc__view {
@@ -60,10 +118,38 @@ typedef struct dsc__view {
 size_t dsc__carve(const dsc__view *v, size_t n, float *slab);
 
 // The block of a family's host activations: nfloats from pool (tag names it in the pool's
-// accounting; *gen receives the pool's generation, to notice moves), or, without a pool, from
-// aligned_alloc (*h 0). DSC_ERR_OOM when there is no room; the caller says what for.
-dsc_status dsc__activations_alloc(dsc_mem_pool *pool, size_t nfloats, const char *tag,
-                                  dsc_mem_handle *h, float **slab, uint64_t *gen);
+// accounting; the pool may move it between passes, see dsc__slab_moved), or, without a pool,
+// from aligned_alloc.
+typedef struct dsc__slab {
+    float *p;           // every float buffer of the activations is a view of it
+    dsc_mem_pool *pool; // borrowed; NULL: p is aligned_alloc's
+    dsc_mem_handle h;   // p's block in pool
+    uint64_t gen;       // the pool's generation when p was read
+} dsc__slab;
+// DSC_ERR_OOM when there is no room (the pool's message recorded, else none); the caller says
+// what for, with dsc__slab_fail.
+dsc_status dsc__slab_alloc(dsc__slab *s, dsc_mem_pool *pool, size_t nfloats, const char *tag);
+// Whether the pool moved the block since p was read; p is then its new address, and the caller
+// carves its views again (contents move with the block).
+bool dsc__slab_moved(dsc__slab *s);
+void dsc__slab_free(dsc__slab *s); // also after a failed dsc__slab_alloc (a zeroed slab)
+// The error of a family's create that got no activations from pool (NULL: aligned_alloc; st:
+// dsc__slab_alloc's, DSC_OK when another buffer failed): the pool's message, which names its
+// largest users, or one of its own; both name the batch and what to lower.
+dsc_status dsc__slab_fail(dsc_status st, const dsc_mem_pool *pool, const char *family,
+                          size_t nfloats, int B, int T);
+
+// A forward's per-module clock, off (and free) while times is NULL: dsc__model_lap_start starts
+// it, dsc__model_lap adds the seconds since *t0 to times[slot] and starts it again.
+double dsc__model_lap_start(const double *times);
+void dsc__model_lap(double *times, double *t0, int slot);
+
+// Elements [begin, begin + count) of tensor i's normal(0, std) stream into dst[0 .. count).
+// Counter-based and so order-free: element e is a function of (seed, i, e) only (a splitmix64
+// hash of the three gives two uniforms per element pair, Box-Muller turns them into two
+// normals), so any slice of any tensor can be initialised on its own, on any thread.
+void dsc__model_init_normal(float *dst, int i, int64_t begin, int64_t count, double std,
+                            uint64_t seed);
 
 // The profiler's module tree, built in print order: out NULL only counts.
 typedef struct dsc__tree {

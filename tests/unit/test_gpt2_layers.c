@@ -20,6 +20,7 @@
 #include "model/gpt2/gpt2.h"    // dsc_gpt2_*
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
+#include "model/kernels.h"      // dsc__model_xent_*
 
 // ---- random numbers and comparisons ----
 
@@ -385,8 +386,8 @@ static void test_softmax_xent(void **state) {
     int32_t tgt[6];
     for (int r = 0; r < N; r++) tgt[r] = (int32_t)(rng_next() % V);
     logits[(size_t)2 * V + tgt[2]] = 30.0f; // a confident row: p(target) ~ 1
-    dsc__gpt2_xent_forward(losses, lse, logits, tgt, N, V);
-    dsc__gpt2_xent_backward(d, logits, lse, tgt, 0.7f, N, V);
+    dsc__model_xent_forward(losses, lse, logits, tgt, N, V);
+    dsc__model_xent_backward(d, logits, lse, tgt, 0.7f, N, V);
     xent_ctx k = {N, V, to_double(logits, n), 0.7, tgt};
     double want_loss[6], *num = malloc(sizeof(double) * n);
     for (int r = 0; r < N; r++)
@@ -394,7 +395,7 @@ static void test_softmax_xent(void **state) {
     expect_close("softmax-xent losses", losses, want_loss, N, 1e-6);
     for (size_t i = 0; i < n; i++) num[i] = central_diff(xent_objective, &k, &k.logits[i], 1e-5);
     expect_close("softmax-xent dlogits", d, num, n, 1e-6);
-    dsc__gpt2_xent_backward(logits, logits, lse, tgt, 0.7f, N, V); // in place, as the model
+    dsc__model_xent_backward(logits, logits, lse, tgt, 0.7f, N, V); // in place, as the model
     assert_memory_equal(logits, d, sizeof(float) * n);
     free(logits), free(losses), free(lse), free(d), free(k.logits), free(num);
 }

@@ -4,17 +4,18 @@
 
 #include <ctype.h>  // isdigit
 #include <errno.h>  // errno
-#include <math.h>   // sqrt, log, cos, sin
+#include <math.h>   // sqrt
 #include <stdbool.h> // bool
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc, calloc, free, strtol
 #include <string.h> // memset, memcpy, strcmp
 
 #include "base/status.h"        // dsc__fail, dsc__error_prefix, DSC_TRY
-#include "base/time.h"          // dsc_now
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
-#include "model/common.h" // dsc__model_hook, dsc__model_check_tokens
+#include "model/common.h"       // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
+#include "model/kernels.h"      // dsc__model_xent_*
+#include "model/gpt2/model.h"   // dsc__gpt2_model_ops
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
@@ -141,28 +142,6 @@ double dsc_gpt2_flops_per_token(const dsc_gpt2_config *c, int T) {
 
 // ---- initialisation ----
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
-// splitmix64's output function: a bijective 64-bit mixer.
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Element e of the standard-normal stream `key`: elements 2p and 2p+1 are the cosine and sine
-// halves of one Box-Muller pair, made from splitmix64 outputs 2p+1 and 2p+2 of that stream.
-static double normal_at(uint64_t key, int64_t e) {
-    uint64_t pair = (uint64_t)e >> 1;
-    uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
-    uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
-    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53; // (0, 1]: log stays finite
-    double u2 = (double)(h2 >> 11) * 0x1.0p-53;       // [0, 1)
-    double r = sqrt(-2.0 * log(u1));
-    double a = 6.283185307179586 * u2;
-    return (e & 1) ? r * sin(a) : r * cos(a);
-}
-
 void dsc_gpt2_init_tensor(const dsc_gpt2_config *c, int i, float *dst, int64_t begin,
                           int64_t count, uint64_t seed) {
     int lnf = lnf_tensor(c);
@@ -175,28 +154,7 @@ void dsc_gpt2_init_tensor(const dsc_gpt2_config *c, int i, float *dst, int64_t b
     }
     double std = 0.02;
     if (k == K_APROJW || k == K_MPROJW) std /= sqrt(2.0 * c->n_layer);
-    uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
-    // Pair by pair: both halves of a Box-Muller pair share its hashes, log and sqrt (the values
-    // are normal_at's, bit for bit; an unpaired first or last element goes through normal_at).
-    int64_t lo = begin, hi = begin + count;
-    if (count > 0 && (lo & 1)) {
-        dst[0] = (float)(std * normal_at(key, lo));
-        lo++;
-    }
-    if (hi > lo && (hi & 1)) {
-        dst[hi - 1 - begin] = (float)(std * normal_at(key, hi - 1));
-        hi--;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t e = lo; e < hi; e += 2) {
-        uint64_t pair = (uint64_t)e >> 1;
-        uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
-        uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
-        double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53, u2 = (double)(h2 >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
-        dst[e - begin] = (float)(std * (r * cos(a)));
-        dst[e + 1 - begin] = (float)(std * (r * sin(a)));
-    }
+    dsc__model_init_normal(dst, i, begin, count, std, seed);
 }
 
 void dsc_gpt2_init_weights(const dsc_gpt2_config *c, float *const *params, uint64_t seed) {
@@ -217,10 +175,8 @@ struct dsc_gpt2 {
     int B, T;      // of the last forward
     int pass;      // PASS_*
     int att_slots; // threads the attention scratch serves
-    float *slab;   // every float buffer below is a view of it
-    dsc_mem_pool *pool;  // when the slab is a block of a pool (dsc_gpt2_create_in): the views
-    dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
-    uint64_t gen;
+    dsc__slab acts; // every float buffer below is a view of acts.p; carved again when the pool
+                    // moves it (dsc_gpt2_create_in)
     int32_t *tokens;  // (3, BT): inputs, targets, position ids
     bool has_pos;     // the last forward was given position ids (tokens + 2 BT)
     int64_t ntargets; // targets of the last forward that count (not negative): the mean's divisor
@@ -251,16 +207,6 @@ struct dsc_gpt2 {
 void dsc_gpt2_set_timing(dsc_gpt2 *m, double *times) {
     if (m) m->times = times;
 }
-
-// Add the time since *t0 to slot and restart the clock; nothing while timing is off.
-static void lap(const dsc_gpt2 *m, double *t0, int slot) {
-    if (!m->times) return;
-    double now = dsc_now();
-    m->times[slot] += now - *t0;
-    *t0 = now;
-}
-
-static double lap_start(const dsc_gpt2 *m) { return m->times ? dsc_now() : 0; }
 
 // One layer's slice of the activations.
 typedef struct layer_acts {
@@ -311,10 +257,7 @@ dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int 
 // The pool may have moved the slab since the last pass: carve the views at its new address.
 // Contents move with the block, so a backward after a move still finds its forward's activations.
 static void refresh(dsc_gpt2 *m) {
-    if (!m->pool || dsc_mem_generation(m->pool) == m->gen) return;
-    m->slab = dsc_mem_ptr(m->pool, m->hslab);
-    carve(m, m->slab);
-    m->gen = dsc_mem_generation(m->pool);
+    if (dsc__slab_moved(&m->acts)) carve(m, m->acts.p);
 }
 
 dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T,
@@ -322,36 +265,22 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 create: out is NULL");
     *out = NULL;
     DSC_TRY(config_check(c));
-    if (B < 1 || T < 1 || T > c->max_seq_len || (int64_t)B * T > (1 << 24))
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "gpt2 create: batch %d x %d is invalid; need B >= 1, 1 <= T <= "
-                         "max_seq_len (%d), and B * T <= 16M tokens",
-                         B, T, c->max_seq_len);
+    DSC_TRY(dsc__model_check_create("gpt2", B, T, c->max_seq_len));
     dsc_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 create: out of memory for the model handle");
     m->c = *c;
     m->maxB = B;
     m->maxT = T;
-    m->pool = pool;
     m->att_slots = dsc__model_max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
-    dsc_status st = dsc__activations_alloc(m->pool, nfloats, "gpt2.activations", &m->hslab,
-                                           &m->slab, &m->gen);
+    dsc_status st = dsc__slab_alloc(&m->acts, pool, nfloats, "gpt2.activations");
     m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_gpt2_destroy(m);
-        if (st != DSC_OK && pool) { // the pool's message names its largest users
-            dsc__error_prefix("gpt2 create: activations for batch %d x %d (lower the micro-batch "
-                              "size or the sequence length): ", B, T);
-            return st;
-        }
-        return dsc__fail(DSC_ERR_OOM,
-                         "gpt2 create: cannot allocate %.2f GiB of activations for batch %d x %d; "
-                         "lower the micro-batch size or the sequence length",
-                         (double)nfloats * sizeof(float) / (1u << 30), B, T);
+        return dsc__slab_fail(st, pool, "gpt2", nfloats, B, T);
     }
-    carve(m, m->slab);
+    carve(m, m->acts.p);
     dsc__model_blas_single_thread();
     *out = m;
     return DSC_OK;
@@ -359,8 +288,7 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
 
 void dsc_gpt2_destroy(dsc_gpt2 *m) {
     if (!m) return;
-    if (m->pool) dsc_mem_free(m->pool, m->hslab);
-    else free(m->slab);
+    dsc__slab_free(&m->acts);
     free(m->tokens);
     free(m);
 }
@@ -386,15 +314,8 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
 // array itself is checked here.
 static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what,
                                 const dsc_gpt2_hooks *hooks) {
-    if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2: the %s array is NULL", what);
-    if (hooks && hooks->gather) return DSC_OK;
-    for (int i = 0; i < dsc_gpt2_num_tensors(&m->c); i++) {
-        if (t[i]) continue;
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(&m->c, i, &info);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2: %s[%d] (%s) is NULL", what, i, info.name);
-    }
-    return DSC_OK;
+    int n = dsc_gpt2_num_tensors(&m->c);
+    return dsc__model_check_tensors(&dsc__gpt2_model_ops, &m->c, n, t, what, hooks);
 }
 
 
@@ -402,11 +323,7 @@ static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const i
                                 const int32_t *targets, int B, int T,
                                 const dsc_gpt2_hooks *hooks) {
     if (!m || !inputs) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: model or inputs NULL");
-    if (B < 1 || T < 1 || B > m->maxB || T > m->maxT)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "gpt2 forward: batch %d x %d does not fit the %d x %d this model was "
-                         "created for; create it with the larger size",
-                         B, T, m->maxB, m->maxT);
+    DSC_TRY(dsc__model_check_batch("gpt2", B, T, m->maxB, m->maxT));
     DSC_TRY(check_tensors(m, params, "params", hooks));
     int V = m->c.vocab_size;
     DSC_TRY(dsc__model_check_tokens(inputs, "gpt2", "inputs", B, T, V, false));
@@ -416,26 +333,27 @@ static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const i
 
 // ---- forward ----
 
-static void layer_forward(dsc_gpt2 *m, float *const *params, int l) {
+static void layer_forward(void *state, float *const *params, int l) {
+    dsc_gpt2 *m = state;
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
     int64_t BT = (int64_t)B * T;
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(l, 0);
     float *ln = m->ln_out, *gelu = m->d4;
-    double t0 = lap_start(m);
+    double t0 = dsc__model_lap_start(m->times);
     dsc__gpt2_layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W], p[K_LN1B], BT, C);
-    lap(m, &t0, 1 + 4 * l);
+    dsc__model_lap(m->times, &t0, 1 + 4 * l);
     dsc__gpt2_matmul_forward(a.qkv, ln, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C);
     dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->att_slots, B, T, C,
                                 NH);
     dsc__gpt2_matmul_forward(a.res2, a.atty, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C);
-    lap(m, &t0, 2 + 4 * l);
+    dsc__model_lap(m->times, &t0, 2 + 4 * l);
     dsc__gpt2_layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B], BT, C);
-    lap(m, &t0, 3 + 4 * l);
+    dsc__model_lap(m->times, &t0, 3 + 4 * l);
     dsc__gpt2_matmul_forward(a.fch, ln, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C);
     dsc__gpt2_gelu_forward(gelu, a.fch, BT * 4 * C);
     dsc__gpt2_matmul_forward(a.res_out, gelu, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C, C);
-    lap(m, &t0, 4 + 4 * l);
+    dsc__model_lap(m->times, &t0, 4 + 4 * l);
 }
 
 // ln_f, tied lm_head and (with targets) the loss: the mean over the positions whose target is
@@ -445,27 +363,22 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
     int64_t BT = (int64_t)m->B * m->T;
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
-    double t0 = lap_start(m);
+    double t0 = dsc__model_lap_start(m->times);
     dsc__gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
                                 params[lnf], params[lnf + 1], BT, C);
-    lap(m, &t0, 1 + 4 * L);
+    dsc__model_lap(m->times, &t0, 1 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    t0 = lap_start(m);
+    t0 = dsc__model_lap_start(m->times);
     dsc__model_sgemm(0, 1, (int)BT, V, C, 1.0f, m->lnf, C, params[0], C, 0.0f, m->logits, V);
-    lap(m, &t0, 2 + 4 * L);
+    dsc__model_lap(m->times, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     if (!targets) return DSC_OK;
-    t0 = lap_start(m);
-    dsc__gpt2_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
-    double sum = 0.0;
-    m->ntargets = 0;
-    for (int64_t i = 0; i < BT; i++) {
-        sum += m->losses[i]; // 0 at ignored positions
-        m->ntargets += targets[i] >= 0;
-    }
-    if (loss) *loss = m->ntargets ? (float)(sum / (double)m->ntargets) : 0.0f;
-    lap(m, &t0, 2 + 4 * L);
+    t0 = dsc__model_lap_start(m->times);
+    dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
+    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->ntargets);
+    if (loss) *loss = mean;
+    dsc__model_lap(m->times, &t0, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -503,16 +416,12 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
     if (positions) memcpy(m->tokens + 2 * BT, positions, sizeof(int32_t) * (size_t)BT);
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    double t0 = lap_start(m);
+    double t0 = dsc__model_lap_start(m->times);
     dsc__gpt2_encoder_forward(m->res, tok_in, m->has_pos ? m->tokens + 2 * BT : NULL, params[0],
                               params[1], B, T, m->c.n_embd);
-    lap(m, &t0, 0);
+    dsc__model_lap(m->times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    for (int l = 0; l < m->c.n_layer; l++) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_forward(m, params, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_forward(hooks, "gpt2", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     m->pass = targets ? PASS_LOSS : PASS_LOGITS;
     return DSC_OK;
@@ -521,7 +430,8 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
 // ---- backward ----
 
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
-static void layer_backward(dsc_gpt2 *m, float *const *params, float *const *grads, int l) {
+static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
+    dsc_gpt2 *m = state;
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
     int64_t BT = (int64_t)B * T;
     layer_acts a = acts_of(m, l);
@@ -551,7 +461,7 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     int64_t BT = (int64_t)m->B * m->T;
     float *dlogits = m->logits; // (BT, V), in place
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
-    dsc__gpt2_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
@@ -567,23 +477,15 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
 
 dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *grads,
                              float loss_scale, const dsc_gpt2_hooks *hooks) {
-    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 backward: model is NULL");
-    if (m->pass != PASS_LOSS)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "gpt2 backward: needs a forward with targets first, and each such "
-                         "forward allows one backward (it consumes the logits)");
+    DSC_TRY(dsc__model_check_backward("gpt2", m != NULL, m && m->pass == PASS_LOSS));
     DSC_TRY(check_tensors(m, params, "params", hooks));
     DSC_TRY(check_tensors(m, grads, "grads", hooks));
     refresh(m);
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    for (int l = m->c.n_layer - 1; l >= 0; l--) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_backward(m, params, grads, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-        DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward, m, params,
+                                       grads));
     int64_t BT = (int64_t)m->B * m->T;
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
                                m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);

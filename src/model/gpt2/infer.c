@@ -1,6 +1,6 @@
 // model/gpt2/infer.c - GPT-2 inference rows through a key/value cache, optionally
 // tensor-parallel (see infer.h).
-#include "model/common.h" // dsc__model_check_rows, dsc__model_hook
+#include "model/common.h" // dsc__model_* (checks, hooks, the KV block, row scratch)
 #include "model/gpt2/infer.h"
 
 #include <math.h>   // expf, sqrtf, INFINITY
@@ -98,11 +98,7 @@ dsc_status dsc__gpt2_kv_create(dsc_gpt2_kv **out, const dsc_gpt2_config *c, int 
                                int nseq, int max_len) {
     *out = NULL;
     DSC_TRY(dsc__gpt2_tp_check(c, tp_size));
-    if (nseq < 1 || max_len < 1 || max_len > c->max_seq_len)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "gpt2 kv cache: %d sequences of %d positions is invalid; need at least "
-                         "one sequence and 1 <= positions <= the context (%d)",
-                         nseq, max_len, c->max_seq_len);
+    DSC_TRY(dsc__model_check_kv("gpt2", nseq, max_len, c->max_seq_len));
     dsc_gpt2_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return dsc__fail(DSC_ERR_OOM, "gpt2 kv cache: out of memory for its handle");
     *kv = (dsc_gpt2_kv){.c = *c, .tp = tp_size, .nseq = nseq, .max_len = max_len,
@@ -110,10 +106,8 @@ dsc_status dsc__gpt2_kv_create(dsc_gpt2_kv **out, const dsc_gpt2_config *c, int 
     kv->att_slots = dsc__model_max_threads();
     kv->att = malloc(sizeof(float) * (size_t)kv->att_slots * (size_t)max_len);
     dsc_status st = kv->att ? DSC_OK : dsc__fail(DSC_ERR_OOM, "gpt2 kv cache: out of memory");
-    if (st == DSC_OK) st = dsc_mem_default_pool(DSC_MEM_HOST, &kv->pool);
-    if (st == DSC_OK)
-        st = dsc_mem_alloc(kv->pool, dsc__gpt2_kv_bytes(c, tp_size, nseq, max_len),
-                           "infer.kv_cache", &kv->block);
+    size_t bytes = dsc__gpt2_kv_bytes(c, tp_size, nseq, max_len);
+    if (st == DSC_OK) st = dsc__model_kv_alloc(bytes, &kv->pool, &kv->block);
     if (st != DSC_OK) {
         dsc__error_prefix("gpt2 kv cache for %d sequences x %d positions: ", nseq, max_len);
         dsc__gpt2_kv_destroy(kv);
@@ -149,15 +143,8 @@ static size_t carve_rows(const dsc_gpt2_kv *kv, int n, float *slab, row_bufs *b)
 }
 
 static dsc_status rows_scratch(dsc_gpt2_kv *kv, int n, row_bufs *b) {
-    if (n > kv->rows_cap) {
-        free(kv->slab);
-        kv->rows_cap = 0;
-        kv->slab = aligned_alloc(64, carve_rows(kv, n, NULL, b) * sizeof(float));
-        if (!kv->slab)
-            return dsc__fail(DSC_ERR_OOM, "gpt2 inference: out of memory for %d rows of "
-                             "activations; generate fewer or shorter prompts at once", n);
-        kv->rows_cap = n;
-    }
+    size_t nfloats = carve_rows(kv, n, NULL, b);
+    DSC_TRY(dsc__model_rows_slab(&kv->slab, &kv->rows_cap, n, nfloats, "gpt2"));
     carve_rows(kv, n, kv->slab, b);
     return DSC_OK;
 }

@@ -1,28 +1,18 @@
 // model/gpt2/kernels.c - CPU kernels of the GPT-2 layers (see kernels.h for the contracts).
 #include "model/gpt2/kernels.h"
 
-#include "model/blas.h" // dsc__model_sgemm, dsc__model_chunk, dsc__exp_fast
-#include "model/common.h" // dsc__model_max_threads, dsc__model_thread_id
+#include "model/blas.h"    // dsc__model_sgemm, dsc__model_chunk, dsc__exp_fast
+#include "model/common.h"  // dsc__model_max_threads, dsc__model_thread_id
+#include "model/kernels.h" // dsc__model_colsum, dsc__model_softmax_*, DSC_CLONES
 
 #include <cblas.h>  // cblas_sgemm, openblas_set_num_threads
 #include <math.h>   // sqrtf, logf, INFINITY
 #include <string.h> // memcpy, memset
-// Row kernels that do arithmetic rather than move memory are compiled for three instruction sets
-// (SSE2, AVX2+FMA, AVX-512) and chosen once at load time, so that a portable build still uses
-// wide vectors. OpenMP regions stay in plain functions that call these per row or per block: an
-// outlined parallel body would not inherit the clone's instruction set.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DSC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define DSC_CLONES
-#endif
-
 // Parallel loops hand out fixed tasks dynamically: a thread that the OS preempts (the machine
 // may be shared) does not hold the others at the barrier, and since the tasks themselves never
 // depend on the thread count, neither do the results.
 #define LN_EPS 1e-5f
 #define LN_CHUNK 32     // rows per partial sum of the layernorm parameter gradients
-#define COL_BLOCK 64    // columns per task of a column sum
 #define ELEM_BLOCK 8192 // elements per task of an elementwise pass
 #define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
 
@@ -74,28 +64,7 @@ void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float
                                const float *inp, const float *w, int64_t N, int IC, int OC) {
     dsc__model_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     dsc__model_sgemm(0, 1, (int)N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
-    if (dbias) dsc__gpt2_colsum(dbias, dout, N, OC);
-}
-
-// ---- column sums ----
-
-DSC_CLONES static void colsum_block(float *acc, const float *d, int64_t rows, int ld, int width) {
-    float s[COL_BLOCK] = {0};
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = d + (size_t)r * ld;
-#pragma omp simd
-        for (int c = 0; c < width; c++) s[c] += row[c];
-    }
-    for (int c = 0; c < width; c++) acc[c] += s[c];
-}
-
-void dsc__gpt2_colsum(float *acc, const float *d, int64_t rows, int ncols) {
-    int nblocks = (ncols + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bi = 0; bi < nblocks; bi++) {
-        int c0 = bi * COL_BLOCK;
-        colsum_block(acc + c0, d + c0, rows, ncols, (int)min64(COL_BLOCK, ncols - c0));
-    }
+    if (dbias) dsc__model_colsum(dbias, dout, N, OC, OC);
 }
 
 // ---- layernorm ----
@@ -237,43 +206,6 @@ void dsc__gpt2_gelu_backward(float *dinp, const float *dout, const float *inp, i
 
 // ---- causal self-attention ----
 
-// Scores row (first n_valid = t + 1 entries live) -> probabilities, zero up to n_row (the
-// tile's key range, which the next product reads). stats = {row max, 1 / sum}.
-DSC_CLONES static void att_softmax_row(float *row, int n_valid, int n_row, float *stats) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < n_valid; j++) m = row[j] > m ? row[j] : m;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < n_valid; j++) {
-        row[j] = dsc__exp_fast(row[j] - m);
-        s += row[j];
-    }
-    float inv = 1.0f / s;
-#pragma omp simd
-    for (int j = 0; j < n_valid; j++) row[j] *= inv;
-    memset(row + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
-    stats[0] = m;
-    stats[1] = inv;
-}
-
-// p: scores in, probabilities out (bitwise those of the forward); dp: dP in, dS = P (dP - P.dP)
-// out; both zero past n_valid up to n_row.
-DSC_CLONES static void att_grad_row(float *p, float *dp, int n_valid, int n_row,
-                                    const float *stats) {
-    float m = stats[0], inv = stats[1];
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j < n_valid; j++) {
-        p[j] = dsc__exp_fast(p[j] - m) * inv;
-        dot += p[j] * dp[j];
-    }
-#pragma omp simd
-    for (int j = 0; j < n_valid; j++) dp[j] = p[j] * (dp[j] - dot);
-    memset(p + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
-    memset(dp + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
-}
-
 // One (batch, head): q, k, v (T, hs) with row stride 3C, y (T, hs) with row stride C,
 // S (T, T) scratch. Query tile [r0, r1) only needs keys [0, r1).
 static void att_forward_bh(float *y, float *stats, const float *q, const float *k, const float *v,
@@ -283,7 +215,7 @@ static void att_forward_bh(float *y, float *stats, const float *q, const float *
         int r1 = (int)min64(T, r0 + ATT_TILE), nr = r1 - r0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, scale,
                     q + (size_t)r0 * ld3, ld3, k, ld3, 0.0f, S + (size_t)r0 * T, T);
-        for (int t = r0; t < r1; t++) att_softmax_row(S + (size_t)t * T, t + 1, r1, stats + 2 * t);
+        for (int t = r0; t < r1; t++) dsc__model_softmax_row(S + (size_t)t * T, t + 1, r1, stats + 2 * t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, 1.0f,
                     S + (size_t)r0 * T, T, v, ld3, 0.0f, y + (size_t)r0 * C, C);
     }
@@ -325,7 +257,7 @@ static void att_backward_bh(float *dq, const float *dy, const float *q, const fl
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, 1.0f,
                     dy + (size_t)r0 * C, C, v, ld3, 0.0f, dP + (size_t)r0 * T, T);
         for (int t = r0; t < r1; t++)
-            att_grad_row(P + (size_t)t * T, dP + (size_t)t * T, t + 1, r1, stats + 2 * t);
+            dsc__model_softmax_grad_row(P + (size_t)t * T, dP + (size_t)t * T, t + 1, r1, stats + 2 * t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, scale,
                     dP + (size_t)r0 * T, T, k, ld3, 0.0f, dq + (size_t)r0 * ld3, ld3);
     }
@@ -373,27 +305,11 @@ void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const int32_t 
     }
 }
 
-// Tokens repeat, so rows of dwte are shared between positions: split by channel block instead,
-// each block visiting positions in order.
-// Rows of dout added into the rows idx[bt] of dtab, by channel block, positions in order.
-static void scatter_rows(float *dtab, const float *dout, const int32_t *idx, int64_t BT, int C) {
-    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bi = 0; bi < nblocks; bi++) {
-        int c0 = bi * COL_BLOCK, c1 = (int)min64(C, c0 + COL_BLOCK);
-        for (int64_t bt = 0; bt < BT; bt++) {
-            float *g = dtab + (size_t)idx[bt] * C;
-            const float *d = dout + (size_t)bt * C;
-            for (int c = c0; c < c1; c++) g[c] += d[c];
-        }
-    }
-}
-
 void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                 const int32_t *inputs, const int32_t *pos, int B, int T, int C) {
-    scatter_rows(dwte, dout, inputs, (int64_t)B * T, C);
+    dsc__model_scatter_rows(dwte, dout, inputs, (int64_t)B * T, C);
     if (pos) { // each wpe row still sums its positions in (b, t) order, as below
-        scatter_rows(dwpe, dout, pos, (int64_t)B * T, C);
+        dsc__model_scatter_rows(dwpe, dout, pos, (int64_t)B * T, C);
         return;
     }
 #pragma omp parallel for schedule(dynamic, 8)
@@ -404,50 +320,5 @@ void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
 #pragma omp simd
             for (int c = 0; c < C; c++) g[c] += d[c];
         }
-    }
-}
-
-// ---- softmax + cross-entropy ----
-
-DSC_CLONES static float row_logsumexp(const float *l, int V) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < V; j++) s += dsc__exp_fast(l[j] - m);
-    return m + logf(s);
-}
-
-DSC_CLONES static void xent_grad_row(float *d, const float *l, float lse, int target, float g,
-                                     int V) {
-    float pt = dsc__exp_fast(l[target] - lse); // read before d (which may alias l) is written
-#pragma omp simd
-    for (int j = 0; j < V; j++) d[j] = g * dsc__exp_fast(l[j] - lse);
-    d[target] = g * (pt - 1.0f);
-}
-
-void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
-                            const int32_t *targets, int64_t N, int V) {
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < N; r++) {
-        const float *l = logits + (size_t)r * V;
-        if (targets[r] < 0) { // ignored: no loss, and backward gives the row no gradient
-            lse[r] = 0.0f;
-            losses[r] = 0.0f;
-            continue;
-        }
-        lse[r] = row_logsumexp(l, V);
-        losses[r] = lse[r] - l[targets[r]];
-    }
-}
-
-void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
-                             const int32_t *targets, float g, int64_t N, int V) {
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < N; r++) {
-        float *d = dlogits + (size_t)r * V;
-        if (targets[r] < 0) memset(d, 0, (size_t)V * sizeof *d);
-        else xent_grad_row(d, logits + (size_t)r * V, lse[r], targets[r], g, V);
     }
 }

@@ -59,16 +59,4 @@ void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const int32_t 
 void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                 const int32_t *inputs, const int32_t *pos, int B, int T, int C);
 
-// losses (N) = logsumexp(logits row) - logits[target]; lse (N) kept for backward. A negative
-// target (DSC_GPT2_IGNORE, any negative id) is ignored: its loss and lse are 0.
-void dsc__gpt2_xent_forward(float *losses, float *lse, const float *logits,
-                            const int32_t *targets, int64_t N, int V);
-// dlogits (N, V) = g * (softmax(logits) - onehot(target)); may alias logits. Rows whose target
-// is negative get 0.
-void dsc__gpt2_xent_backward(float *dlogits, const float *logits, const float *lse,
-                             const int32_t *targets, float g, int64_t N, int V);
-
-// Column sums: acc (ncols) += sum over rows of d (rows, ncols), each column in row order.
-void dsc__gpt2_colsum(float *acc, const float *d, int64_t rows, int ncols);
-
 #endif

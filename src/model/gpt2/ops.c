@@ -8,6 +8,7 @@
 #include <string.h> // strcmp, strncmp
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
+#include "model/common.h"    // dsc__model_find_param, dsc__model_match_params
 #include "model/gpt2/hf.h"    // dsc_gpt2_config_from_hf, dsc_gpt2_config_to_hf
 #include "model/gpt2/infer.h" // dsc__gpt2_kv_*, dsc__gpt2_infer, dsc__gpt2_tp_*
 #include "model/hf_config.h"  // dsc_hf_config_read, dsc_hf_config_render
@@ -56,12 +57,7 @@ static dsc_status config_parse(const char *spec, const dsc_model_opts *o, void *
 }
 
 static int find_name(const dsc_param_desc *t, int count, const char *want) {
-    for (int j = 0; j < count; j++) {
-        const char *n = t[j].name;
-        if (!strncmp(n, "transformer.", 12)) n += 12; // some exports prefix every name
-        if (!strcmp(n, want)) return j;
-    }
-    return -1;
+    return dsc__model_find_param(t, count, want, "transformer."); // some exports prefix every name
 }
 
 // The dimensions from the embeddings and the layers present. DSC_ERR_UNSUPPORTED when the table
@@ -97,29 +93,18 @@ static dsc_status dims(const dsc_param_desc *t, int count, int n_head, const cha
     return DSC_OK;
 }
 
+static void param(const void *cfg, int i, dsc_model_param *out);
+
 static dsc_status config_from_params(const dsc_param_desc *t, int count, const dsc_model_opts *o,
                                      const char *what, void **cfg, int *order) {
     dsc_gpt2_config c;
     DSC_TRY(dims(t, count, o->n_head, what, &c));
-    for (int k = 0; k < dsc_gpt2_num_tensors(&c); k++) {
-        dsc_gpt2_tensor_info ti;
-        dsc_gpt2_tensor_info_get(&c, k, &ti);
-        int j = find_name(t, count, ti.name);
-        if (j < 0)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "%s: tensor %s is missing; the file is not a "
-                             "complete GPT-2 of %d layers",
-                             what, ti.name, c.n_layer);
-        if (t[j].ndim != ti.ndim || t[j].shape[0] != ti.shape[0] ||
-            (ti.ndim == 2 && t[j].shape[1] != ti.shape[1]))
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "%s: tensor %s has shape (%lld, %lld), GPT-2 with %d channels and "
-                             "vocabulary %d needs (%lld, %lld); the weights are inconsistent",
-                             what, ti.name, (long long)t[j].shape[0],
-                             (long long)(t[j].ndim == 2 ? t[j].shape[1] : 0), c.n_embd,
-                             c.vocab_size, (long long)ti.shape[0], (long long)ti.shape[1]);
-        order[k] = j;
-    }
+    char whole[64], shape[96];
+    snprintf(whole, sizeof whole, "GPT-2 of %d layers", c.n_layer);
+    snprintf(shape, sizeof shape, "GPT-2 with %d channels and vocabulary %d", c.n_embd,
+             c.vocab_size);
+    DSC_TRY(dsc__model_match_params(t, count, "transformer.", param, &c, dsc_gpt2_num_tensors(&c),
+                                    what, whole, shape, order));
     return config_new(&c, cfg);
 }
 

@@ -1,7 +1,7 @@
 // model/llama/infer.c - Llama inference rows through a grouped-query key/value cache (see
 // infer.h). The layers are the training forward's kernels on the rows of the call; only
 // attention differs: each row reads its sequence's cached keys and values.
-#include "model/common.h" // dsc__model_check_rows, dsc__model_hook
+#include "model/common.h" // dsc__model_* (checks, hooks, the KV block, row scratch)
 #include "model/llama/infer.h"
 
 #include <math.h>   // sqrtf, INFINITY
@@ -111,11 +111,7 @@ dsc_status dsc__llama_kv_create(dsc_llama_kv **out, const dsc_llama_config *c, i
                                 int nseq, int max_len) {
     *out = NULL;
     DSC_TRY(dsc__llama_tp_check(c, tp_size));
-    if (nseq < 1 || max_len < 1 || max_len > c->max_seq_len)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "llama kv cache: %d sequences of %d positions is invalid; need at least "
-                         "one sequence and 1 <= positions <= the context (%d)",
-                         nseq, max_len, c->max_seq_len);
+    DSC_TRY(dsc__model_check_kv("llama", nseq, max_len, c->max_seq_len));
     dsc_llama_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return dsc__fail(DSC_ERR_OOM, "llama kv cache: out of memory for its handle");
     memcpy(&kv->c, c, sizeof *c); // whole bytes: kv_fits compares them
@@ -134,10 +130,8 @@ dsc_status dsc__llama_kv_create(dsc_llama_kv **out, const dsc_llama_config *c, i
     dsc_status st = kv->rope_cos && kv->rope_sin && kv->att
                         ? DSC_OK
                         : dsc__fail(DSC_ERR_OOM, "llama kv cache: out of memory");
-    if (st == DSC_OK) st = dsc_mem_default_pool(DSC_MEM_HOST, &kv->pool);
-    if (st == DSC_OK)
-        st = dsc_mem_alloc(kv->pool, dsc__llama_kv_bytes(c, tp_size, nseq, max_len),
-                           "infer.kv_cache", &kv->block);
+    size_t bytes = dsc__llama_kv_bytes(c, tp_size, nseq, max_len);
+    if (st == DSC_OK) st = dsc__model_kv_alloc(bytes, &kv->pool, &kv->block);
     if (st != DSC_OK) {
         dsc__error_prefix("llama kv cache for %d sequences x %d positions: ", nseq, max_len);
         dsc__llama_kv_destroy(kv);
@@ -170,15 +164,8 @@ static size_t carve_rows(const dsc_llama_kv *kv, int n, float *slab, row_bufs *b
 }
 
 static dsc_status rows_scratch(dsc_llama_kv *kv, int n, row_bufs *b) {
-    if (n > kv->rows_cap) {
-        free(kv->slab);
-        kv->rows_cap = 0;
-        kv->slab = aligned_alloc(64, carve_rows(kv, n, NULL, b) * sizeof(float));
-        if (!kv->slab)
-            return dsc__fail(DSC_ERR_OOM, "llama inference: out of memory for %d rows of "
-                             "activations; generate fewer or shorter prompts at once", n);
-        kv->rows_cap = n;
-    }
+    size_t nfloats = carve_rows(kv, n, NULL, b);
+    DSC_TRY(dsc__model_rows_slab(&kv->slab, &kv->rows_cap, n, nfloats, "llama"));
     carve_rows(kv, n, kv->slab, b);
     return DSC_OK;
 }

@@ -5,17 +5,10 @@
 #include <math.h>   // sqrtf, logf, cos, sin, pow, INFINITY
 #include <string.h> // memcpy, memset
 
-#include "model/blas.h" // dsc__model_sgemm, dsc__exp_fast
-#include "model/common.h" // dsc__model_max_threads, dsc__model_thread_id
-// Row kernels are compiled for three instruction sets and chosen at load time, as GPT-2's are.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DSC_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define DSC_CLONES
-#endif
-
+#include "model/blas.h"    // dsc__model_sgemm, dsc__exp_fast
+#include "model/common.h"  // dsc__model_max_threads, dsc__model_thread_id
+#include "model/kernels.h" // dsc__model_colsum, dsc__model_softmax_*, DSC_CLONES
 #define NORM_CHUNK 32   // rows per partial sum of the RMSNorm weight gradient
-#define COL_BLOCK 64    // columns per task of a column sum
 #define ELEM_BLOCK 8192 // elements per task of an elementwise pass
 #define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
 
@@ -44,31 +37,11 @@ void dsc__llama_linear_forward(float *out, int ldo, const float *inp, int ldi, c
     dsc__model_sgemm(0, 1, (int)N, OUT, IN, 1.0f, inp, ldi, w, IN, beta, out, ldo);
 }
 
-DSC_CLONES static void colsum_block(float *acc, const float *d, int64_t rows, int ld, int width) {
-    float s[COL_BLOCK] = {0};
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = d + (size_t)r * ld;
-#pragma omp simd
-        for (int c = 0; c < width; c++) s[c] += row[c];
-    }
-    for (int c = 0; c < width; c++) acc[c] += s[c];
-}
-
-// acc (ncols) += column sums of d (rows, ncols) with row stride ld, each column in row order.
-static void colsum(float *acc, const float *d, int64_t rows, int ncols, int ld) {
-    int nblocks = (ncols + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bi = 0; bi < nblocks; bi++) {
-        int c0 = bi * COL_BLOCK;
-        colsum_block(acc + c0, d + c0, rows, ld, (int)min64(COL_BLOCK, ncols - c0));
-    }
-}
-
 void dsc__llama_linear_backward(float *dinp, int accumulate, float *dw, float *dbias,
                                 const float *dout, int ldd, const float *inp, int ldi,
                                 const float *w, int64_t N, int IN, int OUT) {
     dsc__model_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
-    if (dbias) colsum(dbias, dout, N, OUT, ldd);
+    if (dbias) dsc__model_colsum(dbias, dout, N, OUT, ldd);
     dsc__model_sgemm(0, 0, (int)N, IN, OUT, 1.0f, dout, ldd, w, IN, accumulate ? 1.0f : 0.0f,
                     dinp, IN);
 }
@@ -251,43 +224,6 @@ void dsc__llama_swiglu_backward(float *dgate, float *dup, const float *dh, const
 
 // ---- causal grouped-query attention ----
 
-// Scores row (first n_valid = t + 1 entries live) -> probabilities, zero up to n_row (the
-// tile's key range, which the next product reads). stats = {row max, 1 / sum}.
-DSC_CLONES static void att_softmax_row(float *row, int n_valid, int n_row, float *stats) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < n_valid; j++) m = row[j] > m ? row[j] : m;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < n_valid; j++) {
-        row[j] = dsc__exp_fast(row[j] - m);
-        s += row[j];
-    }
-    float inv = 1.0f / s;
-#pragma omp simd
-    for (int j = 0; j < n_valid; j++) row[j] *= inv;
-    memset(row + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
-    stats[0] = m;
-    stats[1] = inv;
-}
-
-// p: scores in, probabilities out (bitwise the forward's); dp: dP in, dS = P (dP - P.dP) out;
-// both zero past n_valid up to n_row.
-DSC_CLONES static void att_grad_row(float *p, float *dp, int n_valid, int n_row,
-                                    const float *stats) {
-    float m = stats[0], inv = stats[1];
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j < n_valid; j++) {
-        p[j] = dsc__exp_fast(p[j] - m) * inv;
-        dot += p[j] * dp[j];
-    }
-#pragma omp simd
-    for (int j = 0; j < n_valid; j++) dp[j] = p[j] * (dp[j] - dot);
-    memset(p + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
-    memset(dp + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
-}
-
 // Row strides and the shape of one attention call.
 typedef struct att_shape {
     int T, hd, ld, ldy; // ld: of qkv rows; ldy: of out rows (NH hd)
@@ -303,7 +239,7 @@ static void att_forward_bh(float *y, float *stats, const float *q, const float *
         int r1 = (int)min64(T, r0 + ATT_TILE), nr = r1 - r0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, s->hd, s->scale,
                     q + (size_t)r0 * s->ld, s->ld, k, s->ld, 0.0f, S + (size_t)r0 * T, T);
-        for (int t = r0; t < r1; t++) att_softmax_row(S + (size_t)t * T, t + 1, r1, stats + 2 * t);
+        for (int t = r0; t < r1; t++) dsc__model_softmax_row(S + (size_t)t * T, t + 1, r1, stats + 2 * t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, s->hd, r1, 1.0f,
                     S + (size_t)r0 * T, T, v, s->ld, 0.0f, y + (size_t)r0 * s->ldy, s->ldy);
     }
@@ -347,7 +283,7 @@ static void att_backward_bh(float *dq, float *dk, float *dv, const float *dy, co
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, 1.0f,
                     dy + (size_t)r0 * s->ldy, s->ldy, v, ld, 0.0f, dP + (size_t)r0 * T, T);
         for (int t = r0; t < r1; t++)
-            att_grad_row(P + (size_t)t * T, dP + (size_t)t * T, t + 1, r1, stats + 2 * t);
+            dsc__model_softmax_grad_row(P + (size_t)t * T, dP + (size_t)t * T, t + 1, r1, stats + 2 * t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, r1, s->scale,
                     dP + (size_t)r0 * T, T, k, ld, 0.0f, dq + (size_t)r0 * ld, ld);
     }
@@ -398,59 +334,7 @@ void dsc__llama_embed_forward(float *out, const int32_t *inputs, const float *em
         memcpy(out + (size_t)r * C, emb + (size_t)inputs[r] * C, sizeof(float) * (size_t)C);
 }
 
-// Tokens repeat, so rows of demb are shared between positions: split by channel block instead,
-// each block visiting positions in order.
 void dsc__llama_embed_backward(float *demb, const float *dout, const int32_t *inputs, int64_t N,
                                int C) {
-    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bi = 0; bi < nblocks; bi++) {
-        int c0 = bi * COL_BLOCK, c1 = (int)min64(C, c0 + COL_BLOCK);
-        for (int64_t r = 0; r < N; r++) {
-            float *g = demb + (size_t)inputs[r] * C;
-            const float *d = dout + (size_t)r * C;
-            for (int c = c0; c < c1; c++) g[c] += d[c];
-        }
-    }
-}
-
-// ---- softmax + cross-entropy ----
-
-DSC_CLONES static float row_logsumexp(const float *l, int V) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < V; j++) m = l[j] > m ? l[j] : m;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < V; j++) s += dsc__exp_fast(l[j] - m);
-    return m + logf(s);
-}
-
-DSC_CLONES static void xent_grad_row(float *d, const float *l, float lse, int target, float g,
-                                     int V) {
-    if (target < 0) { // ignored position
-        memset(d, 0, sizeof(float) * (size_t)V);
-        return;
-    }
-    float pt = dsc__exp_fast(l[target] - lse); // read before d (which may alias l) is written
-#pragma omp simd
-    for (int j = 0; j < V; j++) d[j] = g * dsc__exp_fast(l[j] - lse);
-    d[target] = g * (pt - 1.0f);
-}
-
-void dsc__llama_xent_forward(float *losses, float *lse, const float *logits,
-                             const int32_t *targets, int64_t N, int V) {
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < N; r++) {
-        const float *l = logits + (size_t)r * V;
-        lse[r] = row_logsumexp(l, V);
-        losses[r] = targets[r] < 0 ? 0.0f : lse[r] - l[targets[r]];
-    }
-}
-
-void dsc__llama_xent_backward(float *dlogits, const float *logits, const float *lse,
-                              const int32_t *targets, float g, int64_t N, int V) {
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t r = 0; r < N; r++)
-        xent_grad_row(dlogits + (size_t)r * V, logits + (size_t)r * V, lse[r], targets[r], g, V);
+    dsc__model_scatter_rows(demb, dout, inputs, N, C);
 }

@@ -80,12 +80,4 @@ void dsc__llama_embed_forward(float *out, const int32_t *inputs, const float *em
 void dsc__llama_embed_backward(float *demb, const float *dout, const int32_t *inputs, int64_t N,
                                int C);
 
-// losses (N) = logsumexp(row) - row[target], 0 where target < 0 (ignored); lse (N) kept.
-void dsc__llama_xent_forward(float *losses, float *lse, const float *logits,
-                             const int32_t *targets, int64_t N, int V);
-// dlogits (N, V) = g * (softmax(row) - onehot(target)), 0 rows where target < 0; may alias
-// logits.
-void dsc__llama_xent_backward(float *dlogits, const float *logits, const float *lse,
-                              const int32_t *targets, float g, int64_t N, int V);
-
 #endif

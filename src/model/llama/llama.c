@@ -4,16 +4,15 @@
 
 #include <ctype.h>  // isdigit
 #include <errno.h>  // errno
-#include <math.h>   // sqrt, log, cos, sin
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // aligned_alloc, calloc, free, malloc, strtol
 #include <string.h> // memset, memcpy, strcmp
 
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
-#include "base/time.h"           // dsc_now
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
-#include "model/common.h"  // dsc__model_hook, dsc__model_check_tokens
+#include "model/common.h"        // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/llama/kernels.h" // dsc__llama_*
+#include "model/kernels.h"       // dsc__model_xent_*
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
@@ -253,28 +252,6 @@ double dsc_llama_flops_per_token(const dsc_llama_config *c, int T) {
 
 // ---- initialisation ----
 
-#define GOLDEN 0x9E3779B97F4A7C15ull
-
-// splitmix64's output function: a bijective 64-bit mixer.
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Element e of the standard-normal stream `key`: elements 2p and 2p+1 are the cosine and sine
-// halves of one Box-Muller pair, made from splitmix64 outputs 2p+1 and 2p+2 of that stream.
-static double normal_at(uint64_t key, int64_t e) {
-    uint64_t pair = (uint64_t)e >> 1;
-    uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
-    uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
-    double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53; // (0, 1]: log stays finite
-    double u2 = (double)(h2 >> 11) * 0x1.0p-53;       // [0, 1)
-    double r = sqrt(-2.0 * log(u1));
-    double a = 6.283185307179586 * u2;
-    return (e & 1) ? r * sin(a) : r * cos(a);
-}
-
 void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t begin,
                            int64_t count, uint64_t seed) {
     dsc_llama_tensor_info info;
@@ -285,29 +262,7 @@ void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t
         for (int64_t j = 0; j < count; j++) dst[j] = norm_weight ? 1.0f : 0.0f;
         return;
     }
-    const double std = 0.02;
-    uint64_t key = mix64(seed ^ mix64((uint64_t)i * GOLDEN + 1));
-    // Pair by pair: both halves of a Box-Muller pair share its hashes, log and sqrt (the values
-    // are normal_at's, bit for bit; an unpaired first or last element goes through normal_at).
-    int64_t lo = begin, hi = begin + count;
-    if (count > 0 && (lo & 1)) {
-        dst[0] = (float)(std * normal_at(key, lo));
-        lo++;
-    }
-    if (hi > lo && (hi & 1)) {
-        dst[hi - 1 - begin] = (float)(std * normal_at(key, hi - 1));
-        hi--;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t e = lo; e < hi; e += 2) {
-        uint64_t pair = (uint64_t)e >> 1;
-        uint64_t h1 = mix64(key + (2 * pair + 1) * GOLDEN);
-        uint64_t h2 = mix64(key + (2 * pair + 2) * GOLDEN);
-        double u1 = (double)((h1 >> 11) + 1) * 0x1.0p-53, u2 = (double)(h2 >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
-        dst[e - begin] = (float)(std * (r * cos(a)));
-        dst[e + 1 - begin] = (float)(std * (r * sin(a)));
-    }
+    dsc__model_init_normal(dst, i, begin, count, 0.02, seed);
 }
 
 void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uint64_t seed) {
@@ -329,10 +284,8 @@ struct dsc_llama {
     int pass;      // PASS_*
     int att_slots; // threads the attention scratch serves
     int ld;        // width of a qkv row: (NH + 2 NKV) hd
-    float *slab;   // every float buffer below is a view of it
-    dsc_mem_pool *pool;   // when the slab is a block of a pool (dsc_llama_create_in): the views
-    dsc_mem_handle hslab; // are carved again whenever the pool's generation changed (it moved)
-    uint64_t gen;
+    dsc__slab acts; // every float buffer below is a view of acts.p; carved again when the pool
+                    // moves it (dsc_llama_create_in)
     int32_t *tokens;  // (3, BT) inputs, targets, position ids
     int has_pos;      // the last forward had position ids (tokens + 2 BT)
     int64_t n_valid;  // targets of the last forward that are not ignored
@@ -363,16 +316,6 @@ struct dsc_llama {
 void dsc_llama_set_timing(dsc_llama *m, double *times) {
     if (m) m->times = times;
 }
-
-// Add the time since *t0 to slot and restart the clock; nothing while timing is off.
-static void lap(const dsc_llama *m, double *t0, int slot) {
-    if (!m->times) return;
-    double now = dsc_now();
-    m->times[slot] += now - *t0;
-    *t0 = now;
-}
-
-static double lap_start(const dsc_llama *m) { return m->times ? dsc_now() : 0; }
 
 // One layer's slice of the activations.
 typedef struct layer_acts {
@@ -425,10 +368,7 @@ dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, i
 // The pool may have moved the slab since the last pass: carve the views at its new address.
 // Contents (the rotary tables too) move with the block.
 static void refresh(dsc_llama *m) {
-    if (!m->pool || dsc_mem_generation(m->pool) == m->gen) return;
-    m->slab = dsc_mem_ptr(m->pool, m->hslab);
-    carve(m, m->slab);
-    m->gen = dsc_mem_generation(m->pool);
+    if (dsc__slab_moved(&m->acts)) carve(m, m->acts.p);
 }
 
 dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B, int T,
@@ -436,37 +376,23 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "llama create: out is NULL");
     *out = NULL;
     DSC_TRY(config_check(c));
-    if (B < 1 || T < 1 || T > c->max_seq_len || (int64_t)B * T > (1 << 24))
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "llama create: batch %d x %d is invalid; need B >= 1, 1 <= T <= "
-                         "max_seq_len (%d), and B * T <= 16M tokens",
-                         B, T, c->max_seq_len);
+    DSC_TRY(dsc__model_check_create("llama", B, T, c->max_seq_len));
     dsc_llama *m = calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "llama create: out of memory for the model handle");
     m->c = *c;
     m->maxB = B;
     m->maxT = T;
-    m->pool = pool;
     m->ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
     m->att_slots = dsc__model_max_threads(); // one (T, T) pair per thread, but no more than there are heads
     if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
     size_t nfloats = carve(m, NULL);
-    dsc_status st = dsc__activations_alloc(m->pool, nfloats, "llama.activations", &m->hslab,
-                                           &m->slab, &m->gen);
+    dsc_status st = dsc__slab_alloc(&m->acts, pool, nfloats, "llama.activations");
     m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
     if (st != DSC_OK || !m->tokens) {
         dsc_llama_destroy(m);
-        if (st != DSC_OK && pool) { // the pool's message names its largest users
-            dsc__error_prefix("llama create: activations for batch %d x %d (lower the "
-                              "micro-batch size or the sequence length): ", B, T);
-            return st;
-        }
-        return dsc__fail(DSC_ERR_OOM,
-                         "llama create: cannot allocate %.2f GiB of activations for batch %d x "
-                         "%d; lower the micro-batch size or the sequence length",
-                         (double)nfloats * sizeof(float) / (1u << 30), B, T);
+        return dsc__slab_fail(st, pool, "llama", nfloats, B, T);
     }
-    carve(m, m->slab);
+    carve(m, m->acts.p);
     dsc__llama_rope_tables(m->rope_cos, m->rope_sin, T, c->head_dim, c->rope_theta,
                            c->rope_scaling, c->rope_factor, c->rope_low_freq_factor,
                            c->rope_high_freq_factor, c->rope_original_max_pos);
@@ -477,8 +403,7 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
 
 void dsc_llama_destroy(dsc_llama *m) {
     if (!m) return;
-    if (m->pool) dsc_mem_free(m->pool, m->hslab);
-    else free(m->slab);
+    dsc__slab_free(&m->acts);
     free(m->tokens);
     free(m);
 }
@@ -503,15 +428,8 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
 // fills a group's pointers in its gather hook, so only the array itself is checked here.
 static dsc_status check_tensors(const dsc_llama *m, float *const *t, const char *what,
                                 const dsc_llama_hooks *hooks) {
-    if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "llama: the %s array is NULL", what);
-    if (hooks && hooks->gather) return DSC_OK;
-    for (int i = 0; i < dsc_llama_num_tensors(&m->c); i++) {
-        if (t[i]) continue;
-        dsc_llama_tensor_info info;
-        dsc_llama_tensor_info_get(&m->c, i, &info);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "llama: %s[%d] (%s) is NULL", what, i, info.name);
-    }
-    return DSC_OK;
+    int n = dsc_llama_num_tensors(&m->c);
+    return dsc__model_check_tensors(&dsc__llama_model_ops, &m->c, n, t, what, hooks);
 }
 
 
@@ -520,11 +438,7 @@ static dsc_status check_forward(const dsc_llama *m, float *const *params, const 
                                 const dsc_llama_hooks *hooks) {
     if (!m || !inputs)
         return dsc__fail(DSC_ERR_INVALID_ARG, "llama forward: model or inputs NULL");
-    if (B < 1 || T < 1 || B > m->maxB || T > m->maxT)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "llama forward: batch %d x %d does not fit the %d x %d this model was "
-                         "created for; create it with the larger size",
-                         B, T, m->maxB, m->maxT);
+    DSC_TRY(dsc__model_check_batch("llama", B, T, m->maxB, m->maxT));
     DSC_TRY(check_tensors(m, params, "params", hooks));
     int V = m->c.vocab_size;
     DSC_TRY(dsc__model_check_tokens(inputs, "llama", "inputs", B, T, V, false));
@@ -560,26 +474,27 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
                               Q, C);
 }
 
-static void layer_forward(dsc_llama *m, float *const *params, int l) {
+static void layer_forward(void *state, float *const *params, int l) {
+    dsc_llama *m = state;
     const dsc_llama_config *c = &m->c;
     int C = c->hidden, I = c->intermediate;
     int64_t BT = (int64_t)m->B * m->T;
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(c, l, 0);
     float *ln = m->ln_out;
-    double t0 = lap_start(m);
+    double t0 = dsc__model_lap_start(m->times);
     dsc__llama_rmsnorm_forward(ln, a.rms1, a.res_in, p[kind_pos(c, K_LN1)], c->rms_eps, BT, C);
-    lap(m, &t0, 1 + 4 * l);
+    dsc__model_lap(m->times, &t0, 1 + 4 * l);
     attention_forward(m, p, &a);
-    lap(m, &t0, 2 + 4 * l);
+    dsc__model_lap(m->times, &t0, 2 + 4 * l);
     dsc__llama_rmsnorm_forward(ln, a.rms2, a.res2, p[kind_pos(c, K_LN2)], c->rms_eps, BT, C);
-    lap(m, &t0, 3 + 4 * l);
+    dsc__model_lap(m->times, &t0, 3 + 4 * l);
     dsc__llama_linear_forward(a.gate, I, ln, C, p[kind_pos(c, K_GATE)], NULL, NULL, BT, C, I);
     dsc__llama_linear_forward(a.up, I, ln, C, p[kind_pos(c, K_UP)], NULL, NULL, BT, C, I);
     dsc__llama_swiglu_forward(m->hI, a.gate, a.up, BT * I);
     dsc__llama_linear_forward(a.res_out, C, m->hI, I, p[kind_pos(c, K_DOWN)], NULL, a.res2, BT, I,
                               C);
-    lap(m, &t0, 4 + 4 * l);
+    dsc__model_lap(m->times, &t0, 4 + 4 * l);
 }
 
 static void lm_head_forward(dsc_llama *m, float *const *params) {
@@ -596,29 +511,24 @@ static dsc_status head_forward(dsc_llama *m, float *const *params, const int32_t
     int C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer;
     int64_t BT = (int64_t)m->B * m->T;
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
-    double t0 = lap_start(m);
+    double t0 = dsc__model_lap_start(m->times);
     dsc__llama_rmsnorm_forward(m->fin, m->fin_rstd, acts_of(m, L).res_in,
                                params[norm_tensor(&m->c)], m->c.rms_eps, BT, C);
-    lap(m, &t0, 1 + 4 * L);
+    dsc__model_lap(m->times, &t0, 1 + 4 * L);
     if (m->c.tied) {
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
         DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     }
-    t0 = lap_start(m);
+    t0 = dsc__model_lap_start(m->times);
     lm_head_forward(m, params);
-    lap(m, &t0, 2 + 4 * L);
+    dsc__model_lap(m->times, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, m->c.tied ? 0 : L + 1));
     if (!targets) return DSC_OK;
-    t0 = lap_start(m);
-    dsc__llama_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
-    double sum = 0.0;
-    m->n_valid = 0;
-    for (int64_t i = 0; i < BT; i++) {
-        sum += m->losses[i];
-        m->n_valid += targets[i] >= 0;
-    }
-    if (loss) *loss = m->n_valid ? (float)(sum / (double)m->n_valid) : 0.0f;
-    lap(m, &t0, 2 + 4 * L);
+    t0 = dsc__model_lap_start(m->times);
+    dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
+    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->n_valid);
+    if (loss) *loss = mean;
+    dsc__model_lap(m->times, &t0, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -651,15 +561,11 @@ dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32
     if (pos) memcpy(m->tokens + 2 * (int64_t)m->maxB * m->maxT, pos, sizeof(int32_t) * BT);
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    double t0 = lap_start(m);
+    double t0 = dsc__model_lap_start(m->times);
     dsc__llama_embed_forward(m->res, tok_in, params[0], BT, m->c.hidden);
-    lap(m, &t0, 0);
+    dsc__model_lap(m->times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    for (int l = 0; l < m->c.n_layer; l++) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_forward(m, params, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_forward(hooks, "llama", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     m->pass = targets ? PASS_LOSS : PASS_LOGITS;
     return DSC_OK;
@@ -713,7 +619,8 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
 }
 
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
-static void layer_backward(dsc_llama *m, float *const *params, float *const *grads, int l) {
+static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
+    dsc_llama *m = state;
     layer_acts a = acts_of(m, l);
     int first = layer_tensor(&m->c, l, 0);
     mlp_backward(m, params + first, grads + first, &a);
@@ -728,7 +635,7 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
     int64_t BT = (int64_t)m->B * m->T;
     float *dlogits = m->logits; // (BT, V), in place
     float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
-    dsc__llama_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
     dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
@@ -745,23 +652,15 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
 
 dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *grads,
                               float loss_scale, const dsc_llama_hooks *hooks) {
-    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "llama backward: model is NULL");
-    if (m->pass != PASS_LOSS)
-        return dsc__fail(DSC_ERR_INVALID_ARG,
-                         "llama backward: needs a forward with targets first, and each such "
-                         "forward allows one backward (it consumes the logits)");
+    DSC_TRY(dsc__model_check_backward("llama", m != NULL, m && m->pass == PASS_LOSS));
     DSC_TRY(check_tensors(m, params, "params", hooks));
     DSC_TRY(check_tensors(m, grads, "grads", hooks));
     refresh(m);
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    for (int l = m->c.n_layer - 1; l >= 0; l--) {
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 1 + l));
-        layer_backward(m, params, grads, l);
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 1 + l));
-        DSC_TRY(call_hook(hooks, HOOK_GRADS_READY, 1 + l));
-    }
+    DSC_TRY(dsc__model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward, m, params,
+                                       grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));

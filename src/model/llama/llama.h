@@ -89,6 +89,8 @@ enum {
 int dsc__llama_layer_tensor(const dsc_llama_config *c, int l, int k);
 int dsc__llama_norm_tensor(const dsc_llama_config *c);
 int dsc__llama_head_tensor(const dsc_llama_config *c);
+// The family's table (ops.c); a cfg of it starts with a dsc_llama_config.
+extern const struct dsc_model_ops dsc__llama_model_ops;
 
 // Initialisation as Hugging Face's (initializer_range 0.02): every matrix normal(0, 0.02),
 // biases 0, RMSNorm weights 1. Counter-based and order-free as GPT-2's: element k of tensor i is

@@ -13,6 +13,7 @@
 
 #include "base/status.h"       // dsc__fail, DSC_TRY
 #include "dsc/model.h"         // struct dsc_model_ops
+#include "model/common.h"      // dsc__model_find_param, dsc__model_match_params
 #include "model/hf_config.h"   // dsc_hf_config_read, dsc_hf_config_render
 #include "model/llama/infer.h" // dsc__llama_kv_*, dsc__llama_infer
 #include "model/llama/llama.h" // dsc_llama_*
@@ -64,9 +65,7 @@ static dsc_status config_parse(const char *spec, const dsc_model_opts *o, void *
 }
 
 static int find_name(const dsc_param_desc *t, int count, const char *want) {
-    for (int j = 0; j < count; j++)
-        if (!strcmp(t[j].name, want)) return j;
-    return -1;
+    return dsc__model_find_param(t, count, want, NULL);
 }
 
 static int64_t rows_of(const dsc_param_desc *t, int count, const char *name) {
@@ -127,31 +126,18 @@ static dsc_status dims(const dsc_param_desc *t, int count, const dsc_model_opts 
     return DSC_OK;
 }
 
+static void param(const void *cfg, int i, dsc_model_param *out);
+
 static dsc_status config_from_params(const dsc_param_desc *t, int count, const dsc_model_opts *o,
                                      const char *what, void **cfg, int *order) {
     dsc_llama_config c;
     DSC_TRY(dims(t, count, o, what, &c));
-    for (int k = 0; k < dsc_llama_num_tensors(&c); k++) {
-        dsc_llama_tensor_info ti;
-        dsc_llama_tensor_info_get(&c, k, &ti);
-        int j = find_name(t, count, ti.name);
-        if (j < 0)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "%s: tensor %s is missing; the file is not a complete Llama of %d "
-                             "layers",
-                             what, ti.name, c.n_layer);
-        if (t[j].ndim != ti.ndim || t[j].shape[0] != ti.shape[0] ||
-            (ti.ndim == 2 && t[j].shape[1] != ti.shape[1]))
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "%s: tensor %s has shape (%lld, %lld), a Llama of hidden %d, %d "
-                             "heads of %d and %d kv heads needs (%lld, %lld); the weights are "
-                             "inconsistent",
-                             what, ti.name, (long long)t[j].shape[0],
-                             (long long)(t[j].ndim == 2 ? t[j].shape[1] : 0), c.hidden, c.n_head,
-                             c.head_dim, c.n_kv_head, (long long)ti.shape[0],
-                             (long long)ti.shape[1]);
-        order[k] = j;
-    }
+    char whole[64], shape[128];
+    snprintf(whole, sizeof whole, "Llama of %d layers", c.n_layer);
+    snprintf(shape, sizeof shape, "a Llama of hidden %d, %d heads of %d and %d kv heads", c.hidden,
+             c.n_head, c.head_dim, c.n_kv_head);
+    DSC_TRY(dsc__model_match_params(t, count, NULL, param, &c, dsc_llama_num_tensors(&c), what,
+                                    whole, shape, order));
     return config_new(&c, NULL, cfg);
 }
 
