@@ -73,9 +73,14 @@ static std::vector<uint8_t> randoms(dsc_dtype dt, size_t n) {
     return b;
 }
 
+// The communicator works on a non-blocking stream of its own, which the legacy default stream does
+// not order against: a copy from pageable memory or a memset may still be in flight when
+// cudaMemcpy / cudaMemset return, so both wait for the device before a collective reads or
+// writes the buffer (without the wait, a one-rank reduce could land before the poison did).
 static void *upload(const std::vector<uint8_t> &b) {
     void *p = dev_alloc<uint8_t>(b.size());
     CK(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
     return p;
 }
 
@@ -85,7 +90,10 @@ static std::vector<uint8_t> download(const void *p, size_t bytes) {
     return b;
 }
 
-static void poison(void *p, size_t bytes) { CK(cudaMemset(p, 0xff, bytes)); }
+static void poison(void *p, size_t bytes) {
+    CK(cudaMemset(p, 0xff, bytes));
+    CK(cudaDeviceSynchronize());
+}
 
 static std::string label(const char *op, dsc_dtype dt, size_t n) {
     char b[128];
