@@ -77,7 +77,7 @@ def step_times(rows, tokens):
 def replication_ms(logs):
     """Median over ranks of the caller's time per step: total, snapshot copy, exchange wait."""
     rows = re.findall(r"commits of [0-9.]+ MiB, ([0-9.]+) ms per step \(copy ([0-9.]+) ms, "
-                      r"waiting for the exchange ([0-9.]+) ms\)", logs)
+                      r"waiting for the exchange ([0-9.]+) ms[;)]", logs)
     mib = re.findall(r"commits of ([0-9.]+) MiB", logs)
     med = [statistics.median(float(r[k]) for r in rows) if rows else float("nan") for k in range(3)]
     return med, (mib[0] if mib else "?")
