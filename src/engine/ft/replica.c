@@ -237,12 +237,17 @@ dsc_status dsc__ft_slots_alloc(dsc_engine *e) {
     dsc_status st = DSC_OK;
     const char *send = dsc__env(DSC_ENV_FT_SEND_REPLICAS);
     if (ft->ring && e->world >= 2 && !strcmp(dsc_comm_backend(e->comm), "shm") &&
-        !(send && !strcmp(send, "1")))
-        st = seg_setup(e);
+        !(send && !strcmp(send, "1")) && (st = seg_setup(e)) != DSC_OK) {
+        // a peer failed while the ring agreed on its segments: a fault like any other
+        dsc__error_prefix("fault tolerance: sharing the snapshot segments with the buddy "
+                          "ranks: ");
+        return st;
+    }
     void *p; // written whole before a slot is read (packing or receiving sets its tag)
     size_t bytes = (n ? n : 1) * sizeof(float);
     for (int k = 0; k < 2 && st == DSC_OK; k++) {
-        if (!ft->own[k].buf) st = dsc__engine_alloc_raw(e, bytes, "ft.snapshot", &ft->own[k].h, &p);
+        if (!ft->own[k].buf)
+            st = dsc__engine_alloc_raw(e, bytes, "ft.snapshot", &ft->own[k].h, &p);
         if (st == DSC_OK && ft->ring && !ft->rep[k].map)
             st = dsc__engine_alloc_raw(e, bytes, "ft.replica", &ft->rep[k].h, &p);
     }
