@@ -16,8 +16,8 @@
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
-    "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, or "  \
-    "llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. llama-d4)"
+    "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, "      \
+    "qwen2.5-7B, mistral-7B (v0.3), or llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. llama-d4)"
 
 // The published shapes, from each model's config.json (cited in docs/models.md).
 static const struct {
@@ -38,6 +38,9 @@ static const struct {
     {"qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 1},
     {"llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 8, 0,
      0},
+    {"qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 1},
+    // Mistral 7B v0.3: no sliding window (its config.json has "sliding_window": null)
+    {"mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768, 1e-5f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 0},
 };
 
 // The tensors of a layer, in table order; the three biases only with qkv_bias.

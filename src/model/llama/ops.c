@@ -34,13 +34,14 @@ static const struct {
 } contexts[] = {
     {"smollm2-135M", 8192},  {"smollm2-360M", 8192},  {"llama-3.2-1B", 131072},
     {"llama-3.2-3B", 131072}, {"qwen2.5-0.5B", 32768}, {"llama-3.1-8B", 131072},
+    {"qwen2.5-7B", 131072},   {"mistral-7B", 32768},
 };
 
 // ---- configuration ----
 
 static bool claims(const char *spec) {
     return !strncmp(spec, "llama-", 6) || !strncmp(spec, "smollm2-", 8) ||
-           !strncmp(spec, "qwen2.5-", 8);
+           !strncmp(spec, "qwen2.5-", 8) || !strncmp(spec, "mistral-", 8);
 }
 
 static dsc_status config_new(const dsc_llama_config *c, const dsc_hf_config *hf, void **cfg) {
@@ -349,7 +350,7 @@ extern const struct dsc_model_device_ops dsc__llama_device_ops; // cuda/llama_cu
 const struct dsc_model_ops dsc__llama_model_ops = {
     .family = "llama",
     .specs = "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, "
-             "llama-3.1-8B, or llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. "
+             "llama-3.1-8B, qwen2.5-7B, mistral-7B, or llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. "
              "llama-d4)",
     .claims = claims,
     .config_parse = config_parse,
