@@ -145,6 +145,9 @@ dsc_status dsc_device_select(int *device);
 // buffer in errors (an out-of-memory error says how much was asked for).
 dsc_status dsc_device_alloc(void **ptr, size_t bytes, const char *tag);
 void dsc_device_free(void *ptr); // NULL ok
+// Free and total bytes of this rank's device (selected as dsc_device_select does), as the driver
+// reports them now: what a memory plan may count on before the run allocates.
+dsc_status dsc_device_mem_info(int64_t *free_bytes, int64_t *total_bytes);
 // Synchronous copies between host and device memory.
 dsc_status dsc_device_to_device(void *dev, const void *host, size_t bytes);
 dsc_status dsc_device_to_host(void *host, const void *dev, size_t bytes);

@@ -166,6 +166,10 @@ struct dsc_model_ops {
     // The config.json (and generation_config.json) text of the model, malloc'd (caller frees),
     // as transformers writes them for its architecture.
     dsc_status (*hf_config)(const void *cfg, char **config_json, char **generation_json);
+
+    // Bytes host_create takes for B x T tokens (optional; NULL: dsc_model_activation_bytes
+    // estimates them from the shape), so that a memory plan counts them before allocating.
+    size_t (*act_bytes)(const void *cfg, int B, int T);
 };
 
 // ---- a family on a GPU ----
@@ -229,6 +233,9 @@ struct dsc_model_device_ops {
     // Generation on the GPU (optional; NULL: the family generates on the host only). See
     // struct dsc_model_decode_ops below.
     const struct dsc_model_decode_ops *decode;
+    // Bytes create takes for B x T tokens (optional; NULL: dsc_model_activation_bytes
+    // estimates them from the shape), so that a memory plan counts them before allocating.
+    size_t (*act_bytes)(const void *cfg, int B, int T);
 };
 
 // ---- a family's decoder on a GPU ----
@@ -351,6 +358,12 @@ const float *dsc_model_logits(dsc_model *m);
 // With times non-NULL (dsc_model_timing_slots entries) each forward adds the seconds spent in
 // each leaf module to its slot; NULL stops. times is borrowed until then.
 void dsc_model_set_timing(dsc_model *m, double *times);
+
+// Bytes of the activations and scratch of a micro-batch of B sequences of T tokens: of host
+// passes (dsc_model_reserve) or, with device, of device passes (dsc_model_device_create); the
+// family's own count, else an estimate from the shape (a decoder's usual buffers per token and
+// layer, and the logits). Used by the memory plan (dsc/memplan.h).
+size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device);
 
 // ---- device passes ----
 

@@ -183,6 +183,39 @@ static const char *weights_path(const trainer *t) {
     return strncmp(p, "hf:", 3) ? p : p + 3;
 }
 
+// The built-in config's text (into buf) when --config is not given; NULL otherwise.
+static const char *default_config(const train_opts *o, char *buf, size_t cap) {
+    if (o->config) return NULL;
+    // DeepSpeed warms up over at least 2 steps and needs total > warm-up.
+    long long warm = o->max_steps / 10 > 2 ? o->max_steps / 10 : 2;
+    long long total = o->max_steps > warm ? o->max_steps : warm + 1;
+    snprintf(buf, cap, default_config_fmt, warm, total);
+    return buf;
+}
+
+// The memory plan, before the engine allocates anything: the run is refused here, with the
+// numbers and the settings that would fit, when it would not fit this machine. The config is
+// read once more for it, quietly (the engine reads it again and prints its warnings).
+static dsc_status plan_memory(trainer *t, bool cuda, int world) {
+    dsc_config cfg;
+    char json[1024];
+    const char *text = default_config(t->o, json, sizeof json);
+    dsc_status st = text ? dsc_config_load_string(&cfg, text, world, NULL, NULL)
+                         : dsc_config_load_file(&cfg, t->o->config, world, NULL, NULL);
+    if (st != DSC_OK) return st;
+    cli_plan_opts po = {.model = t->model, .cfg = &cfg, .world = world, .seq_len = t->T,
+                        .device = cuda, .init_in_place = weights_path(t) != NULL,
+                        .checkpoints = t->o->save_dir || dsc__train_ckpt_key(&cfg),
+                        .measure_runtime = true};
+    st = cli_memory_plan(&po, true, &t->plan);
+    if (st != DSC_OK) { // the message is the plan's; name the model too
+        char why[2048];
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        dsc_fail(st, "--model %s: %s", t->o->model, why);
+    }
+    return st;
+}
+
 // device_model: one rank whose model lives on a GPU, which keeps its own 16-bit weights, so the
 // engine needs no host compute copy of them.
 static dsc_status build_engine(trainer *t, bool device_model) {
@@ -192,15 +225,8 @@ static dsc_status build_engine(trainer *t, bool device_model) {
     dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
                           .init_in_place = weights_path(t) != NULL};
     char json[1024];
-    if (o->config) {
-        eo.config_path = o->config;
-    } else {
-        // DeepSpeed warms up over at least 2 steps and needs total > warm-up.
-        long long warm = o->max_steps / 10 > 2 ? o->max_steps / 10 : 2;
-        long long total = o->max_steps > warm ? o->max_steps : warm + 1;
-        snprintf(json, sizeof json, default_config_fmt, warm, total);
-        eo.config_json = json;
-    }
+    eo.config_json = default_config(o, json, sizeof json);
+    if (!eo.config_json) eo.config_path = o->config;
     t->ntensors = dsc_model_describe(t->model)->num_tensors;
     dsc_param_desc *pd = calloc((size_t)t->ntensors, sizeof *pd);
     if (!pd) return dsc_fail(DSC_ERR_OOM, "out of memory for the parameter table");
@@ -876,7 +902,9 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (cuda && o->restart_positions)
         return dsc_fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
                         "pass --device cpu, or leave the flag out on the GPU");
-    DSC_TRY(build_engine(t, cuda && (!ws || strtol(ws, NULL, 10) <= 1)));
+    int world = ws && strtol(ws, NULL, 10) > 1 ? (int)strtol(ws, NULL, 10) : 1;
+    DSC_TRY(plan_memory(t, cuda, world));
+    DSC_TRY(build_engine(t, cuda && world <= 1));
     const dsc_config *cfg = dsc_engine_config(t->eng);
     t->B = (int)cfg->train_micro_batch_size_per_gpu;
     t->gas = (int)cfg->gradient_accumulation_steps;
@@ -914,6 +942,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
            "ZeRO stage %lld, %s\n", t->data_dir, (long long)dsc_loader_num_tokens(t->train), t->T,
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
            cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
+    dsc_memplan_print(&t->plan, stdout, "");
     if (t->target_tokens >= 0)
         printf("loss mask: the data ignores some targets (prompts, padding); each micro-batch's "
                "loss is the mean over its own loss targets\n");

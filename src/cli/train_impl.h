@@ -15,12 +15,14 @@
 #include "dsc/model.h"     // dsc_model
 #include "dsc/monitor.h"   // dsc_monitor
 #include "dsc/data.h"      // dsc_loader, dsc_tokenizer
+#include "cli/plan.h"      // dsc_memplan, cli_memory_plan
 
 typedef struct trainer {
     const train_opts *o;
     dsc_engine *eng;
     dsc_model *model; // --model; its host activations only without --device cuda
     dsc_device_trainer *gpu; // --device cuda: the GPU model and state; NULL on the CPU
+    dsc_memplan plan;        // the memory plan, made before the engine allocates
     dsc_loader *train, *val;
     dsc_tokenizer *tok;
     int ntensors, B, T, gas, rank, world;

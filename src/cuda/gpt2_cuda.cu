@@ -658,8 +658,20 @@ static dsc_status dev_loss_enqueue(void *dev, const float **loss_dev) {
     return dsc_gpt2_cuda_loss_enqueue((dsc_gpt2_cuda *)dev, loss_dev);
 }
 
+// The bytes dsc_gpt2_cuda_create_in takes from the pool for B x T tokens (the same carve), for
+// a memory plan.
+static size_t dev_act_bytes(const void *cfg, int B, int T) {
+    const dsc_gpt2_config *c = (const dsc_gpt2_config *)cfg;
+    dsc_gpt2_cuda m = {};
+    m.c = *c;
+    m.maxB = B;
+    m.maxT = T;
+    m.Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+    return carve(&m, NULL);
+}
+
 extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     dev_create,     dev_destroy,   dev_set_fp16,  dev_set_fresh,   dev_set_grad_hook,
     dev_set_layer_hook, dev_forward, dev_backward, dev_train_step, dev_read_loss,
-    dev_loss_enqueue, &dsc__gpt2_decode_ops,
+    dev_loss_enqueue, &dsc__gpt2_decode_ops, dev_act_bytes,
 };

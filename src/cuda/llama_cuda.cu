@@ -569,7 +569,21 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
     return loss ? read_loss(m, loss) : DSC_OK;
 }
 
+// The bytes create takes from the pool for B x T tokens (the same carve), for a memory plan.
+static size_t act_bytes(const void *cfg, int B, int T) {
+    const dsc_llama_config *c = (const dsc_llama_config *)cfg;
+    llama_cuda m = {};
+    m.c = *c;
+    m.maxB = B, m.maxT = T;
+    m.QD = c->n_head * c->head_dim;
+    m.KD = c->n_kv_head * c->head_dim;
+    m.QKV = m.QD + 2 * m.KD;
+    m.Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+    return carve(&m, NULL);
+}
+
 extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
     forward,  backward, train_step, read_loss, loss_enqueue, &dsc__llama_decode_ops,
+    act_bytes,
 };

@@ -111,6 +111,11 @@ extern "C" dsc_status dsc__cuda_device_used(size_t *bytes) {
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    DSC_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_stream_wait(void *stream) {
     DSC_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
     return DSC_OK;

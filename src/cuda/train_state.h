@@ -77,6 +77,7 @@ dsc_status dsc__cuda_device_pci(int device, char *buf, size_t cap);
 // allocator included: what a leak outside the pools would raise).
 dsc_status dsc__cuda_current_device(int *device);
 dsc_status dsc__cuda_device_used(size_t *bytes);
+dsc_status dsc__cuda_mem_info(size_t *free_bytes, size_t *total_bytes); // the current device
 // Waits for the work enqueued on `stream` (a cudaStream_t).
 dsc_status dsc__cuda_stream_wait(void *stream);
 

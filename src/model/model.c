@@ -566,3 +566,23 @@ dsc_status dsc_model_decode_logits(dsc_model_decode *d, float *logits) {
 long dsc_model_decode_graph_replays(const dsc_model_decode *d) {
     return d && d->ops->graph_replays ? d->ops->graph_replays(d->impl) : 0;
 }
+
+// ---- activation sizes (the memory plan's) ----
+
+// A decoder's activations when its family does not count them: per token and layer the
+// residual stream, norms, q/k/v, attention output, a 4x MLP and its input (about 16 channels'
+// worth), plus the logits and their gradient; fp32 on the host, 16-bit on a device.
+static size_t estimate_act(const dsc_model_info *mi, int B, int T, bool device) {
+    size_t tokens = (size_t)B * (size_t)T, width = device ? 2 : 4;
+    size_t per_token = ((size_t)mi->n_layer * 16 + 4) * (size_t)mi->n_embd * width +
+                       (size_t)mi->vocab_size * width * 2;
+    return tokens * per_token;
+}
+
+size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device) {
+    if (!m || B < 1 || T < 1) return 0;
+    const struct dsc_model_device_ops *d = m->ops->device;
+    if (device && d && d->act_bytes) return d->act_bytes(m->cfg, B, T);
+    if (!device && m->ops->act_bytes) return m->ops->act_bytes(m->cfg, B, T);
+    return estimate_act(&m->info, B, T, device);
+}

@@ -8,7 +8,7 @@
 
 #include "cuda/convert.h"     // dsc__cuda_to_device, dsc__cuda_to_host
 #include "cuda/devbuf.h"      // dsc__cuda_buf_*
-#include "cuda/train_state.h" // dsc__cuda_device_info, dsc__cuda_select_device
+#include "cuda/train_state.h" // dsc__cuda_device_info, dsc__cuda_select_device, dsc__cuda_mem_info
 
 dsc_status dsc_device_select(int *device) {
     char name[256];
@@ -18,6 +18,17 @@ dsc_status dsc_device_select(int *device) {
     DSC_TRY(dsc_comm_env(&env));
     int count = 0;
     return dsc__cuda_select_device(env.local_rank, device, &count);
+}
+
+dsc_status dsc_device_mem_info(int64_t *free_bytes, int64_t *total_bytes) {
+    *free_bytes = *total_bytes = -1;
+    int device;
+    DSC_TRY(dsc_device_select(&device));
+    size_t fr, tot;
+    DSC_TRY(dsc__cuda_mem_info(&fr, &tot));
+    *free_bytes = (int64_t)fr;
+    *total_bytes = (int64_t)tot;
+    return DSC_OK;
 }
 
 dsc_status dsc_device_alloc(void **ptr, size_t bytes, const char *tag) {
@@ -50,6 +61,10 @@ static dsc_status no_cuda(void) {
 
 dsc_status dsc_device_select(int *device) {
     *device = 0;
+    return no_cuda();
+}
+dsc_status dsc_device_mem_info(int64_t *free_bytes, int64_t *total_bytes) {
+    *free_bytes = *total_bytes = -1;
     return no_cuda();
 }
 dsc_status dsc_device_alloc(void **ptr, size_t bytes, const char *tag) {

@@ -250,6 +250,15 @@ static size_t carve(dsc_gpt2 *m, float *slab) {
     return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
+// Bytes of the host activations dsc_gpt2_create_in takes for B x T tokens: the slab (counted
+// by the same carve) and the token buffers, so that a memory plan can count them beforehand.
+size_t dsc_gpt2_activation_bytes(const dsc_gpt2_config *c, int B, int T) {
+    dsc_gpt2 m = {.c = *c, .maxB = B, .maxT = T};
+    m.att_slots = dsc__model_max_threads();
+    if (m.att_slots > B * c->n_head) m.att_slots = B * c->n_head;
+    return carve(&m, NULL) * sizeof(float) + sizeof(int32_t) * 3 * (size_t)B * T;
+}
+
 dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T) {
     return dsc_gpt2_create_in(out, c, B, T, NULL);
 }

@@ -80,6 +80,9 @@ dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int 
 // the block). A move must not happen during a pass.
 dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T,
                               dsc_mem_pool *pool);
+// Bytes of the host activations of dsc_gpt2_create_in for B x T tokens (a memory plan's count).
+size_t dsc_gpt2_activation_bytes(const dsc_gpt2_config *c, int B, int T);
+
 void dsc_gpt2_destroy(dsc_gpt2 *m); // NULL ok
 
 // params[i] / grads[i]: tensor i (borrowed for the call). inputs, targets: (B, T) token ids in

@@ -154,6 +154,10 @@ static dsc_status host_create(const void *cfg, int B, int T, dsc_mem_pool *pool,
 
 static void host_destroy(void *state) { dsc_gpt2_destroy(state); }
 
+static size_t act_bytes(const void *cfg, int B, int T) {
+    return dsc_gpt2_activation_bytes(cfg, B, T);
+}
+
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
                           const dsc_model_hooks *hooks, float *loss) {
@@ -255,4 +259,5 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .infer = infer,
     .config_from_hf = config_from_hf,
     .hf_config = hf_config,
+    .act_bytes = act_bytes,
 };

@@ -364,6 +364,16 @@ static size_t carve(dsc_llama *m, float *slab) {
     return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
+// Bytes of the host activations dsc_llama_create_in takes for B x T tokens: the slab (counted
+// by the same carve) and the token buffers, so that a memory plan can count them beforehand.
+size_t dsc_llama_activation_bytes(const dsc_llama_config *c, int B, int T) {
+    dsc_llama m = {.c = *c, .maxB = B, .maxT = T};
+    m.ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    m.att_slots = dsc__model_max_threads();
+    if (m.att_slots > B * c->n_head) m.att_slots = B * c->n_head;
+    return carve(&m, NULL) * sizeof(float) + sizeof(int32_t) * 3 * (size_t)B * T;
+}
+
 dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, int T) {
     return dsc_llama_create_in(out, c, B, T, NULL);
 }

@@ -117,6 +117,9 @@ dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, i
 // block). A move must not happen during a pass.
 dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B, int T,
                                dsc_mem_pool *pool);
+// Bytes of the host activations of dsc_llama_create_in for B x T tokens (a memory plan's count).
+size_t dsc_llama_activation_bytes(const dsc_llama_config *c, int B, int T);
+
 void dsc_llama_destroy(dsc_llama *m); // NULL ok
 
 // params[i] / grads[i]: tensor i (borrowed for the call). inputs: (B, T) token ids in

@@ -188,6 +188,10 @@ static dsc_status host_create(const void *cfg, int B, int T, dsc_mem_pool *pool,
 
 static void host_destroy(void *state) { dsc_llama_destroy(state); }
 
+static size_t act_bytes(const void *cfg, int B, int T) {
+    return dsc_llama_activation_bytes(&((const llama_cfg *)cfg)->c, B, T);
+}
+
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
@@ -378,6 +382,7 @@ const struct dsc_model_ops dsc__llama_model_ops = {
     .infer = infer,
     .config_from_hf = config_from_hf,
     .hf_config = hf_config,
+    .act_bytes = act_bytes,
 #ifdef DSC_WITH_CUDA
     .device = &dsc__llama_device_ops,
 #endif

@@ -1,0 +1,77 @@
+// cli/plan.c - the memory plan's inputs from a model, a config and this machine (cli/plan.h).
+#include "cli/plan.h"
+
+#include <stdio.h>  // fopen, fscanf, fprintf
+#include <stdlib.h> // calloc, free, strtol
+#include <string.h> // strcmp
+#include <unistd.h> // sysconf
+
+#include "dsc/base.h"   // dsc_env
+#include "dsc/device.h" // dsc_device_mem_info
+#include "dsc/status.h" // dsc_last_error, dsc_clear_error
+
+typedef struct act_user {
+    const dsc_model *model;
+    int T;
+} act_user;
+
+static size_t act(void *user, int B, bool device) {
+    const act_user *a = user;
+    return dsc_model_activation_bytes(a->model, B, a->T, device);
+}
+
+// Resident bytes of this process now (/proc/self/statm), and a margin for what the libraries
+// allocate later on their own (BLAS and OpenMP thread buffers, the loader's prefetch).
+static int64_t runtime_now(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, rss = 0;
+    if (!f) return 0;
+    int got = fscanf(f, "%llu %llu", &size, &rss);
+    fclose(f);
+    return got == 2 ? (int64_t)rss * sysconf(_SC_PAGESIZE) + ((int64_t)32 << 20) : 0;
+}
+
+static int env_int(const char *name, int fallback) {
+    const char *s = getenv(name);
+    long v = s ? strtol(s, NULL, 10) : 0;
+    return v > 0 ? (int)v : fallback;
+}
+
+// The machine: host memory per rank of this node, the device's free memory.
+static void machine(dsc_memplan_input *in) {
+    char src[64];
+    int64_t host = dsc_host_mem_available(src, sizeof src);
+    in->local_ranks = env_int("LOCAL_WORLD_SIZE", in->world);
+    in->host_avail = host < 0 ? -1 : host / in->local_ranks;
+    in->device_avail = -1;
+    int64_t fr, tot;
+    if (in->device && dsc_device_mem_info(&fr, &tot) == DSC_OK) in->device_avail = fr;
+    else if (in->device) dsc_clear_error(); // no device here: the plan cannot check it
+}
+
+dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out) {
+    const dsc_model_info *mi = dsc_model_describe(o->model);
+    dsc_param_desc *pd = calloc((size_t)mi->num_tensors, sizeof *pd);
+    if (!pd) return dsc_fail(DSC_ERR_OOM, "out of memory for the memory plan");
+    dsc_model_param_descs(o->model, pd);
+    act_user au = {o->model, o->seq_len};
+    const char *be = dsc_env("DSC_COMM_BACKEND");
+    dsc_memplan_input in = {
+        .config = o->cfg, .params = pd, .nparams = mi->num_tensors, .n_layer = mi->n_layer,
+        .world = o->world, .seq_len = o->seq_len, .device = o->device,
+        .nccl = be && !strcmp(be, "nccl"), .init_in_place = o->init_in_place,
+        .checkpoints = o->checkpoints, .act = act, .act_user = &au,
+        .host_runtime = o->measure_runtime ? runtime_now() : 0,
+    };
+    machine(&in);
+    dsc_status st = dsc_memplan_compute(&in, out);
+    if (st == DSC_OK && check) st = dsc_memplan_check(&in, out);
+    const char *policy = dsc_env("DSC_MEM_PLAN");
+    if (st == DSC_ERR_OOM && policy && !strcmp(policy, "warn")) {
+        fprintf(stderr, "warning: DSC_MEM_PLAN=warn: starting anyway: %s\n", dsc_last_error());
+        dsc_clear_error();
+        st = DSC_OK;
+    }
+    free(pd);
+    return st;
+}

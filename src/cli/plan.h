@@ -1,0 +1,26 @@
+// cli/plan.h - the memory plan of a run as `dsc train` and `dsc config check --model` make it
+// (dsc/memplan.h): the model's parameter table and activation sizes, the config, the machine.
+#ifndef DSC_CLI_PLAN_H
+#define DSC_CLI_PLAN_H
+
+#include <stdbool.h> // bool
+
+#include "dsc/config.h"  // dsc_config
+#include "dsc/memplan.h" // dsc_memplan
+#include "dsc/model.h"   // dsc_model
+
+typedef struct cli_plan_opts {
+    const dsc_model *model;
+    const dsc_config *cfg; // resolved for world
+    int world, seq_len;
+    bool device;           // --device cuda
+    bool init_in_place;    // weights from a file
+    bool checkpoints;      // a checkpoint writer will run
+    bool measure_runtime;  // count this process's resident bytes now as its runtime
+} cli_plan_opts;
+
+// Compute the plan into *out; with check, DSC_ERR_OOM (the plan's message) when it does not
+// fit, unless DSC_MEM_PLAN=warn (then a warning on stderr and DSC_OK).
+dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out);
+
+#endif
