@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The memory plan against what dsc train really holds: the plan printed in the banner (host bytes
+# per rank) is within 10% of each rank's peak resident size, in several modes (stages 0-3, fp32
+# and bf16, one and two ranks, gradient accumulation, fault-tolerance snapshots); a run that
+# does not fit is refused before it allocates, naming both numbers and what would fit.
+set -u
+. "$(dirname "$0")/lib.sh"
+: "${DSC:?set DSC to the dsc binary}"
+export DSC_DATA_HOME="$T/home" OMP_NUM_THREADS=1
+# 23.7 M parameters: the model states (hundreds of MiB) outweigh the process itself
+run=(--model llama-d8 --seq-len 64 --sample-tokens 0 --eval-every 0 --max-steps 2 --device cpu)
+cfg() { # cfg FILE STAGE PRECISION GAS
+  cat > "$1" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": $4,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "$3": {"enabled": true},
+ "zero_optimization": {"stage": $2}}
+JSON
+}
+
+# plan_bytes LOG: the banner's host bytes per rank, from "host N MiB|GiB of"
+plan_bytes() {
+  sed -n 's/.*memory plan per rank.*: host \([0-9.]*\) \(MiB\|GiB\) of.*/\1 \2/p' "$1" | head -1 |
+    awk '{ print ($2 == "GiB") ? $1 * 1073741824 : $1 * 1048576 }'
+}
+
+# within10 NAME PLAN MEASURED_KB: |plan - measured| <= 10% of measured
+within10() {
+  awk -v p="$2" -v m="$(( $3 * 1024 ))" -v n="$1" 'BEGIN {
+    d = (p - m) / m; printf "%s: plan %.1f MiB, measured peak %.1f MiB (%+.1f%%)\n", n,
+    p / 1048576, m / 1048576, 100 * d; exit (d > 0.10 || d < -0.10) }'
+}
+
+run1() { # run1 NAME CONFIG: one rank
+  /usr/bin/time -f "maxrss_kb %M" -o "$T/$1.0.rss" timeout 600 "$DSC" train "${run[@]}" \
+    --config "$2" --out "$T/$1" > "$T/$1.0.log" 2>&1 || { tail -5 "$T/$1.0.log"; return 1; }
+  check_rank "$1" 0 "$T/$1.0.log"
+}
+
+run2() { # run2 NAME CONFIG: two ranks (shm), each measured
+  local port pids=() r rc=0
+  port=$(free_port)
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port /usr/bin/time -f "maxrss_kb %M" -o "$T/$1.$r.rss" timeout 600 \
+      "$DSC" train "${run[@]}" --config "$2" --out "$T/$1" > "$T/$1.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  [ $rc -eq 0 ] || { echo "run $1 failed:"; tail -5 "$T/$1".*.log; return 1; }
+  # rank 0 prints the plan; every rank's plan is the same (equal partitions)
+  check_rank "$1" 0 "$T/$1.0.log" && check_rank "$1" 1 "$T/$1.0.log"
+}
+
+check_rank() { # check_rank NAME RANK LOG-WITH-PLAN
+  local p m
+  p=$(plan_bytes "$3")
+  m=$(sed -n 's/^maxrss_kb //p' "$T/$1.$2.rss")
+  [ -n "$p" ] && [ -n "$m" ] || { echo "$1: no plan or no peak"; return 1; }
+  within10 "$1 rank $2" "$p" "$m"
+}
+
+cfg "$T/s0.json" 0 fp16 1 && sed -i 's/"fp16": {"enabled": true}/"bf16": {"enabled": false}/' "$T/s0.json"
+cfg "$T/s2b.json" 2 bf16 1
+cfg "$T/s1g.json" 1 bf16 2
+cfg "$T/s3b.json" 3 bf16 1
+cfg "$T/s3f.json" 3 bf16 2 && sed -i 's/"bf16": {"enabled": true}/"bf16": {"enabled": false}/' "$T/s3f.json"
+
+check "one rank, stage 0, fp32" -- run1 s0 "$T/s0.json"
+check "one rank, stage 2, bf16" -- run1 s2b "$T/s2b.json"
+check "two ranks, stage 0, fp32 (fault-tolerance snapshots)" -- run2 r2s0 "$T/s0.json"
+check "two ranks, stage 1, bf16, accumulation 2" -- run2 r2s1 "$T/s1g.json"
+check "two ranks, stage 3, bf16" -- run2 r2s3 "$T/s3b.json"
+check "two ranks, stage 3, fp32, accumulation 2" -- run2 r2s3f "$T/s3f.json"
+
+# Refused before allocating: the cap is below the plan; the message names both numbers and
+# settings that would fit (here a smaller micro batch: the activations of 32 x 64 tokens are
+# most of the plan), and nothing ran (no metrics were written).
+cfg "$T/big.json" 0 bf16 1
+sed -i 's/"train_micro_batch_size_per_gpu": 4/"train_micro_batch_size_per_gpu": 32/' "$T/big.json"
+DSC_HOST_MEM_LIMIT=650M expect 1 "of host memory per rank, 650 MiB available" -- \
+  "$DSC" train "${run[@]}" --config "$T/big.json" --out "$T/refused"
+DSC_HOST_MEM_LIMIT=650M expect 1 "would fit: train_micro_batch_size_per_gpu" -- \
+  "$DSC" train "${run[@]}" --config "$T/big.json" --out "$T/refused"
+check "the refused run wrote no metrics" -- test ! -e "$T/refused/metrics.jsonl"
+DSC_HOST_MEM_LIMIT=100M expect 1 "no mode dsc has today fits this machine" -- \
+  "$DSC" train "${run[@]}" --config "$T/s0.json" --out "$T/refused"
+# DSC_MEM_PLAN=warn starts it anyway
+DSC_HOST_MEM_LIMIT=300M DSC_MEM_PLAN=warn expect 0 "DSC_MEM_PLAN=warn: starting anyway" -- \
+  "$DSC" train "${run[@]}" --config "$T/s0.json" --out "$T/warned"
+
+# dsc config check --model prints the same plan; --json adds memory_plan with the per-rank bytes
+expect 0 "# memory plan per rank (CPU, ZeRO stage 0" -- \
+  "$DSC" config check "$T/s0.json" --model llama-d8 --vocab-size 256 --seq-len 64
+cfg "$T/off.json" 2 bf16 1
+sed -i 's/"stage": 2}/"stage": 2, "offload_optimizer": {"device": "cpu"}}/' "$T/off.json"
+plan_json() { # plan_json CONFIG DEVICE: "host device params" of llama-3.1-8B at T 2048
+  "$DSC" config check "$1" --model llama-3.1-8B --device "$2" --seq-len 2048 --json |
+    /usr/bin/python3 -c 'import json, sys; p = json.load(sys.stdin)["memory_plan"];
+print(p["host_bytes"], p["device_bytes"], p["parameters"])'
+}
+offload_per_param() { # the host holds at least master and moments (12 B), today about 22
+  local h d n
+  read -r h d n <<<"$(plan_json "$T/off.json" cuda)"
+  awk -v h="$h" -v n="$n" 'BEGIN { printf "ZeRO-Offload 8B: %.1f host bytes per parameter\n",
+    h / n; exit !(h / n >= 12 && h / n < 24) }'
+}
+cpu_no_device() {
+  local h d n
+  read -r h d n <<<"$(plan_json "$T/s0.json" cpu)"
+  [ "$d" = 0 ] && [ "$h" -gt 0 ]
+}
+check "ZeRO-Offload of llama-3.1-8B: 12-24 bytes per parameter on the host" -- offload_per_param
+check "a CPU plan has no device bytes" -- cpu_no_device
+expect 1 "--device tpu: give cpu or cuda" -- "$DSC" config check "$T/s0.json" --model llama-d8 --vocab-size 256 --device tpu
+finish
