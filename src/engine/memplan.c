@@ -282,7 +282,8 @@ static void try_alt(const dsc_memplan_input *in, const dsc_config *c, int world,
     int n = snprintf(a->text + a->len, sizeof a->text - a->len, "%s%s (host %s%s%s per rank)",
                      a->count ? "; " : "", what, h, in->device ? ", device " : "",
                      in->device ? d : "");
-    if (n > 0) a->len += (size_t)n < sizeof a->text - a->len ? (size_t)n : sizeof a->text - a->len - 1;
+    size_t room = sizeof a->text - a->len;
+    if (n > 0) a->len += (size_t)n < room ? (size_t)n : room - 1; // truncated: the text is full
     a->count++;
 }
 
@@ -409,7 +410,8 @@ void dsc_memplan_print(const dsc_memplan *p, void *out, const char *prefix) {
 
 static json_t *cats_json(const int64_t *cat) {
     json_t *o = json_object();
-    for (int k = 0; k < DSC_PLAN_NCAT; k++) json_object_set_new(o, cat_names[k], json_integer(cat[k]));
+    for (int k = 0; k < DSC_PLAN_NCAT; k++)
+        json_object_set_new(o, cat_names[k], json_integer(cat[k]));
     return o;
 }
 

@@ -59,11 +59,12 @@ check_rank() { # check_rank NAME RANK LOG-WITH-PLAN
   within10 "$1 rank $2" "$p" "$m"
 }
 
-cfg "$T/s0.json" 0 fp16 1 && sed -i 's/"fp16": {"enabled": true}/"bf16": {"enabled": false}/' "$T/s0.json"
+fp32() { sed -i 's/"\(bf16\|fp16\)": {"enabled": true}/"bf16": {"enabled": false}/' "$1"; }
+cfg "$T/s0.json" 0 bf16 1 && fp32 "$T/s0.json"
 cfg "$T/s2b.json" 2 bf16 1
 cfg "$T/s1g.json" 1 bf16 2
 cfg "$T/s3b.json" 3 bf16 1
-cfg "$T/s3f.json" 3 bf16 2 && sed -i 's/"bf16": {"enabled": true}/"bf16": {"enabled": false}/' "$T/s3f.json"
+cfg "$T/s3f.json" 3 bf16 2 && fp32 "$T/s3f.json"
 
 check "one rank, stage 0, fp32" -- run1 s0 "$T/s0.json"
 check "one rank, stage 2, bf16" -- run1 s2b "$T/s2b.json"
@@ -111,5 +112,6 @@ cpu_no_device() {
 }
 check "ZeRO-Offload of llama-3.1-8B: 12-24 bytes per parameter on the host" -- offload_per_param
 check "a CPU plan has no device bytes" -- cpu_no_device
-expect 1 "--device tpu: give cpu or cuda" -- "$DSC" config check "$T/s0.json" --model llama-d8 --vocab-size 256 --device tpu
+expect 1 "--device tpu: give cpu or cuda" -- "$DSC" config check "$T/s0.json" --model llama-d8 \
+  --vocab-size 256 --device tpu
 finish

@@ -45,11 +45,13 @@ run_mode() { # run_mode NAME CONFIG
     /usr/bin/time -f "maxrss_kb %M" -o "$T/$1.rss" "$DSC" train --device cuda --model "$MODEL" \
         --seq-len "$SEQ" --max-steps 4 --sample-tokens 0 --eval-every 0 --config "$2" \
         --out "$T/$1" > "$log" 2>&1 || { tail -5 "$log"; return 1; }
-    host=$(bytes_of "$(sed -n 's/.*memory plan per rank.*: host \([0-9.]* [MG]iB\) of.*/\1/p' "$log")")
+    host=$(sed -n 's/.*memory plan per rank.*: host \([0-9.]* [MG]iB\) of.*/\1/p' "$log")
+    host=$(bytes_of "$host")
     dev=$(bytes_of "$(sed -n 's/^  device \([0-9.]* [MG]iB\) of.*/\1/p' "$log")")
     rss=$(( $(sed -n 's/^maxrss_kb //p' "$T/$1.rss") * 1024 ))
     peak=$($PY -c "import json
-print(max(json.loads(l).get('gpu_device_used', 0) for l in open('$T/$1/metrics.jsonl')) - $used0 * 2**20)")
+used = [json.loads(l).get('gpu_device_used', 0) for l in open('$T/$1/metrics.jsonl')]
+print(max(used) - $used0 * 2**20)")
     grep "memory plan" -A1 "$log"
     within10 "$1 host" "$host" "$rss" && within10 "$1 device" "$dev" "$peak"
 }
