@@ -1,0 +1,132 @@
+// test_memplan.c - the memory plan's accounting (dsc/memplan.h) on a made-up parameter table:
+// bytes per parameter of each mode as the runtime allocates them (the GPU-resident run's host
+// mirror 16, ZeRO-Offload's 22, the device's 18 and 10), partitions that shrink with ranks,
+// activations from the callback, the machine's limit, and the refusal naming both numbers and
+// the settings that would fit.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // setenv, unsetenv, free
+#include <string.h> // strstr
+
+#include "dsc/config.h"  // dsc_config_load_string
+#include "dsc/memplan.h" // dsc_memplan_*
+#include "dsc/status.h"  // dsc_last_error
+
+enum { L = 4, PER = 1 << 20 }; // 4 layers of 1 Mi elements, 2 end groups of 1 Mi each
+
+static dsc_param_desc table[L + 2];
+static char names[L + 2][16];
+
+static void make_table(void) {
+    for (int g = 0; g < L + 2; g++) {
+        snprintf(names[g], sizeof names[g], "w%d", g);
+        table[g] = (dsc_param_desc){.name = names[g], .ndim = 2, .shape = {1024, 1024}, .group = g};
+    }
+}
+
+static size_t act(void *user, int B, bool device) {
+    (void)user;
+    return (size_t)B * (device ? 1000 : 3000);
+}
+
+static void plan(const char *json, int world, bool device, int64_t host_avail, dsc_memplan *p,
+                 dsc_config *cfg, dsc_memplan_input *in) {
+    make_table();
+    assert_int_equal(dsc_config_load_string(cfg, json, world, NULL, NULL), DSC_OK);
+    *in = (dsc_memplan_input){.config = cfg, .params = table, .nparams = L + 2, .n_layer = L,
+                              .world = world, .seq_len = 64, .device = device, .act = act,
+                              .host_runtime = 1, .host_avail = host_avail, .device_avail = -1};
+    assert_int_equal(dsc_memplan_compute(in, p), DSC_OK);
+}
+
+#define CFG(extra) "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, " \
+    "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}}" extra "}"
+
+static const int64_t P = (int64_t)(L + 2) * PER;
+
+static void test_gpu_modes(void **state) {
+    (void)state;
+    dsc_config c;
+    dsc_memplan_input in;
+    dsc_memplan p;
+    plan(CFG(""), 1, true, -1, &p, &c, &in); // optimizer on the GPU: master, moments, grads
+    assert_int_equal(p.params, P);
+    assert_int_equal(p.host[DSC_PLAN_MASTER] + p.host[DSC_PLAN_MOMENTS] + p.host[DSC_PLAN_GRADS],
+                     16 * P);
+    assert_int_equal(p.device[DSC_PLAN_WEIGHTS] + p.device[DSC_PLAN_MASTER] +
+                     p.device[DSC_PLAN_MOMENTS] + p.device[DSC_PLAN_GRADS], 18 * P);
+    assert_int_equal(p.device[DSC_PLAN_ACTIVATIONS], 2000);
+    assert_int_equal(p.host[DSC_PLAN_ACTIVATIONS], 0);
+    plan(CFG(", \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}}"), 1, true, -1, &p, &c, &in);
+    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 22 * P); // + 16-bit, init staging
+    assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 10 * P);
+    plan(CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}"), 1, true, -1, &p, &c, &in);
+    // the device keeps the two end groups and two layer slots: 4 of the 6 groups
+    assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 10 * 4 * PER);
+}
+
+static void test_cpu_ranks(void **state) {
+    (void)state;
+    dsc_config c;
+    dsc_memplan_input in;
+    dsc_memplan one, two;
+    const char *s3 = CFG(", \"zero_optimization\": {\"stage\": 3}, "
+                         "\"fault_tolerance\": {\"replicate\": false}");
+    plan(s3, 1, false, -1, &one, &c, &in);
+    plan(s3, 2, false, -1, &two, &c, &in);
+    // master and moments are partitioned: half per rank on two
+    assert_int_equal(two.host[DSC_PLAN_MOMENTS] * 2, one.host[DSC_PLAN_MOMENTS]);
+    assert_int_equal(two.host[DSC_PLAN_MASTER] * 2, one.host[DSC_PLAN_MASTER]);
+    assert_int_equal(one.host[DSC_PLAN_ACTIVATIONS], 6000);
+    assert_int_equal(one.device_bytes, 0);
+    assert_true(two.host[DSC_PLAN_SNAPSHOTS] > 0); // two ranks keep fault tolerance's slots
+}
+
+static void test_refusal(void **state) {
+    (void)state;
+    dsc_config c;
+    dsc_memplan_input in;
+    dsc_memplan p;
+    plan(CFG(""), 1, false, (int64_t)64 << 20, &p, &c, &in); // 96 MiB of state, 64 available
+    assert_false(p.fits);
+    assert_int_equal(dsc_memplan_check(&in, &p), DSC_ERR_OOM);
+    assert_non_null(strstr(dsc_last_error(), "of host memory per rank, 64 MiB available"));
+    plan(CFG(""), 1, false, (int64_t)1 << 40, &p, &c, &in);
+    assert_true(p.fits);
+    assert_int_equal(dsc_memplan_check(&in, &p), DSC_OK);
+    char *json = dsc_memplan_json(&p);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"host_bytes\""));
+    assert_non_null(strstr(json, "\"device_bytes\": 0"));
+    free(json);
+}
+
+static void test_host_limit(void **state) {
+    (void)state;
+    char src[64];
+    setenv("DSC_HOST_MEM_LIMIT", "3M", 1);
+    assert_int_equal(dsc_host_mem_available(src, sizeof src), 3 << 20);
+    assert_string_equal(src, "DSC_HOST_MEM_LIMIT");
+    setenv("DSC_HOST_MEM_LIMIT", "1.5GiB", 1);
+    int64_t v = dsc_host_mem_available(src, sizeof src);
+    assert_true(v > 0 && v <= (int64_t)3 << 29);
+    unsetenv("DSC_HOST_MEM_LIMIT");
+    assert_true(dsc_host_mem_available(src, sizeof src) > 0); // MemAvailable at least
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_modes),
+        cmocka_unit_test(test_cpu_ranks),
+        cmocka_unit_test(test_refusal),
+        cmocka_unit_test(test_host_limit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
