@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # gpu_llama.sh - Llama-family training throughput on one GPU: dsc train --device cuda against
-# PyTorch in the same run (bench/torch_llama.py: a plain PyTorch Llama and transformers'
-# LlamaForCausalLM / Qwen2ForCausalLM with sdpa attention, each eager and with torch.compile).
+# PyTorch in the same run (bench/torch_llama.py: a plain PyTorch Llama - with Qwen3's q/k norms
+# for the Qwen3 shapes - and transformers' LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
+# with sdpa attention, each eager and with torch.compile).
 #
 #   bench/gpu_llama.sh [DSC_BINARY]
 #
 # SHAPES (default "smollm2-360M:8 llama-3.2-1B:4"): MODEL:BATCH pairs of dsc's published
-# Llama-family shapes (docs/models.md); T (default 2048); STEPS (default 20) after WARMUP (6);
+# Llama-family shapes (docs/models.md), Qwen3's too (e.g. SHAPES="qwen3-0.6B:8 qwen3-1.7B:4"); T (default 2048); STEPS (default 20) after WARMUP (6);
 # VARIANTS: the PyTorch variants to run (default all four); $PYTHON names the interpreter.
 # Every side trains with random tokens, bf16 compute and fp32 weights, AdamW, clipping 1.0.
 # MFU for every column by one formula, 6 N + 12 L T C FLOPs per token (N: all parameters, a tied

@@ -6,9 +6,11 @@
 SHAPE is one of dsc's published Llama-family shapes (the numbers of docs/models.md, from the
 published config.json files); LIST is a comma-separated subset of
   plain-eager, plain-compiled   a Llama written here with torch operators: RMSNorm, rotary
-                                embeddings, SDPA with enable_gqa (no repeated K/V), SwiGLU
-  hf-eager, hf-compiled         transformers' LlamaForCausalLM / Qwen2ForCausalLM with sdpa
-                                attention (what a DeepSpeed + Hugging Face Trainer user runs)
+                                embeddings, SDPA with enable_gqa (no repeated K/V), SwiGLU; for
+                                the Qwen3 shapes each head's q and k RMSNorm before the rotation
+  hf-eager, hf-compiled         transformers' LlamaForCausalLM / Qwen2ForCausalLM /
+                                Qwen3ForCausalLM with sdpa attention (what a DeepSpeed + Hugging
+                                Face Trainer user runs)
 All train with random tokens, fp32 weights and bf16 autocast, fused AdamW (lr 3e-4, betas
 (0.9, 0.95), weight decay 0.1), gradient clipping 1.0: the step dsc trains. Tokens/s is B*T over
 the median step time of STEPS steps after WARMUP warm-up steps, each step timed with CUDA events.
@@ -29,7 +31,10 @@ SHAPES = {
     "smollm2-360M": (32, 960, 15, 5, 64, 2560, 49152, True, False, 1e5, 1e-5),
     "llama-3.2-1B": (16, 2048, 32, 8, 64, 8192, 128256, True, False, 5e5, 1e-5),
     "qwen2.5-0.5B": (24, 896, 14, 2, 64, 4864, 151936, True, True, 1e6, 1e-6),
+    "qwen3-0.6B": (28, 1024, 16, 8, 128, 3072, 151936, True, False, 1e6, 1e-6),
+    "qwen3-1.7B": (28, 2048, 16, 8, 128, 6144, 151936, True, False, 1e6, 1e-6),
 }
+QK_NORM = {"qwen3-0.6B", "qwen3-1.7B"}  # Qwen3: per-head RMSNorm of q and k
 
 
 class RMSNorm(nn.Module):
@@ -50,9 +55,11 @@ def rotate_half(x):
 
 
 class Attention(nn.Module):
-    def __init__(self, C, nh, nkv, hd, bias):
+    def __init__(self, C, nh, nkv, hd, bias, eps, qk_norm):
         super().__init__()
         self.nh, self.nkv, self.hd = nh, nkv, hd
+        self.q_norm = RMSNorm(hd, eps) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(hd, eps) if qk_norm else nn.Identity()
         self.q = nn.Linear(C, nh * hd, bias=bias)
         self.k = nn.Linear(C, nkv * hd, bias=bias)
         self.v = nn.Linear(C, nkv * hd, bias=bias)
@@ -60,8 +67,8 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
-        q = self.q(x).view(B, T, self.nh, self.hd).transpose(1, 2)
-        k = self.k(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = self.q_norm(self.q(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
         v = self.v(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -70,10 +77,10 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, C, nh, nkv, hd, inter, bias, eps):
+    def __init__(self, C, nh, nkv, hd, inter, bias, eps, qk_norm):
         super().__init__()
         self.ln1, self.ln2 = RMSNorm(C, eps), RMSNorm(C, eps)
-        self.attn = Attention(C, nh, nkv, hd, bias)
+        self.attn = Attention(C, nh, nkv, hd, bias, eps, qk_norm)
         self.gate = nn.Linear(C, inter, bias=False)
         self.up = nn.Linear(C, inter, bias=False)
         self.down = nn.Linear(inter, C, bias=False)
@@ -85,11 +92,12 @@ class Block(nn.Module):
 
 
 class PlainLlama(nn.Module):
-    def __init__(self, shape, T):
+    def __init__(self, shape, T, qk_norm=False):
         super().__init__()
         L, C, nh, nkv, hd, inter, V, tied, bias, theta, eps = shape
         self.embed = nn.Embedding(V, C)
-        self.layers = nn.ModuleList(Block(C, nh, nkv, hd, inter, bias, eps) for _ in range(L))
+        self.layers = nn.ModuleList(Block(C, nh, nkv, hd, inter, bias, eps, qk_norm)
+                                    for _ in range(L))
         self.norm = RMSNorm(C, eps)
         self.head = nn.Linear(C, V, bias=False)
         if tied:
@@ -109,14 +117,17 @@ class PlainLlama(nn.Module):
 
 
 class HFWrap(nn.Module):
-    def __init__(self, shape, T):
+    def __init__(self, shape, T, qk_norm=False):
         super().__init__()
         import transformers
         L, C, nh, nkv, hd, inter, V, tied, bias, theta, eps = shape
         kw = dict(vocab_size=V, hidden_size=C, intermediate_size=inter, num_hidden_layers=L,
                   num_attention_heads=nh, num_key_value_heads=nkv, max_position_embeddings=T,
                   rms_norm_eps=eps, rope_theta=theta, tie_word_embeddings=tied)
-        if bias:
+        if qk_norm:
+            cfg = transformers.Qwen3Config(head_dim=hd, **kw)
+            self.m = transformers.Qwen3ForCausalLM._from_config(cfg, attn_implementation="sdpa")
+        elif bias:
             cfg = transformers.Qwen2Config(**kw)
             self.m = transformers.Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa")
         else:
@@ -132,10 +143,10 @@ def count_params(model):
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-def run(variant, shape, B, T, steps, warmup):
+def run(variant, shape, B, T, steps, warmup, qk_norm=False):
     torch.manual_seed(0)
     dev = "cuda"
-    model = (HFWrap if variant.startswith("hf") else PlainLlama)(shape, T).to(dev)
+    model = (HFWrap if variant.startswith("hf") else PlainLlama)(shape, T, qk_norm).to(dev)
     n = count_params(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=True)
@@ -178,7 +189,8 @@ def main():
         sys.exit("torch_llama.py: no CUDA device")
     for v in a.variants.split(","):
         try:
-            tok_s, ms, n = run(v, SHAPES[a.shape], a.batch, a.seq, a.steps, a.warmup)
+            tok_s, ms, n = run(v, SHAPES[a.shape], a.batch, a.seq, a.steps, a.warmup,
+                               a.shape in QK_NORM)
             print(f"RESULT {v} {tok_s:.1f} {ms:.3f} {n}", flush=True)
         except Exception as e:  # a variant that cannot run here is reported, the others go on
             print(f"SKIP {v} {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)

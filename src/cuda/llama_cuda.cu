@@ -35,6 +35,7 @@ typedef struct llama_cuda {
     uint16_t *ln1, *qkv, *atty;  // (L, R, C / QKV / QD)
     uint16_t *res2, *ln2;        // (L, R, C)
     uint16_t *gu, *hmid;         // (L, R, 2 I): gate | up; (L, R, I): silu(gate) * up
+    uint16_t *qk_raw;            // Qwen3: (L, R, QD + KD) q and k before their norms
     uint16_t *lnf;               // (R, C)
     uint16_t *head_pad;          // (Vp, C) the head's rows, [V, Vp) zero; NULL when V == Vp
     uint16_t *logits;            // (R, Vp); their gradients after backward
@@ -42,6 +43,8 @@ typedef struct llama_cuda {
     uint16_t *dbig, *dh;         // (R, max(2 I, QKV)), (R, I)
     float *rstd1, *rstd2;        // (L, R)
     float *att_lse;              // (L, B, NH, T)
+    float *qk_rstd;              // Qwen3: (L, R, NH + NKV) each head's rstd
+    float *qkn_scratch;          // Qwen3: dsc__cuda_qk_norm_backward_scratch(R, hd)
     float *rstdf, *losses, *lse; // (R)
     float *loss_dev;             // (1)
     float *rms_scratch, *att_scratch, *col_scratch, *bias_tmp;
@@ -55,18 +58,21 @@ typedef struct llama_cuda {
 } llama_cuda;
 
 typedef struct layer_acts {
-    uint16_t *res_in, *ln1, *qkv, *atty, *res2, *ln2, *gu, *hmid, *res_out;
-    float *rstd1, *rstd2, *lse;
+    uint16_t *res_in, *ln1, *qkv, *atty, *res2, *ln2, *gu, *hmid, *res_out, *qk_raw;
+    float *rstd1, *rstd2, *lse, *qk_rstd;
 } layer_acts;
 
 static layer_acts acts_of(const llama_cuda *m, int l) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)l;
     size_t I = (size_t)m->c.intermediate;
+    size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
     layer_acts a = {
         m->res + L * R * C,        m->ln1 + L * R * C,      m->qkv + L * R * (size_t)m->QKV,
         m->atty + L * R * m->QD,   m->res2 + L * R * C,     m->ln2 + L * R * C,
         m->gu + L * R * 2 * I,     m->hmid + L * R * I,     m->res + (L + 1) * R * C,
+        m->qk_raw ? m->qk_raw + L * R * NQK * (size_t)m->c.head_dim : NULL,
         m->rstd1 + L * R,          m->rstd2 + L * R,        m->att_lse + L * R * m->c.n_head,
+        m->qk_rstd ? m->qk_rstd + L * R * NQK : NULL,
     };
     return a;
 }
@@ -79,6 +85,7 @@ static size_t carve(llama_cuda *m, char *base) {
     size_t Vp = (size_t)m->Vp, QKV = (size_t)m->QKV, QD = (size_t)m->QD;
     size_t big = 2 * I > QKV ? 2 * I : QKV, hd2 = (size_t)m->c.head_dim / 2;
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, (int)QKV);
+    size_t NQK = m->c.qk_norm ? NH + (size_t)m->c.n_kv_head : 0, HS = (size_t)m->c.head_dim;
     struct {
         void **view;
         size_t bytes;
@@ -91,6 +98,7 @@ static size_t carve(llama_cuda *m, char *base) {
         {(void **)&m->ln2, L * R * C * 2},
         {(void **)&m->gu, L * R * 2 * I * 2},
         {(void **)&m->hmid, L * R * I * 2},
+        {(void **)&m->qk_raw, L * R * NQK * HS * 2},
         {(void **)&m->lnf, R * C * 2},
         {(void **)&m->head_pad, Vp != V ? Vp * C * 2 : 0},
         {(void **)&m->logits, R * Vp * 2},
@@ -102,6 +110,9 @@ static size_t carve(llama_cuda *m, char *base) {
         {(void **)&m->rstd1, L * R * 4},
         {(void **)&m->rstd2, L * R * 4},
         {(void **)&m->att_lse, L * R * NH * 4},
+        {(void **)&m->qk_rstd, L * R * NQK * 4},
+        {(void **)&m->qkn_scratch,
+         NQK ? dsc__cuda_qk_norm_backward_scratch((int64_t)R, (int)HS) * 4 : 0},
         {(void **)&m->rstdf, R * 4},
         {(void **)&m->losses, R * 4},
         {(void **)&m->lse, R * 4},
@@ -320,8 +331,14 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
         DSC_TRY(linear(m, a.qkv + QD + KD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_VW)],
                        bias_of(m, p, l, DSC_LLAMA_VB), NULL, BT, C, KD));
     }
-    DSC_TRY(dsc__cuda_rope_h(a.qkv, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV, HS, false,
-                             m->fp16, st));
+    if (m->c.qk_norm) // Qwen3: each head's q and k normed, then rotated, in one pass
+        DSC_TRY(dsc__cuda_qk_norm_rope_h(a.qkv, QKV, a.qk_raw, a.qk_rstd,
+                                         p[lt(m, l, DSC_LLAMA_QN)], p[lt(m, l, DSC_LLAMA_KN)],
+                                         eps, m->rope_cos, m->rope_sin, NULL, B, T, NH, NKV, HS,
+                                         m->fp16, st));
+    else
+        DSC_TRY(dsc__cuda_rope_h(a.qkv, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV, HS,
+                                 false, m->fp16, st));
     DSC_TRY(dsc__cuda_gqa_forward(a.atty, a.lse, a.qkv, B, T, NH, NKV, HS, m->fp16, st));
     DSC_TRY(linear(m, a.res2, C, a.atty, QD, p[lt(m, l, DSC_LLAMA_OW)], NULL, a.res_in, BT, QD,
                    C));
@@ -470,8 +487,14 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
     DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_OW)], m->dres, C, a.atty, QD, BT, QD, C));
     DSC_TRY(dsc__cuda_gqa_backward(m->dbig, m->att_scratch, m->datt, a.qkv, a.atty, a.lse, B, T,
                                    NH, NKV, HS, m->fp16, st));
-    DSC_TRY(dsc__cuda_rope_h(m->dbig, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV, HS,
-                             true, m->fp16, st));
+    if (m->c.qk_norm) // Qwen3: the rotation undone and the q/k norms' backward in one pass
+        DSC_TRY(dsc__cuda_qk_norm_rope_backward_h(
+            m->dbig, QKV, g[lt(m, l, DSC_LLAMA_QN)], g[lt(m, l, DSC_LLAMA_KN)], m->qkn_scratch,
+            a.qk_raw, a.qk_rstd, p[lt(m, l, DSC_LLAMA_QN)], p[lt(m, l, DSC_LLAMA_KN)],
+            m->rope_cos, m->rope_sin, NULL, B, T, NH, NKV, HS, add, m->fp16, st));
+    else
+        DSC_TRY(dsc__cuda_rope_h(m->dbig, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV,
+                                 HS, true, m->fp16, st));
     if (lt(m, l, DSC_LLAMA_QB) >= 0) { // Qwen2's q/k/v biases: dqkv's column sums
         DSC_TRY(dsc__cuda_colsum_h(m->bias_tmp, m->col_scratch, m->dbig, BT, QKV, false, m->fp16,
                                    st));

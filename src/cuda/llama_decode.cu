@@ -190,8 +190,14 @@ static dsc_status layer(dsc_llama_decode *d, const uint16_t *const *p, int l, in
     DSC_TRY(linear(d, d->qkv + QD + KD, QKV, d->ln, p[lt(d, l, DSC_LLAMA_VW)],
                    bias_of(d, p, l, DSC_LLAMA_VB), NULL, R, C, KD));
     // the rows as one sequence of R tokens whose position ids are the rows' positions
-    DSC_TRY(dsc__cuda_rope_h(d->qkv, QKV, d->rope_cos, d->rope_sin, pos, 1, R,
-                             c->n_head + c->n_kv_head, c->head_dim, false, false, d->st));
+    if (c->qk_norm) // Qwen3: each head's q and k normed, then rotated, in one pass
+        DSC_TRY(dsc__cuda_qk_norm_rope_h(d->qkv, QKV, NULL, NULL, p[lt(d, l, DSC_LLAMA_QN)],
+                                         p[lt(d, l, DSC_LLAMA_KN)], c->rms_eps, d->rope_cos,
+                                         d->rope_sin, pos, 1, R, c->n_head, c->n_kv_head,
+                                         c->head_dim, false, d->st));
+    else
+        DSC_TRY(dsc__cuda_rope_h(d->qkv, QKV, d->rope_cos, d->rope_sin, pos, 1, R,
+                                 c->n_head + c->n_kv_head, c->head_dim, false, false, d->st));
     DSC_TRY(attend(d, l, R));
     DSC_TRY(linear(d, d->x, C, d->y, p[lt(d, l, DSC_LLAMA_OW)], NULL, d->x, R, QD, C));
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(d->ln, d->rstd, d->x, p[lt(d, l, DSC_LLAMA_LN2)],

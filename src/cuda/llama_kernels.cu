@@ -11,6 +11,7 @@
 #define RMS_REG_MAX 8    // rows of up to 8 chunks of 8 channels a lane live in registers
 #define RMSB_THREADS 128 // RMSNorm backward: one warp per row
 #define RMSB_ROWS 32     // rows per partial sum of the RMSNorm weight gradient
+#define QKN_ROWS 32      // rows per partial sum of the q/k norm weight gradients
 
 static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 
@@ -453,6 +454,247 @@ extern "C" dsc_status dsc__cuda_rope_h(uint16_t *x, int ld, const float *cos_t,
         rope_kernel<false><<<blocks, ELEM_THREADS, 0, st>>>(x, ld, cos_t, sin_t, pos, rows, T,
                                                             nheads, HS / 16, sign);
     DSC_CUDA_LAUNCHED("rope_kernel");
+    return DSC_OK;
+}
+
+// ---- Qwen3's q/k norms with the rotation ----
+
+// A thread per 8 pairs (i, i + HS/2) of one head of one row, as rope_kernel; the H8 = HS/16
+// threads of a head are adjacent lanes of one warp (H8 a power of two dividing the warp) and
+// reduce the head's sums with shuffles. Threads past the end take part in the shuffles (every
+// lane must) but neither read nor write.
+struct qkn_at {
+    long long bt, t;
+    int h, i8;
+    bool live;
+};
+
+__device__ static inline qkn_at qkn_where(const int32_t *pos, long long rows, int T, int nheads,
+                                          int H8) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long per_row = (long long)nheads * H8;
+    qkn_at a;
+    a.live = idx < rows * per_row;
+    if (!a.live) idx = 0;
+    a.bt = idx / per_row;
+    int rem = (int)(idx % per_row);
+    a.h = rem / H8, a.i8 = rem % H8;
+    a.t = pos ? (long long)pos[a.bt] : a.bt % T;
+    return a;
+}
+
+// The sum of v over the H8 lanes of a head.
+__device__ static inline float qkn_sum(float v, int H8) {
+    for (int o = H8 / 2; o > 0; o >>= 1)
+        v += dsc_shfl_xor(v, o);
+    return v;
+}
+
+__device__ static inline void qkn_load8(const float *t, int half, long long pos, int i8, float *o) {
+    const float4 *p = (const float4 *)(t + (size_t)pos * half) + 2 * i8;
+    float4 a = p[0], b = p[1];
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+
+template <bool F16>
+__global__ void qk_norm_rope_kernel(uint16_t *x, int ld, uint16_t *raw, float *rstd,
+                                    const uint16_t *wq, const uint16_t *wk, float eps,
+                                    const float *cos_t, const float *sin_t, const int32_t *pos,
+                                    long long rows, int T, int nq, int nheads, int H8) {
+    qkn_at at = qkn_where(pos, rows, T, nheads, H8);
+    int half = H8 * 8, HS = 2 * half;
+    uint16_t *head = x + (size_t)at.bt * ld + (size_t)at.h * HS;
+    uint4 *p1 = (uint4 *)head + at.i8, *p2 = (uint4 *)(head + half) + at.i8;
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (at.live) {
+        uint4 ra = *p1, rb = *p2;
+        if (raw) {
+            uint16_t *kept = raw + ((size_t)at.bt * nheads + at.h) * HS;
+            ((uint4 *)kept)[at.i8] = ra;
+            ((uint4 *)(kept + half))[at.i8] = rb;
+        }
+        dsc_unpack8_16<F16>(ra, a);
+        dsc_unpack8_16<F16>(rb, b);
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s += a[k] * a[k] + b[k] * b[k];
+    float r = 1.0f / sqrtf(qkn_sum(s, H8) / (float)HS + eps);
+    if (!at.live) return;
+    if (rstd && at.i8 == 0) rstd[at.bt * nheads + at.h] = r;
+    const uint16_t *w = at.h < nq ? wq : wk;
+    float w1[8], w2[8], c[8], sn[8];
+    dsc_unpack8_16<F16>(((const uint4 *)w)[at.i8], w1);
+    dsc_unpack8_16<F16>(((const uint4 *)(w + half))[at.i8], w2);
+    qkn_load8(cos_t, half, at.t, at.i8, c);
+    qkn_load8(sin_t, half, at.t, at.i8, sn);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float n1 = w1[k] * (a[k] * r), n2 = w2[k] * (b[k] * r);
+        a[k] = n1 * c[k] - n2 * sn[k];
+        b[k] = n2 * c[k] + n1 * sn[k];
+    }
+    *p1 = dsc_pack8_16<F16>(a);
+    *p2 = dsc_pack8_16<F16>(b);
+}
+
+// The rotation undone on the 8 + 8 gradients of a thread: (g1, g2) = (d1 c + d2 s, d2 c - d1 s).
+__device__ static inline void qkn_unrotate(float *d1, float *d2, const float *c, const float *s) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float a = d1[k], b = d2[k];
+        d1[k] = a * c[k] + b * s[k];
+        d2[k] = b * c[k] - a * s[k];
+    }
+}
+
+template <bool F16>
+__global__ void qk_norm_rope_bwd_kernel(uint16_t *dx, int ld, const uint16_t *raw,
+                                        const float *rstd, const uint16_t *wq, const uint16_t *wk,
+                                        const float *cos_t, const float *sin_t, const int32_t *pos,
+                                        long long rows, int T, int nq, int nheads, int H8) {
+    qkn_at at = qkn_where(pos, rows, T, nheads, H8);
+    int half = H8 * 8, HS = 2 * half;
+    uint16_t *head = dx + (size_t)at.bt * ld + (size_t)at.h * HS;
+    uint4 *p1 = (uint4 *)head + at.i8, *p2 = (uint4 *)(head + half) + at.i8;
+    float g1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, g2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float x1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, x2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float w1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, w2[8] = {0, 0, 0, 0, 0, 0, 0, 0}, r = 0.0f;
+    if (at.live) {
+        float c[8], sn[8];
+        dsc_unpack8_16<F16>(*p1, g1);
+        dsc_unpack8_16<F16>(*p2, g2);
+        qkn_load8(cos_t, half, at.t, at.i8, c);
+        qkn_load8(sin_t, half, at.t, at.i8, sn);
+        qkn_unrotate(g1, g2, c, sn);
+        const uint16_t *kept = raw + ((size_t)at.bt * nheads + at.h) * HS;
+        dsc_unpack8_16<F16>(((const uint4 *)kept)[at.i8], x1);
+        dsc_unpack8_16<F16>(((const uint4 *)(kept + half))[at.i8], x2);
+        const uint16_t *w = at.h < nq ? wq : wk;
+        dsc_unpack8_16<F16>(((const uint4 *)w)[at.i8], w1);
+        dsc_unpack8_16<F16>(((const uint4 *)(w + half))[at.i8], w2);
+        r = rstd[at.bt * nheads + at.h];
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s += g1[k] * w1[k] * (x1[k] * r) + g2[k] * w2[k] * (x2[k] * r);
+    s = qkn_sum(s, H8) / (float)HS;
+    if (!at.live) return;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        g1[k] = r * (g1[k] * w1[k] - x1[k] * r * s);
+        g2[k] = r * (g2[k] * w2[k] - x2[k] * r * s);
+    }
+    *p1 = dsc_pack8_16<F16>(g1);
+    *p2 = dsc_pack8_16<F16>(g2);
+}
+
+// The weight gradients' partial sums: block k sums rows [k QKN_ROWS, (k + 1) QKN_ROWS) into
+// part[k] (2 HS: q's channels, then k's), a thread per channel, rows then heads in order. The
+// gradient of channel c of a head is the unrotated one: dy_c cos + dy_(c+half) sin below the
+// half, dy_c cos - dy_(c-half) sin above it. Runs before the backward kernel overwrites dy.
+template <bool F16>
+__global__ void qk_norm_dw_kernel(float *part, const uint16_t *dy, int ld, const uint16_t *raw,
+                                  const float *rstd, const float *cos_t, const float *sin_t,
+                                  const int32_t *pos, long long rows, int T, int nq, int nheads,
+                                  int HS) {
+    int half = HS / 2;
+    long long r0 = (long long)blockIdx.x * QKN_ROWS;
+    long long r1 = r0 + QKN_ROWS < rows ? r0 + QKN_ROWS : rows;
+    for (int j = threadIdx.x; j < 2 * HS; j += blockDim.x) {
+        int c = j % HS, i = c % half, kq = j < HS;
+        float acc = 0.0f;
+        for (long long bt = r0; bt < r1; bt++) {
+            long long t = pos ? (long long)pos[bt] : bt % T;
+            float cs = cos_t[(size_t)t * half + i], sn = sin_t[(size_t)t * half + i];
+            for (int h = kq ? 0 : nq; h < (kq ? nq : nheads); h++) {
+                const uint16_t *d = dy + (size_t)bt * ld + (size_t)h * HS;
+                float g = c < half ? dsc_16_f32<F16>(d[c]) * cs + dsc_16_f32<F16>(d[c + half]) * sn
+                                   : dsc_16_f32<F16>(d[c]) * cs - dsc_16_f32<F16>(d[c - half]) * sn;
+                float xh = dsc_16_f32<F16>(raw[((size_t)bt * nheads + h) * HS + c]) *
+                           rstd[bt * nheads + h];
+                acc += g * xh;
+            }
+        }
+        part[(size_t)blockIdx.x * 2 * HS + j] = acc;
+    }
+}
+
+static dsc_status qkn_check(const char *what, int ld, int B, int T, int nq, int nk, int HS) {
+    int H8 = HS / 16, ws = dsc__host_warp_size();
+    DSC_CUDA_ARG(HS > 0 && HS % 16 == 0 && (H8 & (H8 - 1)) == 0 && H8 <= ws,
+                 "%s: head size %d must be 16 times a power of two of at most %d (a head's "
+                 "threads share one warp)",
+                 what, HS, ws);
+    DSC_CUDA_ARG(B > 0 && T > 0 && nq > 0 && nk > 0 && ld % 8 == 0 && ld >= (nq + nk) * HS,
+                 "%s: bad shape (B %d, T %d, %d + %d heads of %d, row stride %d: a multiple of 8 "
+                 "holding the heads)",
+                 what, B, T, nq, nk, HS, ld);
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_qk_norm_rope_h(uint16_t *x, int ld, uint16_t *raw, float *rstd,
+                                               const uint16_t *wq, const uint16_t *wk, float eps,
+                                               const float *cos_t, const float *sin_t,
+                                               const int32_t *pos, int B, int T, int nq, int nk,
+                                               int HS, bool fp16, void *stream) {
+    DSC_TRY(qkn_check("q/k norm", ld, B, T, nq, nk, HS));
+    DSC_TRY(check_aligned("q/k norm", x, raw, wq));
+    DSC_TRY(check_aligned("q/k norm", wk, cos_t, sin_t));
+    DSC_CUDA_ARG(x && wq && wk && cos_t && sin_t && !raw == !rstd,
+                 "q/k norm: NULL tensor (raw and rstd are both set or both NULL)");
+    long long rows = (long long)B * T, n = rows * (nq + nk) * (HS / 16);
+    unsigned blocks = dsc__blocks(n, ELEM_THREADS);
+    cudaStream_t st = as_stream(stream);
+    if (fp16)
+        qk_norm_rope_kernel<true><<<blocks, ELEM_THREADS, 0, st>>>(
+            x, ld, raw, rstd, wq, wk, eps, cos_t, sin_t, pos, rows, T, nq, nq + nk, HS / 16);
+    else
+        qk_norm_rope_kernel<false><<<blocks, ELEM_THREADS, 0, st>>>(
+            x, ld, raw, rstd, wq, wk, eps, cos_t, sin_t, pos, rows, T, nq, nq + nk, HS / 16);
+    DSC_CUDA_LAUNCHED("qk_norm_rope_kernel");
+    return DSC_OK;
+}
+
+extern "C" size_t dsc__cuda_qk_norm_backward_scratch(int64_t N, int HS) {
+    return (size_t)((N + QKN_ROWS - 1) / QKN_ROWS) * 2 * (size_t)HS;
+}
+
+extern "C" dsc_status dsc__cuda_qk_norm_rope_backward_h(
+    uint16_t *dx, int ld, float *dwq, float *dwk, float *scratch, const uint16_t *raw,
+    const float *rstd, const uint16_t *wq, const uint16_t *wk, const float *cos_t,
+    const float *sin_t, const int32_t *pos, int B, int T, int nq, int nk, int HS, bool add,
+    bool fp16, void *stream) {
+    DSC_TRY(qkn_check("q/k norm backward", ld, B, T, nq, nk, HS));
+    DSC_TRY(check_aligned("q/k norm backward", dx, raw, wq));
+    DSC_TRY(check_aligned("q/k norm backward", wk, cos_t, sin_t));
+    DSC_CUDA_ARG(dx && dwq && dwk && scratch && raw && rstd && wq && wk && cos_t && sin_t,
+                 "q/k norm backward: NULL tensor");
+    long long rows = (long long)B * T;
+    int nheads = nq + nk, chunks = (int)((rows + QKN_ROWS - 1) / QKN_ROWS);
+    cudaStream_t st = as_stream(stream);
+    int dw_threads = 2 * HS < 256 ? 2 * HS : 256;
+    if (fp16)
+        qk_norm_dw_kernel<true><<<chunks, dw_threads, 0, st>>>(scratch, dx, ld, raw, rstd, cos_t,
+                                                               sin_t, pos, rows, T, nq, nheads, HS);
+    else
+        qk_norm_dw_kernel<false><<<chunks, dw_threads, 0, st>>>(scratch, dx, ld, raw, rstd, cos_t,
+                                                                sin_t, pos, rows, T, nq, nheads,
+                                                                HS);
+    DSC_CUDA_LAUNCHED("qk_norm_dw_kernel");
+    float *dest[2] = {dwq, dwk};
+    DSC_TRY(dsc__cuda_reduce_columns_split(dest, 2, HS, scratch, chunks, add, stream));
+    long long n = rows * nheads * (HS / 16);
+    unsigned blocks = dsc__blocks(n, ELEM_THREADS);
+    if (fp16)
+        qk_norm_rope_bwd_kernel<true><<<blocks, ELEM_THREADS, 0, st>>>(
+            dx, ld, raw, rstd, wq, wk, cos_t, sin_t, pos, rows, T, nq, nheads, HS / 16);
+    else
+        qk_norm_rope_bwd_kernel<false><<<blocks, ELEM_THREADS, 0, st>>>(
+            dx, ld, raw, rstd, wq, wk, cos_t, sin_t, pos, rows, T, nq, nheads, HS / 16);
+    DSC_CUDA_LAUNCHED("qk_norm_rope_bwd_kernel");
     return DSC_OK;
 }
 

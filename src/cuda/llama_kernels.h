@@ -1,5 +1,6 @@
 // cuda/llama_kernels.h - GPU kernels of the Llama-family layers other than attention and the
-// matrix products: token embeddings, RMSNorm, rotary position embeddings (rotate_half), SwiGLU.
+// matrix products: token embeddings, RMSNorm, rotary position embeddings (rotate_half), Qwen3's
+// q/k norms (fused with the rotation), SwiGLU.
 //
 // The conventions of cuda/kernels.h: 16-bit tensors are raw uint16_t bit patterns, bf16 or
 // IEEE fp16 as `fp16` says (one type for every 16-bit tensor of a call); statistics and parameter
@@ -70,6 +71,32 @@ dsc_status dsc__cuda_rmsnorm_backward_h(uint16_t *dx, float *dw, float *scratch,
 dsc_status dsc__cuda_rope_h(uint16_t *x, int ld, const float *cos_t, const float *sin_t,
                             const int32_t *pos, int B, int T, int nheads, int HS, bool inverse,
                             bool fp16, void *stream);
+
+// Qwen3's per-head RMSNorm of q and k fused with the rotation, in place on rows of x (B, T, ld)
+// as dsc__cuda_rope_h: heads 0 .. nq-1 are normed with wq (HS, 16-bit), heads nq .. nq+nk-1 with
+// wk, each as w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), then rotated at the row's
+// position; fp32 throughout, one rounding per element. With raw and rstd set (training), the
+// inputs are kept in raw (B T, (nq + nk) HS) dense, 16-bit, and each head's rstd in rstd
+// (B T, nq + nk) for the backward; NULL both for inference. HS/16 must be a power of two no larger
+// than the warp (HS 16 .. 512 on 32-lane warps).
+dsc_status dsc__cuda_qk_norm_rope_h(uint16_t *x, int ld, uint16_t *raw, float *rstd,
+                                    const uint16_t *wq, const uint16_t *wk, float eps,
+                                    const float *cos_t, const float *sin_t, const int32_t *pos,
+                                    int B, int T, int nq, int nk, int HS, bool fp16, void *stream);
+
+// Its backward, in place on dx (the layout of x): the gradient of the rotated outputs becomes that
+// of the norms' inputs (the rotation undone, then rstd (g w - xh mean(g w xh)) with xh = raw rstd,
+// g the unrotated gradient); dwq, dwk (HS) += (add) or = (!add) the sums over rows and heads of
+// g xh, in fixed chunks of rows then the chunks in order (deterministic, no atomics).
+// scratch: dsc__cuda_qk_norm_backward_scratch(B T, HS) floats.
+size_t dsc__cuda_qk_norm_backward_scratch(int64_t N, int HS);
+dsc_status dsc__cuda_qk_norm_rope_backward_h(uint16_t *dx, int ld, float *dwq, float *dwk,
+                                             float *scratch, const uint16_t *raw,
+                                             const float *rstd, const uint16_t *wq,
+                                             const uint16_t *wk, const float *cos_t,
+                                             const float *sin_t, const int32_t *pos, int B, int T,
+                                             int nq, int nk, int HS, bool add, bool fp16,
+                                             void *stream);
 
 // gu (N, 2I) rows [gate | up]; h (N, I) = silu(gate) * up.
 dsc_status dsc__cuda_swiglu_forward_h(uint16_t *h, const uint16_t *gu, int64_t N, int I,

@@ -19,11 +19,13 @@ static const struct {
     {"LlamaForCausalLM", "llama", DSC_HF_LLAMA},
     {"Qwen2ForCausalLM", "qwen2", DSC_HF_QWEN2},
     {"MistralForCausalLM", "mistral", DSC_HF_MISTRAL},
+    {"Qwen3ForCausalLM", "qwen3", DSC_HF_QWEN3},
 };
 #define NARCHS (int)(sizeof archs / sizeof archs[0])
 
 const char *dsc_hf_supported(void) {
-    return "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM";
+    return "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, "
+           "Qwen3ForCausalLM";
 }
 
 // ---- reading ----
@@ -173,6 +175,10 @@ static void family_defaults(dsc_hf_config *c) {
         c->n_head = 32, c->n_kv_head = 8, c->max_positions = 4096 * 32, c->norm_eps = 1e-6;
         c->sliding_window = 4096, c->bos_id = 1, c->eos_ids[0] = 2, c->n_eos = 1;
         break;
+    case DSC_HF_QWEN3: // Qwen3Config: head_dim 128 whatever the hidden size
+        c->vocab_size = 151936, c->hidden = 4096, c->intermediate = 22016, c->n_layer = 32;
+        c->n_head = 32, c->head_dim = 128, c->max_positions = 32768, c->norm_eps = 1e-6;
+        break;
     }
 }
 
@@ -205,13 +211,13 @@ static dsc_status read_llama_like(const reader *r, dsc_hf_config *c) {
     DSC_TRY(get_real(r, r->root, "rms_norm_eps", &c->norm_eps));
     DSC_TRY(get_str(r, r->root, "hidden_act", c->act, sizeof c->act));
     DSC_TRY(read_rope(r, c));
-    if (c->arch == DSC_HF_LLAMA) {
+    if (c->arch == DSC_HF_LLAMA || c->arch == DSC_HF_QWEN3) { // both bias o_proj too
         bool attn_bias = false;
         DSC_TRY(get_bool(r, "attention_bias", &attn_bias));
-        DSC_TRY(get_bool(r, "mlp_bias", &c->mlp_bias));
+        if (c->arch == DSC_HF_LLAMA) DSC_TRY(get_bool(r, "mlp_bias", &c->mlp_bias));
         c->qkv_bias = c->o_bias = attn_bias;
     }
-    if (c->arch == DSC_HF_QWEN2) {
+    if (c->arch == DSC_HF_QWEN2 || c->arch == DSC_HF_QWEN3) {
         bool sliding = false;
         DSC_TRY(get_bool(r, "use_sliding_window", &sliding));
         int window = 4096;
@@ -354,13 +360,12 @@ static json_t *llama_json(const dsc_hf_config *c) {
                           "rms_norm_eps", c->norm_eps, "rope_theta", c->rope_theta,
                           "rope_scaling", rope_json(c), "tie_word_embeddings", c->tied,
                           "bos_token_id", bos_json(c), "eos_token_id", eos_json(c));
-    if (c->head_dim != c->hidden / c->n_head)
+    if (c->head_dim != c->hidden / c->n_head || c->arch == DSC_HF_QWEN3) // Qwen3's default: 128
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
-    if (c->arch == DSC_HF_LLAMA) {
+    if (c->arch == DSC_HF_LLAMA || c->arch == DSC_HF_QWEN3)
         json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias));
-        json_object_set_new(o, "mlp_bias", json_boolean(c->mlp_bias));
-    }
-    if (c->arch == DSC_HF_QWEN2) {
+    if (c->arch == DSC_HF_LLAMA) json_object_set_new(o, "mlp_bias", json_boolean(c->mlp_bias));
+    if (c->arch == DSC_HF_QWEN2 || c->arch == DSC_HF_QWEN3) {
         json_object_set_new(o, "use_sliding_window", json_boolean(c->sliding_window > 0));
         json_object_set_new(o, "sliding_window",
                             c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());

@@ -1,8 +1,8 @@
 // model/hf_config.h - a Hugging Face model folder's config.json: which family and which shape.
 //
 // One struct for every family dsc trains (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
-// MistralForCausalLM), with the fields under the names dsc uses; each family reads the fields it
-// needs and refuses values it does not implement. The reader fills in the defaults that
+// MistralForCausalLM, Qwen3ForCausalLM), with the fields under the names dsc uses; each family
+// reads the fields it needs and refuses values it does not implement. The reader fills in the defaults that
 // transformers' config classes apply to a field the file leaves out, so that a folder means the
 // same model here as there. The writer makes the config.json an export puts beside the weights.
 #ifndef DSC_MODEL_HF_CONFIG_H
@@ -17,6 +17,7 @@ typedef enum dsc_hf_arch {
     DSC_HF_LLAMA,    // LlamaForCausalLM
     DSC_HF_QWEN2,    // Qwen2ForCausalLM
     DSC_HF_MISTRAL,  // MistralForCausalLM
+    DSC_HF_QWEN3,    // Qwen3ForCausalLM (dense)
 } dsc_hf_arch;
 
 #define DSC_HF_MAX_EOS 8
@@ -24,20 +25,21 @@ typedef enum dsc_hf_arch {
 typedef struct dsc_hf_config {
     dsc_hf_arch arch;
     char architecture[64]; // as written: "LlamaForCausalLM"
-    char model_type[32];   // "llama", "qwen2", "mistral", "gpt2"
+    char model_type[32];   // "llama", "qwen2", "mistral", "qwen3", "gpt2"
     int vocab_size;
     int n_layer;           // num_hidden_layers / n_layer
     int hidden;            // hidden_size / n_embd
     int n_head;            // num_attention_heads / n_head
     int n_kv_head;         // num_key_value_heads (default n_head); GPT-2: n_head
-    int head_dim;          // head_dim (default hidden / n_head)
+    int head_dim;          // head_dim (default hidden / n_head; Qwen3: 128)
     int intermediate;      // intermediate_size / n_inner (GPT-2 default 4 * hidden)
     int max_positions;     // max_position_embeddings / n_positions
     double norm_eps;       // rms_norm_eps / layer_norm_epsilon
     char act[32];          // hidden_act / activation_function
     bool tied;             // tie_word_embeddings
-    bool qkv_bias;         // q/k/v projections carry biases (Qwen2 always, Llama attention_bias)
-    bool o_bias;           // o_proj carries a bias (Llama attention_bias)
+    bool qkv_bias;         // q/k/v projections carry biases (Qwen2 always, Llama and Qwen3
+                           // attention_bias)
+    bool o_bias;           // o_proj carries a bias (Llama and Qwen3 attention_bias)
     bool mlp_bias;         // Llama mlp_bias
     // Rotary embeddings (Llama family).
     double rope_theta;

@@ -1,7 +1,8 @@
 // The GPU Llama family (cuda/llama_cuda.h, through its device table) against the CPU model
 // (model/llama/llama.h, fp32, itself checked against transformers in tests/model) on small
 // configurations that cover grouped-query and multi-query attention, tied and untied heads,
-// Qwen2's q/k/v biases, llama3 rope scaling and a vocabulary that is not a multiple of 64: same
+// Qwen2's q/k/v biases, Qwen3's per-head q/k norms (fused with the rotation), llama3 rope
+// scaling and a vocabulary that is not a multiple of 64: same
 // parameters (rounded to the GPU's 16-bit type for both), same tokens; the loss and every
 // parameter's gradient must agree within 16-bit tolerances. bf16 and fp16 (under a loss scale of
 // 1024, divided out before comparing), masked targets, bitwise repeatable passes, the train step
@@ -58,6 +59,7 @@ typedef struct shape {
     const char *name;
     int n_layer, n_head, n_kv_head, vocab, tied, qkv_bias, rope;
     int head_dim; // 0: 64
+    int qk_norm;  // Qwen3's per-head q/k norms
 } shape;
 
 static dsc_llama_config config_of(const shape &s) {
@@ -67,7 +69,7 @@ static dsc_llama_config config_of(const shape &s) {
     c.head_dim = s.head_dim ? s.head_dim : 64;
     c.hidden = 64 * s.n_head, c.intermediate = 320, c.vocab_size = s.vocab, c.max_seq_len = 80;
     c.rms_eps = 1e-5f, c.rope_theta = 10000.0, c.tied = s.tied, c.qkv_bias = s.qkv_bias;
-    c.rope_scaling = s.rope;
+    c.rope_scaling = s.rope, c.qk_norm = s.qk_norm;
     if (s.rope == DSC_LLAMA_ROPE_LINEAR) c.rope_factor = 2.0;
     if (s.rope == DSC_LLAMA_ROPE_LLAMA3) {
         c.rope_factor = 8.0, c.rope_low_freq_factor = 1.0, c.rope_high_freq_factor = 4.0;
@@ -182,7 +184,7 @@ static void run_compare(const shape &s, bool f16, bool masked, bool gaps = false
 
 // A head size the attention kernels do not take is refused at create, naming it.
 static void refusals(void) {
-    dsc_llama_config c = config_of({"hd96", 1, 2, 1, 256, 1, 0, DSC_LLAMA_ROPE_NONE, 96});
+    dsc_llama_config c = config_of({"hd96", 1, 2, 1, 256, 1, 0, DSC_LLAMA_ROPE_NONE, 96, 0});
     c.head_dim = 96;
     void *gpu = NULL;
     dsc_status st = ops->create(&c, 1, 8, NULL, NULL, &gpu);
@@ -255,15 +257,20 @@ int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "--bench") == 0)
         return bench(argv[2], (int)strtol(argv[3], NULL, 10), (int)strtol(argv[4], NULL, 10),
                      argc >= 6 ? (int)strtol(argv[5], NULL, 10) : 10);
-    // name, layers, heads, kv heads, vocab, tied, qkv bias, rope scaling
+    // name, layers, heads, kv heads, vocab, tied, qkv bias, rope scaling, head_dim, q/k norms
     const shape shapes[] = {
-        {"gqa tied", 2, 4, 2, 1000, 1, 0, DSC_LLAMA_ROPE_NONE, 64},
-        {"mqa untied llama3-rope", 2, 4, 1, 1024, 0, 0, DSC_LLAMA_ROPE_LLAMA3, 64},
-        {"qwen2 qkv-bias", 2, 2, 2, 777, 1, 1, DSC_LLAMA_ROPE_LINEAR, 64},
-        {"head_dim 128 untied", 2, 4, 2, 512, 0, 0, DSC_LLAMA_ROPE_LLAMA3, 128},
+        {"gqa tied", 2, 4, 2, 1000, 1, 0, DSC_LLAMA_ROPE_NONE, 64, 0},
+        {"mqa untied llama3-rope", 2, 4, 1, 1024, 0, 0, DSC_LLAMA_ROPE_LLAMA3, 64, 0},
+        {"qwen2 qkv-bias", 2, 2, 2, 777, 1, 1, DSC_LLAMA_ROPE_LINEAR, 64, 0},
+        {"head_dim 128 untied", 2, 4, 2, 512, 0, 0, DSC_LLAMA_ROPE_LLAMA3, 128, 0},
+        // Qwen3: q and k wider than the hidden size (2 heads of 128 on hidden 128), as qwen3-0.6B
+        {"qwen3 q/k-norm hd128 tied", 2, 2, 1, 1000, 1, 0, DSC_LLAMA_ROPE_NONE, 128, 1},
+        {"qwen3 q/k-norm hd64 untied", 2, 4, 2, 777, 0, 0, DSC_LLAMA_ROPE_NONE, 64, 1},
     };
     for (const shape &s : shapes)
         for (int f16 = 0; f16 < 2; f16++) run_compare(s, f16, false);
+    run_compare(shapes[4], false, true);       // Qwen3 with masked targets
+    run_compare(shapes[5], false, false, true); // and tensors apart
     run_compare(shapes[0], false, true);
     run_compare(shapes[1], false, false, true);
     run_compare(shapes[1], true, false, true);

@@ -26,6 +26,7 @@ extern "C" {
 typedef struct shape {
     const char *name;
     int n_head, n_kv_head, head_dim, hidden, tied, qkv_bias, rope;
+    int qk_norm; // Qwen3's per-head q/k norms
 } shape;
 
 static dsc_llama_config config_of(const shape &s) {
@@ -34,7 +35,7 @@ static dsc_llama_config config_of(const shape &s) {
     c.n_layer = 2, c.n_head = s.n_head, c.n_kv_head = s.n_kv_head, c.head_dim = s.head_dim;
     c.hidden = s.hidden, c.intermediate = 320, c.vocab_size = 1000, c.max_seq_len = 256;
     c.rms_eps = 1e-5f, c.rope_theta = 10000.0, c.tied = s.tied, c.qkv_bias = s.qkv_bias;
-    c.rope_scaling = s.rope;
+    c.rope_scaling = s.rope, c.qk_norm = s.qk_norm;
     if (s.rope == DSC_LLAMA_ROPE_LLAMA3) {
         c.rope_factor = 8.0, c.rope_low_freq_factor = 1.0, c.rope_high_freq_factor = 4.0;
         c.rope_original_max_pos = 64;
@@ -272,7 +273,7 @@ static void test_interface(void) {
 }
 
 static void test_errors(void) {
-    shape s = {"gqa", 4, 2, 64, 256, 1, 0, DSC_LLAMA_ROPE_NONE};
+    shape s = {"gqa", 4, 2, 64, 256, 1, 0, DSC_LLAMA_ROPE_NONE, 0};
     dsc_llama_config c = config_of(s);
     check_true("kv bytes: 2 layers x 2 x 3 rows x 256 positions x 2 kv heads x 64 x 2 bytes",
                dsc_llama_decode_kv_bytes(&c, 3, 256) == (size_t)2 * 2 * 3 * 256 * 2 * 64 * 2);
@@ -305,10 +306,13 @@ int main(int argc, char **argv) {
     (void)argc;
     g_rng = g_seed;
     const shape shapes[] = {
-        {"gqa 4/2 heads, llama3 rope", 4, 2, 64, 256, 1, 0, DSC_LLAMA_ROPE_LLAMA3},
-        {"mqa 4/1 heads, untied", 4, 1, 64, 256, 0, 0, DSC_LLAMA_ROPE_NONE},
-        {"qwen2 q/k/v biases", 4, 2, 64, 256, 0, 1, DSC_LLAMA_ROPE_NONE},
-        {"head_dim 128, 2/1 heads, hidden 192", 2, 1, 128, 192, 1, 0, DSC_LLAMA_ROPE_NONE},
+        {"gqa 4/2 heads, llama3 rope", 4, 2, 64, 256, 1, 0, DSC_LLAMA_ROPE_LLAMA3, 0},
+        {"mqa 4/1 heads, untied", 4, 1, 64, 256, 0, 0, DSC_LLAMA_ROPE_NONE, 0},
+        {"qwen2 q/k/v biases", 4, 2, 64, 256, 0, 1, DSC_LLAMA_ROPE_NONE, 0},
+        {"head_dim 128, 2/1 heads, hidden 192", 2, 1, 128, 192, 1, 0, DSC_LLAMA_ROPE_NONE, 0},
+        {"qwen3 q/k norms, 4/2 heads of 128, hidden 256", 4, 2, 128, 256, 1, 0,
+         DSC_LLAMA_ROPE_NONE, 1},
+        {"qwen3 q/k norms, 4/1 heads of 64, untied", 4, 1, 64, 256, 0, 0, DSC_LLAMA_ROPE_NONE, 1},
     };
     for (const shape &s : shapes)
         test_shape(s);

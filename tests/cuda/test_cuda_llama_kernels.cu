@@ -4,8 +4,9 @@
 // results (rstd, parameter gradients) 1e-5; embedding rows are copied bit for bit. Output buffers
 // are poisoned (NaN bits) first, so an element a kernel forgets to write fails its check. Odd row
 // counts, position ids that restart mid-row (packed sequences), rope's inverse as the round trip,
-// parameter gradients bitwise repeatable, add (+=) against set (=) semantics, fp16 overflow to
-// inf, and the shapes the kernels refuse. Then the bandwidth of each kernel at SmolLM2-360M's
+// parameter gradients bitwise repeatable, add (+=) against set (=) semantics, Qwen3's q/k norms
+// fused with the rotation (forward and backward), fp16 overflow to inf, and the shapes the
+// kernels refuse. Then the bandwidth of each kernel at SmolLM2-360M's
 // shapes (N 16384, C 960, I 2560).
 #include "cuda_test.h" // require_device, check, rel_err, dev_*, randn, to_16
 
@@ -227,6 +228,84 @@ static void test_rope(int B, int T, int NH, int NKV, int HS, bool with_pos, bool
     cudaFree(d_x), cudaFree(d_ct), cudaFree(d_st), cudaFree(d_pos);
 }
 
+// ---- Qwen3's q/k norms with the rotation ----
+
+// The fused GPU pass against the CPU's two (dsc__llama_head_norm_*, then dsc__llama_rope_pos) on
+// the same 16-bit inputs: the forward (raw inputs kept bitwise, rstd in fp32, v untouched), the
+// backward's input gradient, and the weight gradients (+= and =, bitwise repeatable).
+static void test_qk_norm(int B, int T, int NH, int NKV, int HS, bool with_pos, bool f16) {
+    int nheads = NH + NKV, ld = (NH + 2 * NKV) * HS, half = HS / 2, maxT = T + 8;
+    int64_t N = (int64_t)B * T;
+    std::vector<float> ct((size_t)maxT * half), st((size_t)maxT * half);
+    dsc__llama_rope_tables(ct.data(), st.data(), maxT, HS, 1000000.0, 0, 1.0, 1.0, 1.0, maxT);
+    std::vector<int32_t> pos((size_t)N);
+    for (int64_t i = 0; i < N; i++) pos[i] = (int32_t)(rng_next() % (uint64_t)maxT);
+    size_t n = (size_t)N * ld;
+    std::vector<float> x = randn(n, 2.0), w = randn(2 * (size_t)HS, 0.3), dy = randn(n, 1.0);
+    for (float &v : w) v += 1.0f; // norm weights around 1
+    // rounded in place to the 16-bit type: both sides see the same values
+    std::vector<uint16_t> x16 = to_16(x, f16), w16 = to_16(w, f16), dy16 = to_16(dy, f16);
+    uint16_t *d_x = dev_upload(x16), *d_w = dev_upload(w16), *d_dy = dev_upload(dy16);
+    uint16_t *d_raw = dev_alloc<uint16_t>((size_t)N * nheads * HS);
+    float *d_rstd = dev_alloc<float>((size_t)N * nheads), *d_dw = dev_alloc<float>(2 * HS);
+    float *d_ct = dev_upload(ct), *d_st = dev_upload(st);
+    float *d_scr = dev_alloc<float>(dsc__cuda_qk_norm_backward_scratch(N, HS));
+    int32_t *d_pos = dev_upload(pos);
+    const int32_t *dp = with_pos ? d_pos : NULL;
+    const int32_t *hp = with_pos ? pos.data() : NULL;
+    DS(dsc__cuda_qk_norm_rope_h(d_x, ld, d_raw, d_rstd, d_w, d_w + HS, 1e-6f, d_ct, d_st, dp, B,
+                                T, NH, NKV, HS, f16, NULL));
+    SYNC();
+    // the CPU: norms then rotation, fp32 (raw and rstd kept for its backward)
+    std::vector<float> ref = x, raw((size_t)N * nheads * HS), rstd((size_t)N * nheads);
+    dsc__llama_head_norm_forward(ref.data(), ld, raw.data(), rstd.data(), w.data(),
+                                 w.data() + HS, 1e-6f, N, NH, NKV, HS);
+    dsc__llama_rope_pos(ref.data(), ld, ct.data(), st.data(), hp, B, T, nheads, HS, 0);
+    std::vector<uint16_t> y16 = dev_download(d_x, n);
+    std::vector<float> y = from_16(y16, f16);
+    check(nm(f16, "q/k norm + rope (%d+%d heads of %d)", NH, NKV, HS),
+          rel_err(y.data(), ref.data(), n), tol16(f16));
+    std::vector<float> grstd = dev_download(d_rstd, (size_t)N * nheads);
+    check(nm(f16, "q/k norm rstd (HS %d)", HS), rel_err(grstd.data(), rstd.data(), grstd.size()),
+          TOL_F32);
+    check_true(nm(f16, "q/k norm keeps its inputs bitwise (HS %d)", HS),
+               same_bits(from_16(dev_download(d_raw, raw.size()), f16), raw));
+    bool v_same = true;
+    for (size_t r = 0; r < (size_t)N; r++)
+        v_same = v_same && memcmp(&y16[r * ld + (size_t)nheads * HS],
+                                  &x16[r * ld + (size_t)nheads * HS], (size_t)NKV * HS * 2) == 0;
+    check_true(nm(f16, "q/k norm leaves the v heads alone"), v_same);
+    // backward: the CPU's inverse rotation then its norm backward
+    std::vector<float> dref = dy, dw(2 * (size_t)HS, 0.0f);
+    std::vector<float> scr(dsc__llama_head_norm_scratch(N, HS));
+    dsc__llama_rope_pos(dref.data(), ld, ct.data(), st.data(), hp, B, T, nheads, HS, 1);
+    dsc__llama_head_norm_backward(dref.data(), ld, dw.data(), dw.data() + HS, scr.data(),
+                                  raw.data(), rstd.data(), w.data(), w.data() + HS, N, NH, NKV,
+                                  HS);
+    fill_dev(d_dw, std::vector<float>(2 * (size_t)HS, 0.5f)); // overwritten (=)
+    DS(dsc__cuda_qk_norm_rope_backward_h(d_dy, ld, d_dw, d_dw + HS, d_scr, d_raw, d_rstd, d_w,
+                                         d_w + HS, d_ct, d_st, dp, B, T, NH, NKV, HS, false, f16,
+                                         NULL));
+    SYNC();
+    std::vector<float> dx = from_16(dev_download(d_dy, n), f16);
+    std::vector<float> gdw = dev_download(d_dw, 2 * (size_t)HS);
+    check(nm(f16, "q/k norm backward dx (HS %d)", HS), rel_err(dx.data(), dref.data(), n),
+          tol16(f16));
+    check(nm(f16, "q/k norm backward dq_norm, dk_norm (=, HS %d)", HS),
+          rel_err(gdw.data(), dw.data(), gdw.size()), TOL_F32);
+    // += from the same dy: twice the weight gradient, bitwise the same sum added
+    fill_dev16(d_dy, dy16);
+    DS(dsc__cuda_qk_norm_rope_backward_h(d_dy, ld, d_dw, d_dw + HS, d_scr, d_raw, d_rstd, d_w,
+                                         d_w + HS, d_ct, d_st, dp, B, T, NH, NKV, HS, true, f16,
+                                         NULL));
+    SYNC();
+    std::vector<float> gdw2 = dev_download(d_dw, 2 * (size_t)HS), twice(gdw.size());
+    for (size_t i = 0; i < gdw.size(); i++) twice[i] = gdw[i] + gdw[i];
+    check_true(nm(f16, "q/k norm backward += adds the same sums (bitwise)"), same_bits(gdw2, twice));
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_dy), cudaFree(d_raw), cudaFree(d_rstd);
+    cudaFree(d_dw), cudaFree(d_ct), cudaFree(d_st), cudaFree(d_scr), cudaFree(d_pos);
+}
+
 // ---- SwiGLU ----
 
 static void test_swiglu(int64_t N, int I, bool f16) {
@@ -443,6 +522,8 @@ int main(void) {
         test_rope(2, small ? 17 : 33, 15, 5, 64, true, f16); // SmolLM2-360M's heads
         test_rope(3, 19, 4, 2, 64, false, f16);
         test_rope(2, small ? 9 : 29, 8, 2, 128, true, f16);
+        test_qk_norm(2, small ? 9 : 37, 16, 8, 128, true, f16); // qwen3-0.6B's heads
+        test_qk_norm(3, 19, 4, 2, 64, false, f16);
         test_swiglu(small ? 7 : 33, 2560, f16);
         test_swiglu(small ? 5 : 17, 1536, f16);
     }

@@ -5,7 +5,9 @@
 # parameter offload against the GPU optimizer, the fp16 loss scaler, the one-rank nccl path at
 # ZeRO stage 3 (partitioned 16-bit weights through the layer slots), a checkpoint resumed bit for
 # bit, --dump-grads under the Hugging Face names, and the refusal of a head size the GPU kernels
-# do not take. Exit 77 (skipped) when no CUDA device is usable.
+# do not take. Then Qwen3 (qwen3-d2: per-head q/k norms, 2 heads of 128 on hidden 128): GPU
+# against CPU loss curves (bf16), the fp16 scaler, and its q/k norm gradients dumped under their
+# names. Exit 77 (skipped) when no CUDA device is usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}
@@ -40,6 +42,10 @@ run full cuda "$T/bf16.json" 20
 run half cuda "$T/bf16.json" 10 --save-dir "$T/ck" --save-at-end
 run rest cuda "$T/bf16.json" 20 --save-dir "$T/ck" --resume
 run dump cuda "$T/bf16.json" 1 --dump-grads "$T/grads.safetensors"
+MODEL=qwen3-d2 run q3cpu cpu "$T/bf16.json" 40
+MODEL=qwen3-d2 run q3gpu cuda "$T/bf16.json" 40
+MODEL=qwen3-d2 run q3fp16 cuda "$T/fp16.json" 12
+MODEL=qwen3-d2 run q3dump cuda "$T/bf16.json" 1 --dump-grads "$T/q3grads.safetensors"
 
 check "the GPU run went through the Llama family" -- grep -q "llama" "$T/gpu.log"
 check "Llama: GPU and CPU loss curves agree (bf16)" -- compare cpu gpu 5e-3 0.02 0.06
@@ -65,4 +71,23 @@ h = json.loads(f.read(n))
 for k in ('model.embed_tokens.weight', 'model.layers.0.self_attn.q_proj.weight',
           'model.layers.3.mlp.down_proj.weight', 'model.norm.weight'):
     assert any(x.endswith(k) for x in h), (k, sorted(h)[:8])"
+check "Qwen3: GPU and CPU loss curves agree (bf16)" -- compare q3cpu q3gpu 5e-3 0.02 0.06
+check "Qwen3: GPU loss falls" -- falls q3gpu
+check "Qwen3 fp16 on the GPU: a loss scale, growing every 4 clean steps" -- $PY -c "
+import json
+s = [json.loads(x)['loss_scale'] for x in open('$T/q3fp16/metrics.jsonl')]
+assert s[0] == 4096 and max(s) > 4096, s"
+check "Qwen3 --dump-grads on the GPU: q_norm and k_norm under their names, finite, not zero" -- \
+    $PY -c "
+import json, math, struct
+f = open('$T/q3grads.safetensors', 'rb')
+n = struct.unpack('<Q', f.read(8))[0]
+h = json.loads(f.read(n))
+data = f.read()
+for k in ('model.layers.0.self_attn.q_norm.weight', 'model.layers.1.self_attn.k_norm.weight'):
+    name = [x for x in h if x.endswith(k)]
+    assert name, (k, sorted(h)[:8])
+    a, b = h[name[0]]['data_offsets']
+    v = struct.unpack('<%df' % ((b - a) // 4), data[a:b])
+    assert len(v) == 128 and all(math.isfinite(x) for x in v) and any(v), (k, v[:4])"
 finish

@@ -116,6 +116,40 @@ static void test_qwen_mistral_defaults(void **state) {
     assert_int_equal(c.head_dim, 16); // given, not hidden / heads
 }
 
+// Qwen3Config's defaults: head_dim 128 whatever hidden / heads is, no biases, no sliding window;
+// the writer names head_dim always and attention_bias, and the text reads back the same.
+static void test_qwen3_config(void **state) {
+    (void)state;
+    dsc_hf_config c, back;
+    const char *qwen3 = "{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 64, "
+                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                        "\"num_hidden_layers\": 1, \"intermediate_size\": 40, \"vocab_size\": 77, "
+                        "\"tie_word_embeddings\": true, \"use_sliding_window\": false, "
+                        "\"sliding_window\": null}";
+    assert_int_equal(dsc_hf_config_parse(qwen3, "config.json", &c), DSC_OK);
+    assert_int_equal(c.arch, DSC_HF_QWEN3);
+    assert_string_equal(c.architecture, "Qwen3ForCausalLM");
+    assert_int_equal(c.head_dim, 128); // not 64 / 4
+    assert_false(c.qkv_bias);
+    assert_false(c.o_bias);
+    assert_int_equal(c.sliding_window, 0);
+    assert_true(c.norm_eps == 1e-6 && c.rope_theta == 10000.0 && c.tied);
+    char *text = NULL, *gen = NULL;
+    assert_int_equal(dsc_hf_config_render(&c, &text, &gen), DSC_OK);
+    assert_non_null(strstr(text, "\"head_dim\": 128"));
+    assert_non_null(strstr(text, "\"attention_bias\": false"));
+    assert_int_equal(dsc_hf_config_parse(text, "config.json", &back), DSC_OK);
+    assert_int_equal(back.arch, DSC_HF_QWEN3);
+    assert_int_equal(back.head_dim, 128);
+    free(text), free(gen);
+    const char *bias = "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"num_attention_heads\": "
+                       "4, \"num_hidden_layers\": 1, \"intermediate_size\": 40, \"vocab_size\": "
+                       "77, \"attention_bias\": true}";
+    assert_int_equal(dsc_hf_config_parse(bias, "config.json", &c), DSC_OK);
+    assert_int_equal(c.arch, DSC_HF_QWEN3);
+    assert_true(c.qkv_bias && c.o_bias); // Qwen3's attention_bias biases o_proj too
+}
+
 static void test_config_errors(void **state) {
     (void)state;
     dsc_hf_config c;
@@ -355,6 +389,7 @@ int main(void) {
         cmocka_unit_test(test_gpt2_config),
         cmocka_unit_test(test_llama_config),
         cmocka_unit_test(test_qwen_mistral_defaults),
+        cmocka_unit_test(test_qwen3_config),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test_setup_teardown(test_config_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpt2_shape, setup, teardown),

@@ -142,6 +142,73 @@ static void test_rmsnorm(void **state) {
     free(scratch), free(again), free(k.x), free(k.w), free(k.dout), free(k.out), free(nx), free(nw);
 }
 
+// ---- per-head RMSNorm of q and k (Qwen3) ----
+
+// The norms of x (N rows of ld floats: nq heads of hd, then nk), weights wq then wk (2 hd),
+// dotted with dout (the same layout).
+typedef struct head_norm_ctx {
+    int N, ld, nq, nk, hd;
+    double eps, *x, *w, *dout;
+} head_norm_ctx;
+
+static double head_norm_objective(void *p) {
+    head_norm_ctx *k = p;
+    double J = 0.0;
+    for (int r = 0; r < k->N; r++)
+        for (int h = 0; h < k->nq + k->nk; h++) {
+            const double *x = k->x + (size_t)r * k->ld + (size_t)h * k->hd;
+            const double *w = k->w + (h < k->nq ? 0 : k->hd);
+            double s = 0.0;
+            for (int c = 0; c < k->hd; c++) s += x[c] * x[c];
+            double rs = 1.0 / sqrt(s / k->hd + k->eps);
+            for (int c = 0; c < k->hd; c++)
+                J += w[c] * x[c] * rs * k->dout[(size_t)r * k->ld + (size_t)h * k->hd + c];
+        }
+    return J;
+}
+
+static void test_head_norm(void **state) {
+    (void)state;
+    rng_seed(11);
+    // 3 query heads and 1 key head of 6, then 5 untouched floats per row (v's place); 40 rows
+    // cross a 32-row partial-sum chunk.
+    int N = 40, nq = 3, nk = 1, hd = 6, ld = (nq + nk) * hd + 5, nh = nq + nk;
+    size_t n = (size_t)N * ld;
+    float *x = rand_floats(n, -2, 3), *w = rand_floats(2 * (size_t)hd, 0.5, 1.5);
+    float *y = malloc(sizeof(float) * n), *raw = malloc(sizeof(float) * (size_t)N * nh * hd);
+    float *rstd = malloc(sizeof(float) * (size_t)N * nh), *plain = malloc(sizeof(float) * n);
+    memcpy(y, x, sizeof(float) * n), memcpy(plain, x, sizeof(float) * n);
+    dsc__llama_head_norm_forward(y, ld, raw, rstd, w, w + hd, 1e-6f, N, nq, nk, hd);
+    dsc__llama_head_norm_forward(plain, ld, NULL, NULL, w, w + hd, 1e-6f, N, nq, nk, hd);
+    assert_memory_equal(plain, y, sizeof(float) * n); // inference's in-place pass: the same bits
+    head_norm_ctx k = {N, ld, nq, nk, hd, 1e-6, to_double(x, n), to_double(w, 2 * (size_t)hd),
+                       malloc(sizeof(double) * n)};
+    double *want = malloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) { // each output as J's derivative along one dout element
+        memset(k.dout, 0, sizeof(double) * n);
+        k.dout[i] = 1.0;
+        want[i] = (int)(i % (size_t)ld) < nh * hd ? head_norm_objective(&k) : x[i];
+    }
+    expect_close("head norm forward (v untouched)", y, want, n, 1e-6);
+    float *d = rand_floats(n, -1, 1), *dw = rand_floats(2 * (size_t)hd, -1, 1); // dw +=
+    for (size_t i = 0; i < n; i++) k.dout[i] = d[i];
+    float *dw0 = malloc(sizeof(float) * 2 * hd);
+    memcpy(dw0, dw, sizeof(float) * 2 * hd);
+    float *scratch = malloc(sizeof(float) * dsc__llama_head_norm_scratch(N, hd));
+    dsc__llama_head_norm_backward(d, ld, dw, dw + hd, scratch, raw, rstd, w, w + hd, N, nq, nk, hd);
+    double *nx = malloc(sizeof(double) * n), *nw = malloc(sizeof(double) * 2 * hd);
+    for (size_t i = 0; i < n; i++)
+        nx[i] = (int)(i % (size_t)ld) < nh * hd
+                    ? central_diff(head_norm_objective, &k, &k.x[i], 1e-5)
+                    : k.dout[i]; // v's gradient passes through
+    for (int c = 0; c < 2 * hd; c++)
+        nw[c] = dw0[c] + central_diff(head_norm_objective, &k, &k.w[c], 1e-5);
+    expect_close("head norm dinp (in place)", d, nx, n, 1e-5);
+    expect_close("head norm dq_norm, dk_norm (+=)", dw, nw, 2 * (size_t)hd, 1e-5);
+    free(x), free(w), free(y), free(raw), free(rstd), free(plain), free(k.x), free(k.w);
+    free(k.dout), free(want), free(d), free(dw), free(dw0), free(scratch), free(nx), free(nw);
+}
+
 // ---- rotary embeddings ----
 
 // inv_freq as Hugging Face defines it, in float64 (the kernel's fp32 steps differ by ulps).
@@ -852,6 +919,10 @@ static void test_config_parse(void **state) {
         {"llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 0, 0, 2, 5e5, 8030261248},
         {"qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, 0, 1, 0, 1e6, 7615616512},
         {"mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768, 0, 0, 0, 1e6, 7248023552},
+        {"qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 1, 0, 0, 1e6, 596049920},
+        {"qwen3-1.7B", 28, 2048, 16, 8, 128, 6144, 151936, 1, 0, 0, 1e6, 1720574976},
+        {"qwen3-4B", 36, 2560, 32, 8, 128, 9728, 151936, 1, 0, 0, 1e6, 4022468096},
+        {"qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, 0, 0, 0, 1e6, 8190735360},
     };
     dsc_llama_config c;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -861,6 +932,7 @@ static void test_config_parse(void **state) {
         assert_int_equal(c.head_dim, want[i].hd), assert_int_equal(c.intermediate, want[i].I);
         assert_int_equal(c.vocab_size, want[i].V), assert_int_equal(c.tied, want[i].tied);
         assert_int_equal(c.qkv_bias, want[i].bias);
+        assert_int_equal(c.qk_norm, !strncmp(want[i].name, "qwen3-", 6));
         assert_int_equal(c.rope_scaling, want[i].scaling);
         assert_true(c.rope_theta == want[i].theta);
         assert_int_equal(c.max_seq_len, 2048);
@@ -883,6 +955,14 @@ static void test_config_parse(void **state) {
     assert_int_equal(c.tied, 1), assert_int_equal(c.vocab_size, 256);
     assert_int_equal(dsc_llama_config_parse("llama-d3", 100, 16, &c), DSC_OK);
     assert_int_equal(c.n_kv_head, 3);
+    assert_int_equal(dsc_llama_config_parse("qwen3-d4", 256, 128, &c), DSC_OK);
+    assert_int_equal(c.n_layer, 4), assert_int_equal(c.n_head, 4);
+    assert_int_equal(c.n_kv_head, 2), assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.hidden, 256), assert_int_equal(c.intermediate, 768);
+    assert_int_equal(c.qk_norm, 1), assert_int_equal(c.tied, 1);
+    assert_true(c.rope_theta == 1e6 && fabs(c.rms_eps - 1e-6) < 1e-12);
+    assert_int_equal(dsc_llama_config_parse("qwen3-0.6B", 0, 64, &c), DSC_OK);
+    assert_true(fabs(c.rms_eps - 1e-6) < 1e-12);
     const char *bad[] = {"", "llama", "llama-d", "llama-d0", "llama-d257", "llama-d4x", "d4",
                          "Llama-3.2-1B", "llama-3.2-1b", "gpt2-124M"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1031,6 +1111,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_table),
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_head_norm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_attention),

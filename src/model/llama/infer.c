@@ -18,7 +18,8 @@
 // Rank r of P holds query heads [r NH/P, (r+1) NH/P) and the kv heads they read, [r NKV/P,
 // (r+1) NKV/P) (query head h reads kv head h / (NH/NKV), so the two ranges line up): those rows of
 // q/k/v_proj (and their biases), those columns of o_proj; rows [r I/P, (r+1) I/P) of gate_proj and
-// up_proj and those columns of down_proj. The norms, embeddings and lm_head stay whole. After
+// up_proj and those columns of down_proj. The norms (Qwen3's q/k norms too: one weight shared by
+// every head), embeddings and lm_head stay whole. After
 // o_proj and down_proj the partial products are summed over the group.
 
 dsc_status dsc__llama_tp_check(const dsc_llama_config *c, int size) {
@@ -35,7 +36,7 @@ static int kind_of(const dsc_llama_config *c, int i) {
     int norm = dsc__llama_norm_tensor(c);
     if (i < 1 || i >= norm) return -1;
     int l = (i - 1) / ((norm - 1) / c->n_layer);
-    for (int k = DSC_LLAMA_LN1; k <= DSC_LLAMA_DOWN; k++)
+    for (int k = DSC_LLAMA_LN1; k < DSC_LLAMA_NKINDS; k++)
         if (dsc__llama_layer_tensor(c, l, k) == i) return k;
     return -1;
 }
@@ -275,6 +276,10 @@ static dsc_status layer(dsc_llama_kv *kv, float *const *p, const dsc_model_tp *t
                               tensor(c, p, l, DSC_LLAMA_KB), NULL, n, C, KV);
     dsc__llama_linear_forward(b->qkv + Q + KV, ld, b->ln, C, tensor(c, p, l, DSC_LLAMA_VW),
                               tensor(c, p, l, DSC_LLAMA_VB), NULL, n, C, KV);
+    if (c->qk_norm)
+        dsc__llama_head_norm_forward(b->qkv, ld, NULL, NULL, tensor(c, p, l, DSC_LLAMA_QN),
+                                     tensor(c, p, l, DSC_LLAMA_KN), c->rms_eps, n, kv->NH,
+                                     kv->NKV, hd);
     // Rows as one sequence of n tokens whose position ids are the rows' positions.
     dsc__llama_rope_pos(b->qkv, ld, kv->rope_cos, kv->rope_sin, r->pos, 1, n, kv->NH + kv->NKV,
                         hd, 0);

@@ -123,6 +123,71 @@ void dsc__llama_rmsnorm_backward(float *dinp, float *dw, float *scratch, const f
     }
 }
 
+// ---- per-head RMSNorm of q and k (Qwen3) ----
+
+void dsc__llama_head_norm_forward(float *x, int ld, float *raw, float *rstd, const float *wq,
+                                  const float *wk, float eps, int64_t N, int nq, int nk, int hd) {
+    int nh = nq + nk;
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < N; r++) {
+        for (int h = 0; h < nh; h++) {
+            float *v = x + (size_t)r * ld + (size_t)h * hd;
+            float r_unused, *rs = rstd ? rstd + r * nh + h : &r_unused;
+            if (raw) {
+                float *in = raw + ((size_t)r * nh + (size_t)h) * hd;
+                memcpy(in, v, sizeof(float) * (size_t)hd);
+                rms_row(v, rs, in, h < nq ? wq : wk, eps, hd);
+            } else {
+                // in place: rms_row reads each element before it writes it
+                rms_row(v, rs, v, h < nq ? wq : wk, eps, hd);
+            }
+        }
+    }
+}
+
+// rms_bwd_row's arithmetic with the input gradient replacing the output's in place.
+DSC_CLONES static void head_bwd_row(float *d, float *pw, const float *x, const float *w,
+                                    float rstd, int hd) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < hd; c++) s += d[c] * w[c] * (x[c] * rstd);
+    s /= (float)hd;
+#pragma omp simd
+    for (int c = 0; c < hd; c++) {
+        float xh = x[c] * rstd;
+        pw[c] += d[c] * xh;
+        d[c] = rstd * (d[c] * w[c] - xh * s);
+    }
+}
+
+size_t dsc__llama_head_norm_scratch(int64_t N, int hd) {
+    return (size_t)((N + NORM_CHUNK - 1) / NORM_CHUNK) * 2 * (size_t)hd;
+}
+
+void dsc__llama_head_norm_backward(float *dx, int ld, float *dwq, float *dwk, float *scratch,
+                                   const float *raw, const float *rstd, const float *wq,
+                                   const float *wk, int64_t N, int nq, int nk, int hd) {
+    int nh = nq + nk;
+    int64_t nchunks = (N + NORM_CHUNK - 1) / NORM_CHUNK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < nchunks; k++) {
+        float *pw = scratch + (size_t)k * 2 * hd; // (nchunks, 2, hd): q's then k's partial sums
+        memset(pw, 0, sizeof(float) * 2 * (size_t)hd);
+        for (int64_t r = k * NORM_CHUNK; r < min64(N, (k + 1) * NORM_CHUNK); r++)
+            for (int h = 0; h < nh; h++)
+                head_bwd_row(dx + (size_t)r * ld + (size_t)h * hd, pw + (h < nq ? 0 : hd),
+                             raw + ((size_t)r * nh + (size_t)h) * hd, h < nq ? wq : wk,
+                             rstd[r * nh + h], hd);
+    }
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < 2 * hd; c++) {
+        float sw = 0.0f;
+        for (int64_t k = 0; k < nchunks; k++) sw += scratch[(size_t)k * 2 * hd + c];
+        if (c < hd) dwq[c] += sw;
+        else dwk[c - hd] += sw;
+    }
+}
+
 // ---- rotary position embeddings ----
 
 // Each step in fp32 as Hugging Face's float32 tensors do it (python scalars become fp32 operands).

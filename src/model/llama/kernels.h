@@ -36,6 +36,19 @@ void dsc__llama_rmsnorm_backward(float *dinp, float *dw, float *scratch, const f
                                  int C);
 size_t dsc__llama_rmsnorm_scratch(int64_t N, int C);
 
+// Qwen3's per-head RMSNorm of q and k, in place on the first (nq + nk) hd floats of each of the
+// N rows of x (row stride ld): heads 0 .. nq-1 are scaled by wq (hd), heads nq .. nq+nk-1 by wk.
+// The inputs are kept in raw (N, (nq + nk) hd) dense and each head's rstd in rstd (N, nq + nk)
+// for backward; raw may be NULL (inference).
+void dsc__llama_head_norm_forward(float *x, int ld, float *raw, float *rstd, const float *wq,
+                                  const float *wk, float eps, int64_t N, int nq, int nk, int hd);
+// In place on dx (the same layout as x): the gradient of the norms' outputs becomes that of
+// their inputs; dwq, dwk (hd) +=. scratch: dsc__llama_head_norm_scratch(N, hd) floats.
+void dsc__llama_head_norm_backward(float *dx, int ld, float *dwq, float *dwk, float *scratch,
+                                   const float *raw, const float *rstd, const float *wq,
+                                   const float *wk, int64_t N, int nq, int nk, int hd);
+size_t dsc__llama_head_norm_scratch(int64_t N, int hd);
+
 // Rotary tables: cos, sin (maxT, hd / 2) for positions 0 .. maxT-1, in fp32 as Hugging Face
 // computes them: inv_freq[i] = 1 / theta^(2i / hd) in fp32 (then scaled per the rope_scaling
 // type: linear divides by factor, llama3 as _compute_llama3_parameters), angle = pos * inv_freq

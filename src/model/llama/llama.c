@@ -16,8 +16,10 @@
 // ---- configuration and parameter table ----
 
 #define VALID_SPECS                                                                            \
-    "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, "      \
-    "qwen2.5-7B, mistral-7B (v0.3), or llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. llama-d4)"
+    "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, "     \
+    "qwen2.5-7B, mistral-7B (v0.3), qwen3-0.6B, qwen3-1.7B, qwen3-4B, qwen3-8B, llama-dN "     \
+    "(N layers, N heads of 64 channels, 1 <= N <= 256, e.g. llama-d4) or qwen3-dN (the same "  \
+    "with Qwen3's q/k norms and heads of 128, e.g. qwen3-d4)"
 
 // The published shapes, from each model's config.json (cited in docs/models.md).
 static const struct {
@@ -27,47 +29,65 @@ static const struct {
     double theta;
     int scaling;
     double factor;
-    int tied, qkv_bias;
+    int tied, qkv_bias, qk_norm;
 } named_specs[] = {
-    {"smollm2-135M", 30, 576, 9, 3, 64, 1536, 49152, 1e-5f, 1e5, DSC_LLAMA_ROPE_NONE, 0, 1, 0},
-    {"smollm2-360M", 32, 960, 15, 5, 64, 2560, 49152, 1e-5f, 1e5, DSC_LLAMA_ROPE_NONE, 0, 1, 0},
+    {"smollm2-135M", 30, 576, 9, 3, 64, 1536, 49152, 1e-5f, 1e5, DSC_LLAMA_ROPE_NONE, 0, 1, 0, 0},
+    {"smollm2-360M", 32, 960, 15, 5, 64, 2560, 49152, 1e-5f, 1e5, DSC_LLAMA_ROPE_NONE, 0, 1, 0, 0},
     {"llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 32, 1,
-     0},
+     0, 0},
     {"llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 32, 1,
-     0},
-    {"qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 1},
+     0, 0},
+    {"qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 1, 0},
     {"llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 1e-5f, 5e5, DSC_LLAMA_ROPE_LLAMA3, 8, 0,
-     0},
-    {"qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 1},
+     0, 0},
+    {"qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 1, 0},
     // Mistral 7B v0.3: no sliding window (its config.json has "sliding_window": null)
-    {"mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768, 1e-5f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 0},
+    {"mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768, 1e-5f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 0,
+     0},
+    {"qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 0, 1},
+    {"qwen3-1.7B", 28, 2048, 16, 8, 128, 6144, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 0, 1},
+    {"qwen3-4B", 36, 2560, 32, 8, 128, 9728, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 1, 0, 1},
+    {"qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, 1e-6f, 1e6, DSC_LLAMA_ROPE_NONE, 0, 0, 0, 1},
 };
 
-// The tensors of a layer, in table order; the three biases only with qkv_bias.
-enum { K_LN1, K_QW, K_QB, K_KW, K_KB, K_VW, K_VB, K_OW, K_LN2, K_GATE, K_UP, K_DOWN, N_KINDS };
+// The tensors of a layer by kind; the three biases only with qkv_bias, the q/k norms only with
+// qk_norm. Kinds are numbered as llama.h's DSC_LLAMA_*; table order is layer_order.
+enum {
+    K_LN1, K_QW, K_QB, K_KW, K_KB, K_VW, K_VB, K_OW, K_LN2, K_GATE, K_UP, K_DOWN, K_QN, K_KN,
+    N_KINDS
+};
 static const char *const kind_names[N_KINDS] = {
     "input_layernorm.weight",          "self_attn.q_proj.weight", "self_attn.q_proj.bias",
     "self_attn.k_proj.weight",         "self_attn.k_proj.bias",   "self_attn.v_proj.weight",
     "self_attn.v_proj.bias",           "self_attn.o_proj.weight", "post_attention_layernorm.weight",
     "mlp.gate_proj.weight",            "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "self_attn.q_norm.weight",         "self_attn.k_norm.weight",
 };
+// q, k and v stay adjacent (the GPU fuses their products when no bias sits between them).
+static const int layer_order[N_KINDS] = {K_LN1, K_QW, K_QB, K_KW, K_KB, K_VW, K_VB,
+                                         K_OW,  K_QN, K_KN, K_LN2, K_GATE, K_UP, K_DOWN};
 
 static int is_bias(int k) { return k == K_QB || k == K_KB || k == K_VB; }
-static int per_layer(const dsc_llama_config *c) { return c->qkv_bias ? N_KINDS : N_KINDS - 3; }
+static int is_head_norm(int k) { return k == K_QN || k == K_KN; }
+static int has_kind(const dsc_llama_config *c, int k) {
+    return (!is_bias(k) || c->qkv_bias) && (!is_head_norm(k) || c->qk_norm);
+}
+static int per_layer(const dsc_llama_config *c) {
+    return N_KINDS - (c->qkv_bias ? 0 : 3) - (c->qk_norm ? 0 : 2);
+}
 
 // Position of kind k within a layer's tensors (k must be present).
 static int kind_pos(const dsc_llama_config *c, int k) {
-    if (c->qkv_bias) return k;
-    static const int pos[N_KINDS] = {0, 1, -1, 2, -1, 3, -1, 4, 5, 6, 7, 8};
-    return pos[k];
+    int p = 0;
+    for (int j = 0; layer_order[j] != k; j++) p += has_kind(c, layer_order[j]);
+    return p;
 }
 
 // Kind of the tensor at position p within a layer.
 static int kind_at(const dsc_llama_config *c, int p) {
-    if (c->qkv_bias) return p;
-    static const int kind[N_KINDS - 3] = {K_LN1, K_QW, K_KW, K_VW, K_OW, K_LN2, K_GATE, K_UP,
-                                          K_DOWN};
-    return kind[p];
+    for (int j = 0; j < N_KINDS; j++)
+        if (has_kind(c, layer_order[j]) && p-- == 0) return layer_order[j];
+    return -1;
 }
 
 static int layer_tensor(const dsc_llama_config *c, int l, int k) {
@@ -78,18 +98,20 @@ static int norm_tensor(const dsc_llama_config *c) { return 1 + c->n_layer * per_
 static int head_tensor(const dsc_llama_config *c) { return c->tied ? 0 : norm_tensor(c) + 1; }
 
 _Static_assert((int)K_LN1 == (int)DSC_LLAMA_LN1 && (int)K_QB == (int)DSC_LLAMA_QB &&
-                   (int)K_VB == (int)DSC_LLAMA_VB && (int)K_DOWN == (int)DSC_LLAMA_DOWN,
+                   (int)K_VB == (int)DSC_LLAMA_VB && (int)K_DOWN == (int)DSC_LLAMA_DOWN &&
+                   (int)K_QN == (int)DSC_LLAMA_QN && (int)N_KINDS == (int)DSC_LLAMA_NKINDS,
                "llama.h's tensor kinds follow llama.c's");
 
 int dsc__llama_layer_tensor(const dsc_llama_config *c, int l, int k) {
-    return (is_bias(k) && !c->qkv_bias) ? -1 : layer_tensor(c, l, k);
+    return has_kind(c, k) ? layer_tensor(c, l, k) : -1;
 }
 int dsc__llama_norm_tensor(const dsc_llama_config *c) { return norm_tensor(c); }
 int dsc__llama_head_tensor(const dsc_llama_config *c) { return head_tensor(c); }
 
-// llama-dN: see llama.h.
+// llama-dN and qwen3-dN: see llama.h.
 static int parse_tiny(const char *spec, dsc_llama_config *c) {
-    if (strncmp(spec, "llama-d", 7) != 0 || !isdigit((unsigned char)spec[7])) return 0;
+    int qwen3 = !strncmp(spec, "qwen3-d", 7);
+    if ((!qwen3 && strncmp(spec, "llama-d", 7) != 0) || !isdigit((unsigned char)spec[7])) return 0;
     char *end = NULL;
     errno = 0;
     long n = strtol(spec + 7, &end, 10);
@@ -102,6 +124,13 @@ static int parse_tiny(const char *spec, dsc_llama_config *c) {
     c->rms_eps = 1e-5f;
     c->rope_theta = 1e4;
     c->tied = 1;
+    if (qwen3) { // as qwen3-0.6B: heads of 128, q twice the hidden size
+        c->head_dim = 128;
+        c->intermediate = 3 * c->hidden;
+        c->rms_eps = 1e-6f;
+        c->rope_theta = 1e6;
+        c->qk_norm = 1;
+    }
     return 1;
 }
 
@@ -129,6 +158,7 @@ dsc_status dsc_llama_config_parse(const char *spec, int vocab_size, int max_seq_
         c.rope_scaling = named_specs[i].scaling;
         c.tied = named_specs[i].tied;
         c.qkv_bias = named_specs[i].qkv_bias;
+        c.qk_norm = named_specs[i].qk_norm;
         if (c.rope_scaling == DSC_LLAMA_ROPE_LLAMA3) { // the same in all three Llama 3 configs
             c.rope_factor = named_specs[i].factor;
             c.rope_low_freq_factor = 1.0;
@@ -155,16 +185,16 @@ static dsc_status config_check(const dsc_llama_config *c) {
     if (c->n_layer < 1 || c->hidden < 1 || c->n_head < 1 || c->n_kv_head < 1 ||
         c->n_head % c->n_kv_head != 0 || c->head_dim < 2 || c->head_dim % 2 != 0 ||
         c->intermediate < 1 || c->vocab_size < 1 || c->max_seq_len < 1 || !(c->rms_eps > 0) ||
-        !(c->rope_theta > 1.0))
+        !(c->rope_theta > 1.0) || (c->qk_norm != 0 && c->qk_norm != 1))
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "llama config (n_layer %d, hidden %d, n_head %d, n_kv_head %d, head_dim "
                          "%d, intermediate %d, vocab_size %d, max_seq_len %d, rms_eps %g, "
-                         "rope_theta %g) is invalid: sizes must be positive, n_kv_head must "
-                         "divide n_head, head_dim must be even, rms_eps > 0, rope_theta > 1; "
-                         "build it with dsc_llama_config_parse",
+                         "rope_theta %g, qk_norm %d) is invalid: sizes must be positive, "
+                         "n_kv_head must divide n_head, head_dim must be even, rms_eps > 0, "
+                         "rope_theta > 1, qk_norm 0 or 1; build it with dsc_llama_config_parse",
                          c->n_layer, c->hidden, c->n_head, c->n_kv_head, c->head_dim,
                          c->intermediate, c->vocab_size, c->max_seq_len, (double)c->rms_eps,
-                         c->rope_theta);
+                         c->rope_theta, c->qk_norm);
     int sc = c->rope_scaling;
     int bad = sc < DSC_LLAMA_ROPE_NONE || sc > DSC_LLAMA_ROPE_LLAMA3 ||
               (sc != DSC_LLAMA_ROPE_NONE && !(c->rope_factor > 0)) ||
@@ -209,6 +239,7 @@ static void kind_shape(const dsc_llama_config *c, int k, int64_t *rows, int64_t 
     case K_OW: *rows = C, *cols = Q; break;
     case K_GATE: case K_UP: *rows = I, *cols = C; break;
     case K_DOWN: *rows = C, *cols = I; break;
+    case K_QN: case K_KN: *rows = c->head_dim, *cols = 0; break;
     default: *rows = C, *cols = 0; break; // the two norms
     }
 }
@@ -297,6 +328,8 @@ struct dsc_llama {
     float *res;       // (L + 1, R, C) residual stream into each layer; block L into the norm
     float *rms1, *rms2; // (L, R) rstd of the two norms
     float *qkv;       // (L, R, ld) q, k after rotation, v
+    float *qk_raw;    // qk_norm: (L, R, (NH + NKV) hd) q and k before their norms
+    float *qk_rstd;   // qk_norm: (L, R, NH + NKV) each head's rstd
     float *atty;      // (L, R, Q) attention output, input of o_proj
     float *att_stats; // (L, B, NH, T, 2) softmax row max and 1 / sum
     float *res2;      // (L, R, C) residual stream after attention
@@ -312,6 +345,7 @@ struct dsc_llama {
     float *dqkv;      // (R, ld)
     float *hI, *dI;   // (R, I): SwiGLU output (forward); gradients of gate and up (backward)
     float *norm_scratch; // dsc__llama_rmsnorm_scratch(R, C)
+    float *head_scratch; // qk_norm: dsc__llama_head_norm_scratch(R, hd)
     float *att_scratch;  // dsc__llama_attention_scratch(maxT, att_slots)
     double *times;    // per-module forward seconds (dsc_llama_set_timing), or NULL
 };
@@ -322,16 +356,20 @@ void dsc_llama_set_timing(dsc_llama *m, double *times) {
 
 // One layer's slice of the activations.
 typedef struct layer_acts {
-    float *res_in, *rms1, *qkv, *atty, *att_stats, *res2, *rms2, *gate, *up, *res_out;
+    float *res_in, *rms1, *qkv, *qk_raw, *qk_rstd, *atty, *att_stats, *res2, *rms2, *gate, *up;
+    float *res_out;
 } layer_acts;
 
 static layer_acts acts_of(const dsc_llama *m, int l) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)l;
     size_t Q = (size_t)m->c.n_head * m->c.head_dim, I = (size_t)m->c.intermediate;
+    size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
     layer_acts a = {
         .res_in = m->res + L * R * C,
         .rms1 = m->rms1 + L * R,
         .qkv = m->qkv + L * R * (size_t)m->ld,
+        .qk_raw = m->qk_raw + L * R * NQK * (size_t)m->c.head_dim,
+        .qk_rstd = m->qk_rstd + L * R * NQK,
         .atty = m->atty + L * R * Q,
         .att_stats = m->att_stats + L * R * 2 * (size_t)m->c.n_head,
         .res2 = m->res2 + L * R * C,
@@ -348,7 +386,8 @@ static size_t carve(dsc_llama *m, float *slab) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)m->c.n_layer;
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, ld = (size_t)m->ld;
     size_t Q = NH * (size_t)m->c.head_dim, I = (size_t)m->c.intermediate;
-    size_t half = (size_t)m->maxT * (size_t)(m->c.head_dim / 2);
+    size_t half = (size_t)m->maxT * (size_t)(m->c.head_dim / 2), hd = (size_t)m->c.head_dim;
+    size_t NQK = m->c.qk_norm ? NH + (size_t)m->c.n_kv_head : 0; // heads normed (Qwen3)
     const dsc__view table[] = {
         {&m->res, (L + 1) * R * C}, {&m->rms1, L * R},         {&m->rms2, L * R},
         {&m->qkv, L * R * ld},      {&m->atty, L * R * Q},     {&m->att_stats, L * R * NH * 2},
@@ -360,6 +399,8 @@ static size_t carve(dsc_llama *m, float *slab) {
         {&m->dI, R * I},
         {&m->norm_scratch, dsc__llama_rmsnorm_scratch((int64_t)R, (int)C)},
         {&m->att_scratch, dsc__llama_attention_scratch(m->maxT, m->att_slots)},
+        {&m->qk_raw, L * R * NQK * hd}, {&m->qk_rstd, L * R * NQK},
+        {&m->head_scratch, NQK ? dsc__llama_head_norm_scratch((int64_t)R, (int)hd) : 0},
     };
     return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
@@ -479,6 +520,10 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
     dsc__llama_linear_forward(a->qkv + Q, ld, ln, C, p[kind_pos(c, K_KW)], bk, NULL, BT, C, KV);
     dsc__llama_linear_forward(a->qkv + Q + KV, ld, ln, C, p[kind_pos(c, K_VW)], bv, NULL, BT, C,
                               KV);
+    if (c->qk_norm)
+        dsc__llama_head_norm_forward(a->qkv, ld, a->qk_raw, a->qk_rstd, p[kind_pos(c, K_QN)],
+                                     p[kind_pos(c, K_KN)], c->rms_eps, BT, c->n_head,
+                                     c->n_kv_head, hd);
     dsc__llama_rope_pos(a->qkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
                         c->n_head + c->n_kv_head, hd, 0);
     dsc__llama_attention_forward(a->atty, a->att_stats, a->qkv, m->att_scratch, m->att_slots, B,
@@ -620,6 +665,11 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
                                   m->att_slots, B, T, c->n_head, c->n_kv_head, hd);
     dsc__llama_rope_pos(dqkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
                         c->n_head + c->n_kv_head, hd, 1);
+    if (c->qk_norm)
+        dsc__llama_head_norm_backward(dqkv, ld, g[kind_pos(c, K_QN)], g[kind_pos(c, K_KN)],
+                                      m->head_scratch, a->qk_raw, a->qk_rstd,
+                                      p[kind_pos(c, K_QN)], p[kind_pos(c, K_KN)], BT, c->n_head,
+                                      c->n_kv_head, hd);
     dsc__llama_rmsnorm_apply(ln, a->res_in, a->rms1, p[kind_pos(c, K_LN1)], BT, C);
     static const int w[3] = {K_QW, K_KW, K_VW}, b[3] = {K_QB, K_KB, K_VB};
     const int off[3] = {0, Q, Q + KV}, width[3] = {Q, KV, KV};

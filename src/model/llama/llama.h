@@ -1,10 +1,12 @@
-// model/llama/llama.h - the Llama family (Llama 3, SmolLM2, Qwen2) on the CPU: configuration,
-// parameter table, initialisation, forward with fused cross-entropy, and backward that
-// accumulates gradients; behind the model interface as the "llama" family (ops.c).
+// model/llama/llama.h - the Llama family (Llama 3, SmolLM2, Qwen2, Qwen3) on the CPU:
+// configuration, parameter table, initialisation, forward with fused cross-entropy, and backward
+// that accumulates gradients; behind the model interface as the "llama" family (ops.c).
 //
 // A decoder block is RMSNorm, attention with rotary position embeddings (Hugging Face's
 // rotate_half convention) and grouped-query heads (n_kv_head divides n_head; 1 = multi-query),
 // RMSNorm, and a SwiGLU MLP (down(silu(gate(x)) * up(x))). No biases except Qwen2's q/k/v biases.
+// Qwen3 adds an RMSNorm over each head's q and k vectors (weights of head_dim, shared by the
+// heads) between the projections and the rotation.
 //
 // Parameters live outside the model, one buffer per tensor, named and shaped as Hugging Face's
 // LlamaForCausalLM / Qwen2ForCausalLM (nn.Linear weights are (out, in)), so that a checkpoint
@@ -46,14 +48,18 @@ typedef struct dsc_llama_config {
     int rope_original_max_pos; // llama3's original_max_position_embeddings
     int tied;     // tie_word_embeddings: lm_head is embed_tokens
     int qkv_bias; // q/k/v projections have biases (Qwen2)
+    int qk_norm;  // per-head RMSNorm of q and k before the rotation (Qwen3), eps rms_eps
 } dsc_llama_config;
 
 // spec: a published shape - "smollm2-135M", "smollm2-360M", "llama-3.2-1B", "llama-3.2-3B",
-// "qwen2.5-0.5B", "llama-3.1-8B" (numbers from their config.json, see docs/models.md) - or
-// "llama-dN": N layers, N heads of 64 channels (hidden 64N), N / 2 kv heads for even N and N
-// for odd N, intermediate 8/3 hidden rounded up to a multiple of 64, theta 1e4, eps 1e-5, tied;
-// N in 1..256. vocab_size 0 keeps the published vocabulary (llama-dN has none: it needs one);
-// otherwise it replaces it (e.g. a tokenizer's). max_seq_len must be positive.
+// "qwen2.5-0.5B", "llama-3.1-8B", "qwen3-0.6B", "qwen3-1.7B", "qwen3-4B", "qwen3-8B" (numbers
+// from their config.json, see docs/models.md) - or "llama-dN": N layers, N heads of 64 channels
+// (hidden 64N), N / 2 kv heads for even N and N for odd N, intermediate 8/3 hidden rounded up to
+// a multiple of 64, theta 1e4, eps 1e-5, tied; N in 1..256; or "qwen3-dN": the same layers,
+// hidden and kv heads with Qwen3's q/k norms, N heads of 128 channels (q wider than the hidden
+// size, as qwen3-0.6B's), intermediate 3 hidden, theta 1e6, eps 1e-6, tied. vocab_size 0 keeps
+// the published vocabulary (the tiny shapes have none: they need one); otherwise it replaces it
+// (e.g. a tokenizer's). max_seq_len must be positive.
 // A bad spec gives DSC_ERR_INVALID_ARG with a message listing the valid forms.
 dsc_status dsc_llama_config_parse(const char *spec, int vocab_size, int max_seq_len,
                                   dsc_llama_config *out);
@@ -61,7 +67,8 @@ dsc_status dsc_llama_config_parse(const char *spec, int vocab_size, int max_seq_
 // Tensors in their fixed order: model.embed_tokens.weight (V, C); per layer i
 // model.layers.i.input_layernorm.weight (C), self_attn.q_proj.weight (NH hd, C) [+ .bias],
 // k_proj.weight (NKV hd, C) [+ .bias], v_proj.weight (NKV hd, C) [+ .bias], o_proj.weight
-// (C, NH hd), post_attention_layernorm.weight (C), mlp.gate_proj.weight (I, C), mlp.up_proj.weight
+// (C, NH hd), [qk_norm: self_attn.q_norm.weight (hd), self_attn.k_norm.weight (hd)],
+// post_attention_layernorm.weight (C), mlp.gate_proj.weight (I, C), mlp.up_proj.weight
 // (I, C), mlp.down_proj.weight (C, I); then model.norm.weight (C) and, untied, lm_head.weight
 // (V, C). Groups: 0 = embed_tokens, 1 + i = layer i, n_layer + 1 = norm (+ lm_head).
 int dsc_llama_num_tensors(const dsc_llama_config *c);
@@ -82,13 +89,18 @@ int64_t dsc_llama_num_params(const dsc_llama_config *c); // total elements of al
 // The tensors of a layer by kind, for code outside llama.c that reads them (inference).
 enum {
     DSC_LLAMA_LN1, DSC_LLAMA_QW, DSC_LLAMA_QB, DSC_LLAMA_KW, DSC_LLAMA_KB, DSC_LLAMA_VW,
-    DSC_LLAMA_VB, DSC_LLAMA_OW, DSC_LLAMA_LN2, DSC_LLAMA_GATE, DSC_LLAMA_UP, DSC_LLAMA_DOWN
+    DSC_LLAMA_VB, DSC_LLAMA_OW, DSC_LLAMA_LN2, DSC_LLAMA_GATE, DSC_LLAMA_UP, DSC_LLAMA_DOWN,
+    DSC_LLAMA_QN, DSC_LLAMA_KN, // Qwen3's q_norm and k_norm (after o_proj in the table)
+    DSC_LLAMA_NKINDS
 };
 // Table index of layer l's tensor of kind k, or -1 when the model has none (a bias without
-// qkv_bias); the final norm's index; lm_head's (0, embed_tokens, when tied).
+// qkv_bias, a q/k norm without qk_norm); the final norm's index; lm_head's (0, embed_tokens,
+// when tied).
 int dsc__llama_layer_tensor(const dsc_llama_config *c, int l, int k);
 int dsc__llama_norm_tensor(const dsc_llama_config *c);
 int dsc__llama_head_tensor(const dsc_llama_config *c);
+// "Qwen3", "Qwen2" or "Llama": the Hugging Face class prefix of c's model (profile.c).
+const char *dsc__llama_family_name(const dsc_llama_config *c);
 // The family's table (ops.c); a cfg of it starts with a dsc_llama_config.
 extern const struct dsc_model_ops dsc__llama_model_ops;
 

@@ -1,4 +1,5 @@
-// model/llama/ops.c - the Llama family (Llama, SmolLM2, Qwen2, Mistral without a sliding window)
+// model/llama/ops.c - the Llama family (Llama, SmolLM2, Qwen2, Qwen3, Mistral without a sliding
+// window)
 // as a model family: the struct dsc_model_ops table over the dsc_llama_* functions (llama.c,
 // profile.c, infer.c), the shape from a spec, a tensor table or a Hugging Face config.json, and
 // the config.json an export writes.
@@ -35,13 +36,16 @@ static const struct {
     {"smollm2-135M", 8192},  {"smollm2-360M", 8192},  {"llama-3.2-1B", 131072},
     {"llama-3.2-3B", 131072}, {"qwen2.5-0.5B", 32768}, {"llama-3.1-8B", 131072},
     {"qwen2.5-7B", 131072},   {"mistral-7B", 32768},
+    {"qwen3-0.6B", 40960},    {"qwen3-1.7B", 40960},   {"qwen3-4B", 40960},
+    {"qwen3-8B", 40960},
 };
 
 // ---- configuration ----
 
 static bool claims(const char *spec) {
     return !strncmp(spec, "llama-", 6) || !strncmp(spec, "smollm2-", 8) ||
-           !strncmp(spec, "qwen2.5-", 8) || !strncmp(spec, "mistral-", 8);
+           !strncmp(spec, "qwen2.5-", 8) || !strncmp(spec, "mistral-", 8) ||
+           !strncmp(spec, "qwen3-", 6);
 }
 
 static dsc_status config_new(const dsc_llama_config *c, const dsc_hf_config *hf, void **cfg) {
@@ -75,8 +79,9 @@ static int64_t rows_of(const dsc_param_desc *t, int count, const char *name) {
 }
 
 // The shape from the tensors: sizes from the shapes, the head count from opts (it cannot be read
-// off the shapes), the rest the defaults of llama-dN. DSC_ERR_UNSUPPORTED without Llama
-// embeddings and layers (another family's tensors).
+// off the shapes, except from Qwen3's q_norm, whose length is the head size), the rest the
+// defaults of llama-dN (of Qwen3's published shapes with q/k norms: theta 1e6, eps 1e-6).
+// DSC_ERR_UNSUPPORTED without Llama embeddings and layers (another family's tensors).
 static dsc_status dims(const dsc_param_desc *t, int count, const dsc_model_opts *o,
                        const char *what, dsc_llama_config *c) {
     int emb = find_name(t, count, "model.embed_tokens.weight");
@@ -96,7 +101,9 @@ static dsc_status dims(const dsc_param_desc *t, int count, const dsc_model_opts 
     int64_t Q = rows_of(t, count, "model.layers.0.self_attn.q_proj.weight");
     int64_t KV = rows_of(t, count, "model.layers.0.self_attn.k_proj.weight");
     int64_t I = rows_of(t, count, "model.layers.0.mlp.gate_proj.weight");
+    int64_t QN = rows_of(t, count, "model.layers.0.self_attn.q_norm.weight");
     int nh = o->n_head;
+    if (nh <= 0 && QN > 0 && Q % QN == 0) nh = (int)(Q / QN);
     if (nh <= 0)
         return dsc__fail(DSC_ERR_INVALID_ARG,
                          "%s: Llama weights (%d layers, hidden %lld) do not say how many "
@@ -123,7 +130,9 @@ static dsc_status dims(const dsc_param_desc *t, int count, const dsc_model_opts 
                             .rope_factor = 1.0,
                             .tied = find_name(t, count, "lm_head.weight") < 0,
                             .qkv_bias = find_name(t, count,
-                                                  "model.layers.0.self_attn.q_proj.bias") >= 0};
+                                                  "model.layers.0.self_attn.q_proj.bias") >= 0,
+                            .qk_norm = QN > 0};
+    if (c->qk_norm) c->rms_eps = 1e-6f, c->rope_theta = 1e6;
     return DSC_OK;
 }
 
@@ -256,7 +265,8 @@ static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void
     (void)o; // the folder's config.json decides vocabulary and context
     dsc_hf_config h;
     DSC_TRY(dsc_hf_config_read(path, &h));
-    if (h.arch != DSC_HF_LLAMA && h.arch != DSC_HF_QWEN2 && h.arch != DSC_HF_MISTRAL)
+    if (h.arch != DSC_HF_LLAMA && h.arch != DSC_HF_QWEN2 && h.arch != DSC_HF_MISTRAL &&
+        h.arch != DSC_HF_QWEN3)
         return DSC_ERR_UNSUPPORTED;
     char v[64];
     if (strcmp(h.act, "silu") != 0) {
@@ -268,6 +278,8 @@ static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void
         return refuse(path, "attention_bias", "true",
                       "attention without biases (false; o_proj has no bias, Qwen2's q/k/v biases "
                       "are its own)");
+    if (h.arch == DSC_HF_QWEN3 && h.qkv_bias) // q/k/v only would be a model Qwen3 is not
+        return refuse(path, "attention_bias", "true", "Qwen3 attention without biases (false)");
     int scaling = DSC_LLAMA_ROPE_NONE;
     if (!strcmp(h.rope_type, "linear")) scaling = DSC_LLAMA_ROPE_LINEAR;
     else if (!strcmp(h.rope_type, "llama3")) scaling = DSC_LLAMA_ROPE_LLAMA3;
@@ -300,7 +312,8 @@ static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void
                           .rope_scaling = scaling,
                           .rope_factor = scaling ? h.rope_factor : 1.0,
                           .tied = h.tied,
-                          .qkv_bias = h.qkv_bias};
+                          .qkv_bias = h.qkv_bias,
+                          .qk_norm = h.arch == DSC_HF_QWEN3};
     if (scaling == DSC_LLAMA_ROPE_LLAMA3) {
         c.rope_low_freq_factor = h.rope_low_freq;
         c.rope_high_freq_factor = h.rope_high_freq;
@@ -315,11 +328,13 @@ static dsc_status hf_config(const void *cfg, char **config_json, char **generati
     dsc_hf_config h = {0};
     if (p->from_hf) {
         h = p->hf;
-    } else { // a spec or a tensor table: Qwen2 when q/k/v carry biases, else Llama
-        h.arch = c->qkv_bias ? DSC_HF_QWEN2 : DSC_HF_LLAMA;
-        snprintf(h.architecture, sizeof h.architecture, "%s",
-                 c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
-        snprintf(h.model_type, sizeof h.model_type, "%s", c->qkv_bias ? "qwen2" : "llama");
+    } else { // a spec or a tensor table: Qwen3 with q/k norms, Qwen2 when q/k/v carry biases,
+             // else Llama
+        const char *family = dsc__llama_family_name(c);
+        h.arch = c->qk_norm ? DSC_HF_QWEN3 : c->qkv_bias ? DSC_HF_QWEN2 : DSC_HF_LLAMA;
+        snprintf(h.architecture, sizeof h.architecture, "%sForCausalLM", family);
+        snprintf(h.model_type, sizeof h.model_type, "%s",
+                 c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama");
         snprintf(h.act, sizeof h.act, "silu");
         h.bos_id = -1;
     }
@@ -354,8 +369,9 @@ extern const struct dsc_model_device_ops dsc__llama_device_ops; // cuda/llama_cu
 const struct dsc_model_ops dsc__llama_model_ops = {
     .family = "llama",
     .specs = "smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, "
-             "llama-3.1-8B, qwen2.5-7B, mistral-7B, or llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. "
-             "llama-d4)",
+             "llama-3.1-8B, qwen2.5-7B, mistral-7B, qwen3-0.6B, qwen3-1.7B, qwen3-4B, qwen3-8B, "
+             "llama-dN (N layers, N heads of 64 channels, 1 <= N <= 256, e.g. llama-d4) or "
+             "qwen3-dN (with Qwen3's q/k norms, heads of 128)",
     .claims = claims,
     .config_parse = config_parse,
     .config_from_params = config_from_params,

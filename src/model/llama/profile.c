@@ -8,6 +8,12 @@
 
 int dsc_llama_timing_slots(const dsc_llama_config *c) { return 3 + 4 * c->n_layer; }
 
+// Hugging Face's class prefix of the model a configuration is: Qwen3 (q/k norms), Qwen2 (q/k/v
+// biases) or Llama.
+const char *dsc__llama_family_name(const dsc_llama_config *c) {
+    return c->qk_norm ? "Qwen3" : c->qkv_bias ? "Qwen2" : "Llama";
+}
+
 
 // One decoder layer under model.layers: input_layernorm, self_attn (q, k, v, o projections and
 // attention), post_attention_layernorm, mlp (gate, up, down). 2 FLOPs per parameter per token
@@ -17,12 +23,13 @@ static void block(dsc__tree *t, const dsc_llama_config *c, double tokens, int T,
                   int layers) {
     int64_t C = c->hidden, Q = (int64_t)c->n_head * c->head_dim;
     int64_t KV = (int64_t)c->n_kv_head * c->head_dim, I = c->intermediate;
-    int64_t attn = C * Q + 2 * C * KV + Q * C + (c->qkv_bias ? Q + 2 * KV : 0);
+    int64_t attn = C * Q + 2 * C * KV + Q * C + (c->qkv_bias ? Q + 2 * KV : 0) +
+                   (c->qk_norm ? 2 * (int64_t)c->head_dim : 0);
     const int64_t params[4] = {C, attn, C, 3 * C * I};
     double flops[4];
     for (int k = 0; k < 4; k++) flops[k] = 2.0 * (double)params[k] * tokens;
     flops[1] += 4.0 * (double)Q * T * tokens;
-    const char *family = c->qkv_bias ? "Qwen2" : "Llama";
+    const char *family = dsc__llama_family_name(c);
     static const char *const sub[4] = {"input_layernorm", "self_attn", "post_attention_layernorm",
                                        "mlp"};
     static const char *const kind[4] = {"RMSNorm", "Attention", "RMSNorm", "MLP"};
@@ -42,7 +49,7 @@ int dsc_llama_modules(const dsc_llama_config *c, int B, int T, dsc_llama_module 
     dsc__tree t = {out, 0};
     double tokens = (double)B * T, V = c->vocab_size, C = c->hidden;
     int L = c->n_layer;
-    const char *family = c->qkv_bias ? "Qwen2" : "Llama";
+    const char *family = dsc__llama_family_name(c);
     char type[32];
     snprintf(type, sizeof type, "%sForCausalLM", family);
     int root = dsc__tree_add(&t, 0, type, 0, 0, -1, "(root)");
