@@ -195,17 +195,18 @@ static const char *default_config(const train_opts *o, char *buf, size_t cap) {
 
 // The memory plan, before the engine allocates anything: the run is refused here, with the
 // numbers and the settings that would fit, when it would not fit this machine. The config is
-// read once more for it, quietly (the engine reads it again and prints its warnings).
+// read here, once, with its warnings; the engine gets the parsed copy (a config given as a pipe,
+// <(...), can be read only once).
 static dsc_status plan_memory(trainer *t, bool cuda, int world) {
-    dsc_config cfg;
+    dsc_config *cfg = &t->cfg;
     char json[1024];
     const char *text = default_config(t->o, json, sizeof json);
-    dsc_status st = text ? dsc_config_load_string(&cfg, text, world, NULL, NULL)
-                         : dsc_config_load_file(&cfg, t->o->config, world, NULL, NULL);
+    dsc_status st = text ? dsc_config_load_string(cfg, text, world, print_warning, NULL)
+                         : dsc_config_load_file(cfg, t->o->config, world, print_warning, NULL);
     if (st != DSC_OK) return st;
-    cli_plan_opts po = {.model = t->model, .cfg = &cfg, .world = world, .seq_len = t->T,
+    cli_plan_opts po = {.model = t->model, .cfg = cfg, .world = world, .seq_len = t->T,
                         .device = cuda, .init_in_place = weights_path(t) != NULL,
-                        .checkpoints = t->o->save_dir || dsc__train_ckpt_key(&cfg),
+                        .checkpoints = t->o->save_dir || dsc__train_ckpt_key(cfg),
                         .measure_runtime = true};
     st = cli_memory_plan(&po, true, &t->plan);
     if (st != DSC_OK) { // the message is the plan's; name the model too
@@ -219,14 +220,11 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
 // device_model: one rank whose model lives on a GPU, which keeps its own 16-bit weights, so the
 // engine needs no host compute copy of them.
 static dsc_status build_engine(trainer *t, bool device_model) {
-    const train_opts *o = t->o;
     // Weights from a file go straight into each rank's partition (no full copy of the model);
     // the initialiser's values go through the engine's staging copy.
     dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
                           .init_in_place = weights_path(t) != NULL};
-    char json[1024];
-    eo.config_json = default_config(o, json, sizeof json);
-    if (!eo.config_json) eo.config_path = o->config;
+    eo.config = &t->cfg; // read by plan_memory
     t->ntensors = dsc_model_describe(t->model)->num_tensors;
     dsc_param_desc *pd = calloc((size_t)t->ntensors, sizeof *pd);
     if (!pd) return dsc_fail(DSC_ERR_OOM, "out of memory for the parameter table");

@@ -76,11 +76,20 @@ check "two ranks, stage 3, fp32, accumulation 2" -- run2 r2s3f "$T/s3f.json"
 # Refused before allocating: the cap is below the plan; the message names both numbers and
 # settings that would fit (here a smaller micro batch: the activations of 32 x 64 tokens are
 # most of the plan), and nothing ran (no metrics were written).
+cfg "$T/small.json" 0 bf16 1
 cfg "$T/big.json" 0 bf16 1
 sed -i 's/"train_micro_batch_size_per_gpu": 4/"train_micro_batch_size_per_gpu": 32/' "$T/big.json"
-DSC_HOST_MEM_LIMIT=650M expect 1 "of host memory per rank, 650 MiB available" -- \
+host_plan() { # host bytes per rank of llama-d8 at T 64 with CONFIG, as dsc config check plans it
+  "$DSC" config check "$1" --model llama-d8 --vocab-size 256 --seq-len 64 --json |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["memory_plan"]["host_bytes"])'
+}
+# The cap lies halfway between the plans of micro batch 4 and 32 (about 500 MiB apart), so that
+# what the process itself holds (more threads, more libraries on another machine) moves neither
+# across it.
+cap_mib=$(( ($(host_plan "$T/small.json") + $(host_plan "$T/big.json")) / 2 / 1048576 ))
+DSC_HOST_MEM_LIMIT=${cap_mib}M expect 1 "of host memory per rank, $cap_mib MiB available" -- \
   "$DSC" train "${run[@]}" --config "$T/big.json" --out "$T/refused"
-DSC_HOST_MEM_LIMIT=650M expect 1 "would fit: train_micro_batch_size_per_gpu" -- \
+DSC_HOST_MEM_LIMIT=${cap_mib}M expect 1 "would fit: train_micro_batch_size_per_gpu" -- \
   "$DSC" train "${run[@]}" --config "$T/big.json" --out "$T/refused"
 check "the refused run wrote no metrics" -- test ! -e "$T/refused/metrics.jsonl"
 DSC_HOST_MEM_LIMIT=100M expect 1 "no mode dsc has today fits this machine" -- \
