@@ -554,22 +554,22 @@ static dsc_status ckpt_attach_tokenizer(trainer *t) {
 
 // The model's config.json and generation_config.json travel with every checkpoint, so that
 // `dsc ckpt export --hf` makes a folder transformers loads: a Hugging Face folder's own files
-// (--model hf:DIR), else what the family writes for its shape (none: nothing is attached).
+// (--model hf:DIR; its config.json in both transformers spellings, so that 4.x and 5.x load the
+// export alike), else what the family writes for its shape (none: nothing is attached).
 static dsc_status ckpt_attach_model(trainer *t) {
     DSC_TRY(ckpt_attach_tokenizer(t));
     const char *dir = dsc_model_hf_dir(t->model);
-    if (dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        DSC_TRY(attach_file(t, path, "config.json"));
-        snprintf(path, sizeof path, "%s/generation_config.json", dir);
-        return attach_file(t, path, "generation_config.json");
-    }
     char *cfg_json, *gen_json;
-    if (dsc_model_hf_config(t->model, &cfg_json, &gen_json) != DSC_OK) return DSC_OK;
-    dsc_status st = dsc_checkpoint_attach(t->eng, "config.json", cfg_json, strlen(cfg_json));
-    if (st == DSC_OK)
+    dsc_status st = dsc_model_hf_config(t->model, &cfg_json, &gen_json);
+    if (st != DSC_OK) return dir ? st : DSC_OK; // a folder's config.json must travel
+    st = dsc_checkpoint_attach(t->eng, "config.json", cfg_json, strlen(cfg_json));
+    if (st == DSC_OK && dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        st = attach_file(t, path, "generation_config.json");
+    } else if (st == DSC_OK) {
         st = dsc_checkpoint_attach(t->eng, "generation_config.json", gen_json, strlen(gen_json));
+    }
     free(cfg_json);
     free(gen_json);
     return st;

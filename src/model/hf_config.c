@@ -519,13 +519,16 @@ done:
     return st;
 }
 
+// DIR/config.json, or dir itself when it names a file.
+static void config_path(const char *dir, char *path, size_t cap) {
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, cap, "%s/config.json", dir);
+    else snprintf(path, cap, "%s", dir);
+}
+
 dsc_status dsc_hf_config_read(const char *dir, dsc_hf_config *out) {
     char path[4200];
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(path, sizeof path, "%s/config.json", dir);
-    else
-        snprintf(path, sizeof path, "%s", dir);
+    config_path(dir, path, sizeof path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return dsc__fail(DSC_ERR_IO, "cannot open %s: %s (a Hugging Face model folder holds "
@@ -685,6 +688,54 @@ static dsc_status render(json_t *o, char **out) {
     *out = o ? json_dumps(o, JSON_OUT) : NULL;
     json_decref(o);
     return *out ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory rendering a config.json");
+}
+
+// Reals as few digits as give back the same doubles (12 mostly: "1e-05", not
+// "1.0000000000000001e-05"), up to the 17 that always do: a re-written file loses nothing.
+static char *dumps_exact(const json_t *o) {
+    for (int p = 12; p <= 17; p++) {
+        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p));
+        json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+        bool same = back && json_equal(o, back);
+        json_decref(back);
+        if (same || p == 17 || !text) return text;
+        free(text);
+    }
+    return NULL;
+}
+
+// The spelling a file leaves out, added beside the one it has (keys already there are kept).
+static void add_missing_spelling(json_t *o, const dsc_hf_config *c) {
+    if (c->torch_dtype[0]) {
+        if (!json_object_get(o, "torch_dtype"))
+            json_object_set_new(o, "torch_dtype", json_string(c->torch_dtype));
+        if (!json_object_get(o, "dtype"))
+            json_object_set_new(o, "dtype", json_string(c->torch_dtype));
+    }
+    if (c->arch == DSC_HF_GPT2) return;
+    if (!json_object_get(o, "rope_theta"))
+        json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    if (!json_object_get(o, "rope_scaling"))
+        json_object_set_new(o, "rope_scaling", rope_scaling_json(c));
+    if (!json_object_get(o, "rope_parameters"))
+        json_object_set_new(o, "rope_parameters", rope_parameters_json(c));
+}
+
+dsc_status dsc_hf_config_respell(const char *dir, char **out) {
+    *out = NULL;
+    dsc_hf_config c;
+    DSC_TRY(dsc_hf_config_read(dir, &c)); // refuses spellings that disagree
+    char path[4200];
+    config_path(dir, path, sizeof path);
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return dsc__fail(DSC_ERR_IO, "%s changed while it was read; read it again", path);
+    }
+    add_missing_spelling(o, &c);
+    *out = dumps_exact(o);
+    json_decref(o);
+    return *out ? DSC_OK : dsc__fail(DSC_ERR_OOM, "out of memory rewriting %s", path);
 }
 
 dsc_status dsc_hf_config_render(const dsc_hf_config *c, char **config, char **generation) {

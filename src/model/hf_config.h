@@ -87,6 +87,12 @@ dsc_status dsc_hf_config_write(const char *dir, const dsc_hf_config *c);
 // Write DIR/generation_config.json (bos, eos) as transformers' save_pretrained does.
 dsc_status dsc_hf_generation_config_write(const char *dir, const dsc_hf_config *c);
 
+// DIR/config.json's text in both spellings: every field as written, plus the rope and dtype
+// fields of the spelling it lacks, made from what the reader understood (so that transformers
+// 4.44 and 5.x both load a folder exported from it). *out is malloc'd; the caller frees it. The
+// same refusals as dsc_hf_config_read.
+dsc_status dsc_hf_config_respell(const char *dir, char **out);
+
 // The two files' texts (malloc'd, caller frees both; NULL both on failure).
 dsc_status dsc_hf_config_render(const dsc_hf_config *c, char **config, char **generation);
 

@@ -9,7 +9,7 @@
 #include <string.h>  // strcmp, strlen
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
-#include "model/hf_config.h" // dsc_hf_config_read
+#include "model/hf_config.h" // dsc_hf_config_read, dsc_hf_config_respell
 
 // ---- the registry ----
 
@@ -210,7 +210,17 @@ dsc_status dsc_model_hf_config(const dsc_model *m, char **config_json, char **ge
     if (!m->ops->hf_config)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "model family %s writes no Hugging Face config",
                          m->ops->family);
-    return m->ops->hf_config(m->cfg, config_json, generation_json);
+    DSC_TRY(m->ops->hf_config(m->cfg, config_json, generation_json));
+    const char *dir = dsc_model_hf_dir(m);
+    if (!dir) return DSC_OK;
+    // A folder's own config.json, every field kept, in both spellings.
+    free(*config_json);
+    dsc_status st = dsc_hf_config_respell(dir, config_json);
+    if (st != DSC_OK) {
+        free(*generation_json);
+        *generation_json = NULL;
+    }
+    return st;
 }
 
 dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_opts *opts) {

@@ -206,8 +206,9 @@ static void test_spellings(void **state) {
 static void test_spelling_conflicts(void **state) {
     (void)state;
     dsc_hf_config c;
-    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_theta\": 10000.0, \"rope_parameters\": "
-                                     "{\"rope_theta\": 1000000.0}}", "x", &c),
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_theta\": 10000.0, "
+                                     "\"rope_parameters\": {\"rope_theta\": 1000000.0}}", "x",
+                                     &c),
                  "rope_parameters.rope_theta is 1e+06");
     expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_scaling\": {\"rope_type\": "
                                      "\"linear\", \"factor\": 2.0}, \"rope_parameters\": "

@@ -96,10 +96,24 @@ static dsc_status fill_param(void *user, int i, void *dst, size_t nbytes) {
     return DSC_OK;
 }
 
+// Reals in as few digits as give back the same doubles (12 mostly: "1e-05", not
+// "1.0000000000000001e-05"), up to the 17 that always do: the rewritten file loses nothing.
+static char *dumps_exact(const json_t *o) {
+    for (int p = 12; p <= 17; p++) {
+        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p));
+        json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+        bool same = back && json_equal(o, back);
+        json_decref(back);
+        if (same || p == 17 || !text) return text;
+        free(text);
+    }
+    return NULL;
+}
+
 // The attached config.json with the type the weights were written in, in both spellings
 // (transformers 4.44 reads "torch_dtype", 5.x "dtype"): a bf16 export that said float32 would be
 // loaded at twice its size, and one from a bf16 folder exported as fp32 the other way round.
-// *data is replaced by the new text (malloc'd). Reals keep 17 digits: nothing is rounded away.
+// *data is replaced by the new text (malloc'd).
 static dsc_status set_config_dtype(const char *src, bool bf16, char **data, size_t *n) {
     json_error_t e;
     json_t *o = json_loadb(*data, *n, JSON_REJECT_DUPLICATES, &e);
@@ -112,7 +126,7 @@ static dsc_status set_config_dtype(const char *src, bool bf16, char **data, size
     const char *dtype = bf16 ? "bfloat16" : "float32";
     json_object_set_new(o, "torch_dtype", json_string(dtype));
     json_object_set_new(o, "dtype", json_string(dtype));
-    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    char *text = dumps_exact(o);
     json_decref(o);
     if (!text) return dsc__fail(DSC_ERR_OOM, "out of memory rewriting %s", src);
     free(*data);
