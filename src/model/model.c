@@ -7,6 +7,7 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, strlen
+#include <unistd.h>  // access
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
 #include "model/hf_config.h" // dsc_hf_config_read, dsc_hf_config_respell
@@ -235,9 +236,14 @@ dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_o
         DSC_TRY(f->config_parse(spec, opts ? opts : &no_opts, &cfg));
         return dsc__model_wrap(out, f, cfg, spec);
     }
-    char specs[1024];
+    char specs[1024], cfg[4200];
     all_specs(specs, sizeof specs);
-    return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is not known; use %s", spec, specs);
+    snprintf(cfg, sizeof cfg, "%s/config.json", spec);
+    if (access(cfg, R_OK) == 0) // a folder given without its prefix
+        return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is a folder with a config.json: give a "
+                         "Hugging Face model folder as hf:%s", spec, spec);
+    return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is not known; use %s, or hf:DIR (a Hugging "
+                     "Face model folder)", spec, specs);
 }
 
 dsc_status dsc_model_create_from_params(dsc_model **out, const dsc_param_desc *table, int count,
