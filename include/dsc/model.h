@@ -309,8 +309,9 @@ void dsc_model_destroy(dsc_model *m); // NULL ok; also frees the host activation
 // The Hugging Face folder a model was made from ("hf:DIR" -> "DIR"), or NULL.
 const char *dsc_model_hf_dir(const dsc_model *m);
 // The model's config.json and generation_config.json texts (malloc'd, caller frees), as
-// transformers would save them: what an export puts beside the weights. DSC_ERR_UNSUPPORTED
-// when the family writes none.
+// transformers would save them: what an export puts beside the weights. A model made from a
+// folder (hf:DIR) gives DIR's own config.json with every field kept, in the transformers 4.x and
+// 5.x spellings at once. DSC_ERR_UNSUPPORTED when the family writes none.
 dsc_status dsc_model_hf_config(const dsc_model *m, char **config_json, char **generation_json);
 
 const dsc_model_info *dsc_model_describe(const dsc_model *m); // borrowed from m

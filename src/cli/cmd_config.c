@@ -124,12 +124,24 @@ static int config_check(int argc, char **argv) {
     return 0;
 }
 
+// `dsc config keys` takes no flags and no arguments: anything after it is a usage error (exit 2),
+// not silently ignored.
+static int config_keys(int argc, char **argv) {
+    const cli_verb v = {"config keys", "dsc config keys",
+                        "Print every key dsc reads (path, type, default, range, meaning) as a "
+                        "markdown table: the key list of docs/config.md.",
+                        NULL, 0, 0, 0};
+    char *pos[1];
+    int npos;
+    int rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    dsc_config_write_doc(stdout);
+    return 0;
+}
+
 int cmd_config(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "check")) return config_check(argc - 1, argv + 1);
-    if (argc >= 1 && !strcmp(argv[0], "keys")) {
-        dsc_config_write_doc(stdout);
-        return 0;
-    }
+    if (argc >= 1 && !strcmp(argv[0], "keys")) return config_keys(argc - 1, argv + 1);
     bool help = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));
     fprintf(help ? stdout : stderr,
             "usage: dsc config check FILE [--world-size N] [--json] [--model SPEC [--device cuda] "

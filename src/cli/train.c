@@ -23,6 +23,7 @@
 #include "dsc/checkpoint.h"  // dsc_checkpointing_*, dsc_save_checkpoint
 #include "dsc/data.h"        // dsc_loader_*, dsc_data_default, dsc_tokenizer_*
 #include "dsc/engine.h"      // dsc_engine_*
+#include "dsc/half.h"        // dsc_fp32_to_bf16, dsc_fp32_to_fp16
 #include "dsc/model.h"       // dsc_model_*
 #include "dsc/monitor.h"     // dsc_monitor_*
 #include "dsc/safetensors.h" // dsc_hf_weights_*
@@ -497,6 +498,45 @@ static dsc_status val_loss_with(trainer *t, float *const *params, double *out) {
     return dsc_engine_mean(t->eng, out, 1);
 }
 
+static void free_weights(float **w, int n) {
+    for (int i = 0; w && i < n; i++) free(w[i]);
+    free(w);
+}
+
+// The weights as the model computes with them: under fp16/bf16 the engine rounds its fp32
+// master weights to the 16-bit type (dsc_param_data), and a checkpoint holds the masters; rounded
+// the same way here, their validation loss is the number the step's "validation loss" line
+// printed for the same state, not one a few units off in the last digits. *out: NULL in fp32
+// (use w as it is), else n rounded copies (caller frees with free_weights).
+static dsc_status rounded_weights(trainer *t, const float *const *w, int n, float ***out) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    *out = NULL;
+    if (!cfg->fp16.enabled && !cfg->bf16.enabled) return DSC_OK;
+    float **r = calloc((size_t)n, sizeof *r);
+    for (int i = 0; r && i < n; i++) {
+        size_t numel = (size_t)dsc_model_param_get(t->model, i)->numel;
+        if (!(r[i] = malloc(numel * sizeof(float)))) break;
+        for (size_t k = 0; k < numel; k++)
+            r[i][k] = cfg->fp16.enabled ? dsc_fp16_to_fp32(dsc_fp32_to_fp16(w[i][k]))
+                                        : dsc_bf16_to_fp32(dsc_fp32_to_bf16(w[i][k]));
+    }
+    *out = r;
+    if (r && (n == 0 || r[n - 1])) return DSC_OK;
+    free_weights(r, n);
+    *out = NULL;
+    return dsc_fail(DSC_ERR_OOM, "out of memory validating a checkpoint (a rounded copy of the "
+                    "weights); set checkpoint.validate false to skip the check");
+}
+
+// The validation loss of the weights w, as the model computes with them.
+static dsc_status val_loss_of(trainer *t, const float *const *w, int n, double *out) {
+    float **r;
+    DSC_TRY(rounded_weights(t, w, n, &r));
+    dsc_status st = val_loss_with(t, r ? r : (float *const *)w, out);
+    free_weights(r, n);
+    return st;
+}
+
 // The trainer's checkpoint validation: the weights read back from the files must equal the
 // training state that was saved, bit for bit, and give the same validation loss.
 static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_validation *v,
@@ -510,8 +550,8 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
     double live = NAN, loaded = NAN;
     bool by_loss = t->val && !t->gpu; // --device cuda has no CPU model: the bitwise check only
     if (by_loss) {
-        DSC_TRY(val_loss_with(t, (float *const *)v->loaded, &loaded));
-        DSC_TRY(val_loss_with(t, (float *const *)v->live, &live));
+        DSC_TRY(val_loss_of(t, v->loaded, v->nparams, &loaded));
+        DSC_TRY(val_loss_of(t, v->live, v->nparams, &live));
     }
     *ok = differ < 0 && (!by_loss || (isfinite(loaded) && loaded == live));
     if (differ >= 0) snprintf(why, cap, "tensor %s read back differs from the saved state",
@@ -519,7 +559,8 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
     else if (!*ok) snprintf(why, cap, "validation loss %.9g of the saved weights, %.9g of the "
                             "training state", loaded, live);
     else if (t->rank == 0 && by_loss)
-        printf("checkpoint %s validated: validation loss %.4f, as the training state's\n", v->tag, loaded);
+        printf("checkpoint %s validated: validation loss %.4f, as the training state's\n",
+               v->tag, loaded);
     return DSC_OK;
 }
 
@@ -578,22 +619,22 @@ static dsc_status ckpt_attach_tokenizer(trainer *t) {
 
 // The model's config.json and generation_config.json travel with every checkpoint, so that
 // `dsc ckpt export --hf` makes a folder transformers loads: a Hugging Face folder's own files
-// (--model hf:DIR), else what the family writes for its shape (none: nothing is attached).
+// (--model hf:DIR; its config.json in both transformers spellings, so that 4.x and 5.x load the
+// export alike), else what the family writes for its shape (none: nothing is attached).
 static dsc_status ckpt_attach_model(trainer *t) {
     DSC_TRY(ckpt_attach_tokenizer(t));
     const char *dir = dsc_model_hf_dir(t->model);
-    if (dir) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        DSC_TRY(attach_file(t, path, "config.json"));
-        snprintf(path, sizeof path, "%s/generation_config.json", dir);
-        return attach_file(t, path, "generation_config.json");
-    }
     char *cfg_json, *gen_json;
-    if (dsc_model_hf_config(t->model, &cfg_json, &gen_json) != DSC_OK) return DSC_OK;
-    dsc_status st = dsc_checkpoint_attach(t->eng, "config.json", cfg_json, strlen(cfg_json));
-    if (st == DSC_OK)
+    dsc_status st = dsc_model_hf_config(t->model, &cfg_json, &gen_json);
+    if (st != DSC_OK) return dir ? st : DSC_OK; // a folder's config.json must travel
+    st = dsc_checkpoint_attach(t->eng, "config.json", cfg_json, strlen(cfg_json));
+    if (st == DSC_OK && dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        st = attach_file(t, path, "generation_config.json");
+    } else if (st == DSC_OK) {
         st = dsc_checkpoint_attach(t->eng, "generation_config.json", gen_json, strlen(gen_json));
+    }
     free(cfg_json);
     free(gen_json);
     return st;

@@ -697,6 +697,21 @@ static bool json_spec(const char *spec, char *path, size_t cap) {
     return false;
 }
 
+// A bare folder ("llama") that holds a tokenizer: say which prefix takes it.
+static dsc_status folder_hint(const char *spec) {
+    static const struct {
+        const char *file, *prefix;
+    } kinds[] = {{"tokenizer.json", "hf:"}, {"vocab.json", "gpt2:"}};
+    char path[4200];
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", spec, kinds[i].file);
+        if (access(path, R_OK) == 0)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\" is a folder holding %s: "
+                             "give it as \"%s%s\"", spec, kinds[i].file, kinds[i].prefix, spec);
+    }
+    return DSC_OK;
+}
+
 dsc_status dsc_tokenizer_create(dsc_tokenizer **out, const char *spec) {
     *out = NULL;
     if (!spec) return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer: no spec given");
@@ -706,6 +721,7 @@ dsc_status dsc_tokenizer_create(dsc_tokenizer **out, const char *spec) {
     bool byte = strcmp(spec, "byte") == 0, gpt2 = strncmp(spec, "gpt2:", 5) == 0 && spec[5];
     bool json = json_spec(spec, json_path, sizeof json_path);
     int ids = ids_vocab(spec);
+    if (!byte && !gpt2 && !json && ids < 0) DSC_TRY(folder_hint(spec));
     if (!byte && !gpt2 && !json && ids < 0)
         return dsc__fail(DSC_ERR_INVALID_ARG, "tokenizer \"%s\": unknown; use \"byte\" or "
                          "\"gpt2:DIR\" (DIR holding GPT-2's vocab.json and merges.txt), "

@@ -489,11 +489,18 @@ static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, const uint8_t *
 // ---- library-internal API ----
 
 dsc_status dsc__tokjson_load(dsc_tokenizer *t, const char *file) {
+    // A file that cannot be opened is named with the system's reason (jansson would report it
+    // at "line -1"); one that does not parse, with the line and column of the fault.
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s; expected a Hugging Face tokenizer.json "
+                         "(hf:DIR reads DIR/tokenizer.json)", file, strerror(errno));
     json_error_t err;
-    json_t *root = json_load_file(file, 0, &err);
+    json_t *root = json_loadf(f, 0, &err);
+    fclose(f);
     if (!root)
-        return dsc__fail(errno == ENOENT ? DSC_ERR_IO : DSC_ERR_CORRUPT, "%s: %s (line %d); "
-                         "expected a Hugging Face tokenizer.json", file, err.text, err.line);
+        return dsc__fail(DSC_ERR_CORRUPT, "%s:%d:%d: %s; expected a Hugging Face tokenizer.json",
+                         file, err.line, err.column, err.text);
     dsc_status st = DSC_OK;
     t->json = calloc(1, sizeof *t->json);
     if (!t->json) {

@@ -4,7 +4,14 @@
 // MistralForCausalLM, Qwen3ForCausalLM), with the fields under the names dsc uses; each family
 // reads the fields it needs and refuses values it does not implement. The reader fills in the defaults that
 // transformers' config classes apply to a field the file leaves out, so that a folder means the
-// same model here as there. The writer makes the config.json an export puts beside the weights.
+// same model here as there.
+//
+// Two spellings are read: transformers 4.x (top-level "rope_theta" and "rope_scaling",
+// "torch_dtype") and 5.x ("rope_parameters" holding rope_theta, rope_type and its factors,
+// "dtype", "layer_types"). A file may carry both; where they disagree the reader refuses, naming
+// both fields, since transformers 4 and 5 would then build different models from it. The writer
+// makes the config.json an export puts beside the weights, in both spellings at once so that
+// transformers 4.44 and 5.x load it alike.
 #ifndef DSC_MODEL_HF_CONFIG_H
 #define DSC_MODEL_HF_CONFIG_H
 
@@ -48,13 +55,20 @@ typedef struct dsc_hf_config {
     double rope_low_freq;   // llama3 low_freq_factor
     double rope_high_freq;  // llama3 high_freq_factor
     int rope_orig_max;      // llama3 original_max_position_embeddings
-    int sliding_window;     // 0: none (Mistral's null, Qwen2's use_sliding_window false)
+    double rope_partial;    // partial_rotary_factor: the share of a head that rotates (1: all)
+    // Sliding-window attention. sliding_window is the family's window (0: none: Mistral's null,
+    // Qwen2's use_sliding_window false); n_sliding_layers how many layers use it (Mistral: all;
+    // Qwen2: those layer_types marks "sliding_attention", else those from max_window_layers on).
+    int sliding_window;
+    int n_sliding_layers;
+    int max_window_layers;  // Qwen2's: layers from this index on slide when the window is on
+    double attention_dropout; // Llama family: dropout on the attention weights while training
     // GPT-2's switches that change its arithmetic (transformers' defaults: false).
     bool scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn;
     bool scale_attn_weights; // default true
     int bos_id;             // -1 when absent
     int eos_ids[DSC_HF_MAX_EOS], n_eos;
-    char torch_dtype[16];   // "float32", "bfloat16", "float16" or ""
+    char torch_dtype[16];   // torch_dtype / dtype: "float32", "bfloat16", "float16" or ""
 } dsc_hf_config;
 
 // The architecture names dsc trains, comma-separated, for messages.
@@ -74,6 +88,12 @@ dsc_status dsc_hf_config_write(const char *dir, const dsc_hf_config *c);
 
 // Write DIR/generation_config.json (bos, eos) as transformers' save_pretrained does.
 dsc_status dsc_hf_generation_config_write(const char *dir, const dsc_hf_config *c);
+
+// DIR/config.json's text in both spellings: every field as written, plus the rope and dtype
+// fields of the spelling it lacks, made from what the reader understood (so that transformers
+// 4.44 and 5.x both load a folder exported from it). *out is malloc'd; the caller frees it. The
+// same refusals as dsc_hf_config_read.
+dsc_status dsc_hf_config_respell(const char *dir, char **out);
 
 // The two files' texts (malloc'd, caller frees both; NULL both on failure).
 dsc_status dsc_hf_config_render(const dsc_hf_config *c, char **config, char **generation);

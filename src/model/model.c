@@ -7,9 +7,10 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, strlen
+#include <unistd.h>  // access
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
-#include "model/hf_config.h" // dsc_hf_config_read
+#include "model/hf_config.h" // dsc_hf_config_read, dsc_hf_config_respell
 
 // ---- the registry ----
 
@@ -210,7 +211,17 @@ dsc_status dsc_model_hf_config(const dsc_model *m, char **config_json, char **ge
     if (!m->ops->hf_config)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "model family %s writes no Hugging Face config",
                          m->ops->family);
-    return m->ops->hf_config(m->cfg, config_json, generation_json);
+    DSC_TRY(m->ops->hf_config(m->cfg, config_json, generation_json));
+    const char *dir = dsc_model_hf_dir(m);
+    if (!dir) return DSC_OK;
+    // A folder's own config.json, every field kept, in both spellings.
+    free(*config_json);
+    dsc_status st = dsc_hf_config_respell(dir, config_json);
+    if (st != DSC_OK) {
+        free(*generation_json);
+        *generation_json = NULL;
+    }
+    return st;
 }
 
 dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_opts *opts) {
@@ -225,9 +236,14 @@ dsc_status dsc_model_create(dsc_model **out, const char *spec, const dsc_model_o
         DSC_TRY(f->config_parse(spec, opts ? opts : &no_opts, &cfg));
         return dsc__model_wrap(out, f, cfg, spec);
     }
-    char specs[1024];
+    char specs[1024], cfg[4200];
     all_specs(specs, sizeof specs);
-    return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is not known; use %s", spec, specs);
+    snprintf(cfg, sizeof cfg, "%s/config.json", spec);
+    if (access(cfg, R_OK) == 0) // a folder given without its prefix
+        return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is a folder with a config.json: give a "
+                         "Hugging Face model folder as hf:%s", spec, spec);
+    return dsc__fail(DSC_ERR_INVALID_ARG, "model '%s' is not known; use %s, or hf:DIR (a Hugging "
+                     "Face model folder)", spec, specs);
 }
 
 dsc_status dsc_model_create_from_params(dsc_model **out, const dsc_param_desc *table, int count,

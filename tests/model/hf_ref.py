@@ -26,7 +26,11 @@ that scripts/install-hf.sh prints).
       Compare the logits `dsc generate --trace` recorded (greedy, one prompt of ids PROMPT) with
       the model's own at the same positions; prints "trace <tokens equal 0|1> <worst rel error>".
 
-Float32 on the CPU throughout.
+  hf_ref.py info MODEL
+      What transformers makes of the folder's config.json: "version <transformers> dtype <config
+      dtype> rope <type> <theta>" (the config's own dtype, not a load's).
+
+Float32 on the CPU throughout. Runs under transformers 4.44 (the suite's venv) and 5.x.
 """
 import json
 import sys
@@ -62,8 +66,13 @@ def read_ids(path):
     return torch.tensor(rows, dtype=torch.long)
 
 
+MAJOR = int(transformers.__version__.split(".")[0])
+# transformers 5 renamed from_pretrained's torch_dtype to dtype and always writes safetensors.
+DTYPE_KW = "dtype" if MAJOR >= 5 else "torch_dtype"
+
+
 def load(path):
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, **{DTYPE_KW: torch.float32})
     model.eval()
     return model
 
@@ -79,7 +88,7 @@ def make(argv):
     dtype = opts.get("--dtype", "float32")
     if dtype != "float32":
         model = model.to(getattr(torch, dtype))
-    kw = {"safe_serialization": True}
+    kw = {} if MAJOR >= 5 else {"safe_serialization": True}
     if "--shard-size" in opts:
         kw["max_shard_size"] = opts["--shard-size"]
     model.save_pretrained(out, **kw)
@@ -168,8 +177,20 @@ def trace(argv):
     print(f"trace {equal} {worst:.3g}")
 
 
+def info(argv):
+    cfg = transformers.AutoConfig.from_pretrained(argv[0])
+    dtype = getattr(cfg, "dtype", None) if MAJOR >= 5 else cfg.torch_dtype
+    rope = getattr(cfg, "rope_parameters", None) if MAJOR >= 5 else None
+    if rope is None:  # 4.x: rope_theta and rope_scaling
+        scaling = getattr(cfg, "rope_scaling", None) or {}
+        rope = {"rope_type": scaling.get("rope_type", scaling.get("type", "default")),
+                "rope_theta": getattr(cfg, "rope_theta", None)}
+    print(f"version {transformers.__version__} dtype {str(dtype).replace('torch.', '')} "
+          f"rope {rope.get('rope_type')} {rope.get('rope_theta')}")
+
+
 if __name__ == "__main__":
-    cmds = {"make": make, "loss": loss, "logits": logits, "greedy": greedy, "grads": grads,
+    cmds = {"info": info, "make": make, "loss": loss, "logits": logits, "greedy": greedy, "grads": grads,
             "trace": trace}
     if len(sys.argv) < 3 or sys.argv[1] not in cmds:
         sys.exit(__doc__)

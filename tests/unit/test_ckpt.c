@@ -622,7 +622,10 @@ static void test_attachments_and_export_hf(void **state) {
     assert_int_equal(dsc_ckpt_export_hf(dir, NULL, out, "fp32", 64), DSC_OK);
     snprintf(p, sizeof p, "%s/config.json", out);
     read_text(p, text, sizeof text);
-    assert_string_equal(text, cfg);
+    // The attached fields, and the weights' type in both transformers spellings.
+    assert_non_null(strstr(text, "\"architectures\": [\n    \"GPT2LMHeadModel\"\n  ]"));
+    assert_non_null(strstr(text, "\"torch_dtype\": \"float32\""));
+    assert_non_null(strstr(text, "\"dtype\": \"float32\""));
     snprintf(p, sizeof p, "%s/tokenizer.json", out);
     read_text(p, text, sizeof text);
     assert_string_equal(text, "{}");
@@ -641,6 +644,14 @@ static void test_attachments_and_export_hf(void **state) {
     dsc_hf_weights_close(hw);
     free(got);
     free(w);
+
+    // A bf16 export says so (transformers would otherwise load it as float32).
+    path_of(out, sizeof out, "hf-out-bf16");
+    assert_int_equal(dsc_ckpt_export_hf(dir, NULL, out, "bf16", 0), DSC_OK);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    read_text(p, text, sizeof text);
+    assert_non_null(strstr(text, "\"torch_dtype\": \"bfloat16\""));
+    assert_non_null(strstr(text, "\"dtype\": \"bfloat16\""));
 
     // A damaged attachment fails verification, naming the file.
     char tag[DSC_CKPT_TAG_MAX];

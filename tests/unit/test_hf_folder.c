@@ -178,6 +178,145 @@ static void test_config_errors(void **state) {
     expect_error(dsc_hf_config_read("/nonexistent-dir", &c), "/nonexistent-dir");
 }
 
+// ---- the transformers 4 and 5 spellings ----
+
+#define LLAMA_SHAPE "\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, " \
+    "\"intermediate_size\": 90, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
+    "\"max_position_embeddings\": 256, \"vocab_size\": 300, "
+
+// The same model in each spelling reads the same, field for field.
+static void spellings_equal(const char *v4, const char *v5) {
+    dsc_hf_config a, b;
+    assert_int_equal(dsc_hf_config_parse(v4, "v4/config.json", &a), DSC_OK);
+    if (dsc_hf_config_parse(v5, "v5/config.json", &b) != DSC_OK) fail_msg("%s", dsc_last_error());
+    assert_memory_equal(&a, &b, sizeof a);
+}
+
+static void test_spellings(void **state) {
+    (void)state;
+    spellings_equal("{" LLAMA_SHAPE "\"rope_theta\": 1000000.0, \"torch_dtype\": \"bfloat16\"}",
+                    "{" LLAMA_SHAPE "\"rope_parameters\": {\"rope_theta\": 1000000.0, "
+                    "\"rope_type\": \"default\"}, \"dtype\": \"bfloat16\", \"layer_types\": "
+                    "[\"full_attention\", \"full_attention\"]}");
+    spellings_equal("{" LLAMA_SHAPE "\"rope_theta\": 500000.0, \"rope_scaling\": {\"type\": "
+                    "\"linear\", \"factor\": 4.0}}",
+                    "{" LLAMA_SHAPE "\"rope_parameters\": {\"rope_theta\": 500000.0, "
+                    "\"rope_type\": \"linear\", \"factor\": 4.0}}");
+    const char *llama3 = "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                         "\"original_max_position_embeddings\": 64";
+    char v4[1024], v5[1024], both[1024];
+    snprintf(v4, sizeof v4, "{" LLAMA_SHAPE "\"rope_theta\": 500000.0, \"rope_scaling\": "
+             "{\"rope_type\": \"llama3\", %s}}", llama3);
+    snprintf(v5, sizeof v5, "{" LLAMA_SHAPE "\"rope_parameters\": {\"rope_type\": \"llama3\", "
+             "\"rope_theta\": 500000.0, %s}}", llama3);
+    spellings_equal(v4, v5);
+    // Both spellings at once, agreeing (what dsc's writer puts out).
+    snprintf(both, sizeof both, "{" LLAMA_SHAPE "\"rope_theta\": 500000.0, \"rope_scaling\": "
+             "{\"rope_type\": \"llama3\", %s}, \"rope_parameters\": {\"rope_type\": \"llama3\", "
+             "\"rope_theta\": 500000.0, %s}, \"torch_dtype\": \"float32\", \"dtype\": "
+             "\"float32\"}", llama3, llama3);
+    dsc_hf_config c;
+    assert_int_equal(dsc_hf_config_parse(both, "both", &c), DSC_OK);
+    assert_string_equal(c.rope_type, "llama3");
+    assert_int_equal(c.rope_orig_max, 64);
+    // One rope object per kind of layer, alike.
+    spellings_equal("{" LLAMA_SHAPE "\"rope_theta\": 20000.0}",
+                    "{" LLAMA_SHAPE "\"rope_parameters\": {\"full_attention\": {\"rope_type\": "
+                    "\"default\", \"rope_theta\": 20000.0}}}");
+    // The Qwen2 folder: RoPE base 1e6 only inside rope_parameters.
+    const char *qwen = "\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                       "\"num_hidden_layers\": 2, \"intermediate_size\": 40, \"vocab_size\": 77, "
+                       "\"max_window_layers\": 28, \"use_sliding_window\": false, ";
+    snprintf(v4, sizeof v4, "{%s\"rope_theta\": 1000000.0, \"sliding_window\": 4096}", qwen);
+    snprintf(v5, sizeof v5, "{%s\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": "
+             "\"default\"}, \"sliding_window\": null, \"layer_types\": [\"full_attention\", "
+             "\"full_attention\"], \"transformers_version\": \"5.17.0\"}", qwen);
+    spellings_equal(v4, v5);
+    assert_int_equal(dsc_hf_config_parse(v5, "v5", &c), DSC_OK);
+    assert_true(c.rope_theta == 1e6);
+}
+
+static void test_spelling_conflicts(void **state) {
+    (void)state;
+    dsc_hf_config c;
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_theta\": 10000.0, "
+                                     "\"rope_parameters\": {\"rope_theta\": 1000000.0}}", "x",
+                                     &c),
+                 "rope_parameters.rope_theta is 1e+06");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_scaling\": {\"rope_type\": "
+                                     "\"linear\", \"factor\": 2.0}, \"rope_parameters\": "
+                                     "{\"rope_type\": \"linear\", \"factor\": 4.0}}", "x", &c),
+                 "rope_parameters says rope_type \"linear\" factor 4");
+    // rope_scaling null says "default" as plainly as an object would.
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_scaling\": null, \"rope_parameters\": "
+                                     "{\"rope_type\": \"linear\", \"factor\": 4.0}}", "x", &c),
+                 "rope_scaling says rope_type \"default\"");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"torch_dtype\": \"float32\", \"dtype\": "
+                                     "\"bfloat16\"}", "x", &c), "torch_dtype is \"float32\"");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_parameters\": {\"rope_type\": "
+                                     "\"llama3\", \"factor\": 8.0}}", "x", &c),
+                 "no \"low_freq_factor\"");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_scaling\": {\"rope_type\": "
+                                     "\"linear\"}}", "x", &c), "no \"factor\"");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_parameters\": {\"full_attention\": "
+                                     "{\"rope_theta\": 1e4}, \"sliding_attention\": "
+                                     "{\"rope_theta\": 1e6}}}", "x", &c), "every layer alike");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"layer_types\": [\"full_attention\"]}",
+                                     "x", &c), "one entry per layer (2)");
+    expect_error(dsc_hf_config_parse("{" LLAMA_SHAPE "\"layer_types\": [\"full_attention\", "
+                                     "\"chunked_attention\"]}", "x", &c),
+                 "layer_types[1] is \"chunked_attention\"");
+    // Qwen2: max_window_layers 1 makes layer 1 slide; layer_types says it does not.
+    expect_error(dsc_hf_config_parse("{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": "
+                                     "32, \"num_attention_heads\": 4, \"num_hidden_layers\": 2, "
+                                     "\"use_sliding_window\": true, \"sliding_window\": 8, "
+                                     "\"max_window_layers\": 1, \"layer_types\": "
+                                     "[\"full_attention\", \"full_attention\"]}", "x", &c),
+                 "max_window_layers 1 makes layer 1 slide");
+}
+
+static void test_windows(void **state) {
+    (void)state;
+    dsc_hf_config c;
+    const char *q = "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 32, "
+                    "\"num_attention_heads\": 4, \"num_hidden_layers\": 4, \"use_sliding_window\": "
+                    "true, \"sliding_window\": 8, \"max_window_layers\": 3%s}";
+    char t[512];
+    snprintf(t, sizeof t, q, "");
+    assert_int_equal(dsc_hf_config_parse(t, "x", &c), DSC_OK);
+    assert_int_equal(c.sliding_window, 8);
+    assert_int_equal(c.n_sliding_layers, 1); // layer 3 only
+    snprintf(t, sizeof t, q, ", \"layer_types\": [\"full_attention\", \"full_attention\", "
+             "\"full_attention\", \"sliding_attention\"]");
+    assert_int_equal(dsc_hf_config_parse(t, "x", &c), DSC_OK);
+    assert_int_equal(c.n_sliding_layers, 1);
+    const char *m = "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 32, "
+                    "\"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
+                    "\"num_hidden_layers\": 3, \"sliding_window\": 16}";
+    assert_int_equal(dsc_hf_config_parse(m, "x", &c), DSC_OK);
+    assert_int_equal(c.n_sliding_layers, 3);
+    assert_int_equal(c.sliding_window, 16);
+}
+
+// The writer puts out both spellings, and each alone reads as the whole does.
+static void test_writer_spellings(void **state) {
+    (void)state;
+    dsc_hf_config a;
+    assert_int_equal(dsc_hf_config_parse("{" LLAMA_SHAPE "\"rope_theta\": 500000.0, "
+                                         "\"rope_scaling\": {\"rope_type\": \"linear\", "
+                                         "\"factor\": 4.0}, \"torch_dtype\": \"bfloat16\"}", "in",
+                                         &a), DSC_OK);
+    char *cfg, *gen;
+    assert_int_equal(dsc_hf_config_render(&a, &cfg, &gen), DSC_OK);
+    const char *want[] = {"\"rope_scaling\": {", "\"rope_parameters\": {", "\"rope_theta\": 500000",
+                          "\"torch_dtype\": \"bfloat16\"", "\"dtype\": \"bfloat16\""};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(cfg, want[i])) fail_msg("the written config.json lacks %s:\n%s", want[i], cfg);
+    free(cfg);
+    free(gen);
+}
+
 static void test_config_round_trip(void **state) {
     (void)state;
     const char *texts[] = {
@@ -391,6 +530,10 @@ int main(void) {
         cmocka_unit_test(test_qwen_mistral_defaults),
         cmocka_unit_test(test_qwen3_config),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_spellings),
+        cmocka_unit_test(test_spelling_conflicts),
+        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_writer_spellings),
         cmocka_unit_test_setup_teardown(test_config_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpt2_shape, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),

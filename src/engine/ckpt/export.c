@@ -2,9 +2,10 @@
 // DeepSpeed's zero_to_fp32.py): every parameter whole, under its Hugging Face name; or a Hugging
 // Face folder (the weights in save_pretrained's shards beside the checkpoint's attached
 // config.json and tokenizer files), written a tensor at a time.
-#include <stdio.h>  // snprintf
-#include <stdlib.h> // calloc, malloc, free
-#include <string.h> // strcmp
+#include <jansson.h> // json_*
+#include <stdio.h>   // snprintf
+#include <stdlib.h>  // calloc, malloc, free
+#include <string.h>  // strcmp, strlen
 
 #include "base/status.h"             // dsc__fail
 #include "dsc/checkpoint.h"          // dsc_ckpt_export
@@ -95,8 +96,46 @@ static dsc_status fill_param(void *user, int i, void *dst, size_t nbytes) {
     return DSC_OK;
 }
 
+// Reals in as few digits as give back the same doubles (12 mostly: "1e-05", not
+// "1.0000000000000001e-05"), up to the 17 that always do: the rewritten file loses nothing.
+static char *dumps_exact(const json_t *o) {
+    for (int p = 12; p <= 17; p++) {
+        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p));
+        json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+        bool same = back && json_equal(o, back);
+        json_decref(back);
+        if (same || p == 17 || !text) return text;
+        free(text);
+    }
+    return NULL;
+}
+
+// The attached config.json with the type the weights were written in, in both spellings
+// (transformers 4.44 reads "torch_dtype", 5.x "dtype"): a bf16 export that said float32 would be
+// loaded at twice its size, and one from a bf16 folder exported as fp32 the other way round.
+// *data is replaced by the new text (malloc'd).
+static dsc_status set_config_dtype(const char *src, bool bf16, char **data, size_t *n) {
+    json_error_t e;
+    json_t *o = json_loadb(*data, *n, JSON_REJECT_DUPLICATES, &e);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return dsc__fail(DSC_ERR_CORRUPT, "%s:%d:%d: %s (the checkpoint's attached config.json "
+                         "is not a JSON object; export the weights alone with --out FILE)", src,
+                         e.line, e.column, e.text);
+    }
+    const char *dtype = bf16 ? "bfloat16" : "float32";
+    json_object_set_new(o, "torch_dtype", json_string(dtype));
+    json_object_set_new(o, "dtype", json_string(dtype));
+    char *text = dumps_exact(o);
+    json_decref(o);
+    if (!text) return dsc__fail(DSC_ERR_OOM, "out of memory rewriting %s", src);
+    free(*data);
+    *data = text, *n = strlen(text);
+    return DSC_OK;
+}
+
 // Every attached file (config.json, generation_config.json, the tokenizer's) into out_dir.
-static dsc_status copy_attachments(const dsc_ckpt *ck, const char *out_dir) {
+static dsc_status copy_attachments(const dsc_ckpt *ck, const char *out_dir, bool bf16) {
     for (int i = 0; i < dsc_ckpt_num_attachments(ck); i++) {
         const char *name = dsc_ckpt_attachment_name(ck, i);
         char src[DSC_CKPT_PATH_MAX], dst[DSC_CKPT_PATH_MAX];
@@ -106,7 +145,9 @@ static dsc_status copy_attachments(const dsc_ckpt *ck, const char *out_dir) {
         if (!dsc_ckpt_attachment_path(ck, name, src, sizeof src))
             return dsc__fail(DSC_ERR_INVALID_ARG, "%s: path too long", name);
         DSC_TRY(dsc__ckpt_read_file(src, &data, &n));
-        dsc_status st = dsc__ckpt_write_file(dst, data, n, true);
+        dsc_status st = strcmp(name, "config.json") ? DSC_OK
+                                                   : set_config_dtype(src, bf16, &data, &n);
+        if (st == DSC_OK) st = dsc__ckpt_write_file(dst, data, n, true);
         free(data);
         DSC_TRY(st);
     }
@@ -138,7 +179,7 @@ static dsc_status export_hf(const dsc_ckpt *ck, const char *out_dir, bool bf16,
                                          fill_param, &h);
     free(h.tmp);
     free(ts);
-    if (st == DSC_OK) st = copy_attachments(ck, out_dir);
+    if (st == DSC_OK) st = copy_attachments(ck, out_dir, bf16);
     return st;
 }
 

@@ -261,6 +261,48 @@ static dsc_status refuse(const char *path, const char *field, const char *value,
                      path, field, value, supported);
 }
 
+// What a config.json says that dsc's Llama family does not compute, as a refusal naming the
+// field (the reader took care of the two spellings; this is about the values).
+static dsc_status check_hf(const char *path, const dsc_hf_config *h) {
+    char v[96];
+    if (strcmp(h->act, "silu") != 0) {
+        snprintf(v, sizeof v, "\"%s\"", h->act);
+        return refuse(path, "hidden_act", v, "\"silu\" (SwiGLU)");
+    }
+    if (h->mlp_bias) return refuse(path, "mlp_bias", "true", "MLPs without biases (false)");
+    if (h->o_bias)
+        return refuse(path, "attention_bias", "true",
+                      "attention without biases (false; o_proj has no bias, Qwen2's q/k/v biases "
+                      "are its own)");
+    if (strcmp(h->rope_type, "default") && strcmp(h->rope_type, "linear") &&
+        strcmp(h->rope_type, "llama3")) {
+        snprintf(v, sizeof v, "\"%s\" (rope_scaling or rope_parameters)", h->rope_type);
+        return refuse(path, "rope_type", v,
+                      "no scaling (\"default\"), \"linear\" or \"llama3\"");
+    }
+    if (h->rope_partial != 1.0) {
+        snprintf(v, sizeof v, "%g", h->rope_partial);
+        return refuse(path, "partial_rotary_factor", v, "1 (the whole head rotates)");
+    }
+    if (h->n_sliding_layers > 0 && h->sliding_window < h->max_positions) {
+        snprintf(v, sizeof v, "%d (context %d, on %d of %d layers)", h->sliding_window,
+                 h->max_positions, h->n_sliding_layers, h->n_layer);
+        return refuse(path, "sliding_window", v,
+                      "full causal attention: no sliding window (null, Qwen2's "
+                      "use_sliding_window false, or no \"sliding_attention\" in layer_types), or "
+                      "one at least as long as max_position_embeddings");
+    }
+    if (h->attention_dropout != 0.0) {
+        snprintf(v, sizeof v, "%g", h->attention_dropout);
+        return refuse(path, "attention_dropout", v, "0 (dsc trains without dropout)");
+    }
+    if (h->head_dim % 2 != 0) {
+        snprintf(v, sizeof v, "%d", h->head_dim);
+        return refuse(path, "head_dim", v, "an even head size (rotary pairs)");
+    }
+    return DSC_OK;
+}
+
 static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void **cfg) {
     (void)o; // the folder's config.json decides vocabulary and context
     dsc_hf_config h;
@@ -268,37 +310,12 @@ static dsc_status config_from_hf(const char *path, const dsc_model_opts *o, void
     if (h.arch != DSC_HF_LLAMA && h.arch != DSC_HF_QWEN2 && h.arch != DSC_HF_MISTRAL &&
         h.arch != DSC_HF_QWEN3)
         return DSC_ERR_UNSUPPORTED;
-    char v[64];
-    if (strcmp(h.act, "silu") != 0) {
-        snprintf(v, sizeof v, "\"%s\"", h.act);
-        return refuse(path, "hidden_act", v, "\"silu\" (SwiGLU)");
-    }
-    if (h.mlp_bias) return refuse(path, "mlp_bias", "true", "MLPs without biases (false)");
-    if (h.o_bias)
-        return refuse(path, "attention_bias", "true",
-                      "attention without biases (false; o_proj has no bias, Qwen2's q/k/v biases "
-                      "are its own)");
+    DSC_TRY(check_hf(path, &h));
     if (h.arch == DSC_HF_QWEN3 && h.qkv_bias) // q/k/v only would be a model Qwen3 is not
         return refuse(path, "attention_bias", "true", "Qwen3 attention without biases (false)");
     int scaling = DSC_LLAMA_ROPE_NONE;
     if (!strcmp(h.rope_type, "linear")) scaling = DSC_LLAMA_ROPE_LINEAR;
     else if (!strcmp(h.rope_type, "llama3")) scaling = DSC_LLAMA_ROPE_LLAMA3;
-    else if (strcmp(h.rope_type, "default") != 0) {
-        snprintf(v, sizeof v, "\"%s\"", h.rope_type);
-        return refuse(path, "rope_scaling.rope_type", v,
-                      "no rope_scaling, \"default\", \"linear\" or \"llama3\"");
-    }
-    if (h.sliding_window > 0 && h.sliding_window < h.max_positions) {
-        snprintf(v, sizeof v, "%d (context %d)", h.sliding_window, h.max_positions);
-        return refuse(path, "sliding_window", v,
-                      "full causal attention: no sliding window (null, or Qwen2's "
-                      "use_sliding_window false), or one at least as long as "
-                      "max_position_embeddings");
-    }
-    if (h.head_dim % 2 != 0) {
-        snprintf(v, sizeof v, "%d", h.head_dim);
-        return refuse(path, "head_dim", v, "an even head size (rotary pairs)");
-    }
     dsc_llama_config c = {.n_layer = h.n_layer,
                           .hidden = h.hidden,
                           .n_head = h.n_head,
