@@ -101,13 +101,38 @@ static dsc_status default_data(trainer *t) {
     return DSC_OK;
 }
 
+// The data's dataset.json in *out (NULL when there is none). One that is there must be read: a
+// file that is not valid JSON (or not a JSON object) would otherwise pass for an absent one, and
+// the model would be built with GPT-2's vocabulary.
+static dsc_status read_dataset_json(const char *path, json_t **out) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return DSC_OK;
+    FILE *f;
+    DSC_TRY(dsc_fopen_regular(path, &f));
+    json_error_t e;
+    json_t *j = json_loadf(f, 0, &e);
+    fclose(f);
+    if (!j)
+        return dsc_fail(DSC_ERR_CORRUPT, "%s:%d:%d: not valid JSON: %s; fix the file, or prepare "
+                        "the data again with `dsc data prepare`", path, e.line, e.column, e.text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return dsc_fail(DSC_ERR_CORRUPT, "%s: expected a JSON object such as {\"tokenizer\": "
+                        "\"byte\", \"vocab_size\": 256}; fix the file, or prepare the data again "
+                        "with `dsc data prepare`", path);
+    }
+    *out = j;
+    return DSC_OK;
+}
+
 // dataset.json names the tokenizer; shards without one are taken as GPT-2 tokens (llm.c's).
 static dsc_status open_tokenizer(trainer *t, int *vocab) {
     *vocab = 50257; // GPT-2's, unless dataset.json says otherwise
     char path[4200];
     snprintf(path, sizeof path, "%s/dataset.json", t->data_dir);
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
+    json_t *j;
+    DSC_TRY(read_dataset_json(path, &j));
     const char *spec = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
     json_t *vs = j ? json_object_get(j, "vocab_size") : NULL;
     // Range-checked before the narrowing: 2^32 + 256 would otherwise pass as 256.
@@ -528,8 +553,10 @@ static dsc_status ckpt_resume(trainer *t) {
 
 // A file attached as it is under name; one that is absent is skipped.
 static dsc_status attach_file(trainer *t, const char *path, const char *name) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return DSC_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return DSC_OK;
+    FILE *f;
+    DSC_TRY(dsc_fopen_regular(path, &f)); // a FIFO in its place would hang the save
     char *buf = NULL;
     size_t cap = 0, n = 0;
     for (size_t got = 1; got > 0; n += got) {

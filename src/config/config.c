@@ -16,6 +16,7 @@
 #include <string.h>  // strcmp, strlen, memset
 #include <strings.h> // strncasecmp
 
+#include "base/io.h"       // dsc__fopen_regular
 #include "base/log.h"      // DSC_WARN
 #include "base/status.h"   // dsc__fail
 #include "config/elastic.h" // dsc__elastic_*
@@ -724,8 +725,11 @@ static dsc_status load_text(dsc_config *cfg, const char *text, size_t len, const
 
 dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_size,
                                 dsc_config_warn_fn warn, void *user) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsc__fail(DSC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        dsc__error_prefix("config: ");
+        return DSC_ERR_IO;
+    }
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     while (buf) {

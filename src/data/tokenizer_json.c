@@ -10,8 +10,10 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // calloc, free, malloc
 #include <string.h>  // memcmp, memcpy, strcmp, strerror, strlen, strrchr
+#include <sys/stat.h> // stat
 
 #include "base/hash.h"           // dsc_hash64
+#include "base/io.h"             // dsc__fopen_regular
 #include "base/status.h"         // dsc__fail, DSC_TRY
 #include "data/pretok.h"         // dsc__pretok_*
 #include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder_*
@@ -424,7 +426,9 @@ static dsc_status config_load(dsc_tokenizer *t, const char *file) {
     else snprintf(path, sizeof path, "tokenizer_config.json");
     json_error_t err;
     json_t *cfg = NULL;
-    FILE *f = fopen(path, "rb"); // optional: absent means no settings
+    FILE *f = NULL;
+    struct stat sb; // optional: absent means no settings; present, it must be a file
+    if (stat(path, &sb) == 0) DSC_TRY(dsc__fopen_regular(path, &f));
     if (f) {
         cfg = json_loadf(f, 0, &err);
         fclose(f);
@@ -490,10 +494,13 @@ static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, const uint8_t *
 
 dsc_status dsc__tokjson_load(dsc_tokenizer *t, const char *file) {
     json_error_t err;
-    json_t *root = json_load_file(file, 0, &err);
+    FILE *f;
+    DSC_TRY(dsc__fopen_regular(file, &f));
+    json_t *root = json_loadf(f, 0, &err);
+    fclose(f);
     if (!root)
-        return dsc__fail(errno == ENOENT ? DSC_ERR_IO : DSC_ERR_CORRUPT, "%s: %s (line %d); "
-                         "expected a Hugging Face tokenizer.json", file, err.text, err.line);
+        return dsc__fail(DSC_ERR_CORRUPT, "%s: %s (line %d); expected a Hugging Face "
+                         "tokenizer.json", file, err.text, err.line);
     dsc_status st = DSC_OK;
     t->json = calloc(1, sizeof *t->json);
     if (!t->json) {

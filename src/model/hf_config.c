@@ -9,6 +9,7 @@
 #include <string.h>  // strcmp, strerror
 #include <sys/stat.h> // stat, S_ISDIR
 
+#include "base/io.h"     // dsc__fopen_regular
 #include "base/status.h" // dsc__fail, DSC_TRY
 
 static const struct {
@@ -280,10 +281,8 @@ dsc_status dsc_hf_config_read(const char *dir, dsc_hf_config *out) {
         snprintf(path, sizeof path, "%s/config.json", dir);
     else
         snprintf(path, sizeof path, "%s", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s (a Hugging Face model folder holds "
-                         "config.json beside its weights)", path, strerror(errno));
+    FILE *f;
+    DSC_TRY(dsc__fopen_regular(path, &f)); // a Hugging Face folder holds config.json
     json_error_t e;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
     fclose(f);
