@@ -781,6 +781,19 @@ static dsc_status count_targets(trainer *t) {
     return DSC_OK;
 }
 
+// A loss that is not finite without fp16's loss scaler (which skips such a step and lowers the
+// scale) cannot be trained on: the update it drives would make every weight NaN. Stop with an
+// error rather than run on and exit 0 with "loss": null lines; checkpoints already written stay.
+static dsc_status check_loss(const trainer *t, int64_t step, double loss) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    if (isfinite(loss) || cfg->fp16.enabled) return DSC_OK;
+    return dsc_fail(DSC_ERR_INVALID_ARG, "step %lld: the training loss is %s; stopping (only "
+                    "fp16's loss scaler skips such steps). The weights diverged or the data "
+                    "overflowed: lower optimizer.params.lr, set gradient_clipping, or check the "
+                    "data, then start again or continue from an earlier checkpoint with --resume",
+                    (long long)step, isnan(loss) ? "NaN" : "infinite");
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_model_flops_per_token(t->model, t->T);
@@ -825,6 +838,7 @@ static dsc_status train_loop(trainer *t) {
         }
         double loss = loss_sum / t->gas;
         if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
+        DSC_TRY(check_loss(t, step, loss)); // the same mean on every rank: all stop together
         if ((st = count_targets(t)) != DSC_OK) goto fault;
         double dt = dsc_now() - t0;
         tokens += tokens_step;

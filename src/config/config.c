@@ -588,6 +588,34 @@ static void warn_no_effect(parse_ctx *c) {
     }
 }
 
+// The optimizer's hyperparameters within the domains torch.optim checks (DeepSpeed's own fused
+// optimizers check none of them, and a run with a beta outside [0, 1) goes to NaN). Keys the
+// table bounds already (lr, eps, weight_decay, momentum >= 0) are not repeated here.
+static dsc_status check_optimizer(parse_ctx *c) {
+    const dsc_config *cfg = c->cfg;
+    const char *type = cfg->optimizer.type;
+    bool adam = !strcmp(type, "adam") || !strcmp(type, "adamw"), lion = !strcmp(type, "lion");
+    for (int k = 0; k < 2 && (adam || lion); k++) {
+        double b = cfg->optimizer.betas[k];
+        // Adam divides by 1 - beta^t (zero at beta 1); Lion's interpolation takes beta = 1
+        if (b >= 0 && (b < 1 || (lion && b == 1))) continue;
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: optimizer.params.betas [%g, %g]: beta%d = %g "
+                         "is outside [0, %s (torch.optim rejects it; the moments would diverge "
+                         "to NaN); use values such as [0.9, 0.999]", c->source,
+                         cfg->optimizer.betas[0], cfg->optimizer.betas[1], k + 1, b,
+                         lion ? "1]" : "1)");
+    }
+    if (adam && cfg->optimizer.eps == 0)
+        warnf(c, "config %s: optimizer.params.eps is 0: a parameter whose gradient is zero gets "
+              "0/0 = NaN from Adam (torch accepts it; DeepSpeed's default is 1e-8)", c->source);
+    if (!strcmp(type, "sgd") && cfg->optimizer.nesterov &&
+        (cfg->optimizer.momentum <= 0 || cfg->optimizer.dampening != 0))
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: optimizer.params.nesterov needs momentum > 0 "
+                         "and dampening 0 (torch.optim.SGD rejects it); got momentum %g, dampening "
+                         "%g", c->source, cfg->optimizer.momentum, cfg->optimizer.dampening);
+    return DSC_OK;
+}
+
 static dsc_status check_rules(parse_ctx *c) {
     dsc_config *cfg = c->cfg;
     DSC_TRY(check_spellings(c));
@@ -610,6 +638,7 @@ static dsc_status check_rules(parse_ctx *c) {
         cfg->optimizer.max_grad_norm = 0;
     }
     check_types(c);
+    DSC_TRY(check_optimizer(c));
     if (cfg->vocabulary_size % 8)
         warnf(c, "config %s: vocabulary_size %lld is not a multiple of 8, which slows tensor "
               "cores (DeepSpeed warns too)", c->source, (long long)cfg->vocabulary_size);

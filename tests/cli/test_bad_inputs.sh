@@ -55,6 +55,15 @@ expect 1 "ds.json is a FIFO" -- run config check "$T/fifo/ds.json"
 expect 1 "ds.json is a FIFO" -- run train --config "$T/fifo/ds.json" --data "$T/d" "${small[@]}" --out "$T/r5"
 expect 1 "is a FIFO" -- run data prepare --input "$T/fifo/prompts.txt" --out "$T/p"
 
+# ---- optimizer values out of their domain; a NaN loss in fp32 ----
+printf '{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [1.5, -0.2]}}}\n' > "$T/betas.json"
+expect 1 "optimizer.params.betas [1.5, -0.2]: beta1 = 1.5 is outside [0, 1)" -- run config check "$T/betas.json"
+expect 1 "optimizer.params.betas" -- run train --config "$T/betas.json" --data "$T/d" "${small[@]}" --out "$T/r7"
+printf '{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e6}}}\n' > "$T/lr.json"
+expect 1 "the training loss is NaN; stopping" -- \
+  run train --config "$T/lr.json" --data "$T/d" "${small[@]}" --max-steps 8 --out "$T/r8"
+check "no step with a null loss in metrics.jsonl" -- bash -c "! grep -q '\"loss\": null' '$T/r8/metrics.jsonl'"
+
 # ---- --eval-batches 0 ----
 expect 2 "--eval-batches 0: expected a whole number in 1.." -- \
   run train --data "$T/d" --model d2 --seq-len 32 --max-steps 1 --eval-batches 0 --out "$T/r6"
