@@ -989,14 +989,33 @@ static void trainer_free(trainer *t) {
     free(t->pos);
 }
 
+// An error before the first step (config, output paths, ports, data, model files) is no fault
+// of the ranks to degrade around: the error is said first (dsc launch may stop this process as
+// soon as the others have heard), then the other ranks are told, so they stop within
+// milliseconds with it instead of waiting comm_timeout_s and training on without this rank.
+static int startup_failed(trainer *t) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", dsc_last_error());
+    fprintf(stderr, "dsc train: error: %s\n", why);
+    fflush(stderr);
+    dsc_engine_abort(t->eng, why);
+    ckpt_finish(t, DSC_ERR_ABORTED);
+    trainer_free(t);
+    // One process alone keeps the plain error code; a rank of several tells the launcher.
+    const char *ws = getenv("WORLD_SIZE");
+    return ws && strtol(ws, NULL, 10) > 1 ? DSC_EXIT_STARTUP : 1;
+}
+
 int dsc__train_run(const train_opts *o) {
     trainer t = {.o = o};
     char run_dir[4096];
     dsc_status st = trainer_setup(&t, run_dir, sizeof run_dir);
-    if (st == DSC_OK) st = train_loop(&t);
+    if (st != DSC_OK) return startup_failed(&t);
+    st = train_loop(&t);
     st = ckpt_finish(&t, st);
     if (st == DSC_OK && !t.ck_stop) train__sample_text(&t);
     trainer_free(&t);
+    if (st == DSC_ERR_ABORTED) t.exit_code = DSC_EXIT_STARTUP; // another rank could not start
     if (st != DSC_OK) {
         fprintf(stderr, "dsc train: error: %s\n", dsc_last_error());
         return t.exit_code ? t.exit_code : 1;
