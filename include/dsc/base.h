@@ -5,6 +5,8 @@
 #ifndef DSC_BASE_H
 #define DSC_BASE_H
 
+#include <stdio.h> // FILE
+
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
@@ -32,6 +34,18 @@ const char *dsc_env(const char *name);
 // naming the directory that could not be made or exists as something else; DSC_ERR_INVALID_ARG
 // for a path longer than 4095 bytes.
 dsc_status dsc_mkdirs(const char *path);
+
+// ---- reading files ----
+
+// Open path for reading, refusing whatever is not a regular file (after symbolic links) before
+// anything waits on it: a FIFO or a socket would block the first read (or the open itself) for
+// ever, a device may never end, and a directory fails later with an obscure reason ("No such
+// device" from mmap). DSC_ERR_IO naming the path: "PATH is a directory", "PATH is a FIFO (named
+// pipe), not a regular file", ..., or why it cannot be opened. *fd is close-on-exec, caller
+// closes; -1 on failure.
+dsc_status dsc_open_regular(const char *path, int *fd);
+// The same as a stdio stream ("rb"), caller fcloses; NULL on failure.
+dsc_status dsc_fopen_regular(const char *path, FILE **f);
 
 #ifdef __cplusplus
 }

@@ -177,6 +177,19 @@ dsc_status dsc_engine_full_param(dsc_engine *eng, int i, float *out);
 
 // The exit code with which a rank asks `dsc launch --max_restarts` to restart the job.
 #define DSC_FT_EXIT_RESTART 75
+// The exit code of a rank of several that could not start (an error before its first step:
+// config, output paths, ports, data, model files), and of the ranks it stopped: `dsc launch`
+// stops every rank at once and restarts nothing, whatever fault_tolerance.on_failure says (BSD's
+// EX_CONFIG). `dsc train` alone (one process) exits 1 as for any other error.
+#define DSC_EXIT_STARTUP 78
+
+// This rank stops for good with an error of its own that no recovery can mend, such as one in
+// its set-up before the first step. The engine's communicator is aborted with DSC_ERR_ABORTED
+// and "rank R stopped: <reason>", so that the other ranks' operations fail at once (shm: within
+// about 10 ms) and their dsc_engine_recover stops them (DSC_FT_ABORT, that message) instead of
+// waiting comm_timeout_s for this rank and continuing without it. Call it before
+// dsc_engine_destroy; a no-op for NULL or one rank.
+void dsc_engine_abort(dsc_engine *eng, const char *reason);
 
 // Call at the start of every optimizer step, before its first micro-step (data loading
 // included). Arms the step deadline (fault_tolerance.step_timeout_s) that a watchdog thread

@@ -24,6 +24,7 @@ extern "C" {
 #define DSC_LAUNCH_DEFAULT_PORT 29500
 #define DSC_LAUNCH_DEFAULT_HOSTFILE "/job/hostfile"
 #define DSC_LAUNCH_EXIT_RESTART 75 // a rank asking for a restart (fault tolerance's policy)
+#define DSC_LAUNCH_EXIT_STARTUP 78 // a rank that could not start: stop all, never restart
 
 typedef struct dsc_launch_opts {
     int num_nodes;             // hosts to use (first N of the hostfile); -1: all

@@ -92,6 +92,15 @@ dsc_status dsc_monitor_create(dsc_monitor **out, const dsc_config *cfg, const ch
 // Batch sizes are not resolved (the monitor needs none), so a file without them is fine.
 dsc_status dsc_monitor_create_from_config(dsc_monitor **out, const char *config_path);
 
+// What can be told of the config's monitor sections before a run, creating nothing (`dsc config
+// check`): an output_path (tensorboard, csv_monitor) where some existing part of
+// <output_path>/<job_name> is not a directory, or whose first missing part could not be created
+// in its parent, is an error naming the key, as dsc_monitor_create's would be; a prometheus.port
+// that something listens on now is a warning through warn (it may be free again by the run).
+// An empty output_path (the run directory) is not checked.
+dsc_status dsc_monitor_check_config(const dsc_config *cfg,
+                                    void (*warn)(void *user, const char *message), void *user);
+
 // Flush and close every sink, stop the HTTP server. NULL is a no-op.
 void dsc_monitor_destroy(dsc_monitor *m);
 

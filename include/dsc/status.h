@@ -21,7 +21,9 @@ typedef enum dsc_status {
     DSC_ERR_MPI = 10,
     DSC_ERR_CORRUPT = 11,    // data failed a format or checksum check
     DSC_ERR_INTERNAL = 12,   // a broken invariant: a bug in dsc
-    DSC_ERR_UNSUPPORTED = 13 // asked for something this build or version does not do
+    DSC_ERR_UNSUPPORTED = 13, // asked for something this build or version does not do
+    DSC_ERR_ABORTED = 14     // another rank stopped the job with an error of its own
+                             // (dsc_engine_abort): not a fault to recover from
 } dsc_status;
 
 // Short stable name of a status code ("DSC_ERR_CONFIG").

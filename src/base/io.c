@@ -2,10 +2,11 @@
 #include "base/io.h"
 
 #include <errno.h>    // errno, EINTR, ENOSPC, EEXIST
+#include <fcntl.h>    // open, fcntl, O_*
 #include <stdio.h>    // snprintf
 #include <string.h>   // strerror, strlen, memcpy
 #include <sys/stat.h> // mkdir, stat
-#include <unistd.h>   // write
+#include <unistd.h>   // write, close
 
 #include "base/status.h" // dsc__fail
 
@@ -41,6 +42,47 @@ dsc_status dsc__write_all(int fd, const void *buf, size_t n, const char *path) {
         }
         p += w;
         n -= (size_t)w;
+    }
+    return DSC_OK;
+}
+
+// What a file that is not a regular one is, for the message.
+static const char *not_regular(mode_t m) {
+    if (S_ISDIR(m)) return "is a directory";
+    if (S_ISFIFO(m)) return "is a FIFO (named pipe), not a regular file";
+    if (S_ISSOCK(m)) return "is a socket, not a regular file";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "is a device, not a regular file";
+    return "is not a regular file";
+}
+
+dsc_status dsc_open_regular(const char *path, int *out) {
+    *out = -1;
+    struct stat sb;
+    // stat before open: opening a FIFO for reading waits for a writer, a device may act on open
+    if (stat(path, &sb) != 0)
+        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return dsc__fail(DSC_ERR_IO, "%s %s", path, not_regular(sb.st_mode));
+    // O_NONBLOCK: the path may have been replaced by a FIFO since; fstat says what was opened
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return dsc__fail(DSC_ERR_IO, "%s %s", path, not_regular(sb.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    *out = fd;
+    return DSC_OK;
+}
+
+dsc_status dsc_fopen_regular(const char *path, FILE **out) {
+    *out = NULL;
+    int fd;
+    DSC_TRY(dsc_open_regular(path, &fd));
+    if (!(*out = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(e));
     }
     return DSC_OK;
 }

@@ -15,7 +15,7 @@ const char *dsc_status_name(dsc_status st) {
         "DSC_OK",          "DSC_ERR_INVALID_ARG", "DSC_ERR_CONFIG", "DSC_ERR_OOM",
         "DSC_ERR_IO",      "DSC_ERR_SYSTEM",      "DSC_ERR_TIMEOUT", "DSC_ERR_PEER",
         "DSC_ERR_CUDA",    "DSC_ERR_NCCL",        "DSC_ERR_MPI",     "DSC_ERR_CORRUPT",
-        "DSC_ERR_INTERNAL", "DSC_ERR_UNSUPPORTED",
+        "DSC_ERR_INTERNAL", "DSC_ERR_UNSUPPORTED", "DSC_ERR_ABORTED",
     };
     if ((unsigned)st < sizeof(names) / sizeof(names[0])) return names[st];
     return "DSC_ERR_UNKNOWN";

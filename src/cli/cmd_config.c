@@ -12,6 +12,7 @@
 #include "cli/plan.h"     // cli_memory_plan
 #include "cli/train.h"    // dsc__train_ckpt_key
 #include "dsc/config.h"   // dsc_config_*, dsc_config_write_doc
+#include "dsc/monitor.h"  // dsc_monitor_check_config
 
 static void print_warning(void *user, const char *msg) {
     int *count = user;
@@ -105,7 +106,9 @@ static int config_check(int argc, char **argv) {
     if (world && !cli_int("--world-size", world, 1, 1 << 24, &ws)) return 2;
     dsc_config cfg;
     int nwarn = 0;
-    if (dsc_config_load_file(&cfg, pos[0], (int)ws, print_warning, &nwarn) != DSC_OK) {
+    // the monitor's paths and port too: a run would otherwise stop on them only at its start
+    if (dsc_config_load_file(&cfg, pos[0], (int)ws, print_warning, &nwarn) != DSC_OK ||
+        dsc_monitor_check_config(&cfg, print_warning, &nwarn) != DSC_OK) {
         fprintf(stderr, "error: %s\n", dsc_last_error());
         return 1;
     }

@@ -12,6 +12,7 @@
 
 #include "cli/args.h"        // cli_parse, cli_int, cli_double
 #include "cli/commands.h"    // cmd_generate
+#include "dsc/base.h"        // dsc_fopen_regular
 #include "dsc/checkpoint.h"  // dsc_ckpt_*
 #include "dsc/data.h"        // dsc_tokenizer_*
 #include "dsc/generate.h"    // dsc_generate_run, dsc_generate_run_cuda, dsc_gen_*
@@ -219,10 +220,11 @@ static dsc_status add_prompt(prompts *ps, const char *s, size_t len) {
 
 static dsc_status read_prompts(const gen_cli *o, prompts *ps) {
     if (o->prompt) return add_prompt(ps, o->prompt, strlen(o->prompt));
-    FILE *f = fopen(o->prompt_file, "r");
-    if (!f)
-        return dsc_fail(DSC_ERR_IO, "--prompt-file %s: cannot open: %s", o->prompt_file,
-                        strerror(errno));
+    FILE *f;
+    if (dsc_fopen_regular(o->prompt_file, &f) != DSC_OK) {
+        dsc_error_prefix("--prompt-file: ");
+        return DSC_ERR_IO;
+    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;

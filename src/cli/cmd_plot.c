@@ -17,6 +17,8 @@
 
 #include "cli/args.h"     // cli_parse, cli_double
 #include "cli/commands.h" // cmd_plot
+#include "dsc/base.h"     // dsc_fopen_regular
+#include "dsc/status.h"   // dsc_last_error
 
 extern char **environ; // for posix_spawnp
 
@@ -134,10 +136,10 @@ static int load_run(const char *arg, run *r) {
     bool dir = stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode);
     if (dir) snprintf(path, sizeof path, "%s/metrics.jsonl", arg);
     else snprintf(path, sizeof path, "%s", arg);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "dsc plot: cannot read %s: %s; give a run directory (with metrics.jsonl, "
-                "as written by dsc train --out) or a .jsonl file\n", path, strerror(errno));
+    FILE *f;
+    if (dsc_fopen_regular(path, &f) != DSC_OK) {
+        fprintf(stderr, "dsc plot: %s; give a run directory (with metrics.jsonl, as written by "
+                "dsc train --out) or a .jsonl file\n", dsc_last_error());
         return 1;
     }
     char *line = NULL, *clean = NULL;

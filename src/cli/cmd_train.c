@@ -19,7 +19,7 @@ int cmd_train(int argc, char **argv) {
         {"--seed", "N", "seed of weights and data order (default 1337)", &seed, NULL},
         {"--out", "RUN_DIR", "where metrics.jsonl goes (default runs/<time>)", &o.out, NULL},
         {"--eval-every", "N", "validation loss every N steps, 0 = only at the end (default 50)", &every, NULL},
-        {"--eval-batches", "N", "micro-batches per validation (default 8)", &batches, NULL},
+        {"--eval-batches", "N", "micro-batches per validation, at least 1 (default 8)", &batches, NULL},
         {"--init-weights", "PATH", "start from these weights: a safetensors file, a Hugging Face folder or its model.safetensors.index.json (Hugging Face names), or none (default: the folder of --model hf:DIR, else the model's initialiser)", &o.init_weights, NULL},
         {"--dump-grads", "FILE", "write the first step's gradients, inputs, targets and loss (safetensors)", &o.dump_grads, NULL},
         {"--dump-weights", "FILE", "write the final fp32 weights (safetensors, Hugging Face names)", &o.dump_weights, NULL},
@@ -47,7 +47,7 @@ int cmd_train(int argc, char **argv) {
     if (steps && !cli_int("--max-steps", steps, 0, 1LL << 40, &o.max_steps)) return 2;
     if (seed && !cli_int("--seed", seed, 0, 1LL << 62, &o.seed)) return 2;
     if (every && !cli_int("--eval-every", every, 0, 1LL << 40, &o.eval_every)) return 2;
-    if (batches && !cli_int("--eval-batches", batches, 0, 1 << 20, &o.eval_batches)) return 2;
+    if (batches && !cli_int("--eval-batches", batches, 1, 1 << 20, &o.eval_batches)) return 2;
     if (sample && !cli_int("--sample-tokens", sample, 0, 1 << 20, &o.sample_tokens)) return 2;
     if (threads && !cli_int("--threads", threads, 1, 4096, &o.threads)) return 2;
     return dsc__train_run(&o);

@@ -102,13 +102,38 @@ static dsc_status default_data(trainer *t) {
     return DSC_OK;
 }
 
+// The data's dataset.json in *out (NULL when there is none). One that is there must be read: a
+// file that is not valid JSON (or not a JSON object) would otherwise pass for an absent one, and
+// the model would be built with GPT-2's vocabulary.
+static dsc_status read_dataset_json(const char *path, json_t **out) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return DSC_OK;
+    FILE *f;
+    DSC_TRY(dsc_fopen_regular(path, &f));
+    json_error_t e;
+    json_t *j = json_loadf(f, 0, &e);
+    fclose(f);
+    if (!j)
+        return dsc_fail(DSC_ERR_CORRUPT, "%s:%d:%d: not valid JSON: %s; fix the file, or prepare "
+                        "the data again with `dsc data prepare`", path, e.line, e.column, e.text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return dsc_fail(DSC_ERR_CORRUPT, "%s: expected a JSON object such as {\"tokenizer\": "
+                        "\"byte\", \"vocab_size\": 256}; fix the file, or prepare the data again "
+                        "with `dsc data prepare`", path);
+    }
+    *out = j;
+    return DSC_OK;
+}
+
 // dataset.json names the tokenizer; shards without one are taken as GPT-2 tokens (llm.c's).
 static dsc_status open_tokenizer(trainer *t, int *vocab) {
     *vocab = 50257; // GPT-2's, unless dataset.json says otherwise
     char path[4200];
     snprintf(path, sizeof path, "%s/dataset.json", t->data_dir);
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
+    json_t *j;
+    DSC_TRY(read_dataset_json(path, &j));
     const char *spec = j ? json_string_value(json_object_get(j, "tokenizer")) : NULL;
     json_t *vs = j ? json_object_get(j, "vocab_size") : NULL;
     // Range-checked before the narrowing: 2^32 + 256 would otherwise pass as 256.
@@ -593,8 +618,10 @@ static dsc_status ckpt_resume(trainer *t) {
 
 // A file attached as it is under name; one that is absent is skipped.
 static dsc_status attach_file(trainer *t, const char *path, const char *name) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return DSC_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return DSC_OK;
+    FILE *f;
+    DSC_TRY(dsc_fopen_regular(path, &f)); // a FIFO in its place would hang the save
     char *buf = NULL;
     size_t cap = 0, n = 0;
     for (size_t got = 1; got > 0; n += got) {
@@ -819,6 +846,19 @@ static dsc_status count_targets(trainer *t) {
     return DSC_OK;
 }
 
+// A loss that is not finite without fp16's loss scaler (which skips such a step and lowers the
+// scale) cannot be trained on: the update it drives would make every weight NaN. Stop with an
+// error rather than run on and exit 0 with "loss": null lines; checkpoints already written stay.
+static dsc_status check_loss(const trainer *t, int64_t step, double loss) {
+    const dsc_config *cfg = dsc_engine_config(t->eng);
+    if (isfinite(loss) || cfg->fp16.enabled) return DSC_OK;
+    return dsc_fail(DSC_ERR_INVALID_ARG, "step %lld: the training loss is %s; stopping (only "
+                    "fp16's loss scaler skips such steps). The weights diverged or the data "
+                    "overflowed: lower optimizer.params.lr, set gradient_clipping, or check the "
+                    "data, then start again or continue from an earlier checkpoint with --resume",
+                    (long long)step, isnan(loss) ? "NaN" : "infinite");
+}
+
 static dsc_status train_loop(trainer *t) {
     const dsc_config *cfg = dsc_engine_config(t->eng);
     double flops_tok = dsc_model_flops_per_token(t->model, t->T);
@@ -863,6 +903,7 @@ static dsc_status train_loop(trainer *t) {
         }
         double loss = loss_sum / t->gas;
         if ((st = dsc_engine_mean(t->eng, &loss, 1)) != DSC_OK) goto fault;
+        DSC_TRY(check_loss(t, step, loss)); // the same mean on every rank: all stop together
         if ((st = count_targets(t)) != DSC_OK) goto fault;
         double dt = dsc_now() - t0;
         tokens += tokens_step;
@@ -1016,14 +1057,33 @@ static void trainer_free(trainer *t) {
     free(t->pos);
 }
 
+// An error before the first step (config, output paths, ports, data, model files) is no fault
+// of the ranks to degrade around: the error is said first (dsc launch may stop this process as
+// soon as the others have heard), then the other ranks are told, so they stop within
+// milliseconds with it instead of waiting comm_timeout_s and training on without this rank.
+static int startup_failed(trainer *t) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", dsc_last_error());
+    fprintf(stderr, "dsc train: error: %s\n", why);
+    fflush(stderr);
+    dsc_engine_abort(t->eng, why);
+    ckpt_finish(t, DSC_ERR_ABORTED);
+    trainer_free(t);
+    // One process alone keeps the plain error code; a rank of several tells the launcher.
+    const char *ws = getenv("WORLD_SIZE");
+    return ws && strtol(ws, NULL, 10) > 1 ? DSC_EXIT_STARTUP : 1;
+}
+
 int dsc__train_run(const train_opts *o) {
     trainer t = {.o = o};
     char run_dir[4096];
     dsc_status st = trainer_setup(&t, run_dir, sizeof run_dir);
-    if (st == DSC_OK) st = train_loop(&t);
+    if (st != DSC_OK) return startup_failed(&t);
+    st = train_loop(&t);
     st = ckpt_finish(&t, st);
     if (st == DSC_OK && !t.ck_stop) train__sample_text(&t);
     trainer_free(&t);
+    if (st == DSC_ERR_ABORTED) t.exit_code = DSC_EXIT_STARTUP; // another rank could not start
     if (st != DSC_OK) {
         fprintf(stderr, "dsc train: error: %s\n", dsc_last_error());
         return t.exit_code ? t.exit_code : 1;

@@ -218,6 +218,9 @@ dsc_status shm__check_abort(shm *s, const char *what, char *msg) {
 
 // DSC_ERR_PEER when rank j left or died; `what` names the operation.
 dsc_status shm__check_peer(shm *s, int j, const char *what, char *msg) {
+    // A rank that aborted before it left or died gave its reason: that is the failure to report
+    dsc_status st = shm__check_abort(s, what, msg);
+    if (st != DSC_OK) return st;
     if (atomic_load(&s->ctrl[j].left)) {
         dsc__comm_msg(msg,
                  "rank %d: rank %d left (destroyed its communicator) during %s", s->rank, j, what);

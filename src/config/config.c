@@ -16,6 +16,7 @@
 #include <string.h>  // strcmp, strlen, memset
 #include <strings.h> // strncasecmp
 
+#include "base/io.h"       // dsc__fopen_regular
 #include "base/log.h"      // DSC_WARN
 #include "base/status.h"   // dsc__fail
 #include "config/elastic.h" // dsc__elastic_*
@@ -587,6 +588,34 @@ static void warn_no_effect(parse_ctx *c) {
     }
 }
 
+// The optimizer's hyperparameters within the domains torch.optim checks (DeepSpeed's own fused
+// optimizers check none of them, and a run with a beta outside [0, 1) goes to NaN). Keys the
+// table bounds already (lr, eps, weight_decay, momentum >= 0) are not repeated here.
+static dsc_status check_optimizer(parse_ctx *c) {
+    const dsc_config *cfg = c->cfg;
+    const char *type = cfg->optimizer.type;
+    bool adam = !strcmp(type, "adam") || !strcmp(type, "adamw"), lion = !strcmp(type, "lion");
+    for (int k = 0; k < 2 && (adam || lion); k++) {
+        double b = cfg->optimizer.betas[k];
+        // Adam divides by 1 - beta^t (zero at beta 1); Lion's interpolation takes beta = 1
+        if (b >= 0 && (b < 1 || (lion && b == 1))) continue;
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: optimizer.params.betas [%g, %g]: beta%d = %g "
+                         "is outside [0, %s (torch.optim rejects it; the moments would diverge "
+                         "to NaN); use values such as [0.9, 0.999]", c->source,
+                         cfg->optimizer.betas[0], cfg->optimizer.betas[1], k + 1, b,
+                         lion ? "1]" : "1)");
+    }
+    if (adam && cfg->optimizer.eps == 0)
+        warnf(c, "config %s: optimizer.params.eps is 0: a parameter whose gradient is zero gets "
+              "0/0 = NaN from Adam (torch accepts it; DeepSpeed's default is 1e-8)", c->source);
+    if (!strcmp(type, "sgd") && cfg->optimizer.nesterov &&
+        (cfg->optimizer.momentum <= 0 || cfg->optimizer.dampening != 0))
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: optimizer.params.nesterov needs momentum > 0 "
+                         "and dampening 0 (torch.optim.SGD rejects it); got momentum %g, dampening "
+                         "%g", c->source, cfg->optimizer.momentum, cfg->optimizer.dampening);
+    return DSC_OK;
+}
+
 static dsc_status check_rules(parse_ctx *c) {
     dsc_config *cfg = c->cfg;
     DSC_TRY(check_spellings(c));
@@ -609,6 +638,7 @@ static dsc_status check_rules(parse_ctx *c) {
         cfg->optimizer.max_grad_norm = 0;
     }
     check_types(c);
+    DSC_TRY(check_optimizer(c));
     if (cfg->vocabulary_size % 8)
         warnf(c, "config %s: vocabulary_size %lld is not a multiple of 8, which slows tensor "
               "cores (DeepSpeed warns too)", c->source, (long long)cfg->vocabulary_size);
@@ -724,8 +754,11 @@ static dsc_status load_text(dsc_config *cfg, const char *text, size_t len, const
 
 dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_size,
                                 dsc_config_warn_fn warn, void *user) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsc__fail(DSC_ERR_IO, "config %s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        dsc__error_prefix("config: ");
+        return DSC_ERR_IO;
+    }
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     while (buf) {

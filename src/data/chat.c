@@ -11,6 +11,7 @@
 #include <string.h>   // memcpy, strcmp, strerror, strlen, strncmp
 #include <sys/stat.h> // stat, S_ISDIR
 
+#include "base/io.h"     // dsc__fopen_regular
 #include "base/status.h" // dsc__fail, DSC_TRY
 
 enum { P_TEXT, P_ROLE, P_CONTENT }; // parts of a message's rendering
@@ -307,9 +308,11 @@ static dsc_status parse_items(ctx *c, const lexed *x, str *begin, str *end) {
 // ---- internal: loading ----
 
 static dsc_status slurp(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "chat template %s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        dsc__error_prefix("chat template: ");
+        return DSC_ERR_IO;
+    }
     str b = {0};
     char buf[4096];
     size_t n;
@@ -348,7 +351,10 @@ static const char *template_text(json_t *j) {
 // Parse the template of a tokenizer_config.json; not recognised: ChatML and a note.
 static dsc_status load_config(const char *path, dsc_chat_template **out, char *note, size_t cap) {
     json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
+    FILE *f;
+    DSC_TRY(dsc__fopen_regular(path, &f));
+    json_t *j = json_loadf(f, 0, &e);
+    fclose(f);
     if (!j) return dsc__fail(DSC_ERR_CORRUPT, "%s: line %d: %s", path, e.line, e.text);
     const char *text = template_text(j);
     dsc_status st = DSC_OK;

@@ -16,6 +16,7 @@
 #include <sys/stat.h> // fstat, lstat, mkdir, S_IS*
 #include <unistd.h>   // close, fsync, unlink, write
 
+#include "base/io.h"        // dsc__fopen_regular
 #include "base/log.h"       // DSC_INFO
 #include "base/status.h"    // dsc__fail, DSC_TRY, dsc_last_error
 #include "data/shard.h"     // dsc_shard_write
@@ -72,14 +73,15 @@ static dsc_status docs_add(doc_list *d, const char *name, char *text, size_t len
 }
 
 static dsc_status read_file(const char *path, char **text, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "input %s: cannot open: %s; check the path", path,
-                         strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        dsc__error_prefix("input: ");
+        return DSC_ERR_IO;
+    }
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fileno(f), &sb) != 0) {
         fclose(f);
-        return dsc__fail(DSC_ERR_IO, "input %s: not a regular file; pass text files", path);
+        return dsc__fail(DSC_ERR_IO, "input %s: %s", path, strerror(errno));
     }
     size_t n = (size_t)sb.st_size;
     char *buf = malloc(n + 1);

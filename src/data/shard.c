@@ -138,10 +138,11 @@ dsc_status dsc_shard_open(dsc_shard *s, const char *path) {
         return dsc__fail(DSC_ERR_INVALID_ARG, "data shard path is longer than %zu bytes: %.80s...",
                          sizeof s->path - 1, path);
     snprintf(s->path, sizeof s->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dsc__fail(DSC_ERR_IO, "data shard %s: cannot open: %s; check the path, or create "
-                         "shards with `dsc data prepare`", path, strerror(errno));
+    int fd;
+    if (dsc__open_regular(path, &fd) != DSC_OK) {
+        dsc__error_prefix("data shard: ");
+        return DSC_ERR_IO;
+    }
     dsc_status st = open_fd(s, fd);
     close(fd); // the mapping keeps the file alive
     if (st != DSC_OK) dsc_shard_close(s);

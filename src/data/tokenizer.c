@@ -10,7 +10,7 @@
 #include <unistd.h>  // access
 
 #include "base/hash.h"    // dsc_hash64
-#include "base/io.h"      // dsc__mkdirs
+#include "base/io.h"      // dsc__mkdirs, dsc__fopen_regular
 #include "base/log.h"     // DSC_WARN
 #include "base/status.h"  // dsc__fail, DSC_TRY
 #include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder
@@ -177,10 +177,12 @@ fail:
 static dsc_status load_vocab(dsc_tokenizer *t, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/vocab.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "tokenizer gpt2: cannot open %s: %s; the folder must hold "
-                         "GPT-2's vocab.json and merges.txt", path, strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        dsc__error_prefix("tokenizer gpt2 (the folder must hold GPT-2's vocab.json and "
+                          "merges.txt): ");
+        return DSC_ERR_IO;
+    }
     json_error_t err;
     json_t *vocab = json_loadf(f, 0, &err);
     fclose(f);
@@ -251,10 +253,12 @@ static dsc_status check_skipped(const char *path, long skipped, int32_t kept) {
 static dsc_status load_merges(dsc_tokenizer *t, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/merges.txt", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "tokenizer gpt2: cannot open %s: %s; the folder must hold "
-                         "GPT-2's vocab.json and merges.txt", path, strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        dsc__error_prefix("tokenizer gpt2 (the folder must hold GPT-2's vocab.json and "
+                          "merges.txt): ");
+        return DSC_ERR_IO;
+    }
     int16_t dec[BYTE_MAP_CPS];
     dsc__tok_byte_decoder(dec);
     // each merge creates a token: at most vocab_size merges

@@ -10,8 +10,10 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // calloc, free, malloc
 #include <string.h>  // memcmp, memcpy, strcmp, strerror, strlen, strrchr
+#include <sys/stat.h> // stat
 
 #include "base/hash.h"           // dsc_hash64
+#include "base/io.h"             // dsc__fopen_regular
 #include "base/status.h"         // dsc__fail, DSC_TRY
 #include "data/pretok.h"         // dsc__pretok_*
 #include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder_*
@@ -424,7 +426,9 @@ static dsc_status config_load(dsc_tokenizer *t, const char *file) {
     else snprintf(path, sizeof path, "tokenizer_config.json");
     json_error_t err;
     json_t *cfg = NULL;
-    FILE *f = fopen(path, "rb"); // optional: absent means no settings
+    FILE *f = NULL;
+    struct stat sb; // optional: absent means no settings; present, it must be a file
+    if (stat(path, &sb) == 0) DSC_TRY(dsc__fopen_regular(path, &f));
     if (f) {
         cfg = json_loadf(f, 0, &err);
         fclose(f);
@@ -491,11 +495,14 @@ static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, const uint8_t *
 dsc_status dsc__tokjson_load(dsc_tokenizer *t, const char *file) {
     // A file that cannot be opened is named with the system's reason (jansson would report it
     // at "line -1"); one that does not parse, with the line and column of the fault.
-    FILE *f = fopen(file, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s; expected a Hugging Face tokenizer.json "
-                         "(hf:DIR reads DIR/tokenizer.json)", file, strerror(errno));
     json_error_t err;
+    FILE *f;
+    if (dsc__fopen_regular(file, &f) != DSC_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        return dsc__fail(DSC_ERR_IO, "%s; expected a Hugging Face tokenizer.json (hf:DIR reads "
+                         "DIR/tokenizer.json)", why);
+    }
     json_t *root = json_loadf(f, 0, &err);
     fclose(f);
     if (!root)

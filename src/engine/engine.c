@@ -4,7 +4,7 @@
 #include <math.h>   // NAN
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv, strtol
-#include <string.h> // memset, memcpy
+#include <string.h> // memset, memcpy, strncmp
 
 #include "base/env.h"                   // dsc__env, DSC_ENV_*
 #include "base/log.h"                   // DSC_WARN, DSC_INFO
@@ -172,7 +172,10 @@ static dsc_status create_comm(dsc_engine *e) {
                         .world_size = e->world,
                         .timeout_s = e->cfg.fault_tolerance.comm_timeout_s};
     dsc_status st = dsc_comm_create(&e->comm, &co);
-    if (st != DSC_OK) dsc__error_prefix("rank %d of %d: ", e->rank, e->world);
+    char who[48];
+    int n = snprintf(who, sizeof who, "rank %d of %d: ", e->rank, e->world);
+    // the shm and nccl back ends name the rank themselves; say it once
+    if (st != DSC_OK && strncmp(dsc_last_error(), who, (size_t)n)) dsc__error_prefix("%s", who);
     return st;
 }
 
@@ -513,6 +516,13 @@ dsc_status dsc_step_begin(dsc_engine *e) {
         return dsc__fail(st, "rank %d: step %lld cannot start: %s", e->rank,
                          (long long)e->global_steps + 1, msg);
     return DSC_OK;
+}
+
+void dsc_engine_abort(dsc_engine *e, const char *reason) {
+    if (!e || !e->comm) return;
+    char msg[512]; // the comm layer keeps as much of a reason
+    snprintf(msg, sizeof msg, "rank %d stopped: %s", e->rank, reason ? reason : "(no reason)");
+    dsc_comm_abort(e->comm, DSC_ERR_ABORTED, msg);
 }
 
 dsc_status dsc_engine_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *out) {

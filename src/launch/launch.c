@@ -578,6 +578,11 @@ static dsc_status head_loop(dsc__launch_job *job, int *exit_code) {
         *exit_code = r.exit_code;
         if (r.reason[0]) fprintf(stderr, "dsc launch: %s\n", r.reason); // lost ranks, or why
         if (r.exit_code == 0) break;
+        if (r.exit_code == DSC_LAUNCH_EXIT_STARTUP && job->attempt < o->max_restarts) {
+            fprintf(stderr, "dsc launch: not restarting: a start-up error would stop the restart "
+                    "too; fix it and launch again\n");
+            break;
+        }
         if (r.signal || job->attempt >= o->max_restarts || !shrink_for_restart(job, &r)) break;
         int stop = dsc__launch_pending_stop();
         if (stop) {

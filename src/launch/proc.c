@@ -24,6 +24,7 @@
 #define DRAIN_S 1.0     // after the last child exits, how long leftovers may still write
 #define POLL_MAX_MS 500 // wake at least this often (a lost SIGCHLD cannot hang us)
 #define DSC__EXIT_RESTART 75 // a rank asking for a restart (DSC_LAUNCH_EXIT_RESTART)
+#define DSC__EXIT_STARTUP 78 // a rank that could not start (DSC_LAUNCH_EXIT_STARTUP)
 #define RESTART_WAIT_S 10.0  // tolerating: how long the others may finish after an exit 75
 #define STOPPED_CHECK_S 0.5  // tolerating: how often to look for children left stopped
 
@@ -290,6 +291,8 @@ static void describe_end(int code, int sig, char *how, size_t cap) {
     if (sig) snprintf(how, cap, "was killed by signal %d", sig);
     else if (code == DSC__EXIT_RESTART)
         snprintf(how, cap, "asked for a restart (exit code %d)", code);
+    else if (code == DSC__EXIT_STARTUP)
+        snprintf(how, cap, "could not start (exit code %d: an error before the first step)", code);
     else snprintf(how, cap, "exited with code %d", code);
 }
 
@@ -421,11 +424,14 @@ static void note_failure(dsc__group *g, int i, int code, int sig, const char *wh
 }
 
 // Tolerating: a failure while another child still runs, or after one finished, is one rank
-// lost, not the end of the group. A restart request (75) is never tolerated: it ends the group.
+// lost, not the end of the group. A restart request (75) is never tolerated: it ends the group;
+// nor is a start-up error (78): degrading is for faults during training, and the others would
+// only train on without what the failed rank could not set up.
 static bool tolerated(const dsc__group *g, int code) {
     const dsc__group_result *r = g->r;
     return g->tolerate && r && !r->signal && r->failed < 0 && !g->stopping &&
-           code != DSC__EXIT_RESTART && (count_running(g) > 0 || g->finished > 0);
+           code != DSC__EXIT_RESTART && code != DSC__EXIT_STARTUP &&
+           (count_running(g) > 0 || g->finished > 0);
 }
 
 // Remember and report a lost child at once; `others` children go on.

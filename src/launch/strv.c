@@ -9,6 +9,7 @@
 #include <stdlib.h> // malloc, realloc, free
 #include <string.h> // strlen, strchr, memcpy, strerror
 
+#include "base/io.h"     // dsc__fopen_regular
 #include "base/status.h" // dsc__fail
 
 // ---- vectors ----
@@ -251,8 +252,8 @@ dsc_status dsc__launch_envfile_parse(const char *text, const char *origin, dsc__
 }
 
 dsc_status dsc__launch_read_file(const char *path, size_t max, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    FILE *f;
+    DSC_TRY(dsc__fopen_regular(path, &f));
     char *buf = malloc(max + 1);
     if (!buf) {
         fclose(f);

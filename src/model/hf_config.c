@@ -9,6 +9,7 @@
 #include <string.h>  // strcmp, strerror
 #include <sys/stat.h> // stat, S_ISDIR
 
+#include "base/io.h"     // dsc__fopen_regular
 #include "base/status.h" // dsc__fail, DSC_TRY
 
 static const struct {
@@ -542,10 +543,13 @@ static void config_path(const char *dir, char *path, size_t cap) {
 dsc_status dsc_hf_config_read(const char *dir, dsc_hf_config *out) {
     char path[4200];
     config_path(dir, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s (a Hugging Face model folder holds "
-                         "config.json beside its weights)", path, strerror(errno));
+    FILE *f;
+    if (dsc__fopen_regular(path, &f) != DSC_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        return dsc__fail(DSC_ERR_IO, "%s (a Hugging Face model folder holds config.json beside "
+                         "its weights)", why);
+    }
     json_error_t e;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
     fclose(f);

@@ -8,19 +8,37 @@
 #include <stdbool.h>     // bool
 #include <microhttpd.h>  // MHD_*
 #include <netinet/in.h>  // sockaddr_in
+#include <pthread.h>     // pthread_*
 #include <stdio.h>       // snprintf
 #include <stdlib.h>      // malloc, realloc, free
 #include <string.h>      // strcmp, strlen, strncmp, memcpy
+#include <sys/socket.h>  // shutdown
+#include <time.h>        // clock_gettime
 
 #include "base/status.h"        // dsc__fail
+#include "base/time.h"          // dsc_now
 #include "monitor/prometheus.h" // dsc__prom_*
 #include "monitor/sink.h"       // dsc__fmt_pyfloat
+
+// One open connection, for the header deadline: when its current request began (the
+// connection opened, or its previous answer went out) and whether its headers are complete.
+typedef struct prom_conn {
+    struct prom_conn *prev, *next;
+    int fd;
+    double begun;
+    bool headers_done, dropped;
+} prom_conn;
 
 struct dsc__prom {
     struct MHD_Daemon *daemon;
     dsc__prom_render_fn render;
     void *user;
     int port;
+    pthread_mutex_t mu; // guards conns and stop: the server thread and the reaper share them
+    pthread_cond_t wake;
+    prom_conn *conns;
+    bool stop, reaper_started;
+    pthread_t reaper;
 };
 
 // ---- the text format ----
@@ -175,11 +193,86 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, con
     return reply(c, status, body, n, "text/plain; charset=utf-8");
 }
 
+// ---- the header deadline ----
+// libmicrohttpd's own timeout counts from a connection's last byte, so a client sending one byte
+// every second holds its slot for ever. The library tells us when connections open and close;
+// a thread of ours shuts down the socket of a request still incomplete past the deadline, and
+// the library then closes that connection as one its client ended.
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode what) {
+    dsc__prom *p = cls;
+    prom_conn *pc = *socket_context;
+    pthread_mutex_lock(&p->mu);
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        pc = calloc(1, sizeof *pc);
+        if (pc && ci) { // without memory the connection is left to the idle timeout
+            *pc = (prom_conn){.next = p->conns, .fd = ci->connect_fd, .begun = dsc_now()};
+            if (p->conns) p->conns->prev = pc;
+            p->conns = pc;
+        } else {
+            free(pc);
+            pc = NULL;
+        }
+        *socket_context = pc;
+    } else if (pc) { // closed: the socket is still open while we are told (closed after this)
+        if (pc->prev) pc->prev->next = pc->next;
+        else p->conns = pc->next;
+        if (pc->next) pc->next->prev = pc->prev;
+        free(pc);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static prom_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+// A request was answered (or failed): a next request on the same connection starts its clock.
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    dsc__prom *p = cls;
+    pthread_mutex_lock(&p->mu);
+    prom_conn *pc = conn_of(c);
+    if (pc) pc->begun = dsc_now(), pc->headers_done = false;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *reaper_main(void *arg) {
+    dsc__prom *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        double now = dsc_now();
+        for (prom_conn *pc = p->conns; pc; pc = pc->next)
+            if (!pc->headers_done && !pc->dropped &&
+                now - pc->begun > DSC__PROM_HEADER_DEADLINE_S) {
+                shutdown(pc->fd, SHUT_RDWR);
+                pc->dropped = true;
+            }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000; // look ten times a second
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&p->wake, &p->mu, &ts);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
     dsc__prom *p = cls;
+    pthread_mutex_lock(&p->mu);
+    prom_conn *pc = conn_of(c);
+    if (pc) pc->headers_done = true;
+    pthread_mutex_unlock(&p->mu);
     if (strcmp(method, "GET") && strcmp(method, "HEAD"))
         return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics is served\n");
     if (strcmp(url, "/metrics"))
@@ -197,6 +290,8 @@ dsc_status dsc__prom_start(dsc__prom **out, int port, dsc__prom_render_fn fn, vo
     if (!p) return dsc__fail(DSC_ERR_OOM, "out of memory starting the Prometheus endpoint");
     p->render = fn;
     p->user = user;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     // epoll where there is one (AUTO): select() could not watch descriptors past FD_SETSIZE.
@@ -204,12 +299,18 @@ dsc_status dsc__prom_start(dsc__prom **out, int port, dsc__prom_render_fn fn, vo
                                  on_request, p, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)DSC__PROM_MAX_CONNECTIONS,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)DSC__PROM_IDLE_TIMEOUT_S,
-                                 MHD_OPTION_END);
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, p,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, p, MHD_OPTION_END);
     if (!p->daemon) {
-        free(p);
+        dsc__prom_stop(p);
         return dsc__fail(DSC_ERR_SYSTEM, "prometheus: cannot listen on 127.0.0.1:%d (port in "
                          "use?); set prometheus.port to a free port", port);
     }
+    if (pthread_create(&p->reaper, NULL, reaper_main, p) != 0) {
+        dsc__prom_stop(p);
+        return dsc__fail(DSC_ERR_SYSTEM, "prometheus: cannot start its connection thread");
+    }
+    p->reaper_started = true;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(p->daemon, MHD_DAEMON_INFO_BIND_PORT);
     p->port = info && info->port ? info->port : port;
     *out = p;
@@ -220,6 +321,19 @@ int dsc__prom_port(const dsc__prom *p) { return p ? p->port : 0; }
 
 void dsc__prom_stop(dsc__prom *p) {
     if (!p) return;
-    MHD_stop_daemon(p->daemon);
+    if (p->reaper_started) { // first: it may still shut down a socket of the daemon's
+        pthread_mutex_lock(&p->mu);
+        p->stop = true;
+        pthread_cond_signal(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->reaper, NULL);
+    }
+    if (p->daemon) MHD_stop_daemon(p->daemon); // tells on_connection of every close
+    for (prom_conn *pc = p->conns, *next; pc; pc = next) { // none left; a failed start's
+        next = pc->next;
+        free(pc);
+    }
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
     free(p);
 }

@@ -32,9 +32,14 @@ typedef char *(*dsc__prom_render_fn)(void *user, size_t *len);
 // Connection policy. Idle connections (a client that connects and sends nothing, or keeps a
 // connection open between scrapes) are closed after DSC__PROM_IDLE_TIMEOUT_S without traffic, and
 // up to DSC__PROM_MAX_CONNECTIONS may be open at once, so that a scrape gets through while many
-// are idle; past the limit a new connection waits in the listen backlog for a free slot.
+// are idle; past the limit a new connection waits in the listen backlog for a free slot. A
+// request whose headers are not complete DSC__PROM_HEADER_DEADLINE_S after its connection opened
+// (or after the connection's previous answer) is dropped, however slowly it trickles in: a slot
+// held by a client sending a byte now and then frees within the deadline, so a scrape is answered
+// within about that long even when every slot is taken (Prometheus gives up after 10 s).
 #define DSC__PROM_MAX_CONNECTIONS 256
 #define DSC__PROM_IDLE_TIMEOUT_S 5
+#define DSC__PROM_HEADER_DEADLINE_S 1.0
 
 // Serve on 127.0.0.1:port (0 = any free port) from a thread of the HTTP library.
 dsc_status dsc__prom_start(dsc__prom **out, int port, dsc__prom_render_fn fn, void *user);

@@ -124,13 +124,16 @@ assert ops == {"reduce_scatter", "all_gather"}, ops
 assert rows >= 2
 PY
 
-expect 1 '"monitor_actions"[0]: "action" "explode" is unknown' -- train \
-  <(echo '{"train_batch_size": 4, "monitor_actions": [{"metric": "loss", "above": 1, "action": "explode"}]}') \
-  "$T/bad" --max-steps 1
+# configs are regular files (a pipe such as <(...) is refused: dsc reads no FIFO)
+echo '{"train_batch_size": 4, "monitor_actions": [{"metric": "loss", "above": 1, "action": "explode"}]}' > "$T/bad.json"
+echo '{"train_batch_size": 4, "comms_logger": {"enabled": true, "prof_all": false, "prof_ops": ["all_to_all"]}}' > "$T/bad2.json"
+echo "{\"train_batch_size\": 4, \"flops_profiler\": {\"enabled\": true, \"output_file\": \"$T/nodir/p.txt\"}}" > "$T/bad3.json"
+expect 1 '"monitor_actions"[0]: "action" "explode" is unknown' -- train "$T/bad.json" "$T/bad" \
+  --max-steps 1
 expect 1 "comms_logger.prof_ops[0]: comms logger: unknown operation 'all_to_all'" -- train \
-  <(echo '{"train_batch_size": 4, "comms_logger": {"enabled": true, "prof_all": false, "prof_ops": ["all_to_all"]}}') \
-  "$T/bad2" --max-steps 1
-expect 1 "flops_profiler.output_file $T/nodir/p.txt: cannot write" -- train \
-  <(echo "{\"train_batch_size\": 4, \"flops_profiler\": {\"enabled\": true, \"output_file\": \"$T/nodir/p.txt\"}}") \
+  "$T/bad2.json" "$T/bad2" --max-steps 1
+expect 1 "flops_profiler.output_file $T/nodir/p.txt: cannot write" -- train "$T/bad3.json" \
   "$T/bad3" --max-steps 2
+expect 1 "is a FIFO (named pipe), not a regular file" -- train <(cat "$T/bad.json") "$T/bad4" \
+  --max-steps 1
 finish

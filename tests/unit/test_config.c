@@ -390,6 +390,36 @@ static void test_rules(void **state) {
     assert_non_null(strstr(w.all, "not implemented by dsc"));
 }
 
+// Optimizer hyperparameters outside torch.optim's domains are errors naming the key; where torch
+// accepts a value that can still give NaN (eps 0), a warning. (betas [1.5, -0.2] used to pass
+// with no warning and train to a NaN loss.)
+static void test_optimizer_domains(void **state) {
+#define OPT(type, params) "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"" type \
+                          "\", \"params\": {" params "}}}"
+    expect_error(OPT("AdamW", "\"betas\": [1.5, -0.2]"), 1, "optimizer.params.betas");
+    expect_error(OPT("AdamW", "\"betas\": [1.5, -0.2]"), 1, "beta1 = 1.5 is outside [0, 1)");
+    expect_error(OPT("Adam", "\"betas\": [0.9, 1.0]"), 1, "beta2 = 1 is outside [0, 1)");
+    expect_error(OPT("Adam", "\"betas\": [-0.1, 0.99]"), 1, "beta1 = -0.1");
+    expect_error(OPT("Lion", "\"betas\": [0.9, 1.01]"), 1, "beta2 = 1.01 is outside [0, 1]");
+    expect_error(OPT("AdamW", "\"lr\": -0.001"), 1, "optimizer.params.lr");
+    expect_error(OPT("AdamW", "\"eps\": -1e-8"), 1, "optimizer.params.eps");
+    expect_error(OPT("AdamW", "\"weight_decay\": -0.1"), 1, "optimizer.params.weight_decay");
+    expect_error(OPT("SGD", "\"momentum\": -0.5"), 1, "optimizer.params.momentum");
+    expect_error(OPT("SGD", "\"nesterov\": true"), 1, "nesterov needs momentum > 0");
+    expect_error(OPT("SGD", "\"nesterov\": true, \"momentum\": 0.9, \"dampening\": 0.1"), 1,
+                 "dampening 0");
+    dsc_config cfg;
+    warnings w;
+    assert_int_equal(load(&cfg, OPT("Lion", "\"betas\": [0.9, 1.0]"), 1, &w), DSC_OK);
+    assert_int_equal(load(&cfg, OPT("SGD", "\"betas\": [1.5, 0.9]"), 1, &w), DSC_OK); // unused
+    assert_int_equal(load(&cfg, OPT("AdamW", "\"betas\": [0.0, 0.0], \"lr\": 0"), 1, &w), DSC_OK);
+    assert_int_equal(w.n, 0);
+    assert_int_equal(load(&cfg, OPT("AdamW", "\"eps\": 0"), 1, &w), DSC_OK);
+    assert_int_equal(w.n, 1);
+    assert_non_null(strstr(w.all, "optimizer.params.eps is 0"));
+#undef OPT
+}
+
 static void test_json_print_round_trip(void **state) {
     dsc_config cfg;
     warnings w;
@@ -549,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_random_inputs),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_rules),
+        cmocka_unit_test(test_optimizer_domains),
         cmocka_unit_test(test_json_print_round_trip),
         cmocka_unit_test(test_real_world_configs),
         cmocka_unit_test(test_missing_file),

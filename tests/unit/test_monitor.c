@@ -9,6 +9,7 @@
 #include <arpa/inet.h>  // inet_pton, htons
 #include <math.h>       // NAN, isnan, fabs
 #include <netinet/in.h> // sockaddr_in
+#include <poll.h>       // poll
 #include <stdio.h>      // FILE, fopen, snprintf
 #include <stdlib.h>     // malloc, free, mkdtemp, setenv
 #include <string.h>     // memcmp, strstr, strlen
@@ -22,6 +23,7 @@
 #include "dsc/monitor.h"        // dsc_monitor_*
 #include "monitor/prometheus.h" // dsc__prom_name
 #include "monitor/sink.h"       // dsc__crc32c, dsc__fmt_pyfloat
+#include "loopback.h"           // nap
 
 static char tmp_root[160];
 
@@ -599,6 +601,44 @@ static void test_prometheus_idle_connections(void **state) {
     free(cfg);
 }
 
+// 300 connections that trickle a request in, a byte a second (more than the server's 256 slots,
+// each byte inside its idle timeout), must not hold a scrape past 2 s: a request whose headers
+// are not complete within DSC__PROM_HEADER_DEADLINE_S is dropped, freeing its slot.
+static void test_prometheus_trickle(void **state) {
+    enum { SLOW = 300 };
+    dsc_config *cfg = base_config();
+    cfg->prometheus.enabled = true;
+    cfg->prometheus.port = 0;
+    dsc_monitor *m;
+    assert_int_equal(dsc_monitor_create(&m, cfg, tmp_root, 0), DSC_OK);
+    int port = dsc_monitor_prometheus_port(m), slow[SLOW];
+    for (int i = 0; i < SLOW; i++) {
+        assert_true((slow[i] = dial(port, 1)) >= 0);
+        assert_int_equal(send(slow[i], "G", 1, MSG_NOSIGNAL), 1);
+    }
+    nap(0.2); // the server has taken its 256; the rest wait in the listen backlog
+    int fd = dial(port, 1);
+    assert_true(fd >= 0);
+    const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    double t0 = dsc_now(), next_byte = t0 + 1, took = -1;
+    char buf[256];
+    while (took < 0 && dsc_now() - t0 < 8) { // keep trickling while waiting for the answer
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 50) == 1 && read(fd, buf, sizeof buf) > 0) took = dsc_now() - t0;
+        if (dsc_now() < next_byte) continue;
+        next_byte += 1;
+        for (int i = 0; i < SLOW; i++) send(slow[i], "E", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    close(fd);
+    for (int i = 0; i < SLOW; i++) close(slow[i]);
+    if (took < 0) fail_msg("no answer within 8 s while %d connections trickled", SLOW);
+    if (took > 2.0) fail_msg("the scrape took %.2f s while %d connections trickled", took, SLOW);
+    print_message("scrape answered in %.2f s while %d connections trickled\n", took, SLOW);
+    dsc_monitor_destroy(m);
+    free(cfg);
+}
+
 // ---- ranks, config file, warnings ----
 
 static void test_other_ranks_write_nothing(void **state) {
@@ -722,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_tf_event_bytes),
         cmocka_unit_test(test_prometheus),
         cmocka_unit_test(test_prometheus_idle_connections),
+        cmocka_unit_test(test_prometheus_trickle),
         cmocka_unit_test(test_other_ranks_write_nothing),
         cmocka_unit_test(test_from_config_file),
         cmocka_unit_test(test_overhead),

@@ -63,12 +63,12 @@ dsc_status dsc__ckpt_write_file(const char *path, const void *data, size_t n, bo
 dsc_status dsc__ckpt_read_file(const char *path, char **out, size_t *n) {
     *out = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int fd;
+    DSC_TRY(dsc__open_regular(path, &fd));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return dsc__fail(DSC_ERR_IO, "%s is not a regular file", path);
+        return dsc__fail(DSC_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     }
     char *buf = malloc((size_t)sb.st_size + 1);
     if (!buf) {

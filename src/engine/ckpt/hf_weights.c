@@ -8,6 +8,7 @@
 #include <string.h>   // strcmp, memcpy, strrchr
 #include <sys/stat.h> // stat
 
+#include "base/io.h"                // dsc__fopen_regular
 #include "base/status.h"            // dsc__fail, DSC_TRY
 #include "dsc/half.h"               // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
 #include "engine/ckpt/safetensors.h" // dsc_st_*
@@ -69,7 +70,10 @@ static dsc_status add_tensor(dsc_hf_weights *w, const char *name, int shard) {
 // weight_map of an index file: name -> shard file.
 static dsc_status read_index(dsc_hf_weights *w, const char *path) {
     json_error_t e;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    FILE *f;
+    DSC_TRY(dsc__fopen_regular(path, &f));
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
+    fclose(f);
     json_t *map = json_object_get(root, "weight_map");
     dsc_status st = DSC_OK;
     if (!json_is_object(map) || !json_object_size(map)) {

@@ -13,14 +13,15 @@
 #include <unistd.h>   // close
 
 #include "base/hash.h"            // dsc_hash64
+#include "base/io.h"              // dsc__open_regular
 #include "base/status.h"          // dsc__fail
 #include "engine/ckpt/shard.h"    // dsc__shard_tensor_name, DSC_CKPT_SHARD_FORMAT
 
 // ---- verification ----
 
 dsc_status dsc__ckpt_hash_file(const char *path, uint64_t *bytes, uint64_t *xxh3) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int fd;
+    DSC_TRY(dsc__open_regular(path, &fd));
     struct stat sb;
     fstat(fd, &sb);
     *bytes = (uint64_t)sb.st_size;

@@ -269,10 +269,11 @@ dsc_status dsc_st_open(dsc_st_file **out, const char *path) {
     dsc_st_file *f = calloc(1, sizeof *f);
     if (!f) return dsc__fail(DSC_ERR_OOM, "out of memory opening %s", path);
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int fd;
+    dsc_status opened = dsc__open_regular(path, &fd); // a FIFO would hang, a folder mislead
+    if (opened != DSC_OK) {
         free(f);
-        return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return opened;
     }
     struct stat sb;
     fstat(fd, &sb);

@@ -563,6 +563,10 @@ dsc_status dsc__ft_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *rep
     snprintf(why, sizeof why, "%s", dsc_last_error());
     if (failure == DSC_OK) return DSC_OK;
     if (!ft) return dsc__fail(failure, "%s", why); // one rank: nothing to recover
+    dsc_status broken = DSC_OK;
+    dsc_comm_is_broken(e->comm, &broken, NULL);
+    if (failure == DSC_ERR_ABORTED || broken == DSC_ERR_ABORTED) // a rank stopped on its own error
+        return dsc__fail(DSC_ERR_ABORTED, "%s", why);
     // A device communicator's failure (nccl, beside this host one) is a fault of the ranks too.
     bool timeout = failure == DSC_ERR_TIMEOUT || failure == DSC_ERR_PEER || failure == DSC_ERR_NCCL;
     if (!dsc_comm_is_broken(e->comm, NULL, NULL) && !timeout) // not a communication fault
