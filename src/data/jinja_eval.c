@@ -317,6 +317,8 @@ dsc_status dsc__jinja_binop(jrender *r, int line, const char *op, jv a, jv b, jv
         return concat(r, a, b, out);
     if (!strcmp(op, "*") && (a.kind == JV_STR || a.kind == JV_LIST) && b.kind == JV_INT)
         return repeat(r, a, b.u.i, out);
+    if (!strcmp(op, "*") && (b.kind == JV_STR || b.kind == JV_LIST) && a.kind == JV_INT)
+        return repeat(r, b, a.u.i, out);
     return arith(r, line, op, a, b, out);
 }
 
@@ -361,6 +363,7 @@ static dsc_status eval_seq(jrender *r, const jexpr *e, jv *out) {
     bool dict = e->kind == E_DICT;
     *out = dict ? dsc__jv_dict(&r->a) : dsc__jv_list(&r->a, e->nargs);
     if (out->kind == JV_UNDEF) return oom(r);
+    if (!dict) out->u.l->tuple = e->negate;
     for (int k = 0; k < e->nargs; k += dict ? 2 : 1) {
         jv key, v;
         DSC_TRY(eval(r, e->args[k], &key));

@@ -63,6 +63,7 @@ typedef struct jstr {
 
 typedef struct jlist {
     int n;
+    bool tuple; // a Python tuple: printed as (a, b)
     jv *v;
 } jlist;
 
@@ -163,7 +164,7 @@ typedef struct jexpr {
     int line;
     jv lit;
     const char *name; // names, attributes, filters, tests, operators
-    bool negate;      // E_TEST: "is not"
+    bool negate;      // E_TEST: "is not"; E_LIST: a tuple
     struct jexpr *a, *b, *c, *d;
     struct jexpr **args; // positional, then keyword (kw[i] != NULL)
     const char **kw;

@@ -272,11 +272,12 @@ static dsc_status tag(lexer *x, char c) {
     bool dash, plus;
     DSC_TRY(begin_tag(x, c));
     DSC_TRY(push(x, (jtok){.kind = c == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, .line = x->line}));
+    int depth = 0; // open brackets: "}}" inside {'a': {'b': 1}} does not end the tag
     for (;;) {
         while (x->pos < x->n && isspace((unsigned char)x->s[x->pos]))
             x->line += x->s[x->pos++] == '\n';
         if (x->pos >= x->n) return lex_fail(x, c == '{' ? "a {{ is not closed" : "a {% is not closed");
-        if (tag_end(x, c, &dash, &plus)) break;
+        if (depth == 0 && tag_end(x, c, &dash, &plus)) break;
         jtok t = {.line = x->line};
         char ch = x->s[x->pos];
         if (ch == '\'' || ch == '"') {
@@ -293,6 +294,8 @@ static dsc_status tag(lexer *x, char c) {
             snprintf(what, sizeof what, "unexpected character '%c' in a tag", ch);
             return lex_fail(x, what);
         }
+        if (t.kind == T_OP && t.n == 1 && strchr("([{", t.s[0])) depth++;
+        if (t.kind == T_OP && t.n == 1 && strchr(")]}", t.s[0]) && depth > 0) depth--;
         DSC_TRY(push(x, t));
     }
     DSC_TRY(push(x, (jtok){.kind = c == '{' ? T_VAR_END : T_BLOCK_END, .line = x->line}));

@@ -233,6 +233,7 @@ static dsc_status pairs(jrender *r, int line, jv d, int what, jv *out) {
         jv key = {.kind = JV_STR, .u.s = d.u.d->k[k]}, pair = dsc__jv_list(a, 2);
         if (pair.kind != JV_LIST) return oom(r, line);
         pair.u.l->v[0] = key, pair.u.l->v[1] = d.u.d->v[k];
+        pair.u.l->tuple = true;
         out->u.l->v[k] = what == 0 ? key : what == 1 ? d.u.d->v[k] : pair;
     }
     return out->kind == JV_LIST ? DSC_OK : oom(r, line);

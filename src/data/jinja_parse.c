@@ -217,6 +217,7 @@ static dsc_status primary(parser *p, jexpr **out) {
         jexpr *e = new_expr(p, E_LIST);
         int cap = 0;
         if (!e) return oom(p);
+        e->negate = true; // a tuple
         DSC_TRY(add_item(p, e, *out, &cap));
         if (!is_op(p, ",")) return unexpected(p, "',' or ')'");
         DSC_TRY(sequence(p, ")", false, e)); // the rest, from the comma
@@ -225,6 +226,7 @@ static dsc_status primary(parser *p, jexpr **out) {
     }
     jexpr *e = new_expr(p, dict ? E_DICT : E_LIST);
     if (!e) return oom(p);
+    e->negate = paren; // () is the empty tuple
     DSC_TRY(sequence(p, paren ? ")" : list ? "]" : "}", dict, e));
     *out = e;
     return DSC_OK;
@@ -547,6 +549,7 @@ static dsc_status stmt_set(parser *p, jnode *s) {
         jexpr *e = new_expr(p, E_LIST);
         int cap = 0;
         if (!e) return oom(p);
+        e->negate = true;
         DSC_TRY(add_item(p, e, s->e, &cap));
         while (is_op(p, ",")) {
             p->pos++;

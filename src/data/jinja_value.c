@@ -184,7 +184,7 @@ bool dsc__jv_equal(jv a, jv b) {
     case JV_NONE: return true;
     case JV_STR: return a.u.s->n == b.u.s->n && !memcmp(a.u.s->c, b.u.s->c, a.u.s->n);
     case JV_LIST:
-        if (a.u.l->n != b.u.l->n) return false;
+        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return false;
         for (int i = 0; i < a.u.l->n; i++)
             if (!dsc__jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
         return true;
@@ -363,12 +363,13 @@ void dsc__jv_to_str(jbuf *b, jv v) {
     case JV_FLOAT: return add_float(b, v.u.f);
     case JV_STR: return dsc__jbuf_add(b, v.u.s->c, v.u.s->n);
     case JV_LIST:
-        add_cstr(b, "[");
+        add_cstr(b, v.u.l->tuple ? "(" : "[");
         for (int i = 0; i < v.u.l->n; i++) {
             if (i) add_cstr(b, ", ");
             add_repr(b, v.u.l->v[i]);
         }
-        return add_cstr(b, "]");
+        if (v.u.l->tuple && v.u.l->n == 1) add_cstr(b, ",");
+        return add_cstr(b, v.u.l->tuple ? ")" : "]");
     case JV_DICT:
     case JV_NS:
         add_cstr(b, v.kind == JV_NS ? "<Namespace {" : "{");

@@ -104,6 +104,102 @@ UNSUPPORTED = {  # a template beyond the subset -> the construct the refusal mus
 }
 
 
+# Small templates, each exercising a part of the subset, rendered with the conversation SNIPPET_CONV
+# by dsc and by apply_chat_template (loop controls: by jinja2 with the loopcontrols extension, as
+# transformers 5 sets it up; 4.44 lacks it).
+SNIPPET_CONV = {"messages": [msg("system", " Sys  "), msg("user", "Hello there, World"),
+                             msg("assistant", "Ok!", extra={"k": [1, 2.5, None, True, "x"]}),
+                             msg("user", "Ünï 中文\ttab\n")],
+                "tools": [WEATHER]}
+SNIPPETS = [
+    "{{ messages | length }} {{ messages[0].content | trim }}|{{ messages[-1]['content'] }}|",
+    "{% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}"
+    "{{ loop.first }}{{ loop.last }}{{ loop.length }}{% if loop.previtem is defined %}"
+    "<{{ loop.previtem.role }}>{% endif %}{% if loop.nextitem is defined %}[{{ loop.nextitem.role }}]"
+    "{% endif %};{% endfor %}",
+    "{% set ns = namespace(n=0, seen=false) %}{% for m in messages if m.role != 'system' %}"
+    "{% set ns.n = ns.n + 1 %}{% if m.role == 'assistant' %}{% set ns.seen = true %}{% endif %}"
+    "{% else %}none{% endfor %}{{ ns.n }} {{ ns.seen }}",
+    "{{ messages[1].content.split() }} {{ messages[1].content.split(',') }} "
+    "{{ messages[1].content.split(' ', 1) }} {{ '  a  b '.split() }}",
+    "{{ messages[1].content.upper() }} {{ messages[1].content.lower() }} "
+    "{{ 'hello wORLD-x(y' | title }} {{ 'hello wORLD' | capitalize }} {{ 'ab cD' .title() }}",
+    "{{ messages[1].content.startswith('Hello') }} {{ messages[1].content.endswith(('x', 'World')) }}"
+    " {{ messages[1].content.replace('o', '0') }} {{ messages[1].content | replace('l', 'L', 2) }}"
+    " {{ messages[1].content.find('World') }} {{ messages[1].content.count('l') }}",
+    "{{ '  x ' | trim }}|{{ 'xxhixx'.strip('x') }}|{{ '  y '.lstrip() }}|{{ ' z  '.rstrip() }}|"
+    "{{ messages[3].content | trim }}|{{ messages[3].content[::-1] }}|{{ messages[3].content[1:3] }}",
+    "{{ tools | tojson }}\n{{ tools[0] | tojson(indent=2) }}\n{{ messages[2].extra | tojson }}",
+    "{{ messages[2].extra }} {{ messages[2].extra.k }} {{ none }} {{ true }} {{ 1.5e20 }} {{ 0.0001 }}"
+    " {{ 1e-5 }} {{ 10 / 4 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 3 * 'ab' }}",
+    "{{ messages | map(attribute='role') | join(', ') }}|{{ messages | selectattr('role', 'equalto',"
+    " 'user') | map(attribute='content') | list | length }}|{{ messages | rejectattr('role', 'eq',"
+    " 'user') | list | length }}|{{ [1, 0, 2, none] | select | list }}|{{ ['a', 'b'] | first }}"
+    "{{ ['a', 'b'] | last }}|{{ messages | first | attr_free_check }}",
+    "{{ undefined_thing is defined }} {{ undefined_thing is undefined }} {{ none is none }} "
+    "{{ 'a' is string }} {{ {} is mapping }} {{ [] is iterable }} {{ 3 is odd }} {{ 4 is even }} "
+    "{{ 3 is number }} {{ 3 is integer }} {{ 3.0 is float }} {{ 6 is divisibleby 3 }} "
+    "{{ 'ab' is lower }} {{ true is true }} {{ 1 is true }} {{ 'x' is in ['x'] }} {{ [] is sequence }}",
+    "{{ 'b' in 'abc' }} {{ 'z' not in 'abc' }} {{ 2 in [1, 2] }} {{ 'role' in messages[0] }} "
+    "{{ 1 < 2 < 3 }} {{ 'a' < 'b' }} {{ 1 == 1.0 }} {{ [1] == [1] }} {{ 1 != 2 and not false }} "
+    "{{ none or 'dflt' }} {{ 0 and 'x' }} {{ 'yes' if 1 else 'no' }}{{ 'hidden' if 0 }}.",
+    "{{ undefined_thing | default('d') }} {{ '' | default('e', true) }} {{ '' | default('f') }}|"
+    "{{ messages[0].get('content') }} {{ messages[0].get('nope', 'g') }} {{ messages[0].get('x') }}"
+    " {{ messages[0].keys() | list }} {{ messages[0] | items | list }} {{ '7' | int + 1 }} "
+    "{{ '2.5' | float }} {{ 3.9 | int }} {{ 'x' | int }} {{ -3 | abs }} {{ 42 | string ~ '!' }}",
+    "{% macro turn(role, text='none given') -%}\n<{{ role }}>{{ text }}</{{ role }}>\n{%- endmacro %}"
+    "{{ turn('a') }}{{ turn('b', 'x') }}{{ turn(text='y', role='c') }}"
+    "{% set block %}  inner {{ messages[0].role }}\n{% endset %}[{{ block }}]",
+    "{%- for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}{% for k, v in messages[0].items() %}"
+    "{{ k }}={{ v }};{% endfor %}{% for c in 'abc' %}{{ c }}{% endfor %}{% for i in range(3) %}"
+    "{{ i }}{% endfor %}{{ range(1, 10, 3) | list }}{{ dict(a=1, b='x') }}",
+    "line one\n  {% if true %}\n    indented {{ 'x' }}\n  {% endif %}\n{# comment #}\nafter\n"
+    "{%- if true -%}\n   dash   \n{%- endif -%}\n  end  {%+ if true %}plus{% endif %}\n",
+    "{{ 'a' + 'b' ~ 3 ~ none }} {{ (1, 2) }} {{ [1, 'two', none] }} {{ {'a': {'b': [1]}} }} "
+    "{{ 'it\\'s' }} {{ \"q\\\"q\" }} {{ '\\u00e9\\x41\\n' | tojson }} {{ \"x\" 'y' }}",
+]
+SNIPPETS_LOOPCONTROLS = [
+    "{% for m in messages %}{% if loop.index0 == 2 %}{% break %}{% endif %}{% if m.role == 'system' %}"
+    "{% continue %}{% endif %}{{ m.role }};{% endfor %}",
+]
+
+
+def check_snippets(failures):
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    folder = os.path.join(WORK, "snippets")
+    os.makedirs(folder, exist_ok=True)
+    word_tokenizer(folder, ["<s>", "</s>"])
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"}, f)
+    tk = AutoTokenizer.from_pretrained(folder)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
+    for i, snip in enumerate(SNIPPETS + SNIPPETS_LOOPCONTROLS):
+        snip = snip.replace(" | attr_free_check", "")
+        if snip in SNIPPETS_LOOPCONTROLS:
+            want = env.from_string(snip).render(add_generation_prompt=False, eos_token="</s>",
+                                                tools=SNIPPET_CONV["tools"], documents=None,
+                                                messages=SNIPPET_CONV["messages"])
+        else:
+            want = hf_render(tk, snip, SNIPPET_CONV, False)
+        path = os.path.join(WORK, f"snippet{i}.jinja")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(snip)
+        conv = os.path.join(WORK, "snippet.jsonl")
+        with open(conv, "w", encoding="utf-8") as f:
+            f.write(json.dumps(SNIPPET_CONV, ensure_ascii=False) + "\n")
+        r = subprocess.run([DSC, "data", "chat", "--input", conv, "--chat-template", path,
+                            "--tokenizer", "hf:" + folder], capture_output=True, text=True)
+        got = r.stdout[:-1] if r.returncode == 0 and r.stdout else None  # the text, then "\n"
+        if got != want:
+            failures.append(f"snippet {i} {snip!r}:\n  dsc: {got!r} {r.stderr.strip()}\n"
+                            f"  jinja2: {want!r}")
+    print(f"{len(SNIPPETS) + len(SNIPPETS_LOOPCONTROLS)} snippets of the subset render as jinja2 "
+          "renders them")
+
+
 def word_tokenizer(folder, specials):
     tok = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -193,6 +289,7 @@ def check_style(style, failures):
             elif not agp:
                 check_span_text(style, k, conv, out[k], failures)
     print(f"{style}: {len(good)} conversations x 2 rendered as apply_chat_template renders them")
+    check_prepare(style, folder, tk, text, good, failures)
     for k, conv in enumerate(bad):
         try:
             hf_render(tk, text, conv, False)
@@ -205,7 +302,50 @@ def check_style(style, failures):
             failures.append(f"{style}: refused case {k}: dsc rc {rc}, stderr {err.strip()!r}, "
                             f"transformers said {message!r}")
     if bad:
-        print(f"{style}: {len(bad)} conversations refused by both, with the template's message")
+        print(f"{style}: {len(bad)} conversation(s) refused by both, with the template's message")
+
+
+def read_shard(path):
+    """Tokens and flags of a flagged token shard (versions 3-4)."""
+    import struct
+    data = open(path, "rb").read()
+    magic, version, ntok = struct.unpack_from("<3i", data)
+    assert magic == 20240520 and version in (3, 4), (magic, version)
+    width = 2 if version == 3 else 4
+    body = data[1024:1024 + ntok * width]
+    toks = list(struct.unpack_from(f"<{ntok}{'H' if width == 2 else 'I'}", body))
+    return toks, data[1024 + ntok * width:]
+
+
+def check_prepare(style, folder, tk, text, convs, failures):
+    """dsc data prepare with the byte tokenizer: one token per byte, so the shard must hold the
+    rendered bytes, with the loss targets on exactly the assistant spans (and the end-of-text
+    byte after a conversation that ends with one)."""
+    path = os.path.join(WORK, f"prep-{style}.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for c in convs:
+            f.write(json.dumps(normalise(c), ensure_ascii=False) + "\n")
+    out = os.path.join(WORK, f"prep-{style}")
+    r = subprocess.run([DSC, "data", "prepare", "--input", path, "--tokenizer", "byte",
+                        "--chat-template", folder, "--out", out, "--val-fraction", "0"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        failures.append(f"{style}: dsc data prepare failed: {r.stderr.strip()}")
+        return
+    toks, flags = read_shard(os.path.join(out, "train.bin"))
+    at = 0
+    for k, conv in enumerate(convs):
+        want = hf_render(tk, text, conv, False).encode()
+        mask = bytearray(len(want))
+        for b, e in hf_spans(tk, text, conv):
+            mask[b:e] = b"\1" * (e - b)
+        n = len(want)
+        got, got_mask = bytes(toks[at:at + n]), bytes(f & 1 for f in flags[at:at + n])
+        if got != want or got_mask != bytes(mask) or toks[at + n] != 0 or \
+                (flags[at + n] & 1) != mask[-1]:
+            failures.append(f"{style} conversation {k}: data prepare's bytes or loss mask differ")
+        at += n + 1
+    print(f"{style}: dsc data prepare trains on exactly the assistant spans")
 
 
 def check_span_text(style, k, conv, out, failures):
@@ -245,6 +385,7 @@ def main():
     for style in STYLES:
         check_style(style, failures)
     check_unsupported(failures)
+    check_snippets(failures)
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)
