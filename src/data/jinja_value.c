@@ -253,7 +253,7 @@ static void add_float(jbuf *b, double f) {
     } else if (exp < 0) { // 0.000ddd
         snprintf(out, sizeof out, "%s0.%.*s%s", sign, -exp - 1, "000", digits);
     } else {
-        char ip[40], fp[40];
+        char ip[24], fp[24]; // exp < 16 here; at most 17 digits
         size_t ni = (size_t)exp + 1;
         for (size_t k = 0; k < ni; k++) ip[k] = k < nd ? digits[k] : '0';
         ip[ni] = '\0';
