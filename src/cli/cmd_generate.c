@@ -21,8 +21,8 @@
 #include "dsc/status.h"      // dsc_fail, DSC_TRY
 
 typedef struct gen_cli {
-    const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
-    const char *chat_template;
+    const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer;
+    const char *trace, *chat_template;
     long long max_new, top_k, seed, heads, tp, threads;
     double temperature, top_p;
     bool no_cache, chat;

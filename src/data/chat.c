@@ -91,7 +91,8 @@ static dsc_status template_text(json_t *cfg, const char *path, const char **out)
     char names[512] = "";
     json_array_foreach(v, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
-        if (name && !strcmp(name, "default")) *out = json_string_value(json_object_get(e, "template"));
+        if (name && !strcmp(name, "default"))
+            *out = json_string_value(json_object_get(e, "template"));
         size_t n = strlen(names);
         snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", name ? name : "?");
     }
@@ -308,7 +309,8 @@ dsc_status dsc__chat_render_spans(const dsc_chat_template *t, json_t *messages, 
     int k = 0;
     for (size_t i = 0; st == DSC_OK && i < n; i++) {
         const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
-        if (!strcmp(role, "assistant")) st = span_of(t, messages, tools, i, *text, *len, &at, &sp[k++]);
+        if (!strcmp(role, "assistant"))
+            st = span_of(t, messages, tools, i, *text, *len, &at, &sp[k++]);
     }
     if (st != DSC_OK) {
         free(sp);
@@ -348,7 +350,8 @@ dsc_status dsc_chat_template_load(const char *spec, const char *tokenizer_spec,
         if (tokenizer_spec && !strncmp(tokenizer_spec, "hf:", 3))
             snprintf(dir, sizeof dir, "%s", tokenizer_spec + 3);
         else if (tokenizer_spec && strrchr(tokenizer_spec, '/') &&
-                 strlen(tokenizer_spec) > 5 && !strcmp(tokenizer_spec + strlen(tokenizer_spec) - 5, ".json"))
+                 strlen(tokenizer_spec) > 5 &&
+                 !strcmp(tokenizer_spec + strlen(tokenizer_spec) - 5, ".json"))
             snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(tokenizer_spec, '/') - tokenizer_spec),
                      tokenizer_spec);
         if (dir[0]) return load_dir(dir, out, note, cap, false);
@@ -357,7 +360,8 @@ dsc_status dsc_chat_template_load(const char *spec, const char *tokenizer_spec,
     struct stat sb;
     if (stat(spec, &sb) != 0)
         return dsc__fail(DSC_ERR_IO, "--chat-template %s: %s; give chatml, a "
-                         "tokenizer_config.json, its folder or a Jinja file", spec, strerror(errno));
+                         "tokenizer_config.json, its folder or a Jinja file", spec,
+                         strerror(errno));
     if (S_ISDIR(sb.st_mode)) return load_dir(spec, out, note, cap, true);
     size_t n = strlen(spec);
     if (n >= 5 && !strcmp(spec + n - 5, ".json")) return load_config(spec, out, note, cap);

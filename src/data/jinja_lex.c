@@ -276,7 +276,8 @@ static dsc_status tag(lexer *x, char c) {
     for (;;) {
         while (x->pos < x->n && isspace((unsigned char)x->s[x->pos]))
             x->line += x->s[x->pos++] == '\n';
-        if (x->pos >= x->n) return lex_fail(x, c == '{' ? "a {{ is not closed" : "a {% is not closed");
+        if (x->pos >= x->n)
+            return lex_fail(x, c == '{' ? "a {{ is not closed" : "a {% is not closed");
         if (depth == 0 && tag_end(x, c, &dash, &plus)) break;
         jtok t = {.line = x->line};
         char ch = x->s[x->pos];

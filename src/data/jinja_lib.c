@@ -337,7 +337,8 @@ static dsc_status map(jrender *r, int line, jv x, const jargs *a, jv *out) {
     if (attr.kind == JV_UNDEF && !dsc__jinja_has_filter(a->v[0].u.s->c))
         return dsc__jinja_fail(r, line, DSC_ERR_CONFIG, "the filter '%s' is not supported",
                                a->v[0].u.s->c);
-    jargs rest = {a->v + 1, a->kw + 1, a->npos > 1 ? a->npos - 1 : 0, a->npos > 1 ? a->npos - 1 : 0};
+    int nrest = a->npos > 1 ? a->npos - 1 : 0;
+    jargs rest = {a->v + 1, a->kw + 1, nrest, nrest};
     *out = dsc__jv_list(dsc__jinja_arena(r), items.u.l->n);
     if (out->kind != JV_LIST) return oom(r, line);
     for (int k = 0; k < items.u.l->n; k++) {
@@ -456,7 +457,8 @@ dsc_status dsc__jinja_filter(jrender *r, int line, const char *name, jv x, const
     const spec *s = NULL;
     for (size_t k = 0; k < sizeof filters / sizeof filters[0]; k++)
         if (!strcmp(filters[k].name, name)) s = &filters[k];
-    if (!s) return dsc__jinja_fail(r, line, DSC_ERR_CONFIG, "the filter '%s' is not supported", name);
+    if (!s)
+        return dsc__jinja_fail(r, line, DSC_ERR_CONFIG, "the filter '%s' is not supported", name);
     jv p[4];
     DSC_TRY(bind(r, line, "filter", s, a, p));
     if (!strcmp(name, "trim")) return strip(r, line, x, p[0], true, true, out);
@@ -473,7 +475,8 @@ dsc_status dsc__jinja_filter(jrender *r, int line, const char *name, jv x, const
         if (p[0].kind == JV_UNDEF) return mkstr(r, line, "", 0, out);
         return *out = p[0], DSC_OK;
     }
-    if (!strcmp(name, "first") || !strcmp(name, "last")) return edge(r, line, x, name[0] == 'l', out);
+    if (!strcmp(name, "first") || !strcmp(name, "last"))
+        return edge(r, line, x, name[0] == 'l', out);
     if (!strcmp(name, "replace")) return replace(r, line, x, p[0], p[1], p[2], out);
     if (!strcmp(name, "items")) return pairs(r, line, x, 2, out);
     if (!strcmp(name, "list")) return to_list(r, line, x, out);
@@ -624,8 +627,10 @@ static dsc_status find_count(jrender *r, int line, jv x, jv sub, bool count, jv 
         *out = dsc__jv_int(hit ? (int64_t)dsc__utf8_count(s, (size_t)(hit - s)) : -1);
         return DSC_OK;
     }
-    if (sub.u.s->n == 0) return *out = dsc__jv_int((int64_t)dsc__utf8_count(s, x.u.s->n) + 1), DSC_OK;
-    while ((hit = find_sub(s, (size_t)(end - s), sub.u.s->c, sub.u.s->n))) n++, s = hit + sub.u.s->n;
+    if (sub.u.s->n == 0)
+        return *out = dsc__jv_int((int64_t)dsc__utf8_count(s, x.u.s->n) + 1), DSC_OK;
+    while ((hit = find_sub(s, (size_t)(end - s), sub.u.s->c, sub.u.s->n)))
+        n++, s = hit + sub.u.s->n;
     *out = dsc__jv_int(n);
     return DSC_OK;
 }
@@ -712,7 +717,8 @@ static dsc_status range(jrender *r, int line, const jargs *a, jv *out) {
 }
 
 dsc_status dsc__jinja_call_global(jrender *r, int line, int func, const jargs *a, jv *out) {
-    if (func == JF_NAMESPACE || func == JF_DICT) return kw_dict(r, line, a, func == JF_NAMESPACE, out);
+    if (func == JF_NAMESPACE || func == JF_DICT)
+        return kw_dict(r, line, a, func == JF_NAMESPACE, out);
     if (func == JF_RANGE) return range(r, line, a, out);
     jbuf b = {0};
     if (a->n) dsc__jv_to_str(&b, a->v[0]);

@@ -344,7 +344,8 @@ static dsc_status filters(parser *p, jexpr **node) {
         jexpr *e = new_expr(p, E_FILTER);
         if (!e || !(e->name = name_copy(p, cur(p)))) return oom(p);
         if (!dsc__jinja_has_filter(e->name))
-            return dsc__fail(DSC_ERR_CONFIG, "%s: line %d: the filter '| %s' is not supported" SUBSET,
+            return dsc__fail(DSC_ERR_CONFIG,
+                             "%s: line %d: the filter '| %s' is not supported" SUBSET,
                              p->t->name, e->line, e->name);
         p->pos++;
         e->a = *node;
@@ -503,7 +504,8 @@ static dsc_status stmt_for(parser *p, jnode *s) {
         p->pos++;
         DSC_TRY(expr(p, false, &s->cond));
     }
-    if (is_name(p, "recursive")) return fail(p, "recursive for loops are not supported" SUBSET, NULL);
+    if (is_name(p, "recursive"))
+        return fail(p, "recursive for loops are not supported" SUBSET, NULL);
     DSC_TRY(expect_end(p));
     const char *stopped;
     DSC_TRY(sub(p, &s->body, &s->nbody, stops, &stopped));
@@ -542,7 +544,8 @@ static dsc_status stmt_set(parser *p, jnode *s) {
         const char *stopped;
         return sub(p, &s->body, &s->nbody, end, &stopped);
     }
-    if (is_op(p, "|")) return fail(p, "a filtered block {% set x | filter %} is not supported" SUBSET, NULL);
+    if (is_op(p, "|"))
+        return fail(p, "a filtered block {% set x | filter %} is not supported" SUBSET, NULL);
     DSC_TRY(expect_op(p, "="));
     DSC_TRY(expr(p, true, &s->e));
     if (is_op(p, ",")) { // set a = x, y: a tuple
@@ -609,7 +612,8 @@ static dsc_status statement(parser *p, body *b) {
     else if (!strcmp(word, "generation")) s->kind = S_BODY;
     else {
         p->pos--;
-        return dsc__fail(DSC_ERR_CONFIG, "%s: line %d: the statement {%% %s %%} is not supported" SUBSET,
+        return dsc__fail(DSC_ERR_CONFIG,
+                         "%s: line %d: the statement {%% %s %%} is not supported" SUBSET,
                          p->t->name, t->line, word);
     }
     switch (s->kind) {
