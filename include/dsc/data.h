@@ -93,6 +93,48 @@ int dsc_tokenizer_files(const dsc_tokenizer *t, dsc_tokenizer_file *out);
 // folder): "hf:DIR" (tokenizer.json) or "gpt2:DIR" (vocab.json) into spec; false when none.
 bool dsc_tokenizer_find(const char *dir, char *spec, size_t cap);
 
+// ---- chat templates ----
+//
+// A model's chat template (the Jinja text of tokenizer_config.json's "chat_template", or of
+// chat_template.jinja), rendered as Hugging Face's apply_chat_template renders it: the variables
+// are messages, tools (null when none), documents (null), add_generation_prompt and the special
+// tokens of tokenizer_config.json (bos_token, eos_token, ...). The Jinja subset is listed in
+// docs/data.md; a template beyond it is refused when loaded, naming the construct and its line.
+
+typedef struct dsc_chat_template dsc_chat_template;
+
+// Where the assistant's text lies in a rendering: bytes [begin, end).
+typedef struct dsc_chat_span {
+    size_t begin, end;
+} dsc_chat_span;
+
+// spec: "chatml" (dsc's built-in ChatML), a tokenizer_config.json (its chat_template: a string,
+// or the list of named templates' "default"), a folder (its chat_template.jinja, else its
+// tokenizer_config.json's), or a file of Jinja text (special tokens then from an hf:DIR
+// tokenizer's folder). spec NULL: the folder of tokenizer_spec (hf:DIR or DIR/tokenizer.json)
+// when it holds a template, else ChatML. note (cap bytes) says which was used. Errors:
+// DSC_ERR_IO (a file given cannot be read), DSC_ERR_CORRUPT (bad JSON), DSC_ERR_CONFIG (no
+// template where one was asked for, or one beyond the supported subset). Caller owns *out.
+dsc_status dsc_chat_template_load(const char *spec, const char *tokenizer_spec,
+                                  dsc_chat_template **out, char *note, size_t cap);
+// From Jinja text, with bos_token / eos_token (NULL: undefined in the template).
+dsc_status dsc_chat_template_create(const char *jinja, const char *bos, const char *eos,
+                                    dsc_chat_template **out);
+void dsc_chat_template_destroy(dsc_chat_template *t); // NULL is a no-op
+
+// Render a conversation given as JSON text: an array of {"role", "content", ...} messages, or
+// an object with "messages" (and optionally "tools"). *text is caller-owned (free()). With spans
+// (not NULL) and add_generation_prompt false, *spans (caller-owned) gets each assistant message's
+// span: its text and the template's end of its turn (docs/data.md says how they are found).
+// Errors: DSC_ERR_INVALID_ARG naming what the template or the conversation got wrong.
+dsc_status dsc_chat_apply(const dsc_chat_template *t, const char *conversation,
+                          bool add_generation_prompt, char **text, size_t *len,
+                          dsc_chat_span **spans, int *nspans);
+
+// The text the template closes an assistant turn with ("<|im_end|>", "<|eot_id|>", ...: what it
+// writes after an assistant message, white space dropped); "" when it writes nothing. Borrowed.
+const char *dsc_chat_template_end_of_turn(const dsc_chat_template *t);
+
 // ---- token shards ----
 //
 // Layout (the llm.c token-shard layout, all integers little endian):

@@ -1,5 +1,5 @@
-// cli/cmd_data.c - `dsc data prepare` (text -> token shards), `dsc data decode` (shard -> text)
-// and `dsc data default`.
+// cli/cmd_data.c - `dsc data prepare` (text -> token shards), `dsc data decode` (shard -> text),
+// `dsc data chat` (conversations rendered with a chat template) and `dsc data default`.
 #include <stdbool.h> // bool
 #include <stdio.h>  // fprintf, fwrite
 #include <stdlib.h> // calloc, free, malloc
@@ -149,16 +149,112 @@ static int data_default(int argc, char **argv) {
     return 0;
 }
 
+// A JSON string of n bytes (UTF-8 left as it is; control characters escaped).
+static void print_json_string(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c == '\n') printf("\\n");
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+// One conversation (a JSONL line): its rendering, or {"text", "spans"} with --json.
+static int chat_line(const dsc_chat_template *t, const char *line, bool agp, bool json,
+                     const char *path, long long lineno) {
+    char *text = NULL;
+    size_t len = 0;
+    dsc_chat_span *sp = NULL;
+    int n = 0;
+    if (dsc_chat_apply(t, line, agp, &text, &len, json && !agp ? &sp : NULL, &n) != DSC_OK) {
+        fprintf(stderr, "dsc data chat: %s:%lld: %s\n", path, lineno, dsc_last_error());
+        return 1;
+    }
+    if (json) {
+        printf("{\"text\": ");
+        print_json_string(text, len);
+        printf(", \"spans\": [");
+        for (int k = 0; k < n; k++) printf("%s[%zu, %zu]", k ? ", " : "", sp[k].begin, sp[k].end);
+        printf("]}\n");
+    } else {
+        fwrite(text, 1, len, stdout);
+        putchar('\n');
+    }
+    free(text);
+    free(sp);
+    return 0;
+}
+
+static int chat_render(const dsc_chat_template *t, const char *path, bool agp, bool json) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "dsc data chat: --input %s: cannot open\n", path);
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    long long lineno = 0;
+    int rc = 0;
+    while (!rc && getline(&line, &cap, f) >= 0) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue; // blank
+        rc = chat_line(t, line, agp, json, path, lineno);
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+static int data_chat(int argc, char **argv) {
+    const char *input = NULL, *tok = NULL, *tpl = NULL;
+    bool agp = false, json = false;
+    const cli_flag flags[] = {
+        {"--input", "FILE", "JSONL: one conversation a line, {\"messages\": [...], \"tools\": [...]} or a messages array", &input, NULL},
+        {"--chat-template", "SPEC", "chatml, a tokenizer_config.json, its folder or a Jinja file (default: the --tokenizer hf:DIR folder's, else chatml)", &tpl, NULL},
+        {"--tokenizer", "SPEC", "the tokenizer whose folder holds the template (hf:DIR)", &tok, NULL},
+        {"--add-generation-prompt", NULL, "end with the template's generation prompt (as dsc generate --chat does)", NULL, &agp},
+        {"--json", NULL, "print {\"text\", \"spans\"} lines: the rendering and its assistant spans (byte offsets; none with --add-generation-prompt), the loss targets of dsc data prepare", NULL, &json},
+    };
+    const cli_verb v = {"data chat", "dsc data chat --input FILE.jsonl [--chat-template SPEC] "
+                        "[--tokenizer hf:DIR] [--add-generation-prompt] [--json]",
+                        "Render conversations with a chat template as dsc data prepare and dsc "
+                        "generate --chat do, to see the text (and with --json the assistant "
+                        "spans that are trained on).", flags, 5, 0, 0};
+    char *pos[1];
+    int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!input) {
+        fprintf(stderr, "dsc data chat: need --input FILE; see --help\n");
+        return 2;
+    }
+    dsc_chat_template *t = NULL;
+    char note[4400];
+    if (dsc_chat_template_load(tpl, tok, &t, note, sizeof note) != DSC_OK) {
+        fprintf(stderr, "dsc data chat: error: %s\n", dsc_last_error());
+        return 1;
+    }
+    fprintf(stderr, "dsc data chat: chat template %s\n", note);
+    rc = chat_render(t, input, agp, json);
+    dsc_chat_template_destroy(t);
+    return rc;
+}
+
 int cmd_data(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "prepare")) return data_prepare(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "default")) return data_default(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "decode")) return data_decode(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "chat")) return data_chat(argc - 1, argv + 1);
     bool help = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));
     fprintf(help ? stdout : stderr,
             "usage: dsc data prepare --input FILE [FILE...] --tokenizer SPEC --out DIR "
             "[--val-fraction F] [--threads N] [--format auto|text|jsonl] [--chat-template SPEC] "
             "[--seq-len N] [--on-bad-line error|skip]\n"
             "       dsc data decode --shard FILE.bin --tokenizer SPEC\n"
+            "       dsc data chat --input FILE.jsonl [--chat-template SPEC] [--tokenizer hf:DIR] "
+            "[--add-generation-prompt] [--json]\n"
             "       dsc data default --out DIR\n");
     return help ? 0 : 2;
 }

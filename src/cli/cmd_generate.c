@@ -22,10 +22,11 @@
 #include "dsc/status.h"      // dsc_fail, DSC_TRY
 
 typedef struct gen_cli {
-    const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer, *trace;
+    const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer;
+    const char *trace, *chat_template;
     long long max_new, top_k, seed, heads, tp, threads;
     double temperature, top_p;
-    bool no_cache;
+    bool no_cache, chat;
 } gen_cli;
 
 typedef struct weights {
@@ -260,6 +261,7 @@ static dsc_status encode_prompts(const dsc_tokenizer *tok, prompts *ps) {
 typedef struct stop_ctx {
     const dsc_tokenizer *tok;
     const char *stop;
+    const char *eot; // --chat: the template's end of an assistant turn, or NULL
 } stop_ctx;
 
 static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
@@ -267,9 +269,57 @@ static bool stop_seen(void *user, int seq, const int32_t *gen, int n) {
     char *text = NULL;
     size_t len = 0;
     bool hit = dsc_tokenizer_decode(s->tok, gen, (size_t)n, &text, &len) == DSC_OK &&
-               strstr(text, s->stop) != NULL;
+               ((s->stop && strstr(text, s->stop)) || (s->eot && strstr(text, s->eot)));
     free(text);
     return hit;
+}
+
+// ---- --chat: prompts rendered with the model's chat template ----
+
+// A JSON string of s (for a --prompt turned into a user message).
+static void json_quote(char *out, size_t cap, const char *s) {
+    size_t k = 0;
+    out[k++] = '"';
+    for (; *s && k + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') k += (size_t)snprintf(out + k, cap - k, "\\%c", c);
+        else if (c < 0x20) k += (size_t)snprintf(out + k, cap - k, "\\u%04x", c);
+        else out[k++] = (char)c;
+    }
+    snprintf(out + k, cap - k, "\"");
+}
+
+// Each prompt (--prompt: a user message; --prompt-file: a line of JSON, a messages array or
+// {"messages", "tools"}) becomes its conversation rendered with add_generation_prompt.
+static dsc_status chat_prompts(const gen_cli *o, const dsc_tokenizer *tok, prompts *ps,
+                               dsc_chat_template **tpl) {
+    char note[4400];
+    DSC_TRY(dsc_chat_template_load(o->chat_template, dsc_tokenizer_spec(tok), tpl, note,
+                                   sizeof note));
+    fprintf(stderr, "dsc generate: chat template %s, end of turn \"%s\"\n", note,
+            dsc_chat_template_end_of_turn(*tpl));
+    for (int i = 0; i < ps->n; i++) {
+        size_t cap = 6 * strlen(ps->text[i]) + 64, len;
+        char *conv = malloc(cap + 48), *text;
+        if (!conv) return dsc_fail(DSC_ERR_OOM, "out of memory for the prompts");
+        if (o->prompt) {
+            int k = snprintf(conv, cap, "[{\"role\": \"user\", \"content\": ");
+            json_quote(conv + k, cap - (size_t)k, ps->text[i]);
+            size_t used = strlen(conv);
+            snprintf(conv + used, cap + 48 - used, "}]");
+        } else {
+            snprintf(conv, cap, "%s", ps->text[i]);
+        }
+        dsc_status st = dsc_chat_apply(*tpl, conv, true, &text, &len, NULL, NULL);
+        free(conv);
+        if (st != DSC_OK) {
+            dsc_error_prefix("--chat: ");
+            return st;
+        }
+        free(ps->text[i]);
+        ps->text[i] = text;
+    }
+    return DSC_OK;
 }
 
 // ---- running ----
@@ -326,7 +376,7 @@ static dsc_status setup_tp(const gen_cli *o, weights *w, dsc_comm **comm, dsc_ge
 
 static void print_results(const gen_cli *o, const dsc_tokenizer *tok, const prompts *ps,
                           const dsc_gen_output *out, const dsc_gen_stats *gs, const char *device,
-                          int context) {
+                          int context, const char *eot) {
     for (int i = 0; i < ps->n; i++) {
         // Ended by length before --max-new-tokens: the model's context was full.
         if (out[i].finish == DSC_GEN_LENGTH && out[i].len < o->max_new)
@@ -340,8 +390,10 @@ static void print_results(const gen_cli *o, const dsc_tokenizer *tok, const prom
             continue;
         char *cut = o->stop ? strstr(text, o->stop) : NULL;
         if (cut) len = (size_t)(cut - text);
+        cut = eot && eot[0] ? strstr(text, eot) : NULL;
+        if (cut && (size_t)(cut - text) < len) len = (size_t)(cut - text);
         if (ps->n > 1) printf("=== prompt %d ===\n", i + 1);
-        printf("%s%.*s\n", ps->text[i], (int)len, text);
+        printf("%s%.*s\n", o->chat ? "" : ps->text[i], (int)len, text); // --chat: the reply
         free(text);
     }
     double s = gs->prefill_s + gs->decode_s;
@@ -377,6 +429,7 @@ static dsc_status generate(const gen_cli *o) {
     weights w = {0};
     prompts ps = {0};
     dsc_tokenizer *tok = NULL;
+    dsc_chat_template *tpl = NULL;
     dsc_comm *comm = NULL;
     dsc_model_kv *kv = NULL;
     dsc_gen_output *out = NULL;
@@ -394,10 +447,12 @@ static dsc_status generate(const gen_cli *o) {
         DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads), st, done);
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
     DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
+    if (o->chat) DSC_TRY_GOTO(chat_prompts(o, tok, &ps, &tpl), st, done);
     DSC_TRY_GOTO(encode_prompts(tok, &ps), st, done);
     dsc_gen_model m = {.model = w.model, .params = w.full, .tp = {0, 1, NULL}, .trace = trace};
     DSC_TRY_GOTO(setup_tp(o, &w, &comm, &m), st, done);
-    stop_ctx sc = {tok, o->stop};
+    const char *eot = tpl ? dsc_chat_template_end_of_turn(tpl) : NULL;
+    stop_ctx sc = {tok, o->stop, eot && eot[0] ? eot : NULL};
     dsc_gen_opts go = {.max_new_tokens = (int)o->max_new,
                        .temperature = (float)o->temperature,
                        .top_k = (int)o->top_k,
@@ -405,7 +460,7 @@ static dsc_status generate(const gen_cli *o) {
                        .seed = (uint64_t)o->seed,
                        .eot = dsc_tokenizer_eot(tok),
                        .no_cache = o->no_cache,
-                       .stop = o->stop ? stop_seen : NULL,
+                       .stop = o->stop || sc.eot ? stop_seen : NULL,
                        .stop_user = &sc};
     dsc_gen_stats gs = {0};
     out = calloc((size_t)ps.n, sizeof *out);
@@ -415,7 +470,7 @@ static dsc_status generate(const gen_cli *o) {
     else
         DSC_TRY_GOTO(dsc_generate_run(&m, &kv, ps.p, ps.n, &go, out, &gs), st, done);
     if (m.tp.rank == 0) print_results(o, tok, &ps, out, &gs, device,
-                                      dsc_model_describe(w.model)->max_seq_len);
+                                      dsc_model_describe(w.model)->max_seq_len, sc.eot);
 done:
     if (trace) fclose(trace);
     if (out) dsc_gen_output_free(out, ps.n);
@@ -423,6 +478,7 @@ done:
     dsc_model_kv_destroy(kv);
     dsc_comm_destroy(comm);
     dsc_tokenizer_destroy(tok);
+    dsc_chat_template_destroy(tpl);
     prompts_free(&ps);
     weights_free(&w);
     return st;
@@ -446,6 +502,8 @@ static int check_flags(gen_cli *o) {
         why = "--stop needs a non-empty string";
     else if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         why = "--device must be cpu or cuda";
+    else if (o->chat_template && !o->chat)
+        why = "--chat-template goes with --chat";
     else if (!strcmp(o->device, "cuda") && o->tp > 1)
         why = "--tp splits the model over CPU ranks; with --device cuda leave it out (one GPU "
               "holds the whole model)";
@@ -498,6 +556,11 @@ int cmd_generate(int argc, char **argv) {
         {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",
          NULL, &o.no_cache},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
+        {"--chat", NULL, "render each prompt as a conversation with the model's chat template "
+         "(--prompt: one user message; --prompt-file: a JSON conversation a line) and the "
+         "generation prompt; stop at the template's end of turn; print the reply", NULL, &o.chat},
+        {"--chat-template", "SPEC", "with --chat: chatml, a tokenizer_config.json, its folder or "
+         "a Jinja file (default: the tokenizer's folder, else chatml)", &o.chat_template, NULL},
         {"--trace", "FILE", "write every choice with the two most likely tokens and their logits "
          "(JSON lines)", &o.trace, NULL},
     };

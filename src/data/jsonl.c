@@ -8,6 +8,7 @@
 
 #include "base/log.h"    // DSC_WARN
 #include "base/status.h" // dsc__fail, DSC_TRY
+#include "data/chat.h"   // dsc__chat_render_spans
 
 #define WARN_LINES 10 // skipped lines reported one by one; the rest only counted
 
@@ -73,39 +74,42 @@ static dsc_status from_prompt(json_t *j, dsc_example *e, char *why, size_t cap) 
     return seg_add(e, json_string_value(c), json_string_length(c), true);
 }
 
-static dsc_status add_message(dsc_example *e, const dsc_chat_template *tpl, const char *role,
-                              json_t *content) {
-    char *prefix, *suffix;
-    DSC_TRY(dsc_chat_render(tpl, role, &prefix, &suffix));
-    bool train = !strcmp(role, "assistant");
-    dsc_status st = seg_add(e, prefix, strlen(prefix), false);
-    if (st == DSC_OK)
-        st = seg_add(e, json_string_value(content), json_string_length(content), train);
-    if (st == DSC_OK) st = seg_add(e, suffix, strlen(suffix), train);
-    free(prefix);
-    free(suffix);
-    return st;
+// The rendered conversation cut at its assistant spans: those trained, the rest not.
+static dsc_status add_rendered(dsc_example *e, const char *text, size_t len,
+                               const dsc_chat_span *sp, int n) {
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        DSC_TRY(seg_add(e, text + at, sp[k].begin - at, false));
+        DSC_TRY(seg_add(e, text + sp[k].begin, sp[k].end - sp[k].begin, true));
+        at = sp[k].end;
+    }
+    return seg_add(e, text + at, len - at, false);
 }
 
 static dsc_status from_messages(json_t *j, const dsc_chat_template *tpl, dsc_example *e,
                                 char *why, size_t cap) {
-    json_t *msgs = json_object_get(j, "messages");
+    json_t *msgs = json_object_get(j, "messages"), *tools = json_object_get(j, "tools");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return BAD("\"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
-    const char *begin = dsc_chat_template_begin(tpl), *end = dsc_chat_template_end(tpl);
-    DSC_TRY(seg_add(e, begin, strlen(begin), false));
     int assistant = 0;
     for (size_t i = 0; i < json_array_size(msgs); i++) {
-        json_t *m = json_array_get(msgs, i);
-        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        if (!json_is_string(role) || !json_is_string(content))
-            return BAD("messages[%zu] needs string \"role\" and \"content\"", i);
+        json_t *role = json_object_get(json_array_get(msgs, i), "role");
+        if (!json_is_string(role)) return BAD("messages[%zu] needs a string \"role\"", i);
         assistant += !strcmp(json_string_value(role), "assistant");
-        DSC_TRY(add_message(e, tpl, json_string_value(role), content));
     }
     if (!assistant)
         return BAD("no message has role \"assistant\", so nothing would be trained on");
-    return seg_add(e, end, strlen(end), false);
+    char *text;
+    size_t len;
+    dsc_chat_span *sp;
+    int n;
+    dsc_status st = dsc__chat_render_spans(tpl, msgs, tools, &text, &len, &sp, &n);
+    if (st == DSC_ERR_INVALID_ARG) return BAD("%s", dsc_last_error());
+    DSC_TRY(st);
+    st = add_rendered(e, text, len, sp, n);
+    free(text);
+    free(sp);
+    return st;
 }
 
 // One line's example into e. DSC_ERR_INVALID_ARG with why filled: a bad line.

@@ -4,11 +4,11 @@
 // A JSONL file holds one JSON object per line (blank lines are skipped), each one of:
 //   {"text": "..."}                            one trained segment (plain text, as a text file)
 //   {"prompt": "...", "completion": "..."}     the prompt untrained, the completion trained
-//   {"messages": [{"role": "...", "content": "..."}, ...]}
-//        rendered with a chat template (chat.h): the template's text before the first message,
-//        then per message PREFIX CONTENT SUFFIX, then the text after the last. An assistant
-//        message's CONTENT and SUFFIX (its end-of-turn markup) are trained; everything else is
-//        not. At least one assistant message is required.
+//   {"messages": [{"role": "...", "content": "..."}, ...], "tools": [...]}
+//        rendered with the model's chat template (chat.h); the assistant spans (each assistant
+//        message and the template's end of its turn) are trained, everything else is not. At
+//        least one assistant message is required; a conversation the template refuses is a bad
+//        line with the template's message.
 // Other keys are ignored. Adjacent segments with the same flag are merged (tokenized together).
 #ifndef DSC_DATA_JSONL_H
 #define DSC_DATA_JSONL_H

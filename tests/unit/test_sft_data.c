@@ -57,79 +57,102 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
 
 static int teardown(void **state) { return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS); }
 
-static void render(const dsc_chat_template *t, const char *role, const char *want_prefix,
-                   const char *want_suffix) {
-    char *p, *s;
-    assert_int_equal(dsc_chat_render(t, role, &p, &s), DSC_OK);
-    assert_string_equal(p, want_prefix);
-    assert_string_equal(s, want_suffix);
-    free(p);
-    free(s);
+static dsc_chat_template *chatml(void) {
+    dsc_chat_template *t = NULL;
+    char note[256];
+    assert_int_equal(dsc_chat_template_load("chatml", NULL, &t, note, sizeof note), DSC_OK);
+    return t;
+}
+
+static void apply(const dsc_chat_template *t, const char *conv, bool agp, const char *want) {
+    char *text;
+    size_t len;
+    assert_int_equal(dsc_chat_apply(t, conv, agp, &text, &len, NULL, NULL), DSC_OK);
+    assert_string_equal(text, want);
+    assert_int_equal(len, strlen(want));
+    free(text);
 }
 
 // ---- chat templates ----
 
+static const char conv2[] = "[{\"role\": \"user\", \"content\": \"Hi\"}, "
+                            "{\"role\": \"assistant\", \"content\": \" Yo \"}]";
+
 static void test_chat_templates(void **state) {
-    dsc_chat_template *t = NULL;
-    assert_int_equal(dsc_chat_template_chatml(&t), DSC_OK);
-    render(t, "user", "<|im_start|>user\n", "<|im_end|>\n");
-    assert_string_equal(dsc_chat_template_begin(t), "");
+    dsc_chat_template *t = chatml();
+    apply(t, conv2, false, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n Yo <|im_end|>\n");
+    apply(t, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", true,
+          "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    assert_string_equal(dsc_chat_template_end_of_turn(t), "<|im_end|>");
+    // Spans: each assistant message and its end of turn.
+    char *text;
+    size_t len;
+    dsc_chat_span *sp;
+    int n;
+    assert_int_equal(dsc_chat_apply(t, conv2, false, &text, &len, &sp, &n), DSC_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(sp[0].end, len);
+    assert_string_equal(text + sp[0].begin, " Yo <|im_end|>\n");
+    free(text);
+    free(sp);
     dsc_chat_template_destroy(t);
-    // ChatML as tokenizer_config.json files spell it, with whitespace control, a generation
-    // prompt, a comment and the bos token before the loop.
+    // Whitespace control, loop variables, filters, bos/eos.
     const char *jinja =
         "{{ bos_token }}{# conversation #}\n"
         "{% for message in messages %}\n"
-        "    {{- '<|im_start|>' + message.role + \"\\n\" }}\n"
-        "    {{- message['content'] + '<|im_end|>' + '\\n' -}}\n"
-        "{% endfor %}\n"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    assert_int_equal(dsc_chat_template_parse(jinja, "<s>", "</s>", &t), DSC_OK);
-    render(t, "assistant", "<|im_start|>assistant\n", "<|im_end|>\n");
-    assert_string_equal(dsc_chat_template_begin(t), "<s>"); // trim_blocks ends the comment line
-    assert_string_equal(dsc_chat_template_end(t), "");
+        "    {% if loop.first %}[first]{% endif %}\n"
+        "    {{- message.role | upper + ': ' + message['content'] | trim }}{{ eos_token }}\n"
+        "{% endfor %}";
+    assert_int_equal(dsc_chat_template_create(jinja, "<s>", "</s>", &t), DSC_OK);
+    apply(t, conv2, false, "<s>[first]USER: Hi</s>\nASSISTANT: Yo</s>\n");
+    assert_string_equal(dsc_chat_template_end_of_turn(t), "</s>");
     dsc_chat_template_destroy(t);
-    // A role/content template with literal text in the loop body and eos_token.
-    assert_int_equal(dsc_chat_template_parse("{% for message in messages %}### {{ message.role }}:"
-                                             " {{ message.content }}{{ eos_token }}\n{% endfor %}",
-                                             NULL, "</s>", &t), DSC_OK);
-    render(t, "user", "### user: ", "</s>\n");
-    dsc_chat_template_destroy(t);
-    // Shapes that are not recognised say why.
+    // Beyond the subset: refused naming the construct and the line.
     const char *bad[][2] = {
-        {"{% for message in messages %}{% if message['role'] == 'user' %}{{ message['content'] }}"
-         "{% endif %}{% endfor %}", "inside the loop"},
-        {"{% for message in messages %}{{ message['content'] | trim }}{% endfor %}", "trim"},
-        {"{% for message in messages %}{{ message['role'] }}{% endfor %}", "0 times"},
-        {"{{ 'no loop' }}", "no complete"},
-        {"{% set x = 1 %}{% for message in messages %}{{ message.content }}{% endfor %}", "set x"},
+        {"{% include 'x' %}", "{% include %}"},
+        {"\n{{ messages | wordwrap }}", "line 2: the filter '| wordwrap'"},
+        {"{{ x.format(1) }}", ".format()"},
+        {"{{ lipsum() }}", "lipsum()"},
+        {"{% for m in messages %}", "not closed with {% endfor %}"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(dsc_chat_template_parse(bad[i][0], NULL, NULL, &t), DSC_ERR_CONFIG);
+        assert_int_equal(dsc_chat_template_create(bad[i][0], NULL, NULL, &t), DSC_ERR_CONFIG);
         assert_null(t);
         if (!strstr(dsc_last_error(), bad[i][1]))
             fail_msg("template %zu: %s lacks %s", i, dsc_last_error(), bad[i][1]);
     }
-    // From a tokenizer_config.json; one that is not recognised falls back to ChatML with a note.
+    // raise_exception: the conversation is refused with the template's message.
+    assert_int_equal(dsc_chat_template_create("{{ raise_exception('no ' ~ messages[0].role) }}",
+                                              NULL, NULL, &t), DSC_OK);
+    assert_int_equal(dsc_chat_apply(t, conv2, false, &text, &len, NULL, NULL),
+                     DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "no user"));
+    dsc_chat_template_destroy(t);
+    // From a tokenizer_config.json (string, or the named list's "default"), a folder's
+    // chat_template.jinja.
     char note[1024];
     put_file("tc_ok.json", "{\"chat_template\": \"{% for message in messages %}[{{ message.role"
-                           " }}]{{ message.content }}{% endfor %}\", \"eos_token\": \"</s>\"}");
+                           " }}]{{ message.content }}{% endfor %}\", \"eos_token\": \"</s>\", "
+                           "\"model_max_length\": 1000000000000000019884624838656}");
     assert_int_equal(dsc_chat_template_load(path_of("tc_ok.json"), "byte", &t, note, sizeof note),
                      DSC_OK);
-    render(t, "user", "[user]", "");
+    apply(t, conv2, false, "[user]Hi[assistant] Yo ");
     assert_non_null(strstr(note, "tc_ok.json"));
     dsc_chat_template_destroy(t);
-    put_file("tc_bad.json", "{\"chat_template\": \"{% for message in messages %}{{ message.content"
-                            " | upper }}{% endfor %}\"}");
-    assert_int_equal(dsc_chat_template_load(path_of("tc_bad.json"), "byte", &t, note, sizeof note),
+    put_file("tc_list.json", "{\"chat_template\": [{\"name\": \"rag\", \"template\": \"x\"}, "
+                             "{\"name\": \"default\", \"template\": \"{{ eos_token }}\"}], "
+                             "\"eos_token\": {\"content\": \"</s>\"}}");
+    assert_int_equal(dsc_chat_template_load(path_of("tc_list.json"), NULL, &t, note, sizeof note),
                      DSC_OK);
-    render(t, "user", "<|im_start|>user\n", "<|im_end|>\n");
-    assert_non_null(strstr(note, "chatml (default)"));
-    assert_non_null(strstr(note, "not a simple role/content template"));
+    apply(t, conv2, false, "</s>");
+    dsc_chat_template_destroy(t);
+    put_file("chat_template.jinja", "{{ messages | length }}\n");
+    assert_int_equal(dsc_chat_template_load(dir, NULL, &t, note, sizeof note), DSC_OK);
+    apply(t, conv2, false, "2"); // the final newline dropped, as jinja2 does
     dsc_chat_template_destroy(t);
     put_file("tc_none.json", "{\"eos_token\": \"</s>\"}");
     assert_int_equal(dsc_chat_template_load(path_of("tc_none.json"), "byte", &t, note, sizeof note),
-                     DSC_ERR_CORRUPT);
+                     DSC_ERR_CONFIG);
     assert_non_null(strstr(dsc_last_error(), "chat_template"));
     assert_int_equal(dsc_chat_template_load(path_of("missing.json"), "byte", &t, note, sizeof note),
                      DSC_ERR_IO);
@@ -145,8 +168,7 @@ static void expect_seg(const dsc_example *e, int i, const char *text, bool train
 }
 
 static void test_jsonl_forms(void **state) {
-    dsc_chat_template *t = NULL;
-    assert_int_equal(dsc_chat_template_chatml(&t), DSC_OK);
+    dsc_chat_template *t = chatml();
     const char *text =
         "{\"text\": \"plain\"}\n"
         "\r\n"
@@ -175,8 +197,7 @@ static void test_jsonl_forms(void **state) {
 }
 
 static void test_jsonl_bad_lines(void **state) {
-    dsc_chat_template *t = NULL;
-    assert_int_equal(dsc_chat_template_chatml(&t), DSC_OK);
+    dsc_chat_template *t = chatml();
     const char *lines[][2] = {
         {"{\"text\": \"ok\"", "not valid JSON"},
         {"[1, 2]", "not a JSON object"},
@@ -185,7 +206,8 @@ static void test_jsonl_bad_lines(void **state) {
         {"{\"prompt\": \"p\"}", "\"completion\" must both be strings"},
         {"{\"text\": \"a\", \"prompt\": \"p\", \"completion\": \"c\"}", "more than one"},
         {"{\"messages\": []}", "non-empty array"},
-        {"{\"messages\": [{\"role\": \"user\"}]}", "messages[0] needs"},
+        {"{\"messages\": [{\"content\": \"x\"}]}", "messages[0] needs"},
+        {"{\"messages\": [{\"role\": \"assistant\"}]}", "'content' is undefined"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", "no message has role"},
         {"{\"text\": \"\"}", "empty"},
     };
