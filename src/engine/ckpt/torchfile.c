@@ -7,7 +7,7 @@
 #include <stdio.h>    // vsnprintf
 #include <stdlib.h>   // calloc, free, realloc
 #include <string.h>   // memcpy, strcmp, strerror
-#include <sys/mman.h> // mmap
+#include <sys/mman.h> // mmap, madvise
 #include <sys/stat.h> // fstat
 #include <unistd.h>   // close
 
@@ -753,6 +753,12 @@ void dsc_pt_close(dsc_pt_file *f) {
     free(f->path);
     free(f);
 }
+
+void dsc_pt_release_pages(dsc_pt_file *f) {
+    if (f && f->map) (void)madvise(f->map, f->map_len, MADV_DONTNEED);
+}
+
+size_t dsc_pt_file_bytes(const dsc_pt_file *f) { return f->map ? f->map_len : 0; }
 
 const dsc_pt_value *dsc_pt_root(const dsc_pt_file *f) { return f->root; }
 const char *dsc_pt_path(const dsc_pt_file *f) { return f->path; }

@@ -81,6 +81,11 @@ dsc_status dsc_pt_open(dsc_pt_file **out, const char *path);
 // The same from memory (borrowed until dsc_pt_close); name is what errors call it.
 dsc_status dsc_pt_open_mem(dsc_pt_file **out, const void *data, size_t len, const char *name);
 void dsc_pt_close(dsc_pt_file *f); // NULL ok
+// Give back the pages of the mapped file that reading touched (they are read again from the
+// page cache if needed): a reader going tensor by tensor then holds one tensor's pages at a time.
+void dsc_pt_release_pages(dsc_pt_file *f);
+// The file's size in bytes (0 for a file opened from memory).
+size_t dsc_pt_file_bytes(const dsc_pt_file *f);
 
 // The saved object (borrowed until dsc_pt_close).
 const dsc_pt_value *dsc_pt_root(const dsc_pt_file *f);
