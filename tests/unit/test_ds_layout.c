@@ -11,7 +11,8 @@
 #include <stdio.h>  // snprintf
 #include <string.h> // strcmp
 
-#include "dsc/checkpoint.h" // dsc_ds_ckpt_*
+#include "dsc/checkpoint.h"  // dsc_ds_ckpt_*
+#include "dsc/safetensors.h" // dsc_hf_weights_*
 #include "dsc/status.h"     // dsc_last_error
 
 #define DIR DSC_SOURCE_DIR "/tests/unit/torchfile/"
@@ -66,6 +67,30 @@ static void test_zero3(void **state) {
     check(DIR "ds_z3", NULL, 3);
 }
 
+// --init-weights DS_DIR reads through the Hugging Face weights reader: the same fp32 values.
+static void test_as_weights(void **state) {
+    (void)state;
+    const char *dirs[] = {DIR "ds_z2", DIR "ds_z3/global_step10"};
+    for (int k = 0; k < 2; k++) {
+        dsc_hf_weights *w = NULL;
+        if (dsc_hf_weights_open(&w, dirs[k]) != DSC_OK) fail_msg("%s", dsc_last_error());
+        assert_int_equal(dsc_hf_weights_count(w), 4);
+        float v[16];
+        for (int i = 0; i < 4; i++) {
+            dsc_hf_tensor t;
+            assert_true(dsc_hf_weights_has(w, names[i]));
+            assert_int_equal(dsc_hf_weights_info(w, names[i], &t), DSC_OK);
+            assert_string_equal(t.dtype, "F32");
+            assert_int_equal(t.numel, numels[i]);
+            assert_int_equal(dsc_hf_weights_read(w, names[i], 1, t.numel - 1, v), DSC_OK);
+            for (int e = 1; e < t.numel; e++)
+                assert_float_equal(v[e - 1], 0.01f * (float)e + (float)i, 1e-6);
+        }
+        assert_int_not_equal(dsc_hf_weights_info(w, "absent", &(dsc_hf_tensor){0}), DSC_OK);
+        dsc_hf_weights_close(w);
+    }
+}
+
 static void test_not_deepspeed(void **state) {
     (void)state;
     dsc_ds_ckpt *ds = NULL;
@@ -76,6 +101,7 @@ static void test_not_deepspeed(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_zero2), cmocka_unit_test(test_zero3),
+                                       cmocka_unit_test(test_as_weights),
                                        cmocka_unit_test(test_not_deepspeed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
