@@ -90,6 +90,7 @@ typedef enum dsc_ckpt_state {
     DSC_CKPT_COMPLETE = 0, // renamed into place with a manifest (not verified by dsc_ckpt_list)
     DSC_CKPT_BAD,          // failed validation after its save (BAD marker inside)
     DSC_CKPT_PARTIAL,      // an interrupted save (*.tmp.*) or a directory without manifest
+    DSC_CKPT_DEEPSPEED,    // a DeepSpeed checkpoint (mp_rank_00_model_states.pt, no manifest)
 } dsc_ckpt_state;
 
 typedef struct dsc_ckpt_entry {
@@ -123,6 +124,41 @@ dsc_status dsc_ckpt_export(const char *dir, const char *tag, const char *out_pat
 // without an attached config.json is an error that says to export the weights alone.
 dsc_status dsc_ckpt_export_hf(const char *dir, const char *tag, const char *out_dir,
                               const char *dtype, uint64_t shard_bytes);
+
+// ---- DeepSpeed's checkpoints (read) ----
+
+// A DeepSpeed checkpoint: <dir>/latest naming <tag>, and <dir>/<tag>/ holding
+// mp_rank_00_model_states.pt (ZeRO 0-2; zero_pp_rank_0_mp_rank_00_model_states.pt at ZeRO-3)
+// and one [bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt per data-parallel rank. Files are
+// read by dsc's restricted torch.save reader, which never runs anything from them. Parameters
+// are the fp32 master weights of the ZeRO partitions (the module's own tensors without ZeRO),
+// under the names DeepSpeed recorded (param_shapes: the Hugging Face names of an HF model).
+typedef struct dsc_ds_ckpt dsc_ds_ckpt;
+
+typedef struct dsc_ds_ckpt_info {
+    const char *tag, *ds_version, *precision; // borrowed until dsc_ds_ckpt_close
+    int zero_stage, world_size, nparams, ngroups, nfiles;
+    int64_t global_steps, global_samples, skipped_steps, numel;
+    double loss_scale;
+    uint64_t bytes; // all its files together
+} dsc_ds_ckpt_info;
+
+// Whether <dir>/<tag> (tag NULL: the tag <dir>/latest names, or dir itself) is a DeepSpeed
+// checkpoint directory.
+bool dsc_ds_ckpt_detect(const char *dir, const char *tag);
+// Open it: every file parsed, every partition checked against the parameter shapes (the checks
+// zero_to_fp32.py makes). Errors name the file and the fault.
+dsc_status dsc_ds_ckpt_open(dsc_ds_ckpt **out, const char *dir, const char *tag);
+void dsc_ds_ckpt_close(dsc_ds_ckpt *ds); // NULL ok
+void dsc_ds_ckpt_get_info(const dsc_ds_ckpt *ds, dsc_ds_ckpt_info *out);
+// group: the ZeRO optimizer group (index in param_shapes).
+void dsc_ds_ckpt_get_param(const dsc_ds_ckpt *ds, int i, dsc_ckpt_param *out);
+int dsc_ds_ckpt_find_param(const dsc_ds_ckpt *ds, const char *name);           // index or -1
+// Elements [begin, begin + count) of parameter i's fp32 master weights into out, gathered from
+// the ranks' partitions; the pages read are released afterwards, so that reading a model tensor
+// by tensor holds one tensor's pages at a time.
+dsc_status dsc_ds_ckpt_read_param(dsc_ds_ckpt *ds, int i, int64_t begin, int64_t count,
+                                  float *out);
 
 // ---- saving ----
 

@@ -12,6 +12,7 @@
 #include "base/status.h"            // dsc__fail, DSC_TRY
 #include "dsc/half.h"               // dsc_bf16_to_fp32_n, dsc_fp16_to_fp32_n
 #include "engine/ckpt/safetensors.h" // dsc_st_*
+#include "dsc/checkpoint.h"           // dsc_ds_ckpt_*
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -28,6 +29,7 @@ struct dsc_hf_weights {
     dsc_st_file *open;  // the one mapped shard, or NULL
     int open_shard;
     int maps;
+    dsc_ds_ckpt *ds;    // a DeepSpeed checkpoint instead of safetensors files, or NULL
 };
 
 static bool is_dir(const char *p) {
@@ -141,8 +143,30 @@ static void split_path(dsc_hf_weights *w, const char *path, char *file, size_t c
     }
 }
 
+// A DeepSpeed checkpoint (its save directory or a tag directory): the fp32 master weights of its
+// ZeRO partitions under the names DeepSpeed recorded, read a range at a time.
+static dsc_status read_deepspeed(dsc_hf_weights *w, const char *path) {
+    DSC_TRY(dsc_ds_ckpt_open(&w->ds, path, NULL));
+    dsc_ds_ckpt_info in;
+    dsc_ds_ckpt_get_info(w->ds, &in);
+    w->names = calloc((size_t)in.nparams + 1, sizeof *w->names);
+    w->shard_of = calloc((size_t)in.nparams + 1, sizeof *w->shard_of);
+    if (!w->names || !w->shard_of) return dsc__fail(DSC_ERR_OOM, "out of memory reading %s", path);
+    for (int i = 0; i < in.nparams; i++) {
+        dsc_ckpt_param p;
+        dsc_ds_ckpt_get_param(w->ds, i, &p);
+        DSC_TRY(add_tensor(w, p.name, 0));
+    }
+    int i = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(w->index, k, v) w->names[i++] = k;
+    return DSC_OK;
+}
+
 static dsc_status open_any(dsc_hf_weights *w, const char *path) {
     char file[4096], p[8400];
+    if (is_dir(path) && dsc_ds_ckpt_detect(path, NULL)) return read_deepspeed(w, path);
     if (is_dir(path)) {
         snprintf(w->dir, sizeof w->dir, "%s", path);
         snprintf(p, sizeof p, "%s/" INDEX_NAME, path);
@@ -181,6 +205,7 @@ dsc_status dsc_hf_weights_open(dsc_hf_weights **out, const char *path) {
 
 void dsc_hf_weights_close(dsc_hf_weights *w) {
     if (!w) return;
+    dsc_ds_ckpt_close(w->ds);
     dsc_st_close(w->open);
     for (int i = 0; i < w->nshards; i++) free(w->shard[i]);
     free(w->shard);
@@ -221,7 +246,25 @@ static dsc_status locate(dsc_hf_weights *w, const char *name, const dsc_st_tenso
     return DSC_OK;
 }
 
+// The DeepSpeed checkpoint's parameter `name`, or an error naming it.
+static dsc_status ds_param(dsc_hf_weights *w, const char *name, dsc_ckpt_param *p, int *i) {
+    *i = dsc_ds_ckpt_find_param(w->ds, name);
+    if (*i < 0) return dsc__fail(DSC_ERR_INVALID_ARG, "%s has no tensor %s", w->what, name);
+    dsc_ds_ckpt_get_param(w->ds, *i, p);
+    return DSC_OK;
+}
+
+static dsc_status ds_info(dsc_hf_weights *w, const char *name, dsc_hf_tensor *out) {
+    dsc_ckpt_param p;
+    int i;
+    DSC_TRY(ds_param(w, name, &p, &i));
+    *out = (dsc_hf_tensor){.dtype = "F32", .ndim = p.ndim, .numel = p.numel};
+    for (int d = 0; d < p.ndim; d++) out->shape[d] = p.shape[d];
+    return DSC_OK;
+}
+
 dsc_status dsc_hf_weights_info(dsc_hf_weights *w, const char *name, dsc_hf_tensor *out) {
+    if (w->ds) return ds_info(w, name, out);
     const dsc_st_tensor *t;
     DSC_TRY(locate(w, name, &t));
     *out = (dsc_hf_tensor){.ndim = t->ndim, .numel = 1};
@@ -235,6 +278,12 @@ dsc_status dsc_hf_weights_info(dsc_hf_weights *w, const char *name, dsc_hf_tenso
 
 dsc_status dsc_hf_weights_read(dsc_hf_weights *w, const char *name, int64_t begin, int64_t count,
                                float *dst) {
+    if (w->ds) {
+        dsc_ckpt_param p;
+        int i;
+        DSC_TRY(ds_param(w, name, &p, &i));
+        return dsc_ds_ckpt_read_param(w->ds, i, begin, count, dst);
+    }
     const dsc_st_tensor *t;
     DSC_TRY(locate(w, name, &t));
     size_t es = dsc_st_dtype_size(t->dtype);

@@ -179,10 +179,20 @@ static dsc_status load_opened(dsc_engine *eng, dsc_ckpt *ck, dsc_status open_st,
     return st;
 }
 
+// A DeepSpeed checkpoint is recognised and named as such, rather than reported as a damaged one
+// of dsc's (its optimizer state does not load into an engine yet).
+static dsc_status refuse_deepspeed(const char *dir, const char *tag) {
+    if (!dsc_ds_ckpt_detect(dir, tag)) return DSC_OK;
+    return dsc__fail(DSC_ERR_INVALID_ARG, "%s%s%s is a DeepSpeed checkpoint: dsc reads it (dsc "
+                     "ckpt info, dsc ckpt verify) but cannot continue its optimizer state yet",
+                     dir, tag ? "/" : "", tag ? tag : "");
+}
+
 dsc_status dsc_load_checkpoint(dsc_engine *eng, const char *dir, const char *tag, char *loaded,
                                size_t cap) {
     char latest[DSC_CKPT_TAG_MAX];
     dsc_status st = DSC_OK;
+    DSC_TRY(refuse_deepspeed(dir, tag));
     if (!tag) {
         st = dsc_ckpt_latest(dir, latest, sizeof latest);
         tag = st == DSC_OK ? latest : "(latest)";
@@ -221,6 +231,7 @@ static dsc_status fall_back(dsc_engine *eng, const char *dir, const char *failed
 dsc_status dsc_resume_checkpoint(dsc_engine *eng, const char *dir, const char *tag, char *loaded,
                                  size_t cap, bool *none) {
     *none = false;
+    DSC_TRY(refuse_deepspeed(dir, tag));
     if (tag) return dsc_load_checkpoint(eng, dir, tag, loaded, cap);
     dsc_ckpt_entry *v;
     int n;

@@ -15,6 +15,7 @@
 #include "base/hash.h"            // dsc_hash64
 #include "base/io.h"              // dsc__open_regular
 #include "base/status.h"          // dsc__fail
+#include "engine/ckpt/deepspeed.h" // dsc__ds_model_file
 #include "engine/ckpt/shard.h"    // dsc__shard_tensor_name, DSC_CKPT_SHARD_FORMAT
 
 // ---- verification ----
@@ -279,6 +280,8 @@ static void read_entry(const char *dir, const char *name, dsc_ckpt_entry *e) {
         dsc__manifest_parse(&m, text, n, sub) == DSC_OK) {
         e->step = m.step;
         dsc__manifest_free(&m);
+    } else if (e->state == DSC_CKPT_COMPLETE && dsc__ds_model_file(path)) {
+        e->state = DSC_CKPT_DEEPSPEED; // DeepSpeed writes no manifest
     } else if (e->state == DSC_CKPT_COMPLETE && !dsc__ckpt_exists(sub)) {
         e->state = DSC_CKPT_PARTIAL;
     }
