@@ -10,8 +10,9 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // memcmp, strcmp, strlen
 
-#include "base/status.h"  // dsc__fail
-#include "data/unicode.h" // dsc__utf8_decode, dsc__unicode_is_*
+#include "base/status.h"    // dsc__fail
+#include "data/normalize.h" // dsc__replace
+#include "data/unicode.h"   // dsc__utf8_decode, dsc__unicode_is_*
 
 #define MAX_ALTS 32
 #define MAX_STAGES 8
@@ -44,16 +45,28 @@ typedef struct alt {
 
 enum { ST_SPLIT, ST_DIGITS };
 
+// What becomes of a match and the text around it (the reference's SplitDelimiterBehavior).
+enum { B_ISOLATED, B_REMOVED, B_MERGED_PREV, B_MERGED_NEXT, B_CONTIGUOUS };
+
 typedef struct stage {
     int kind;
     bool individual; // ST_DIGITS
+    int behavior;    // ST_SPLIT
     int nalts;       // ST_SPLIT
     alt alts[MAX_ALTS];
 } stage;
 
+// How the first step rewrites each text before splitting it.
+enum { PREP_NONE, PREP_METASPACE, PREP_SPACE };
+enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
+
 struct dsc__pretok {
     int nstages;
     stage st[MAX_STAGES];
+    int prep;            // PREP_*
+    int prepend;         // PREP_METASPACE: PREPEND_*
+    uint8_t repl[4];     // PREP_METASPACE: the replacement character's UTF-8 ("▁")
+    size_t nrepl;
 };
 
 // ---- internal: character classes ----
@@ -285,6 +298,9 @@ static dsc_status add_stage(dsc__pretok *p, const char *file) {
     return DSC_OK;
 }
 
+static const char *const BEHAVIORS[] = {"Isolated", "Removed", "MergedWithPrevious",
+                                         "MergedWithNext", "Contiguous"};
+
 static dsc_status read_split(dsc__pretok *p, const json_t *o, const char *file) {
     const json_t *pat = json_object_get(o, "pattern");
     const char *re = json_string_value(json_object_get(pat, "Regex"));
@@ -293,36 +309,93 @@ static dsc_status read_split(dsc__pretok *p, const json_t *o, const char *file) 
     if (!re && !str)
         return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Split has no pattern.Regex or "
                          "pattern.String", file);
-    if (!beh || strcmp(beh, "Isolated") || flag(o, "invert", false))
+    int b = 0;
+    while (beh && b < 5 && strcmp(beh, BEHAVIORS[b])) b++;
+    if (!beh || b == 5 || flag(o, "invert", false))
         return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Split with behavior \"%s\"%s is not "
-                         "supported; dsc reads behavior \"Isolated\", invert false", file,
+                         "supported; dsc reads behavior Isolated, Removed, MergedWithPrevious, "
+                         "MergedWithNext or Contiguous, invert false", file,
                          beh ? beh : "(none)", flag(o, "invert", false) ? ", invert true" : "");
     DSC_TRY(add_stage(p, file));
     stage *st = &p->st[p->nstages - 1];
-    if (re) return compile_pattern(st, re, file);
+    if (re) {
+        DSC_TRY(compile_pattern(st, re, file));
+        st->behavior = b;
+        return DSC_OK;
+    }
     size_t n = strlen(str); // a plain string: one literal alternative
     if (n == 0 || n > MAX_LITERAL)
         return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Split string \"%s\" must be 1 to %d "
                          "bytes", file, str, MAX_LITERAL);
-    st->kind = ST_SPLIT;
-    st->nalts = 1;
+    *st = (stage){.kind = ST_SPLIT, .behavior = b, .nalts = 1};
     st->alts[0] = (alt){.kind = A_LITERAL, .nlit = n};
     memcpy(st->alts[0].lit, str, n);
     return DSC_OK;
 }
 
-static dsc_status read_one(dsc__pretok *p, const json_t *o, const char *file, bool *byte_level) {
-    const char *type = json_string_value(json_object_get(o, "type"));
-    if (type && !strcmp(type, "ByteLevel")) {
-        if (flag(o, "add_prefix_space", true))
-            return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer ByteLevel with add_prefix_space "
-                             "true is not supported (the families dsc reads set it false)", file);
-        *byte_level = true;
-        if (!flag(o, "use_regex", true)) return DSC_OK;
-        DSC_TRY(add_stage(p, file));
-        return compile_pattern(&p->st[p->nstages - 1], GPT2_PATTERN, file);
+// Metaspace: spaces become the replacement character, which is prepended per prepend_scheme
+// (files older than that key say add_prefix_space: true for "always", false for "never"); with
+// split (default true) each replacement character starts a piece.
+static dsc_status read_metaspace(dsc__pretok *p, const json_t *o, const char *file) {
+    const char *r = json_string_value(json_object_get(o, "replacement"));
+    const char *scheme = json_string_value(json_object_get(o, "prepend_scheme"));
+    uint32_t cp;
+    if (!r || !*r || strlen(r) > 4 ||
+        dsc__utf8_decode((const uint8_t *)r, strlen(r), &cp) != strlen(r))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Metaspace needs \"replacement\", one "
+                         "character (\"\xe2\x96\x81\")", file);
+    p->prep = PREP_METASPACE;
+    p->nrepl = strlen(r);
+    memcpy(p->repl, r, p->nrepl);
+    static const char *const schemes[] = {"always", "first", "never"};
+    p->prepend = PREPEND_ALWAYS;
+    while (scheme && p->prepend < 3 && strcmp(scheme, schemes[p->prepend])) p->prepend++;
+    if (scheme && p->prepend == 3)
+        return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Metaspace prepend_scheme \"%s\" is "
+                         "not one of always, first, never", file, scheme);
+    if (!flag(o, "add_prefix_space", true)) {
+        if (scheme && p->prepend != PREPEND_NEVER)
+            return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Metaspace has add_prefix_space "
+                             "false but prepend_scheme \"%s\"; remove one of them", file, scheme);
+        p->prepend = PREPEND_NEVER;
     }
+    if (!flag(o, "split", true)) return DSC_OK;
+    DSC_TRY(add_stage(p, file));
+    stage *st = &p->st[p->nstages - 1];
+    *st = (stage){.kind = ST_SPLIT, .behavior = B_MERGED_NEXT, .nalts = 1};
+    st->alts[0] = (alt){.kind = A_LITERAL, .nlit = p->nrepl};
+    memcpy(st->alts[0].lit, p->repl, p->nrepl);
+    return DSC_OK;
+}
+
+// first: the step opens the pre-tokenizer, so a rewrite of the text it receives (Metaspace's,
+// ByteLevel's prefix space) is a rewrite of each text between added tokens.
+static dsc_status read_byte_level(dsc__pretok *p, const json_t *o, const char *file, bool first,
+                                  bool *byte_level) {
+    if (flag(o, "add_prefix_space", true)) {
+        if (!first)
+            return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer ByteLevel with add_prefix_space "
+                             "true after another step is not supported; dsc reads it as the "
+                             "first step", file);
+        p->prep = PREP_SPACE;
+    }
+    *byte_level = true;
+    if (!flag(o, "use_regex", true)) return DSC_OK;
+    DSC_TRY(add_stage(p, file));
+    return compile_pattern(&p->st[p->nstages - 1], GPT2_PATTERN, file);
+}
+
+static dsc_status read_one(dsc__pretok *p, const json_t *o, const char *file, bool first,
+                           bool *byte_level) {
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type && !strcmp(type, "ByteLevel")) return read_byte_level(p, o, file, first, byte_level);
     if (type && !strcmp(type, "Split")) return read_split(p, o, file);
+    if (type && !strcmp(type, "Metaspace")) {
+        if (!first)
+            return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer Metaspace after another step is "
+                             "not supported; dsc reads it as the first (or only) step", file);
+        return read_metaspace(p, o, file);
+    }
     if (type && !strcmp(type, "Digits")) {
         DSC_TRY(add_stage(p, file));
         p->st[p->nstages - 1] = (stage){.kind = ST_DIGITS,
@@ -330,7 +403,7 @@ static dsc_status read_one(dsc__pretok *p, const json_t *o, const char *file, bo
         return DSC_OK;
     }
     return dsc__fail(DSC_ERR_CONFIG, "%s: pre_tokenizer type \"%s\" is not supported; dsc reads "
-                     "ByteLevel, Split, Digits and a Sequence of them", file,
+                     "ByteLevel, Metaspace, Split, Digits and a Sequence of them", file,
                      type ? type : "(none)");
 }
 
@@ -349,8 +422,59 @@ static bool emit(const split_ctx *c, int k, const uint8_t *s, size_t n) {
     return k + 1 < c->p->nstages ? run_stage(c, k + 1, s, n) : c->fn(c->ctx, s, n);
 }
 
+// Pieces from the stream of segments (the text between matches, and matches) of one split,
+// combined as the stage's behavior says; a piece may be held back until the next segment shows
+// whether it joins it.
+typedef struct merger {
+    const split_ctx *c;
+    int k, behavior;
+    const uint8_t *s;     // the text being split
+    size_t start, end;    // the held piece, s[start..end)
+    bool held, held_match; // held_match: the last segment in it was a match
+} merger;
+
+static bool flush(merger *m) {
+    if (!m->held) return true;
+    m->held = false;
+    return emit(m->c, m->k, m->s + m->start, m->end - m->start);
+}
+
+static bool hold(merger *m, size_t a, size_t b, bool match) {
+    if (!flush(m)) return false;
+    *m = (merger){m->c, m->k, m->behavior, m->s, a, b, true, match};
+    return true;
+}
+
+static bool segment(merger *m, size_t a, size_t b, bool match) {
+    switch (m->behavior) {
+    case B_ISOLATED: return emit(m->c, m->k, m->s + a, b - a);
+    case B_REMOVED: return match || emit(m->c, m->k, m->s + a, b - a);
+    case B_MERGED_PREV: // a match joins the piece before it, unless that one ended in a match
+        if (match && m->held && !m->held_match) {
+            m->end = b;
+            m->held_match = true;
+            return true;
+        }
+        return hold(m, a, b, match);
+    case B_MERGED_NEXT: // a match joins the piece after it, unless that one is a match too
+        if (m->held && m->held_match && !match) {
+            m->end = b;
+            return flush(m);
+        }
+        if (match) return hold(m, a, b, true);
+        return flush(m) && emit(m->c, m->k, m->s + a, b - a);
+    default: // B_CONTIGUOUS: consecutive matches are one piece
+        if (m->held && match && m->held_match) {
+            m->end = b;
+            return true;
+        }
+        return hold(m, a, b, match);
+    }
+}
+
 static bool split_pattern(const split_ctx *c, int k, const stage *st, const uint8_t *s,
                           size_t len) {
+    merger m = {c, k, st->behavior, s, 0, 0, false, false};
     size_t gap = 0; // start of the text not yet given out
     for (size_t p = 0; p < len;) {
         size_t end = 0;
@@ -364,10 +488,10 @@ static bool split_pattern(const split_ctx *c, int k, const stage *st, const uint
             p = next;
             continue;
         }
-        if (!emit(c, k, s + gap, p - gap) || !emit(c, k, s + p, end - p)) return false;
+        if ((p > gap && !segment(&m, gap, p, false)) || !segment(&m, p, end, true)) return false;
         gap = p = end;
     }
-    return emit(c, k, s + gap, len - gap);
+    return (gap == len || segment(&m, gap, len, false)) && flush(&m);
 }
 
 static bool split_digits(const split_ctx *c, int k, bool individual, const uint8_t *s,
@@ -406,10 +530,10 @@ dsc_status dsc__pretok_create(dsc__pretok **out, const json_t *pre, const char *
         size_t i;
         const json_t *o;
         json_array_foreach(list, i, o) {
-            if ((st = read_one(p, o, file, byte_level)) != DSC_OK) break;
+            if ((st = read_one(p, o, file, i == 0, byte_level)) != DSC_OK) break;
         }
     } else {
-        st = read_one(p, pre, file, byte_level);
+        st = read_one(p, pre, file, true, byte_level);
     }
     if (st != DSC_OK) {
         free(p);
@@ -420,6 +544,46 @@ dsc_status dsc__pretok_create(dsc__pretok **out, const json_t *pre, const char *
 }
 
 void dsc__pretok_destroy(dsc__pretok *p) { free(p); }
+
+bool dsc__pretok_rewrites(const dsc__pretok *p) { return p->prep != PREP_NONE; }
+
+bool dsc__pretok_prepare(const dsc__pretok *p, const uint8_t *s, size_t len, bool at_start,
+                         uint8_t **out, size_t *olen) {
+    *out = (uint8_t *)s;
+    *olen = len;
+    if (p->prep == PREP_NONE || len == 0) return true; // nothing is prepended to no text
+    if (p->prep == PREP_SPACE) {
+        if (s[0] == ' ') return true;
+        uint8_t *b = malloc(len + 1);
+        if (!b) return false;
+        b[0] = ' ';
+        memcpy(b + 1, s, len);
+        *out = b;
+        *olen = len + 1;
+        return true;
+    }
+    size_t n;
+    uint8_t *r = dsc__replace(s, len, (const uint8_t *)" ", 1, p->repl, p->nrepl, &n);
+    if (!r) return false;
+    bool starts = n >= p->nrepl && !memcmp(r, p->repl, p->nrepl);
+    bool prepend = !starts && (p->prepend == PREPEND_ALWAYS ||
+                               (p->prepend == PREPEND_FIRST && at_start));
+    if (prepend) {
+        uint8_t *b = malloc(n + p->nrepl);
+        if (!b) {
+            free(r);
+            return false;
+        }
+        memcpy(b, p->repl, p->nrepl);
+        memcpy(b + p->nrepl, r, n);
+        free(r);
+        r = b;
+        n += p->nrepl;
+    }
+    *out = r;
+    *olen = n;
+    return true;
+}
 
 bool dsc__pretok_split(const dsc__pretok *p, const uint8_t *s, size_t len, dsc__piece_fn fn,
                        void *ctx) {

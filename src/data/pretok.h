@@ -40,6 +40,15 @@ dsc_status dsc__pretok_create(dsc__pretok **out, const json_t *pre, const char *
                               bool *byte_level);
 void dsc__pretok_destroy(dsc__pretok *p); // NULL is a no-op
 
+// Whether the first step rewrites each text before splitting it (Metaspace; ByteLevel with
+// add_prefix_space), which dsc__pretok_prepare does.
+bool dsc__pretok_rewrites(const dsc__pretok *p);
+// That rewrite of s[0..len): Metaspace replaces spaces by its replacement and prepends it per
+// prepend_scheme (at_start: s begins the input, for "first"); ByteLevel prepends a space. *out
+// is s itself when nothing changes, else a buffer the caller owns (free()). false on OOM.
+bool dsc__pretok_prepare(const dsc__pretok *p, const uint8_t *s, size_t len, bool at_start,
+                         uint8_t **out, size_t *olen);
+
 // Called with each piece in order; returning false stops the split (and makes it return false).
 typedef bool (*dsc__piece_fn)(void *ctx, const uint8_t *piece, size_t n);
 bool dsc__pretok_split(const dsc__pretok *p, const uint8_t *s, size_t len, dsc__piece_fn fn,

@@ -461,6 +461,10 @@ static dsc_status check_parts(dsc__tokjson *j, const json_t *root, const char *f
     bool byte_level;
     DSC_TRY(dsc__pretok_create(&j->pre, json_object_get(root, "pre_tokenizer"), file,
                                &byte_level));
+    if (dsc__pretok_rewrites(j->pre)) // the encoder does not apply the rewrite yet
+        return dsc__fail(DSC_ERR_CONFIG, "%s: the pre_tokenizer's Metaspace or ByteLevel "
+                         "add_prefix_space true is not supported yet; dsc reads ByteLevel with "
+                         "add_prefix_space false", file);
     if (!byte_level)
         return dsc__fail(DSC_ERR_CONFIG, "%s: the pre_tokenizer has no ByteLevel step, so this is "
                          "not a byte-level BPE; dsc reads the byte-level BPE of GPT-2, Llama 3, "

@@ -270,7 +270,10 @@ static void test_refused(void **state) {
                    "the alternative \"\\p{Lu}+\" is not supported");
     free(bad);
     assert_refused("pre_tokenizer", json_pack("{s:s}", "type", "Metaspace"), DSC_ERR_CONFIG,
-                   "pre_tokenizer type \"Metaspace\"");
+                   "Metaspace needs \"replacement\"");
+    assert_refused("pre_tokenizer", json_pack("{s:s, s:s}", "type", "Metaspace", "replacement",
+                                              "\xe2\x96\x81"), DSC_ERR_CONFIG,
+                   "Metaspace or ByteLevel add_prefix_space true is not supported yet");
     assert_refused("pre_tokenizer", json_null(), DSC_ERR_CONFIG, "no ByteLevel step");
     assert_refused("normalizer", json_pack("{s:s}", "type", "Lowercase"), DSC_ERR_CONFIG,
                    "normalizer \"Lowercase\"");

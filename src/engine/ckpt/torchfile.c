@@ -11,6 +11,7 @@
 #include <sys/stat.h> // fstat
 #include <unistd.h>   // close
 
+#include "base/io.h"            // dsc__open_regular
 #include "base/status.h"        // dsc__fail
 #include "dsc/half.h"           // dsc_bf16_to_fp32, dsc_fp16_to_fp32
 #include "engine/ckpt/ptzip.h"  // dsc__zip_*
@@ -709,8 +710,8 @@ dsc_status dsc_pt_open_mem(dsc_pt_file **out, const void *data, size_t len, cons
 }
 
 static dsc_status map_file(dsc_pt_file *f) {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsc__fail(DSC_ERR_IO, "open %s: %s", f->path, strerror(errno));
+    int fd;
+    DSC_TRY(dsc__open_regular(f->path, &fd)); // a FIFO in its place would hang open()
     struct stat sb;
     dsc_status st = DSC_OK;
     if (fstat(fd, &sb) != 0) st = dsc__fail(DSC_ERR_IO, "stat %s: %s", f->path, strerror(errno));
