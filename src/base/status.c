@@ -41,6 +41,7 @@ void dsc_error_prefix(const char *fmt, ...) {
     va_end(ap);
     if (n <= 0) return;
     size_t plen = strlen(prefix);
+    if (!strncmp(last_error, prefix, plen)) return; // said once already (nested callers)
     size_t elen = strlen(last_error);
     if (plen + elen + 1 > sizeof last_error) elen = sizeof last_error - plen - 1;
     memmove(last_error + plen, last_error, elen);

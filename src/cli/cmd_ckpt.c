@@ -84,7 +84,9 @@ static int ckpt_ls(int argc, char **argv) {
         fprintf(stderr, "dsc ckpt ls: %s\n", dsc_last_error());
         return 1;
     }
-    if (n == 0) printf("no checkpoints in %s\n", pos[0]);
+    if (n == 0)
+        printf("no checkpoints in %s (no folder there holds a manifest.json, a DeepSpeed "
+               "checkpoint or an interrupted save)\n", pos[0]);
     else printf("%-32s %10s  %s\n", "TAG", "STEP", "STATE");
     bool all_ok = true;
     for (int i = 0; i < n; i++) {

@@ -1061,7 +1061,15 @@ static void trainer_free(trainer *t) {
 // of the ranks to degrade around: the error is said first (dsc launch may stop this process as
 // soon as the others have heard), then the other ranks are told, so they stop within
 // milliseconds with it instead of waiting comm_timeout_s and training on without this rank.
-static int startup_failed(trainer *t) {
+// A rank that stops because another could not start waits a moment before exiting, so that
+// dsc launch sees the failing rank end first and names it (not the rank it told).
+static void let_origin_exit_first(void) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+}
+
+static int startup_failed(trainer *t, dsc_status st) {
+    if (st == DSC_ERR_ABORTED) let_origin_exit_first();
     char why[1024];
     snprintf(why, sizeof why, "%s", dsc_last_error());
     fprintf(stderr, "dsc train: error: %s\n", why);
@@ -1078,12 +1086,15 @@ int dsc__train_run(const train_opts *o) {
     trainer t = {.o = o};
     char run_dir[4096];
     dsc_status st = trainer_setup(&t, run_dir, sizeof run_dir);
-    if (st != DSC_OK) return startup_failed(&t);
+    if (st != DSC_OK) return startup_failed(&t, st);
     st = train_loop(&t);
     st = ckpt_finish(&t, st);
     if (st == DSC_OK && !t.ck_stop) train__sample_text(&t);
     trainer_free(&t);
-    if (st == DSC_ERR_ABORTED) t.exit_code = DSC_EXIT_STARTUP; // another rank could not start
+    if (st == DSC_ERR_ABORTED) { // another rank could not start
+        t.exit_code = DSC_EXIT_STARTUP;
+        let_origin_exit_first();
+    }
     if (st != DSC_OK) {
         fprintf(stderr, "dsc train: error: %s\n", dsc_last_error());
         return t.exit_code ? t.exit_code : 1;

@@ -171,7 +171,10 @@ dsc_status dsc_examples_add_text(dsc_examples *ex, const char *text, size_t len)
 dsc_status dsc_jsonl_read(const char *path, const char *text, size_t len,
                           const dsc_chat_template *tpl, int on_bad_line, dsc_examples *ex) {
     int64_t line = 0;
-    for (size_t at = 0; at < len;) {
+    size_t at = 0;
+    // A UTF-8 byte-order mark (Windows editors write one) is skipped, as Python's utf-8-sig does.
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) at = 3;
+    while (at < len) {
         const char *s = text + at, *nl = memchr(s, '\n', len - at);
         size_t n = nl ? (size_t)(nl - s) : len - at;
         at += n + 1;

@@ -510,10 +510,15 @@ static dsc_status check_sizes(const reader *r, const dsc_hf_config *c) {
 dsc_status dsc_hf_config_parse(const char *text, const char *path, dsc_hf_config *out) {
     json_error_t e;
     reader r = {path, json_loads(text, JSON_REJECT_DUPLICATES, &e)};
-    if (!json_is_object(r.root)) {
-        json_decref(r.root);
+    if (!r.root)
         return dsc__fail(DSC_ERR_CONFIG, "%s:%d:%d: %s (a config.json must be a JSON object)",
                          path, e.line, e.column, e.text);
+    if (!json_is_object(r.root)) {
+        const char *kind = json_is_array(r.root) ? "an array" : json_is_string(r.root) ? "a string"
+                           : json_is_number(r.root) ? "a number" : "true, false or null";
+        json_decref(r.root);
+        return dsc__fail(DSC_ERR_CONFIG, "%s: the top level is %s; a config.json must be a JSON "
+                         "object ({\"model_type\": ...} as transformers writes it)", path, kind);
     }
     dsc_hf_config c = {0};
     dsc_status st;

@@ -62,6 +62,20 @@ expect 1 "checksum mismatch" -- "$DSC" ckpt ls "$T/flip2" --verify
 # An explicit tag does not fall back.
 expect 1 "checksum mismatch" -- "$DSC" train --config "$T/c.json" --data "$T/data" --model d2 \
   --seq-len 32 --max-steps 17 --out "$T/explicit" --resume "$T/flip2/global_step15"
+# A folder of other things is no list of partial checkpoints; beside checkpoints, they are left out.
+mkdir -p "$T/other/logs" "$T/other/data" "$T/mixed/logs"
+cp -r "$T/base/global_step5" "$T/mixed/"
+expect 0 "no checkpoints in $T/other" -- "$DSC" ckpt ls "$T/other"
+expect 0 "global_step5" -- "$DSC" ckpt ls "$T/mixed"
+check "ckpt ls leaves an unrelated folder out" -- bash -c "! '$DSC' ckpt ls '$T/mixed' | grep -q logs"
+# A folder whose manifest was lost still shows, as partial.
+mkdir -p "$T/lost" && cp -r "$T/base/global_step5" "$T/lost/" && rm "$T/lost/global_step5/manifest.json"
+expect 0 "partial" -- "$DSC" ckpt ls "$T/lost"
+# An attached file (not a shard) is called so.
+A=$(cd "$T/base/global_step15" && ls | grep -v -e '^shard_rank' -e '^manifest.json$' | head -1)
+check "the checkpoint attaches a file beside its shards ($A)" -- test -n "$A"
+rm -rf "$T/att" && cp -r "$T/base" "$T/att" && echo x >> "$T/att/global_step15/$A"
+expect 1 "attached file $A is" -- "$DSC" ckpt verify "$T/att"
 # The resumed runs above saved step 15 again over the damaged one: it verifies now.
 expect 0 "global_step15: OK" -- "$DSC" ckpt verify "$T/bitflip"
 finish

@@ -37,4 +37,11 @@ vocab 4294967552
 expect 1 "vocab_size 4294967552 is out of range" -- "$DSC" train --data "$T/d" "${small[@]}" --out "$T/r1"
 vocab 256
 expect 0 "train loss" -- "$DSC" train --data "$T/d" "${small[@]}" --out "$T/r2"
+
+# A UTF-8 byte-order mark before line 1 of a JSONL file is skipped (Python's utf-8-sig); one
+# later in the file is still an error naming the line.
+printf '\xef\xbb\xbf{"text": "one line of text"}\n{"text": "another line of text"}\n' > "$T/bom.jsonl"
+expect 0 "2 example(s)" -- "$DSC" data prepare --input "$T/bom.jsonl" --out "$T/pb"
+printf '{"text": "one"}\n\xef\xbb\xbf{"text": "two"}\n' > "$T/bom2.jsonl"
+expect 1 "bom2.jsonl:2: not valid JSON" -- "$DSC" data prepare --input "$T/bom2.jsonl" --out "$T/pb2"
 finish

@@ -126,6 +126,9 @@ mkdir -p empty bert
 echo '{"architectures": ["BertModel"], "model_type": "bert"}' >bert/config.json
 expect 1 "empty/config.json" -- "$DSC" train --model hf:empty "${common[@]}" --max-steps 1 --device cpu
 expect 1 "BertModel" -- "$DSC" train --model hf:bert "${common[@]}" --max-steps 1 --device cpu
+mkdir -p arr && cp g/*.safetensors* arr/ && echo '[1, 2]' >arr/config.json
+expect 1 "arr/config.json: the top level is an array" -- "$DSC" train --model hf:arr "${common[@]}" --max-steps 1 --device cpu
+check "a JSON array as config.json names no line -1" -- bash -c "! '$DSC' train --model hf:arr --max-steps 1 --device cpu 2>&1 | grep -q -- -1:-1"
 expect 1 "context (64 positions)" -- "$DSC" train --model hf:g --data data --seq-len 128 --max-steps 1 --device cpu
 ref make gpt2 small --config '{"vocab_size": 200, "n_positions": 64, "n_embd": 32, "n_head": 2}'
 expect 1 "vocabulary of 256 tokens but model hf:small has 200" -- "$DSC" train --model hf:small \

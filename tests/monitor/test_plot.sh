@@ -23,7 +23,7 @@ else
 fi
 expect 1 "librsvg2-bin" -- env PATH=/nonexistent "$DSC" plot "$T/run-a" --out "$T/x.png"
 
-expect 1 "cannot read $T/nowhere" -- "$DSC" plot "$T/nowhere"
+expect 1 "cannot open $T/nowhere: No such file or directory" -- "$DSC" plot "$T/nowhere"
 expect 2 "must end in .svg or .png" -- "$DSC" plot "$T/run-a" --out "$T/x.pdf"
 expect 2 "missing argument" -- "$DSC" plot
 expect 2 "--smooth" -- "$DSC" plot "$T/run-a" --smooth 2

@@ -46,16 +46,17 @@ static dsc_status verify_file(const dsc_ckpt *ck, const dsc__mfile *f) {
                    : dsc__fail(DSC_ERR_IO, "checkpoint %s: attached file %s is missing: %s",
                                ck->path, f->name, strerror(errno));
     if ((uint64_t)sb.st_size != f->bytes)
-        return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: shard %s is %lld bytes, the manifest "
-                         "says %llu (%s)", ck->path, f->name, (long long)sb.st_size,
+        return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: %s %s is %lld bytes, the manifest "
+                         "says %llu (%s)", ck->path, f->rank >= 0 ? "shard" : "attached file",
+                         f->name, (long long)sb.st_size,
                          (unsigned long long)f->bytes,
                          (uint64_t)sb.st_size < f->bytes ? "truncated" : "grown");
     uint64_t bytes, h;
     DSC_TRY(dsc__ckpt_hash_file(path, &bytes, &h));
     if (h != f->xxh3)
-        return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: shard %s checksum mismatch (manifest "
+        return dsc__fail(DSC_ERR_CORRUPT, "checkpoint %s: %s %s checksum mismatch (manifest "
                          "%016" PRIx64 ", file %016" PRIx64 "): the file is corrupted", ck->path,
-                         f->name, f->xxh3, h);
+                         f->rank >= 0 ? "shard" : "attached file", f->name, f->xxh3, h);
     return DSC_OK;
 }
 
@@ -264,15 +265,31 @@ static bool is_partial_name(const char *name) {
     return strstr(name, ".tmp.") != NULL || strstr(name, ".del.") != NULL;
 }
 
-static void read_entry(const char *dir, const char *name, dsc_ckpt_entry *e) {
+// A folder that holds one of our shard files (a save whose manifest was lost).
+static bool has_shard_file(const char *path) {
+    char **names;
+    int n;
+    if (dsc__ckpt_list_dir(path, &names, &n) != DSC_OK) return false;
+    bool found = false;
+    for (int i = 0; i < n && !found; i++)
+        found = !strncmp(names[i], "shard_rank", 10) && strstr(names[i], ".safetensors");
+    dsc__ckpt_free_names(names, n);
+    return found;
+}
+
+// Fills *e for the folder dir/name; false when the folder does not look like a checkpoint at
+// all (no manifest, no BAD marker, not an interrupted save, not DeepSpeed's, no shard files):
+// a save directory may sit beside other folders (logs, data, a model), and those are not listed.
+static bool read_entry(const char *dir, const char *name, bool latest, dsc_ckpt_entry *e) {
     snprintf(e->name, sizeof e->name, "%s", name);
     e->step = -1;
+    e->latest = latest;
     e->state = is_partial_name(name) ? DSC_CKPT_PARTIAL : DSC_CKPT_COMPLETE;
     char path[DSC_CKPT_PATH_MAX], sub[DSC_CKPT_PATH_MAX];
-    if (dsc__ckpt_join(path, sizeof path, dir, name) != DSC_OK) return;
+    if (dsc__ckpt_join(path, sizeof path, dir, name) != DSC_OK) return false;
     if (dsc__ckpt_join(sub, sizeof sub, path, DSC_CKPT_BAD_MARKER) == DSC_OK && dsc__ckpt_exists(sub))
         e->state = DSC_CKPT_BAD;
-    if (dsc__ckpt_join(sub, sizeof sub, path, DSC_CKPT_MANIFEST) != DSC_OK) return;
+    if (dsc__ckpt_join(sub, sizeof sub, path, DSC_CKPT_MANIFEST) != DSC_OK) return false;
     char *text = NULL;
     size_t n;
     dsc__manifest m;
@@ -283,10 +300,15 @@ static void read_entry(const char *dir, const char *name, dsc_ckpt_entry *e) {
     } else if (e->state == DSC_CKPT_COMPLETE && dsc__ds_model_file(path)) {
         e->state = DSC_CKPT_DEEPSPEED; // DeepSpeed writes no manifest
     } else if (e->state == DSC_CKPT_COMPLETE && !dsc__ckpt_exists(sub)) {
+        if (!latest && !has_shard_file(path)) {
+            free(text);
+            return false;
+        }
         e->state = DSC_CKPT_PARTIAL;
     }
     free(text);
     if (e->step < 0 && !strncmp(name, "global_step", 11)) e->step = strtoll(name + 11, NULL, 10);
+    return true;
 }
 
 static int cmp_entries(const void *a, const void *b) {
@@ -313,9 +335,7 @@ dsc_status dsc_ckpt_list(const char *dir, dsc_ckpt_entry **out, int *count) {
         char path[DSC_CKPT_PATH_MAX];
         if (dsc__ckpt_join(path, sizeof path, dir, names[i]) != DSC_OK || !dsc__ckpt_is_dir(path))
             continue;
-        read_entry(dir, names[i], &v[k]);
-        v[k].latest = !strcmp(names[i], latest);
-        k++;
+        if (read_entry(dir, names[i], !strcmp(names[i], latest), &v[k])) k++;
     }
     dsc__ckpt_free_names(names, n);
     qsort(v, (size_t)k, sizeof *v, cmp_entries);
