@@ -126,6 +126,9 @@ static void test_status(void **state) {
     assert_string_equal(dsc_last_error(), "shard 3: truncated");
     dsc__error_prefix("checkpoint %s: ", "global_step10");
     assert_string_equal(dsc_last_error(), "checkpoint global_step10: shard 3: truncated");
+    // nested callers naming the same context say it once ("rank 1 of 2: rank 1 of 2: ...")
+    dsc__error_prefix("checkpoint %s: ", "global_step10");
+    assert_string_equal(dsc_last_error(), "checkpoint global_step10: shard 3: truncated");
     assert_string_equal(dsc_status_name(DSC_ERR_CONFIG), "DSC_ERR_CONFIG");
     assert_string_equal(dsc_status_name(DSC_ERR_ABORTED), "DSC_ERR_ABORTED");
     assert_string_equal(dsc_status_name((dsc_status)999), "DSC_ERR_UNKNOWN");
