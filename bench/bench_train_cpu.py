@@ -59,7 +59,7 @@ def dsc_tokens_per_s(dsc, model, T, B, steps, threads):
                   open(cfg, "w"))
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), DSC_DATA_HOME=os.path.join(d, "h"))
         subprocess.run([dsc, "train", "--config", cfg, "--model", model, "--seq-len", str(T),
-                        "--max-steps", str(steps + 2), "--eval-every", "0", "--eval-batches", "0",
+                        "--max-steps", str(steps + 2), "--eval-every", "0", "--eval-batches", "1",
                         "--sample-tokens", "0", "--out", os.path.join(d, "run")],
                        check=True, env=env, stdout=subprocess.DEVNULL)
         rows = [json.loads(l) for l in open(os.path.join(d, "run", "metrics.jsonl"))]

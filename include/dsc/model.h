@@ -170,6 +170,12 @@ struct dsc_model_ops {
     // Bytes host_create takes for B x T tokens (optional; NULL: dsc_model_activation_bytes
     // estimates them from the shape), so that a memory plan counts them before allocating.
     size_t (*act_bytes)(const void *cfg, int B, int T);
+
+    // Activation checkpointing (optional; NULL: the family keeps every layer's activations):
+    // with on, the passes made from cfg afterwards keep only each layer's input and run the
+    // layer's forward again in the backward; act_bytes counts the smaller activations. The
+    // gradients must equal those without it bit for bit (the same kernels run again).
+    void (*set_recompute)(void *cfg, bool on);
 };
 
 // ---- a family on a GPU ----
@@ -359,6 +365,14 @@ const float *dsc_model_logits(dsc_model *m);
 // With times non-NULL (dsc_model_timing_slots entries) each forward adds the seconds spent in
 // each leaf module to its slot; NULL stops. times is borrowed until then.
 void dsc_model_set_timing(dsc_model *m, double *times);
+
+// Activation checkpointing (DeepSpeed's activation_checkpointing section): each transformer
+// layer's activations are recomputed in the backward from the layer's saved input, so that only
+// the inputs are kept between the passes. Before dsc_model_reserve / dsc_model_device_create.
+// DSC_ERR_UNSUPPORTED naming the family when it cannot recompute its layers (on false: DSC_OK).
+dsc_status dsc_model_set_recompute(dsc_model *m, bool on);
+// Whether the model's passes recompute their layers (dsc_model_set_recompute).
+bool dsc_model_recomputes(const dsc_model *m);
 
 // Bytes of the activations and scratch of a micro-batch of B sequences of T tokens: of host
 // passes (dsc_model_reserve) or, with device, of device passes (dsc_model_device_create); the

@@ -48,9 +48,14 @@ static dsc_status make_plan(const plan_flags *f, const dsc_config *cfg, int worl
     dsc_model *m;
     dsc_model_opts mo = {.vocab_size = (int)V, .max_seq_len = (int)T};
     DSC_TRY(dsc_model_create(&m, f->model, &mo));
+    dsc_status st = cli_activation_checkpointing(m, cfg, cuda, NULL);
+    if (st != DSC_OK) {
+        dsc_model_destroy(m);
+        return st;
+    }
     cli_plan_opts po = {.model = m, .cfg = cfg, .world = world, .seq_len = (int)T,
                         .device = cuda, .checkpoints = dsc__train_ckpt_key(cfg) != NULL};
-    dsc_status st = cli_memory_plan(&po, false, plan);
+    st = cli_memory_plan(&po, false, plan);
     dsc_model_destroy(m);
     return st;
 }

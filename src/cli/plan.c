@@ -1,7 +1,8 @@
 // cli/plan.c - the memory plan's inputs from a model, a config and this machine (cli/plan.h).
 #include "cli/plan.h"
 
-#include <stdio.h>  // fopen, fscanf, fprintf
+#include <stdint.h> // int64_t
+#include <stdio.h>  // fopen, fscanf, fprintf, snprintf
 #include <stdlib.h> // calloc, free, strtol
 #include <string.h> // strcmp
 #include <unistd.h> // sysconf
@@ -47,6 +48,31 @@ static void machine(dsc_memplan_input *in) {
     int64_t fr, tot;
     if (in->device && dsc_device_mem_info(&fr, &tot) == DSC_OK) in->device_avail = fr;
     else if (in->device) dsc_clear_error(); // no device here: the plan cannot check it
+}
+
+dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, bool cuda,
+                                        void (*warn)(void *user, const char *msg)) {
+    if (!dsc_config_given(cfg, "activation_checkpointing")) return DSC_OK;
+    char msg[512];
+    if (cuda) {
+        if (warn) {
+            snprintf(msg, sizeof msg, "activation_checkpointing: the GPU passes keep every "
+                     "layer's activations (recompute runs on the CPU passes only); the memory "
+                     "plan counts them all");
+            warn(NULL, msg);
+        }
+        return DSC_OK;
+    }
+    DSC_TRY(dsc_model_set_recompute(m, true));
+    int L = dsc_model_describe(m)->n_layer;
+    int64_t want = cfg->activation_checkpointing.number_checkpoints;
+    if (warn && want > 0 && want != L) {
+        snprintf(msg, sizeof msg, "activation_checkpointing.number_checkpoints is %lld: dsc "
+                 "keeps one checkpoint per transformer layer (%d here) and recomputes each "
+                 "layer from it", (long long)want, L);
+        warn(NULL, msg);
+    }
+    return DSC_OK;
 }
 
 dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out) {

@@ -19,6 +19,13 @@ typedef struct cli_plan_opts {
     bool measure_runtime;  // count this process's resident bytes now as its runtime
 } cli_plan_opts;
 
+// DeepSpeed's activation_checkpointing section, given in cfg, on model m: its layers are
+// recomputed in the backward (dsc_model_set_recompute) when the run's passes can (the host's;
+// with cuda, warn says that the device passes keep every layer's activations). Before the plan,
+// which then counts the smaller activations. warn NULL: quiet.
+dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, bool cuda,
+                                        void (*warn)(void *user, const char *msg));
+
 // Compute the plan into *out; with check, DSC_ERR_OOM (the plan's message) when it does not
 // fit, unless DSC_MEM_PLAN=warn (then a warning on stderr and DSC_OK).
 dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out);

@@ -230,6 +230,7 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     dsc_status st = text ? dsc_config_load_string(cfg, text, world, print_warning, NULL)
                          : dsc_config_load_file(cfg, t->o->config, world, print_warning, NULL);
     if (st != DSC_OK) return st;
+    DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
     cli_plan_opts po = {.model = t->model, .cfg = cfg, .world = world, .seq_len = t->T,
                         .device = cuda, .init_in_place = weights_path(t) != NULL,
                         .checkpoints = t->o->save_dir || dsc__train_ckpt_key(cfg),
@@ -1023,6 +1024,9 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
            t->B, t->gas, t->world, (long long)cfg->zero_optimization.stage,
            cfg->fp16.enabled ? "fp16" : cfg->bf16.enabled ? "bf16" : "fp32");
     dsc_memplan_print(&t->plan, stdout, "");
+    if (dsc_model_recomputes(t->model))
+        printf("activation checkpointing: only each layer's input is kept; the backward "
+               "recomputes the %d layers' activations from it\n", mi->n_layer);
     if (t->target_tokens >= 0)
         printf("loss mask: the data ignores some targets (prompts, padding); each micro-batch's "
                "loss is the mean over its own loss targets\n");

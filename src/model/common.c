@@ -36,9 +36,11 @@ dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *famil
 dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
                                       void (*layer)(void *m, float *const *params,
                                                     float *const *grads, int l),
+                                      void (*recompute)(void *m, float *const *params, int l),
                                       void *m, float *const *params, float *const *grads) {
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
+        if (recompute) recompute(m, params, l);
         layer(m, params, grads, l);
         DSC_TRY(dsc__model_hook(h, DSC__HOOK_RELEASE, 1 + l, family));
         DSC_TRY(dsc__model_hook(h, DSC__HOOK_GRADS_READY, 1 + l, family));

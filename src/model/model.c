@@ -140,6 +140,7 @@ struct dsc_model {
     char spec[4200];
     dsc_model_info info;
     dsc_model_param *params; // (info.num_tensors)
+    bool recompute;          // dsc_model_set_recompute
 };
 
 struct dsc_model_kv {
@@ -594,6 +595,24 @@ static size_t estimate_act(const dsc_model_info *mi, int B, int T, bool device) 
                        (size_t)mi->vocab_size * width * 2;
     return tokens * per_token;
 }
+
+dsc_status dsc_model_set_recompute(dsc_model *m, bool on) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_recompute: the model is NULL");
+    if (m->state)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_recompute: model %s has its "
+                         "activations already; set it before dsc_model_reserve", m->spec);
+    if (!m->ops->set_recompute) {
+        if (!on) return DSC_OK;
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model %s: family %s cannot recompute its layers "
+                         "(its model ops have no set_recompute); remove the "
+                         "activation_checkpointing section", m->spec, m->ops->family);
+    }
+    m->ops->set_recompute(m->cfg, on);
+    m->recompute = on;
+    return DSC_OK;
+}
+
+bool dsc_model_recomputes(const dsc_model *m) { return m && m->recompute; }
 
 size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device) {
     if (!m || B < 1 || T < 1) return 0;

@@ -76,7 +76,7 @@ def run_dsc(dsc, config, run_dir, steps, inject=None):
         env["DSC_INJECT_OVERFLOW"] = inject
     cmd = [dsc, "train", "--config", config, "--model", "d1", "--seq-len", "8",
            "--max-steps", str(steps), "--sample-tokens", "0", "--eval-every", "0",
-           "--eval-batches", "0", "--threads", "1", "--out", run_dir]
+           "--eval-batches", "1", "--threads", "1", "--out", run_dir]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                        universal_newlines=True, timeout=120)
     rows = []

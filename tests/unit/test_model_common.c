@@ -213,8 +213,18 @@ static void test_layer_loops(void **state) {
     assert_int_equal(dsc__model_layers_forward(&h, "gpt2", 2, fwd_layer, &tr, NULL), DSC_OK);
     assert_string_equal(tr.log, "g1 F0 r1 g2 F1 r2 ");
     tr.log[0] = '\0';
-    assert_int_equal(dsc__model_layers_backward(&h, "gpt2", 2, bwd_layer, &tr, NULL, NULL), DSC_OK);
+    assert_int_equal(dsc__model_layers_backward(&h, "gpt2", 2, bwd_layer, NULL, &tr, NULL, NULL),
+                     DSC_OK);
     assert_string_equal(tr.log, "g2 B1 r2 d2 g1 B0 r1 d1 ");
+    tr.log[0] = '\0';
+    // activation checkpointing: each layer's forward again, inside its gather, before its backward
+    assert_int_equal(dsc__model_layers_backward(&h, "gpt2", 2, bwd_layer, fwd_layer, &tr, NULL,
+                                                NULL), DSC_OK);
+    assert_string_equal(tr.log, "g2 F1 B1 r2 d2 g1 F0 B0 r1 d1 ");
+    assert_int_equal(dsc__model_act_blocks(true, 12), 1);
+    assert_int_equal(dsc__model_act_blocks(false, 12), 12);
+    assert_int_equal(dsc__model_act_block(true, 7), 0);
+    assert_int_equal(dsc__model_act_block(false, 7), 7);
     tr.log[0] = '\0';
     tr.fail_group = 2;
     expect_error(dsc__model_layers_forward(&h, "llama", 3, fwd_layer, &tr, NULL), DSC_ERR_PEER,

@@ -214,10 +214,13 @@ typedef struct layer_acts {
         *fch, *res_out;
 } layer_acts;
 
+// The residual stream is kept for every layer; the rest lives in the layer's block, shared by
+// all layers when they are recomputed (dsc__model_act_block).
 static layer_acts acts_of(const dsc_gpt2 *m, int l) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)l;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
+    size_t L = dsc__model_act_block(m->c.recompute, l);
     layer_acts a = {
-        .res_in = m->res + L * R * C,
+        .res_in = m->res + (size_t)l * R * C,
         .ln1_mean = m->ln1_mean + L * R,
         .ln1_rstd = m->ln1_rstd + L * R,
         .qkv = m->qkv + L * R * 3 * C,
@@ -227,17 +230,18 @@ static layer_acts acts_of(const dsc_gpt2 *m, int l) {
         .ln2_mean = m->ln2_mean + L * R,
         .ln2_rstd = m->ln2_rstd + L * R,
         .fch = m->fch + L * R * 4 * C,
-        .res_out = m->res + (L + 1) * R * C,
+        .res_out = m->res + ((size_t)l + 1) * R * C,
     };
     return a;
 }
 
 // Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
 static size_t carve(dsc_gpt2 *m, float *slab) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)m->c.n_layer;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
+    size_t L = dsc__model_act_blocks(m->c.recompute, m->c.n_layer), NL = (size_t)m->c.n_layer;
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
     const dsc__view table[] = {
-        {&m->res, (L + 1) * R * C},      {&m->ln1_mean, L * R},   {&m->ln1_rstd, L * R},
+        {&m->res, (NL + 1) * R * C},      {&m->ln1_mean, L * R},   {&m->ln1_rstd, L * R},
         {&m->qkv, L * R * 3 * C},        {&m->atty, L * R * C},   {&m->att_stats, L * R * NH * 2},
         {&m->res2, L * R * C},           {&m->ln2_mean, L * R},   {&m->ln2_rstd, L * R},
         {&m->fch, L * R * 4 * C},        {&m->lnf, R * C},        {&m->lnf_mean, R},
@@ -438,6 +442,16 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
 
 // ---- backward ----
 
+// A layer's forward again in the backward (activation checkpointing): the forward's per-module
+// clock stays off, so the profiler's forward times are the forward's.
+static void layer_recompute(void *state, float *const *params, int l) {
+    dsc_gpt2 *m = state;
+    double *times = m->times;
+    m->times = NULL;
+    layer_forward(m, params, l);
+    m->times = times;
+}
+
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
 static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
     dsc_gpt2 *m = state;
@@ -493,8 +507,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    DSC_TRY(dsc__model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward, m, params,
-                                       grads));
+    DSC_TRY(dsc__model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward,
+                                       m->c.recompute ? layer_recompute : NULL, m, params, grads));
     int64_t BT = (int64_t)m->B * m->T;
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
                                m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);

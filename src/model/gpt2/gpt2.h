@@ -14,6 +14,7 @@
 #ifndef DSC_MODEL_GPT2_H
 #define DSC_MODEL_GPT2_H
 
+#include <stdbool.h> // bool
 #include <stdint.h> // int32_t, int64_t, uint64_t
 
 #include "dsc/memory.h" // dsc_mem_pool
@@ -22,6 +23,8 @@
 
 typedef struct dsc_gpt2_config {
     int n_layer, n_head, n_embd, vocab_size, max_seq_len;
+    bool recompute; // activation checkpointing: keep each layer's input only, recompute the rest
+                    // in the backward (not a shape: the weights and the math are the same)
 } dsc_gpt2_config;
 
 // spec: "gpt2-124M" (12 layers, 12 heads, 768 channels), "gpt2-350M" (24, 16, 1024), "gpt2-774M"

@@ -158,6 +158,8 @@ static size_t act_bytes(const void *cfg, int B, int T) {
     return dsc_gpt2_activation_bytes(cfg, B, T);
 }
 
+static void set_recompute(void *cfg, bool on) { ((dsc_gpt2_config *)cfg)->recompute = on; }
+
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
                           const dsc_model_hooks *hooks, float *loss) {
@@ -260,4 +262,5 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .config_from_hf = config_from_hf,
     .hf_config = hf_config,
     .act_bytes = act_bytes,
+    .set_recompute = set_recompute,
 };

@@ -360,12 +360,15 @@ typedef struct layer_acts {
     float *res_out;
 } layer_acts;
 
+// The residual stream is kept for every layer; the rest lives in the layer's block, shared by
+// all layers when they are recomputed (dsc__model_act_block).
 static layer_acts acts_of(const dsc_llama *m, int l) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)l;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
+    size_t L = dsc__model_act_block(m->c.recompute, l);
     size_t Q = (size_t)m->c.n_head * m->c.head_dim, I = (size_t)m->c.intermediate;
     size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
     layer_acts a = {
-        .res_in = m->res + L * R * C,
+        .res_in = m->res + (size_t)l * R * C,
         .rms1 = m->rms1 + L * R,
         .qkv = m->qkv + L * R * (size_t)m->ld,
         .qk_raw = m->qk_raw + L * R * NQK * (size_t)m->c.head_dim,
@@ -376,20 +379,21 @@ static layer_acts acts_of(const dsc_llama *m, int l) {
         .rms2 = m->rms2 + L * R,
         .gate = m->gate + L * R * I,
         .up = m->up + L * R * I,
-        .res_out = m->res + (L + 1) * R * C,
+        .res_out = m->res + ((size_t)l + 1) * R * C,
     };
     return a;
 }
 
 // Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
 static size_t carve(dsc_llama *m, float *slab) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)m->c.n_layer;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
+    size_t L = dsc__model_act_blocks(m->c.recompute, m->c.n_layer), NL = (size_t)m->c.n_layer;
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, ld = (size_t)m->ld;
     size_t Q = NH * (size_t)m->c.head_dim, I = (size_t)m->c.intermediate;
     size_t half = (size_t)m->maxT * (size_t)(m->c.head_dim / 2), hd = (size_t)m->c.head_dim;
     size_t NQK = m->c.qk_norm ? NH + (size_t)m->c.n_kv_head : 0; // heads normed (Qwen3)
     const dsc__view table[] = {
-        {&m->res, (L + 1) * R * C}, {&m->rms1, L * R},         {&m->rms2, L * R},
+        {&m->res, (NL + 1) * R * C}, {&m->rms1, L * R},         {&m->rms2, L * R},
         {&m->qkv, L * R * ld},      {&m->atty, L * R * Q},     {&m->att_stats, L * R * NH * 2},
         {&m->res2, L * R * C},      {&m->gate, L * R * I},     {&m->up, L * R * I},
         {&m->fin, R * C},           {&m->fin_rstd, R},         {&m->logits, R * V},
@@ -681,6 +685,16 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
                                 p[kind_pos(c, K_LN1)], a->rms1, BT, C);
 }
 
+// A layer's forward again in the backward (activation checkpointing): the forward's per-module
+// clock stays off, so the profiler's forward times are the forward's.
+static void layer_recompute(void *state, float *const *params, int l) {
+    dsc_llama *m = state;
+    double *times = m->times;
+    m->times = NULL;
+    layer_forward(m, params, l);
+    m->times = times;
+}
+
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
 static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
     dsc_llama *m = state;
@@ -722,8 +736,8 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    DSC_TRY(dsc__model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward, m, params,
-                                       grads));
+    DSC_TRY(dsc__model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward,
+                                       m->c.recompute ? layer_recompute : NULL, m, params, grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));

@@ -49,6 +49,8 @@ typedef struct dsc_llama_config {
     int tied;     // tie_word_embeddings: lm_head is embed_tokens
     int qkv_bias; // q/k/v projections have biases (Qwen2)
     int qk_norm;  // per-head RMSNorm of q and k before the rotation (Qwen3), eps rms_eps
+    int recompute; // activation checkpointing: keep each layer's input only, recompute the rest
+                   // in the backward (not a shape: the weights and the math are the same)
 } dsc_llama_config;
 
 // spec: a published shape - "smollm2-135M", "smollm2-360M", "llama-3.2-1B", "llama-3.2-3B",

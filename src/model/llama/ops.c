@@ -201,6 +201,7 @@ static size_t act_bytes(const void *cfg, int B, int T) {
     return dsc_llama_activation_bytes(&((const llama_cfg *)cfg)->c, B, T);
 }
 
+static void set_recompute(void *cfg, bool on) { ((llama_cfg *)cfg)->c.recompute = on; }
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
@@ -416,6 +417,7 @@ const struct dsc_model_ops dsc__llama_model_ops = {
     .config_from_hf = config_from_hf,
     .hf_config = hf_config,
     .act_bytes = act_bytes,
+    .set_recompute = set_recompute,
 #ifdef DSC_WITH_CUDA
     .device = &dsc__llama_device_ops,
 #endif
