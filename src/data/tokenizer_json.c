@@ -29,6 +29,8 @@
 
 #define MAX_ADDED_LENS 64 // distinct lengths of added tokens
 
+static const uint8_t META[3] = {0xE2, 0x96, 0x81}; // "▁", U+2581, SentencePiece's space
+
 typedef struct added {
     const uint8_t *text; // content; points into dsc__tokjson.added_bytes
     size_t len;
@@ -39,6 +41,7 @@ struct dsc__tokjson {
     dsc__pretok *pre;
     dsc__norm *norm;
     dsc__dec *dec;            // SentencePiece-style files; NULL: token bytes concatenated
+    bool meta_words;          // pieces split before each "▁" that follows another character
     added *added;             // nadded entries
     int nadded;
     uint8_t *added_bytes;
@@ -267,6 +270,24 @@ static dsc_status check_unset(const json_t *model, const char *file) {
     return DSC_OK;
 }
 
+// Whether BPE can never merge across a "▁" that follows another character: "▁" is a token, and
+// every token of model.vocab has its "▁"s in one leading run (as SentencePiece trains, splitting
+// by white space), so no merge spans such a place. A piece then splits there into words that BPE
+// merges alone with the same result, and the encoder's word cache serves them (a Llama 2 text
+// is one piece, as long as the text).
+static bool meta_words(const dsc_tokenizer *t, const json_t *vocab) {
+    if (!t->char_level || t->ignore_merges || dsc__tok_index_find(t, META, 3) < 0) return false;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        size_t n = strlen(key), i = 0;
+        while (i + 3 <= n && !memcmp(key + i, META, 3)) i += 3;
+        for (; i + 3 <= n; i++)
+            if ((uint8_t)key[i] == META[0] && !memcmp(key + i, META, 3)) return false;
+    }
+    return true;
+}
+
 static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *file) {
     const json_t *model = json_object_get(root, "model");
     const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model,
@@ -289,6 +310,7 @@ static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *f
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     DSC_TRY(vocab_load(t, vocab, json_object_get(root, "added_tokens"), file));
     if (t->char_level) DSC_TRY(unknowns_load(t, model, file));
+    t->json->meta_words = meta_words(t, vocab);
     const json_t *unk = json_object_get(model, "unk_token");
     for (int b = 0; b < 256 && !t->char_level && unk && !json_is_null(unk); b++)
         if (t->byte_id[b] < 0)
@@ -539,8 +561,21 @@ static dsc_status check_parts(dsc_tokenizer *t, const json_t *root, const char *
 
 // ---- internal: encoding ----
 
+typedef struct piece_ctx {
+    dsc__encoder *e;
+    bool meta_words; // split at each "▁" after another character (see meta_words)
+} piece_ctx;
+
 static bool piece(void *ctx, const uint8_t *w, size_t n) {
-    return dsc__encoder_word(ctx, w, n);
+    const piece_ctx *c = ctx;
+    size_t start = 0;
+    for (size_t i = 1; c->meta_words && i + 3 <= n; i++) {
+        if (w[i] != META[0] || memcmp(w + i, META, 3)) continue;
+        if (i >= 3 && !memcmp(w + i - 3, META, 3)) continue; // within a run of "▁"
+        if (!dsc__encoder_word(c->e, w + start, i - start)) return false;
+        start = i;
+    }
+    return dsc__encoder_word(c->e, w + start, n - start);
 }
 
 // Buffers of normalized text: the encoder's word cache borrows from them until the end.
@@ -580,7 +615,8 @@ static bool encode_segment(const dsc__tokjson *j, dsc__encoder *e, keep *k, cons
     if (a != s && !keep_add(k, a)) return false;
     if (!dsc__pretok_prepare(j->pre, a, na, at_start, &b, &nb)) return false;
     if (b != a && !keep_add(k, b)) return false;
-    return dsc__pretok_split(j->pre, b, nb, piece, e);
+    piece_ctx c = {e, j->meta_words};
+    return dsc__pretok_split(j->pre, b, nb, piece, &c);
 }
 
 static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, keep *k, const uint8_t *s,

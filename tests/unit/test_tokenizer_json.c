@@ -431,6 +431,17 @@ static void test_sentencepiece(void **state) {
     assert_ids(t, "h\xe2\x82\xac\xe2\x82\xac" "e", (int32_t[]){1, 264, 0, 0, 261}, 5);
     dsc_tokenizer_destroy(t);
     fixture_remove(&f);
+    // A token with "▁" after another character ("o▁" 272, merged first): BPE merges across the
+    // "▁" between words, so the text is not split there.
+    json_t *j = sp_json(true, true, false);
+    json_t *model = json_object_get(j, "model");
+    json_object_set_new(json_object_get(model, "vocab"), "o" SP, json_integer(272));
+    json_array_insert_new(json_object_get(model, "merges"), 0, json_string("o " SP));
+    t = open_json(&f, j, NULL);
+    assert_ids(t, "hello w", (int32_t[]){1, 267, 272, 269}, 4);
+    assert_ids(t, "hello wo hello", (int32_t[]){1, 267, 272, 269, 272, 260, 261, 266, 263}, 9);
+    dsc_tokenizer_destroy(t);
+    fixture_remove(&f);
 }
 
 // The newer form: no normalizer, Metaspace with prepend_scheme "first": a text after an added
