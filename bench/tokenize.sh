@@ -9,11 +9,11 @@
 # and the tokenizer.json files (GPT-2, Llama 3, Qwen2, SmolLM2 formats, trained on it; GPT-2's
 # published vocabulary when ../shared/data has it; the SentencePiece-style variants llama2,
 # metaspace-first and gemma as sp-*) are made as tests/model/test_tokenizer_hf.sh and
-# test_tokenizer_sp.sh make them. THREADS defaults to "1 N", N the number of cores. dsc: the whole command - reading
-# the files, loading tokenizer.json, tokenizing, writing train.bin and dataset.json - timed from
-# outside; tokenizers: encode_batch alone (RAYON_NUM_THREADS = the thread count), the tokenizer
-# already loaded and the text already in memory. Best of $REPEAT (default 3) each. MB/s are of
-# the corpus' bytes.
+# test_tokenizer_sp.sh make them. THREADS defaults to "1 N", N the number of cores. dsc: the
+# whole command - reading the files, loading tokenizer.json, tokenizing, writing train.bin and
+# dataset.json - timed from outside; tokenizers: encode_batch alone (RAYON_NUM_THREADS = the
+# thread count), the tokenizer already loaded and the text already in memory. Best of $REPEAT
+# (default 3) each. MB/s are of the corpus' bytes.
 set -eu
 DSC=${1:-${DSC:-build/dsc}}
 shift || true
