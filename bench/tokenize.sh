@@ -3,15 +3,17 @@
 # encode_batch, same corpus, same tokenizer.json, same thread count, in one run.
 #
 #   bench/tokenize.sh [DSC_BINARY] [THREADS...]
+#   FAMILIES="sp-llama2 gpt2" bench/tokenize.sh ...   only those tokenizers
 #
 # The corpus (5.5 MB: texts Debian ships plus generated numbers, whitespace, non-Latin scripts)
 # and the tokenizer.json files (GPT-2, Llama 3, Qwen2, SmolLM2 formats, trained on it; GPT-2's
-# published vocabulary when ../shared/data has it) are made as tests/model/test_tokenizer_hf.sh
-# makes them. THREADS defaults to "1 N", N the number of cores. dsc: the whole command - reading
-# the files, loading tokenizer.json, tokenizing, writing train.bin and dataset.json - timed from
-# outside; tokenizers: encode_batch alone (RAYON_NUM_THREADS = the thread count), the tokenizer
-# already loaded and the text already in memory. Best of $REPEAT (default 3) each. MB/s are of
-# the corpus' bytes.
+# published vocabulary when ../shared/data has it; the SentencePiece-style variants llama2,
+# metaspace-first and gemma as sp-*) are made as tests/model/test_tokenizer_hf.sh and
+# test_tokenizer_sp.sh make them. THREADS defaults to "1 N", N the number of cores. dsc: the
+# whole command - reading the files, loading tokenizer.json, tokenizing, writing train.bin and
+# dataset.json - timed from outside; tokenizers: encode_batch alone (RAYON_NUM_THREADS = the
+# thread count), the tokenizer already loaded and the text already in memory. Best of $REPEAT
+# (default 3) each. MB/s are of the corpus' bytes.
 set -eu
 DSC=${1:-${DSC:-build/dsc}}
 shift || true
@@ -33,6 +35,9 @@ if [ -f "$gpt2/vocab.json" ]; then
     "$py" "$oracle" gpt2-files "$gpt2" "$W/tok-gpt2-50k" >/dev/null
     fams="$fams gpt2-50k"
 fi
+"$py" "$oracle" sp "$W/corpus" "$W/sp" >/dev/null
+for v in llama2 metaspace-first gemma; do ln -s "$W/sp/$v" "$W/tok-sp-$v"; done
+fams=${FAMILIES:-"$fams sp-llama2 sp-metaspace-first sp-gemma"}
 
 dsc_best() { # dsc_best FAMILY THREADS -> seconds
     local best="" t0 t1 s

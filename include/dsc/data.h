@@ -22,18 +22,22 @@ extern "C" {
 //
 // Specs accepted by dsc_tokenizer_create:
 //   "hf:DIR", or a path ending in ".json"
-//               a Hugging Face tokenizer.json byte-level BPE (the GPT-2, Llama 3, Qwen2 and
-//               SmolLM2 families): DIR/tokenizer.json (or the file named), and
+//               a Hugging Face tokenizer.json BPE, byte-level (the GPT-2, Llama 3, Qwen2 and
+//               SmolLM2 families) or SentencePiece-style (Llama 2, Mistral, TinyLlama, Gemma:
+//               byte_fallback, Metaspace): DIR/tokenizer.json (or the file named), and
 //               tokenizer_config.json beside it when present (add_bos_token, add_eos_token,
 //               bos_token, eos_token).
 //               Encoding reproduces Hugging Face's tokenizers library: added and special tokens
-//               are matched first (leftmost, longest); the text between them is normalized (NFC
-//               when the file says so), split by the file's pre-tokenizer, and merged by
-//               BPE rank; the post-processor's BOS/EOS ids go around it (tokenizer_config.json's
-//               add_bos_token / add_eos_token, when given, decide instead). End of text: the
-//               config's eos_token, else <|endoftext|>, <|end_of_text|> or </s>, else none.
+//               are matched first (leftmost, longest); the text between them is normalized (NFC,
+//               Prepend, Replace when the file says so), split by the file's pre-tokenizer, and
+//               merged by BPE rank; the post-processor's BOS/EOS ids go around it
+//               (tokenizer_config.json's add_bos_token / add_eos_token, when given, decide
+//               instead). End of text: the config's eos_token, else <|endoftext|>,
+//               <|end_of_text|> or </s>, else none.
 //               Ids are 32-bit (Llama 3's and Qwen2's vocabularies pass 65536). Decoding gives
-//               special tokens as their text. Unsupported settings are refused by name.
+//               special tokens as their text; SentencePiece-style files decode with their
+//               decoder (ByteFallback, Metaspace, Strip...). Unsupported settings are refused by
+//               name.
 //   "byte"      one token per byte: vocabulary 256, id = byte value. The end-of-text token is
 //               id 0 (the NUL byte, which text files do not contain); a NUL byte in the input is
 //               therefore indistinguishable from a document boundary.

@@ -545,8 +545,6 @@ dsc_status dsc__pretok_create(dsc__pretok **out, const json_t *pre, const char *
 
 void dsc__pretok_destroy(dsc__pretok *p) { free(p); }
 
-bool dsc__pretok_rewrites(const dsc__pretok *p) { return p->prep != PREP_NONE; }
-
 bool dsc__pretok_prepare(const dsc__pretok *p, const uint8_t *s, size_t len, bool at_start,
                          uint8_t **out, size_t *olen) {
     *out = (uint8_t *)s;

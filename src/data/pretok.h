@@ -2,10 +2,15 @@
 // merges within.
 //
 // Accepted "pre_tokenizer" values (what the byte-level BPE families GPT-2, Llama 3, Qwen2 and
-// SmolLM2 use), alone or in a {"type": "Sequence", "pretokenizers": [...]}:
-//   {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true|false}
+// SmolLM2 and the SentencePiece-style ones use), alone or in a
+// {"type": "Sequence", "pretokenizers": [...]}:
+//   {"type": "ByteLevel", "add_prefix_space": true|false, "use_regex": true|false}
 //       use_regex: split by GPT-2's pattern (below). The byte-to-character mapping itself needs no
-//       step here: BPE works on the raw bytes.
+//       step here: BPE works on the raw bytes. add_prefix_space true only as the first step.
+//   {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"|"first"|"never",
+//    "split": true|false}
+//       the first step only: spaces become the replacement, which is prepended (see
+//       dsc__pretok_prepare); split: each replacement starts a piece.
 //   {"type": "Split", "pattern": {"Regex": P}, "behavior": "Isolated", "invert": false}
 //   {"type": "Digits", "individual_digits": true|false}
 //       every \p{N} character its own piece, or each run of them one piece (here \p{N} includes
@@ -40,11 +45,9 @@ dsc_status dsc__pretok_create(dsc__pretok **out, const json_t *pre, const char *
                               bool *byte_level);
 void dsc__pretok_destroy(dsc__pretok *p); // NULL is a no-op
 
-// Whether the first step rewrites each text before splitting it (Metaspace; ByteLevel with
-// add_prefix_space), which dsc__pretok_prepare does.
-bool dsc__pretok_rewrites(const dsc__pretok *p);
-// That rewrite of s[0..len): Metaspace replaces spaces by its replacement and prepends it per
-// prepend_scheme (at_start: s begins the input, for "first"); ByteLevel prepends a space. *out
+// The rewrite the first step makes of s[0..len): Metaspace replaces spaces by its replacement
+// and prepends it per prepend_scheme (at_start: s begins the input, for "first"); ByteLevel with
+// add_prefix_space prepends a space unless s starts with one. *out
 // is s itself when nothing changes, else a buffer the caller owns (free()). false on OOM.
 bool dsc__pretok_prepare(const dsc__pretok *p, const uint8_t *s, size_t len, bool at_start,
                          uint8_t **out, size_t *olen);

@@ -542,8 +542,10 @@ static bool encode_word(encoder *e, const uint8_t *w, size_t n) {
     int32_t whole = e->t->ignore_merges ? dsc__tok_index_find(e->t, w, n) : -1;
     size_t m = 0;
     if (whole >= 0) e->sym.v[m++] = whole;
-    for (size_t i = 0; whole < 0 && i < n; i++) // a byte without a token is dropped
-        if (e->t->byte_id[w[i]] >= 0) e->sym.v[m++] = e->t->byte_id[w[i]];
+    else if (e->t->char_level) m = dsc__tokjson_symbols(e->t, w, n, e->sym.v);
+    else
+        for (size_t i = 0; i < n; i++) // a byte without a token is dropped
+            if (e->t->byte_id[w[i]] >= 0) e->sym.v[m++] = e->t->byte_id[w[i]];
     bool merge = whole < 0 && m > 1;
     if (merge && m <= BPE_SCAN_MAX) bpe(e->t, e->sym.v, &m);
     else if (merge && !bpe_long(e->t, &e->bs, e->sym.v, &m)) return false;
@@ -839,6 +841,8 @@ dsc_status dsc_tokenizer_decode(const dsc_tokenizer *t, const int32_t *tokens, s
                  : t->kind == TOK_IDS ? 12 // " " and at most 10 digits, and the NUL
                                       : 1;
     }
+    if (t->kind == TOK_JSON && dsc__tokjson_has_decoder(t))
+        return dsc__tokjson_decode(t, tokens, n, text, len);
     char *s = malloc(total + 1);
     if (!s) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory decoding %zu tokens", n);
     size_t at = 0;

@@ -1,6 +1,7 @@
-// data/tokenizer.h - text <-> token ids: a byte-level tokenizer and byte-level BPE (GPT-2's
-// vocab.json/merges.txt, Hugging Face tokenizer.json). The calls and the specs they accept are
-// public (dsc/data.h, "tokenizers"); this header is the library's way in to them.
+// data/tokenizer.h - text <-> token ids: a byte-level tokenizer, byte-level BPE (GPT-2's
+// vocab.json/merges.txt, Hugging Face tokenizer.json) and SentencePiece-style BPE (Hugging Face
+// tokenizer.json, data/tokenizer_json.c). The calls and the specs they accept are public
+// (dsc/data.h, "tokenizers"); this header is the library's way in to them.
 //
 // GPT-2 encoding reproduces the reference tokenizer: bytes are mapped to printable characters,
 // text is split by the pattern

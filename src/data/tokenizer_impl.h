@@ -36,6 +36,12 @@ struct dsc_tokenizer {
     uint64_t pair_mask;
     int32_t byte_id[256]; // id of each single-byte token; -1: none (the byte is dropped)
     bool ignore_merges;   // a word that is a token as a whole is that token (Llama 3)
+    // SentencePiece-style BPE (a tokenizer.json without a ByteLevel step): BPE starts from the
+    // characters of each piece, not from its bytes, and token strings are kept as written.
+    bool char_level;
+    bool fuse_unk;            // consecutive unknown characters become one unk
+    int32_t unk;              // model.unk_token's id; -1: none (unknown characters are dropped)
+    int32_t fallback_id[256]; // model.byte_fallback: the id of "<0xNN>"; -1: none
     dsc__tokjson *json;   // tokenizer.json only: added tokens, pre-tokenizer, post-processor
 };
 
@@ -76,5 +82,12 @@ dsc_status dsc__tokjson_load(dsc_tokenizer *t, const char *path);
 void dsc__tokjson_free(dsc__tokjson *j);
 dsc_status dsc__tokjson_encode(const dsc_tokenizer *t, const uint8_t *s, size_t len,
                                dsc__ibuf *out);
+// char_level: the symbols BPE starts from for the word w[0..n) (at most n, into sym).
+size_t dsc__tokjson_symbols(const dsc_tokenizer *t, const uint8_t *w, size_t n, int32_t *sym);
+// Whether decoding runs the file's decoder (else token strings are bytes, concatenated).
+bool dsc__tokjson_has_decoder(const dsc_tokenizer *t);
+// Decode ids (each in the vocabulary) with the file's decoder; *text caller owns.
+dsc_status dsc__tokjson_decode(const dsc_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                               size_t *len);
 
 #endif

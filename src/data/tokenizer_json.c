@@ -1,27 +1,35 @@
-// data/tokenizer_json.c - Hugging Face tokenizer.json byte-level BPE (GPT-2, Llama 3, Qwen2,
-// SmolLM2 families): loading, added tokens, normalizer, post-processor (see tokenizer.h).
+// data/tokenizer_json.c - Hugging Face tokenizer.json BPE: byte-level (GPT-2, Llama 3, Qwen2,
+// SmolLM2 families) and SentencePiece-style (Llama 2, Mistral, TinyLlama, Gemma): loading, added
+// tokens, post-processor, tokenizer_config.json (see tokenizer.h).
 //
 // Encoding a text, as the reference does: added tokens are found first (leftmost, then longest)
-// and become their ids; the text between them is normalized, split by the pre-tokenizer
-// (data/pretok.h) and each piece merged by BPE rank over its bytes; the post-processor's (or
-// tokenizer_config.json's) BOS/EOS ids go around the result.
+// and become their ids; each text between them is normalized (data/normalize.h), rewritten and
+// split by the pre-tokenizer (data/pretok.h), and each piece merged by BPE rank: over its bytes
+// in a byte-level file, over its characters in a SentencePiece-style one (a character without a
+// token becomes its "<0xNN>" byte tokens with byte_fallback, else unk_token); the
+// post-processor's (or tokenizer_config.json's) BOS/EOS ids go around the result. Decoding runs
+// the file's decoder (data/decoder.h); byte-level tokens are their bytes.
 #include <errno.h>   // errno
 #include <jansson.h> // json_*
 #include <stdio.h>   // snprintf
-#include <stdlib.h>  // calloc, free, malloc
+#include <stdlib.h>  // calloc, free, malloc, realloc
 #include <string.h>  // memcmp, memcpy, strcmp, strerror, strlen, strrchr
 #include <sys/stat.h> // stat
 
 #include "base/hash.h"           // dsc_hash64
 #include "base/io.h"             // dsc__fopen_regular
 #include "base/status.h"         // dsc__fail, DSC_TRY
+#include "data/decoder.h"        // dsc__dec_*
+#include "data/normalize.h"      // dsc__norm_*
 #include "data/pretok.h"         // dsc__pretok_*
 #include "data/tokenizer_impl.h" // struct dsc_tokenizer, dsc__encoder_*
-#include "data/unicode.h"        // dsc__utf8_decode, dsc__nfc*
+#include "data/unicode.h"        // dsc__utf8_decode
 
 #define MAX_AROUND 8 // BOS/EOS ids the post-processor may add on each side
 
 #define MAX_ADDED_LENS 64 // distinct lengths of added tokens
+
+static const uint8_t META[3] = {0xE2, 0x96, 0x81}; // "▁", U+2581, SentencePiece's space
 
 typedef struct added {
     const uint8_t *text; // content; points into dsc__tokjson.added_bytes
@@ -31,7 +39,9 @@ typedef struct added {
 
 struct dsc__tokjson {
     dsc__pretok *pre;
-    bool nfc;                 // normalizer NFC
+    dsc__norm *norm;
+    dsc__dec *dec;            // SentencePiece-style files; NULL: token bytes concatenated
+    bool meta_words;          // pieces split before each "▁" that follows another character
     added *added;             // nadded entries
     int nadded;
     uint8_t *added_bytes;
@@ -49,9 +59,14 @@ struct dsc__tokjson {
 // A vocabulary string -> bytes: characters of GPT-2's byte alphabet become their byte, others
 // stay as their UTF-8 (what the ByteLevel decoder does). Returns the byte count; *strict tells
 // whether every character was in the alphabet (only such tokens can come out of BPE on bytes).
+// dec NULL (SentencePiece-style files): the string as it is.
 static size_t token_bytes(const char *s, const int16_t *dec, uint8_t *out, bool *strict) {
     size_t n = 0, len = strlen(s);
     *strict = true;
+    if (!dec) {
+        memcpy(out, s, len);
+        return len;
+    }
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         size_t k = dsc__utf8_decode((const uint8_t *)s + i, len - i, &cp);
@@ -140,8 +155,8 @@ static dsc_status vocab_load(dsc_tokenizer *t, const json_t *vocab, const json_t
     }
     memset(t->index, 0xFF, (t->index_mask + 1) * sizeof *t->index);
     DSC_TRY_GOTO(names_by_id(vocab, added_list, file, name, n), st, done);
-    int16_t dec[DSC__BYTE_MAP_CPS];
-    dsc__tok_byte_decoder(dec);
+    int16_t map[DSC__BYTE_MAP_CPS], *dec = t->char_level ? NULL : map;
+    dsc__tok_byte_decoder(map);
     t->off[0] = 0;
     for (int id = 0; id < n; id++) {
         bool strict;
@@ -202,8 +217,8 @@ static dsc_status merges_load(dsc_tokenizer *t, const json_t *merges, const char
     t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
     if (!t->pairs) return dsc__fail(DSC_ERR_OOM, "%s: out of memory for %zu merges", file, n);
     for (uint64_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = DSC__PAIR_EMPTY;
-    int16_t dec[DSC__BYTE_MAP_CPS];
-    dsc__tok_byte_decoder(dec);
+    int16_t map[DSC__BYTE_MAP_CPS], *dec = t->char_level ? NULL : map;
+    dsc__tok_byte_decoder(map);
     size_t i;
     json_t *m;
     json_array_foreach(merges, i, m) {
@@ -220,16 +235,28 @@ static bool is_null_or(const json_t *v, const char *type_key, const char *want) 
     return type && !strcmp(type, want);
 }
 
-static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *file) {
-    const json_t *model = json_object_get(root, "model");
-    const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model,
-                                                                                       "merges");
-    const char *type = json_string_value(json_object_get(model, "type"));
-    if ((type && strcmp(type, "BPE")) || !json_is_object(vocab) || !json_is_array(merges))
-        return dsc__fail(DSC_ERR_CONFIG, "%s: model is %s; dsc reads byte-level BPE models "
-                         "(model.type \"BPE\" with a vocab object and a merges list)", file,
-                         type ? type : "not a BPE with vocab and merges");
-    // Published files write these as null or "" (GPT-2, Qwen2), dropout as null.
+// The model's unknown-character handling in a SentencePiece-style file: byte_fallback's
+// "<0xNN>" tokens, unk_token, fuse_unk.
+static dsc_status unknowns_load(dsc_tokenizer *t, const json_t *model, const char *file) {
+    bool fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b); // as the reference spells them
+        t->fallback_id[b] = fallback ? dsc__tok_index_find(t, (const uint8_t *)name, 6) : -1;
+    }
+    const json_t *unk = json_object_get(model, "unk_token");
+    const char *name = json_string_value(unk);
+    t->unk = name ? dsc__tok_index_find(t, (const uint8_t *)name, strlen(name)) : -1;
+    if ((unk && !json_is_null(unk) && !name) || (name && t->unk < 0))
+        return dsc__fail(DSC_ERR_CORRUPT, "%s: model.unk_token %s%s%s is not a token of "
+                         "model.vocab", file, name ? "\"" : "", name ? name : "(not a string)",
+                         name ? "\"" : "");
+    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    return DSC_OK;
+}
+
+// Published files write these as null or "" (GPT-2, Qwen2), dropout as null.
+static dsc_status check_unset(const json_t *model, const char *file) {
     static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix",
                                               "dropout"};
     for (size_t i = 0; i < 3; i++) {
@@ -240,13 +267,52 @@ static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *f
             return dsc__fail(DSC_ERR_CONFIG, "%s: model.%s is set; dsc reads BPE models without "
                              "it (null)", file, unsupported[i]);
     }
-    if (json_is_true(json_object_get(model, "byte_fallback")))
-        return dsc__fail(DSC_ERR_CONFIG, "%s: model.byte_fallback is true: a SentencePiece-style "
-                         "BPE, not a byte-level one; dsc reads byte-level BPE", file);
+    return DSC_OK;
+}
+
+// Whether BPE can never merge across a "▁" that follows another character: "▁" is a token, and
+// every token of model.vocab has its "▁"s in one leading run (as SentencePiece trains, splitting
+// by white space), so no merge spans such a place. A piece then splits there into words that BPE
+// merges alone with the same result, and the encoder's word cache serves them (a Llama 2 text
+// is one piece, as long as the text).
+static bool meta_words(const dsc_tokenizer *t, const json_t *vocab) {
+    if (!t->char_level || t->ignore_merges || dsc__tok_index_find(t, META, 3) < 0) return false;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        size_t n = strlen(key), i = 0;
+        while (i + 3 <= n && !memcmp(key + i, META, 3)) i += 3;
+        for (; i + 3 <= n; i++)
+            if ((uint8_t)key[i] == META[0] && !memcmp(key + i, META, 3)) return false;
+    }
+    return true;
+}
+
+static dsc_status model_load(dsc_tokenizer *t, const json_t *root, const char *file) {
+    const json_t *model = json_object_get(root, "model");
+    const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model,
+                                                                                       "merges");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    if (type && strcmp(type, "BPE"))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: model.type \"%s\" is not supported; dsc reads BPE "
+                         "models: byte-level (GPT-2, Llama 3, Qwen2, SmolLM2) and "
+                         "SentencePiece-style with byte_fallback (Llama 2, Mistral, TinyLlama, "
+                         "Gemma)", file, type);
+    if (!json_is_object(vocab) || !json_is_array(merges))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: model is not a BPE with a vocab object and a merges "
+                         "list; dsc reads BPE models", file);
+    DSC_TRY(check_unset(model, file));
+    bool fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    if (fallback && !t->char_level)
+        return dsc__fail(DSC_ERR_CONFIG, "%s: model.byte_fallback is true with a ByteLevel "
+                         "pre_tokenizer; dsc reads byte_fallback in SentencePiece-style files "
+                         "(no ByteLevel step) and byte-level files without it", file);
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     DSC_TRY(vocab_load(t, vocab, json_object_get(root, "added_tokens"), file));
+    if (t->char_level) DSC_TRY(unknowns_load(t, model, file));
+    t->json->meta_words = meta_words(t, vocab);
     const json_t *unk = json_object_get(model, "unk_token");
-    for (int b = 0; b < 256 && unk && !json_is_null(unk); b++)
+    for (int b = 0; b < 256 && !t->char_level && unk && !json_is_null(unk); b++)
         if (t->byte_id[b] < 0)
             return dsc__fail(DSC_ERR_CONFIG, "%s: byte 0x%02x has no token and model.unk_token "
                              "is set; dsc reads byte-level BPE with every byte in the vocabulary "
@@ -288,6 +354,26 @@ static dsc_status added_add(dsc__tokjson *j, const char *c, int32_t id, size_t *
     return DSC_OK;
 }
 
+// An added token with "normalized": true is found, by the reference, in the normalized text;
+// dsc finds every added token in the text as given, which is the same only when normalizing
+// leaves the token as it is.
+static dsc_status check_normalized(const dsc__tokjson *j, const json_t *a, const char *file) {
+    const char *c = json_string_value(json_object_get(a, "content"));
+    if (!json_is_true(json_object_get(a, "normalized")) || dsc__norm_identity(j->norm))
+        return DSC_OK;
+    uint8_t *out;
+    size_t n, len = strlen(c);
+    if (!dsc__norm_apply(j->norm, (const uint8_t *)c, len, &out, &n))
+        return dsc__fail(DSC_ERR_OOM, "%s: out of memory", file);
+    bool same = n == len && !memcmp(out, c, n);
+    if (out != (const uint8_t *)c) free(out);
+    if (!same)
+        return dsc__fail(DSC_ERR_CONFIG, "%s: added token \"%s\" has \"normalized\": true and "
+                         "the normalizer changes it; dsc reads added tokens with normalized "
+                         "false, or ones the normalizer leaves as they are", file, c);
+    return DSC_OK;
+}
+
 static dsc_status added_load(dsc__tokjson *j, const json_t *list, const char *file) {
     size_t n = json_array_size(list), total = 0, i;
     json_t *a;
@@ -309,6 +395,7 @@ static dsc_status added_load(dsc__tokjson *j, const json_t *list, const char *fi
                 return dsc__fail(DSC_ERR_CONFIG, "%s: added token \"%s\" sets %s; dsc reads added "
                                  "tokens without single_word, lstrip and rstrip", file, c,
                                  flags[f]);
+        DSC_TRY(check_normalized(j, a, file));
         DSC_TRY(added_add(j, c, (int32_t)json_integer_value(json_object_get(a, "id")), &at,
                           file));
     }
@@ -430,7 +517,9 @@ static dsc_status config_load(dsc_tokenizer *t, const char *file) {
     struct stat sb; // optional: absent means no settings; present, it must be a file
     if (stat(path, &sb) == 0) DSC_TRY(dsc__fopen_regular(path, &f));
     if (f) {
-        cfg = json_loadf(f, 0, &err);
+        // Reals: transformers writes model_max_length as 1000000000000000019884624838656, past
+        // what a JSON integer holds here; no integer of the file is read.
+        cfg = json_loadf(f, JSON_DECODE_INT_AS_REAL, &err);
         fclose(f);
         if (!cfg)
             return dsc__fail(DSC_ERR_CORRUPT, "%s: line %d: %s; fix or remove the file", path,
@@ -447,51 +536,104 @@ done:
 
 // ---- internal: loading ----
 
-static dsc_status check_parts(dsc__tokjson *j, const json_t *root, const char *file) {
-    const json_t *norm = json_object_get(root, "normalizer");
-    const char *nt = json_string_value(json_object_get(norm, "type"));
-    if (nt && !strcmp(nt, "NFC")) j->nfc = true;
-    else if (norm && !json_is_null(norm))
-        return dsc__fail(DSC_ERR_CONFIG, "%s: normalizer \"%s\" is not supported; dsc reads none "
-                         "or NFC", file, nt ? nt : "(no type)");
-    const json_t *dec = json_object_get(root, "decoder");
-    if (!is_null_or(dec, "type", "ByteLevel"))
-        return dsc__fail(DSC_ERR_CONFIG, "%s: decoder \"%s\" is not supported; dsc reads "
-                         "ByteLevel", file, json_string_value(json_object_get(dec, "type")));
+// Normalizer, pre-tokenizer, decoder and post-processor. A ByteLevel step in the pre-tokenizer
+// makes a byte-level file; without one the file is SentencePiece-style (t->char_level).
+static dsc_status check_parts(dsc_tokenizer *t, const json_t *root, const char *file) {
+    dsc__tokjson *j = t->json;
+    DSC_TRY(dsc__norm_create(&j->norm, json_object_get(root, "normalizer"), file));
     bool byte_level;
     DSC_TRY(dsc__pretok_create(&j->pre, json_object_get(root, "pre_tokenizer"), file,
                                &byte_level));
-    if (dsc__pretok_rewrites(j->pre)) // the encoder does not apply the rewrite yet
-        return dsc__fail(DSC_ERR_CONFIG, "%s: the pre_tokenizer's Metaspace or ByteLevel "
-                         "add_prefix_space true is not supported yet; dsc reads ByteLevel with "
-                         "add_prefix_space false", file);
-    if (!byte_level)
-        return dsc__fail(DSC_ERR_CONFIG, "%s: the pre_tokenizer has no ByteLevel step, so this is "
-                         "not a byte-level BPE; dsc reads the byte-level BPE of GPT-2, Llama 3, "
-                         "Qwen2 and SmolLM2", file);
+    t->char_level = !byte_level;
+    const json_t *dec = json_object_get(root, "decoder");
+    const char *type = json_string_value(json_object_get(dec, "type"));
+    if (byte_level && !is_null_or(dec, "type", "ByteLevel"))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: decoder \"%s\" with a ByteLevel pre_tokenizer is "
+                         "not supported; dsc decodes byte-level BPE with the ByteLevel decoder",
+                         file, type ? type : "(no type)");
+    if (!byte_level && type && !strcmp(type, "ByteLevel"))
+        return dsc__fail(DSC_ERR_CONFIG, "%s: decoder ByteLevel without a ByteLevel step in the "
+                         "pre_tokenizer; dsc reads byte-level BPE (ByteLevel in both) and "
+                         "SentencePiece-style BPE (neither)", file);
+    if (!byte_level) DSC_TRY(dsc__dec_create(&j->dec, dec, file));
     return post_load(j, json_object_get(root, "post_processor"), file);
 }
 
 // ---- internal: encoding ----
 
+typedef struct piece_ctx {
+    dsc__encoder *e;
+    bool meta_words; // split at each "▁" after another character (see meta_words)
+} piece_ctx;
+
 static bool piece(void *ctx, const uint8_t *w, size_t n) {
-    return dsc__encoder_word(ctx, w, n);
+    const piece_ctx *c = ctx;
+    size_t start = 0;
+    for (size_t i = 1; c->meta_words && i + 3 <= n; i++) {
+        if (w[i] != META[0] || memcmp(w + i, META, 3)) continue;
+        if (i >= 3 && !memcmp(w + i - 3, META, 3)) continue; // within a run of "▁"
+        if (!dsc__encoder_word(c->e, w + start, i - start)) return false;
+        start = i;
+    }
+    return dsc__encoder_word(c->e, w + start, n - start);
 }
 
-static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, const uint8_t *s, size_t len) {
+// Buffers of normalized text: the encoder's word cache borrows from them until the end.
+typedef struct keep {
+    uint8_t **v;
+    size_t n, cap;
+} keep;
+
+static bool keep_add(keep *k, uint8_t *b) {
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 16;
+        uint8_t **v = realloc(k->v, cap * sizeof *v);
+        if (!v) {
+            free(b);
+            return false;
+        }
+        k->v = v;
+        k->cap = cap;
+    }
+    k->v[k->n++] = b;
+    return true;
+}
+
+static void keep_free(keep *k) {
+    for (size_t i = 0; i < k->n; i++) free(k->v[i]);
+    free(k->v);
+}
+
+// The text s[0..len) between added tokens (at_start: it begins the input): normalized,
+// rewritten and split by the pre-tokenizer, each piece merged.
+static bool encode_segment(const dsc__tokjson *j, dsc__encoder *e, keep *k, const uint8_t *s,
+                           size_t len, bool at_start) {
+    if (len == 0) return true; // the reference drops empty texts before normalizing
+    uint8_t *a, *b;
+    size_t na, nb;
+    if (!dsc__norm_apply(j->norm, s, len, &a, &na)) return false;
+    if (a != s && !keep_add(k, a)) return false;
+    if (!dsc__pretok_prepare(j->pre, a, na, at_start, &b, &nb)) return false;
+    if (b != a && !keep_add(k, b)) return false;
+    piece_ctx c = {e, j->meta_words};
+    return dsc__pretok_split(j->pre, b, nb, piece, &c);
+}
+
+static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, keep *k, const uint8_t *s,
+                        size_t len) {
     const dsc__tokjson *j = t->json;
     size_t gap = 0;
     for (size_t p = 0; p < len; p++) {
         if (!j->first[s[p]]) continue;
         const added *a = added_at(j, s, len, p);
         if (!a) continue;
-        if (!dsc__pretok_split(j->pre, s + gap, p - gap, piece, e) ||
+        if (!encode_segment(j, e, k, s + gap, p - gap, gap == 0) ||
             !dsc__encoder_put(e, &a->id, 1))
             return false;
         gap = p + a->len;
         p = gap - 1;
     }
-    return dsc__pretok_split(j->pre, s + gap, len - gap, piece, e);
+    return encode_segment(j, e, k, s + gap, len - gap, gap == 0);
 }
 
 // ---- library-internal API ----
@@ -518,7 +660,7 @@ dsc_status dsc__tokjson_load(dsc_tokenizer *t, const char *file) {
         st = dsc__fail(DSC_ERR_OOM, "%s: out of memory", file);
         goto done;
     }
-    DSC_TRY_GOTO(check_parts(t->json, root, file), st, done);
+    DSC_TRY_GOTO(check_parts(t, root, file), st, done);
     DSC_TRY_GOTO(model_load(t, root, file), st, done);
     DSC_TRY_GOTO(added_load(t->json, json_object_get(root, "added_tokens"), file), st, done);
     DSC_TRY_GOTO(config_load(t, file), st, done);
@@ -530,6 +672,8 @@ done:
 void dsc__tokjson_free(dsc__tokjson *j) {
     if (!j) return;
     dsc__pretok_destroy(j->pre);
+    dsc__norm_destroy(j->norm);
+    dsc__dec_destroy(j->dec);
     free(j->added);
     free(j->added_bytes);
     free(j->added_index);
@@ -539,17 +683,51 @@ void dsc__tokjson_free(dsc__tokjson *j) {
 dsc_status dsc__tokjson_encode(const dsc_tokenizer *t, const uint8_t *s, size_t len,
                                dsc__ibuf *out) {
     const dsc__tokjson *j = t->json;
-    uint8_t *norm = NULL;
-    size_t nlen = len;
-    if (j->nfc && !dsc__nfc_quick_check(s, len) && !dsc__nfc(s, len, &norm, &nlen))
-        return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory normalizing %zu bytes", len);
-    const uint8_t *text = norm ? norm : s;
+    keep k = {0};
     dsc__encoder *e = dsc__encoder_create(t);
     bool ok = e && dsc__encoder_put(e, j->prefix, (size_t)j->nprefix) &&
-              encode_text(t, e, text, nlen) && dsc__encoder_put(e, j->suffix, (size_t)j->nsuffix);
+              encode_text(t, e, &k, s, len) &&
+              dsc__encoder_put(e, j->suffix, (size_t)j->nsuffix);
     if (ok) dsc__encoder_finish(e, out);
     else dsc__encoder_destroy(e);
-    free(norm);
+    keep_free(&k);
     if (!ok) return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory encoding %zu bytes", len);
+    return DSC_OK;
+}
+
+// As the reference's BPE::merge_word: each character's token; else, with byte_fallback, the
+// "<0xNN>" tokens of its bytes when all exist; else unk_token, consecutive ones fused with
+// fuse_unk (a pending unk waits past byte-fallback tokens, as there); else nothing. A byte that
+// is not UTF-8 is a character of its own.
+size_t dsc__tokjson_symbols(const dsc_tokenizer *t, const uint8_t *w, size_t n, int32_t *sym) {
+    size_t m = 0;
+    bool unk = false; // an unk is pending
+    for (size_t i = 0, k; i < n; i += k) {
+        uint32_t cp;
+        k = dsc__utf8_decode(w + i, n - i, &cp);
+        int32_t id = dsc__tok_index_find(t, w + i, k);
+        if (id >= 0) {
+            if (unk) sym[m++] = t->unk;
+            unk = false;
+            sym[m++] = id;
+            continue;
+        }
+        bool all = true;
+        for (size_t b = 0; b < k; b++) all = all && t->fallback_id[w[i + b]] >= 0;
+        for (size_t b = 0; all && b < k; b++) sym[m++] = t->fallback_id[w[i + b]];
+        if (all || t->unk < 0) continue;
+        if (unk && !t->fuse_unk) sym[m++] = t->unk;
+        unk = true;
+    }
+    if (unk) sym[m++] = t->unk;
+    return m;
+}
+
+bool dsc__tokjson_has_decoder(const dsc_tokenizer *t) { return t->json->dec != NULL; }
+
+dsc_status dsc__tokjson_decode(const dsc_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                               size_t *len) {
+    if (!dsc__dec_apply(t->json->dec, t->bytes, t->off, ids, n, text, len))
+        return dsc__fail(DSC_ERR_OOM, "tokenizer: out of memory decoding %zu tokens", n);
     return DSC_OK;
 }

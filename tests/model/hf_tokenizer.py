@@ -1,9 +1,13 @@
-"""Oracle side of test_tokenizer_hf.sh and bench/tokenize.sh: a mixed corpus, small byte-level BPE
-tokenizer.json files in the formats of four families, and the `tokenizers` library's ids.
+"""Oracle side of test_tokenizer_hf.sh, test_tokenizer_sp.sh and bench/tokenize.sh: a mixed corpus,
+small BPE tokenizer.json files in the formats of the byte-level and SentencePiece-style families,
+and the `tokenizers` library's ids.
 
   corpus OUT_DIR MIN_BYTES        documents (doc-NNN.txt) from texts Debian ships + generated cases
   train FAMILY CORPUS_DIR OUT_DIR tokenizer.json + tokenizer_config.json of FAMILY
   gpt2-files SRC_DIR OUT_DIR      tokenizer.json from GPT-2's vocab.json + merges.txt
+  sp CORPUS_DIR OUT_ROOT          SentencePiece-style tokenizer.json files, one folder per variant
+                                  (SP_VARIANTS) under OUT_ROOT, sharing one vocabulary
+  edge-docs CORPUS_DIR            add short documents of edge cases (doc-9NN.txt) to the corpus
   compare TOK_DIR CORPUS_DIR SHARD   ids of `tokenizers` (joined as dsc data prepare joins
                                   documents) vs the shard dsc wrote; decode of them vs TEXT
   decode TOK_DIR SHARD TEXT       `tokenizers`' decode of the shard's ids equals the file TEXT
@@ -20,6 +24,23 @@ the corpus, small, since the published ones are not at hand):
            <|im_start|>, <|im_end|> after the BPE vocabulary
   smollm2  Digits(individual_digits) + ByteLevel with GPT-2's pattern; 17 special tokens at ids
            0-16 (<|endoftext|>, <|im_start|>, <|im_end|>, <repo_name>, ...)
+  gpt2-prefix  gpt2 with ByteLevel add_prefix_space true (as RoBERTa-style files set it)
+
+SentencePiece-style variants (`sp`), one BPE vocabulary laid out as Llama 2's (<unk>, <s>, </s>,
+then <0x00>..<0xFF> at ids 3-258, then the pieces; the alphabet is limited so that rare characters
+need byte fallback), model.byte_fallback true and fuse_unk true unless said:
+  llama2           normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")], no pre-tokenizer;
+                   decoder Sequence[Replace("▁" -> " "), ByteFallback, Fuse, Strip(" ", 1, 0)];
+                   <s> added by a TemplateProcessing post-processor (Llama 2, TinyLlama, Mistral)
+  metaspace-first  no normalizer; Metaspace(prepend_scheme "first", split false); decoder and
+                   post-processor as llama2 (files converted with legacy false)
+  metaspace-split  Metaspace(prepend_scheme "always", split true); decoder
+                   Sequence[Metaspace, ByteFallback, Fuse]; no BOS
+  metaspace-never  Metaspace(prepend_scheme "never", split true); decoder Metaspace(never) first
+  gemma            normalizer Replace(" " -> "▁") alone; decoder Sequence[Replace, ByteFallback,
+                   Fuse]; <s> added
+  unk-fused        llama2 without byte_fallback: unknown characters are <unk>, runs fused
+  unk-unfused      the same with fuse_unk false
 """
 import glob
 import json
@@ -200,6 +221,9 @@ def train(family, corpus_dir, out_dir):
             pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
             bl(add_prefix_space=False, trim_offsets=False, use_regex=False)])
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    elif family == "gpt2-prefix":
+        tok.pre_tokenizer = bl(add_prefix_space=True, trim_offsets=True, use_regex=True)
+        tok.post_processor = processors.ByteLevel(trim_offsets=True)
     elif family == "smollm2":
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Digits(individual_digits=True),
@@ -213,7 +237,7 @@ def train(family, corpus_dir, out_dir):
                              initial_alphabet=bl.alphabet(), show_progress=False)
     tok.train_from_iterator(sample, tr)
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
-    if family == "gpt2":
+    if family in ("gpt2", "gpt2-prefix"):
         tok.add_special_tokens(["<|endoftext|>"])
         cfg.update(bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                    unk_token="<|endoftext|>", tokenizer_class="GPT2Tokenizer")
@@ -282,6 +306,124 @@ def gpt2_files(src_dir, out_dir):
                    "tokenizer_class": "GPT2Tokenizer"}, fh)
     print(f"gpt2 files: {len(vocab)} tokens, {len(merges)} merges, dropped {len(dropped)} "
           f"naming a token vocab.json lacks: {dropped}")
+
+
+SP = "\u2581"  # ▁
+SP_VARIANTS = ["llama2", "metaspace-first", "metaspace-split", "metaspace-never", "gemma",
+               "unk-fused", "unk-unfused"]
+SP_VOCAB = 3000
+SP_ALPHABET = 160
+
+
+def sp_base(corpus_dir):
+    """(vocab dict, merges list) of a BPE trained as SentencePiece trains: pieces start at "▁",
+    never span one; Llama 2's layout of ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    _, docs = corpus_docs(corpus_dir)
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always",
+                                                 split=True)
+    tr = trainers.BpeTrainer(vocab_size=SP_VOCAB, special_tokens=["<unk>", "<s>", "</s>"],
+                             limit_alphabet=SP_ALPHABET, show_progress=False)
+    tok.train_from_iterator(docs[::2], tr)
+    j = json.loads(tok.to_str())
+    trained = sorted(j["model"]["vocab"].items(), key=lambda kv: kv[1])
+    names = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    names += [t for t, _ in trained if t not in names]
+    return {t: i for i, t in enumerate(names)}, j["model"]["merges"]
+
+
+def sp_json(variant, vocab, merges):
+    """The tokenizer.json of one SentencePiece-style variant."""
+    def added(i, c):
+        return dict(id=i, content=c, single_word=False, lstrip=False, rstrip=False,
+                    normalized=False, special=True)
+    replace = lambda a, b: {"type": "Replace", "pattern": {"String": a}, "content": b}
+    metaspace = lambda scheme, split: {"type": "Metaspace", "replacement": SP,
+                                       "prepend_scheme": scheme, "split": split}
+    llama_dec = {"type": "Sequence", "decoders": [
+        replace(SP, " "), {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    bos = {"type": "TemplateProcessing",
+           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                      {"Sequence": {"id": "A", "type_id": 0}}],
+           "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}},
+                    {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                    {"Sequence": {"id": "B", "type_id": 1}}],
+           "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    norm, pre, dec, post = None, None, llama_dec, bos
+    fallback, fuse = True, True
+    if variant in ("llama2", "unk-fused", "unk-unfused"):
+        norm = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": SP},
+                                                    replace(" ", SP)]}
+        fallback = variant == "llama2"
+        fuse = variant != "unk-unfused"
+        if variant == "unk-unfused":
+            dec = {"type": "Sequence", "decoders": [replace(SP, " "), {"type": "Fuse"},
+                                                    {"type": "Strip", "content": " ", "start": 1,
+                                                     "stop": 0}]}
+    elif variant == "metaspace-first":
+        pre = metaspace("first", False)
+    elif variant == "metaspace-split":
+        pre, post = metaspace("always", True), None
+        dec = {"type": "Sequence", "decoders": [metaspace("always", True),
+                                                {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    elif variant == "metaspace-never":
+        pre, post = metaspace("never", True), None
+        dec = {"type": "Sequence", "decoders": [metaspace("never", True),
+                                                {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    elif variant == "gemma":
+        norm = replace(" ", SP)
+        dec = {"type": "Sequence", "decoders": [replace(SP, " "), {"type": "ByteFallback"},
+                                                {"type": "Fuse"}]}
+    else:
+        raise SystemExit(f"unknown variant {variant}")
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+             "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": fuse,
+             "byte_fallback": fallback, "ignore_merges": False, "vocab": vocab, "merges": merges}
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")],
+            "normalizer": norm, "pre_tokenizer": pre, "post_processor": post, "decoder": dec,
+            "model": model}
+
+
+def sp(corpus_dir, out_root):
+    from tokenizers import Tokenizer
+    vocab, merges = sp_base(corpus_dir)
+    for variant in SP_VARIANTS:
+        out_dir = os.path.join(out_root, variant)
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, "tokenizer.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(sp_json(variant, vocab, merges), fh, ensure_ascii=False)
+        bos = variant not in ("metaspace-split", "metaspace-never")
+        # As transformers writes it, model_max_length included (a number past 64 bits).
+        cfg = {"add_bos_token": bos, "add_eos_token": False, "bos_token": "<s>",
+               "eos_token": "</s>", "unk_token": "<unk>", "legacy": variant == "llama2",
+               "model_max_length": 1000000000000000019884624838656,
+               "clean_up_tokenization_spaces": False, "tokenizer_class": "LlamaTokenizer"}
+        with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as fh:
+            json.dump(cfg, fh, indent=2)
+        n = Tokenizer.from_file(path).get_vocab_size()
+        print(f"{variant}: vocabulary {n} ({len(merges)} merges) in {out_dir}")
+
+
+EDGE_DOCS = [" leading space,  two  spaces,   three", "  \t\n indented start",
+             "\n\nnewlines first\n",
+             "<s>starts with BOS</s> then\nmore <unk> text<s>", "x", " ",
+             SP + "already metaspace " + SP + SP + " and <0x41> <0xZZ> literal",
+             "😀👍🏽 emoji first, then 🇩🇪 and 👨\u200d👩\u200d👧", "日本語のテキスト、漢字 ĳ ǅ",
+             "\u00a0non-breaking\u3000ideographic space\u2003", "tab\tand\r\ncrlf\r\n",
+             "a" + " " * 40 + "b" + "\n" * 10 + "c", "ÿ\x7f\x00\x01 control bytes"]
+
+
+def edge_docs(corpus_dir):
+    for i, d in enumerate(EDGE_DOCS):
+        with open(os.path.join(corpus_dir, f"doc-{900 + i}.txt"), "w", encoding="utf-8",
+                  newline="") as fh:
+            fh.write(d)
+    print(f"{len(EDGE_DOCS)} edge-case documents added to {corpus_dir}")
 
 
 # ---- comparing ----
@@ -376,6 +518,12 @@ def main(argv):
         return 0
     if cmd == "train":
         train(argv[2], argv[3], argv[4])
+        return 0
+    if cmd == "sp":
+        sp(argv[2], argv[3])
+        return 0
+    if cmd == "edge-docs":
+        edge_docs(argv[2])
         return 0
     if cmd == "gpt2-files":
         gpt2_files(argv[2], argv[3])

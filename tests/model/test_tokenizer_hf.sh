@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dsc's tokenizer.json tokenizer against Hugging Face's `tokenizers` library (0.19.1): for each of
-# the byte-level BPE families GPT-2, Llama 3, Qwen2 and SmolLM2, a small tokenizer.json is trained
-# here with that family's pre-tokenizer, normalizer, post-processor and special tokens
+# the byte-level BPE families GPT-2, Llama 3, Qwen2 and SmolLM2 (and GPT-2's with ByteLevel
+# add_prefix_space true), a small tokenizer.json is trained here with that family's
+# pre-tokenizer, normalizer, post-processor and special tokens
 # (hf_tokenizer.py says how each is set), and on a corpus of over 5 MB (texts Debian ships: license
 # texts, copyright files, Python sources; plus generated numbers, whitespace runs, CJK, Cyrillic,
 # Arabic, Devanagari, Hangul, emoji, combining marks, contractions in all cases, special-token
@@ -42,7 +43,7 @@ same_ids() { # same_ids NAME TOKDIR SPEC
     "$py" "$oracle" decode "$dir" "$T/out-$name/train.bin" "$T/dec-$name.txt"
 }
 
-for fam in gpt2 llama3 qwen2 smollm2; do
+for fam in gpt2 llama3 qwen2 smollm2 gpt2-prefix; do
   check "$fam: trained" -- "$py" "$oracle" train "$fam" "$T/corpus" "$T/tok-$fam"
   if [ "$fam" = qwen2 ]; then spec=$T/tok-$fam/tokenizer.json; else spec=hf:$T/tok-$fam; fi
   same_ids "$fam" "$T/tok-$fam" "$spec"

@@ -1,7 +1,8 @@
 // test_tokenizer_json.c - Hugging Face tokenizer.json tokenizers: pre-tokenizer patterns (pieces
 // as the `tokenizers` library 0.19.1 splits the same strings), BPE with added tokens, the
-// post-processor and tokenizer_config.json, NFC, and the errors for what dsc does not read.
-// The exactness on a large corpus is tests/model/test_tokenizer_hf.sh.
+// post-processor and tokenizer_config.json, NFC, a small SentencePiece-style file (byte
+// fallback, unk, Metaspace, the decoders), and the errors for what dsc does not read.
+// The exactness on a large corpus is tests/model/test_tokenizer_hf.sh and test_tokenizer_sp.sh.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,13 +272,19 @@ static void test_refused(void **state) {
     free(bad);
     assert_refused("pre_tokenizer", json_pack("{s:s}", "type", "Metaspace"), DSC_ERR_CONFIG,
                    "Metaspace needs \"replacement\"");
+    // A byte-level vocabulary and decoder without a ByteLevel pre-tokenizer: parts of two kinds.
     assert_refused("pre_tokenizer", json_pack("{s:s, s:s}", "type", "Metaspace", "replacement",
                                               "\xe2\x96\x81"), DSC_ERR_CONFIG,
-                   "Metaspace or ByteLevel add_prefix_space true is not supported yet");
-    assert_refused("pre_tokenizer", json_null(), DSC_ERR_CONFIG, "no ByteLevel step");
+                   "decoder ByteLevel without a ByteLevel step in the pre_tokenizer");
+    assert_refused("pre_tokenizer", json_null(), DSC_ERR_CONFIG, "decoder ByteLevel without");
+    assert_refused("decoder", json_pack("{s:s}", "type", "Fuse"), DSC_ERR_CONFIG,
+                   "decoder \"Fuse\" with a ByteLevel pre_tokenizer is not supported");
+    assert_refused("model.type", json_string("Unigram"), DSC_ERR_CONFIG,
+                   "model.type \"Unigram\" is not supported; dsc reads BPE models");
     assert_refused("normalizer", json_pack("{s:s}", "type", "Lowercase"), DSC_ERR_CONFIG,
                    "normalizer \"Lowercase\"");
-    assert_refused("model.byte_fallback", json_true(), DSC_ERR_CONFIG, "byte_fallback");
+    assert_refused("model.byte_fallback", json_true(), DSC_ERR_CONFIG,
+                   "model.byte_fallback is true with a ByteLevel pre_tokenizer");
     assert_refused("model.continuing_subword_prefix", json_string("##"), DSC_ERR_CONFIG,
                    "model.continuing_subword_prefix is set");
     assert_refused("model.merges", json_pack("[s]", "h zz"), DSC_ERR_CORRUPT,
@@ -317,6 +324,178 @@ static void test_nfc(void **state) {
     assert_false(dsc__nfc_quick_check((const uint8_t *)"\xe2\x84\xab", 3));
 }
 
+// ---- SentencePiece-style BPE ----
+
+#define SP "\xe2\x96\x81" // ▁, U+2581
+
+// Llama 2's layout: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3-258, then 259 ▁, 260 h, 261 e,
+// 262 l, 263 o, 264 ▁h, 265 ▁he, 266 ll, 267 ▁hell, 268 ▁hello, 269 w, 270 r, 271 d. Normalizer
+// Prepend + Replace, no pre-tokenizer, Llama 2's decoder, <s> added before each text.
+static json_t *sp_json(bool byte_fallback, bool fuse_unk, bool pairs) {
+    json_t *vocab = json_object();
+    const char *special[] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++) json_object_set_new(vocab, special[i], json_integer(i));
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        json_object_set_new(vocab, name, json_integer(3 + b));
+    }
+    const char *pieces[] = {SP, "h", "e", "l", "o", SP "h", SP "he", "ll", SP "hell", SP "hello",
+                            "w", "r", "d"};
+    for (int i = 0; i < 13; i++) json_object_set_new(vocab, pieces[i], json_integer(259 + i));
+    json_t *merges = pairs ? json_pack("[[s,s],[s,s],[s,s],[s,s],[s,s]]", SP, "h", SP "h", "e",
+                                       "l", "l", SP "he", "ll", SP "hell", "o")
+                           : json_pack("[s,s,s,s,s]", SP " h", SP "h e", "l l", SP "he ll",
+                                       SP "hell o");
+    json_t *model = json_pack("{s:s, s:n, s:s, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE",
+                              "dropout", "unk_token", "<unk>", "continuing_subword_prefix",
+                              "end_of_word_suffix", "fuse_unk", fuse_unk, "byte_fallback",
+                              byte_fallback, "ignore_merges", 0, "vocab", vocab, "merges",
+                              merges);
+    json_t *added = json_array();
+    for (int i = 0; i < 3; i++)
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", i,
+                                               "content", special[i], "single_word", 0, "lstrip",
+                                               0, "rstrip", 0, "normalized", 0, "special", 1));
+    json_t *norm = json_pack("{s:s, s:[{s:s, s:s}, {s:s, s:{s:s}, s:s}]}", "type", "Sequence",
+                             "normalizers", "type", "Prepend", "prepend", SP, "type", "Replace",
+                             "pattern", "String", " ", "content", SP);
+    json_t *dec = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]}",
+                            "type", "Sequence", "decoders", "type", "Replace", "pattern", "String",
+                            SP, "content", " ", "type", "ByteFallback", "type", "Fuse", "type",
+                            "Strip", "content", " ", "start", 1, "stop", 0);
+    json_t *post = json_pack("{s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:{s:{s:s, s:[i], s:[s]}}}",
+                             "type", "TemplateProcessing", "single", "SpecialToken", "id", "<s>",
+                             "type_id", 0, "Sequence", "id", "A", "type_id", 0, "special_tokens",
+                             "<s>", "id", "<s>", "ids", 1, "tokens", "<s>");
+    return json_pack("{s:s, s:o, s:o, s:n, s:o, s:o, s:o}", "version", "1.0", "added_tokens",
+                     added, "normalizer", norm, "pre_tokenizer", "post_processor", post,
+                     "decoder", dec, "model", model);
+}
+
+// transformers' tokenizer_config.json, model_max_length included (past 64 bits).
+static const char SP_CONFIG[] =
+    "{\"add_bos_token\": true, \"add_eos_token\": false, \"bos_token\": \"<s>\", "
+    "\"eos_token\": \"</s>\", \"unk_token\": \"<unk>\", "
+    "\"model_max_length\": 1000000000000000019884624838656, \"legacy\": true}";
+
+static dsc_tokenizer *open_json(fixture *f, json_t *j, const char *config) {
+    fixture_write(f, j, config);
+    char spec[128];
+    snprintf(spec, sizeof spec, "hf:%s", f->dir);
+    dsc_tokenizer *t = NULL;
+    if (dsc_tokenizer_create(&t, spec) != DSC_OK) fail_msg("%s", dsc_last_error());
+    return t;
+}
+
+static void assert_decode(const dsc_tokenizer *t, const int32_t *ids, size_t n,
+                          const char *want) {
+    char *text;
+    size_t len;
+    assert_int_equal(dsc_tokenizer_decode(t, ids, n, &text, &len), DSC_OK);
+    assert_int_equal(len, strlen(want));
+    assert_string_equal(text, want);
+    free(text);
+}
+
+// Ids and texts as tokenizers 0.19.1 gives them for the same file.
+static void test_sentencepiece(void **state) {
+    (void)state;
+    for (int pairs = 0; pairs < 2; pairs++) { // merges as "a b" strings and as [a, b] pairs
+        fixture f;
+        dsc_tokenizer *t = open_json(&f, sp_json(true, true, pairs), SP_CONFIG);
+        assert_int_equal(dsc_tokenizer_vocab_size(t), 272);
+        assert_int_equal(dsc_tokenizer_eot(t), 2);
+        assert_ids(t, "hello", (int32_t[]){1, 268}, 2);
+        // é has no token: its bytes C3 A9 are <0xC3> 198 and <0xA9> 172.
+        assert_ids(t, "hello w\xc3\xa9", (int32_t[]){1, 268, 259, 269, 198, 172}, 6);
+        assert_ids(t, " hello", (int32_t[]){1, 259, 268}, 3);
+        // The normalizer runs on each text between added tokens: "llo" gets its own ▁.
+        assert_ids(t, "he<s>llo", (int32_t[]){1, 265, 1, 259, 266, 263}, 6);
+        assert_ids(t, "\n", (int32_t[]){1, 259, 13}, 3);
+        assert_ids(t, "", (int32_t[]){1}, 1);
+        assert_decode(t, (int32_t[]){1, 268, 259, 269, 198, 172}, 6, "<s> hello w\xc3\xa9");
+        assert_decode(t, (int32_t[]){268, 259, 269}, 3, "hello w"); // Strip: one leading space
+        assert_decode(t, (int32_t[]){198, 269}, 2, "\xef\xbf\xbdw");  // a lone C3: U+FFFD
+        assert_decode(t, (int32_t[]){259, 259}, 2, " ");
+        dsc_tokenizer_destroy(t);
+        fixture_remove(&f);
+    }
+    // Without byte_fallback an unknown character is <unk>; fuse_unk joins a run into one.
+    fixture f;
+    dsc_tokenizer *t = open_json(&f, sp_json(false, true, false), NULL);
+    assert_ids(t, "h\xe2\x82\xac\xe2\x82\xac" "e", (int32_t[]){1, 264, 0, 261}, 4);
+    dsc_tokenizer_destroy(t);
+    fixture_remove(&f);
+    t = open_json(&f, sp_json(false, false, false), NULL);
+    assert_ids(t, "h\xe2\x82\xac\xe2\x82\xac" "e", (int32_t[]){1, 264, 0, 0, 261}, 5);
+    dsc_tokenizer_destroy(t);
+    fixture_remove(&f);
+    // A token with "▁" after another character ("o▁" 272, merged first): BPE merges across the
+    // "▁" between words, so the text is not split there.
+    json_t *j = sp_json(true, true, false);
+    json_t *model = json_object_get(j, "model");
+    json_object_set_new(json_object_get(model, "vocab"), "o" SP, json_integer(272));
+    json_array_insert_new(json_object_get(model, "merges"), 0, json_string("o " SP));
+    t = open_json(&f, j, NULL);
+    assert_ids(t, "hello w", (int32_t[]){1, 267, 272, 269}, 4);
+    assert_ids(t, "hello wo hello", (int32_t[]){1, 267, 272, 269, 272, 260, 261, 266, 263}, 9);
+    dsc_tokenizer_destroy(t);
+    fixture_remove(&f);
+}
+
+// The newer form: no normalizer, Metaspace with prepend_scheme "first": a text after an added
+// token is not prepended to.
+static void test_metaspace(void **state) {
+    (void)state;
+    json_t *j = sp_json(true, true, false);
+    json_object_set_new(j, "normalizer", json_null());
+    json_object_set_new(j, "pre_tokenizer", json_pack("{s:s, s:s, s:s, s:b}", "type",
+                                                      "Metaspace", "replacement", SP,
+                                                      "prepend_scheme", "first", "split", 0));
+    json_object_set_new(j, "decoder", json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace",
+                                                "replacement", SP, "prepend_scheme", "first",
+                                                "split", 0));
+    fixture f;
+    dsc_tokenizer *t = open_json(&f, j, SP_CONFIG);
+    assert_ids(t, "<s>hello", (int32_t[]){1, 1, 260, 261, 266, 263}, 6);
+    assert_ids(t, "hello hello", (int32_t[]){1, 268, 268}, 3);
+    // Metaspace decoder: the first token drops its ▁, the others' become spaces.
+    assert_decode(t, (int32_t[]){268, 268, 259}, 3, "hello hello ");
+    dsc_tokenizer_destroy(t);
+    fixture_remove(&f);
+}
+
+static void assert_sp_refused(json_t *j, const char *needle) {
+    fixture f;
+    fixture_write(&f, j, NULL);
+    dsc_tokenizer *t = NULL;
+    dsc_status st = dsc_tokenizer_create(&t, f.path);
+    fixture_remove(&f);
+    if (st != DSC_ERR_CONFIG || !strstr(dsc_last_error(), needle))
+        fail_msg("status %d, message \"%s\"; want the config error \"%s\"", st,
+                 dsc_last_error(), needle);
+}
+
+static void test_sentencepiece_refused(void **state) {
+    (void)state;
+    json_t *j = sp_json(true, true, false);
+    json_object_set_new(j, "decoder", json_pack("{s:s}", "type", "CTC"));
+    assert_sp_refused(j, "decoder \"CTC\" is not supported; dsc reads ByteLevel");
+    j = sp_json(true, true, false);
+    json_object_set_new(j, "decoder", json_pack("{s:s}", "type", "ByteLevel"));
+    assert_sp_refused(j, "decoder ByteLevel without a ByteLevel step");
+    // An added token the normalizer would change (Prepend) cannot be found in the raw text.
+    j = sp_json(true, true, false);
+    json_array_append_new(json_object_get(j, "added_tokens"),
+                          json_pack("{s:i, s:s, s:b}", "id", 272, "content", "<x>", "normalized",
+                                    1));
+    assert_sp_refused(j, "added token \"<x>\" has \"normalized\": true");
+    j = sp_json(true, true, false);
+    json_object_set_new(json_object_get(j, "model"), "type", json_string("WordPiece"));
+    assert_sp_refused(j, "model.type \"WordPiece\" is not supported");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_patterns),
@@ -324,6 +503,9 @@ int main(void) {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_nfc),
+        cmocka_unit_test(test_sentencepiece),
+        cmocka_unit_test(test_metaspace),
+        cmocka_unit_test(test_sentencepiece_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
