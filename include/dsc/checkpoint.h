@@ -187,6 +187,9 @@ dsc_status dsc_ds_ckpt_read_state(dsc_ds_ckpt *ds, int i, int kind, int64_t begi
 // that names both. One tensor is held at a time.
 dsc_status dsc_ds_ckpt_export_hf(const char *dir, const char *tag, const char *config_dir,
                                  const char *out_dir, const char *dtype, uint64_t shard_bytes);
+// The weights alone as one safetensors file (as dsc_ckpt_export), one tensor at a time.
+dsc_status dsc_ds_ckpt_export(const char *dir, const char *tag, const char *out_path,
+                              const char *dtype);
 
 // ---- saving ----
 
