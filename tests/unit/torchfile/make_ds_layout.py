@@ -14,6 +14,8 @@ ds_gpt2_z2 (ZeRO-2, bf16), ds_gpt2_z3 (ZeRO-3 in two sub-groups, fp16 with a dyn
     the partitions hold, for the resume and export tests.
 
 /usr/bin/python3 tests/unit/torchfile/make_ds_layout.py tests/unit/torchfile
+/usr/bin/python3 tests/unit/torchfile/make_ds_layout.py OUT --gpt2-124m   (GPT-2 124M, ZeRO-3:
+    a checkpoint of 1.5 GB and its tiny_gpt2/config.json, for measuring export's memory)
 """
 import collections
 import hashlib
@@ -230,6 +232,11 @@ def tiny_gpt2_folder(base):
 
 def main():
     base = sys.argv[1]
+    if sys.argv[2:] == ['--gpt2-124m']:  # a large one for measurements, not committed
+        GPT2.update(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
+        tiny_gpt2_folder(base)
+        gpt2_fixture(base, 'ds_gpt2_124m', 3, 'bf16')
+        return
     layout = Run(SHAPES, layout_state(), {'bf16': {'enabled': True}})
     for name, fn in (('ds_z2', z2), ('ds_z3', lambda run, out, mod: z3(run, out, mod, 7))):
         d = os.path.join(base, name)
