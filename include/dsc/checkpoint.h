@@ -160,6 +160,37 @@ int dsc_ds_ckpt_find_param(const dsc_ds_ckpt *ds, const char *name);           /
 dsc_status dsc_ds_ckpt_read_param(dsc_ds_ckpt *ds, int i, int64_t begin, int64_t count,
                                   float *out);
 
+// What a DeepSpeed checkpoint holds besides the weights: what continuing its run needs.
+typedef struct dsc_ds_ckpt_state {
+    bool has_moments;            // Adam's exp_avg and exp_avg_sq for every partition
+    int64_t adam_step;           // the optimizer's step count; -1 when the files record none
+    bool has_scheduler;          // lr_scheduler.last_batch_iteration is recorded
+    double last_batch_iteration;
+    bool dynamic_scale;          // a DynamicLossScaler (fp16): the fields below are its state
+    double cur_scale;
+    int64_t cur_iter, last_overflow_iter;
+    int cur_hysteresis;
+    const char *optimizer, *scheduler; // ds_config's optimizer.type, scheduler.type, or NULL
+} dsc_ds_ckpt_state;
+
+void dsc_ds_ckpt_get_state(const dsc_ds_ckpt *ds, dsc_ds_ckpt_state *out);
+
+// Elements [begin, begin + count) of parameter i's kind: 0 the fp32 master weights (as
+// dsc_ds_ckpt_read_param), 1 Adam's exp_avg, 2 exp_avg_sq (only with has_moments).
+dsc_status dsc_ds_ckpt_read_state(dsc_ds_ckpt *ds, int i, int kind, int64_t begin,
+                                  int64_t count, float *out);
+
+// A Hugging Face model folder out_dir from a DeepSpeed checkpoint, as dsc_ckpt_export_hf writes
+// one from dsc's (names as DeepSpeed recorded them). config.json, generation_config.json and
+// the tokenizer's files are copied from config_dir, or when it is NULL from dir itself (where
+// the Hugging Face Trainer saves them beside `latest`); without a config.json it is an error
+// that names both. One tensor is held at a time.
+dsc_status dsc_ds_ckpt_export_hf(const char *dir, const char *tag, const char *config_dir,
+                                 const char *out_dir, const char *dtype, uint64_t shard_bytes);
+// The weights alone as one safetensors file (as dsc_ckpt_export), one tensor at a time.
+dsc_status dsc_ds_ckpt_export(const char *dir, const char *tag, const char *out_path,
+                              const char *dtype);
+
 // ---- saving ----
 
 // What validation sees: the checkpoint read back from disk, and the state the save snapshotted.

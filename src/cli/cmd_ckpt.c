@@ -240,8 +240,37 @@ static bool parse_size(const char *s, uint64_t *out) {
     return false;
 }
 
+// --out and the parent folders of --out, as every other writer of dsc makes them.
+static int make_parent(const char *out) {
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = '\0';
+        if (dsc_mkdirs(parent) != DSC_OK) {
+            fprintf(stderr, "dsc ckpt export: --out %s: %s\n", out, dsc_last_error());
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int export_deepspeed(const char *dir, const char *tag, const char *out, const char *hf,
+                            const char *hf_config, const char *dtype, uint64_t shard_bytes) {
+    if (out && make_parent(out)) return 1;
+    dsc_status st = hf ? dsc_ds_ckpt_export_hf(dir, tag, hf_config, hf, dtype, shard_bytes)
+                       : dsc_ds_ckpt_export(dir, tag, out, dtype);
+    if (st != DSC_OK) {
+        fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
+        return 1;
+    }
+    printf("wrote %s (%s, from DeepSpeed checkpoint %s%s%s)\n", hf ? hf : out, dtype, dir,
+           tag ? "/" : "", tag ? tag : "");
+    return 0;
+}
+
 static int ckpt_export(int argc, char **argv) {
-    const char *out = NULL, *hf = NULL, *dtype = "fp32", *shard = "5GB";
+    const char *out = NULL, *hf = NULL, *dtype = "fp32", *shard = "5GB", *hf_config = NULL;
     const cli_flag flags[] = {
         {"--out", "FILE", "one safetensors file with every weight", &out, NULL},
         {"--hf", "DIR", "a Hugging Face model folder (config.json, sharded safetensors with "
@@ -249,15 +278,20 @@ static int ckpt_export(int argc, char **argv) {
         {"--shard-size", "SIZE", "with --hf: the largest shard (default 5GB; MB, GB, MiB, GiB "
                                  "or bytes)", &shard, NULL},
         {"--dtype", "fp32|bf16", "tensor type of the weights (default fp32)", &dtype, NULL},
+        {"--hf-config", "DIR", "with --hf from a DeepSpeed checkpoint: the model's Hugging Face "
+                               "folder, whose config.json, generation_config.json and tokenizer "
+                               "files go into the export (default: DS_DIR's own, where the "
+                               "Hugging Face Trainer keeps them)", &hf_config, NULL},
     };
     const cli_verb v = {"ckpt export",
                         "dsc ckpt export DIR[/TAG] (--out FILE | --hf DIR) [--shard-size SIZE] "
-                        "[--dtype fp32|bf16]",
+                        "[--dtype fp32|bf16] [--hf-config DIR]",
                         "Write the checkpoint's weights (DIR alone: the latest checkpoint) under "
                         "their Hugging Face names, whatever the world size and ZeRO stage it was "
                         "saved with: as one safetensors file (--out), or as a folder that "
                         "transformers' from_pretrained loads (--hf), written one tensor at a "
-                        "time.", flags, 4, 1, 1};
+                        "time. DIR may be a DeepSpeed checkpoint (its fp32 master weights).",
+                        flags, 5, 1, 1};
     char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has;
     uint64_t shard_bytes = 0;
@@ -278,6 +312,13 @@ static int ckpt_export(int argc, char **argv) {
         return 2;
     }
     if ((rc = path_args(pos[0], dir, sizeof dir, tag, sizeof tag, &has))) return rc;
+    if (dsc_ds_ckpt_detect(dir, has ? tag : NULL))
+        return export_deepspeed(dir, has ? tag : NULL, out, hf, hf_config, dtype, shard_bytes);
+    if (hf_config) {
+        fprintf(stderr, "dsc ckpt export: --hf-config is for DeepSpeed checkpoints; dsc's carry "
+                        "their model's config.json\n");
+        return 2;
+    }
     if (hf) {
         if (dsc_ckpt_export_hf(dir, has ? tag : NULL, hf, dtype, shard_bytes) != DSC_OK) {
             fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
@@ -286,17 +327,7 @@ static int ckpt_export(int argc, char **argv) {
         printf("wrote %s (%s)\n", hf, dtype);
         return 0;
     }
-    // --out dir/x.safetensors: make dir, as every other writer of dsc does.
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", out);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) {
-        *slash = '\0';
-        if (dsc_mkdirs(parent) != DSC_OK) {
-            fprintf(stderr, "dsc ckpt export: --out %s: %s\n", out, dsc_last_error());
-            return 1;
-        }
-    }
+    if (make_parent(out)) return 1;
     if (dsc_ckpt_export(dir, has ? tag : NULL, out, dtype) != DSC_OK) {
         fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
         return 1;
@@ -314,6 +345,7 @@ static void usage(FILE *f) {
                "                                        one safetensors file, Hugging Face names\n"
                "  export DIR[/TAG] --hf DIR [--shard-size SIZE] [--dtype fp32|bf16]\n"
                "                                        a Hugging Face model folder\n"
+               "  (DIR may be a DeepSpeed checkpoint; --hf-config DIR names its model's folder)\n"
                "DIR alone means the checkpoint `latest` names.\n");
 }
 

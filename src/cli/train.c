@@ -590,6 +590,27 @@ static dsc_status ckpt_validate(void *user, dsc_engine *eng, const dsc_ckpt_vali
     return DSC_OK;
 }
 
+// What a DeepSpeed checkpoint gave the run, and what it could not: DeepSpeed keeps no position in
+// the data (only its count of samples), so the batches continue in dsc's order for the step.
+static void print_ds_resume(trainer *t, const char *dir, const char *tag) {
+    dsc_ds_ckpt *ds;
+    if (dsc_ds_ckpt_open(&ds, dir, tag) != DSC_OK) return;
+    dsc_ds_ckpt_info in;
+    dsc_ds_ckpt_state st;
+    dsc_ds_ckpt_get_info(ds, &in);
+    dsc_ds_ckpt_get_state(ds, &st);
+    long long step = (long long)dsc_engine_global_steps(t->eng);
+    printf("DeepSpeed checkpoint (ZeRO-%d, %d ranks, %s): fp32 master weights and Adam moments of "
+           "%d tensors, step %lld (%lld skipped), learning-rate schedule continued",
+           in.zero_stage, in.world_size, in.precision, in.nparams, step,
+           (long long)in.skipped_steps);
+    if (st.dynamic_scale && dsc_engine_config(t->eng)->fp16.enabled)
+        printf(", loss scale %g", st.cur_scale);
+    printf("\nDeepSpeed saves no data position (global_samples %lld): the data continues with "
+           "dsc's batches for step %lld\n", (long long)in.global_samples, step + 1);
+    dsc_ds_ckpt_close(ds);
+}
+
 static dsc_status ckpt_resume(trainer *t) {
     const char *resume = t->o->resume ? t->o->resume : ""; // "": a restart, from the latest
     const char *dir = t->save_dir, *tag = resume[0] ? resume : NULL;
@@ -614,6 +635,7 @@ static dsc_status ckpt_resume(trainer *t) {
     if (none) printf("--resume: no checkpoint in %s yet; starting from step 0\n", dir);
     else printf("resumed from checkpoint %s/%s: continuing after step %lld\n", dir, loaded,
                 (long long)dsc_engine_global_steps(t->eng));
+    if (!none && dsc_ds_ckpt_detect(dir, tag)) print_ds_resume(t, dir, tag);
     return DSC_OK;
 }
 

@@ -21,6 +21,30 @@ static const char *const names[] = {"wte.weight", "h.0.ln.weight", "h.0.mlp.weig
                                     "ln_f.bias"};
 static const int64_t numels[] = {15, 3, 12, 3};
 
+// Adam's moments (m[k] = 0.001 k - p, v[k] = 0.0001 k + p + 1), from any offset, and the step.
+static void check_state(dsc_ds_ckpt *ds) {
+    dsc_ds_ckpt_state st;
+    dsc_ds_ckpt_get_state(ds, &st);
+    assert_true(st.has_moments);
+    assert_int_equal(st.adam_step, 10);
+    assert_true(st.has_scheduler);
+    assert_true(st.last_batch_iteration == 9);
+    assert_false(st.dynamic_scale);
+    float v[16];
+    for (int i = 0; i < 4; i++) {
+        for (int64_t b = 0; b < numels[i]; b++) {
+            int64_t n = numels[i] - b;
+            assert_int_equal(dsc_ds_ckpt_read_state(ds, i, 1, b, n, v), DSC_OK);
+            for (int64_t k = 0; k < n; k++)
+                assert_float_equal(v[k], 0.001f * (float)(b + k) - (float)i, 1e-6);
+            assert_int_equal(dsc_ds_ckpt_read_state(ds, i, 2, b, n, v), DSC_OK);
+            for (int64_t k = 0; k < n; k++)
+                assert_float_equal(v[k], 0.0001f * (float)(b + k) + (float)i + 1, 1e-6);
+        }
+    }
+    assert_int_not_equal(dsc_ds_ckpt_read_state(ds, 0, 3, 0, 1, v), DSC_OK);
+}
+
 static void check(const char *dir, const char *tag, int stage) {
     dsc_ds_ckpt *ds = NULL;
     assert_true(dsc_ds_ckpt_detect(dir, tag));
@@ -52,6 +76,7 @@ static void check(const char *dir, const char *tag, int stage) {
         }
     }
     assert_int_not_equal(dsc_ds_ckpt_read_param(ds, 0, 10, 6, v), DSC_OK);
+    check_state(ds);
     dsc_ds_ckpt_close(ds);
 }
 

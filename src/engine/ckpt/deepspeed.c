@@ -39,6 +39,10 @@ struct dsc_ds_ckpt {
     uint64_t bytes;
     ds_param *p;
     const dsc_pt_tensor **part; // [r * ngroups + g]: rank r's fp32 partition of group g
+    // [(k * world + r) * ngroups + g]: Adam's moment k (0 exp_avg, 1 exp_avg_sq) of that
+    // partition; it may be longer (DeepSpeed keeps the padding there), never shorter.
+    const dsc_pt_tensor **mom;
+    dsc_ds_ckpt_state st;
     int64_t *group_len;         // ZeRO 1-2: the group's flat; ZeRO-3: one rank's partition
 };
 
@@ -125,6 +129,14 @@ static void read_scalars(dsc_ds_ckpt *ds, const dsc_pt_value *root) {
                                                                         : "fp32";
     ds->stage = (int)get_int(dsc_pt_dict_get(cfg, "zero_optimization"), "stage", 0);
     ds->loss_scale = 1;
+    ds->st = (dsc_ds_ckpt_state){.adam_step = -1, .cur_scale = 1, .last_overflow_iter = -1};
+    const dsc_pt_value *type = dsc_pt_dict_get(dsc_pt_dict_get(cfg, "optimizer"), "type");
+    ds->st.optimizer = type && type->kind == DSC_PT_STR ? type->s : NULL;
+    type = dsc_pt_dict_get(dsc_pt_dict_get(cfg, "scheduler"), "type");
+    ds->st.scheduler = type && type->kind == DSC_PT_STR ? type->s : NULL;
+    const dsc_pt_value *sched = dsc_pt_dict_get(root, "lr_scheduler");
+    ds->st.has_scheduler = dsc_pt_num(dsc_pt_dict_get(sched, "last_batch_iteration"),
+                                      &ds->st.last_batch_iteration);
 }
 
 static dsc_status param_shape(dsc_ds_ckpt *ds, const dsc_pt_value *shape, ds_param *p) {
@@ -250,6 +262,88 @@ static dsc_status read_partitions(dsc_ds_ckpt *ds, int r, const dsc_pt_value *os
     return DSC_OK;
 }
 
+// A dict's value under an integer key (torch optimizers key their state by parameter index).
+static const dsc_pt_value *dict_get_int(const dsc_pt_value *d, int64_t key) {
+    int64_t x;
+    for (int k = 0; d && d->kind == DSC_PT_DICT && k + 1 < d->n; k += 2)
+        if (d->items[k]->kind == DSC_PT_INT && dsc_pt_int(d->items[k], &x) && x == key)
+            return d->items[k + 1];
+    return NULL;
+}
+
+// A number, or a one-element tensor (torch.optim keeps Adam's step as a tensor).
+static bool get_count(const dsc_pt_value *v, double *out) {
+    if (dsc_pt_num(v, out)) return true;
+    if (!v || v->kind != DSC_PT_TENSOR || v->t->numel != 1) return false;
+    float f;
+    dsc_pt_tensor_read(v->t, 0, 1, &f);
+    *out = f;
+    return true;
+}
+
+// The torch optimizer's state of (sub-)group g, whose one parameter is the group's flat
+// partition: ZeRO 0-2 keep optimizer.state_dict() as base_optimizer_state (elastic checkpoints:
+// a list of per-group states instead), ZeRO-3 as its own optimizer_state_dict.
+static const dsc_pt_value *torch_optim(const dsc_ds_ckpt *ds, const dsc_pt_value *osd) {
+    return dsc_pt_dict_get(osd, ds->stage == 3 ? "optimizer_state_dict" : "base_optimizer_state");
+}
+
+static const dsc_pt_value *group_state(const dsc_ds_ckpt *ds, const dsc_pt_value *osd, int g) {
+    const dsc_pt_value *b = torch_optim(ds, osd);
+    if (b && b->kind == DSC_PT_LIST) return dsc_pt_item(b, g);
+    return dict_get_int(dsc_pt_dict_get(b, "state"), g);
+}
+
+// Adam's step: in the state of the first partition, else in param_groups[0] (DeepSpeed's
+// FusedAdam), else beside an elastic checkpoint's states.
+static void read_adam_step(dsc_ds_ckpt *ds, const dsc_pt_value *osd) {
+    double x;
+    const dsc_pt_value *groups = dsc_pt_dict_get(torch_optim(ds, osd), "param_groups");
+    if (get_count(dsc_pt_dict_get(group_state(ds, osd, 0), "step"), &x) ||
+        get_count(dsc_pt_dict_get(dsc_pt_item(groups, 0), "step"), &x) ||
+        get_count(dsc_pt_dict_get(osd, "base_optimizer_state_step"), &x))
+        ds->st.adam_step = (int64_t)x;
+}
+
+static dsc_status read_moments(dsc_ds_ckpt *ds, int r, const dsc_pt_value *osd) {
+    static const char *const keys[2] = {"exp_avg", "exp_avg_sq"};
+    const char *file = dsc_pt_path(ds->optim[r]);
+    if (r == 0) {
+        const dsc_pt_value *s0 = group_state(ds, osd, 0);
+        ds->st.has_moments = dsc_pt_dict_get(s0, keys[0]) && dsc_pt_dict_get(s0, keys[1]);
+        read_adam_step(ds, osd);
+        free(ds->mom);
+        ds->mom = calloc(2 * (size_t)ds->world * (size_t)ds->ngroups + 1, sizeof *ds->mom);
+        if (!ds->mom) return dsc__fail(DSC_ERR_OOM, "out of memory reading %s", file);
+    }
+    for (int g = 0; ds->st.has_moments && g < ds->ngroups; g++) {
+        const dsc_pt_tensor *part = ds->part[(size_t)r * ds->ngroups + g];
+        for (int k = 0; k < 2; k++) {
+            const dsc_pt_value *t = dsc_pt_dict_get(group_state(ds, osd, g), keys[k]);
+            if (!t || t->kind != DSC_PT_TENSOR || t->t->ndim != 1 || t->t->numel < part->numel)
+                return dsc__fail(DSC_ERR_CORRUPT, "%s: the optimizer state of group %d has no "
+                                 "flat %s of at least %lld elements (its fp32 partition's): "
+                                 "files of different saves mixed, or not Adam's state", file, g,
+                                 keys[k], (long long)part->numel);
+            ds->mom[((size_t)k * ds->world + r) * ds->ngroups + g] = t->t;
+        }
+    }
+    return DSC_OK;
+}
+
+// The loss scaler (an inert copy of DeepSpeed's LossScaler or DynamicLossScaler).
+static void read_scaler(dsc_ds_ckpt *ds, const dsc_pt_value *osd) {
+    const dsc_pt_value *ls = dsc_pt_dict_get(osd, "loss_scaler");
+    double s;
+    int64_t x;
+    if (dsc_pt_num(dsc_pt_attr(ls, "cur_scale"), &s)) ds->loss_scale = ds->st.cur_scale = s;
+    size_t n = ls && ls->kind == DSC_PT_OBJECT && ls->s ? strlen(ls->s) : 0;
+    ds->st.dynamic_scale = n >= 17 && !strcmp(ls->s + n - 17, "DynamicLossScaler");
+    if (dsc_pt_int(dsc_pt_attr(ls, "cur_iter"), &x)) ds->st.cur_iter = x;
+    if (dsc_pt_int(dsc_pt_attr(ls, "last_overflow_iter"), &x)) ds->st.last_overflow_iter = x;
+    if (dsc_pt_int(dsc_pt_attr(ls, "cur_hysteresis"), &x)) ds->st.cur_hysteresis = (int)x;
+}
+
 static dsc_status read_optim(dsc_ds_ckpt *ds, const char *prefix) {
     ds->optim = calloc((size_t)ds->world, sizeof *ds->optim);
     ds->part = calloc((size_t)ds->world * (size_t)ds->ngroups + 1, sizeof *ds->part);
@@ -266,11 +360,10 @@ static dsc_status read_optim(dsc_ds_ckpt *ds, const char *prefix) {
                                  "files are there: a save that did not complete on every rank, "
                                  "or files of another save mixed in", dsc_pt_path(ds->optim[0]),
                                  (long long)pc, ds->world);
-            double s;
-            if (dsc_pt_num(dsc_pt_attr(dsc_pt_dict_get(osd, "loss_scaler"), "cur_scale"), &s))
-                ds->loss_scale = s;
+            read_scaler(ds, osd);
         }
         DSC_TRY(read_partitions(ds, r, osd));
+        DSC_TRY(read_moments(ds, r, osd));
     }
     return DSC_OK;
 }
@@ -372,6 +465,7 @@ void dsc_ds_ckpt_close(dsc_ds_ckpt *ds) {
     dsc_pt_close(ds->model);
     free(ds->p);
     free(ds->part);
+    free(ds->mom);
     free(ds->group_len);
     free(ds);
 }
@@ -399,14 +493,22 @@ int dsc_ds_ckpt_find_param(const dsc_ds_ckpt *ds, const char *name) {
     return -1;
 }
 
-// ZeRO 1-2: flat positions [pos, pos + n) of group g, from whichever ranks hold them.
-static void read_z12(const dsc_ds_ckpt *ds, int g, int64_t pos, int64_t n, float *out) {
+// The tensor of kind (0 fp32, 1 exp_avg, 2 exp_avg_sq) that lies beside rank r's partition g.
+static const dsc_pt_tensor *kind_of(const dsc_ds_ckpt *ds, int kind, int r, int g) {
+    if (kind == 0) return ds->part[(size_t)r * ds->ngroups + g];
+    return ds->mom[((size_t)(kind - 1) * ds->world + r) * ds->ngroups + g];
+}
+
+// ZeRO 1-2: flat positions [pos, pos + n) of group g, from whichever ranks hold them (the fp32
+// partitions' lengths place them; a moment holds the same positions).
+static void read_z12(const dsc_ds_ckpt *ds, int kind, int g, int64_t pos, int64_t n,
+                     float *out) {
     int64_t start = 0;
     for (int r = 0; r < ds->world && n > 0; r++) {
         const dsc_pt_tensor *t = ds->part[(size_t)r * ds->ngroups + g];
         if (pos < start + t->numel) {
             int64_t at = pos - start, k = t->numel - at < n ? t->numel - at : n;
-            dsc_pt_tensor_read(t, at, k, out);
+            dsc_pt_tensor_read(kind_of(ds, kind, r, g), at, k, out);
             out += k, pos += k, n -= k;
         }
         start += t->numel;
@@ -414,41 +516,54 @@ static void read_z12(const dsc_ds_ckpt *ds, int g, int64_t pos, int64_t n, float
 }
 
 // ZeRO-3: rank r's flat positions [pos, pos + n) (its groups concatenated).
-static void read_z3_rank(const dsc_ds_ckpt *ds, int r, int64_t pos, int64_t n, float *out) {
+static void read_z3_rank(const dsc_ds_ckpt *ds, int kind, int r, int64_t pos, int64_t n,
+                         float *out) {
     int64_t start = 0;
     for (int g = 0; g < ds->ngroups && n > 0; g++) {
         const dsc_pt_tensor *t = ds->part[(size_t)r * ds->ngroups + g];
         if (pos < start + t->numel) {
             int64_t at = pos - start, k = t->numel - at < n ? t->numel - at : n;
-            dsc_pt_tensor_read(t, at, k, out);
+            dsc_pt_tensor_read(kind_of(ds, kind, r, g), at, k, out);
             out += k, pos += k, n -= k;
         }
         start += t->numel;
     }
 }
 
-static void read_z3(const dsc_ds_ckpt *ds, const ds_param *p, int64_t e, int64_t n, float *out) {
+static void read_z3(const dsc_ds_ckpt *ds, int kind, const ds_param *p, int64_t e, int64_t n,
+                    float *out) {
     int64_t piece = (p->numel + ds->world - 1) / ds->world;
     while (n > 0) {
         int r = (int)(e / piece);
         int64_t local = e % piece, k = piece - local < n ? piece - local : n;
-        read_z3_rank(ds, r, p->off + local, k, out);
+        read_z3_rank(ds, kind, r, p->off + local, k, out);
         out += k, e += k, n -= k;
     }
 }
 
+void dsc_ds_ckpt_get_state(const dsc_ds_ckpt *ds, dsc_ds_ckpt_state *out) { *out = ds->st; }
+
 dsc_status dsc_ds_ckpt_read_param(dsc_ds_ckpt *ds, int i, int64_t begin, int64_t count,
                                   float *out) {
+    return dsc_ds_ckpt_read_state(ds, i, 0, begin, count, out);
+}
+
+dsc_status dsc_ds_ckpt_read_state(dsc_ds_ckpt *ds, int i, int kind, int64_t begin,
+                                  int64_t count, float *out) {
     if (i < 0 || i >= ds->nparams)
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: no parameter %d", ds->path, i);
+    if (kind < 0 || kind > 2 || (kind && !ds->st.has_moments))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: no optimizer state %d (its files hold %s)",
+                         ds->path, kind, ds->st.has_moments ? "fp32 weights and Adam's two "
+                         "moments" : "no Adam moments");
     const ds_param *p = &ds->p[i];
     if (begin < 0 || count < 0 || begin > p->numel || count > p->numel - begin)
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: parameter %s has %lld elements; [%lld, %lld) "
                          "was asked for", ds->path, p->name, (long long)p->numel,
                          (long long)begin, (long long)(begin + count));
     if (p->whole) dsc_pt_tensor_read(p->whole, begin, count, out);
-    else if (ds->stage == 3) read_z3(ds, p, begin, count, out);
-    else read_z12(ds, p->group, p->off + begin, count, out);
+    else if (ds->stage == 3) read_z3(ds, kind, p, begin, count, out);
+    else read_z12(ds, kind, p->group, p->off + begin, count, out);
     for (int r = 0; r < ds->world; r++) dsc_pt_release_pages(ds->optim[r]);
     dsc_pt_release_pages(ds->model);
     return DSC_OK;

@@ -194,3 +194,138 @@ dsc_status dsc_ckpt_export_hf(const char *dir, const char *tag, const char *out_
     dsc_ckpt_close(ck);
     return st;
 }
+
+// ---- from a DeepSpeed checkpoint ----
+
+typedef struct ds_fill {
+    dsc_ds_ckpt *ds;
+    bool bf16;
+    float *tmp; // one tensor, fp32 (bf16 only)
+    size_t cap;
+} ds_fill;
+
+static dsc_status fill_ds(void *user, int i, void *dst, size_t nbytes) {
+    ds_fill *h = user;
+    dsc_ckpt_param p;
+    dsc_ds_ckpt_get_param(h->ds, i, &p);
+    if (!h->bf16) return dsc_ds_ckpt_read_param(h->ds, i, 0, p.numel, dst);
+    if ((size_t)p.numel > h->cap) {
+        free(h->tmp);
+        if (!(h->tmp = malloc((size_t)p.numel * sizeof(float))))
+            return h->cap = 0, dsc__fail(DSC_ERR_OOM, "out of memory exporting %s", p.name);
+        h->cap = (size_t)p.numel;
+    }
+    DSC_TRY(dsc_ds_ckpt_read_param(h->ds, i, 0, p.numel, h->tmp));
+    dsc_fp32_to_bf16_n(dst, h->tmp, nbytes / 2);
+    return DSC_OK;
+}
+
+// The folder of the model's Hugging Face files: config_dir, else the save directory when it
+// holds config.json (the Hugging Face Trainer keeps it beside `latest`), else its parent.
+static dsc_status find_model_files(const char *dir, const char *config_dir, char *out,
+                                   size_t cap) {
+    char p[DSC_CKPT_PATH_MAX];
+    const char *slash = strrchr(dir, '/');
+    if (config_dir) {
+        snprintf(out, cap, "%s", config_dir);
+    } else {
+        snprintf(out, cap, "%s", dir);
+        if (dsc__ckpt_join(p, sizeof p, out, "config.json") == DSC_OK && !dsc__ckpt_exists(p))
+            snprintf(out, cap, "%.*s", slash ? (int)(slash - dir) : 1, slash ? dir : ".");
+    }
+    DSC_TRY(dsc__ckpt_join(p, sizeof p, out, "config.json"));
+    if (!dsc__ckpt_exists(p))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s has no config.json: DeepSpeed saves none; give "
+                         "the model's Hugging Face folder with --hf-config DIR (its config.json, "
+                         "generation_config.json and tokenizer files go into the export), or "
+                         "export the weights alone with --out FILE", config_dir ? config_dir : dir);
+    return DSC_OK;
+}
+
+// The model's files that a Hugging Face folder carries, copied when present (config.json
+// rewritten with the export's dtype).
+static dsc_status copy_model_files(const char *from, const char *out_dir, bool bf16) {
+    static const char *const names[] = {"config.json", "generation_config.json", "tokenizer.json",
+                                        "tokenizer_config.json", "special_tokens_map.json",
+                                        "vocab.json", "merges.txt", "tokenizer.model",
+                                        "chat_template.jinja", "added_tokens.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char src[DSC_CKPT_PATH_MAX], dst[DSC_CKPT_PATH_MAX], *data = NULL;
+        size_t n;
+        DSC_TRY(dsc__ckpt_join(src, sizeof src, from, names[i]));
+        if (!dsc__ckpt_exists(src)) continue;
+        DSC_TRY(dsc__ckpt_join(dst, sizeof dst, out_dir, names[i]));
+        DSC_TRY(dsc__ckpt_read_file(src, &data, &n));
+        dsc_status st = i ? DSC_OK : set_config_dtype(src, bf16, &data, &n);
+        if (st == DSC_OK) st = dsc__ckpt_write_file(dst, data, n, true);
+        free(data);
+        DSC_TRY(st);
+    }
+    return DSC_OK;
+}
+
+static dsc_status ds_tensors(dsc_ds_ckpt *ds, bool bf16, dsc_st_tensor **out, int *n) {
+    dsc_ds_ckpt_info in;
+    dsc_ds_ckpt_get_info(ds, &in);
+    dsc_st_tensor *ts = calloc((size_t)in.nparams + 1, sizeof *ts);
+    if (!ts) return dsc__fail(DSC_ERR_OOM, "out of memory exporting %s", in.tag);
+    for (int i = 0; i < in.nparams; i++) {
+        dsc_ckpt_param p;
+        dsc_ds_ckpt_get_param(ds, i, &p);
+        ts[i] = (dsc_st_tensor){.name = p.name, .dtype = bf16 ? "BF16" : "F32", .ndim = p.ndim,
+                                .nbytes = (size_t)p.numel * (bf16 ? 2 : 4)};
+        for (int d = 0; d < p.ndim; d++) ts[i].shape[d] = p.shape[d];
+    }
+    *out = ts, *n = in.nparams;
+    return DSC_OK;
+}
+
+static dsc_status ds_export(dsc_ds_ckpt *ds, const char *files, const char *out, bool bf16,
+                            uint64_t shard_bytes) {
+    dsc_ds_ckpt_info in;
+    dsc_ds_ckpt_get_info(ds, &in);
+    dsc_st_tensor *ts = NULL;
+    int n = 0;
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)in.global_steps);
+    const char *meta[] = {"format", "pt", "dsc_tag", in.tag, "dsc_step", step, "dsc_source",
+                          "DeepSpeed checkpoint"};
+    DSC_TRY(ds_tensors(ds, bf16, &ts, &n));
+    ds_fill h = {.ds = ds, .bf16 = bf16};
+    dsc_status st = files ? dsc__mkdirs(out) : DSC_OK;
+    if (st == DSC_OK && files)
+        st = dsc_hf_weights_write(out, ts, n, shard_bytes, meta, 4, fill_ds, &h);
+    else if (st == DSC_OK)
+        st = dsc_st_write_stream(out, ts, n, meta, 4, fill_ds, &h);
+    if (st == DSC_OK && files) st = copy_model_files(files, out, bf16);
+    free(h.tmp);
+    free(ts);
+    return st;
+}
+
+dsc_status dsc_ds_ckpt_export_hf(const char *dir, const char *tag, const char *config_dir,
+                                 const char *out_dir, const char *dtype, uint64_t shard_bytes) {
+    bool bf16 = dtype && !strcmp(dtype, "bf16");
+    if (dtype && !bf16 && strcmp(dtype, "fp32") != 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "export dtype %s: use fp32 or bf16", dtype);
+    char files[DSC_CKPT_PATH_MAX];
+    DSC_TRY(find_model_files(dir, config_dir, files, sizeof files));
+    dsc_ds_ckpt *ds;
+    DSC_TRY(dsc_ds_ckpt_open(&ds, dir, tag));
+    dsc_status st = ds_export(ds, files, out_dir, bf16,
+                              shard_bytes ? shard_bytes : DSC_HF_SHARD_BYTES);
+    dsc_ds_ckpt_close(ds);
+    return st;
+}
+
+dsc_status dsc_ds_ckpt_export(const char *dir, const char *tag, const char *out_path,
+                              const char *dtype) {
+    bool bf16 = dtype && !strcmp(dtype, "bf16");
+    if (dtype && !bf16 && strcmp(dtype, "fp32") != 0)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "export dtype %s: use fp32 or bf16", dtype);
+    dsc_ds_ckpt *ds;
+    DSC_TRY(dsc_ds_ckpt_open(&ds, dir, tag));
+    dsc_status st = ds_export(ds, NULL, out_path, bf16, 0);
+    dsc_ds_ckpt_close(ds);
+    return st;
+}

@@ -13,6 +13,7 @@
 #include "base/status.h"        // dsc__fail
 #include "dsc/checkpoint.h"     // dsc_load_checkpoint
 #include "dsc/comm.h"           // dsc_comm_broadcast
+#include "engine/ckpt/deepspeed.h" // dsc__ds_load
 #include "engine/ckpt/reader.h" // struct dsc_ckpt, dsc__ckpt_read_flat
 #include "engine/state.h"       // dsc__state_*
 
@@ -150,7 +151,7 @@ static dsc_status load_into(const dsc_ckpt *ck, dsc_engine *eng) {
 
 // Every rank verified the same files and so chose the same tag; check it, since loading
 // different checkpoints on different ranks would silently corrupt training.
-static dsc_status agree_on_tag(dsc_engine *eng, const char *tag, bool ok) {
+dsc_status dsc__ckpt_agree_on_tag(dsc_engine *eng, const char *tag, bool ok) {
     struct dsc_comm *c = dsc__state_comm(eng);
     if (!c) return DSC_OK;
     char mine[DSC_CKPT_TAG_MAX + 4] = {0}, root[DSC_CKPT_TAG_MAX + 4] = {0};
@@ -171,7 +172,7 @@ static dsc_status agree_on_tag(dsc_engine *eng, const char *tag, bool ok) {
 static dsc_status load_opened(dsc_engine *eng, dsc_ckpt *ck, dsc_status open_st, const char *tag,
                               char *loaded, size_t cap) {
     dsc_status st = open_st;
-    dsc_status agree = agree_on_tag(eng, tag, st == DSC_OK);
+    dsc_status agree = dsc__ckpt_agree_on_tag(eng, tag, st == DSC_OK);
     if (st == DSC_OK) st = agree;
     if (st == DSC_OK) st = load_into(ck, eng);
     if (st == DSC_OK && loaded) snprintf(loaded, cap, "%s", tag);
@@ -179,20 +180,11 @@ static dsc_status load_opened(dsc_engine *eng, dsc_ckpt *ck, dsc_status open_st,
     return st;
 }
 
-// A DeepSpeed checkpoint is recognised and named as such, rather than reported as a damaged one
-// of dsc's (its optimizer state does not load into an engine yet).
-static dsc_status refuse_deepspeed(const char *dir, const char *tag) {
-    if (!dsc_ds_ckpt_detect(dir, tag)) return DSC_OK;
-    return dsc__fail(DSC_ERR_INVALID_ARG, "%s%s%s is a DeepSpeed checkpoint: dsc reads it (dsc "
-                     "ckpt info, dsc ckpt verify) but cannot continue its optimizer state yet",
-                     dir, tag ? "/" : "", tag ? tag : "");
-}
-
 dsc_status dsc_load_checkpoint(dsc_engine *eng, const char *dir, const char *tag, char *loaded,
                                size_t cap) {
     char latest[DSC_CKPT_TAG_MAX];
     dsc_status st = DSC_OK;
-    DSC_TRY(refuse_deepspeed(dir, tag));
+    if (dsc_ds_ckpt_detect(dir, tag)) return dsc__ds_load(eng, dir, tag, loaded, cap);
     if (!tag) {
         st = dsc_ckpt_latest(dir, latest, sizeof latest);
         tag = st == DSC_OK ? latest : "(latest)";
@@ -231,7 +223,7 @@ static dsc_status fall_back(dsc_engine *eng, const char *dir, const char *failed
 dsc_status dsc_resume_checkpoint(dsc_engine *eng, const char *dir, const char *tag, char *loaded,
                                  size_t cap, bool *none) {
     *none = false;
-    DSC_TRY(refuse_deepspeed(dir, tag));
+    if (dsc_ds_ckpt_detect(dir, tag)) return dsc__ds_load(eng, dir, tag, loaded, cap);
     if (tag) return dsc_load_checkpoint(eng, dir, tag, loaded, cap);
     dsc_ckpt_entry *v;
     int n;
