@@ -242,6 +242,9 @@ struct dsc_model_device_ops {
     // Bytes create takes for B x T tokens (optional; NULL: dsc_model_activation_bytes
     // estimates them from the shape), so that a memory plan counts them before allocating.
     size_t (*act_bytes)(const void *cfg, int B, int T);
+    // The device passes honour the family's set_recompute (activation checkpointing): each
+    // layer recomputed in the backward from its kept input, gradients bitwise those without.
+    bool recomputes;
 };
 
 // ---- a family's decoder on a GPU ----
@@ -373,6 +376,8 @@ void dsc_model_set_timing(dsc_model *m, double *times);
 dsc_status dsc_model_set_recompute(dsc_model *m, bool on);
 // Whether the model's passes recompute their layers (dsc_model_set_recompute).
 bool dsc_model_recomputes(const dsc_model *m);
+// Whether the model's device passes can recompute their layers (dsc_model_device_ops.recomputes).
+bool dsc_model_device_recomputes(const dsc_model *m);
 
 // Bytes of the activations and scratch of a micro-batch of B sequences of T tokens: of host
 // passes (dsc_model_reserve) or, with device, of device passes (dsc_model_device_create); the

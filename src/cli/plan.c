@@ -54,11 +54,11 @@ dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, boo
                                         void (*warn)(void *user, const char *msg)) {
     if (!dsc_config_given(cfg, "activation_checkpointing")) return DSC_OK;
     char msg[512];
-    if (cuda) {
+    if (cuda && !dsc_model_device_recomputes(m)) {
         if (warn) {
-            snprintf(msg, sizeof msg, "activation_checkpointing: the GPU passes keep every "
-                     "layer's activations (recompute runs on the CPU passes only); the memory "
-                     "plan counts them all");
+            snprintf(msg, sizeof msg, "activation_checkpointing: the GPU passes of family %s "
+                     "keep every layer's activations (they recompute on the CPU only); the "
+                     "memory plan counts them all", dsc_model_describe(m)->family);
             warn(NULL, msg);
         }
         return DSC_OK;

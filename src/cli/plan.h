@@ -20,8 +20,9 @@ typedef struct cli_plan_opts {
 } cli_plan_opts;
 
 // DeepSpeed's activation_checkpointing section, given in cfg, on model m: its layers are
-// recomputed in the backward (dsc_model_set_recompute) when the run's passes can (the host's;
-// with cuda, warn says that the device passes keep every layer's activations). Before the plan,
+// recomputed in the backward (dsc_model_set_recompute) when the run's passes can (the host's,
+// and the device's of a family whose device ops recompute; otherwise warn says that the device
+// passes keep every layer's activations). Before the plan,
 // which then counts the smaller activations. warn NULL: quiet.
 dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, bool cuda,
                                         void (*warn)(void *user, const char *msg));

@@ -62,14 +62,17 @@ typedef struct layer_acts {
     float *rstd1, *rstd2, *lse, *qk_rstd;
 } layer_acts;
 
+// The residual stream is kept for every layer; the rest lives in the layer's block, one block
+// shared by all layers when they are recomputed in the backward (activation checkpointing).
 static layer_acts acts_of(const llama_cuda *m, int l) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)l;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
+    size_t L = m->c.recompute ? 0 : (size_t)l, l1 = (size_t)l + 1;
     size_t I = (size_t)m->c.intermediate;
     size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
     layer_acts a = {
-        m->res + L * R * C,        m->ln1 + L * R * C,      m->qkv + L * R * (size_t)m->QKV,
+        m->res + (size_t)l * R * C, m->ln1 + L * R * C,     m->qkv + L * R * (size_t)m->QKV,
         m->atty + L * R * m->QD,   m->res2 + L * R * C,     m->ln2 + L * R * C,
-        m->gu + L * R * 2 * I,     m->hmid + L * R * I,     m->res + (L + 1) * R * C,
+        m->gu + L * R * 2 * I,     m->hmid + L * R * I,     m->res + l1 * R * C,
         m->qk_raw ? m->qk_raw + L * R * NQK * (size_t)m->c.head_dim : NULL,
         m->rstd1 + L * R,          m->rstd2 + L * R,        m->att_lse + L * R * m->c.n_head,
         m->qk_rstd ? m->qk_rstd + L * R * NQK : NULL,
@@ -80,7 +83,8 @@ static layer_acts acts_of(const llama_cuda *m, int l) {
 // ---- allocation ----
 
 static size_t carve(llama_cuda *m, char *base) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden, L = (size_t)m->c.n_layer;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
+    size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
     size_t I = (size_t)m->c.intermediate, NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
     size_t Vp = (size_t)m->Vp, QKV = (size_t)m->QKV, QD = (size_t)m->QD;
     size_t big = 2 * I > QKV ? 2 * I : QKV, hd2 = (size_t)m->c.head_dim / 2;
@@ -90,7 +94,7 @@ static size_t carve(llama_cuda *m, char *base) {
         void **view;
         size_t bytes;
     } table[] = {
-        {(void **)&m->res, (L + 1) * R * C * 2},
+        {(void **)&m->res, (NL + 1) * R * C * 2},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * QKV * 2},
         {(void **)&m->atty, L * R * QD * 2},
@@ -544,6 +548,9 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
     DSC_TRY(group_done(m, L + 1));
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(before_layer(m, 1, l));
+        // activation checkpointing: the layer's forward again, into the shared block, from its
+        // kept input; the same kernels give the same activations
+        if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
         DSC_TRY(layer_backward(m, params, grads, l));
         DSC_TRY(group_done(m, l + 1));
     }
@@ -609,4 +616,5 @@ extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
     forward,  backward, train_step, read_loss, loss_enqueue, &dsc__llama_decode_ops,
     act_bytes,
+    true, // recomputes: acts_of / carve lay out one shared block, backward_from_dlogits reruns
 };

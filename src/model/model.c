@@ -614,6 +614,10 @@ dsc_status dsc_model_set_recompute(dsc_model *m, bool on) {
 
 bool dsc_model_recomputes(const dsc_model *m) { return m && m->recompute; }
 
+bool dsc_model_device_recomputes(const dsc_model *m) {
+    return m && m->ops->set_recompute && m->ops->device && m->ops->device->recomputes;
+}
+
 size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device) {
     if (!m || B < 1 || T < 1) return 0;
     const struct dsc_model_device_ops *d = m->ops->device;

@@ -156,6 +156,25 @@ static void run_compare(const shape &s, bool f16, bool masked, bool gaps = false
         snprintf(name, sizeof name, "llama gpu fresh gradients (=) == zeroed + added%s", what);
         check_true(name, same);
     }
+    { // activation checkpointing: each layer recomputed in the backward, gradients bitwise
+        dsc_llama_config rc = c;
+        rc.recompute = 1;
+        void *gr = NULL;
+        DS(ops->create(&rc, B, T, NULL, NULL, &gr));
+        ops->set_fp16(gr, f16);
+        float loss_rc = 0;
+        CK(cudaMemset(d_g, 0, f.total * 4));
+        DS(ops->train_step(gr, dpv.data(), dgv.data(), in.data(), tg.data(), B, T, scale,
+                           &loss_rc));
+        SYNC();
+        std::vector<float> g = dev_download(d_g, f.total);
+        snprintf(name, sizeof name, "llama gpu recompute (activation checkpointing) == kept "
+                 "activations, bitwise%s", what);
+        check_true(name, g == g1 && loss_rc == loss_gpu);
+        snprintf(name, sizeof name, "llama gpu recompute takes less device memory%s", what);
+        check_true(name, ops->act_bytes(&rc, B, T) < ops->act_bytes(&c, B, T));
+        ops->destroy(gr);
+    }
     for (float &x : g1)
         x /= scale;
     ops->destroy(gpu);
