@@ -376,6 +376,22 @@ void dsc_model_set_timing(dsc_model *m, double *times);
 dsc_status dsc_model_set_recompute(dsc_model *m, bool on);
 // Whether the model's passes recompute their layers (dsc_model_set_recompute).
 bool dsc_model_recomputes(const dsc_model *m);
+
+// The host layer loop of the built-in families, for a family of one's own: layer l is hook
+// group 1 + l. Forward runs layer(state, params, l) for l = 0 .. L-1, each between its group's
+// gather and release; backward runs L-1 .. 0 the same way, calling grads_ready after each, and
+// with recompute non-NULL (activation checkpointing: the family's layer forward, which then
+// writes into one activation block shared by all layers) runs recompute(state, params, l)
+// first, inside the same gather. A hook's failure stops the loop, its message prefixed with
+// family, hook and group.
+dsc_status dsc_model_layers_forward(const dsc_model_hooks *hooks, const char *family, int L,
+                                    void (*layer)(void *state, float *const *params, int l),
+                                    void *state, float *const *params);
+dsc_status dsc_model_layers_backward(const dsc_model_hooks *hooks, const char *family, int L,
+                                     void (*layer)(void *state, float *const *params,
+                                                   float *const *grads, int l),
+                                     void (*recompute)(void *state, float *const *params, int l),
+                                     void *state, float *const *params, float *const *grads);
 // Whether the model's device passes can recompute their layers (dsc_model_device_ops.recomputes).
 bool dsc_model_device_recomputes(const dsc_model *m);
 

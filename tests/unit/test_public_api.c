@@ -65,6 +65,33 @@ fail:
     return st;
 }
 
+// A family of one's own drives its layers with the built-in families' loop.
+typedef struct layer_log {
+    char s[128];
+} layer_log;
+static void log_add(layer_log *g, const char *what, int l) {
+    size_t n = strlen(g->s);
+    snprintf(g->s + n, sizeof g->s - n, "%s%d ", what, l);
+}
+static void own_fwd(void *st, float *const *params, int l) { (void)params, log_add(st, "F", l); }
+static void own_bwd(void *st, float *const *params, float *const *grads, int l) {
+    (void)params, (void)grads, log_add(st, "B", l);
+}
+static dsc_status own_gather(void *u, int g) {
+    log_add(u, "g", g);
+    return DSC_OK;
+}
+
+static void test_layer_loop(void **state) {
+    (void)state;
+    layer_log g = {""};
+    dsc_model_hooks h = {.user = &g, .gather = own_gather};
+    assert_int_equal(dsc_model_layers_forward(&h, "own", 2, own_fwd, &g, NULL), DSC_OK);
+    assert_int_equal(dsc_model_layers_backward(&h, "own", 2, own_bwd, own_fwd, &g, NULL, NULL),
+                     DSC_OK);
+    assert_string_equal(g.s, "g1 F0 g2 F1 g2 F1 B1 g1 F0 B0 ");
+}
+
 static void test_status(void **state) {
     (void)state;
     dsc_clear_error();
@@ -293,6 +320,7 @@ static void test_reports(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status), cmocka_unit_test(test_base),
+        cmocka_unit_test(test_layer_loop),
         cmocka_unit_test(test_data),   cmocka_unit_test(test_launch),
         cmocka_unit_test(test_generate_run), cmocka_unit_test(test_reports),
     };
