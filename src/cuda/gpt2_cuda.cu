@@ -88,14 +88,17 @@ typedef struct layer_acts {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
 } layer_acts;
 
+// The residual stream is kept for every layer; the rest lives in the layer's block, one block
+// shared by all layers when they are recomputed in the backward (activation checkpointing).
 static layer_acts acts_of(const dsc_gpt2_cuda *m, int l) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)l;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
+    size_t L = m->c.recompute ? 0 : (size_t)l, l1 = (size_t)l + 1;
     layer_acts a = {
-        m->res + L * R * C,       m->ln1 + L * R * C,
+        m->res + (size_t)l * R * C, m->ln1 + L * R * C,
         m->qkv + L * R * 3 * C,   m->atty + L * R * C,
         m->res2 + L * R * C,      m->ln2 + L * R * C,
         m->fch + L * R * 4 * C,   m->fchg + L * R * 4 * C,
-        m->res + (L + 1) * R * C, m->ln1_mean + L * R,
+        m->res + l1 * R * C,      m->ln1_mean + L * R,
         m->ln1_rstd + L * R,      m->ln2_mean + L * R,
         m->ln2_rstd + L * R,      m->att_lse + L * R * (size_t)m->c.n_head,
     };
@@ -106,14 +109,15 @@ static layer_acts acts_of(const dsc_gpt2_cuda *m, int l) {
 
 // Carve the slab into views, each on a 256-byte boundary; with base 0 only counts bytes.
 static size_t carve(dsc_gpt2_cuda *m, char *base) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd, L = (size_t)m->c.n_layer;
+    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
+    size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, Vp = (size_t)m->Vp;
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, 4 * (int)C);
     struct {
         void **view;
         size_t bytes;
     } table[] = {
-        {(void **)&m->res, (L + 1) * R * C * 2},
+        {(void **)&m->res, (NL + 1) * R * C * 2},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * 3 * C * 2},
         {(void **)&m->atty, L * R * C * 2},
@@ -474,6 +478,9 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
     DSC_TRY(group_done(m, L + 1));
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(before_layer(m, 1, l));
+        // activation checkpointing: the layer's forward again, into the shared block, from its
+        // kept input; the same kernels give the same activations
+        if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
         DSC_TRY(layer_backward(m, params, grads, l));
         DSC_TRY(group_done(m, l + 1));
     }
@@ -674,5 +681,5 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     dev_create,     dev_destroy,   dev_set_fp16,  dev_set_fresh,   dev_set_grad_hook,
     dev_set_layer_hook, dev_forward, dev_backward, dev_train_step, dev_read_loss,
     dev_loss_enqueue, &dsc__gpt2_decode_ops, dev_act_bytes,
-    false, // recomputes: the device passes keep every layer's activations
+    true, // recomputes: acts_of / carve lay out one shared block, the backward reruns
 };

@@ -128,6 +128,31 @@ static void run_compare(bool fused, bool f16, bool masked) {
                  type_tag(f16));
         check_true(name, g == g1 && loss_step == loss_gpu);
     }
+    { // activation checkpointing: each layer recomputed in the backward, gradients bitwise;
+      // three steps, so that the CUDA graph of the step is replayed too
+        dsc_gpt2_config rc = c;
+        rc.recompute = true;
+        dsc_gpt2_cuda *gr = NULL;
+        DS(dsc_gpt2_cuda_create(&gr, &rc, B, T, NULL));
+        dsc_gpt2_cuda_set_fused_gelu(gr, fused);
+        dsc_gpt2_cuda_set_fp16(gr, f16);
+        bool same = true;
+        for (int k = 0; k < 3; k++) {
+            float loss_rc = 0;
+            CK(cudaMemset(d_g, 0, f.total * 4));
+            DS(dsc_gpt2_cuda_train_step(gr, dpv.data(), dgv.data(), in.data(), tg.data(), B, T,
+                                        scale, &loss_rc));
+            SYNC();
+            same = same && dev_download(d_g, f.total) == g1 && loss_rc == loss_gpu;
+        }
+        snprintf(name, sizeof name, "gpt2 gpu%s recompute (activation checkpointing) == kept "
+                 "activations, bitwise, 3 steps%s", what, type_tag(f16));
+        check_true(name, same);
+        snprintf(name, sizeof name, "gpt2 gpu recompute takes less device memory%s", what);
+        check_true(name, dsc__gpt2_device_ops.act_bytes(&rc, B, T) <
+                             dsc__gpt2_device_ops.act_bytes(&c, B, T));
+        dsc_gpt2_cuda_destroy(gr);
+    }
     if (masked) { // replayed steps (a CUDA graph from the third) keep the loss; a new mask's
                   // divisor is not the captured one's
         float l[4] = {0, 0, 0, 0}, want = 0;

@@ -81,15 +81,16 @@ full=$(act "$T/c.json") less=$(act "$T/a.json")
 echo "llama-d8, T 256, micro-batch 2: host activations $full bytes, with recompute $less"
 check "the plan counts fewer activations with recompute ($less < $full / 2)" -- \
   test "$less" -lt $((full / 2))
-# On a GPU the Llama family's device passes recompute too; GPT-2's keep every layer (the plan says
-# so, computed here without a GPU).
+# On a GPU the device passes recompute too (the plan, computed here without a GPU, says so).
 dact() { "$DSC" config check "$1" --model "$2" --vocab-size 256 --seq-len 256 --device cuda --json |
   $PY -c 'import json,sys; print(json.load(sys.stdin)["memory_plan"]["device"]["activations"])'; }
 full=$(dact "$T/c.json" llama-d8) less=$(dact "$T/a.json" llama-d8)
 echo "llama-d8 on a GPU: device activations $full bytes, with recompute $less"
 check "the GPU plan of llama-d8 counts fewer activations ($less < $full / 2)" -- \
   test "$less" -lt $((full / 2))
-check "the GPU plan of GPT-2 d8 is unchanged" -- test "$(dact "$T/c.json" d8)" = "$(dact "$T/a.json" d8)"
+full=$(dact "$T/c.json" d8) less=$(dact "$T/a.json" d8)
+check "the GPU plan of GPT-2 d8 counts fewer activations ($less < $full / 2)" -- \
+  test "$less" -lt $((full / 2))
 
 # number_checkpoints other than the layer count is said.
 config "$T/n.json" 0 ', "activation_checkpointing": {"number_checkpoints": 4}'
