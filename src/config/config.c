@@ -514,6 +514,10 @@ static dsc_status check_zero_needs(parse_ctx *c) {
     if (cfg->bf16.bf16_optimizer_states && !cfg->bf16.bf16_master_weights_and_grads)
         return dsc__fail(DSC_ERR_CONFIG, "config %s: bf16.bf16_optimizer_states needs "
                          "bf16.bf16_master_weights_and_grads", c->source);
+    if (cfg->bf16.bf16_master_weights_and_grads && !cfg->bf16.enabled) // DeepSpeed accepts it
+        warnf(c, "config %s: bf16.bf16_master_weights_and_grads has no effect without "
+              "bf16.enabled true (the bf16 training weights are the master); set bf16.enabled",
+              c->source);
     bool offload_opt = dsc_config_given(cfg, "zero_optimization.offload_optimizer") ||
                        cfg->zero_optimization.cpu_offload;
     if (offload_opt && cfg->zero_optimization.offload_optimizer.ratio < 1.0 && stage != 3)

@@ -195,7 +195,13 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(load_config(e, o));
     e->prec = e->cfg.fp16.enabled ? PREC_FP16 : e->cfg.bf16.enabled ? PREC_BF16 : PREC_FP32;
     e->stage = (int)e->cfg.zero_optimization.stage;
+    e->master_bf16 = e->prec == PREC_BF16 && e->cfg.bf16.bf16_master_weights_and_grads;
+    e->states_bf16 = e->master_bf16 && e->cfg.bf16.bf16_optimizer_states;
     e->no_compute_copy = o->no_compute_copy;
+    if (e->master_bf16 && e->no_compute_copy)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "bf16.bf16_master_weights_and_grads and "
+                         "bf16.bf16_optimizer_states act on the CPU engine only so far (the model "
+                         "here computes on a device); set both false, or train on the CPU");
     DSC_TRY(comm_dtype(e));
     DSC_TRY(optimizer_from_config(e));
     DSC_TRY(schedule_from_config(e));
@@ -446,6 +452,7 @@ dsc_status dsc__engine_host_step(dsc_engine *e, dsc_step_info *info) {
     info->step = e->global_steps;
     info->loss_scale = dsc_loss_scaler_scale(&e->scaler);
     if (dsc__engine_fp16(e)) dsc__zero_round_fp16(e);
+    if (e->master_bf16) dsc__zero_round_bf16_grads(e);
     DSC_TRY(dsc__engine_observe_host_grads(e)); // --dump-grads: the accumulated gradients
     // The previous step's replica exchange completes before the norm's collective: no rank
     // passes it (and overwrites its older snapshot) until every replica of that step is whole.

@@ -58,6 +58,10 @@ struct dsc_engine {
     precision prec;
     bool no_compute_copy; // dsc_engine_opts.no_compute_copy: no `work` / `work_part` buffer
     dsc_dtype comm_dt; // communication_data_type
+    // bf16.bf16_master_weights_and_grads (ZeRO 1-3, bf16 training): the master is the bf16
+    // compute copy itself (no separate fp32 master) and gradients are rounded to bf16 before the
+    // step; bf16.bf16_optimizer_states: the moments are rounded to bf16 after every step.
+    bool master_bf16, states_bf16;
     // buffers (see zero.c for which stage has which): blocks of `pool`, named by the handles
     // h_*; the pointers are their current addresses (dsc__engine_resolve). Buffers that alias
     // (work == master in fp32 stage 0, ...) share one handle.
@@ -141,6 +145,8 @@ dsc_status dsc__zero_grads_ready(dsc_engine *e, int g);
 dsc_status dsc__zero_finish_micro(dsc_engine *e);      // wait for reductions, accumulate
 dsc_status dsc__zero_norm(dsc_engine *e, double inv_scale, double *sumsq, bool *nonfinite);
 void dsc__zero_round_fp16(dsc_engine *e);
+// bf16 master weights and gradients: the accumulated gradients take bf16 values.
+void dsc__zero_round_bf16_grads(dsc_engine *e);
 // x (n) rounded in place to the training type's values (the compute copy's rounding).
 void dsc__zero_round_compute(const dsc_engine *e, float *x, size_t n);
 dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step,

@@ -89,6 +89,7 @@ static void make_layout(const dsc_memplan_input *in, int stage, int world, layou
 typedef struct mode {
     int stage, world, B, gas;
     bool fp32, adam, offload, param_offload, replicate;
+    bool master_bf16, states_bf16; // bf16.bf16_master_weights_and_grads, bf16_optimizer_states
     bool device, nccl, staged, unstreamed;
     bool no_compute_copy; // one rank whose model computes on a GPU keeps no host compute copy
 } mode;
@@ -100,6 +101,8 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     m.B = (int)c->train_micro_batch_size_per_gpu;
     m.gas = (int)c->gradient_accumulation_steps;
     m.fp32 = !c->fp16.enabled && !c->bf16.enabled;
+    m.master_bf16 = c->bf16.enabled && c->bf16.bf16_master_weights_and_grads;
+    m.states_bf16 = m.master_bf16 && c->bf16.bf16_optimizer_states;
     const char *t = c->optimizer.type;
     m.adam = !t[0] || !strcmp(t, "Adam") || !strcmp(t, "AdamW") || !strcmp(t, "adam") ||
              !strcmp(t, "adamw");
@@ -120,15 +123,17 @@ static void add(int64_t *cat, int k, int64_t bytes) { cat[k] += bytes; }
 
 // The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
 static void engine_state(const mode *m, const layout *L, int64_t *h) {
-    bool master_in_work = m->fp32 && (m->stage == 1 || m->stage == 2);
+    // fp32 training and bf16 master weights keep the master in the compute buffer (zero.c)
+    bool flat = m->fp32 || m->master_bf16;
+    bool master_in_work = flat && (m->stage == 1 || m->stage == 2);
     int64_t full = L->total * 4, part = L->part * 4, mlen = m->stage == 0 ? full : part;
     if (!master_in_work)
-        add(h, m->fp32 && (m->stage == 0 || m->stage == 3) ? DSC_PLAN_WEIGHTS : DSC_PLAN_MASTER,
+        add(h, flat && (m->stage == 0 || m->stage == 3) ? DSC_PLAN_WEIGHTS : DSC_PLAN_MASTER,
             mlen);
     add(h, DSC_PLAN_MOMENTS, mlen * (m->adam ? 2 : 1));
     if (m->stage < 3 && !(m->stage == 0 && m->fp32) && (!m->no_compute_copy || master_in_work))
         add(h, DSC_PLAN_WEIGHTS, full);
-    if (m->stage == 3 && !m->fp32 && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
+    if (m->stage == 3 && !flat && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
     if (m->stage == 3 && (m->fp32 || !m->no_compute_copy)) add(h, DSC_PLAN_WEIGHTS, L->persist * 4);
     if (m->stage < 2) add(h, DSC_PLAN_GRADS, full * (m->gas > 1 ? 2 : 1));
     else add(h, DSC_PLAN_GRADS, part);
@@ -206,7 +211,9 @@ static void device_ranks(const mode *m, const layout *L, int64_t *d, int64_t *h)
 }
 
 static void describe_mode(const mode *m, char *out, size_t cap) {
-    const char *prec = m->fp32 ? "fp32" : "16-bit compute, fp32 master";
+    const char *prec = m->fp32 ? "fp32" : !m->master_bf16 ? "16-bit compute, fp32 master"
+                       : m->states_bf16 ? "bf16 master, gradients and moments"
+                                        : "bf16 master and gradients";
     if (!m->device)
         snprintf(out, cap, "CPU, ZeRO stage %d, %s, %d rank%s", m->stage, prec, m->world,
                  m->world == 1 ? "" : "s");
@@ -311,6 +318,19 @@ static void alt_offload(const dsc_memplan_input *in, const dsc_config *base, adv
     }
 }
 
+// bf16 training on the CPU: the bf16 weights as the master (and bf16 moments), DeepSpeed's keys.
+static void alt_bf16_master(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
+    if (in->device || !base->bf16.enabled || base->bf16.bf16_optimizer_states) return;
+    dsc_config c = *base;
+    bool stage0 = c.zero_optimization.stage == 0;
+    if (stage0) c.zero_optimization.stage = 1; // DeepSpeed allows the keys at ZeRO 1-3 only
+    c.bf16.bf16_master_weights_and_grads = true;
+    c.bf16.bf16_optimizer_states = true;
+    try_alt(in, &c, in->world, stage0 ? "zero_optimization.stage 1 with "
+            "bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states"
+            : "bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states", a);
+}
+
 static void alt_batch(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
     for (int64_t B = base->train_micro_batch_size_per_gpu / 2; B >= 1; B /= 2) {
         dsc_config c = *base;
@@ -368,6 +388,7 @@ dsc_status dsc_memplan_check(const dsc_memplan_input *in, const dsc_memplan *p) 
                       host ? "; " : "", dneed, dhave);
     advice a = {.text = ""};
     alt_offload(in, in->config, &a);
+    alt_bf16_master(in, in->config, &a);
     alt_batch(in, in->config, &a);
     alt_replicas(in, in->config, &a);
     alt_ranks(in, in->config, &a);

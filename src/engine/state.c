@@ -4,6 +4,7 @@
 #include <stdlib.h> // malloc, free
 #include <string.h> // memcpy
 
+#include "dsc/half.h"           // dsc_fp32_to_bf16, dsc_bf16_to_fp32
 #include "base/status.h"        // dsc__fail
 #include "engine/engine_impl.h" // struct dsc_engine
 #include "engine/ft/ft.h"       // dsc__ft_state_changed
@@ -16,6 +17,8 @@ void dsc__state_layout(const dsc_engine *e, dsc_state_layout *out) {
     out->stage = e->stage;
     out->precision = precs[e->prec];
     out->optimizer = opts[e->hp.kind];
+    out->master_precision = e->master_bf16 ? "bf16" : "fp32";
+    out->moments_precision = e->states_bf16 ? "bf16" : "fp32";
     out->nmoments = e->v ? 2 : 1;
     out->nparams = e->nparams;
     out->ngroups = e->ngroups;
@@ -80,15 +83,24 @@ dsc_status dsc__state_scalars_set(dsc_engine *e, const dsc_state_scalars *in) {
     return DSC_OK;
 }
 
+// n values into dst; rounded to nearest even bf16 where the engine keeps them in bf16.
+static void copy_in(bool bf16, float *dst, const float *src, size_t n) {
+    if (!bf16) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) dst[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(src[i]));
+}
+
 dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master,
                                  const float *const *moments) {
     if (g < 0 || g >= e->ngroups) return dsc__fail(DSC_ERR_INVALID_ARG, "no layer group %d", g);
     size_t n = e->groups[g].slice;
     float *dst = (float *)dsc__state_master_slice(e, g);
-    memcpy(dst, master, n * sizeof(float));
     size_t mo = moment_off(e, g);
-    memcpy(e->m + mo, moments[0], n * sizeof(float));
-    if (e->v) memcpy(e->v + mo, moments[1], n * sizeof(float));
+    copy_in(e->master_bf16, dst, master, n);
+    copy_in(e->states_bf16, e->m + mo, moments[0], n);
+    if (e->v) copy_in(e->states_bf16, e->v + mo, moments[1], n);
     return DSC_OK;
 }
 

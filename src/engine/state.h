@@ -31,6 +31,8 @@ typedef struct dsc_state_layout {
     int world, rank, stage;
     const char *precision;   // "fp32", "fp16", "bf16"
     const char *optimizer;   // "adam", "adamw", "sgd", "lion"
+    const char *master_precision;  // "fp32", or "bf16" (bf16.bf16_master_weights_and_grads)
+    const char *moments_precision; // "fp32", or "bf16" (bf16.bf16_optimizer_states)
     int nmoments;            // 2 (Adam/AdamW: exp_avg, exp_avg_sq), 1 (SGD momentum, Lion)
     int nparams, ngroups;
     size_t total;            // flat layout length
@@ -61,7 +63,8 @@ void dsc__state_scalars_get(const dsc_engine *e, dsc_state_scalars *out);
 //   2. for every group g: dsc__state_load_slice(e, g, master, moments) with this rank's slice of
 //      group g in the engine's (new) layout, taken from the full flat tensors the caller
 //      rebuilt from the checkpoint's shards (any world size / stage); `moments` holds nmoments
-//      pointers. All `slice` elements are copied.
+//      pointers. All `slice` elements are copied; with bf16 master weights (optimizer states)
+//      they are rounded to nearest even bf16 as they are copied (exact for a bf16 checkpoint).
 //   3. dsc__state_load_done: re-derives compute copies and gathers (a collective).
 dsc_status dsc__state_scalars_set(dsc_engine *e, const dsc_state_scalars *in);
 dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master, const float *const *moments);

@@ -524,6 +524,79 @@ static void test_force_and_validate(void **state) {
     assert_non_null(strstr(dsc_last_error(), "optimizer.params.weight_decay"));
 }
 
+// ---- bf16 master weights and optimizer states ----
+
+static float bf16_round(double x) { return dsc_bf16_to_fp32(dsc_fp32_to_bf16((float)x)); }
+static bool is_bf16(float x) { return (float_to_bits(x) & 0xffffu) == 0; }
+// One bf16 unit in the last place at x (x finite, nonzero or zero: 2^-133 at zero is fine).
+static double bf16_ulp(double x) {
+    int e;
+    frexp(x, &e);
+    return ldexp(1.0, e - 8);
+}
+
+// dsc_opt_step_bf16 (AdamW, bf16 moments) on every path: p, m, v stay bf16 values; they are the
+// fp32 step's results rounded to nearest even (bitwise), and within one bf16 ulp of the double
+// reference rounded to bf16 (equal to it but for the rare fp32 result next to a midpoint).
+static void test_adam_bf16(void **state) {
+    (void)state;
+    const size_t n = 4099;
+    float *p = xmalloc(n * 4), *g = xmalloc(n * 4), *m = xmalloc(n * 4), *v = xmalloc(n * 4);
+    float *pf = xmalloc(n * 4), *mf = xmalloc(n * 4), *vf = xmalloc(n * 4);
+    dsc_opt_hparams h;
+    dsc_opt_hparams_defaults(DSC_OPT_ADAMW, &h);
+    h.lr = 1e-2f;
+    h.weight_decay = 0.01f;
+    for (size_t k = 0; k < 3; k++) {
+        if (!use_path(PATHS[k])) continue;
+        for (size_t i = 0; i < n; i++) {
+            p[i] = bf16_round(rng_uniform(-1, 1));
+            m[i] = bf16_round(rng_uniform(-0.1f, 0.1f));
+            v[i] = bf16_round(rng_uniform(0, 0.01f));
+        }
+        size_t exact = 0, total = 0;
+        for (int64_t t = 1; t <= 5; t++) {
+            for (size_t i = 0; i < n; i++) g[i] = rng_uniform(-1, 1);
+            memcpy(pf, p, n * 4);
+            memcpy(mf, m, n * 4);
+            memcpy(vf, v, n * 4);
+            dsc_opt_step(&h, t, pf, g, mf, vf, n, 0.5f, NULL, DSC_OPT_OUT_NONE);
+            float *p0 = xmalloc(n * 4), *m0 = xmalloc(n * 4), *v0 = xmalloc(n * 4);
+            memcpy(p0, p, n * 4);
+            memcpy(m0, m, n * 4);
+            memcpy(v0, v, n * 4);
+            dsc_opt_step_bf16(&h, t, p, g, m, v, n, 0.5f, true);
+            for (size_t i = 0; i < n; i++) {
+                expect e = ref_adam(&h, t, p0[i], g[i], m0[i], v0[i], 0.5);
+                const float got[3] = {p[i], m[i], v[i]}, f32[3] = {pf[i], mf[i], vf[i]};
+                const double ref[3] = {e.p, e.m, e.v};
+                for (int j = 0; j < 3; j++) {
+                    if (!is_bf16(got[j]) || got[j] != bf16_round(f32[j]) ||
+                        fabs(got[j] - bf16_round(ref[j])) > bf16_ulp(ref[j])) {
+                        printf("path %s step %lld element %zu value %d: got %.9g, fp32 %.9g, "
+                               "reference %.17g (seed %llu)\n", PATHS[k], (long long)t, i, j,
+                               got[j], f32[j], ref[j], (unsigned long long)g_seed);
+                        fail();
+                    }
+                    exact += got[j] == bf16_round(ref[j]);
+                    total++;
+                }
+            }
+            free(p0);
+            free(m0);
+            free(v0);
+        }
+        assert_true(exact * 1000 >= total * 999); // midpoint ties of fp32 vs double are rare
+    }
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(pf);
+    free(mf);
+    free(vf);
+}
+
 int main(void) {
     const char *seed = getenv("DSC_TEST_SEED");
     if (seed != NULL) g_seed = strtoull(seed, NULL, 10);
@@ -539,6 +612,7 @@ int main(void) {
         cmocka_unit_test(test_sgd),                cmocka_unit_test(test_lion),
         cmocka_unit_test(test_lion_zero_sign),     cmocka_unit_test(test_out16_specials),
         cmocka_unit_test(test_out16_stream), cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_adam_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

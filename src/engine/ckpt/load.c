@@ -54,6 +54,15 @@ static dsc_status check_params(const dsc_ckpt *ck, dsc_engine *eng, int *map) {
     return DSC_OK;
 }
 
+// A checkpoint whose master weights or moments were kept in another precision: bf16 widens to
+// fp32 exactly; fp32 is rounded to nearest even bf16 as it is loaded (dsc__state_load_slice).
+static void note_state_precision(const char *path, const char *what, const char *saved,
+                                 const char *now, int rank) {
+    if (!strcmp(saved, now) || rank != 0) return;
+    DSC_WARN("ckpt", "checkpoint %s: %s saved in %s continue in %s (%s)", path, what, saved, now,
+             !strcmp(now, "bf16") ? "rounded to nearest even bf16 on load" : "widened exactly");
+}
+
 static dsc_status check_compatible(const dsc_ckpt *ck, dsc_engine *eng) {
     dsc_state_layout L;
     dsc__state_layout(eng, &L);
@@ -69,6 +78,9 @@ static dsc_status check_compatible(const dsc_ckpt *ck, dsc_engine *eng) {
         DSC_WARN("ckpt", "checkpoint %s was trained in %s, this run uses %s: the fp32 master "
                  "weights and moments carry over; the loss scaler starts from the config",
                  ck->path, m->precision, L.precision);
+    note_state_precision(ck->path, "master weights", m->master_precision, L.master_precision,
+                         L.rank);
+    note_state_precision(ck->path, "moments", m->moments_precision, L.moments_precision, L.rank);
     return DSC_OK;
 }
 

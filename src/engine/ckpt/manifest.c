@@ -36,6 +36,8 @@ dsc_status dsc__manifest_from_engine(dsc__manifest *m, dsc_engine *eng, const ch
     m->stage = L.stage;
     snprintf(m->precision, sizeof m->precision, "%s", L.precision);
     snprintf(m->optimizer, sizeof m->optimizer, "%s", L.optimizer);
+    snprintf(m->master_precision, sizeof m->master_precision, "%s", L.master_precision);
+    snprintf(m->moments_precision, sizeof m->moments_precision, "%s", L.moments_precision);
     snprintf(m->dsc_version, sizeof m->dsc_version, "%s", DSC_VERSION_STRING);
     m->nmoments = L.nmoments;
     for (int k = 0; k < L.nmoments; k++)
@@ -163,6 +165,10 @@ char *dsc__manifest_render(const dsc__manifest *m, const dsc_config *cfg) {
                              "zero_stage", m->stage, "precision", m->precision, "optimizer",
                              m->optimizer);
     if (!root) return NULL;
+    json_object_set_new(root, "master_precision",
+                        json_string(m->master_precision[0] ? m->master_precision : "fp32"));
+    json_object_set_new(root, "moments_precision",
+                        json_string(m->moments_precision[0] ? m->moments_precision : "fp32"));
     tables_json(m, root);
     json_object_set_new(root, "config", cfg ? config_json(cfg) : json_null());
     json_object_set_new(root, "manifest_xxh3", json_string(SUM_ZERO));
@@ -368,6 +374,10 @@ static dsc_status parse_root(dsc__manifest *m, json_t *root, const char *path) {
         world < 1 || world > 1000000 || stage < 0 || stage > 3 || total < 0 ||
         json_array_size(mom) < 1 || json_array_size(mom) > DSC_CKPT_MAX_MOMENTS)
         return bad(path, "a required field is missing or out of range");
+    if (!get_str(root, "master_precision", m->master_precision, sizeof m->master_precision))
+        snprintf(m->master_precision, sizeof m->master_precision, "fp32");
+    if (!get_str(root, "moments_precision", m->moments_precision, sizeof m->moments_precision))
+        snprintf(m->moments_precision, sizeof m->moments_precision, "fp32");
     m->world = (int)world;
     m->stage = (int)stage;
     m->total = (uint64_t)total;

@@ -40,6 +40,9 @@ typedef struct dsc__manifest {
     int64_t step;
     int world, stage;
     char precision[8], optimizer[16], dsc_version[32];
+    // Storage precision of the master weights and of the moments ("fp32", or "bf16" with
+    // bf16.bf16_master_weights_and_grads / bf16_optimizer_states); "fp32" when absent.
+    char master_precision[8], moments_precision[8];
     int nmoments;
     char moments[DSC_CKPT_MAX_MOMENTS][24];
     dsc_state_scalars scalars;

@@ -345,6 +345,21 @@ void dsc_opt_step(const dsc_opt_hparams *h, int64_t step, float *p, const float 
     DSC_ASSERT(!"unknown dsc_opt_kind");
 }
 
+// x (n) rounded to nearest even bf16, in place.
+static void round_bf16(float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(x[i]));
+}
+
+void dsc_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, float *p, const float *g, float *m,
+                       float *v, size_t n, float grad_scale, bool states_bf16) {
+    dsc_opt_step(h, step, p, g, m, v, n, grad_scale, NULL, DSC_OPT_OUT_NONE);
+    round_bf16(p, n);
+    if (!states_bf16) return;
+    if (m) round_bf16(m, n);
+    if (v && (h->kind == DSC_OPT_ADAM || h->kind == DSC_OPT_ADAMW)) round_bf16(v, n);
+}
+
 double dsc_opt_sumsq(const float *g, size_t n, float scale, bool *nonfinite) {
     if (n == 0) return 0.0;
     const dsc__opt_kernels *k = path();

@@ -64,6 +64,13 @@ dsc_status dsc_opt_hparams_validate(const dsc_opt_hparams *h);
 void dsc_opt_step(const dsc_opt_hparams *h, int64_t step, float *p, const float *g, float *m,
                   float *v, size_t n, float grad_scale, uint16_t *out16, int out16_kind);
 
+// bf16 master weights (bf16.bf16_master_weights_and_grads): the same step over p, whose values
+// are bf16, computed in fp32 per element (exactly as dsc_opt_step), then the new p rounded to
+// nearest even bf16 in place; with states_bf16 (bf16.bf16_optimizer_states) m and v (where the
+// optimizer has them) too. The arrays stay fp32 storage holding bf16 values.
+void dsc_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, float *p, const float *g, float *m,
+                       float *v, size_t n, float grad_scale, bool states_bf16);
+
 // Sum of squares of g[i]*scale, accumulated in double (for the global gradient norm). Sets
 // *nonfinite to true if any g[i]*scale is inf or NaN and leaves it unchanged otherwise, so one flag
 // can collect several calls; nonfinite may be NULL. (Squares of finite floats cannot overflow a

@@ -75,8 +75,9 @@ dsc_status dsc__zero_layout(dsc_engine *e) {
 
 // fp32 training at stages 1-2 keeps no separate master copy: the optimizer updates this rank's
 // slice of the full parameter buffer in place (the ZeRO paper's fp32 accounting).
+// bf16 master weights do the same: the bf16 compute copy is the master.
 static bool master_in_work(const dsc_engine *e) {
-    return e->prec == PREC_FP32 && (e->stage == 1 || e->stage == 2);
+    return (e->prec == PREC_FP32 || e->master_bf16) && (e->stage == 1 || e->stage == 2);
 }
 
 float *dsc__zero_master_slice(dsc_engine *e, int g) {
@@ -100,7 +101,7 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
     size_t mlen = e->stage == 0 ? full : part;
     // The buffer the model computes from counts as parameters; a separate fp32 master as
     // optimizer state.
-    bool master_is_params = fp32 && (e->stage == 0 || e->stage == 3);
+    bool master_is_params = (fp32 || e->master_bf16) && (e->stage == 0 || e->stage == 3);
     const char *master_tag = master_is_params ? "zero.params" : "zero.master";
     if (!master_in_work(e)) DSC_TRY(persistent(e, mlen, master_tag, &e->h_master));
     DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_m));
@@ -110,7 +111,7 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
         else if (!e->no_compute_copy || master_in_work(e))
             DSC_TRY(persistent(e, full, "zero.params", &e->h_work));
     } else {
-        if (fp32) e->h_work_part = e->h_master;
+        if (fp32 || e->master_bf16) e->h_work_part = e->h_master;
         else if (!e->no_compute_copy) DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
     }
     if (e->stage < 2) {
@@ -497,19 +498,34 @@ void dsc__zero_round_fp16(dsc_engine *e) {
     round_to(PREC_FP16, e->acc, e->acc, n);
 }
 
+void dsc__zero_round_bf16_grads(dsc_engine *e) {
+    size_t n = e->stage < 2 ? e->total : e->part;
+    round_to(PREC_BF16, e->acc, e->acc, n);
+}
+
+// One optimizer step over n elements; with bf16 master weights dsc_opt_step_bf16 (the new
+// values rounded to bf16, the moments too with bf16 optimizer states).
+static void step_range(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step, float *p,
+                       const float *g, size_t o, size_t n, float grad_scale) {
+    float *v = e->v ? e->v + o : NULL;
+    if (e->master_bf16)
+        dsc_opt_step_bf16(hp, step, p, g, e->m + o, v, n, grad_scale, e->states_bf16);
+    else
+        dsc_opt_step(hp, step, p, g, e->m + o, v, n, grad_scale, NULL, DSC_OPT_OUT_NONE);
+}
+
 dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step,
                                float grad_scale) {
     for (int g = 0; g < e->ngroups; g++) {
         group *gr = &e->groups[g];
         if (e->stage == 0) {
             size_t o = gr->off;
-            dsc_opt_step(hp, step, e->master + o, e->acc + o, e->m + o, e->v ? e->v + o : NULL,
-                         gr->padded, grad_scale, NULL, DSC_OPT_OUT_NONE);
+            step_range(e, hp, step, e->master + o, e->acc + o, o, gr->padded, grad_scale);
             continue;
         }
         size_t o = gr->part_off;
-        dsc_opt_step(hp, step, dsc__zero_master_slice(e, g), own_grad(e, gr), e->m + o,
-                     e->v ? e->v + o : NULL, gr->slice, grad_scale, NULL, DSC_OPT_OUT_NONE);
+        step_range(e, hp, step, dsc__zero_master_slice(e, g), own_grad(e, gr), o, gr->slice,
+                   grad_scale);
         if (g == e->ngroups / 2) dsc__ft_point(e, "optimizer"); // half the groups updated
     }
     return DSC_OK;
