@@ -230,6 +230,10 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     dsc_status st = text ? dsc_config_load_string(cfg, text, world, print_warning, NULL)
                          : dsc_config_load_file(cfg, t->o->config, world, print_warning, NULL);
     if (st != DSC_OK) return st;
+    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads)
+        return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
+                        "and bf16.bf16_optimizer_states act on the CPU engine only so far; pass "
+                        "--device cpu, or set both keys false on the GPU");
     DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
     cli_plan_opts po = {.model = t->model, .cfg = cfg, .world = world, .seq_len = t->T,
                         .device = cuda, .init_in_place = weights_path(t) != NULL,
@@ -1005,10 +1009,6 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (cuda && o->restart_positions)
         return dsc_fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
                         "pass --device cpu, or leave the flag out on the GPU");
-    if (cuda && t->cfg.bf16.enabled && t->cfg.bf16.bf16_master_weights_and_grads)
-        return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
-                        "and bf16.bf16_optimizer_states act on the CPU engine only so far; pass "
-                        "--device cpu, or set both keys false on the GPU");
     int world = ws && strtol(ws, NULL, 10) > 1 ? (int)strtol(ws, NULL, 10) : 1;
     DSC_TRY(plan_memory(t, cuda, world));
     DSC_TRY(build_engine(t, cuda && world <= 1));
