@@ -22,9 +22,9 @@ dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, i
     return st;
 }
 
-dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
-                                     void (*layer)(void *m, float *const *params, int l),
-                                     void *m, float *const *params) {
+dsc_status dsc_model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
+                                    void (*layer)(void *m, float *const *params, int l),
+                                    void *m, float *const *params) {
     for (int l = 0; l < L; l++) {
         DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
         layer(m, params, l);
@@ -33,11 +33,11 @@ dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *famil
     return DSC_OK;
 }
 
-dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
-                                      void (*layer)(void *m, float *const *params,
-                                                    float *const *grads, int l),
-                                      void (*recompute)(void *m, float *const *params, int l),
-                                      void *m, float *const *params, float *const *grads) {
+dsc_status dsc_model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
+                                     void (*layer)(void *m, float *const *params,
+                                                   float *const *grads, int l),
+                                     void (*recompute)(void *m, float *const *params, int l),
+                                     void *m, float *const *params, float *const *grads) {
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(dsc__model_hook(h, DSC__HOOK_GATHER, 1 + l, family));
         if (recompute) recompute(m, params, l);

@@ -42,24 +42,16 @@ enum dsc__hook_kind { DSC__HOOK_GATHER, DSC__HOOK_RELEASE, DSC__HOOK_GRADS_READY
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family);
 
-// The layers' part of a host pass, layer l being hook group 1 + l: forward runs layers 0 .. L-1,
-// each between its group's gather and release; backward runs L-1 .. 0 the same way and calls
-// grads_ready after each. A hook's failure stops the pass (see dsc__model_hook).
+// The layers' part of a host pass is the public loop, dsc_model_layers_forward / _backward
+// (dsc/model.h), implemented in common.c: layer l is hook group 1 + l, each layer between its
+// group's gather and release, grads_ready after each in backward.
 //
-// Activation checkpointing is the driver's policy: with recompute (non-NULL: the family's layer
+// Activation checkpointing is the loop's policy: with recompute (non-NULL: the family's layer
 // forward), backward first runs layer l's forward again, between the same gather and release,
 // then its backward. The family then keeps only the residual stream into each layer and lays
 // every other per-layer activation in one shared block (dsc__model_act_blocks/_block): the
 // recompute refills it for the layer whose backward comes next. The same kernels on the same
 // inputs give the same activations, so the gradients equal a run without recompute bit for bit.
-dsc_status dsc__model_layers_forward(const dsc_model_hooks *h, const char *family, int L,
-                                     void (*layer)(void *m, float *const *params, int l),
-                                     void *m, float *const *params);
-dsc_status dsc__model_layers_backward(const dsc_model_hooks *h, const char *family, int L,
-                                      void (*layer)(void *m, float *const *params,
-                                                    float *const *grads, int l),
-                                      void (*recompute)(void *m, float *const *params, int l),
-                                      void *m, float *const *params, float *const *grads);
 
 // Blocks of a family's per-layer activations (besides the residual stream) for L layers: L, or
 // one shared block when the layers are recomputed in the backward.

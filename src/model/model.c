@@ -10,7 +10,6 @@
 #include <unistd.h>  // access
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
-#include "model/common.h"    // dsc__model_layers_*
 #include "model/hf_config.h" // dsc_hf_config_read, dsc_hf_config_respell
 
 // ---- the registry ----
@@ -614,20 +613,6 @@ dsc_status dsc_model_set_recompute(dsc_model *m, bool on) {
 }
 
 bool dsc_model_recomputes(const dsc_model *m) { return m && m->recompute; }
-
-dsc_status dsc_model_layers_forward(const dsc_model_hooks *hooks, const char *family, int L,
-                                    void (*layer)(void *state, float *const *params, int l),
-                                    void *state, float *const *params) {
-    return dsc__model_layers_forward(hooks, family, L, layer, state, params);
-}
-
-dsc_status dsc_model_layers_backward(const dsc_model_hooks *hooks, const char *family, int L,
-                                     void (*layer)(void *state, float *const *params,
-                                                   float *const *grads, int l),
-                                     void (*recompute)(void *state, float *const *params, int l),
-                                     void *state, float *const *params, float *const *grads) {
-    return dsc__model_layers_backward(hooks, family, L, layer, recompute, state, params, grads);
-}
 
 bool dsc_model_device_recomputes(const dsc_model *m) {
     return m && m->ops->set_recompute && m->ops->device && m->ops->device->recomputes;

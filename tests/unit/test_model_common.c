@@ -210,15 +210,15 @@ static void test_layer_loops(void **state) {
     trace tr = {.fail_group = -1};
     dsc_model_hooks h = {.user = &tr, .gather = on_gather, .release = on_release,
                          .grads_ready = on_ready};
-    assert_int_equal(dsc__model_layers_forward(&h, "gpt2", 2, fwd_layer, &tr, NULL), DSC_OK);
+    assert_int_equal(dsc_model_layers_forward(&h, "gpt2", 2, fwd_layer, &tr, NULL), DSC_OK);
     assert_string_equal(tr.log, "g1 F0 r1 g2 F1 r2 ");
     tr.log[0] = '\0';
-    assert_int_equal(dsc__model_layers_backward(&h, "gpt2", 2, bwd_layer, NULL, &tr, NULL, NULL),
+    assert_int_equal(dsc_model_layers_backward(&h, "gpt2", 2, bwd_layer, NULL, &tr, NULL, NULL),
                      DSC_OK);
     assert_string_equal(tr.log, "g2 B1 r2 d2 g1 B0 r1 d1 ");
     tr.log[0] = '\0';
     // activation checkpointing: each layer's forward again, inside its gather, before its backward
-    assert_int_equal(dsc__model_layers_backward(&h, "gpt2", 2, bwd_layer, fwd_layer, &tr, NULL,
+    assert_int_equal(dsc_model_layers_backward(&h, "gpt2", 2, bwd_layer, fwd_layer, &tr, NULL,
                                                 NULL), DSC_OK);
     assert_string_equal(tr.log, "g2 F1 B1 r2 d2 g1 F0 B0 r1 d1 ");
     assert_int_equal(dsc__model_act_blocks(true, 12), 1);
@@ -227,10 +227,10 @@ static void test_layer_loops(void **state) {
     assert_int_equal(dsc__model_act_block(false, 7), 7);
     tr.log[0] = '\0';
     tr.fail_group = 2;
-    expect_error(dsc__model_layers_forward(&h, "llama", 3, fwd_layer, &tr, NULL), DSC_ERR_PEER,
+    expect_error(dsc_model_layers_forward(&h, "llama", 3, fwd_layer, &tr, NULL), DSC_ERR_PEER,
                  "llama: gather hook of group 2");
     assert_string_equal(tr.log, "g1 F0 r1 g2 "); // stopped at the failing hook
-    assert_int_equal(dsc__model_layers_forward(NULL, "gpt2", 0, fwd_layer, &tr, NULL), DSC_OK);
+    assert_int_equal(dsc_model_layers_forward(NULL, "gpt2", 0, fwd_layer, &tr, NULL), DSC_OK);
 }
 
 // ---- inference scratch ----

@@ -434,7 +434,7 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
                               params[1], B, T, m->c.n_embd);
     dsc__model_lap(m->times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    DSC_TRY(dsc__model_layers_forward(hooks, "gpt2", m->c.n_layer, layer_forward, m, params));
+    DSC_TRY(dsc_model_layers_forward(hooks, "gpt2", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     m->pass = targets ? PASS_LOSS : PASS_LOGITS;
     return DSC_OK;
@@ -507,8 +507,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    DSC_TRY(dsc__model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward,
-                                       m->c.recompute ? layer_recompute : NULL, m, params, grads));
+    DSC_TRY(dsc_model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward,
+                                      m->c.recompute ? layer_recompute : NULL, m, params, grads));
     int64_t BT = (int64_t)m->B * m->T;
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
                                m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);

@@ -627,7 +627,7 @@ dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32
     dsc__llama_embed_forward(m->res, tok_in, params[0], BT, m->c.hidden);
     dsc__model_lap(m->times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    DSC_TRY(dsc__model_layers_forward(hooks, "llama", m->c.n_layer, layer_forward, m, params));
+    DSC_TRY(dsc_model_layers_forward(hooks, "llama", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     m->pass = targets ? PASS_LOSS : PASS_LOGITS;
     return DSC_OK;
@@ -736,8 +736,8 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     dsc__model_blas_single_thread();
     m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
-    DSC_TRY(dsc__model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward,
-                                       m->c.recompute ? layer_recompute : NULL, m, params, grads));
+    DSC_TRY(dsc_model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward,
+                                      m->c.recompute ? layer_recompute : NULL, m, params, grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
