@@ -45,10 +45,7 @@ static dsc_status make_plan(const plan_flags *f, const dsc_config *cfg, int worl
     bool cuda = f->device && !strcmp(f->device, "cuda");
     if (f->device && !cuda && strcmp(f->device, "cpu"))
         return dsc_fail(DSC_ERR_INVALID_ARG, "--device %s: give cpu or cuda", f->device);
-    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads)
-        return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
-                        "and bf16.bf16_optimizer_states act on the CPU engine only so far; plan "
-                        "with --device cpu, or set both keys false on the GPU");
+    DSC_TRY(cli_plan_device_ok(cfg, cuda));
     dsc_model *m;
     dsc_model_opts mo = {.vocab_size = (int)V, .max_seq_len = (int)T};
     DSC_TRY(dsc_model_create(&m, f->model, &mo));

@@ -50,6 +50,14 @@ static void machine(dsc_memplan_input *in) {
     else if (in->device) dsc_clear_error(); // no device here: the plan cannot check it
 }
 
+dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda) {
+    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads)
+        return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
+                        "and bf16.bf16_optimizer_states act on the CPU engine only so far; pass "
+                        "--device cpu, or set both keys false on the GPU");
+    return DSC_OK;
+}
+
 dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, bool cuda,
                                         void (*warn)(void *user, const char *msg)) {
     if (!dsc_config_given(cfg, "activation_checkpointing")) return DSC_OK;

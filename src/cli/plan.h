@@ -19,6 +19,10 @@ typedef struct cli_plan_opts {
     bool measure_runtime;  // count this process's resident bytes now as its runtime
 } cli_plan_opts;
 
+// What the config asks that the chosen device cannot do yet (bf16 master weights and optimizer
+// states act on the CPU engine only): DSC_ERR_UNSUPPORTED naming the keys and the way out.
+dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda);
+
 // DeepSpeed's activation_checkpointing section, given in cfg, on model m: its layers are
 // recomputed in the backward (dsc_model_set_recompute) when the run's passes can (the host's,
 // and the device's of a family whose device ops recompute; otherwise warn says that the device

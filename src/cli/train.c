@@ -230,10 +230,7 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     dsc_status st = text ? dsc_config_load_string(cfg, text, world, print_warning, NULL)
                          : dsc_config_load_file(cfg, t->o->config, world, print_warning, NULL);
     if (st != DSC_OK) return st;
-    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads)
-        return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
-                        "and bf16.bf16_optimizer_states act on the CPU engine only so far; pass "
-                        "--device cpu, or set both keys false on the GPU");
+    DSC_TRY(cli_plan_device_ok(cfg, cuda));
     DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
     cli_plan_opts po = {.model = t->model, .cfg = cfg, .world = world, .seq_len = t->T,
                         .device = cuda, .init_in_place = weights_path(t) != NULL,
