@@ -294,8 +294,11 @@ dsc_status dsc__prom_start(dsc__prom **out, int port, dsc__prom_render_fn fn, vo
     pthread_cond_init(&p->wake, NULL);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    // epoll where there is one (AUTO): select() could not watch descriptors past FD_SETSIZE.
-    p->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, (uint16_t)port, NULL, NULL,
+    // poll(): select() could not watch descriptors past FD_SETSIZE, and epoll is edge-triggered:
+    // a socket the reaper shuts down while the server thread is reading it can go unseen until
+    // the idle timeout (the header deadline then held a scrape ~6 s). poll() is level-triggered,
+    // and a few hundred descriptors cost it nothing.
+    p->daemon = MHD_start_daemon(MHD_USE_POLL_INTERNAL_THREAD, (uint16_t)port, NULL, NULL,
                                  on_request, p, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)DSC__PROM_MAX_CONNECTIONS,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)DSC__PROM_IDLE_TIMEOUT_S,
