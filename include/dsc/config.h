@@ -202,6 +202,17 @@ typedef struct dsc_config {
         char output_file[DSC_CONFIG_STR];
     } flops_profiler;
 
+    // (dsc) LoRA: PEFT's LoraConfig (docs/lora.md); on when dsc_config_given(cfg, "lora")
+    struct {
+        int64_t r;
+        double lora_alpha, lora_dropout;
+        char target_modules[1024];    // compact JSON as given ("" = the family's default)
+        bool use_rslora;
+        char bias[16];
+        char init_lora_weights[64];   // compact JSON as given ("" = true)
+        char modules_to_save[1024];   // compact JSON list ("" = none)
+    } lora;
+
     struct {
         bool partition_activations, cpu_checkpointing, contiguous_memory_optimization;
         int64_t number_checkpoints;

@@ -265,6 +265,19 @@ static dsc_status set_list(parse_ctx *c, int idx, const json_t *v) {
     return DSC_OK;
 }
 
+static dsc_status set_json(parse_ctx *c, int idx, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return dsc__fail(DSC_ERR_OOM, "config %s: out of memory", c->source);
+    size_t n = strlen(text);
+    if (n < r->size) memcpy(dsc__field(c->cfg, r), text, n + 1);
+    free(text);
+    if (n >= r->size)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is %zu characters of JSON; dsc "
+                         "takes at most %zu: shorten it", c->source, r->path, n, r->size - 1);
+    return DSC_OK;
+}
+
 static dsc_status set_value(parse_ctx *c, int idx, const json_t *v, int reader) {
     bool lax = reader == DS_MODEL;
     switch (ROWS[idx].kind) {
@@ -276,6 +289,7 @@ static dsc_status set_value(parse_ctx *c, int idx, const json_t *v, int reader) 
     case K_PAIR: return set_pair(c, idx, v);
     case K_INTLIST: return set_intlist(c, idx, v);
     case K_LIST: return set_list(c, idx, v);
+    case K_JSON: return set_json(c, idx, v);
     default: DSC_ASSERT(0); return DSC_ERR_INTERNAL;
     }
 }
@@ -399,6 +413,12 @@ static dsc_status parse_key(parse_ctx *c, const char *path, const json_t *v) {
             return DSC_OK;
         }
         const char *near = nearest_key(path);
+        if (starts_with(path, "lora.")) // a PEFT option dsc lacks would change the model: refused
+            return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is not a LoRA option dsc "
+                             "implements%s%s%s; dsc takes r, lora_alpha, lora_dropout, "
+                             "target_modules, use_rslora, bias, init_lora_weights, "
+                             "modules_to_save (docs/lora.md)", c->source, path,
+                             near ? " (did you mean \"" : "", near ? near : "", near ? "\"?)" : "");
         if (near)
             warnf(c, "config %s: unknown key \"%s\" ignored (not a DeepSpeed key that dsc "
                   "knows); did you mean \"%s\"?", c->source, path, near);

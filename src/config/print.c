@@ -33,6 +33,7 @@ static json_t *row_value(const dsc_config *cfg, const dsc__key_row *r) {
     case K_PAIR: return json_pack("[ff]", ((const double *)p)[0], ((const double *)p)[1]);
     case K_INTLIST: return int_list(p, *(const int64_t *)((const char *)cfg + r->count_off));
     case K_LIST: return r->size ? json_loads(*(const char *)p ? p : "[]", 0, NULL) : NULL;
+    case K_JSON: return *(const char *)p ? json_loads(p, JSON_DECODE_ANY, NULL) : json_null();
     default: return NULL;
     }
 }
@@ -137,6 +138,7 @@ static void default_text(const dsc__key_row *r, char *def, size_t cap) {
     case K_PAIR: snprintf(def, cap, "[%g, %g]", r->def, r->lo); break;
     case K_INTLIST: snprintf(def, cap, "[]"); break;
     case K_LIST: snprintf(def, cap, "%s", r->size ? "[]" : ""); break;
+    case K_JSON: snprintf(def, cap, "null"); break;
     case K_ALIAS: snprintf(def, cap, "= `%s`", r->sdef); break;
     default: break;
     }
@@ -154,7 +156,7 @@ static const char *reader_text(const dsc__key_row *r) {
 // Write the key table as a markdown table (docs/config.md is generated from this).
 void dsc_config_write_doc(void *out) {
     static const char *kinds[] = {"section", "bool", "int", "int", "float", "string",
-                                  "[float, float]", "list", "[int, ...]", "alias",
+                                  "[float, float]", "list", "JSON value", "[int, ...]", "alias",
                                   "not implemented"};
     FILE *f = out;
     fprintf(f, "| key | type | default | meaning |\n|---|---|---|---|\n");

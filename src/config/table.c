@@ -16,6 +16,7 @@ const dsc__key_row dsc__rows[] = {
 #define DSC_PAIR(p, f, d0, d1, d) {p, K_PAIR, FIELD(f), d0, d1, 0, NULL, NULL, d, 0, 0},
 #define DSC_LIST(p, d) {p, K_LIST, NO_FIELD, 0, 0, 0, NULL, NULL, d, 0, 0},
 #define DSC_JSONLIST(p, f, d) {p, K_LIST, FIELD(f), 0, 0, 0, NULL, NULL, d, 0, 0},
+#define DSC_JSONVAL(p, f, d) {p, K_JSON, FIELD(f), 0, 0, 0, NULL, NULL, d, 0, 0},
 #define DSC_INTLIST(p, f, n, d)                                                                \
     {p, K_INTLIST, FIELD(f), 0, 1, 0, NULL, NULL, d, 0, offsetof(dsc_config, n)},
 #define DSC_ALIAS(p, target, d) {p, K_ALIAS, NO_FIELD, 0, 0, 0, target, NULL, d, 0, 0},
@@ -33,6 +34,7 @@ const dsc__key_row dsc__rows[] = {
 #undef DSC_PAIR
 #undef DSC_LIST
 #undef DSC_JSONLIST
+#undef DSC_JSONVAL
 #undef DSC_INTLIST
 #undef DSC_ALIAS
 #undef DSC_UNIMPL
@@ -60,6 +62,7 @@ static const struct null_rule {
 #define DSC_PAIR(...)
 #define DSC_LIST(...)
 #define DSC_JSONLIST(...)
+#define DSC_JSONVAL(...)
 #define DSC_INTLIST(...)
 #define DSC_ALIAS(...)
 #define DSC_UNIMPL(...)
@@ -76,6 +79,7 @@ static const struct null_rule {
 #undef DSC_PAIR
 #undef DSC_LIST
 #undef DSC_JSONLIST
+#undef DSC_JSONVAL
 #undef DSC_INTLIST
 #undef DSC_ALIAS
 #undef DSC_UNIMPL
@@ -95,6 +99,7 @@ static const char *const no_effect[] = {
 #define DSC_PAIR(...)
 #define DSC_LIST(...)
 #define DSC_JSONLIST(...)
+#define DSC_JSONVAL(...)
 #define DSC_INTLIST(...)
 #define DSC_ALIAS(...)
 #define DSC_UNIMPL(...)
@@ -111,6 +116,7 @@ static const char *const no_effect[] = {
 #undef DSC_PAIR
 #undef DSC_LIST
 #undef DSC_JSONLIST
+#undef DSC_JSONVAL
 #undef DSC_INTLIST
 #undef DSC_ALIAS
 #undef DSC_UNIMPL

@@ -16,6 +16,7 @@ typedef enum dsc__key_kind {
     K_STR,
     K_PAIR,
     K_LIST,
+    K_JSON, // any JSON value, kept as compact text (its user checks it)
     K_INTLIST,
     K_ALIAS,
     K_UNIMPL,
