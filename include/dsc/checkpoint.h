@@ -198,7 +198,8 @@ typedef struct dsc_ckpt_validation {
     const char *dir, *tag;
     int64_t step;
     const dsc_ckpt *ckpt;       // the checkpoint, re-opened (every checksum verified)
-    int nparams;                // in the engine's parameter order:
+    int nparams;                // in the order the tensors were registered (frozen ones: their
+                                // live values on both sides, as checkpoints do not hold them):
     const float *const *live;   // full fp32 master weights of the training state that was saved
     const float *const *loaded; // the same, rebuilt from the checkpoint's files
 } dsc_ckpt_validation;

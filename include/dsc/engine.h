@@ -34,6 +34,10 @@ typedef struct dsc_param_desc {
     int ndim;
     int64_t shape[DSC_PARAM_MAX_DIMS];
     int group;        // layer group, 0 .. ngroups-1, in the order forward uses them
+    // Not trained (LoRA's frozen base): the engine keeps only its fp32 values (dsc_param_data,
+    // dsc_param_master), full on every rank; no gradient (dsc_param_grad is NULL), no master copy,
+    // no optimizer state, not in checkpoints.
+    bool frozen;
 } dsc_param_desc;
 
 typedef struct dsc_engine_opts {
@@ -70,7 +74,7 @@ const dsc_config *dsc_engine_config(const dsc_engine *eng); // resolved (batch t
 int dsc_engine_rank(const dsc_engine *eng);
 int dsc_engine_world_size(const dsc_engine *eng);
 int dsc_engine_num_params(const dsc_engine *eng);
-int64_t dsc_engine_num_elements(const dsc_engine *eng); // parameters, all tensors
+int64_t dsc_engine_num_elements(const dsc_engine *eng); // elements of the trainable tensors
 
 // Parameter i as the model computes with it (borrowed; fp32 values, rounded to the 16-bit type
 // under fp16/bf16). Valid between dsc_gather and dsc_release of its group.
@@ -81,6 +85,7 @@ float *dsc_param_grad(dsc_engine *eng, int i);
 // dsc_engine_create until dsc_params_updated (at ZeRO stages 1-3 the master copy is then
 // partitioned across ranks and this returns NULL). Every rank must write the same values.
 float *dsc_param_master(dsc_engine *eng, int i);
+bool dsc_param_frozen(const dsc_engine *eng, int i); // registered with dsc_param_desc.frozen
 dsc_status dsc_params_updated(dsc_engine *eng);
 
 // The other way to set the initial weights, without a full copy: the engine calls

@@ -114,11 +114,23 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
     if (o->nparams <= 0 || !o->params)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_create: no parameters registered");
     e->params = calloc((size_t)o->nparams, sizeof *e->params);
-    if (!e->params) return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
-    e->nparams = o->nparams;
+    e->frozen = calloc((size_t)o->nparams, sizeof *e->frozen);
+    e->pub = calloc((size_t)o->nparams, sizeof *e->pub);
+    e->pub_of = calloc((size_t)o->nparams, sizeof *e->pub_of);
+    if (!e->params || !e->frozen || !e->pub || !e->pub_of)
+        return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter table");
+    e->npub = o->nparams;
     for (int i = 0; i < o->nparams; i++) {
         const dsc_param_desc *d = &o->params[i];
-        param *p = &e->params[i];
+        param *p;
+        if (d->frozen) {
+            e->pub[i] = -1 - e->nfrozen;
+            p = &e->frozen[e->nfrozen++];
+        } else {
+            e->pub[i] = e->nparams;
+            e->pub_of[e->nparams] = i;
+            p = &e->params[e->nparams++];
+        }
         if (!d->name || strlen(d->name) >= DSC_PARAM_NAME_MAX || d->ndim < 1 ||
             d->ndim > DSC_PARAM_MAX_DIMS || d->group < 0)
             return dsc__fail(DSC_ERR_INVALID_ARG, "parameter %d (%s): bad name, rank or group", i,
@@ -134,10 +146,33 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
             p->numel *= d->shape[k];
         }
         p->group = d->group;
-        e->numel += p->numel;
         if (d->group + 1 > e->ngroups) e->ngroups = d->group + 1;
+        if (d->frozen) {
+            p->off = e->frozen_total;
+            e->frozen_total += ((size_t)p->numel + DSC_ALIGN_ELEMS - 1) / DSC_ALIGN_ELEMS *
+                               DSC_ALIGN_ELEMS;
+        } else {
+            e->numel += p->numel;
+        }
     }
+    if (!e->nparams)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_create: every one of the %d tensors is "
+                         "frozen; nothing would train", o->nparams);
     return DSC_OK;
+}
+
+// The frozen tensors' values: one block, full on every rank.
+static dsc_status alloc_frozen(dsc_engine *e) {
+    if (!e->nfrozen) return DSC_OK;
+    if (e->no_compute_copy)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "frozen tensors (LoRA) train on the CPU only so "
+                         "far; train on the CPU (--device cpu)");
+    return dsc__engine_alloc(e, e->frozen_total, "engine.frozen_weights", &e->h_frozen,
+                             &e->fdata);
+}
+
+static const param *frozen_of(const dsc_engine *e, int i) {
+    return i >= 0 && i < e->npub && e->pub[i] < 0 ? &e->frozen[-1 - e->pub[i]] : NULL;
 }
 
 static dsc_status comm_dtype(dsc_engine *e) {
@@ -211,6 +246,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(dsc__zero_layout(e));
     DSC_TRY(dsc__zero_alloc(e));
     DSC_TRY(alloc_init(e, o->init_in_place));
+    DSC_TRY(alloc_frozen(e));
     DSC_TRY(create_comm(e));
     DSC_TRY(dsc__ft_create(e));
     e->inject = dsc__env(DSC_ENV_INJECT_OVERFLOW);
@@ -238,10 +274,14 @@ void dsc_engine_destroy(dsc_engine *e) {
     if (e->pool) {
         dsc__zero_free(e);
         dsc__engine_free(e, &e->h_init);
+        dsc__engine_free(e, &e->h_frozen);
         if (e->own_pool) dsc_mem_pool_destroy(e->pool);
     }
     dsc_comm_destroy(e->comm);
     free(e->params);
+    free(e->frozen);
+    free(e->pub);
+    free(e->pub_of);
     free(e);
 }
 
@@ -250,12 +290,21 @@ void dsc_engine_destroy(dsc_engine *e) {
 const dsc_config *dsc_engine_config(const dsc_engine *e) { return &e->cfg; }
 int dsc_engine_rank(const dsc_engine *e) { return e->rank; }
 int dsc_engine_world_size(const dsc_engine *e) { return e->world; }
-int dsc_engine_num_params(const dsc_engine *e) { return e->nparams; }
+int dsc_engine_num_params(const dsc_engine *e) { return e->npub; }
 int64_t dsc_engine_num_elements(const dsc_engine *e) { return e->numel; }
 int64_t dsc_engine_global_steps(const dsc_engine *e) { return e->global_steps; }
-float *dsc_param_data(dsc_engine *e, int i) { return e->pdata[i]; }
-float *dsc_param_grad(dsc_engine *e, int i) { return e->pgrad[i]; }
-float *dsc_param_master(dsc_engine *e, int i) { return e->init ? e->init + e->params[i].off : NULL; }
+// The caller's index i names trainable tensor pub[i], or frozen tensor -1 - pub[i].
+float *dsc_param_data(dsc_engine *e, int i) {
+    const param *f = frozen_of(e, i);
+    return f ? e->fdata + f->off : e->pdata[e->pub[i]];
+}
+float *dsc_param_grad(dsc_engine *e, int i) { return frozen_of(e, i) ? NULL : e->pgrad[e->pub[i]]; }
+float *dsc_param_master(dsc_engine *e, int i) {
+    const param *f = frozen_of(e, i);
+    if (f) return e->fdata + f->off;
+    return e->init ? e->init + e->params[e->pub[i]].off : NULL;
+}
+bool dsc_param_frozen(const dsc_engine *e, int i) { return frozen_of(e, i) != NULL; }
 
 dsc_status dsc_params_updated(dsc_engine *e) {
     if (e->stage > 0 && e->init) { // keep this rank's slices
@@ -283,7 +332,8 @@ static dsc_status fill_range(dsc_engine *e, int i, size_t lo, size_t hi, float *
     if (lo > b) b = lo;
     if (hi < end) end = hi;
     if (b >= end) return DSC_OK;
-    return fill(user, i, (int64_t)(b - e->params[i].off), (int64_t)(end - b), dst + (b - base));
+    return fill(user, e->pub_of[i], (int64_t)(b - e->params[i].off), (int64_t)(end - b),
+                dst + (b - base));
 }
 
 dsc_status dsc_params_init(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
@@ -303,6 +353,14 @@ dsc_status dsc_params_init(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
                 dsc__error_prefix("initialising %s: ", e->params[i].name);
                 return st;
             }
+        }
+    }
+    for (int i = 0; i < e->npub; i++) { // frozen tensors: whole on every rank
+        const param *f = frozen_of(e, i);
+        dsc_status st = f ? fill(user, i, 0, f->numel, e->fdata + f->off) : DSC_OK;
+        if (st != DSC_OK) {
+            dsc__error_prefix("initialising %s: ", f->name);
+            return st;
         }
     }
     e->init = NULL;
@@ -368,9 +426,12 @@ void dsc_engine_observe_grads(dsc_engine *e, dsc_grad_observer fn, void *user) {
 }
 
 dsc_status dsc_engine_full_grad(dsc_engine *e, int i, float *out) {
-    if (i < 0 || i >= e->nparams)
+    if (i < 0 || i >= e->npub)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_grad: no tensor %d", i);
-    return dsc__zero_full_grad(e, i, out, e->observer_inv_scale);
+    if (frozen_of(e, i))
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_grad: tensor %d (%s) is frozen and "
+                         "has no gradient", i, frozen_of(e, i)->name);
+    return dsc__zero_full_grad(e, e->pub[i], out, e->observer_inv_scale);
 }
 
 // ---- the optimizer step ----
@@ -543,8 +604,14 @@ dsc_status dsc_engine_recover(dsc_engine *e, dsc_status failure, dsc_ft_report *
 int64_t dsc_engine_fault_events(const dsc_engine *e) { return dsc__ft_events(e); }
 
 dsc_status dsc_engine_full_param(dsc_engine *e, int i, float *out) {
-    if (i < 0 || i >= e->nparams || !out)
+    if (i < 0 || i >= e->npub || !out)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_param: no tensor %d", i);
+    const param *f = frozen_of(e, i);
+    if (f) {
+        memcpy(out, e->fdata + f->off, (size_t)f->numel * sizeof(float));
+        return DSC_OK;
+    }
+    i = e->pub[i];
     if (e->init) { // before dsc_params_updated the staging copy holds every value
         memcpy(out, e->init + e->params[i].off, (size_t)e->params[i].numel * sizeof(float));
         return DSC_OK;

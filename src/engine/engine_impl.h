@@ -50,7 +50,17 @@ struct dsc_engine {
     int rank, world, stage;
     dsc_comm *comm; // NULL on one rank
     int nparams, ngroups;
-    param *params;
+    param *params; // the trainable tensors: every buffer below is theirs
+    // Frozen tensors (dsc_param_desc.frozen, LoRA's base): fp32 values only, full on every rank,
+    // in one block of the pool (h_frozen); never in checkpoints or the optimizer.
+    int npub;      // tensors the caller registered, trainable and frozen
+    int *pub;      // (npub) the caller's index -> trainable index, or -1 - frozen index
+    int *pub_of;   // (nparams) trainable index -> the caller's index
+    int nfrozen;
+    param *frozen; // (nfrozen) off: offset in fdata
+    size_t frozen_total;
+    float *fdata;
+    dsc_mem_handle h_frozen;
     group *groups;
     int64_t numel;    // parameter elements (no padding)
     size_t total;     // full layout length incl. padding

@@ -93,6 +93,7 @@ void dsc__engine_resolve(dsc_engine *e) {
     e->v = at(e, e->h_v);
     if (e->h_init) e->init = at(e, e->h_init);
     else if (e->init) e->init = e->stage == 0 ? e->master : e->work; // the staging is an alias
+    e->fdata = at(e, e->h_frozen);
     for (int g = 0; e->groups && g < e->ngroups; g++) {
         group *gr = &e->groups[g];
         gr->pbuf = at(e, gr->hp);

@@ -41,6 +41,7 @@ typedef struct layout {
     int64_t persist;       // stage 3: elements of the groups kept whole (persistence threshold)
     int64_t ends, maxlayer; // GPU layer slots: groups 0 and n_layer + 1; the largest layer
     int64_t params;        // elements, unpadded
+    int64_t frozen;        // frozen tensors (LoRA's base), padded: values only, whole per rank
 } layout;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -54,7 +55,7 @@ static int64_t desc_numel(const dsc_param_desc *d) {
 static void group_sizes(const dsc_memplan_input *in, int g, int64_t *content, int64_t *numel) {
     *content = *numel = 0;
     for (int i = 0; i < in->nparams; i++) {
-        if (in->params[i].group != g) continue;
+        if (in->params[i].group != g || in->params[i].frozen) continue;
         int64_t n = desc_numel(&in->params[i]);
         *content += round_up(n, DSC_ALIGN_ELEMS);
         *numel += n;
@@ -67,6 +68,11 @@ static void make_layout(const dsc_memplan_input *in, int stage, int world, layou
     for (int i = 0; i < in->nparams; i++)
         if (in->params[i].group + 1 > ngroups) ngroups = in->params[i].group + 1;
     double threshold = in->config->zero_optimization.param_persistence_threshold;
+    for (int i = 0; i < in->nparams; i++)
+        if (in->params[i].frozen) {
+            L->frozen += round_up(desc_numel(&in->params[i]), DSC_ALIGN_ELEMS);
+            L->params += desc_numel(&in->params[i]);
+        }
     for (int g = 0; g < ngroups; g++) {
         int64_t content, numel;
         group_sizes(in, g, &content, &numel);
@@ -135,6 +141,7 @@ static void engine_state(const mode *m, const layout *L, int64_t *h) {
         add(h, DSC_PLAN_WEIGHTS, full);
     if (m->stage == 3 && !flat && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
     if (m->stage == 3 && (m->fp32 || !m->no_compute_copy)) add(h, DSC_PLAN_WEIGHTS, L->persist * 4);
+    add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
     if (m->stage < 2) add(h, DSC_PLAN_GRADS, full * (m->gas > 1 ? 2 : 1));
     else add(h, DSC_PLAN_GRADS, part);
     if (m->world > 1 && !m->fp32) // 16-bit reductions' staging (communication_data_type)

@@ -27,7 +27,8 @@
 #include "engine/ckpt/shard.h"       // dsc__shard_*
 
 static const dsc_param_desc params[] = {
-    {"wte.weight", 2, {13, 7}, 0}, {"h.0.w", 2, {7, 9}, 1}, {"h.0.b", 1, {9}, 1}, {"ln_f.weight", 1, {7}, 2},
+    {"wte.weight", 2, {13, 7}, 0, false}, {"h.0.w", 2, {7, 9}, 1, false},
+    {"h.0.b", 1, {9}, 1, false}, {"ln_f.weight", 1, {7}, 2, false},
 };
 #define NP 4
 #define NG 3

@@ -14,9 +14,9 @@
 #include "engine/device.h" // dsc__engine_add_grads, dsc__engine_gather_master
 
 static const dsc_param_desc params[] = {
-    {"a.weight", 2, {3, 5}, 0},
-    {"a.bias", 1, {5}, 0},
-    {"b.weight", 1, {7}, 1},
+    {"a.weight", 2, {3, 5}, 0, false},
+    {"a.bias", 1, {5}, 0, false},
+    {"b.weight", 1, {7}, 1, false},
 };
 
 static dsc_engine *make(const char *json) {
@@ -68,6 +68,56 @@ static void test_accumulation_and_sgd(void **state) {
     assert_float_equal(info.grad_norm, sqrt(sumsq), 1e-4);
     assert_float_equal(info.lr, 0.5, 1e-7);
     dsc_engine_destroy(e);
+}
+
+// A frozen tensor (LoRA's base): values only, no gradient, untouched by the optimizer, left out
+// of the trainable layout; the caller's indices still name every tensor, in registration order.
+static void test_frozen_tensor(void **state) {
+    static const dsc_param_desc fp[] = {
+        {"a.weight", 2, {3, 5}, 0, true}, // frozen, between two trainable tensors
+        {"a.bias", 1, {5}, 0, false},
+        {"b.weight", 1, {7}, 1, false},
+    };
+    for (int stage = 0; stage <= 3; stage++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"train_batch_size\": 1, \"zero_optimization\": {\"stage\": "
+                 "%d}, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.5}}}", stage);
+        dsc_engine *e = NULL;
+        dsc_engine_opts o = {.config_json = json, .params = fp, .nparams = 3, .rank = 0,
+                             .world_size = 1};
+        assert_int_equal(dsc_engine_create(&e, &o), DSC_OK);
+        assert_int_equal(dsc_engine_num_params(e), 3);
+        assert_int_equal(dsc_engine_num_elements(e), 12); // trainable elements only
+        assert_true(dsc_param_frozen(e, 0));
+        assert_false(dsc_param_frozen(e, 1));
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < numel(i); k++) dsc_param_master(e, i)[k] = (float)(10 * i + k);
+        assert_int_equal(dsc_params_updated(e), DSC_OK);
+        assert_null(dsc_param_grad(e, 0));
+        assert_int_equal(dsc_backward_begin(e), DSC_OK);
+        assert_int_equal(dsc_gather(e, 0), DSC_OK);
+        assert_int_equal(dsc_gather(e, 1), DSC_OK);
+        assert_null(dsc_param_grad(e, 0));
+        assert_float_equal(dsc_param_data(e, 0)[14], 14.0f, 0.0f);
+        for (int i = 1; i < 3; i++)
+            for (int k = 0; k < numel(i); k++) dsc_param_grad(e, i)[k] += dsc_backward_scale(e);
+        assert_int_equal(dsc_release(e, 1), DSC_OK);
+        assert_int_equal(dsc_grads_ready(e, 1), DSC_OK);
+        assert_int_equal(dsc_release(e, 0), DSC_OK);
+        assert_int_equal(dsc_grads_ready(e, 0), DSC_OK);
+        dsc_step_info info;
+        assert_int_equal(dsc_step(e, &info), DSC_OK);
+        assert_true(info.boundary);
+        assert_float_equal(info.grad_norm, sqrt(12.0), 1e-5); // the trainable tensors' norm
+        float v[15];
+        assert_int_equal(dsc_engine_full_param(e, 0, v), DSC_OK);
+        for (int k = 0; k < 15; k++) assert_float_equal(v[k], (float)k, 0.0f); // untouched
+        assert_int_equal(dsc_engine_full_param(e, 2, v), DSC_OK);
+        for (int k = 0; k < 7; k++) assert_float_equal(v[k], 20.0f + k - 0.5f, 1e-6);
+        assert_int_not_equal(dsc_engine_full_grad(e, 0, v), DSC_OK);
+        assert_non_null(strstr(dsc_last_error(), "a.weight"));
+        dsc_engine_destroy(e);
+    }
 }
 
 static void test_clipping(void **state) {
@@ -398,6 +448,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_and_sgd),
         cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_frozen_tensor),
         cmocka_unit_test(test_fp16_overflow_skips),
         cmocka_unit_test(test_bf16_work_copy_is_rounded),
         cmocka_unit_test(test_errors),

@@ -162,26 +162,36 @@ static void vbufs_free(vbufs *b, int n) {
 
 static dsc_status call_validate(dsc__saver *s, const dsc_ckpt *ck, bool *ok, char *why) {
     const dsc__manifest *m = &s->m;
-    vbufs b = {malloc(m->total * sizeof(float) + 64), calloc((size_t)m->nparams, sizeof(float *)),
-               calloc((size_t)m->nparams, sizeof(float *))};
+    // The arrays are in the caller's tensor order: a frozen tensor (not in the checkpoint) is
+    // its live values on both sides.
+    int n = dsc_engine_num_params(s->eng);
+    vbufs b = {malloc(m->total * sizeof(float) + 64), calloc((size_t)n, sizeof(float *)),
+               calloc((size_t)n, sizeof(float *))};
     if (!b.flat || !b.loaded || !b.live) { // the peers then time out in the gather below
-        vbufs_free(&b, m->nparams);
+        vbufs_free(&b, n);
         return dsc__fail(DSC_ERR_OOM, "out of memory validating checkpoint %s (%.1f MiB)", m->tag,
                          m->total * 8.0 / (1 << 20));
     }
     dsc_status st = gather_live(s, b.flat);
-    for (int i = 0; i < m->nparams && st == DSC_OK; i++) {
-        b.live[i] = b.flat + m->params[i].off;
-        b.loaded[i] = malloc((size_t)m->params[i].numel * sizeof(float));
+    for (int i = 0, k = 0; i < n && st == DSC_OK; i++) {
+        if (dsc_param_frozen(s->eng, i)) {
+            b.live[i] = dsc_param_data(s->eng, i);
+            continue;
+        }
+        b.live[i] = b.flat + m->params[k].off;
+        b.loaded[i] = malloc((size_t)m->params[k].numel * sizeof(float));
         if (!b.loaded[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory validating a checkpoint");
-        else st = dsc_ckpt_read_param(ck, i, 0, b.loaded[i]);
+        else st = dsc_ckpt_read_param(ck, k, 0, b.loaded[i]);
+        k++;
     }
+    const float **loaded = calloc((size_t)n, sizeof *loaded);
+    if (!loaded && st == DSC_OK) st = dsc__fail(DSC_ERR_OOM, "out of memory validating a checkpoint");
+    for (int i = 0; loaded && i < n; i++) loaded[i] = b.loaded[i] ? b.loaded[i] : b.live[i];
     bool all_ok = st == DSC_OK;
     if (!all_ok) snprintf(why, WHY_MAX, "%s", dsc_last_error());
     DSC_TRY(agree_ok(s, &all_ok, why));
     if (all_ok) {
-        dsc_ckpt_validation v = {s->dir, m->tag, m->step, ck, m->nparams, b.live,
-                                 (const float *const *)b.loaded};
+        dsc_ckpt_validation v = {s->dir, m->tag, m->step, ck, n, b.live, loaded};
         st = s->o.validate_fn(s->o.validate_user, s->eng, &v, ok, why, WHY_MAX);
         if (st != DSC_OK) {
             *ok = false;
@@ -190,7 +200,8 @@ static dsc_status call_validate(dsc__saver *s, const dsc_ckpt *ck, bool *ok, cha
     } else {
         *ok = false;
     }
-    vbufs_free(&b, m->nparams);
+    free(loaded);
+    vbufs_free(&b, n);
     return DSC_OK;
 }
 
