@@ -61,7 +61,48 @@ typedef struct dsc_model_param {
     int64_t shape[DSC_PARAM_MAX_DIMS]; // entries past ndim are 0
     int64_t numel;
     int group; // layer group, in the order forward uses them
+    bool frozen; // not trained (LoRA's base): no gradient, no master, no optimizer state
 } dsc_model_param;
+
+// ---- LoRA (low-rank adapters beside a frozen base; docs/lora.md) ----
+//
+// dsc_model_set_lora gives each targeted linear weight W (out x in) two tensors appended after
+// the family's own, A (r x in, "<module>.lora_A.weight") and B (out x r, "<module>.lora_B.weight"),
+// in W's layer group, and marks every other tensor frozen except those of modules_to_save. The
+// layer then computes y = x W^T (+ bias) + scale * (x A^T) B^T, scale = alpha / r (alpha /
+// sqrt(r) with rslora). A family calls dsc_lora_forward right after each linear product of its
+// forward and dsc_lora_backward right after the matching product of its backward (a tensor
+// without an adapter: nothing happens), and skips the gradient of a frozen tensor (its grads
+// entry is NULL).
+typedef struct dsc_model_lora {
+    int r;
+    double alpha;
+    bool rslora;
+    const char *const *targets; // module names ("q_proj", "c_attn"); NULL: "all-linear"
+    int ntargets;
+    const char *const *save;    // modules_to_save ("lm_head", "embed_tokens")
+    int nsave;
+    int init;                   // 0 PEFT's default (A Kaiming-uniform, B zero), 1 gaussian A,
+                                // 2 both random (init_lora_weights false)
+    double dropout;             // lora_dropout: on each adapter's input while training, [0, 1)
+    uint64_t seed;              // of the dropout masks (give each rank its own)
+} dsc_model_lora;
+typedef struct dsc_lora dsc_lora; // a model's adapters and their activations
+
+// Adds the adapter's term to out (N rows of ldo) for the input inp (N rows of ldi) of base
+// tensor `tensor`, keeping x A^T for the backward.
+void dsc_lora_forward(const dsc_lora *lo, int tensor, float *out, int ldo, const float *inp,
+                      int ldi, int64_t N);
+// dout (N rows of ldd) is the gradient of the product's output, inp its input as in the forward:
+// the adapter's gradients are added, and so is its part of the input gradient into dinp (N rows
+// of lddi), unless dinp is NULL. Call before dinp's buffer is reused as inp's.
+void dsc_lora_backward(const dsc_lora *lo, int tensor, float *dinp, int lddi, const float *dout,
+                       int ldd, const float *inp, int ldi, int64_t N);
+// The two halves of dsc_lora_backward, for a family that overwrites the product's input with
+// its gradient: weights first (while inp is intact), then the input gradient.
+void dsc_lora_backward_weights(const dsc_lora *lo, int tensor, const float *dout, int ldd,
+                               const float *inp, int ldi, int64_t N);
+void dsc_lora_backward_input(const dsc_lora *lo, int tensor, float *dinp, int lddi, int64_t N);
 
 // The engine's hooks around a pass, all optional (NULL = none). forward calls gather(g) before it
 // reads group g's parameters and release(g) after; backward does the same around its own reads,
@@ -176,6 +217,13 @@ struct dsc_model_ops {
     // layer's forward again in the backward; act_bytes counts the smaller activations. The
     // gradients must equal those without it bit for bit (the same kernels run again).
     void (*set_recompute)(void *cfg, bool on);
+
+    // LoRA (optional; NULL: the family takes no adapters): the passes made from cfg afterwards
+    // call dsc_lora_forward / dsc_lora_backward with lora (borrowed; NULL: none) around their
+    // linear products and accept NULL gradient entries for frozen tensors.
+    void (*set_lora)(void *cfg, const dsc_lora *lora);
+    // Linear weights are stored (in, out) (GPT-2's Conv1D) rather than (out, in).
+    bool weights_in_out;
 };
 
 // ---- a family on a GPU ----
@@ -376,6 +424,25 @@ void dsc_model_set_timing(dsc_model *m, double *times);
 dsc_status dsc_model_set_recompute(dsc_model *m, bool on);
 // Whether the model's passes recompute their layers (dsc_model_set_recompute).
 bool dsc_model_recomputes(const dsc_model *m);
+
+// Training mode (the default, as torch's modules start) or evaluation: LoRA's dropout acts in the
+// forwards of training mode only. A forward and the backward after it use the same masks.
+void dsc_model_set_training(dsc_model *m, bool on);
+
+// LoRA: adapters on the linear modules named in o (see dsc_model_lora), before
+// dsc_model_reserve. Afterwards dsc_model_describe and dsc_model_param_get list the adapters
+// after the family's tensors, and the passes take params/grads arrays of all of them (grads of
+// frozen tensors NULL). DSC_ERR_CONFIG naming the module and what exists when a name matches
+// nothing; DSC_ERR_UNSUPPORTED when the family takes no adapters.
+dsc_status dsc_model_set_lora(dsc_model *m, const dsc_model_lora *o);
+// The model's adapters (NULL: none), and the base tensor index of adapter tensor i (A or B), or -1.
+const dsc_lora *dsc_model_lora_of(const dsc_model *m);
+int dsc_lora_base_of(const dsc_lora *lo, int i);
+int dsc_lora_rank(const dsc_lora *lo);
+double dsc_lora_scale(const dsc_lora *lo);
+double dsc_lora_alpha(const dsc_lora *lo); // lora_alpha as given
+bool dsc_lora_rslora(const dsc_lora *lo);
+double dsc_lora_dropout(const dsc_lora *lo);
 
 // The host layer loop of the built-in families, for a family of one's own: layer l is hook
 // group 1 + l. Forward runs layer(state, params, l) for l = 0 .. L-1, each between its group's

@@ -11,6 +11,7 @@
 
 #include "base/status.h"     // dsc__fail, DSC_TRY
 #include "model/hf_config.h" // dsc_hf_config_read, dsc_hf_config_respell
+#include "model/lora.h"      // dsc__lora_*
 
 // ---- the registry ----
 
@@ -141,6 +142,8 @@ struct dsc_model {
     dsc_model_info info;
     dsc_model_param *params; // (info.num_tensors)
     bool recompute;          // dsc_model_set_recompute
+    dsc_lora *lora;          // dsc_model_set_lora, or NULL
+    int n_base;              // the family's tensors (info.num_tensors less the adapters)
 };
 
 struct dsc_model_kv {
@@ -168,6 +171,7 @@ dsc_status dsc__model_wrap(dsc_model **out, const struct dsc_model_ops *ops, voi
         return dsc__fail(DSC_ERR_OOM, "model %s: out of memory for its parameter table", spec);
     }
     for (int i = 0; i < m->info.num_tensors; i++) ops->param(cfg, i, &m->params[i]);
+    m->n_base = m->info.num_tensors;
     *out = m;
     return DSC_OK;
 }
@@ -276,6 +280,7 @@ void dsc_model_destroy(dsc_model *m) {
     if (!m) return;
     if (m->state) m->ops->host_destroy(m->state);
     m->ops->config_free(m->cfg);
+    dsc__lora_destroy(m->lora);
     free(m->params);
     free(m);
 }
@@ -290,19 +295,68 @@ const dsc_model_param *dsc_model_param_get(const dsc_model *m, int i) {
 void dsc_model_param_descs(const dsc_model *m, dsc_param_desc *out) {
     for (int i = 0; i < m->info.num_tensors; i++) {
         const dsc_model_param *p = &m->params[i];
-        out[i] = (dsc_param_desc){.name = p->name, .ndim = p->ndim, .group = p->group};
+        out[i] = (dsc_param_desc){.name = p->name, .ndim = p->ndim, .group = p->group,
+                                  .frozen = p->frozen};
         for (int d = 0; d < p->ndim; d++) out[i].shape[d] = p->shape[d];
     }
 }
 
 void dsc_model_init_weights(const dsc_model *m, float *const *params, uint64_t seed) {
     for (int i = 0; i < m->info.num_tensors; i++)
-        m->ops->init(m->cfg, i, params[i], 0, m->params[i].numel, seed);
+        dsc_model_init_tensor(m, i, params[i], 0, m->params[i].numel, seed);
 }
 
 void dsc_model_init_tensor(const dsc_model *m, int i, float *dst, int64_t begin, int64_t count,
                            uint64_t seed) {
+    if (i >= m->n_base) { // an adapter
+        int k = (i - m->n_base) / 2;
+        dsc__lora_init(m->lora, k, (i - m->n_base) % 2 == 1, dst, begin, count, seed);
+        return;
+    }
     m->ops->init(m->cfg, i, dst, begin, count, seed);
+}
+
+// ---- LoRA ----
+
+dsc_status dsc_model_set_lora(dsc_model *m, const dsc_model_lora *o) {
+    if (!m || !o) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_lora: model and options "
+                                   "must be given");
+    if (!m->ops->set_lora)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model %s (family %s) takes no LoRA adapters yet",
+                         m->spec, m->ops->family);
+    if (m->state || m->lora)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_lora: model %s has its activations "
+                         "or adapters already; set LoRA once, before dsc_model_reserve", m->spec);
+    dsc_lora *lo = NULL;
+    dsc_status st = dsc__lora_create(&lo, m->params, m->n_base, m->info.num_groups,
+                                     m->ops->weights_in_out, o, m->spec);
+    if (st != DSC_OK) {
+        dsc__lora_destroy(lo);
+        return st;
+    }
+    int n = m->n_base + 2 * lo->n_adapters;
+    dsc_model_param *ps = realloc(m->params, (size_t)n * sizeof *ps);
+    if (!ps) {
+        dsc__lora_destroy(lo);
+        return dsc__fail(DSC_ERR_OOM, "out of memory for the LoRA tensors");
+    }
+    m->params = ps;
+    for (int i = 0; i < m->n_base; i++) ps[i].frozen = !lo->trainable[i];
+    for (int k = 0; k < lo->n_adapters; k++) {
+        dsc__lora_param(lo, &ps[lo->base[k]], k, false, &ps[m->n_base + 2 * k]);
+        dsc__lora_param(lo, &ps[lo->base[k]], k, true, &ps[m->n_base + 2 * k + 1]);
+        m->info.num_params += ps[m->n_base + 2 * k].numel + ps[m->n_base + 2 * k + 1].numel;
+    }
+    m->info.num_tensors = n;
+    m->lora = lo;
+    m->ops->set_lora(m->cfg, lo);
+    return DSC_OK;
+}
+
+const dsc_lora *dsc_model_lora_of(const dsc_model *m) { return m ? m->lora : NULL; }
+
+void dsc_model_set_training(dsc_model *m, bool on) {
+    if (m && m->lora) m->lora->training = on;
 }
 
 double dsc_model_flops_per_token(const dsc_model *m, int T) {
@@ -330,6 +384,7 @@ dsc_status dsc_model_reserve(dsc_model *m, int B, int T, dsc_mem_pool *pool) {
     if (m->state)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_reserve: model %s has its activations "
                          "already; create another model for another size", m->spec);
+    if (m->lora) DSC_TRY(dsc__lora_reserve(m->lora, (int64_t)B * T));
     return m->ops->host_create(m->cfg, B, T, pool, &m->state);
 }
 
@@ -343,12 +398,17 @@ dsc_status dsc_model_forward_pos(dsc_model *m, float *const *params, const int32
                                  const int32_t *pos, const int32_t *targets, int B, int T,
                                  const dsc_model_hooks *hooks, float *loss) {
     DSC_TRY(need_state(m, "dsc_model_forward"));
+    if (m->lora) {
+        m->lora->params = params, m->lora->grads = NULL;
+        dsc__lora_next_pass(m->lora);
+    }
     return m->ops->forward(m->state, params, inputs, pos, targets, B, T, hooks, loss);
 }
 
 dsc_status dsc_model_backward(dsc_model *m, float *const *params, float *const *grads,
                               float loss_scale, const dsc_model_hooks *hooks) {
     DSC_TRY(need_state(m, "dsc_model_backward"));
+    if (m->lora) m->lora->params = params, m->lora->grads = grads;
     return m->ops->backward(m->state, params, grads, loss_scale, hooks);
 }
 
@@ -622,6 +682,7 @@ size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device)
     if (!m || B < 1 || T < 1) return 0;
     const struct dsc_model_device_ops *d = m->ops->device;
     if (device && d && d->act_bytes) return d->act_bytes(m->cfg, B, T);
-    if (!device && m->ops->act_bytes) return m->ops->act_bytes(m->cfg, B, T);
-    return estimate_act(&m->info, B, T, device);
+    size_t lora = !device && m->lora ? dsc__lora_act_bytes(m->lora, (int64_t)B * T) : 0;
+    if (!device && m->ops->act_bytes) return m->ops->act_bytes(m->cfg, B, T) + lora;
+    return estimate_act(&m->info, B, T, device) + lora;
 }

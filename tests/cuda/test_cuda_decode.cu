@@ -151,7 +151,7 @@ static dsc_gpt2_decode *make_decoder(const dsc_gpt2_config &c, int B, int L, boo
 }
 
 static void test_logits(void) {
-    dsc_gpt2_config c = {2, 2, 128, 1000, 256, false};
+    dsc_gpt2_config c = {2, 2, 128, 1000, 256, false, NULL};
     host_model m = make_model(c, 1234, PERTURBED);
     dsc_gpt2_decode_weights *w = NULL;
     DS(dsc_gpt2_decode_weights_upload(&w, &c, (const float *const *)m.p.data(), NULL));
@@ -326,7 +326,7 @@ static int compare_greedy(const char *what, const std::vector<std::vector<int32_
 }
 
 static void test_greedy(void) {
-    dsc_gpt2_config c = {2, 4, 256, 512, 128, false};
+    dsc_gpt2_config c = {2, 4, 256, 512, 128, false, NULL};
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0, o.max_new_tokens = 40;
     int ties_nc[2] = {0, 0}, ties_cpu[2] = {0, 0}, runs = 0;
@@ -381,7 +381,7 @@ static void test_greedy(void) {
 // ---- (c) sampling ----
 
 static void test_sampling(void) {
-    dsc_gpt2_config c = {2, 4, 256, 512, 128, false};
+    dsc_gpt2_config c = {2, 4, 256, 512, 128, false, NULL};
     host_model m = make_model(c, 21, RANDOM5);
     std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {40, 50, 60, 70, 80, 90, 100}};
     dsc_gen_opts o = dsc_gen_opts_default();

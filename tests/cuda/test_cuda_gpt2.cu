@@ -59,7 +59,7 @@ static const char *nm(const char *name, bool f16) {
 
 // masked: two targets in three are ignored (-1), as a loss mask leaves prompt tokens out.
 static void run_compare(bool fused, bool f16, bool masked) {
-    dsc_gpt2_config c = {2, 2, 128, 1000, 64, false}; // n_layer, n_head, n_embd, vocab, max_seq_len, recompute
+    dsc_gpt2_config c = {2, 2, 128, 1000, 64, false, NULL}; // shape, recompute, lora
     int B = 3, T = 48, BT = B * T;
     flat f(c);
     std::vector<float> params(f.total, 0.0f);

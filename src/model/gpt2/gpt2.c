@@ -328,6 +328,7 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
 static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what,
                                 const dsc_gpt2_hooks *hooks) {
     int n = dsc_gpt2_num_tensors(&m->c);
+    if (m->c.lora && !strcmp(what, "grads")) n = 0; // frozen tensors have none (LoRA)
     return dsc__model_check_tensors(&dsc__gpt2_model_ops, &m->c, n, t, what, hooks);
 }
 
@@ -353,19 +354,25 @@ static void layer_forward(void *state, float *const *params, int l) {
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(l, 0);
     float *ln = m->ln_out, *gelu = m->d4;
+    const dsc_lora *lo = m->c.lora;
+    int first = layer_tensor(l, 0);
     double t0 = dsc__model_lap_start(m->times);
     dsc__gpt2_layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W], p[K_LN1B], BT, C);
     dsc__model_lap(m->times, &t0, 1 + 4 * l);
     dsc__gpt2_matmul_forward(a.qkv, ln, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C);
+    dsc_lora_forward(lo, first + K_ATTW, a.qkv, 3 * C, ln, C, BT);
     dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->att_slots, B, T, C,
                                 NH);
     dsc__gpt2_matmul_forward(a.res2, a.atty, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C);
+    dsc_lora_forward(lo, first + K_APROJW, a.res2, C, a.atty, C, BT);
     dsc__model_lap(m->times, &t0, 2 + 4 * l);
     dsc__gpt2_layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B], BT, C);
     dsc__model_lap(m->times, &t0, 3 + 4 * l);
     dsc__gpt2_matmul_forward(a.fch, ln, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C);
+    dsc_lora_forward(lo, first + K_FCW, a.fch, 4 * C, ln, C, BT);
     dsc__gpt2_gelu_forward(gelu, a.fch, BT * 4 * C);
     dsc__gpt2_matmul_forward(a.res_out, gelu, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C, C);
+    dsc_lora_forward(lo, first + K_MPROJW, a.res_out, C, gelu, 4 * C, BT);
     dsc__model_lap(m->times, &t0, 4 + 4 * l);
 }
 
@@ -461,18 +468,25 @@ static void layer_backward(void *state, float *const *params, float *const *grad
     float *const *p = params + layer_tensor(l, 0);
     float *const *g = grads + layer_tensor(l, 0);
     float *dres = m->dres, *d1 = m->d1, *d4 = m->d4, *ln = m->ln_out;
+    const dsc_lora *lo = m->c.lora;
+    int first = layer_tensor(l, 0);
     dsc__gpt2_gelu_forward(d4, a.fch, BT * 4 * C); // recomputed; then overwritten by its gradient
+    dsc_lora_backward_weights(lo, first + K_MPROJW, dres, C, d4, 4 * C, BT); // d4 still the input
     dsc__gpt2_matmul_backward(d4, g[K_MPROJW], g[K_MPROJB], dres, d4, p[K_MPROJW], BT, 4 * C, C);
+    dsc_lora_backward_input(lo, first + K_MPROJW, d4, 4 * C, BT);
     dsc__gpt2_gelu_backward(d4, d4, a.fch, BT * 4 * C);
     dsc__gpt2_layernorm_apply(ln, a.res2, a.ln2_mean, a.ln2_rstd, p[K_LN2W], p[K_LN2B], BT, C);
     dsc__gpt2_matmul_backward(d1, g[K_FCW], g[K_FCB], d4, ln, p[K_FCW], BT, C, 4 * C);
+    dsc_lora_backward(lo, first + K_FCW, d1, C, d4, 4 * C, ln, C, BT);
     dsc__gpt2_layernorm_backward(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, d1, a.res2, p[K_LN2W],
                                  a.ln2_mean, a.ln2_rstd, BT, C);
     dsc__gpt2_matmul_backward(d1, g[K_APROJW], g[K_APROJB], dres, a.atty, p[K_APROJW], BT, C, C);
+    dsc_lora_backward(lo, first + K_APROJW, d1, C, dres, C, a.atty, C, BT);
     dsc__gpt2_attention_backward(d4, d1, a.qkv, a.att_stats, m->att_scratch, m->att_slots, B, T,
                                  C, NH);
     dsc__gpt2_layernorm_apply(ln, a.res_in, a.ln1_mean, a.ln1_rstd, p[K_LN1W], p[K_LN1B], BT, C);
     dsc__gpt2_matmul_backward(d1, g[K_ATTW], g[K_ATTB], d4, ln, p[K_ATTW], BT, C, 3 * C);
+    dsc_lora_backward(lo, first + K_ATTW, d1, C, d4, 3 * C, ln, C, BT);
     dsc__gpt2_layernorm_backward(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, d1, a.res_in,
                                  p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C);
 }
@@ -486,7 +500,8 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
     dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
+    if (grads[0]) // NULL: frozen (LoRA)
+        dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));

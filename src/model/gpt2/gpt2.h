@@ -25,6 +25,7 @@ typedef struct dsc_gpt2_config {
     int n_layer, n_head, n_embd, vocab_size, max_seq_len;
     bool recompute; // activation checkpointing: keep each layer's input only, recompute the rest
                     // in the backward (not a shape: the weights and the math are the same)
+    const struct dsc_lora *lora; // LoRA adapters (dsc_model_set_lora; borrowed), or NULL
 } dsc_gpt2_config;
 
 // spec: "gpt2-124M" (12 layers, 12 heads, 768 channels), "gpt2-350M" (24, 16, 1024), "gpt2-774M"

@@ -62,7 +62,8 @@ void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, cons
 
 void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                const float *inp, const float *w, int64_t N, int IC, int OC) {
-    dsc__model_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dw) // NULL: a frozen weight (LoRA)
+        dsc__model_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     dsc__model_sgemm(0, 1, (int)N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
     if (dbias) dsc__model_colsum(dbias, dout, N, OC, OC);
 }
@@ -150,6 +151,7 @@ void dsc__gpt2_layernorm_backward(float *dinp, float *dw, float *db, float *scra
             ln_bwd_row(dinp + (size_t)r * C, pw, pb, dout + (size_t)r * C, inp + (size_t)r * C, w,
                        mean[r], rstd[r], C);
     }
+    if (!dw || !db) return; // frozen (LoRA)
 #pragma omp parallel for schedule(dynamic, 64)
     for (int c = 0; c < C; c++) {
         float sw = 0.0f, sb = 0.0f;
@@ -307,7 +309,8 @@ void dsc__gpt2_encoder_forward(float *out, const int32_t *inputs, const int32_t 
 
 void dsc__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                 const int32_t *inputs, const int32_t *pos, int B, int T, int C) {
-    dsc__model_scatter_rows(dwte, dout, inputs, (int64_t)B * T, C);
+    if (dwte) dsc__model_scatter_rows(dwte, dout, inputs, (int64_t)B * T, C); // NULL: frozen
+    if (!dwpe) return;
     if (pos) { // each wpe row still sums its positions in (b, t) order, as below
         dsc__model_scatter_rows(dwpe, dout, pos, (int64_t)B * T, C);
         return;

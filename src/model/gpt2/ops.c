@@ -159,6 +159,7 @@ static size_t act_bytes(const void *cfg, int B, int T) {
 }
 
 static void set_recompute(void *cfg, bool on) { ((dsc_gpt2_config *)cfg)->recompute = on; }
+static void set_lora(void *cfg, const dsc_lora *lora) { ((dsc_gpt2_config *)cfg)->lora = lora; }
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
@@ -263,4 +264,6 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .hf_config = hf_config,
     .act_bytes = act_bytes,
     .set_recompute = set_recompute,
+    .set_lora = set_lora,
+    .weights_in_out = true, // Conv1D: (in, out)
 };

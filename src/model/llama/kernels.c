@@ -40,7 +40,8 @@ void dsc__llama_linear_forward(float *out, int ldo, const float *inp, int ldi, c
 void dsc__llama_linear_backward(float *dinp, int accumulate, float *dw, float *dbias,
                                 const float *dout, int ldd, const float *inp, int ldi,
                                 const float *w, int64_t N, int IN, int OUT) {
-    dsc__model_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
+    if (dw) // NULL: a frozen weight (LoRA)
+        dsc__model_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
     if (dbias) dsc__model_colsum(dbias, dout, N, OUT, ldd);
     dsc__model_sgemm(0, 0, (int)N, IN, OUT, 1.0f, dout, ldd, w, IN, accumulate ? 1.0f : 0.0f,
                     dinp, IN);
@@ -115,6 +116,7 @@ void dsc__llama_rmsnorm_backward(float *dinp, float *dw, float *scratch, const f
             rms_bwd_row(dinp + (size_t)r * C, pw, dout + (size_t)r * C, inp + (size_t)r * C, w,
                         rstd[r], C);
     }
+    if (!dw) return; // a frozen weight (LoRA)
 #pragma omp parallel for schedule(dynamic, 64)
     for (int c = 0; c < C; c++) {
         float sw = 0.0f;
@@ -179,6 +181,7 @@ void dsc__llama_head_norm_backward(float *dx, int ld, float *dwq, float *dwk, fl
                              raw + ((size_t)r * nh + (size_t)h) * hd, h < nq ? wq : wk,
                              rstd[r * nh + h], hd);
     }
+    if (!dwq || !dwk) return; // frozen weights (LoRA)
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < 2 * hd; c++) {
         float sw = 0.0f;

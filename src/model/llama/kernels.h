@@ -29,7 +29,8 @@ void dsc__llama_rmsnorm_forward(float *out, float *rstd, const float *inp, const
 // The forward's out again from rstd (bitwise the same), for backward.
 void dsc__llama_rmsnorm_apply(float *out, const float *inp, const float *rstd, const float *w,
                               int64_t N, int C);
-// dinp (N, C) += gradient through the norm (it sits on the residual stream); dw (C) +=.
+// dinp (N, C) += gradient through the norm (it sits on the residual stream); dw (C) += (NULL:
+// frozen, not computed).
 // scratch: dsc__llama_rmsnorm_scratch(N, C) floats.
 void dsc__llama_rmsnorm_backward(float *dinp, float *dw, float *scratch, const float *dout,
                                  const float *inp, const float *w, const float *rstd, int64_t N,

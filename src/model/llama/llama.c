@@ -358,6 +358,7 @@ void dsc_llama_set_timing(dsc_llama *m, double *times) {
 typedef struct layer_acts {
     float *res_in, *rms1, *qkv, *qk_raw, *qk_rstd, *atty, *att_stats, *res2, *rms2, *gate, *up;
     float *res_out;
+    int first; // the layer's first tensor (LoRA finds its adapters by tensor index)
 } layer_acts;
 
 // The residual stream is kept for every layer; the rest lives in the layer's block, shared by
@@ -380,6 +381,7 @@ static layer_acts acts_of(const dsc_llama *m, int l) {
         .gate = m->gate + L * R * I,
         .up = m->up + L * R * I,
         .res_out = m->res + ((size_t)l + 1) * R * C,
+        .first = layer_tensor(&m->c, l, 0),
     };
     return a;
 }
@@ -487,6 +489,7 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
 static dsc_status check_tensors(const dsc_llama *m, float *const *t, const char *what,
                                 const dsc_llama_hooks *hooks) {
     int n = dsc_llama_num_tensors(&m->c);
+    if (m->c.lora && !strcmp(what, "grads")) n = 0; // frozen tensors have none (LoRA)
     return dsc__model_check_tensors(&dsc__llama_model_ops, &m->c, n, t, what, hooks);
 }
 
@@ -524,6 +527,11 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
     dsc__llama_linear_forward(a->qkv + Q, ld, ln, C, p[kind_pos(c, K_KW)], bk, NULL, BT, C, KV);
     dsc__llama_linear_forward(a->qkv + Q + KV, ld, ln, C, p[kind_pos(c, K_VW)], bv, NULL, BT, C,
                               KV);
+    if (c->lora) {
+        dsc_lora_forward(c->lora, a->first + kind_pos(c, K_QW), a->qkv, ld, ln, C, BT);
+        dsc_lora_forward(c->lora, a->first + kind_pos(c, K_KW), a->qkv + Q, ld, ln, C, BT);
+        dsc_lora_forward(c->lora, a->first + kind_pos(c, K_VW), a->qkv + Q + KV, ld, ln, C, BT);
+    }
     if (c->qk_norm)
         dsc__llama_head_norm_forward(a->qkv, ld, a->qk_raw, a->qk_rstd, p[kind_pos(c, K_QN)],
                                      p[kind_pos(c, K_KN)], c->rms_eps, BT, c->n_head,
@@ -534,6 +542,7 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
                                  T, c->n_head, c->n_kv_head, hd);
     dsc__llama_linear_forward(a->res2, C, a->atty, Q, p[kind_pos(c, K_OW)], NULL, a->res_in, BT,
                               Q, C);
+    dsc_lora_forward(c->lora, a->first + kind_pos(c, K_OW), a->res2, C, a->atty, Q, BT);
 }
 
 static void layer_forward(void *state, float *const *params, int l) {
@@ -553,9 +562,12 @@ static void layer_forward(void *state, float *const *params, int l) {
     dsc__model_lap(m->times, &t0, 3 + 4 * l);
     dsc__llama_linear_forward(a.gate, I, ln, C, p[kind_pos(c, K_GATE)], NULL, NULL, BT, C, I);
     dsc__llama_linear_forward(a.up, I, ln, C, p[kind_pos(c, K_UP)], NULL, NULL, BT, C, I);
+    dsc_lora_forward(c->lora, a.first + kind_pos(c, K_GATE), a.gate, I, ln, C, BT);
+    dsc_lora_forward(c->lora, a.first + kind_pos(c, K_UP), a.up, I, ln, C, BT);
     dsc__llama_swiglu_forward(m->hI, a.gate, a.up, BT * I);
     dsc__llama_linear_forward(a.res_out, C, m->hI, I, p[kind_pos(c, K_DOWN)], NULL, a.res2, BT, I,
                               C);
+    dsc_lora_forward(c->lora, a.first + kind_pos(c, K_DOWN), a.res_out, C, m->hI, I, BT);
     dsc__model_lap(m->times, &t0, 4 + 4 * l);
 }
 
@@ -643,14 +655,20 @@ static void mlp_backward(dsc_llama *m, float *const *p, float *const *g, const l
     float *hI = m->hI, *dI = m->dI, *ln = m->ln_out;
     dsc__llama_swiglu_forward(hI, a->gate, a->up, BT * I); // recomputed
     // dW_down += dres^T h first, then h is overwritten by its own gradient dres @ W_down.
-    dsc__model_sgemm(1, 0, C, I, (int)BT, 1.0f, m->dres, C, hI, I, 1.0f, g[kind_pos(c, K_DOWN)], I);
+    if (g[kind_pos(c, K_DOWN)])
+        dsc__model_sgemm(1, 0, C, I, (int)BT, 1.0f, m->dres, C, hI, I, 1.0f,
+                         g[kind_pos(c, K_DOWN)], I);
+    dsc_lora_backward_weights(c->lora, a->first + kind_pos(c, K_DOWN), m->dres, C, hI, I, BT);
     dsc__model_sgemm(0, 0, (int)BT, I, C, 1.0f, m->dres, C, p[kind_pos(c, K_DOWN)], I, 0.0f, hI, I);
+    dsc_lora_backward_input(c->lora, a->first + kind_pos(c, K_DOWN), hI, I, BT);
     dsc__llama_swiglu_backward(hI, dI, hI, a->gate, a->up, BT * I); // hI: dgate, dI: dup
     dsc__llama_rmsnorm_apply(ln, a->res2, a->rms2, p[kind_pos(c, K_LN2)], BT, C);
     dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_GATE)], NULL, hI, I, ln, C,
                                p[kind_pos(c, K_GATE)], BT, C, I);
+    dsc_lora_backward(c->lora, a->first + kind_pos(c, K_GATE), m->d1, C, hI, I, ln, C, BT);
     dsc__llama_linear_backward(m->d1, 1, g[kind_pos(c, K_UP)], NULL, dI, I, ln, C,
                                p[kind_pos(c, K_UP)], BT, C, I);
+    dsc_lora_backward(c->lora, a->first + kind_pos(c, K_UP), m->d1, C, dI, I, ln, C, BT);
     dsc__llama_rmsnorm_backward(m->dres, g[kind_pos(c, K_LN2)], m->norm_scratch, m->d1, a->res2,
                                 p[kind_pos(c, K_LN2)], a->rms2, BT, C);
 }
@@ -665,6 +683,7 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
     float *ln = m->ln_out, *dqkv = m->dqkv;
     dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_OW)], NULL, m->dres, C, a->atty, Q,
                                p[kind_pos(c, K_OW)], BT, Q, C);
+    dsc_lora_backward(c->lora, a->first + kind_pos(c, K_OW), m->d1, Q, m->dres, C, a->atty, Q, BT);
     dsc__llama_attention_backward(dqkv, m->d1, a->qkv, a->att_stats, m->att_scratch,
                                   m->att_slots, B, T, c->n_head, c->n_kv_head, hd);
     dsc__llama_rope_pos(dqkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
@@ -677,10 +696,13 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
     dsc__llama_rmsnorm_apply(ln, a->res_in, a->rms1, p[kind_pos(c, K_LN1)], BT, C);
     static const int w[3] = {K_QW, K_KW, K_VW}, b[3] = {K_QB, K_KB, K_VB};
     const int off[3] = {0, Q, Q + KV}, width[3] = {Q, KV, KV};
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < 3; j++) {
         dsc__llama_linear_backward(m->d1, j > 0, g[kind_pos(c, w[j])],
                                    c->qkv_bias ? g[kind_pos(c, b[j])] : NULL, dqkv + off[j], ld,
                                    ln, C, p[kind_pos(c, w[j])], BT, C, width[j]);
+        dsc_lora_backward(c->lora, a->first + kind_pos(c, w[j]), m->d1, C, dqkv + off[j], ld, ln,
+                          C, BT);
+    }
     dsc__llama_rmsnorm_backward(m->dres, g[kind_pos(c, K_LN1)], m->norm_scratch, m->d1, a->res_in,
                                 p[kind_pos(c, K_LN1)], a->rms1, BT, C);
 }
@@ -714,7 +736,8 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
     float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
-    dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
+    if (grads[head]) // NULL: frozen (LoRA)
+        dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
     dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
     if (m->c.tied) {
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
@@ -741,7 +764,9 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    dsc__llama_embed_backward(grads[0], m->dres, m->tokens, (int64_t)m->B * m->T, m->c.hidden);
+    if (grads[0]) // NULL: frozen (LoRA)
+        dsc__llama_embed_backward(grads[0], m->dres, m->tokens, (int64_t)m->B * m->T,
+                                  m->c.hidden);
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     return call_hook(hooks, HOOK_GRADS_READY, 0);
 }

@@ -51,6 +51,7 @@ typedef struct dsc_llama_config {
     int qk_norm;  // per-head RMSNorm of q and k before the rotation (Qwen3), eps rms_eps
     int recompute; // activation checkpointing: keep each layer's input only, recompute the rest
                    // in the backward (not a shape: the weights and the math are the same)
+    const struct dsc_lora *lora; // LoRA adapters (dsc_model_set_lora; borrowed), or NULL
 } dsc_llama_config;
 
 // spec: a published shape - "smollm2-135M", "smollm2-360M", "llama-3.2-1B", "llama-3.2-3B",
