@@ -35,7 +35,8 @@ if [ -z "$OM" ]; then
         -o "$T/own_model_cuda.o" &&
         cc -std=c11 -O2 -Wall -Wextra -Werror -DOWN_MODEL_CUDA -o "$T/own_model" "$E/own_model.c" \
             "$T/own_model_cuda.o" $(pkg-config --cflags dsc) -Wl,--as-needed \
-            "$T/p/lib/libdsc.a" $(pkg-config --static --libs dsc) -lcublas -lm ||
+            "$T/p/lib/libdsc.a" $(pkg-config --static --libs dsc) -lcublas -lm \
+            -Wl,-rpath,"$T/p/lib" || # pkg-config's -ldsc may pick the install's shared library
         { echo "FAIL: the CUDA build of examples/own_model"; exit 1; }
     OM=$T/own_model
 fi
