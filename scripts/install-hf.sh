@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install Hugging Face transformers 4.44.2 (with tokenizers and safetensors) into a private venv:
 # the oracle of the model tests that compare against LlamaForCausalLM, Qwen2ForCausalLM and the
-# tokenizers, and (with jinja2) of the chat-template tests (apply_chat_template).
+# tokenizers, and (with jinja2) of the chat-template tests (apply_chat_template); with PEFT 0.12.0
+# (and accelerate, psutil), the oracle of the LoRA tests.
 #
 # The venv is made from Debian's python3 with --system-site-packages so that it sees Debian's
 # python3-torch (1.13, CPU) and numpy. Every package is pinned, dependencies included, and
@@ -18,7 +19,8 @@ py=$venv/bin/python
 PINS=(transformers==4.44.2 tokenizers==0.19.1 safetensors==0.4.5 huggingface-hub==0.24.6
       filelock==3.15.4 fsspec==2024.6.1 packaging==24.1 pyyaml==6.0.2 regex==2024.7.24
       requests==2.32.3 tqdm==4.66.5 typing-extensions==4.12.2 idna==3.8 certifi==2024.8.30
-      urllib3==2.2.2 charset-normalizer==3.3.2 jinja2==3.1.4 MarkupSafe==2.1.5)
+      urllib3==2.2.2 charset-normalizer==3.3.2 jinja2==3.1.4 MarkupSafe==2.1.5
+      peft==0.12.0 accelerate==0.33.0 psutil==6.0.0)
 # The stamp names the exact set, so that a change of pins reinstalls.
 stamp=$venv/.dsc-hf-$(echo "${PINS[*]}" | cksum | cut -d' ' -f1)
 
@@ -45,7 +47,7 @@ echo "dsc: installing transformers and its pinned dependencies into $venv" >&2
   skip "pip could not install ${PINS[*]} (no network?); see $log"
 "$py" -c 'import transformers, tokenizers, safetensors
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM
-import jinja2' >>"$log" 2>&1 ||
+import jinja2, peft' >>"$log" 2>&1 ||
   skip "transformers installed but does not import; see $log"
 touch "$stamp"
 echo "$py"

@@ -8,6 +8,7 @@
 #include <time.h>     // localtime, strftime
 
 #include "cli/args.h"       // cli_parse
+#include "cli/ckpt_lora.h"  // cli_export_peft, cli_export_merged, cli_ckpt_is_lora
 #include "dsc/base.h"       // dsc_mkdirs, dsc_now
 #include "dsc/checkpoint.h" // dsc_ckpt_*
 
@@ -271,10 +272,13 @@ static int export_deepspeed(const char *dir, const char *tag, const char *out, c
 
 static int ckpt_export(int argc, char **argv) {
     const char *out = NULL, *hf = NULL, *dtype = "fp32", *shard = "5GB", *hf_config = NULL;
+    const char *peft = NULL;
     const cli_flag flags[] = {
         {"--out", "FILE", "one safetensors file with every weight", &out, NULL},
         {"--hf", "DIR", "a Hugging Face model folder (config.json, sharded safetensors with "
                         "the index, generation_config.json, the run's tokenizer files)", &hf, NULL},
+        {"--peft", "DIR", "a LoRA run's adapters as PEFT saves them (adapter_config.json, "
+                          "adapter_model.safetensors), for PeftModel.from_pretrained", &peft, NULL},
         {"--shard-size", "SIZE", "with --hf: the largest shard (default 5GB; MB, GB, MiB, GiB "
                                  "or bytes)", &shard, NULL},
         {"--dtype", "fp32|bf16", "tensor type of the weights (default fp32)", &dtype, NULL},
@@ -284,22 +288,25 @@ static int ckpt_export(int argc, char **argv) {
                                "Hugging Face Trainer keeps them)", &hf_config, NULL},
     };
     const cli_verb v = {"ckpt export",
-                        "dsc ckpt export DIR[/TAG] (--out FILE | --hf DIR) [--shard-size SIZE] "
+                        "dsc ckpt export DIR[/TAG] (--out FILE | --hf DIR | --peft DIR) "
+                        "[--shard-size SIZE] "
                         "[--dtype fp32|bf16] [--hf-config DIR]",
                         "Write the checkpoint's weights (DIR alone: the latest checkpoint) under "
                         "their Hugging Face names, whatever the world size and ZeRO stage it was "
                         "saved with: as one safetensors file (--out), or as a folder that "
                         "transformers' from_pretrained loads (--hf), written one tensor at a "
-                        "time. DIR may be a DeepSpeed checkpoint (its fp32 master weights).",
-                        flags, 5, 1, 1};
+                        "time. DIR may be a DeepSpeed checkpoint (its fp32 master weights). A "
+                        "LoRA run's checkpoint: --peft writes its adapters, --hf the base model "
+                        "with the adapters merged in.",
+                        flags, 6, 1, 1};
     char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has;
     uint64_t shard_bytes = 0;
     int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!out == !hf) {
-        fprintf(stderr, "dsc ckpt export: give --out FILE (one safetensors file) or --hf DIR (a "
-                        "Hugging Face folder)\n");
+    if ((out != NULL) + (hf != NULL) + (peft != NULL) != 1) {
+        fprintf(stderr, "dsc ckpt export: give --out FILE (one safetensors file), --hf DIR (a "
+                        "Hugging Face folder) or --peft DIR (a LoRA run's adapters), one of them\n");
         return 2;
     }
     if (!parse_size(shard, &shard_bytes)) {
@@ -318,6 +325,17 @@ static int ckpt_export(int argc, char **argv) {
         fprintf(stderr, "dsc ckpt export: --hf-config is for DeepSpeed checkpoints; dsc's carry "
                         "their model's config.json\n");
         return 2;
+    }
+    if (peft || (hf && cli_ckpt_is_lora(dir, has ? tag : NULL))) {
+        dsc_status st = peft ? cli_export_peft(dir, has ? tag : NULL, peft)
+                             : cli_export_merged(dir, has ? tag : NULL, hf, dtype, shard_bytes);
+        if (st != DSC_OK) {
+            fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
+            return 1;
+        }
+        printf("wrote %s (%s)\n", peft ? peft : hf, peft ? "LoRA adapters, as PEFT saves them"
+                                                        : "the base model with the adapters merged");
+        return 0;
     }
     if (hf) {
         if (dsc_ckpt_export_hf(dir, has ? tag : NULL, hf, dtype, shard_bytes) != DSC_OK) {
@@ -344,6 +362,7 @@ static void usage(FILE *f) {
                "  export DIR[/TAG] --out FILE [--dtype fp32|bf16]\n"
                "                                        one safetensors file, Hugging Face names\n"
                "  export DIR[/TAG] --hf DIR [--shard-size SIZE] [--dtype fp32|bf16]\n"
+               "  export DIR[/TAG] --peft DIR                   a LoRA run's adapters\n"
                "                                        a Hugging Face model folder\n"
                "  (DIR may be a DeepSpeed checkpoint; --hf-config DIR names its model's folder)\n"
                "DIR alone means the checkpoint `latest` names.\n");

@@ -2,15 +2,17 @@
 // prompts from the command line or a file (one per line, generated as one batch), text out. The
 // generation itself runs on the CPU (dsc_generate_run) or on a CUDA device
 // (dsc_generate_run_cuda): this file only picks one.
-#include <errno.h>  // errno
-#include <stdio.h>  // printf, fopen
-#include <stdlib.h> // calloc, free
-#include <string.h> // strcmp, strstr, strerror
+#include <errno.h>   // errno
+#include <jansson.h> // json_* (a LoRA checkpoint's adapter_config.json)
+#include <stdio.h>   // printf, fopen
+#include <stdlib.h>  // calloc, free
+#include <string.h>  // strcmp, strstr, strerror
 #ifdef _OPENMP
 #include <omp.h> // omp_set_num_threads
 #endif
 
 #include "cli/args.h"        // cli_parse, cli_int, cli_double
+#include "cli/ckpt_lora.h"   // cli_merge_peft, cli_merge_ckpt
 #include "cli/commands.h"    // cmd_generate
 #include "dsc/base.h"        // dsc_fopen_regular
 #include "dsc/checkpoint.h"  // dsc_ckpt_*
@@ -24,6 +26,7 @@
 typedef struct gen_cli {
     const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer;
     const char *trace, *chat_template;
+    const char *adapter; // --adapter: a PEFT (LoRA) folder merged into the weights, or NULL
     long long max_new, top_k, seed, heads, tp, threads;
     double temperature, top_p;
     bool no_cache, chat;
@@ -156,6 +159,26 @@ static dsc_status load_checkpoint_hf(weights *w, dsc_ckpt *ck, const char *cfg_p
     return DSC_OK;
 }
 
+// A LoRA run's checkpoint holds its adapters: the base model its adapter_config.json names, with
+// the adapters merged in.
+static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *adapter_config) {
+    json_t *j = json_load_file(adapter_config, 0, NULL);
+    const char *base = json_string_value(json_object_get(j, "base_model_name_or_path"));
+    char spec[4200];
+    snprintf(spec, sizeof spec, "hf:%s", base ? base : "");
+    json_decref(j);
+    if (!base)
+        return dsc_fail(DSC_ERR_CORRUPT, "%s names no base model (base_model_name_or_path)",
+                        adapter_config);
+    dsc_status st = load_hf(w, spec);
+    if (st != DSC_OK) {
+        char why[2048];
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        return dsc_fail(st, "a LoRA checkpoint reads its base model: %s", why);
+    }
+    return cli_merge_ckpt(w->model, w->full, ck, adapter_config);
+}
+
 static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     char dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has_tag;
@@ -166,7 +189,13 @@ static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     dsc_ckpt_get_info(ck, &info);
     // The checkpoint's own folder holds its attached files (the run's tokenizer among them).
     snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
-    char cfg_path[4200];
+    char cfg_path[4200], ad_path[4200];
+    if (dsc_ckpt_attachment_path(ck, "adapter_config.json", ad_path, sizeof ad_path)) {
+        dsc_status st = load_lora_checkpoint(w, ck, ad_path);
+        snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
+        dsc_ckpt_close(ck);
+        return st;
+    }
     if (dsc_ckpt_attachment_path(ck, "config.json", cfg_path, sizeof cfg_path)) {
         dsc_status st = load_checkpoint_hf(w, ck, cfg_path);
         dsc_ckpt_close(ck);
@@ -445,6 +474,7 @@ static dsc_status generate(const gen_cli *o) {
         DSC_TRY_GOTO(load_hf(&w, o->model), st, done);
     else
         DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads), st, done);
+    if (o->adapter) DSC_TRY_GOTO(cli_merge_peft(w.model, w.full, o->adapter), st, done);
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
     DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
     if (o->chat) DSC_TRY_GOTO(chat_prompts(o, tok, &ps, &tpl), st, done);
@@ -531,6 +561,9 @@ int cmd_generate(int argc, char **argv) {
          &o.weights, NULL},
         {"--model", "hf:DIR", "a Hugging Face model folder: config.json and its weights "
          "(model.safetensors or shards with model.safetensors.index.json)", &o.model, NULL},
+        {"--adapter", "DIR", "a LoRA adapter folder as PEFT saves it (adapter_config.json, "
+         "adapter_model.safetensors), merged into the weights before generating", &o.adapter,
+         NULL},
         {"--prompt", "TEXT", "the prompt", &o.prompt, NULL},
         {"--prompt-file", "FILE", "prompts, one per line, generated as one batch", &o.prompt_file,
          NULL},

@@ -20,6 +20,7 @@ int cmd_train(int argc, char **argv) {
         {"--out", "RUN_DIR", "where metrics.jsonl goes (default runs/<time>)", &o.out, NULL},
         {"--eval-every", "N", "validation loss every N steps, 0 = only at the end (default 50)", &every, NULL},
         {"--eval-batches", "N", "micro-batches per validation, at least 1 (default 8)", &batches, NULL},
+        {"--init-adapter", "DIR", "LoRA: start the adapters from a folder PEFT's save_pretrained wrote (adapter_config.json, adapter_model.safetensors); without a lora section in the config its adapter_config.json gives r, lora_alpha and target_modules", &o.init_adapter, NULL},
         {"--init-weights", "PATH", "start from these weights: a safetensors file, a Hugging Face folder or its model.safetensors.index.json (Hugging Face names), a DeepSpeed checkpoint directory (its fp32 master weights), or none (default: the folder of --model hf:DIR, else the model's initialiser)", &o.init_weights, NULL},
         {"--dump-grads", "FILE", "write the first step's gradients, inputs, targets and loss (safetensors)", &o.dump_grads, NULL},
         {"--dump-weights", "FILE", "write the final fp32 weights (safetensors, Hugging Face names)", &o.dump_weights, NULL},

@@ -18,6 +18,7 @@
 #include <omp.h> // omp_*
 #endif
 
+#include "cli/lora.h"        // cli_lora, cli_peft_name
 #include "cli/train_obs.h"   // obs_*, train_times
 #include "dsc/base.h"        // dsc_env, dsc_mkdirs, dsc_now
 #include "dsc/checkpoint.h"  // dsc_checkpointing_*, dsc_save_checkpoint
@@ -219,6 +220,15 @@ static const char *default_config(const train_opts *o, char *buf, size_t cap) {
     return buf;
 }
 
+// A LoRA run's files name tensors as PEFT's adapter file does.
+static dsc_status lora_names(trainer *t) {
+    int n = dsc_model_describe(t->model)->num_tensors;
+    t->peft_names = calloc((size_t)n, sizeof *t->peft_names);
+    if (!t->peft_names) return dsc_fail(DSC_ERR_OOM, "out of memory for the tensor names");
+    for (int i = 0; i < n; i++) cli_peft_name(t->model, i, t->peft_names[i], sizeof t->peft_names[i]);
+    return DSC_OK;
+}
+
 // The memory plan, before the engine allocates anything: the run is refused here, with the
 // numbers and the settings that would fit, when it would not fit this machine. The config is
 // read here, once, with its warnings; the engine gets the parsed copy (a config given as a pipe,
@@ -232,6 +242,11 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     if (st != DSC_OK) return st;
     DSC_TRY(cli_plan_device_ok(cfg, cuda));
     DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
+    const char *rank = getenv("RANK"); // the engine is not made yet: each rank its own masks
+    st = cli_lora(t->model, cfg, cuda, t->o->init_adapter,
+                  (uint64_t)t->o->seed * 1000003u + (rank ? strtoull(rank, NULL, 10) : 0));
+    if (st != DSC_OK) return st;
+    if (dsc_model_lora_of(t->model)) DSC_TRY(lora_names(t));
     cli_plan_opts po = {.model = t->model, .cfg = cfg, .world = world, .seq_len = t->T,
                         .device = cuda, .init_in_place = weights_path(t) != NULL,
                         .checkpoints = t->o->save_dir || dsc__train_ckpt_key(cfg),
@@ -271,6 +286,7 @@ typedef struct weight_source {
     trainer *t;
     const char *what; // the path, for messages
     dsc_hf_weights *file;
+    dsc_hf_weights *adapter; // --init-adapter's adapter_model.safetensors, or NULL
 } weight_source;
 
 // The file's name for tensor i: its own, or with GPT2LMHeadModel's "transformer." prefix.
@@ -292,8 +308,37 @@ static dsc_status find_tensor(weight_source *w, const dsc_model_param *p, char *
     return DSC_OK;
 }
 
+// A LoRA adapter's tensor: from --init-adapter's file (PEFT's names), else as PEFT initialises.
+static dsc_status fill_adapter(trainer *t, dsc_hf_weights *adapter, int i, int64_t begin,
+                               int64_t count, float *dst) {
+    if (!adapter) {
+        dsc_model_init_tensor(t->model, i, dst, begin, count, (uint64_t)t->o->seed);
+        return DSC_OK;
+    }
+    const char *name = t->peft_names[i];
+    if (!dsc_hf_weights_has(adapter, name))
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--init-adapter %s: tensor %s is missing (the adapter "
+                        "was made for another model or other target_modules)", t->o->init_adapter,
+                        name);
+    dsc_hf_tensor x;
+    DSC_TRY(dsc_hf_weights_info(adapter, name, &x));
+    const dsc_model_param *p = dsc_model_param_get(t->model, i);
+    if (x.ndim != 2 || x.shape[0] != p->shape[0] || x.shape[1] != p->shape[1])
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--init-adapter %s: tensor %s is %lld x %lld, the "
+                        "model's is %lld x %lld (another r or another base model)",
+                        t->o->init_adapter, name, (long long)x.shape[0],
+                        (long long)(x.ndim > 1 ? x.shape[1] : 0), (long long)p->shape[0],
+                        (long long)p->shape[1]);
+    return dsc_hf_weights_read(adapter, name, begin, count, dst);
+}
+
 static dsc_status fill_weights(void *user, int i, int64_t begin, int64_t count, float *dst) {
     weight_source *w = user;
+    if (dsc_lora_base_of(dsc_model_lora_of(w->t->model), i) >= 0)
+        return fill_adapter(w->t, w->adapter, i, begin, count, dst);
+    if (w->adapter && w->t->peft_names && !dsc_model_param_get(w->t->model, i)->frozen &&
+        dsc_hf_weights_has(w->adapter, w->t->peft_names[i])) // modules_to_save, as saved
+        return dsc_hf_weights_read(w->adapter, w->t->peft_names[i], begin, count, dst);
     char name[DSC_PARAM_NAME_MAX + 16];
     DSC_TRY(find_tensor(w, dsc_model_param_get(w->t->model, i), name, sizeof name));
     return dsc_hf_weights_read(w->file, name, begin, count, dst);
@@ -303,16 +348,29 @@ static dsc_status fill_weights(void *user, int i, int64_t begin, int64_t count, 
 static dsc_status init_weights(trainer *t) {
     weight_source w = {.t = t, .what = weights_path(t)};
     dsc_status st = DSC_OK;
+    if (t->o->init_adapter) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/adapter_model.safetensors", t->o->init_adapter);
+        st = dsc_hf_weights_open(&w.adapter, path);
+        if (st != DSC_OK) return dsc_fail(st, "--init-adapter %s: %s", t->o->init_adapter,
+                                          dsc_last_error());
+    }
     if (w.what) {
-        DSC_TRY(dsc_hf_weights_open(&w.file, w.what));
-        st = dsc_params_init(t->eng, fill_weights, &w);
+        st = dsc_hf_weights_open(&w.file, w.what);
+        if (st == DSC_OK) st = dsc_params_init(t->eng, fill_weights, &w);
         dsc_hf_weights_close(w.file);
     } else {
-        for (int i = 0; i < t->ntensors; i++)
-            dsc_model_init_tensor(t->model, i, dsc_param_master(t->eng, i), 0,
-                                  dsc_model_param_get(t->model, i)->numel, (uint64_t)t->o->seed);
-        st = dsc_params_updated(t->eng);
+        for (int i = 0; i < t->ntensors && st == DSC_OK; i++) {
+            const dsc_model_param *p = dsc_model_param_get(t->model, i);
+            if (dsc_lora_base_of(dsc_model_lora_of(t->model), i) >= 0)
+                st = fill_adapter(t, w.adapter, i, 0, p->numel, dsc_param_master(t->eng, i));
+            else
+                dsc_model_init_tensor(t->model, i, dsc_param_master(t->eng, i), 0, p->numel,
+                                      (uint64_t)t->o->seed);
+        }
+        if (st == DSC_OK) st = dsc_params_updated(t->eng);
     }
+    dsc_hf_weights_close(w.adapter);
     DSC_TRY(st);
     for (int i = 0; i < t->ntensors; i++) {
         t->tgroup[i] = dsc_model_param_get(t->model, i)->group;
@@ -421,15 +479,21 @@ static dsc_status evaluate(trainer *t, double *out) {
     int64_t per = batches / t->world > 0 ? batches / t->world : 1;
     dsc_model_hooks h = {t, hook_gather, hook_release, NULL};
     double sum = 0;
-    for (int64_t k = 0; k < per; k++) {
-        float loss;
+    dsc_status st = DSC_OK;
+    dsc_model_set_training(t->model, false); // no dropout in evaluation
+    for (int64_t k = 0; k < per && st == DSC_OK; k++) {
+        float loss = 0;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
-        DSC_TRY(dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos));
-        if (t->gpu) DSC_TRY(dsc_device_trainer_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss));
-        else DSC_TRY(dsc_model_forward_pos(t->model, t->work, t->in, t->pos, t->tg, t->B, t->T, &h,
-                                            &loss));
+        st = dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos);
+        if (st == DSC_OK && t->gpu)
+            st = dsc_device_trainer_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss);
+        else if (st == DSC_OK)
+            st = dsc_model_forward_pos(t->model, t->work, t->in, t->pos, t->tg, t->B, t->T, &h,
+                                       &loss);
         sum += loss;
     }
+    dsc_model_set_training(t->model, true);
+    DSC_TRY(st);
     *out = sum / (double)per;
     return dsc_engine_mean(t->eng, out, 1);
 }
@@ -513,14 +577,19 @@ static dsc_status val_loss_with(trainer *t, float *const *params, double *out) {
     int64_t batches = t->o->eval_batches < avail ? t->o->eval_batches : avail;
     int64_t per = batches / t->world > 0 ? batches / t->world : 1;
     double sum = 0;
-    for (int64_t k = 0; k < per; k++) {
-        float loss;
+    dsc_status st = DSC_OK;
+    dsc_model_set_training(t->model, false); // no dropout in evaluation
+    for (int64_t k = 0; k < per && st == DSC_OK; k++) {
+        float loss = 0;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
-        DSC_TRY(dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos));
-        DSC_TRY(dsc_model_forward_pos(t->model, params, t->in, t->pos, t->tg, t->B, t->T, NULL,
-                                      &loss));
+        st = dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos);
+        if (st == DSC_OK)
+            st = dsc_model_forward_pos(t->model, params, t->in, t->pos, t->tg, t->B, t->T, NULL,
+                                       &loss);
         sum += loss;
     }
+    dsc_model_set_training(t->model, true);
+    DSC_TRY(st);
     *out = sum / (double)per;
     return dsc_engine_mean(t->eng, out, 1);
 }
@@ -674,6 +743,15 @@ static dsc_status ckpt_attach_tokenizer(trainer *t) {
 // export alike), else what the family writes for its shape (none: nothing is attached).
 static dsc_status ckpt_attach_model(trainer *t) {
     DSC_TRY(ckpt_attach_tokenizer(t));
+    if (dsc_model_lora_of(t->model)) { // a LoRA run: its adapter_config.json, naming the base
+        const char *dir = dsc_model_hf_dir(t->model);
+        char base[4096], *text = NULL;
+        if (!dir || !realpath(dir, base)) snprintf(base, sizeof base, "%s", dir ? dir : t->o->model);
+        DSC_TRY(cli_adapter_config(t->model, base, &text));
+        dsc_status st = dsc_checkpoint_attach(t->eng, "adapter_config.json", text, strlen(text));
+        free(text);
+        DSC_TRY(st);
+    }
     const char *dir = dsc_model_hf_dir(t->model);
     char *cfg_json, *gen_json;
     dsc_status st = dsc_model_hf_config(t->model, &cfg_json, &gen_json);
@@ -1078,6 +1156,7 @@ static void trainer_free(trainer *t) {
     free(t->work);
     free(t->grads);
     free(t->tgroup);
+    free(t->peft_names);
     free(t->prof_times);
     free(t->in);
     free(t->tg);

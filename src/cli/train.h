@@ -10,6 +10,7 @@ typedef struct train_opts {
     const char *data;         // data folder or shard; NULL = the built-in default data
     const char *out;          // run directory
     const char *init_weights; // safetensors with the model's Hugging Face names, or NULL
+    const char *init_adapter; // --init-adapter: a PEFT adapter folder, or NULL
     const char *dump_grads;   // safetensors to write the first step's gradients to, or NULL
     const char *dump_weights; // safetensors to write the final fp32 weights to, or NULL
     const char *prompt;       // text the closing sample starts from

@@ -46,6 +46,7 @@ typedef struct trainer {
     const char *save_dir;    // --save-dir, or save_default, or NULL: no checkpoints
     char save_default[4096]; // <--out>/checkpoints when the config asks for saves
     bool mark_resume;        // metrics.jsonl: the next line is the first after a resume/restart
+    char (*peft_names)[DSC_PARAM_NAME_MAX + 32]; // LoRA: PEFT's name of each tensor, else NULL
 } trainer;
 
 // --dump-grads: the engine's gradient observer (dsc_engine_observe_grads, user: the trainer).
@@ -56,6 +57,8 @@ void train__report_step(trainer *t, int64_t step, const dsc_step_info *si, doubl
                         int64_t tokens, double tok_s, double mfu, double start, int64_t first_step);
 // The closing text sample (every rank takes part; rank 0 prints). Failures are a note.
 void train__sample_text(trainer *t);
+// The name files give tensor i: Hugging Face's, or in a LoRA run PEFT's adapter-file name.
+const char *train__tensor_name(const trainer *t, int i);
 // --dump-weights (a collective at ZeRO 1-3; rank 0 writes).
 dsc_status train__dump_weights(trainer *t);
 

@@ -15,6 +15,10 @@
 // names, the global batch's input and target tokens, and the step's loss, so the step can be
 // recomputed outside dsc. Runs inside the engine's gradient observer (a collective at ZeRO 2-3:
 // every rank takes part, rank 0 writes).
+const char *train__tensor_name(const trainer *t, int i) {
+    return t->peft_names ? t->peft_names[i] : dsc_model_param_get(t->model, i)->name;
+}
+
 dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     trainer *t = user;
     int n = t->ntensors;
@@ -28,14 +32,18 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
         st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         goto done;
     }
+    int k = 0; // tensors written: a LoRA run's trainable ones only, under PEFT's names
     for (int i = 0; i < n && st == DSC_OK; i++) {
         const dsc_model_param *info = dsc_model_param_get(t->model, i);
-        copies[i] = malloc((size_t)info->numel * sizeof(float));
-        if (!copies[i]) st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
-        else st = dsc_engine_full_grad(eng, i, copies[i]);
-        ts[i] = (dsc_st_tensor){.name = info->name, .dtype = "F32", .ndim = info->ndim,
-                                .data = copies[i], .nbytes = (size_t)info->numel * 4};
-        for (int d = 0; d < info->ndim; d++) ts[i].shape[d] = info->shape[d];
+        if (info->frozen) continue;
+        copies[k] = malloc((size_t)info->numel * sizeof(float));
+        if (!copies[k]) st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+        else st = dsc_engine_full_grad(eng, i, copies[k]);
+        ts[k] = (dsc_st_tensor){.name = train__tensor_name(t, i), .dtype = "F32",
+                                .ndim = info->ndim, .data = copies[k],
+                                .nbytes = (size_t)info->numel * 4};
+        for (int d = 0; d < info->ndim; d++) ts[k].shape[d] = info->shape[d];
+        k++;
     }
     if (st != DSC_OK || t->rank != 0) goto done;
     // The global batch of step 1, in (micro-step, rank, sample) order: the loader is
@@ -43,8 +51,8 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     for (int64_t r = 0; r < (int64_t)t->gas * t->world && st == DSC_OK; r++)
         st = dsc_loader_get(t->train, r * t->B, t->B, in + r * t->B * t->T, tg + r * t->B * t->T);
     if (st != DSC_OK) goto done;
-    ts[n] = (dsc_st_tensor){"inputs", "I32", 2, {rows, t->T}, in, ntok * 4};
-    ts[n + 1] = (dsc_st_tensor){"targets", "I32", 2, {rows, t->T}, tg, ntok * 4};
+    ts[k] = (dsc_st_tensor){"inputs", "I32", 2, {rows, t->T}, in, ntok * 4};
+    ts[k + 1] = (dsc_st_tensor){"targets", "I32", 2, {rows, t->T}, tg, ntok * 4};
     char sloss[64], sgas[32], sworld[32];
     snprintf(sloss, sizeof sloss, "%.9g", t->dump_loss);
     snprintf(sgas, sizeof sgas, "%d", t->gas);
@@ -52,7 +60,7 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     const char *meta[] = {"loss", sloss, "step", "1", "model", t->o->model,
                           "gradient_accumulation_steps", sgas, "world_size", sworld,
                           "format", "dsc-dump-grads-1"};
-    st = dsc_st_write(t->o->dump_grads, ts, n + 2, meta, 6);
+    st = dsc_st_write(t->o->dump_grads, ts, k + 2, meta, 6);
 done:
     for (int i = 0; copies && i < n; i++) free(copies[i]);
     free(copies);
@@ -115,6 +123,12 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
 // seeded), up to the context length. Every rank takes part (ZeRO-3 gathers); rank 0 prints.
 void train__sample_text(trainer *t) {
     if (!t->tok || t->o->sample_tokens <= 0) return;
+    if (dsc_model_lora_of(t->model)) { // the cached decoder computes without the adapters
+        if (t->rank == 0)
+            fprintf(stderr, "note: no text sample in a LoRA run; dsc generate --checkpoint CKPT "
+                    "(or --model hf:BASE --adapter DIR) generates with the adapters merged\n");
+        return;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     if (dsc_tokenizer_encode(t->tok, t->o->prompt, strlen(t->o->prompt), &ids, &n) != DSC_OK || !n)
@@ -157,14 +171,19 @@ dsc_status train__dump_weights(trainer *t) {
     dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);
     float **vals = calloc((size_t)n, sizeof *vals);
     dsc_status st = ts && vals ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory");
+    int k = 0; // a LoRA run writes its adapters (and modules_to_save) as PEFT names them
     for (int i = 0; i < n && st == DSC_OK; i++) {
         const dsc_model_param *info = dsc_model_param_get(t->model, i);
-        vals[i] = malloc((size_t)info->numel * sizeof(float));
-        st = vals[i] ? dsc_engine_full_param(t->eng, i, vals[i]) : dsc_fail(DSC_ERR_OOM, "out of memory");
-        ts[i] = (dsc_st_tensor){.name = info->name, .dtype = "F32", .ndim = info->ndim,
-                                .data = vals[i], .nbytes = (size_t)info->numel * 4};
-        for (int d = 0; d < info->ndim; d++) ts[i].shape[d] = info->shape[d];
+        if (info->frozen) continue;
+        vals[k] = malloc((size_t)info->numel * sizeof(float));
+        st = vals[k] ? dsc_engine_full_param(t->eng, i, vals[k]) : dsc_fail(DSC_ERR_OOM, "out of memory");
+        ts[k] = (dsc_st_tensor){.name = train__tensor_name(t, i), .dtype = "F32",
+                                .ndim = info->ndim, .data = vals[k],
+                                .nbytes = (size_t)info->numel * 4};
+        for (int d = 0; d < info->ndim; d++) ts[k].shape[d] = info->shape[d];
+        k++;
     }
+    n = k;
     char steps[32], world[32];
     snprintf(steps, sizeof steps, "%lld", (long long)dsc_engine_global_steps(t->eng));
     snprintf(world, sizeof world, "%d", t->world);
