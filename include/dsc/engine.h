@@ -34,9 +34,10 @@ typedef struct dsc_param_desc {
     int ndim;
     int64_t shape[DSC_PARAM_MAX_DIMS];
     int group;        // layer group, 0 .. ngroups-1, in the order forward uses them
-    // Not trained (LoRA's frozen base): the engine keeps only its fp32 values (dsc_param_data,
-    // dsc_param_master), full on every rank; no gradient (dsc_param_grad is NULL), no master copy,
-    // no optimizer state, not in checkpoints.
+    // Not trained (LoRA's frozen base): the engine keeps only its values (dsc_param_data,
+    // dsc_param_master; fp32, rounded to the 16-bit type of fp16/bf16 training by
+    // dsc_params_updated), full on every rank; no gradient (dsc_param_grad is NULL), no master
+    // copy, no optimizer state, not in checkpoints.
     bool frozen;
 } dsc_param_desc;
 

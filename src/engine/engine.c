@@ -307,6 +307,9 @@ float *dsc_param_master(dsc_engine *e, int i) {
 bool dsc_param_frozen(const dsc_engine *e, int i) { return frozen_of(e, i) != NULL; }
 
 dsc_status dsc_params_updated(dsc_engine *e) {
+    // Frozen tensors never change: rounded once to the 16-bit type the model computes in (fp16,
+    // bf16), as the trainable tensors' compute copy is after every step.
+    if (e->fdata && !e->params_ready) dsc__zero_round_compute(e, e->fdata, e->frozen_total);
     if (e->stage > 0 && e->init) { // keep this rank's slices
         for (int g = 0; g < e->ngroups; g++) {
             const group *gr = &e->groups[g];
