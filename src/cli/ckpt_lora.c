@@ -12,6 +12,7 @@
 #include <stdlib.h>  // malloc, free
 #include <string.h>  // strcmp, strlen
 
+#include "cli/lora.h"          // cli_adapter_config_read
 #include "dsc/base.h"        // dsc_mkdirs
 #include "dsc/checkpoint.h"  // dsc_ckpt_*
 #include "dsc/half.h"        // dsc_fp32_to_bf16
@@ -342,13 +343,8 @@ static dsc_status adapter_scale(const json_t *j, const char *what, int *r, doubl
 
 dsc_status cli_merge_peft(const dsc_model *m, float *const *full, const char *dir) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j)
-        return dsc_fail(DSC_ERR_INVALID_ARG, "--adapter %s: cannot read %s (%s); give a folder "
-                        "PEFT's save_pretrained (or dsc ckpt export --peft) wrote", dir, path,
-                        err.text);
+    json_t *j;
+    DSC_TRY(cli_adapter_config_read(dir, "--adapter", &j));
     int r = 0;
     double scale = 0;
     dsc_status st = adapter_scale(j, dir, &r, &scale);

@@ -92,15 +92,24 @@ static dsc_status spec_from_config(const dsc_config *cfg, const char *family, lo
     return st;
 }
 
+dsc_status cli_adapter_config_read(const char *dir, const char *flag, json_t **out) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    json_error_t err;
+    *out = json_load_file(path, 0, &err);
+    if (!*out)
+        return dsc_fail(DSC_ERR_INVALID_ARG, "%s %s: cannot read %s (%s); give a folder that "
+                        "PEFT's save_pretrained (or dsc ckpt export --peft) wrote", flag, dir,
+                        path, err.text);
+    return DSC_OK;
+}
+
 // An adapter folder's adapter_config.json (PEFT's LoraConfig as saved).
 static dsc_status spec_from_adapter(const char *dir, lora_spec *s) {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j)
-        return dsc_fail(DSC_ERR_INVALID_ARG, "--init-adapter %s: cannot read %s (%s); give a "
-                        "folder that PEFT's save_pretrained wrote", dir, path, err.text);
+    json_t *j;
+    DSC_TRY(cli_adapter_config_read(dir, "--init-adapter", &j));
     dsc_status st = DSC_OK;
     const char *type = json_string_value(json_object_get(j, "peft_type"));
     if (type && strcmp(type, "LORA"))

@@ -249,22 +249,7 @@ static dsc_status set_intlist(parse_ctx *c, int idx, const json_t *v) {
 }
 
 // A list: checked to be one; rows with a field keep it as compact JSON text for their user.
-static dsc_status set_list(parse_ctx *c, int idx, const json_t *v) {
-    const dsc__key_row *r = &ROWS[idx];
-    if (!json_is_array(v)) return type_error(c, r->path, "a list", v);
-    if (!r->size) return DSC_OK;
-    char *text = json_dumps(v, JSON_COMPACT);
-    if (!text) return dsc__fail(DSC_ERR_OOM, "config %s: out of memory", c->source);
-    size_t n = strlen(text);
-    if (n < r->size) memcpy(dsc__field(c->cfg, r), text, n + 1);
-    free(text);
-    if (n >= r->size)
-        return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is %zu characters of JSON; dsc "
-                         "takes at most %zu: shorten the list", c->source, r->path, n,
-                         r->size - 1);
-    return DSC_OK;
-}
-
+// A value kept as its compact JSON text (a list, or any value for K_JSON rows).
 static dsc_status set_json(parse_ctx *c, int idx, const json_t *v) {
     const dsc__key_row *r = &ROWS[idx];
     char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -276,6 +261,12 @@ static dsc_status set_json(parse_ctx *c, int idx, const json_t *v) {
         return dsc__fail(DSC_ERR_CONFIG, "config %s: key \"%s\" is %zu characters of JSON; dsc "
                          "takes at most %zu: shorten it", c->source, r->path, n, r->size - 1);
     return DSC_OK;
+}
+
+static dsc_status set_list(parse_ctx *c, int idx, const json_t *v) {
+    const dsc__key_row *r = &ROWS[idx];
+    if (!json_is_array(v)) return type_error(c, r->path, "a list", v);
+    return r->size ? set_json(c, idx, v) : DSC_OK;
 }
 
 static dsc_status set_value(parse_ctx *c, int idx, const json_t *v, int reader) {
