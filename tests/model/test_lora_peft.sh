@@ -158,6 +158,20 @@ check "dropout: two runs bitwise the same" -- cmp -s p1.st p1b.st
 check "dropout + activation checkpointing: the same masks (bitwise)" -- cmp -s p1.st p1ac.st
 check "no dropout in evaluation" -- test -n "$(vloss z0)" -a "$(vloss z0)" = "$(vloss z1)"
 
+# bf16 (the frozen base rounded to bf16 as the trainable weights are), ZeRO-2, accumulation, and
+# fp16 with its loss scaler: the loss falls, the files hold the adapters only.
+for prec in bf16 fp16; do
+    "$py" -c "import json; c = json.load(open('llama.json')); c['$prec'] = {'enabled': True}
+c['zero_optimization'] = {'stage': 2}; c['gradient_accumulation_steps'] = 2
+c['train_micro_batch_size_per_gpu'] = 1; json.dump(c, open('$prec.json', 'w'))"
+    "$DSC" train --model hf:llama --config $prec.json "${common[@]}" --max-steps 10 --out $prec.r \
+        --init-adapter llama.ad --dump-weights $prec.st >$prec.log 2>&1
+    l1=$(sed -n 's/^step *1\/[0-9]* | loss \([0-9.]*\) .*/\1/p' $prec.log)
+    l10=$(sed -n 's/^step *10\/[0-9]* | loss \([0-9.]*\) .*/\1/p' $prec.log)
+    echo "LoRA $prec, ZeRO-2, accumulation 2: loss $l1 -> $l10"
+    check "LoRA in $prec: the loss falls" -- "$py" -c "import sys; sys.exit(not $l10 < $l1 - 0.1)"
+done
+
 # Refusals name what is wrong.
 sed 's/"all-linear"/["q_prj"]/' llama.json >bad1.json
 expect_fail_msg() { # name, message regex, command...
