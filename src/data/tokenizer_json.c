@@ -35,6 +35,7 @@ typedef struct added {
     const uint8_t *text; // content; points into dsc__tokjson.added_bytes
     size_t len;
     int32_t id;
+    bool lstrip, rstrip; // the match takes in the white space before / after it
 } added;
 
 struct dsc__tokjson {
@@ -330,8 +331,8 @@ static const added *added_find(const dsc__tokjson *j, const uint8_t *w, size_t n
     }
 }
 
-static dsc_status added_add(dsc__tokjson *j, const char *c, int32_t id, size_t *at,
-                            const char *file) {
+static dsc_status added_add(dsc__tokjson *j, const char *c, int32_t id, bool lstrip,
+                            bool rstrip, size_t *at, const char *file) {
     size_t len = strlen(c);
     if (len == 0 || added_find(j, (const uint8_t *)c, len)) return DSC_OK; // first one wins
     int l = 0;
@@ -345,7 +346,7 @@ static dsc_status added_add(dsc__tokjson *j, const char *c, int32_t id, size_t *
     }
     memcpy(j->added_bytes + *at, c, len);
     added *a = &j->added[j->nadded];
-    *a = (added){j->added_bytes + *at, len, id};
+    *a = (added){j->added_bytes + *at, len, id, lstrip, rstrip};
     *at += len;
     uint64_t i = dsc_hash64(a->text, len) & j->added_mask;
     while (j->added_index[i] >= 0) i = (i + 1) & j->added_mask;
@@ -389,15 +390,13 @@ static dsc_status added_load(dsc__tokjson *j, const json_t *list, const char *fi
     size_t at = 0;
     json_array_foreach(list, i, a) {
         const char *c = json_string_value(json_object_get(a, "content"));
-        static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
-        for (size_t f = 0; f < 3; f++)
-            if (json_is_true(json_object_get(a, flags[f])))
-                return dsc__fail(DSC_ERR_CONFIG, "%s: added token \"%s\" sets %s; dsc reads added "
-                                 "tokens without single_word, lstrip and rstrip", file, c,
-                                 flags[f]);
+        if (json_is_true(json_object_get(a, "single_word")))
+            return dsc__fail(DSC_ERR_CONFIG, "%s: added token \"%s\" sets single_word; dsc reads "
+                             "added tokens without it (lstrip and rstrip work)", file, c);
         DSC_TRY(check_normalized(j, a, file));
-        DSC_TRY(added_add(j, c, (int32_t)json_integer_value(json_object_get(a, "id")), &at,
-                          file));
+        DSC_TRY(added_add(j, c, (int32_t)json_integer_value(json_object_get(a, "id")),
+                          json_is_true(json_object_get(a, "lstrip")),
+                          json_is_true(json_object_get(a, "rstrip")), &at, file));
     }
     return DSC_OK;
 }
@@ -619,6 +618,44 @@ static bool encode_segment(const dsc__tokjson *j, dsc__encoder *e, keep *k, cons
     return dsc__pretok_split(j->pre, b, nb, piece, &c);
 }
 
+// White space as the reference's lstrip / rstrip see it (Unicode's White_Space, as Rust's
+// char::is_whitespace).
+static bool is_ws(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+// The code point at s[0..avail) (valid UTF-8 assumed: the text was checked), *n its length.
+static uint32_t cp_at(const uint8_t *s, size_t avail, size_t *n) {
+    uint32_t c = s[0];
+    *n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (*n > avail) *n = 1;
+    if (*n == 1) return c;
+    c &= 0xFF >> (*n + 1);
+    for (size_t i = 1; i < *n; i++) c = c << 6 | (s[i] & 0x3F);
+    return c;
+}
+
+// White space at the end of s[from..p) (lstrip) and at the start of s[q..len) (rstrip).
+static size_t ws_before(const uint8_t *s, size_t from, size_t p) {
+    size_t end = p;
+    while (end > from) {
+        size_t b = end - 1, n;
+        while (b > from && (s[b] & 0xC0) == 0x80) b--; // the code point's first byte
+        uint32_t c = cp_at(s + b, end - b, &n);
+        if (!is_ws(c) || b + n != end) break;
+        end = b;
+    }
+    return p - end;
+}
+
+static size_t ws_after(const uint8_t *s, size_t q, size_t len) {
+    size_t at = q, n;
+    while (at < len && is_ws(cp_at(s + at, len - at, &n))) at += n;
+    return at - q;
+}
+
 static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, keep *k, const uint8_t *s,
                         size_t len) {
     const dsc__tokjson *j = t->json;
@@ -627,10 +664,12 @@ static bool encode_text(const dsc_tokenizer *t, dsc__encoder *e, keep *k, const 
         if (!j->first[s[p]]) continue;
         const added *a = added_at(j, s, len, p);
         if (!a) continue;
-        if (!encode_segment(j, e, k, s + gap, p - gap, gap == 0) ||
+        size_t before = a->lstrip ? ws_before(s, gap, p) : 0;
+        if (!encode_segment(j, e, k, s + gap, p - before - gap, gap == 0) ||
             !dsc__encoder_put(e, &a->id, 1))
             return false;
         gap = p + a->len;
+        if (a->rstrip) gap += ws_after(s, gap, len);
         p = gap - 1;
     }
     return encode_segment(j, e, k, s + gap, len - gap, gap == 0);

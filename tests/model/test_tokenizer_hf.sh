@@ -48,6 +48,21 @@ for fam in gpt2 llama3 qwen2 smollm2 gpt2-prefix; do
   if [ "$fam" = qwen2 ]; then spec=$T/tok-$fam/tokenizer.json; else spec=hf:$T/tok-$fam; fi
   same_ids "$fam" "$T/tok-$fam" "$spec"
 done
+# Added tokens that take in the white space before (lstrip) or after (rstrip) them, as some
+# models' special tokens do: Qwen2's tokenizer with <|im_start|> lstrip, <|im_end|> rstrip and
+# <|endoftext|> both (the corpus has them between spaces, newlines and Unicode white space).
+mkdir -p "$T/tok-qwen2-strip"
+"$py" - "$T/tok-qwen2" "$T/tok-qwen2-strip" <<'PY'
+import json, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copy(os.path.join(src, "tokenizer_config.json"), dst)
+j = json.load(open(os.path.join(src, "tokenizer.json"), encoding="utf-8"))
+for a in j["added_tokens"]:
+    a["lstrip"] = a["content"] in ("<|im_start|>", "<|endoftext|>")
+    a["rstrip"] = a["content"] in ("<|im_end|>", "<|endoftext|>")
+json.dump(j, open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8"), ensure_ascii=False)
+PY
+same_ids qwen2-strip "$T/tok-qwen2-strip" "hf:$T/tok-qwen2-strip"
 # Llama 3's ids reach 128255: the shard must hold 32-bit tokens.
 check "llama3: shard of 32-bit tokens (version 2)" -- \
   grep -q '"shard_version": 2' "$T/out-llama3/dataset.json"
