@@ -55,7 +55,7 @@ SANITIZER=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitize
 have_cpu_deps() {
     command -v pkg-config >/dev/null && command -v cmake >/dev/null &&
         pkg-config --exists jansson libmicrohttpd cmocka openblas 2>/dev/null &&
-        [ -f /usr/include/xxhash.h ]
+        echo '#include <xxhash.h>' | cc -E -x c - >/dev/null 2>&1 # CPATH counts too
 }
 
 # ---- build ----
