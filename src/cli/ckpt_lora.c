@@ -233,7 +233,7 @@ dsc_status cli_export_merged(const char *dir, const char *tag, const char *out_d
     // The model's files (config.json, generation_config.json, the tokenizer's); not the adapter's.
     for (int i = 0; st == DSC_OK && i < dsc_ckpt_num_attachments(l.ck); i++) {
         const char *name = dsc_ckpt_attachment_name(l.ck, i);
-        if (!strcmp(name, "adapter_config.json")) continue;
+        if (!strcmp(name, "adapter_config.json") || !strcmp(name, "base_checksums.json")) continue;
         char from[4200], to[4200];
         if (!dsc_ckpt_attachment_path(l.ck, name, from, sizeof from)) continue;
         snprintf(to, sizeof to, "%s/%s", out_dir, name);

@@ -5,6 +5,7 @@
 #include <jansson.h> // json_*
 #include <math.h>    // fabs
 #include <stdio.h>   // snprintf
+#include <stdlib.h>  // calloc, free
 #include <string.h>  // strcmp, strncmp
 
 #include "dsc/status.h" // dsc_fail
@@ -241,4 +242,74 @@ dsc_status cli_adapter_config(const dsc_model *m, const char *base, char **out) 
     *out = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     return *out ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory writing adapter_config.json");
+}
+
+// ---- the base a LoRA checkpoint was trained on ----
+
+// A 64-bit digest of n floats' bits, 8 bytes a round (a multiply-xorshift chain): quick enough to
+// run over an 8B model's base at start-up (seconds), and any changed value changes it.
+static uint64_t digest(const float *v, int64_t n) {
+    const unsigned char *b = (const unsigned char *)v;
+    size_t bytes = (size_t)n * sizeof(float), i = 0;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)bytes;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    for (; i < bytes; i++) h = (h ^ b[i]) * 0x94D049BB133111EBull;
+    return h ^ (h >> 29);
+}
+
+dsc_status cli_base_checksums(const dsc_model *m, float *const *values, char **out) {
+    const dsc_model_info *mi = dsc_model_describe(m);
+    uint64_t *h = calloc((size_t)mi->num_tensors, sizeof *h);
+    if (!h) return dsc_fail(DSC_ERR_OOM, "out of memory for the base checksums");
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < mi->num_tensors; i++) {
+        const dsc_model_param *p = dsc_model_param_get(m, i);
+        if (p->frozen && values[i]) h[i] = digest(values[i], p->numel);
+    }
+    json_t *t = json_object();
+    for (int i = 0; i < mi->num_tensors; i++) {
+        const dsc_model_param *p = dsc_model_param_get(m, i);
+        if (!p->frozen) continue;
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h[i]);
+        json_object_set_new(t, p->name, json_string(hex));
+    }
+    free(h);
+    json_t *j = json_pack("{s:s, s:o}", "format", "dsc-lora-base-1", "tensors", t);
+    *out = j ? json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return *out ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory for the base checksums");
+}
+
+dsc_status cli_base_check(const char *saved_path, const char *now, const char *ckpt) {
+    json_t *a = json_load_file(saved_path, 0, NULL), *b = json_loads(now, 0, NULL);
+    json_t *ta = json_object_get(a, "tensors"), *tb = json_object_get(b, "tensors");
+    dsc_status st = DSC_OK;
+    if (!json_is_object(ta) || !json_is_object(tb)) {
+        st = dsc_fail(DSC_ERR_CORRUPT, "checkpoint %s: its base_checksums.json is not readable",
+                      ckpt);
+    } else {
+        const char *name;
+        json_t *v;
+        json_object_foreach(ta, name, v) {
+            const char *mine = json_string_value(json_object_get(tb, name));
+            if (mine && !strcmp(mine, json_string_value(v))) continue;
+            st = dsc_fail(DSC_ERR_INVALID_ARG, "checkpoint %s holds LoRA adapters trained on another "
+                          "base model: its tensor %s %s; give the --model it was trained from",
+                          ckpt, name, mine ? "has other values here" : "is not in this model");
+            break;
+        }
+        if (st == DSC_OK && json_object_size(ta) != json_object_size(tb))
+            st = dsc_fail(DSC_ERR_INVALID_ARG, "checkpoint %s holds LoRA adapters trained on a "
+                          "base of %zu frozen tensors; this one has %zu; give the --model it was "
+                          "trained from", ckpt, json_object_size(ta), json_object_size(tb));
+    }
+    json_decref(a);
+    json_decref(b);
+    return st;
 }

@@ -681,6 +681,20 @@ static void print_ds_resume(trainer *t, const char *dir, const char *tag) {
     dsc_ds_ckpt_close(ds);
 }
 
+// A LoRA checkpoint's adapters belong to the base they were trained on: its checksums (when the
+// checkpoint has them) must be this run's.
+static dsc_status check_base(trainer *t, const char *dir, const char *tag) {
+    dsc_ckpt *ck = NULL;
+    if (dsc_ds_ckpt_detect(dir, tag) || dsc_ckpt_open(&ck, dir, tag) != DSC_OK) return DSC_OK;
+    char path[4200], what[4096 + DSC_CKPT_TAG_MAX + 2];
+    dsc_status st = DSC_OK;
+    snprintf(what, sizeof what, "%s/%s", dir, tag);
+    if (dsc_ckpt_attachment_path(ck, "base_checksums.json", path, sizeof path))
+        st = cli_base_check(path, t->base_sums, what);
+    dsc_ckpt_close(ck);
+    return st;
+}
+
 static dsc_status ckpt_resume(trainer *t) {
     const char *resume = t->o->resume ? t->o->resume : ""; // "": a restart, from the latest
     const char *dir = t->save_dir, *tag = resume[0] ? resume : NULL;
@@ -697,6 +711,7 @@ static dsc_status ckpt_resume(trainer *t) {
                         "checkpoint's path (DIR or DIR/TAG)", resume);
     bool none;
     DSC_TRY(dsc_resume_checkpoint(t->eng, dir, tag, loaded, sizeof loaded, &none));
+    if (!none && t->base_sums) DSC_TRY(check_base(t, dir, loaded));
     for (int i = 0; i < t->ntensors; i++) {
         t->work[i] = dsc_param_data(t->eng, i);
         t->grads[i] = dsc_param_grad(t->eng, i);
@@ -743,14 +758,16 @@ static dsc_status ckpt_attach_tokenizer(trainer *t) {
 // export alike), else what the family writes for its shape (none: nothing is attached).
 static dsc_status ckpt_attach_model(trainer *t) {
     DSC_TRY(ckpt_attach_tokenizer(t));
-    if (dsc_model_lora_of(t->model)) { // a LoRA run: its adapter_config.json, naming the base
-        const char *dir = dsc_model_hf_dir(t->model);
+    if (dsc_model_lora_of(t->model)) { // a LoRA run: its adapter_config.json, naming the base,
+        const char *dir = dsc_model_hf_dir(t->model); // and the base's checksums
         char base[4096], *text = NULL;
         if (!dir || !realpath(dir, base)) snprintf(base, sizeof base, "%s", dir ? dir : t->o->model);
         DSC_TRY(cli_adapter_config(t->model, base, &text));
         dsc_status st = dsc_checkpoint_attach(t->eng, "adapter_config.json", text, strlen(text));
         free(text);
         DSC_TRY(st);
+        DSC_TRY(dsc_checkpoint_attach(t->eng, "base_checksums.json", t->base_sums,
+                                      strlen(t->base_sums)));
     }
     const char *dir = dsc_model_hf_dir(t->model);
     char *cfg_json, *gen_json;
@@ -1103,6 +1120,8 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg || no_pos)
         return dsc_fail(DSC_ERR_OOM, "out of memory");
     DSC_TRY(init_weights(t));
+    if (dsc_model_lora_of(t->model)) // the base the adapters train on, for checkpoints
+        DSC_TRY(cli_base_checksums(t->model, t->work, &t->base_sums));
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
     if (cuda) {
@@ -1157,6 +1176,7 @@ static void trainer_free(trainer *t) {
     free(t->grads);
     free(t->tgroup);
     free(t->peft_names);
+    free(t->base_sums);
     free(t->prof_times);
     free(t->in);
     free(t->tg);

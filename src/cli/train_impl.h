@@ -47,6 +47,7 @@ typedef struct trainer {
     char save_default[4096]; // <--out>/checkpoints when the config asks for saves
     bool mark_resume;        // metrics.jsonl: the next line is the first after a resume/restart
     char (*peft_names)[DSC_PARAM_NAME_MAX + 32]; // LoRA: PEFT's name of each tensor, else NULL
+    char *base_sums; // LoRA: base_checksums.json of the frozen base (cli_base_checksums), or NULL
 } trainer;
 
 // --dump-grads: the engine's gradient observer (dsc_engine_observe_grads, user: the trainer).

@@ -14,7 +14,8 @@
 #  2. 20 AdamW steps with clipping: `--dump-weights` (the trained tensors, PEFT's names) within
 #     1e-5 of PEFT + torch.optim.AdamW's; the same on 2 ranks at ZeRO stages 2 and 3.
 #  3. llama: a checkpoint at step 10 is the adapters and their state only (kilobytes), and a
-#     resume from it ends bitwise where the 20 uninterrupted steps did.
+#     resume from it ends bitwise where the 20 uninterrupted steps did; a base with other values
+#     is refused on resume (the checkpoint carries the base's checksums).
 #  4. Exports (llama, and gpt2 for the Conv1D merge): `dsc ckpt export --peft` loads in PEFT with
 #     exactly the keys it expects and the trained values; `--hf` (merged) loads in transformers
 #     with logits within 1e-5 of PEFT's unmerged model and of its merge_and_unload().
@@ -105,6 +106,10 @@ expect 0 "" -- "$DSC" train --model hf:llama --config llama.json \
     "${common[@]}" --max-steps 20 --out ck.r --save-dir ck --resume "" --dump-weights ck.w20.st \
     --save-at-end
 check "resumed LoRA run = uninterrupted (bitwise)" -- cmp ck.w20.st llama.w20.st
+# The checkpoint knows its base: the same shapes with other values are refused on resume.
+hf make llama llama_other --seed 11 --config '{"vocab_size": 300}'
+expect 1 "trained on another base model" -- "$DSC" train --model hf:llama_other \
+    --config llama.json "${common[@]}" --max-steps 12 --out other.r --save-dir ck --resume ""
 
 # Exports: the adapters for PEFT, the merged model for transformers.
 expect 0 "" -- "$DSC" train --model hf:gpt2 --config gpt2.json "${common[@]}" --max-steps 5 \
