@@ -1147,6 +1147,19 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (dsc_model_recomputes(t->model))
         printf("activation checkpointing: only each layer's input is kept; the backward "
                "recomputes the %d layers' activations from it\n", mi->n_layer);
+    const dsc_lora *lo = dsc_model_lora_of(t->model);
+    if (lo) {
+        int64_t trainable = 0, adapters = 0;
+        for (int i = 0; i < mi->num_tensors; i++) {
+            const dsc_model_param *p = dsc_model_param_get(t->model, i);
+            if (!p->frozen) trainable += p->numel;
+            if (dsc_lora_base_of(lo, i) >= 0) adapters++;
+        }
+        printf("LoRA: r %d, scale %g, %lld adapted modules, dropout %g: %.2fM trainable "
+               "parameters of %.2fM (the frozen base: values only)\n", dsc_lora_rank(lo),
+               dsc_lora_scale(lo), (long long)adapters / 2, dsc_lora_dropout(lo), trainable / 1e6,
+               mi->num_params / 1e6);
+    }
     if (t->target_tokens >= 0)
         printf("loss mask: the data ignores some targets (prompts, padding); each micro-batch's "
                "loss is the mean over its own loss targets\n");
