@@ -194,11 +194,14 @@ dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *
     return dsc_model_set_lora(m, &s.o);
 }
 
+void cli_peft_tensor_name(bool gpt2, const char *name, char *out, size_t cap) {
+    bool head = !strncmp(name, "lm_head.", 8);
+    snprintf(out, cap, "base_model.model.%s%s", gpt2 && !head ? "transformer." : "", name);
+}
+
 void cli_peft_name(const dsc_model *m, int i, char *out, size_t cap) {
-    const dsc_model_param *p = dsc_model_param_get(m, i);
-    bool gpt2 = !strcmp(dsc_model_describe(m)->family, "gpt2");
-    bool head = !strncmp(p->name, "lm_head.", 8);
-    snprintf(out, cap, "base_model.model.%s%s", gpt2 && !head ? "transformer." : "", p->name);
+    cli_peft_tensor_name(!strcmp(dsc_model_describe(m)->family, "gpt2"),
+                         dsc_model_param_get(m, i)->name, out, cap);
 }
 
 dsc_status cli_adapter_config(const dsc_model *m, const char *base, char **out) {

@@ -18,6 +18,8 @@ dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *
 // The name PEFT's adapter_model.safetensors gives tensor i of m
 // ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
 void cli_peft_name(const dsc_model *m, int i, char *out, size_t cap);
+// The same from a tensor's dsc name (gpt2: GPT2LMHeadModel's "transformer." before all but lm_head).
+void cli_peft_tensor_name(bool gpt2, const char *name, char *out, size_t cap);
 // DIR/adapter_config.json, parsed (*out: the caller's); an error names flag and the folder.
 dsc_status cli_adapter_config_read(const char *dir, const char *flag, json_t **out);
 // adapter_config.json for m's adapters (malloc'd text); base: base_model_name_or_path or NULL.

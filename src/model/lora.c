@@ -170,15 +170,18 @@ void dsc__lora_param(const dsc_lora *lo, const dsc_model_param *base, int k, boo
     out->numel = out->shape[0] * out->shape[1];
 }
 
+// splitmix64's finalizer: every input bit reaches every output bit.
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 // A uniform in [0, 1) from (seed, tensor, element): order-free, so any slice can be made alone.
 static double hash_uniform(uint64_t seed, int tensor, int64_t e, int draw) {
     uint64_t z = seed ^ ((uint64_t)(tensor + 1) * 0x9E3779B97F4A7C15ull) ^
                  ((uint64_t)e * 0xD1B54A32D192ED03ull) ^ ((uint64_t)draw << 62);
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
+    return (double)(mix64(z + 0x9E3779B97F4A7C15ull) >> 11) * 0x1.0p-53;
 }
 
 // As PEFT initialises them: A Kaiming-uniform with a = sqrt(5) (U(-1/sqrt(in), 1/sqrt(in))), or
@@ -232,12 +235,9 @@ size_t dsc__lora_act_bytes(const dsc_lora *lo, int64_t N) {
 // Whether element (row, col) of adapter k's input is kept in this pass: a hash of (seed, pass,
 // adapter, element), so the backward (and a recomputed forward) draws the same mask.
 static inline bool kept(const dsc_lora *lo, int k, int64_t row, int col) {
-    uint64_t z = lo->seed ^ (lo->pass * 0x9E3779B97F4A7C15ull) ^
-                 ((uint64_t)(k + 1) << 48) ^ ((uint64_t)row * 0xD1B54A32D192ED03ull) ^
-                 ((uint64_t)col * 0x94D049BB133111EBull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    uint64_t z = mix64(lo->seed ^ (lo->pass * 0x9E3779B97F4A7C15ull) ^
+                       ((uint64_t)(k + 1) << 48) ^ ((uint64_t)row * 0xD1B54A32D192ED03ull) ^
+                       ((uint64_t)col * 0x94D049BB133111EBull));
     return (float)((double)(z >> 40) * 0x1.0p-24) >= lo->dropout;
 }
 
