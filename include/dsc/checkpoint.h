@@ -141,6 +141,7 @@ typedef struct dsc_ds_ckpt_info {
     int64_t global_steps, global_samples, skipped_steps, numel;
     double loss_scale;
     uint64_t bytes; // all its files together
+    bool universal; // the universal layout (zero/<param>/fp32.pt, ...; ds_to_universal's)
 } dsc_ds_ckpt_info;
 
 // Whether <dir>/<tag> (tag NULL: the tag <dir>/latest names, or dir itself) is a DeepSpeed

@@ -156,8 +156,9 @@ static int print_deepspeed(const char *dir, const char *tag) {
     printf("DeepSpeed checkpoint %s/%s (saved by DeepSpeed %s)\n", dir, in.tag, in.ds_version);
     printf("  step        %lld (samples %lld, skipped %lld)\n", (long long)in.global_steps,
            (long long)in.global_samples, (long long)in.skipped_steps);
-    printf("  layout      world size %d, ZeRO stage %d, precision %s, loss scale %g\n",
-           in.world_size, in.zero_stage, in.precision, in.loss_scale);
+    printf("  layout      %sworld size %d, ZeRO stage %d, precision %s, loss scale %g\n",
+           in.universal ? "universal (one file per tensor), saved at " : "", in.world_size,
+           in.zero_stage, in.precision, in.loss_scale);
     printf("  parameters  %d tensors, %.3fM elements, %d groups\n", in.nparams,
            (double)in.numel / 1e6, in.ngroups);
     printf("  files       %d, %s, structure verified (DeepSpeed keeps no checksums)\n",

@@ -151,6 +151,34 @@ static void test_deepspeed_objects(void **state) {
     dsc_pt_close(f);
 }
 
+// What torch 2 writes for DeepSpeed 0.18.4 (tests/ckpt/ds_real): a state_dict() with its
+// _metadata attribute (a BUILD of the OrderedDict), ZeRO-3's flat groups carrying a ds_id
+// attribute (_rebuild_from_type_v2 of torch.Tensor).
+static void test_torch2_deepspeed(void **state) {
+    (void)state;
+    const char *ck = DSC_SOURCE_DIR "/tests/ckpt/ds_real/gpt2_z3_bf16/ckpt/global_step10/";
+    char p[512];
+    snprintf(p, sizeof p, "%szero_pp_rank_0_mp_rank_00_model_states.pt", ck);
+    dsc_pt_file *f = open_ok(p);
+    const dsc_pt_value *mod = dsc_pt_dict_get(dsc_pt_root(f), "module");
+    assert_non_null(mod);
+    assert_int_equal(mod->kind, DSC_PT_DICT);
+    assert_non_null(mod->state); // the attributes BUILD gave it
+    assert_non_null(dsc_pt_dict_get(mod->state, "_metadata"));
+    dsc_pt_close(f);
+    snprintf(p, sizeof p, "%sbf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ck);
+    if (access(p, F_OK)) snprintf(p, sizeof p, "%szero_pp_rank_1_mp_rank_00_optim_states.pt", ck);
+    f = open_ok(p);
+    const dsc_pt_value *osd = dsc_pt_dict_get(dsc_pt_root(f), "optimizer_state_dict");
+    const dsc_pt_value *g = dsc_pt_item(dsc_pt_dict_get(osd, "fp32_flat_groups"), 0);
+    assert_non_null(g);
+    assert_int_equal(g->kind, DSC_PT_TENSOR);
+    assert_int_equal(g->t->dtype, DSC_PT_F32);
+    assert_int_equal(g->t->ndim, 1);
+    assert_true(g->t->numel > 0);
+    dsc_pt_close(f);
+}
+
 static void test_hostile(void **state) {
     (void)state;
     refused(DIR "os_system.pt", "global posix.system is not one torch.save writes");
@@ -240,6 +268,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_tensors),  cmocka_unit_test(test_good_dtypes),
         cmocka_unit_test(test_good_values),   cmocka_unit_test(test_deepspeed_objects),
+        cmocka_unit_test(test_torch2_deepspeed),
         cmocka_unit_test(test_hostile),       cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_lying_archive),
     };

@@ -44,6 +44,11 @@ struct dsc_ds_ckpt {
     const dsc_pt_tensor **mom;
     dsc_ds_ckpt_state st;
     int64_t *group_len;         // ZeRO 1-2: the group's flat; ZeRO-3: one rank's partition
+    // The universal layout (zero/<param>/{fp32,exp_avg,exp_avg_sq}.pt): [i * 3 + kind] is
+    // parameter i's whole tensor of that kind, in files[i * 3 + kind].
+    bool universal;
+    dsc_pt_file **ufile;
+    const dsc_pt_tensor **utensor;
 };
 
 // ---- finding the files ----
@@ -58,11 +63,19 @@ const char *dsc__ds_model_file(const char *tag_dir) {
 }
 
 // <dir>/<tag>; tag NULL: the one <dir>/latest names, else dir itself is the tag directory.
+// <dir>/latest names DeepSpeed's own tag; without it, <dir>/latest_universal (ds_to_universal's).
+static bool latest_file(const char *dir, char *latest) {
+    return !dsc__ds_model_file(dir) &&
+           ((dsc__ckpt_join(latest, DSC_CKPT_PATH_MAX, dir, "latest") == DSC_OK &&
+             dsc__ckpt_exists(latest)) ||
+            (dsc__ckpt_join(latest, DSC_CKPT_PATH_MAX, dir, "latest_universal") == DSC_OK &&
+             dsc__ckpt_exists(latest)));
+}
+
 static dsc_status resolve(const char *dir, const char *tag, char *path, char *tag_out) {
     char latest[DSC_CKPT_PATH_MAX], *text = NULL;
     size_t n = 0;
-    if (!tag && dsc__ckpt_join(latest, sizeof latest, dir, "latest") == DSC_OK &&
-        dsc__ckpt_exists(latest) && !dsc__ds_model_file(dir)) {
+    if (!tag && latest_file(dir, latest)) {
         DSC_TRY(dsc__ckpt_read_file(latest, &text, &n));
         while (n && (text[n - 1] == '\n' || text[n - 1] == ' ' || text[n - 1] == '\r')) n--;
         text[n] = 0;
@@ -412,9 +425,82 @@ static dsc_status layout_z3(dsc_ds_ckpt *ds) {
     return DSC_OK;
 }
 
+// ---- the universal layout ----
+
+#define UNI_DIR "zero"
+#define UNI_STATE UNI_DIR "/optimizer_state.pt"
+
+static bool is_universal(const char *tag_dir) {
+    char p[DSC_CKPT_PATH_MAX];
+    return dsc__ckpt_join(p, sizeof p, tag_dir, UNI_STATE) == DSC_OK && dsc__ckpt_exists(p);
+}
+
+// zero/<name>/<kind>.pt: the tensor itself (ZeRO-3's converter) or {"param": tensor, ...}.
+static dsc_status open_uni_tensor(dsc_ds_ckpt *ds, int i, int kind) {
+    static const char *const files[3] = {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt"};
+    const ds_param *p = &ds->p[i];
+    char d[DSC_CKPT_PATH_MAX], f[DSC_CKPT_PATH_MAX];
+    if (snprintf(d, sizeof d, "%s/" UNI_DIR "/%s", ds->path, p->name) >= (int)sizeof d)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s: path too long", ds->path);
+    DSC_TRY(dsc__ckpt_join(f, sizeof f, d, files[kind]));
+    if (kind && !dsc__ckpt_exists(f)) return DSC_OK; // no moments: has_moments says so
+    dsc_pt_file **pf = &ds->ufile[(size_t)i * 3 + kind];
+    DSC_TRY(dsc_pt_open(pf, f));
+    ds->bytes += dsc_pt_file_bytes(*pf);
+    const dsc_pt_value *v = dsc_pt_root(*pf);
+    if (v && v->kind == DSC_PT_DICT) v = dsc_pt_dict_get(v, "param");
+    if (!v || v->kind != DSC_PT_TENSOR || v->t->numel != p->numel)
+        return dsc__fail(DSC_ERR_CORRUPT, "%s: not a tensor of %lld elements (parameter %s's "
+                         "shape in param_shapes)", f, (long long)p->numel, p->name);
+    ds->utensor[(size_t)i * 3 + kind] = v->t;
+    return DSC_OK;
+}
+
+// optimizer_state.pt: the loss scaler and the optimizer's groups; step.pt (ZeRO 1-2) or the
+// optimizer's state (ZeRO-3) Adam's step.
+static dsc_status read_universal(dsc_ds_ckpt *ds) {
+    char p[DSC_CKPT_PATH_MAX];
+    dsc_pt_file *f = NULL;
+    DSC_TRY(dsc__ckpt_join(p, sizeof p, ds->path, UNI_STATE));
+    DSC_TRY(dsc_pt_open(&f, p));
+    const dsc_pt_value *osd = dsc_pt_root(f), *inner = dsc_pt_dict_get(osd, "optimizer_state_dict");
+    read_scaler(ds, osd);
+    double x;
+    if (get_count(dsc_pt_dict_get(dict_get_int(dsc_pt_dict_get(inner, "state"), 0), "step"), &x) ||
+        get_count(dsc_pt_dict_get(dsc_pt_item(dsc_pt_dict_get(osd, "param_groups"), 0), "step"),
+                  &x))
+        ds->st.adam_step = (int64_t)x;
+    ds->bytes += dsc_pt_file_bytes(f);
+    dsc_pt_close(f);
+    ds->ufile = calloc((size_t)ds->nparams * 3 + 1, sizeof *ds->ufile);
+    ds->utensor = calloc((size_t)ds->nparams * 3 + 1, sizeof *ds->utensor);
+    if (!ds->ufile || !ds->utensor)
+        return dsc__fail(DSC_ERR_OOM, "out of memory reading %s", ds->path);
+    for (int i = 0; i < ds->nparams; i++)
+        for (int k = 0; k < 3; k++) DSC_TRY(open_uni_tensor(ds, i, k));
+    ds->st.has_moments = true;
+    for (int i = 0; i < ds->nparams * 3; i++) ds->st.has_moments &= ds->utensor[i] != NULL;
+    char step[DSC_CKPT_PATH_MAX];
+    if (ds->st.adam_step < 0 && ds->nparams &&
+        snprintf(step, sizeof step, "%s/" UNI_DIR "/%s/step.pt", ds->path, ds->p[0].name) <
+            (int)sizeof step && dsc__ckpt_exists(step)) {
+        DSC_TRY(dsc_pt_open(&f, step));
+        if (get_count(dsc_pt_root(f), &x)) ds->st.adam_step = (int64_t)x;
+        dsc_pt_close(f);
+    }
+    return DSC_OK;
+}
+
 static dsc_status read_layout(dsc_ds_ckpt *ds, const char *prefix) {
     const dsc_pt_value *root = dsc_pt_root(ds->model);
     const dsc_pt_value *shapes = dsc_pt_dict_get(root, "param_shapes");
+    if (ds->universal) {
+        if (!shapes || shapes->kind != DSC_PT_LIST)
+            return dsc__fail(DSC_ERR_CORRUPT, "%s: a universal checkpoint's model states without "
+                             "param_shapes", dsc_pt_path(ds->model));
+        DSC_TRY(read_param_shapes(ds, shapes));
+        return read_universal(ds);
+    }
     if (!ds->world) return read_module(ds, root);
     if (!shapes || shapes->kind != DSC_PT_LIST)
         return dsc__fail(DSC_ERR_CORRUPT, "%s: ZeRO optimizer files but no param_shapes list",
@@ -438,7 +524,8 @@ static dsc_status open_ds(dsc_ds_ckpt *ds, const char *dir, const char *tag) {
     ds->bytes = dsc_pt_file_bytes(ds->model);
     read_scalars(ds, dsc_pt_root(ds->model));
     const char *prefix = "";
-    DSC_TRY(count_ranks(ds, &prefix));
+    ds->universal = is_universal(ds->path);
+    if (!ds->universal) DSC_TRY(count_ranks(ds, &prefix));
     DSC_TRY(read_layout(ds, prefix));
     for (int i = 0; i < ds->nparams; i++) ds->numel += ds->p[i].numel;
     if (!ds->nparams)
@@ -467,6 +554,9 @@ void dsc_ds_ckpt_close(dsc_ds_ckpt *ds) {
     free(ds->part);
     free(ds->mom);
     free(ds->group_len);
+    for (int i = 0; ds->ufile && i < ds->nparams * 3; i++) dsc_pt_close(ds->ufile[i]);
+    free(ds->ufile);
+    free(ds->utensor);
     free(ds);
 }
 
@@ -477,7 +567,12 @@ void dsc_ds_ckpt_get_info(const dsc_ds_ckpt *ds, dsc_ds_ckpt_info *out) {
         .nparams = ds->nparams, .ngroups = ds->ngroups, .nfiles = 1 + ds->world,
         .global_steps = ds->global_steps, .global_samples = ds->global_samples,
         .skipped_steps = ds->skipped_steps, .numel = ds->numel, .loss_scale = ds->loss_scale,
-        .bytes = ds->bytes};
+        .bytes = ds->bytes, .universal = ds->universal};
+    if (ds->universal) {
+        int64_t w = get_int(dsc_pt_root(ds->model), "dp_world_size", 1);
+        out->world_size = w > 0 && w <= MAX_RANKS ? (int)w : 1;
+        out->nfiles = 2 + ds->nparams * (ds->st.has_moments ? 3 : 1);
+    }
 }
 
 void dsc_ds_ckpt_get_param(const dsc_ds_ckpt *ds, int i, dsc_ckpt_param *out) {
@@ -561,6 +656,11 @@ dsc_status dsc_ds_ckpt_read_state(dsc_ds_ckpt *ds, int i, int kind, int64_t begi
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: parameter %s has %lld elements; [%lld, %lld) "
                          "was asked for", ds->path, p->name, (long long)p->numel,
                          (long long)begin, (long long)(begin + count));
+    if (ds->universal) {
+        dsc_pt_tensor_read(ds->utensor[(size_t)i * 3 + kind], begin, count, out);
+        dsc_pt_release_pages(ds->ufile[(size_t)i * 3 + kind]);
+        return DSC_OK;
+    }
     if (p->whole) dsc_pt_tensor_read(p->whole, begin, count, out);
     else if (ds->stage == 3) read_z3(ds, kind, p, begin, count, out);
     else read_z12(ds, kind, p->group, p->off + begin, count, out);

@@ -31,7 +31,7 @@ struct dsc_pt_file {
 
 typedef enum gkind {
     G_REBUILD_V2, G_REBUILD_PARAM, G_STORAGE_TYPE, G_DTYPE, G_SIZE, G_ODICT, G_ENUM_INT, G_PLAIN,
-    G_SET, G_GETATTR,
+    G_SET, G_GETATTR, G_FROM_TYPE, G_TENSOR_TYPE,
 } gkind;
 
 static const struct allowed {
@@ -41,6 +41,11 @@ static const struct allowed {
 } allowed[] = {
     {"torch._utils", "_rebuild_tensor_v2", G_REBUILD_V2, 0},
     {"torch._utils", "_rebuild_parameter", G_REBUILD_PARAM, 0},
+    // A tensor with Python attributes (DeepSpeed's ds_id on ZeRO-3's flat groups) pickles under
+    // torch 2 as _rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, args, attributes).
+    {"torch._tensor", "_rebuild_from_type_v2", G_FROM_TYPE, 0},
+    {"torch", "Tensor", G_TENSOR_TYPE, 0},
+    {"torch.nn.parameter", "Parameter", G_TENSOR_TYPE, 0},
     {"torch", "FloatStorage", G_STORAGE_TYPE, DSC_PT_F32},
     {"torch", "DoubleStorage", G_STORAGE_TYPE, DSC_PT_F64},
     {"torch", "HalfStorage", G_STORAGE_TYPE, DSC_PT_F16},
@@ -522,6 +527,17 @@ static dsc_status op_reduce(unpickler *u) {
         return push(u, args->items[0]);
     case G_GETATTR:
         return enum_member(u, args);
+    case G_FROM_TYPE: { // (func, type, args, attributes): func(*args); the attributes are dropped
+        const struct allowed *f = args->n == 4 ? global_of(args->items[0]) : NULL;
+        const struct allowed *ty = f ? global_of(args->items[1]) : NULL;
+        if (!f || f->kind != G_REBUILD_V2 || !ty || ty->kind != G_TENSOR_TYPE ||
+            args->items[2]->kind != DSC_PT_TUPLE || args->items[3]->kind != DSC_PT_DICT)
+            return bad(u, "_rebuild_from_type_v2 of something other than a tensor rebuilt by "
+                       "_rebuild_tensor_v2 as torch.Tensor or torch.nn.Parameter");
+        DSC_TRY(new_value(u, DSC_PT_NONE, &v));
+        DSC_TRY(rebuild_tensor(u, args->items[2], v));
+        return push(u, v);
+    }
     default:
         return bad(u, "REDUCE of %s: it is not called, only rebuilt from its state", fn->s);
     }
@@ -550,7 +566,10 @@ static dsc_status op_build(unpickler *u) {
     dsc_pt_value *state = NULL, *obj = NULL;
     DSC_TRY(pop(u, &state));
     DSC_TRY(top(u, &obj));
-    if (obj->kind != DSC_PT_OBJECT || obj->state)
+    // A module's state_dict() is an OrderedDict with attributes (its _metadata): torch 2
+    // pickles them as a BUILD of the dict; they are kept as its state and not read.
+    bool attrs = obj->kind == DSC_PT_DICT && state->kind == DSC_PT_DICT;
+    if ((obj->kind != DSC_PT_OBJECT && !attrs) || obj->state)
         return bad(u, "BUILD of something that is not a plain object being rebuilt");
     obj->state = state;
     return DSC_OK;
