@@ -188,6 +188,16 @@ dsc_status dsc_ds_ckpt_read_state(dsc_ds_ckpt *ds, int i, int kind, int64_t begi
 // that names both. One tensor is held at a time.
 dsc_status dsc_ds_ckpt_export_hf(const char *dir, const char *tag, const char *config_dir,
                                  const char *out_dir, const char *dtype, uint64_t shard_bytes);
+// DeepSpeed's universal checkpoint of dsc checkpoint <dir>/<tag>: out_dir/latest_universal
+// naming global_step<N> and out_dir/global_step<N>/ (model states, zero/optimizer_state.pt and
+// zero/<name>/{fp32,exp_avg,exp_avg_sq,step}.pt) as DeepSpeed 0.18 loads it at any world size
+// with checkpoint.load_universal. zero_stage: the DeepSpeed run's stage (its files differ
+// between ZeRO 1-2 and ZeRO-3); -1: the checkpoint's own. config_path: the run's config (NULL:
+// the ds_config.json dsc train attaches to its checkpoints). Adam and AdamW checkpoints only.
+// An existing out_dir/global_step<N> is an error (nothing is written); one tensor is held at a
+// time.
+dsc_status dsc_ckpt_export_deepspeed(const char *dir, const char *tag, const char *out_dir,
+                                     int zero_stage, const char *config_path);
 // The weights alone as one safetensors file (as dsc_ckpt_export), one tensor at a time.
 dsc_status dsc_ds_ckpt_export(const char *dir, const char *tag, const char *out_path,
                               const char *dtype);

@@ -273,6 +273,10 @@ dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_siz
                                 dsc_config_warn_fn warn, void *user);
 dsc_status dsc_config_load_string(dsc_config *cfg, const char *json, int world_size,
                                   dsc_config_warn_fn warn, void *user);
+// dsc_config_load_file that also hands back the file's text (*text, NUL-terminated, caller frees;
+// NULL on failure): what was read, for a file that can be read only once (a pipe).
+dsc_status dsc_config_load_file_text(dsc_config *cfg, const char *path, int world_size,
+                                     dsc_config_warn_fn warn, void *user, char **text);
 
 // DeepSpeed's batch rule: any two of the triple given derive the third (with DeepSpeed's integer
 // division); all three must then satisfy train = micro * gas * world_size. With elasticity enabled

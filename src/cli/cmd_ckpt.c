@@ -153,7 +153,10 @@ static int print_deepspeed(const char *dir, const char *tag) {
     dsc_ds_ckpt_get_info(ds, &in);
     char size[32];
     print_size(size, sizeof size, (double)in.bytes);
-    printf("DeepSpeed checkpoint %s/%s (saved by DeepSpeed %s)\n", dir, in.tag, in.ds_version);
+    const char *base = strrchr(dir, '/'); // DIR itself may be the tag's directory
+    bool is_tag = !strcmp(base ? base + 1 : dir, in.tag);
+    printf("DeepSpeed checkpoint %s%s%s (saved by DeepSpeed %s)\n", dir, is_tag ? "" : "/",
+           is_tag ? "" : in.tag, in.ds_version);
     printf("  step        %lld (samples %lld, skipped %lld)\n", (long long)in.global_steps,
            (long long)in.global_samples, (long long)in.skipped_steps);
     printf("  layout      %sworld size %d, ZeRO stage %d, precision %s, loss scale %g\n",
@@ -271,15 +274,47 @@ static int export_deepspeed(const char *dir, const char *tag, const char *out, c
     return 0;
 }
 
+static int export_to_deepspeed(const char *dir, const char *tag, const char *out, int stage,
+                               const char *config) {
+    if (dsc_ds_ckpt_detect(dir, tag)) {
+        fprintf(stderr, "dsc ckpt export: %s is a DeepSpeed checkpoint already; --deepspeed "
+                        "writes one from dsc's (DeepSpeed's ds_to_universal.py converts its own "
+                        "to the universal layout)\n", dir);
+        return 2;
+    }
+    if (cli_ckpt_is_lora(dir, tag)) {
+        fprintf(stderr, "dsc ckpt export: %s is a LoRA run's checkpoint: its adapters go out with "
+                        "--peft DIR (PEFT's format), the merged model with --hf DIR\n", dir);
+        return 2;
+    }
+    if (make_parent(out)) return 1;
+    if (dsc_mkdirs(out) != DSC_OK || dsc_ckpt_export_deepspeed(dir, tag, out, stage, config) != DSC_OK) {
+        fprintf(stderr, "dsc ckpt export: %s\n", dsc_last_error());
+        return 1;
+    }
+    printf("wrote %s (a DeepSpeed universal checkpoint: load it with \"checkpoint\": "
+           "{\"load_universal\": true} in DeepSpeed's config)\n", out);
+    return 0;
+}
+
 static int ckpt_export(int argc, char **argv) {
     const char *out = NULL, *hf = NULL, *dtype = "fp32", *shard = "5GB", *hf_config = NULL;
-    const char *peft = NULL;
+    const char *peft = NULL, *deepspeed = NULL, *zstage = NULL, *config = NULL;
     const cli_flag flags[] = {
         {"--out", "FILE", "one safetensors file with every weight", &out, NULL},
         {"--hf", "DIR", "a Hugging Face model folder (config.json, sharded safetensors with "
                         "the index, generation_config.json, the run's tokenizer files)", &hf, NULL},
         {"--peft", "DIR", "a LoRA run's adapters as PEFT saves them (adapter_config.json, "
                           "adapter_model.safetensors), for PeftModel.from_pretrained", &peft, NULL},
+        {"--deepspeed", "DIR", "a DeepSpeed universal checkpoint (DIR/latest_universal, "
+                               "DIR/global_stepN/) that DeepSpeed 0.18 loads and continues with "
+                               "checkpoint.load_universal: true, at any world size",
+         &deepspeed, NULL},
+        {"--zero-stage", "N", "with --deepspeed: the ZeRO stage of the DeepSpeed run that loads "
+                              "it (its files differ between stages 1-2 and 3; default: the "
+                              "checkpoint's)", &zstage, NULL},
+        {"--config", "FILE", "with --deepspeed: the run's config (default: the ds_config.json "
+                             "the checkpoint carries)", &config, NULL},
         {"--shard-size", "SIZE", "with --hf: the largest shard (default 5GB; MB, GB, MiB, GiB "
                                  "or bytes)", &shard, NULL},
         {"--dtype", "fp32|bf16", "tensor type of the weights (default fp32)", &dtype, NULL},
@@ -289,8 +324,8 @@ static int ckpt_export(int argc, char **argv) {
                                "Hugging Face Trainer keeps them)", &hf_config, NULL},
     };
     const cli_verb v = {"ckpt export",
-                        "dsc ckpt export DIR[/TAG] (--out FILE | --hf DIR | --peft DIR) "
-                        "[--shard-size SIZE] "
+                        "dsc ckpt export DIR[/TAG] (--out FILE | --hf DIR | --peft DIR | "
+                        "--deepspeed DIR [--zero-stage N]) [--shard-size SIZE] "
                         "[--dtype fp32|bf16] [--hf-config DIR]",
                         "Write the checkpoint's weights (DIR alone: the latest checkpoint) under "
                         "their Hugging Face names, whatever the world size and ZeRO stage it was "
@@ -298,18 +333,27 @@ static int ckpt_export(int argc, char **argv) {
                         "transformers' from_pretrained loads (--hf), written one tensor at a "
                         "time. DIR may be a DeepSpeed checkpoint (its fp32 master weights). A "
                         "LoRA run's checkpoint: --peft writes its adapters, --hf the base model "
-                        "with the adapters merged in.",
-                        flags, 6, 1, 1};
+                        "with the adapters merged in. --deepspeed writes the whole training state "
+                        "(fp32 master weights, Adam's moments and step, the schedule's position, "
+                        "the loss scaler) for DeepSpeed to continue the run.",
+                        flags, 9, 1, 1};
     char *pos[1], dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has;
     uint64_t shard_bytes = 0;
     int npos, rc = cli_parse(&v, argc, argv, &npos, pos);
     if (rc) return rc == 1 ? 0 : 2;
-    if ((out != NULL) + (hf != NULL) + (peft != NULL) != 1) {
+    if ((out != NULL) + (hf != NULL) + (peft != NULL) + (deepspeed != NULL) != 1) {
         fprintf(stderr, "dsc ckpt export: give --out FILE (one safetensors file), --hf DIR (a "
-                        "Hugging Face folder) or --peft DIR (a LoRA run's adapters), one of them\n");
+                        "Hugging Face folder), --peft DIR (a LoRA run's adapters) or --deepspeed "
+                        "DIR (a DeepSpeed universal checkpoint), one of them\n");
         return 2;
     }
+    long long stage = -1;
+    if ((zstage || config) && !deepspeed) {
+        fprintf(stderr, "dsc ckpt export: --zero-stage and --config go with --deepspeed\n");
+        return 2;
+    }
+    if (zstage && !cli_int("--zero-stage", zstage, 0, 3, &stage)) return 2;
     if (!parse_size(shard, &shard_bytes)) {
         fprintf(stderr, "dsc ckpt export: --shard-size %s: give a size such as 5GB, 500MB, 2GiB "
                         "or a number of bytes\n", shard);
@@ -320,6 +364,8 @@ static int ckpt_export(int argc, char **argv) {
         return 2;
     }
     if ((rc = path_args(pos[0], dir, sizeof dir, tag, sizeof tag, &has))) return rc;
+    if (deepspeed)
+        return export_to_deepspeed(dir, has ? tag : NULL, deepspeed, (int)stage, config);
     if (dsc_ds_ckpt_detect(dir, has ? tag : NULL))
         return export_deepspeed(dir, has ? tag : NULL, out, hf, hf_config, dtype, shard_bytes);
     if (hf_config) {
@@ -363,8 +409,10 @@ static void usage(FILE *f) {
                "  export DIR[/TAG] --out FILE [--dtype fp32|bf16]\n"
                "                                        one safetensors file, Hugging Face names\n"
                "  export DIR[/TAG] --hf DIR [--shard-size SIZE] [--dtype fp32|bf16]\n"
-               "  export DIR[/TAG] --peft DIR                   a LoRA run's adapters\n"
                "                                        a Hugging Face model folder\n"
+               "  export DIR[/TAG] --peft DIR           a LoRA run's adapters\n"
+               "  export DIR[/TAG] --deepspeed DIR [--zero-stage N]\n"
+               "                                        a DeepSpeed universal checkpoint\n"
                "  (DIR may be a DeepSpeed checkpoint; --hf-config DIR names its model's folder)\n"
                "DIR alone means the checkpoint `latest` names.\n");
 }

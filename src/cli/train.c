@@ -238,8 +238,11 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     char json[1024];
     const char *text = default_config(t->o, json, sizeof json);
     dsc_status st = text ? dsc_config_load_string(cfg, text, world, print_warning, NULL)
-                         : dsc_config_load_file(cfg, t->o->config, world, print_warning, NULL);
+                         : dsc_config_load_file_text(cfg, t->o->config, world, print_warning,
+                                                     NULL, &t->cfg_text);
     if (st != DSC_OK) return st;
+    if (text && !(t->cfg_text = strdup(text)))
+        return dsc_fail(DSC_ERR_OOM, "out of memory for the config's text");
     DSC_TRY(cli_plan_device_ok(cfg, cuda));
     DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
     const char *rank = getenv("RANK"); // the engine is not made yet: each rank its own masks
@@ -758,6 +761,8 @@ static dsc_status ckpt_attach_tokenizer(trainer *t) {
 // export alike), else what the family writes for its shape (none: nothing is attached).
 static dsc_status ckpt_attach_model(trainer *t) {
     DSC_TRY(ckpt_attach_tokenizer(t));
+    // The run's config as given: DeepSpeed's ds_config.json (dsc ckpt export --deepspeed).
+    DSC_TRY(dsc_checkpoint_attach(t->eng, "ds_config.json", t->cfg_text, strlen(t->cfg_text)));
     if (dsc_model_lora_of(t->model)) { // a LoRA run: its adapter_config.json, naming the base,
         const char *dir = dsc_model_hf_dir(t->model); // and the base's checksums
         char base[4096], *text = NULL;
@@ -1190,6 +1195,7 @@ static void trainer_free(trainer *t) {
     free(t->tgroup);
     free(t->peft_names);
     free(t->base_sums);
+    free(t->cfg_text);
     free(t->prof_times);
     free(t->in);
     free(t->tg);

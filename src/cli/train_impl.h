@@ -24,6 +24,7 @@ typedef struct trainer {
     dsc_device_trainer *gpu; // --device cuda: the GPU model and state; NULL on the CPU
     dsc_memplan plan;        // the memory plan, made before the engine allocates
     dsc_config cfg;          // the config, read once (a pipe such as <(...) reads only once)
+    char *cfg_text;          // its text, attached to checkpoints as ds_config.json
     dsc_loader *train, *val;
     dsc_tokenizer *tok;
     int ntensors, B, T, gas, rank, world;

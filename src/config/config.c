@@ -767,8 +767,9 @@ static dsc_status load_text(dsc_config *cfg, const char *text, size_t len, const
     return st;
 }
 
-dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_size,
-                                dsc_config_warn_fn warn, void *user) {
+dsc_status dsc_config_load_file_text(dsc_config *cfg, const char *path, int world_size,
+                                     dsc_config_warn_fn warn, void *user, char **text) {
+    if (text) *text = NULL;
     FILE *f;
     if (dsc__fopen_regular(path, &f) != DSC_OK) {
         dsc__error_prefix("config: ");
@@ -788,8 +789,19 @@ dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_siz
     if (!buf) return dsc__fail(DSC_ERR_OOM, "config %s: out of memory reading it", path);
     dsc_status st = bad ? dsc__fail(DSC_ERR_IO, "config %s: read error", path)
                         : load_text(cfg, buf, len, path, world_size, warn, user);
-    free(buf);
+    char *kept = st == DSC_OK && text ? realloc(buf, len + 1) : NULL;
+    if (kept) {
+        kept[len] = 0;
+        *text = kept;
+    } else {
+        free(buf);
+    }
     return st;
+}
+
+dsc_status dsc_config_load_file(dsc_config *cfg, const char *path, int world_size,
+                                dsc_config_warn_fn warn, void *user) {
+    return dsc_config_load_file_text(cfg, path, world_size, warn, user, NULL);
 }
 
 dsc_status dsc_config_load_string(dsc_config *cfg, const char *text, int world_size,

@@ -447,6 +447,22 @@ static dsc_status sched_at(const dsc_engine *e, int64_t step, double *lr, double
     return e->has_sched ? dsc_sched_lr_at(&e->sched, e->base_lr, step, lr, mom) : DSC_OK;
 }
 
+dsc_status dsc__config_optimizer_at(const dsc_config *c, int64_t step, dsc_opt_hparams *hp,
+                                    double *lr, dsc_sched_params *sched, bool *has_sched) {
+    dsc_engine *e = calloc(1, sizeof *e); // only the configuration's fields are used
+    if (!e) return dsc__fail(DSC_ERR_OOM, "out of memory reading a configuration");
+    e->cfg = *c;
+    double mom;
+    dsc_status st = optimizer_from_config(e);
+    if (st == DSC_OK) st = schedule_from_config(e);
+    if (st == DSC_OK) st = sched_at(e, step, lr, &mom);
+    *hp = e->hp;
+    *sched = e->sched;
+    *has_sched = e->has_sched;
+    free(e);
+    return st;
+}
+
 double dsc_engine_next_lr(const dsc_engine *e) {
     double lr, mom;
     return sched_at(e, e->applied_steps + 1, &lr, &mom) == DSC_OK ? lr : NAN;

@@ -130,6 +130,10 @@ dsc_status dsc__step_decide(dsc_engine *e, double sumsq, bool nonfinite, dsc_ste
 // engine_mem.c: the engine's pool
 // Creates the engine's pool (or adopts opts->pool).
 dsc_status dsc__engine_pool_init(dsc_engine *e, dsc_mem_pool *given);
+// Without an engine (exports): the optimizer's hyper-parameters, the schedule and the learning
+// rate of applied step `step` (1-based) that an engine built from c would use.
+dsc_status dsc__config_optimizer_at(const dsc_config *c, int64_t step, dsc_opt_hparams *hp,
+                                    double *lr, dsc_sched_params *sched, bool *has_sched);
 // A zeroed block of n floats tagged `tag`; *ptr its address. Where blocks may move (may_move),
 // an allocation that does not fit compacts the pool once and retries (re-reading every address);
 // elsewhere it fails at once. The error names the request and the pool's largest users.

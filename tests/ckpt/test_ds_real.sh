@@ -9,7 +9,12 @@
 # - the universal layout (ds_to_universal's output) resumes to DeepSpeed's universal resume;
 # - `dsc ckpt export CKPT --hf OUT` (normal and universal) loads in transformers with the logits
 #   DeepSpeed's zero_to_fp32 weights give (within 1e-5), and `--init-weights CKPT` starts from
-#   exactly the exported weights.
+#   exactly the exported weights;
+# - the other way: dsc continues a fixture to step 20, `dsc ckpt export --deepspeed` writes a
+#   universal checkpoint for ZeRO 1, 2 or 3, and dsc's steps 21-30 from it equal DeepSpeed's
+#   steps 21-30 from the same files (expect.json's from_dsc_export, recorded by make_fixtures.py
+#   --continue: DeepSpeed 0.18.4 on 2 ranks loading them with checkpoint.load_universal), to the
+#   bounds above; the files load in torch (Debian's, when it is there) with the expected keys.
 set -u
 . "$(dirname "$0")/lib.sh"
 SRC=${DSC_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -31,12 +36,15 @@ dsrun() {
   finish_ranks "$name"
 }
 
-# compare NAME FIXTURE KEY: steps 11-20 of run NAME against expect.json's KEY.
+# compare NAME FIXTURE KEY...: the steps of run NAME against expect.json's KEY (a path of keys).
 compare() {
-  $PY - "$T/$1/metrics.jsonl" "$F/$2/expect.json" "$3" "$1" <<'PYEOF'
+  $PY - "$T/$1/metrics.jsonl" "$F/$2/expect.json" "$1" "${@:3}" <<'PYEOF'
 import json, sys
 rows = {r["step"]: r for r in map(json.loads, open(sys.argv[1])) if "loss" in r}
-want = json.load(open(sys.argv[2]))[sys.argv[3]]
+want = json.load(open(sys.argv[2]))
+for key in sys.argv[4:]:
+    want = want[key]
+sys.argv[4] = sys.argv[3]
 tol = 3e-4 if "bf16" in sys.argv[2] else 1e-5
 dl = dr = 0.0
 for w in want:
@@ -129,4 +137,53 @@ print(f"  {name}: transformers on the export, max |logits - DeepSpeed's| {d:.1e}
 PYEOF
 done
 [ -n "$hfpy" ] || echo "  (transformers not installed: logits not compared)"
+
+echo "export --deepspeed: DeepSpeed's continuation from dsc's files"
+for c in llama_z1_fp32:1 llama_z2_bf16:2 gpt2_z3_bf16:3 gpt2_z2_fp32:3; do
+  fx=${c%:*}
+  stage=${c#*:}
+  model=${fx%%_*}
+  name="$fx.to$stage"
+  dsrun "$name.run" 1 "$F/$fx/ds_config.json" $model --max-steps 20 --resume "$F/$fx/ckpt" \
+    --save-dir "$T/$name.ck" --save-at-end || { fail=1; continue; }
+  "$DSC" ckpt export "$T/$name.ck" --deepspeed "$T/$name.ds" --zero-stage $stage \
+    > "$T/$name.log" 2>&1 || { echo "$name: export failed"; cat "$T/$name.log"; fail=1; continue; }
+  [ "$(cat "$T/$name.ds/latest_universal")" = global_step20 ] ||
+    { echo "$name: latest_universal"; fail=1; }
+  # an existing tag is never overwritten
+  "$DSC" ckpt export "$T/$name.ck" --deepspeed "$T/$name.ds" > "$T/$name.again" 2>&1 &&
+    { echo "$name: a second export over the first succeeded"; fail=1; }
+  grep -q "already exists" "$T/$name.again" || { echo "$name: no refusal"; fail=1; }
+  dsrun "$name.cont" 1 "$F/$fx/ds_config.json" $model --max-steps 30 --resume "$T/$name.ds" &&
+    compare "$name.cont" $fx from_dsc_export z$stage || fail=1
+  # the files as torch reads them (a stand-in for DeepSpeed's loss scaler classes)
+  if $PY -c "import torch" 2>/dev/null; then
+    mkdir -p "$T/stub/deepspeed/runtime/fp16"
+    touch "$T/stub/deepspeed/__init__.py" "$T/stub/deepspeed/runtime/__init__.py" \
+      "$T/stub/deepspeed/runtime/fp16/__init__.py"
+    printf 'class LossScaler:\n    pass\nclass DynamicLossScaler:\n    pass\n' \
+      > "$T/stub/deepspeed/runtime/fp16/loss_scaler.py"
+    PYTHONPATH="$T/stub" $PY - "$T/$name.ds/global_step20" $stage <<'PYEOF' || fail=1
+import glob, os, sys
+import torch
+d, stage = sys.argv[1], int(sys.argv[2])
+ms = glob.glob(d + ("/zero_pp_rank_0_mp_rank_00" if stage == 3 else "/mp_rank_00") +
+               "_model_states.pt")
+assert len(ms) == 1, os.listdir(d)
+sd = torch.load(ms[0])
+for k in ("module", "param_shapes", "lr_scheduler", "global_steps", "dp_world_size",
+          "ds_config", "ds_version"):
+    assert k in sd, k
+assert sd["global_steps"] == 20 and sd["lr_scheduler"]["last_batch_iteration"] == 19
+names = list(sd["param_shapes"][0])
+opt = torch.load(d + "/zero/optimizer_state.pt")
+assert "param_groups" in opt and ("optimizer_state_dict" in opt) == (stage == 3)
+for n in names:
+    f = torch.load(f"{d}/zero/{n}/fp32.pt")
+    t = f if stage == 3 else f["param"]
+    assert tuple(t.shape) == tuple(sd["param_shapes"][0][n]), n
+    assert os.path.exists(f"{d}/zero/{n}/step.pt") == (stage != 3), n
+PYEOF
+  fi
+done
 exit $fail

@@ -665,6 +665,56 @@ static void test_pickle_bytes(void **state) {
     free_nodes();
 }
 
+// torch.Size and a torch dtype (what DeepSpeed's param_shapes and a loss scaler's dtype hold):
+// Python's bytes, and read back as the shape's tuple and the dtype's global.
+static void test_calls_and_globals(void **state) {
+    (void)state;
+    char path[600];
+    path_of(path, sizeof path, "calls.pt");
+    dsc__ptw *w = NULL;
+    assert_int_equal(dsc__ptw_new(&w), DSC_OK);
+    dsc__ptw_dict_begin(w);
+    dsc__ptw_str(w, "shape");
+    dsc__ptw_call_begin(w, "torch", "Size");
+    dsc__ptw_tuple_begin(w);
+    dsc__ptw_int(w, 2);
+    dsc__ptw_int(w, 3);
+    dsc__ptw_tuple_end(w);
+    dsc__ptw_call_end(w);
+    dsc__ptw_str(w, "dtype");
+    dsc__ptw_global(w, "torch", "float16");
+    dsc__ptw_dict_end(w);
+    if (dsc__ptw_save(w, path, "calls") != DSC_OK) fail_msg("%s", dsc_last_error());
+    dsc__ptw_free(w);
+    // pickletools.optimize(pickle.dumps({'shape': torch.Size([2, 3]), 'dtype': torch.float16}, 2))
+    static const char want[] = "\x80\x02}(X\x05\x00\x00\x00shapectorch\nSize\nK\x02K\x03\x86"
+                               "\x85RX\x05\x00\x00\x00" "dtypectorch\nfloat16\nu.";
+    size_t len;
+    uint8_t *p = pickle_of(path, "calls", &len);
+    assert_int_equal(len, sizeof want - 1);
+    assert_memory_equal(p, want, len);
+    free(p);
+    dsc_pt_file *f = NULL;
+    if (dsc_pt_open(&f, path) != DSC_OK) fail_msg("%s", dsc_last_error());
+    const dsc_pt_value *shape = dsc_pt_dict_get(dsc_pt_root(f), "shape");
+    const dsc_pt_value *dtype = dsc_pt_dict_get(dsc_pt_root(f), "dtype");
+    int64_t x;
+    assert_int_equal(shape->kind, DSC_PT_TUPLE);
+    assert_true(shape->n == 2 && dsc_pt_int(shape->items[1], &x) && x == 3);
+    assert_int_equal(dtype->kind, DSC_PT_GLOBAL);
+    assert_string_equal(dtype->s, "torch.float16");
+    dsc_pt_close(f);
+    // a call left open, a call closed as a tuple, a bad name
+    const char *bad[] = {"open", "mismatch", "name"};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(dsc__ptw_new(&w), DSC_OK);
+        dsc__ptw_call_begin(w, "torch", k == 2 ? "Size\nos" : "Size");
+        if (k == 1) dsc__ptw_tuple_end(w);
+        assert_int_not_equal(dsc__ptw_save(w, path, bad[k]), DSC_OK);
+        dsc__ptw_free(w);
+    }
+}
+
 // ---- misuse and failures ----
 
 static bool exists(const char *path) { return dsc__ckpt_exists(path); }
@@ -874,7 +924,7 @@ int main(void) {
         cmocka_unit_test(test_every_value),   cmocka_unit_test(test_batches),
         cmocka_unit_test(test_random_values), cmocka_unit_test(test_pickle_bytes),
         cmocka_unit_test(test_misuse),        cmocka_unit_test(test_unwritable),
-        cmocka_unit_test(test_archive_names),
+        cmocka_unit_test(test_archive_names), cmocka_unit_test(test_calls_and_globals),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

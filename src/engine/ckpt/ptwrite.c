@@ -30,9 +30,9 @@ static const char *const storage_class[] = {
 
 // ---- the writer ----
 
-typedef enum frame_kind { F_DICT, F_ODICT, F_LIST, F_TUPLE, F_OBJECT } frame_kind;
+typedef enum frame_kind { F_DICT, F_ODICT, F_LIST, F_TUPLE, F_OBJECT, F_CALL } frame_kind;
 static const char *const frame_names[] = {"a dict", "an ordered dict", "a list", "a tuple",
-                                           "an object"};
+                                           "an object", "a call"};
 
 typedef struct frame {  // a container being written
     frame_kind kind;
@@ -312,9 +312,7 @@ void dsc__ptw_list_end(dsc__ptw *w) {
 void dsc__ptw_tuple_begin(dsc__ptw *w) { open_frame(w, F_TUPLE, true); }
 
 // Python writes (), (a,), (a, b), (a, b, c) without a MARK: EMPTY_TUPLE, TUPLE1..3.
-void dsc__ptw_tuple_end(dsc__ptw *w) {
-    const frame *f = close_frame(w, F_TUPLE, "dsc__ptw_tuple_end");
-    if (!f) return;
+static void end_tuple(dsc__ptw *w, const frame *f) {
     if (f->n == 0) {
         w->len = f->mark_at;
         put1(w, OP_EMPTY_TUPLE);
@@ -324,6 +322,43 @@ void dsc__ptw_tuple_end(dsc__ptw *w) {
     } else {
         put1(w, OP_TUPLE);
     }
+}
+
+void dsc__ptw_tuple_end(dsc__ptw *w) {
+    const frame *f = close_frame(w, F_TUPLE, "dsc__ptw_tuple_end");
+    if (!f) return;
+    end_tuple(w, f);
+    done(w, true);
+}
+
+// module.name(*args) as pickle's REDUCE: the callable, its arguments as a tuple, REDUCE.
+void dsc__ptw_call_begin(dsc__ptw *w, const char *module, const char *name) {
+    if (!live(w)) return;
+    if (!name_ok(module) || !name_ok(name)) {
+        fail(w, DSC_ERR_INVALID_ARG, "callable '%s.%s': module and name must be dotted Python "
+             "identifiers", module ? module : "(null)", name ? name : "(null)");
+        return;
+    }
+    put_global(w, module, name);
+    open_frame(w, F_CALL, true);
+}
+
+void dsc__ptw_call_end(dsc__ptw *w) {
+    const frame *f = close_frame(w, F_CALL, "dsc__ptw_call_end");
+    if (!f) return;
+    end_tuple(w, f);
+    put1(w, OP_REDUCE);
+    done(w, true);
+}
+
+void dsc__ptw_global(dsc__ptw *w, const char *module, const char *name) {
+    if (!live(w)) return;
+    if (!name_ok(module) || !name_ok(name)) {
+        fail(w, DSC_ERR_INVALID_ARG, "global '%s.%s': module and name must be dotted Python "
+             "identifiers", module ? module : "(null)", name ? name : "(null)");
+        return;
+    }
+    put_global(w, module, name);
     done(w, true);
 }
 

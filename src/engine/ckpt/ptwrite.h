@@ -57,6 +57,12 @@ void dsc__ptw_tensor(dsc__ptw *w, dsc_pt_dtype dtype, int ndim, const int64_t *s
 // end. module and name are copied; torch.load imports the module to rebuild the object.
 void dsc__ptw_object_begin(dsc__ptw *w, const char *module, const char *name);
 void dsc__ptw_object_end(dsc__ptw *w);
+// module.name(*args): the values written between begin and end are the arguments (torch.Size of
+// a shape tuple, set of a list); REDUCE applies the callable when Python loads the file.
+void dsc__ptw_call_begin(dsc__ptw *w, const char *module, const char *name);
+void dsc__ptw_call_end(dsc__ptw *w);
+// A class or function itself as a value (a torch dtype: "torch", "float16").
+void dsc__ptw_global(dsc__ptw *w, const char *module, const char *name);
 
 // The first building failure, DSC_OK while there is none (its sentence is recorded when it
 // happens, and again, naming the file, by _save).

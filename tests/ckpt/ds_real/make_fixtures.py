@@ -23,6 +23,12 @@ and the logits of the stream's first 8 tokens from the saved fp32 weights, as De
 zero_to_fp32 hands them to transformers).
 
   DS_ACCELERATOR=cpu python3 tests/ckpt/ds_real/make_fixtures.py OUT [RUN...]
+  DS_ACCELERATOR=cpu python3 tests/ckpt/ds_real/make_fixtures.py --continue OUT RUN EXPORT STAGE R
+
+The second form is the other direction: DeepSpeed, at ZeRO stage STAGE on 2 ranks, loads EXPORT
+(what `dsc ckpt export --deepspeed` wrote from a dsc run of fixture RUN) with
+checkpoint.load_universal and trains 10 more steps; their losses and learning rates go to
+R (JSON), which export_cases.sh compares with dsc's own continuation.
 
 Needs torch >= 2, transformers and deepspeed 0.18.4 (its Python files are enough: no ops are
 built). The suite does not run this script: it reads the committed output.
@@ -267,6 +273,26 @@ def universal_main(rank, out, todo, port):
         dist.barrier()
 
 
+def continue_main(rank, out, name, export_dir, stage, port, result):
+    """DeepSpeed loads dsc's export (a universal checkpoint) and trains 10 more steps."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
+                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="gloo")
+    toks = make_tokens()
+    model, _, dtype = name.split("_")
+    cfg = ds_config(stage, dtype, universal=True)
+    eng = engine_for(out, model, cfg)
+    path, _ = eng.load_checkpoint(export_dir)
+    assert path is not None, export_dir
+    first = eng.global_steps + 1
+    rows = train_steps(eng, toks, first, first + STEPS - 1)
+    if rank == 0:
+        with open(result, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
 def run_group(out, todo, port):
     """One pair of ranks for the runs in todo, then their universal conversions and resumes."""
     import torch.multiprocessing as mp
@@ -286,6 +312,12 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if sys.argv[1] == "--continue":  # --continue OUT RUN EXPORT_DIR STAGE RESULT.json
+        out, name, export_dir, stage, result = sys.argv[2:7]
+        import torch.multiprocessing as mp
+        mp.spawn(continue_main, args=(out, name, export_dir, int(stage), 29651, result),
+                 nprocs=WORLD, join=True)
+        return
     if sys.argv[1] == "--group":  # a child of main: --group OUT PORT RUN...
         out, port, names = sys.argv[2], int(sys.argv[3]), set(sys.argv[4:])
         run_group(out, runs(names), port)
