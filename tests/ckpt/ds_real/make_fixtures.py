@@ -25,10 +25,14 @@ zero_to_fp32 hands them to transformers).
   DS_ACCELERATOR=cpu python3 tests/ckpt/ds_real/make_fixtures.py OUT [RUN...]
   DS_ACCELERATOR=cpu python3 tests/ckpt/ds_real/make_fixtures.py --continue OUT RUN EXPORT STAGE R
 
+  DS_ACCELERATOR=cpu python3 tests/ckpt/ds_real/make_fixtures.py --gpt2-124m OUT
+
 The second form is the other direction: DeepSpeed, at ZeRO stage STAGE on 2 ranks, loads EXPORT
 (what `dsc ckpt export --deepspeed` wrote from a dsc run of fixture RUN) with
 checkpoint.load_universal and trains 10 more steps; their losses and learning rates go to
-R (JSON), which export_cases.sh compares with dsc's own continuation.
+R (JSON), which test_ds_real.sh compares with dsc's own continuation. The third saves one
+ZeRO-3 bf16 step of a randomly initialised GPT-2 124M (OUT/gpt2_124m_z3, its config in
+OUT/gpt2_124m), on which docs/performance.md measures the export's peak memory.
 
 Needs torch >= 2, transformers and deepspeed 0.18.4 (its Python files are enough: no ops are
 built). The suite does not run this script: it reads the committed output.
@@ -293,6 +297,26 @@ def continue_main(rank, out, name, export_dir, stage, port, result):
             json.dump(rows, f, indent=1)
 
 
+def big_main(rank, out, port):
+    """GPT-2 124M, ZeRO-3 bf16 on 2 ranks, one step, saved: a checkpoint of a few GB."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
+                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config())
+    if rank == 0:
+        m.config.save_pretrained(os.path.join(out, "gpt2_124m"))
+    cfg = dict(ds_config(3, "bf16"), train_batch_size=2)
+    eng, _, _, _ = deepspeed.initialize(model=m, model_parameters=m.parameters(), config=cfg)
+    x = torch.randint(0, 50257, (1, T + 1))
+    logits = eng(input_ids=x[:, :-1]).logits
+    eng.backward(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[0, 1:]))
+    eng.step()
+    eng.save_checkpoint(os.path.join(out, "gpt2_124m_z3"), tag="global_step1")
+
+
 def run_group(out, todo, port):
     """One pair of ranks for the runs in todo, then their universal conversions and resumes."""
     import torch.multiprocessing as mp
@@ -317,6 +341,10 @@ def main():
         import torch.multiprocessing as mp
         mp.spawn(continue_main, args=(out, name, export_dir, int(stage), 29651, result),
                  nprocs=WORLD, join=True)
+        return
+    if sys.argv[1] == "--gpt2-124m":  # --gpt2-124m OUT
+        import torch.multiprocessing as mp
+        mp.spawn(big_main, args=(sys.argv[2], 29661), nprocs=WORLD, join=True)
         return
     if sys.argv[1] == "--group":  # a child of main: --group OUT PORT RUN...
         out, port, names = sys.argv[2], int(sys.argv[3]), set(sys.argv[4:])

@@ -61,7 +61,9 @@ def model_states(run, stage, module):
                 lr_scheduler={'last_batch_iteration': run.applied - 1},
                 sparse_tensor_module_names=set(), skipped_steps=run.skipped,
                 global_steps=run.steps, global_samples=run.steps * 8, dp_world_size=WORLD,
-                mp_world_size=1, ds_config=cfg, ds_version='0.18.4')
+                mp_world_size=1, ds_config=cfg, ds_version='0.18.4', frozen_param_shapes=None,
+                shared_params={}, frozen_param_fragments=None, data_sampler=None,
+                random_ltd=None)
 
 
 def prefix(run):
