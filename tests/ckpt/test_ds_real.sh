@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DeepSpeed's own checkpoints (tests/ckpt/ds_real, written by DeepSpeed 0.18.4's engine on 2
-# ranks: a tiny Llama and GPT-2, ZeRO 1-3, fp32 and bf16, AdamW, WarmupLR; make_fixtures.py
-# regenerates them) continued by dsc against what DeepSpeed itself got when it resumed them:
+# ranks: a tiny Llama and GPT-2, each at ZeRO 1, 2 and 3 in fp32 and in bf16, AdamW, WarmupLR;
+# make_fixtures.py regenerates them) continued by dsc against what DeepSpeed itself got when it resumed them:
 # - `dsc train --resume CKPT` at 1 and 3 ranks at the checkpoint's stage and at 2 ranks at
 #   another stage: steps 11-20 have DeepSpeed's learning rates (to 1e-12) and losses (fp32 within
 #   1e-5; bf16 within 3e-4: DeepSpeed runs the model in bf16 throughout, dsc keeps activations
@@ -61,7 +61,7 @@ PYEOF
 }
 
 fail=0
-for fx in llama_z1_fp32 llama_z2_bf16 llama_z3_fp32 gpt2_z1_bf16 gpt2_z2_fp32 gpt2_z3_bf16; do
+for fx in llama_z{1,2,3}_{fp32,bf16} gpt2_z{1,2,3}_{fp32,bf16}; do
   model=${fx%%_*}
   stage=${fx#*_z}; stage=${stage%%_*}
   other=$((stage % 3 + 1))

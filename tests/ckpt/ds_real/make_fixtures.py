@@ -3,8 +3,8 @@
 them: the fixtures of tests/ckpt/test_ds_real.sh.
 
 Two ranks on the CPU (DS_ACCELERATOR=cpu, gloo), a tiny LlamaForCausalLM and GPT2LMHeadModel
-made by transformers, ZeRO stages 1, 2 and 3, fp32 and bf16 (six runs: every stage in each
-precision and each family; RUN names select others), AdamW (torch's), WarmupLR,
+made by transformers, ZeRO stages 1, 2 and 3, fp32 and bf16 (twelve runs: every stage in
+each precision for each family; RUN names select some), AdamW (torch's), WarmupLR,
 gradient clipping 1.0. Each run trains steps 1-10, saves global_step10, trains on to step 20
 (the run's own continuation), and then a fresh engine loads the checkpoint and trains steps
 11-20 again (DeepSpeed's resume). Two of the checkpoints are also converted to DeepSpeed's
@@ -57,9 +57,8 @@ VOCAB = 64
 NTOK = 128 * T + 1
 LOGIT_TOKENS = 8
 MASK = (1 << 64) - 1
-# Every stage in both precisions and both families, in six runs (the fixtures stay small).
-RUNS = ("llama_z1_fp32", "llama_z2_bf16", "llama_z3_fp32", "gpt2_z1_bf16", "gpt2_z2_fp32",
-        "gpt2_z3_bf16")
+RUNS = tuple(f"{m}_z{z}_{d}" for m in ("llama", "gpt2") for z in (1, 2, 3)
+             for d in ("fp32", "bf16"))
 UNIVERSAL = ("llama_z2_bf16", "gpt2_z3_bf16")
 
 
