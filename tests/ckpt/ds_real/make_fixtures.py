@@ -181,6 +181,12 @@ def runs(only):
 
 # ---- the ranks ----
 
+def drop_copied_script(save_dir):
+    """DeepSpeed copies its own zero_to_fp32.py beside every save: not part of the fixtures."""
+    if dist.get_rank() == 0 and os.path.exists(os.path.join(save_dir, "zero_to_fp32.py")):
+        os.remove(os.path.join(save_dir, "zero_to_fp32.py"))
+
+
 def engine_for(out, model, cfg):
     import copy
     import deepspeed
@@ -236,6 +242,7 @@ def rank_main(rank, out, todo, port):
         eng = engine_for(out, model, cfg)
         first = train_steps(eng, toks, 1, STEPS)
         eng.save_checkpoint(os.path.join(d, "ckpt"), tag=f"global_step{STEPS}")
+        drop_copied_script(os.path.join(d, "ckpt"))
         cont = train_steps(eng, toks, STEPS + 1, 2 * STEPS)
         del eng
         eng = engine_for(out, model, cfg)
@@ -314,6 +321,7 @@ def big_main(rank, out, port):
     eng.backward(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[0, 1:]))
     eng.step()
     eng.save_checkpoint(os.path.join(out, "gpt2_124m_z3"), tag="global_step1")
+    drop_copied_script(os.path.join(out, "gpt2_124m_z3"))
 
 
 def run_group(out, todo, port):
