@@ -176,6 +176,20 @@ static void put_global(dsc__ptw *w, const char *module, const char *name) {
     put1(w, '\n');
 }
 
+// GLOBAL module\nname\n of a live writer, after checking both names; false (and a failure
+// naming what: "callable", "global", "object class") when the writer is dead or a name is bad.
+static bool put_global_checked(dsc__ptw *w, const char *what, const char *module,
+                               const char *name) {
+    if (!live(w)) return false;
+    if (!name_ok(module) || !name_ok(name)) {
+        fail(w, DSC_ERR_INVALID_ARG, "%s '%s.%s': module and name must be dotted Python "
+             "identifiers", what, module ? module : "(null)", name ? name : "(null)");
+        return false;
+    }
+    put_global(w, module, name);
+    return true;
+}
+
 // ---- containers ----
 
 // Python's pickler (the C one, which torch.save runs) adds a dict's or a list's items 1000 at a
@@ -333,14 +347,7 @@ void dsc__ptw_tuple_end(dsc__ptw *w) {
 
 // module.name(*args) as pickle's REDUCE: the callable, its arguments as a tuple, REDUCE.
 void dsc__ptw_call_begin(dsc__ptw *w, const char *module, const char *name) {
-    if (!live(w)) return;
-    if (!name_ok(module) || !name_ok(name)) {
-        fail(w, DSC_ERR_INVALID_ARG, "callable '%s.%s': module and name must be dotted Python "
-             "identifiers", module ? module : "(null)", name ? name : "(null)");
-        return;
-    }
-    put_global(w, module, name);
-    open_frame(w, F_CALL, true);
+    if (put_global_checked(w, "callable", module, name)) open_frame(w, F_CALL, true);
 }
 
 void dsc__ptw_call_end(dsc__ptw *w) {
@@ -352,25 +359,12 @@ void dsc__ptw_call_end(dsc__ptw *w) {
 }
 
 void dsc__ptw_global(dsc__ptw *w, const char *module, const char *name) {
-    if (!live(w)) return;
-    if (!name_ok(module) || !name_ok(name)) {
-        fail(w, DSC_ERR_INVALID_ARG, "global '%s.%s': module and name must be dotted Python "
-             "identifiers", module ? module : "(null)", name ? name : "(null)");
-        return;
-    }
-    put_global(w, module, name);
-    done(w, true);
+    if (put_global_checked(w, "global", module, name)) done(w, true);
 }
 
 // copyreg.__newobj__'s form: the class, no arguments, NEWOBJ; the state follows, then BUILD.
 void dsc__ptw_object_begin(dsc__ptw *w, const char *module, const char *name) {
-    if (!live(w)) return;
-    if (!name_ok(module) || !name_ok(name)) {
-        fail(w, DSC_ERR_INVALID_ARG, "object class '%s.%s': module and name must be dotted "
-             "Python identifiers", module ? module : "(null)", name ? name : "(null)");
-        return;
-    }
-    put_global(w, module, name);
+    if (!put_global_checked(w, "object class", module, name)) return;
     put1(w, OP_EMPTY_TUPLE);
     put1(w, OP_NEWOBJ);
     open_frame(w, F_OBJECT, false);

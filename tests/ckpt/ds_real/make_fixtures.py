@@ -216,6 +216,16 @@ def train_steps(eng, toks, first, last):
     return rows
 
 
+def join_ranks(rank, port):
+    """This process as rank `rank` of WORLD on the CPU (gloo, two threads); DeepSpeed."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
+                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(2)
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="gloo")
+    return deepspeed
+
+
 def saved_logits(out, model, d, toks):
     """Logits of the first LOGIT_TOKENS tokens from the checkpoint's fp32 weights, as DeepSpeed's
     own converter (zero_to_fp32) gives them to the Hugging Face model."""
@@ -230,11 +240,7 @@ def saved_logits(out, model, d, toks):
 
 
 def rank_main(rank, out, todo, port):
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(2)
-    import deepspeed
-    deepspeed.init_distributed(dist_backend="gloo")
+    join_ranks(rank, port)
     toks = make_tokens()
     for name, model, stage, dtype in todo:
         d = os.path.join(out, name)
@@ -261,11 +267,7 @@ def rank_main(rank, out, todo, port):
 
 def universal_main(rank, out, todo, port):
     """Resume each universal checkpoint at world 2 (DeepSpeed's own reading of the layout)."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(2)
-    import deepspeed
-    deepspeed.init_distributed(dist_backend="gloo")
+    join_ranks(rank, port)
     toks = make_tokens()
     for name, model, stage, dtype in todo:
         d = os.path.join(out, name)
@@ -285,11 +287,7 @@ def universal_main(rank, out, todo, port):
 
 def continue_main(rank, out, name, export_dir, stage, port, result):
     """DeepSpeed loads dsc's export (a universal checkpoint) and trains 10 more steps."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    import deepspeed
-    deepspeed.init_distributed(dist_backend="gloo")
+    join_ranks(rank, port)
     toks = make_tokens()
     model, _, dtype = name.split("_")
     cfg = ds_config(stage, dtype, universal=True)
@@ -306,10 +304,7 @@ def continue_main(rank, out, name, export_dir, stage, port, result):
 def big_main(rank, out, port):
     """GPT-2 124M, ZeRO-3 bf16 on 2 ranks, one step, saved: a checkpoint of a few GB."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      LOCAL_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import deepspeed
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed = join_ranks(rank, port)
     torch.manual_seed(0)
     m = GPT2LMHeadModel(GPT2Config())
     if rank == 0:
