@@ -1,4 +1,6 @@
-# cmake/cuda.cmake - the GPU part of libdsc: src/cuda/*.cu built with nvcc (CUDA) or, with
+# cmake/cuda.cmake - the GPU part of libdsc: the .cu files of src/cuda (the shared kernels),
+# src/model/<family>/ (a family's device passes and kernels) and src/engine/gpu/ (the trainer's
+# device state and optimizer), built with nvcc (CUDA) or, with
 # DS_BUILD_HIP=1 in the environment, with hipcc (ROCm). Included by the top-level CMakeLists.txt
 # after the library targets (dsc_objects, dsc_static, dsc_shared) exist; a machine without a GPU
 # toolchain builds the CPU library exactly as before.
@@ -17,9 +19,12 @@
 # Results: DSC_WITH_CUDA / DSC_WITH_HIP / DSC_WITH_NCCL (ON/OFF) and, for tests/CMakeLists.txt,
 # dsc_cuda_add_tests() that builds tests/cuda/test_*.cu (label "kernels"; exit 77 = skipped).
 
-file(GLOB DSC_GPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu)
+file(GLOB DSC_GPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu
+     ${CMAKE_SOURCE_DIR}/src/model/*/*.cu ${CMAKE_SOURCE_DIR}/src/engine/gpu/*.cu)
 file(GLOB DSC_GPU_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.h
-     ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh)
+     ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh ${CMAKE_SOURCE_DIR}/src/model/*/*_cuda.h
+     ${CMAKE_SOURCE_DIR}/src/model/*/*_decode.h ${CMAKE_SOURCE_DIR}/src/model/*/*_kernels.h
+     ${CMAKE_SOURCE_DIR}/src/engine/gpu/optim.h ${CMAKE_SOURCE_DIR}/src/engine/gpu/train_state.h)
 set(DSC_WITH_CUDA OFF)
 set(DSC_WITH_HIP OFF)
 set(DSC_WITH_NCCL OFF)
@@ -140,7 +145,7 @@ else()
   if("$ENV{DS_BUILD_OPS}" STREQUAL "1")
     set(_default ON)
   endif()
-  option(DSC_CUDA "Build the CUDA kernels of src/cuda" ${_default})
+  option(DSC_CUDA "Build the CUDA kernels (src/cuda, src/model/*, src/engine/gpu)" ${_default})
   if(DSC_CUDA)
     if(NOT CMAKE_CUDA_COMPILER AND NOT DSC_NVCC)
       message(FATAL_ERROR "DSC_CUDA is ON (or DS_BUILD_OPS=1) but nvcc was not found: install "

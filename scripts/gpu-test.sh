@@ -87,7 +87,7 @@ build_direct() {
         --Werror=all-warnings "${inc[@]}")
     local cflags=(-std=gnu11 -O2 -fopenmp -Wall -Wextra -Wno-unused-parameter "${inc[@]}")
     local pids=() objs=() f o
-    for f in "$ROOT"/src/cuda/*.cu; do
+    for f in "$ROOT"/src/cuda/*.cu "$ROOT"/src/model/*/*.cu "$ROOT"/src/engine/gpu/*.cu; do
         o="$out/$(basename "$f" .cu).o"
         objs+=("$o")
         nvcc "${nvflags[@]}" -c "$f" -o "$o" & pids+=($!)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Compile every GPU source (src/cuda/*.cu) with Debian's hipcc for AMD gfx90a, compile only: the
-# ROCm half of the one-source GPU tree (DS_BUILD_HIP=1). AMD hardware is not available here, so
-# this checks that the portability header and the kernels build, not that they run.
+# Compile every GPU source (the .cu files of src/cuda, src/model/*, src/engine/gpu) with Debian's
+# hipcc for AMD gfx90a, compile only: the ROCm half of the one-source GPU tree (DS_BUILD_HIP=1).
+# AMD hardware is not available here, so this checks that the portability header and the kernels
+# build, not that they run.
 # Installs hipcc, libamdhip64-dev and rocm-device-libs when missing (root needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."

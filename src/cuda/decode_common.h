@@ -1,5 +1,5 @@
-// cuda/decode_common.h - what the families' GPU decoders (cuda/gpt2_decode.cu,
-// cuda/llama_decode.cu) share around their own kernels: the logits rows' padding, the head's
+// cuda/decode_common.h - what the families' GPU decoders (model/gpt2/gpt2_decode.cu,
+// model/llama/llama_decode.cu) share around their own kernels: the logits rows' padding, the head's
 // product into fp32 logits, the greedy choice over each row's logits, reading a pass's results
 // back to the host, the check of an input token and the attention's shared-memory limit.
 //

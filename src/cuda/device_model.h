@@ -1,6 +1,7 @@
-// cuda/device_model.h - what the families' GPU models (cuda/gpt2_cuda.cu, cuda/llama_cuda.cu)
-// share around their kernels: the batch's tokens checked, counted and uploaded, the parameter and
-// gradient tables checked, and the mean loss over the targets that count.
+// cuda/device_model.h - what the families' GPU models (model/gpt2/gpt2_cuda.cu,
+// model/llama/llama_cuda.cu) share around their kernels: the batch's tokens checked, counted and
+// uploaded, the parameter and gradient tables checked, and the mean loss over the targets that
+// count.
 #ifndef DSC_CUDA_DEVICE_MODEL_H
 #define DSC_CUDA_DEVICE_MODEL_H
 

@@ -1,7 +1,7 @@
 // engine/memplan.c - the memory plan (dsc/memplan.h): the bytes a run will hold per rank, on its
 // device and on the host, by category, computed from the same layout rules the engine and the
-// GPU trainer allocate by (engine/zero/zero.c, engine/gpu/*, cuda/train_state.cu), before any of
-// it is allocated. Each mode is one accounting function below; when the runtime changes what a
+// GPU trainer allocate by (engine/zero/zero.c, engine/gpu/*, engine/gpu/train_state.cu), before any
+// of it is allocated. Each mode is one accounting function below; when the runtime changes what a
 // mode allocates, that function changes with it (tests/cli/test_memory_plan.sh holds the plan
 // against the measured peaks).
 #include "dsc/memplan.h"
@@ -178,7 +178,7 @@ static void host_engine(const mode *m, const layout *L, const dsc_memplan_input 
     engine_snapshots(m, L, in->checkpoints, h);
 }
 
-// One GPU, optimizer on the device (engine/gpu/train_gpu.c flat_init, cuda/train_state.cu).
+// One GPU, optimizer on the device (engine/gpu/train_gpu.c flat_init, engine/gpu/train_state.cu).
 static void device_resident(const mode *m, const layout *L, int64_t *d) {
     add(d, DSC_PLAN_MASTER, L->total * 4);
     add(d, DSC_PLAN_GRADS, L->total * 4);

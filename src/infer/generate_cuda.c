@@ -18,10 +18,10 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include "cuda/convert.h"     // dsc__cuda_to_device
-#include "cuda/devbuf.h"      // dsc__cuda_buf_*
-#include "cuda/train_state.h" // dsc__cuda_device_info, dsc__cuda_current_device
-#include "dsc/half.h"         // dsc_fp32_to_bf16_n
+#include "cuda/convert.h"           // dsc__cuda_to_device
+#include "cuda/devbuf.h"            // dsc__cuda_buf_*
+#include "engine/gpu/train_state.h" // dsc__cuda_device_info, dsc__cuda_current_device
+#include "dsc/half.h"               // dsc_fp32_to_bf16_n
 
 // ---- the weights ----
 

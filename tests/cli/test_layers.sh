@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The library's layering, checked on the sources (docs/architecture.md, "Layers"):
 #   - the GPU kernels (src/cuda) sit below the engine and the models: no src/cuda file includes
-#     an engine/ or model/ header, except a family's CUDA model including its own family's
-#     headers (src/cuda/<family>_*: the device passes live beside their kernels) and the few
-#     files listed below with their reason;
+#     an engine/ or model/ header;
+#   - a family is one folder: its device code (passes, decoder, kernels) is in src/model/<family>/
+#     beside its host code, not in src/cuda/ (no src/cuda/<family>_* file); the GPU trainer's
+#     own device files are in src/engine/gpu/;
 #   - the command-line tool (src/cli) is wiring over the public API: its files include
 #     include/dsc/ headers, its own (cli/) and the generated build info, and nothing else;
 #   - in particular no src/cli file includes an engine/, comm/ or cuda/ header;
@@ -14,28 +15,23 @@ set -u
 : "${DSC_SOURCE_DIR:?set DSC_SOURCE_DIR to the source tree}"
 cd "$DSC_SOURCE_DIR" || exit 1
 
-# src/cuda files that include engine/ headers, "file header  # reason"
-cuda_allowed=$(cat <<'EOF'
-src/cuda/optim.h engine/optim/optim.h  # the optimizer's hyperparameters and output flags: the device optimizer mirrors the host one
-src/cuda/train_state.h engine/optim/optim.h  # the same hyperparameters, passed to the device optimizer's step
-EOF
-)
-
 # includes DIR: "file header" for every quoted include of the files under DIR, sorted
 includes() {
   grep -rHoE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]+"' "$1" \
     | sed -E 's/:[[:space:]]*#[[:space:]]*include[[:space:]]*"(.*)"/ \1/' | LC_ALL=C sort -u
 }
 
-# cuda_violations: src/cuda includes of engine/ or model/ headers that are neither a family's
-# own (src/cuda/gpt2_cuda.h -> model/gpt2/...) nor listed
+# cuda_violations: src/cuda includes of engine/ or model/ headers
 cuda_violations() {
-  local listed
-  listed=$(sed 's/ *#.*//' <<<"$cuda_allowed")
-  includes src/cuda | grep -E ' (engine|model)/' \
-    | awk '{ n = split($1, p, "/"); f = p[n]; split($2, h, "/");
-             if (!(h[1] == "model" && index(f, h[2] "_") == 1)) print }' \
-    | grep -vxF -f <(echo "$listed")
+  includes src/cuda | grep -E ' (engine|model)/'
+}
+
+# family_files_in_cuda: src/cuda files named after a family (a folder of src/model/)
+family_files_in_cuda() {
+  local fam
+  for fam in $(find src/model -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | LC_ALL=C sort); do
+    find src/cuda -maxdepth 1 -name "${fam}_*" | LC_ALL=C sort
+  done
 }
 
 # cli_internal: the internal headers src/cli includes
@@ -49,7 +45,10 @@ cli_engine() {
 }
 
 out=$(cuda_violations)
-check "src/cuda includes no engine/ or model/ internals beyond a family's own and the list" -- \
+check "src/cuda includes no engine/ or model/ header" -- test -z "$out"
+[ -z "$out" ] || echo "$out"
+out=$(family_files_in_cuda)
+check "a family's device code is in its folder (src/model/<family>/), none in src/cuda" -- \
   test -z "$out"
 [ -z "$out" ] || echo "$out"
 
@@ -73,16 +72,20 @@ check "the runtime is in the library: src/engine/gpu/train_gpu.c behind include/
   test -f src/engine/gpu/train_gpu.c -a -f include/dsc/device.h
 
 # the checks see violations: a scratch tree with planted includes
-mkdir -p "$T/src/cli" "$T/src/cuda"
+mkdir -p "$T/src/cli" "$T/src/cuda" "$T/src/model/gpt2" "$T/src/model/llama"
 printf '#include "dsc/engine.h"\n#include "engine/device.h"\n' > "$T/src/cli/x.c"
-printf '#include "engine/engine_impl.h"\n' > "$T/src/cuda/y.cu"
-printf '#include "model/llama/llama.h"\n#include "model/gpt2/gpt2.h"\n' > "$T/src/cuda/gpt2_z.cu"
+printf '#include "engine/engine_impl.h"\n#include "cuda/kernels.h"\n' > "$T/src/cuda/y.cu"
+printf '#include "model/gpt2/gpt2.h"\n' > "$T/src/cuda/gpt2_z.cu"
+touch "$T/src/cuda/llama_decode.h" "$T/src/cuda/kernels.cu"
 planted_cli=$(cd "$T" && cli_internal)
 planted_cuda=$(cd "$T" && cuda_violations)
+planted_family=$(cd "$T" && family_files_in_cuda | tr '\n' ' ')
 check "the cli check finds an internal include planted in src/cli" -- \
   test "$planted_cli" = "src/cli/x.c engine/device.h"
-check "the cuda check finds an engine include and another family's include planted in src/cuda" \
-  -- test "$planted_cuda" = "$(printf 'src/cuda/gpt2_z.cu model/llama/llama.h\nsrc/cuda/y.cu engine/engine_impl.h')"
+check "the cuda check finds an engine include and a family's include planted in src/cuda" \
+  -- test "$planted_cuda" = "$(printf 'src/cuda/gpt2_z.cu model/gpt2/gpt2.h\nsrc/cuda/y.cu engine/engine_impl.h')"
+check "the folder check finds family files planted in src/cuda (and only those)" -- \
+  test "$planted_family" = "src/cuda/gpt2_z.cu src/cuda/llama_decode.h "
 mkdir -p "$T/b/src/cli"
 printf '#include "dsc/safetensors.h"\n#include "comm/comm.h"\n' > "$T/b/src/cli/a.c"
 printf '#include "base/io.h"\n#include "engine/ckpt/hf_weights.h"\n' > "$T/b/src/cli/b.c"

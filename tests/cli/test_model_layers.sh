@@ -1,39 +1,35 @@
 #!/usr/bin/env bash
 # The model interface's layering, checked on the sources: outside src/model/ nothing calls a
 # model family's own functions or includes its headers (everything goes through dsc/model.h; the
-# GPU trainer through the table's device passes, GPU generation through its decode slots), except
-# the CUDA kernels (listed below); no file but GPT-2's own includes a GPT-2 header (the kernels
-# every model shares are in cuda/kernels.h); the registry names each family once (families.def);
-# the examples include public headers only.
+# GPU trainer through the table's device passes, GPU generation through its decode slots; a
+# family's device code is in its own folder); no file but GPT-2's own includes a GPT-2 header
+# (the kernels every model shares are in cuda/kernels.h); the registry names each family once
+# (families.def); the examples include public headers only.
 set -u
 . "$(dirname "$0")/lib.sh"
 : "${DSC_SOURCE_DIR:?set DSC_SOURCE_DIR to the source tree}"
 cd "$DSC_SOURCE_DIR" || exit 1
 
-# Files that may still name GPT-2's functions: the CUDA models and decoders (a family's device
-# passes and decoder live beside its kernels).
-allowed='^src/cuda/'
-
-# family_uses: lines outside src/model/ (and the allowed files) that call a family's functions
-# or include its headers.
+# family_uses: lines outside src/model/ that call a family's functions or include its headers
+# (a comment that names them is not a use).
 family_uses() {
   grep -rnE 'dsc_{1,2}gpt2_|model/gpt2/' src include examples --include='*.c' --include='*.h' \
-    | grep -v '^src/model/' | grep -vE "$allowed"
+    --include='*.cu' --include='*.cuh' | grep -v '^src/model/' | grep -vE '^[^:]+:[0-9]+:\s*//'
 }
 out=$(family_uses)
-check "nothing outside src/model/ calls GPT-2's own functions (only the CUDA files)" -- \
+check "nothing outside src/model/ calls GPT-2's own functions or includes its headers" -- \
   test -z "$out"
 [ -z "$out" ] || echo "$out" | head
 
-# gpt2_includes: includes of GPT-2's headers (model/gpt2/..., cuda/gpt2_*.h) by files that are
-# not GPT-2's own (src/model/gpt2/, src/cuda/gpt2_*): what every model and the trainer share on the
-# GPU is in cuda/kernels.h, not in the GPT-2 kernels.
+# gpt2_includes: includes of GPT-2's headers (model/gpt2/...) by files that are not GPT-2's own
+# (src/model/gpt2/): what every model and the trainer share on the GPU is in cuda/kernels.h, not
+# in the GPT-2 kernels.
 gpt2_includes() {
   grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*gpt2' src include examples \
-    | grep -vE '^src/(model/gpt2/|cuda/gpt2_)'
+    | grep -vE '^src/model/gpt2/'
 }
 out=$(gpt2_includes)
-check "no file but GPT-2's own includes a GPT-2 header (model/gpt2/, cuda/gpt2_*)" -- \
+check "no file but GPT-2's own includes a GPT-2 header (model/gpt2/)" -- \
   test -z "$out"
 [ -z "$out" ] || echo "$out" | head
 
@@ -61,13 +57,14 @@ mkdir -p "$T/src/cli" "$T/src/model" "$T/include" "$T/examples"
 printf '#include "model/gpt2/gpt2.h"\nvoid f(void) { dsc_gpt2_forward(0); }\n' > "$T/src/cli/x.c"
 planted=$(cd "$T" && family_uses)
 check "the check finds a use planted in src/cli" -- test -n "$planted"
-mkdir -p "$T/src/cuda" "$T/src/engine/gpu"
-printf '#include "cuda/gpt2_kernels.h"\n' > "$T/src/engine/gpu/y.c"
-printf '#include "cuda/kernels.h"\n#include "cuda/gpt2_kernels.h"\n' > "$T/src/cuda/llama_z.cu"
-printf '#include "cuda/gpt2_kernels.h"\n' > "$T/src/cuda/gpt2_z.cu"
+mkdir -p "$T/src/cuda" "$T/src/engine/gpu" "$T/src/model/llama" "$T/src/model/gpt2"
+printf '#include "model/gpt2/gpt2_kernels.h"\n' > "$T/src/engine/gpu/y.c"
+printf '#include "cuda/kernels.h"\n#include "model/gpt2/gpt2_kernels.h"\n' \
+  > "$T/src/model/llama/llama_z.cu"
+printf '#include "model/gpt2/gpt2_kernels.h"\n' > "$T/src/model/gpt2/gpt2_z.cu"
 planted=$(cd "$T" && gpt2_includes | cut -d: -f1 | LC_ALL=C sort | tr '\n' ' ')
 check "the include check finds GPT-2 includes planted outside GPT-2's files (and only those)" -- \
-  test "$planted" = "src/cli/x.c src/cuda/llama_z.cu src/engine/gpu/y.c "
+  test "$planted" = "src/cli/x.c src/engine/gpu/y.c src/model/llama/llama_z.cu "
 mkdir -p "$T/examples/x"
 printf '#include "x.h"\n' > "$T/examples/x/x.c"
 touch "$T/examples/x/x.h"

@@ -1,4 +1,5 @@
-// The GPU decoder (cuda/gpt2_decode.h) and GPU generation (dsc_generate_run_cuda) against the CPU.
+// The GPU decoder (model/gpt2/gpt2_decode.h) and GPU generation (dsc_generate_run_cuda) against the
+// CPU.
 //
 // (a) Logits: a small random GPT-2 (2 layers, 128 channels, vocabulary 1000, context 256), three
 //     rows with prompts of 5, 150 and 77 tokens (150 > the 128 keys one pass of the attention
@@ -27,12 +28,12 @@
 #include <algorithm> // std::max
 
 extern "C" {
-#include "base/time.h"        // dsc_now
-#include "cuda/gpt2_decode.h" // dsc_gpt2_decode_*
-#include "infer/generate.h"   // dsc_generate_run_cuda, dsc_generate_run
-#include "infer/sample.h"     // dsc__sample
-#include "model/gpt2/gpt2.h"  // dsc_gpt2_* (CPU reference)
-#include "model/gpt2/model.h" // dsc__model_gpt2_create
+#include "base/time.h"              // dsc_now
+#include "model/gpt2/gpt2_decode.h" // dsc_gpt2_decode_*
+#include "infer/generate.h"         // dsc_generate_run_cuda, dsc_generate_run
+#include "infer/sample.h"           // dsc__sample
+#include "model/gpt2/gpt2.h"        // dsc_gpt2_* (CPU reference)
+#include "model/gpt2/model.h"       // dsc__model_gpt2_create
 }
 
 #define TOL_LOGITS 1.5e-2 // relative, all rows of a pass; bf16 activations give about 5e-3

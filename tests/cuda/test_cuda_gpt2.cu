@@ -1,7 +1,7 @@
-// The GPU GPT-2 (cuda/gpt2_cuda.h) against the CPU model (model/gpt2/gpt2.h) on a small config:
-// same parameters (rounded to the GPU's 16-bit type for both), same tokens; the loss and every
-// parameter's gradient must agree within 16-bit tolerances (the GPU keeps activations in bf16 or
-// fp16, the CPU computes in fp32). Run with and without the fused GELU epilogues, in bf16 and in
+// The GPU GPT-2 (model/gpt2/gpt2_cuda.h) against the CPU model (model/gpt2/gpt2.h) on a small
+// config: same parameters (rounded to the GPU's 16-bit type for both), same tokens; the loss and
+// every parameter's gradient must agree within 16-bit tolerances (the GPU keeps activations in bf16
+// or fp16, the CPU computes in fp32). Run with and without the fused GELU epilogues, in bf16 and in
 // fp16; fp16 runs its backward under a loss scale of 1024 (gradients compared after dividing it
 // out) and must turn a loss scale of 2^32 into non-finite gradients (the overflow the loss scaler
 // watches for). The GPU pass must be bitwise repeatable, and dsc_gpt2_cuda_train_step (one pass
@@ -13,10 +13,10 @@
 #include "cuda_test.h" // require_device, check, rel_err, dev_*, randn
 
 extern "C" {
-#include "cuda/gpt2_cuda.h"    // dsc_gpt2_cuda_*
-#include "cuda/kernels.h"      // dsc__cuda_f32_to_16
-#include "cuda/optim.h"        // dsc__cuda_opt_step
-#include "model/gpt2/gpt2.h"   // dsc_gpt2_* (CPU reference)
+#include "model/gpt2/gpt2_cuda.h" // dsc_gpt2_cuda_*
+#include "cuda/kernels.h"         // dsc__cuda_f32_to_16
+#include "engine/gpu/optim.h"     // dsc__cuda_opt_step
+#include "model/gpt2/gpt2.h"      // dsc_gpt2_* (CPU reference)
 }
 
 #define TOL_LOSS 1e-2

@@ -1,4 +1,4 @@
-// GPU kernels of the GPT-2 layers (cuda/gpt2_kernels.h), the kernels every model shares
+// GPU kernels of the GPT-2 layers (model/gpt2/gpt2_kernels.h), the kernels every model shares
 // (cuda/kernels.h: cross-entropy, column sums, sums, conversions) and the matrix products
 // (cuda/matmul.h) against float64 references computed here on the same 16-bit-rounded inputs, once
 // with bf16 tensors and once with fp16 ones (the `_h` entry points). Tolerances: bf16 results 1e-2
@@ -11,9 +11,9 @@
 #include <math.h> // tanh, exp, log, sqrt
 
 extern "C" {
-#include "cuda/gpt2_kernels.h" // dsc__cuda_encoder_*, dsc__cuda_layernorm_*, dsc__cuda_gelu_*, ...
-#include "cuda/kernels.h"      // dsc__cuda_xent_*, dsc__cuda_colsum*, dsc__cuda_sum, ...
-#include "cuda/matmul.h"       // dsc__cuda_gemm
+#include "model/gpt2/gpt2_kernels.h" // dsc__cuda_encoder_*, _layernorm_*, _gelu_*, ...
+#include "cuda/kernels.h"            // dsc__cuda_xent_*, dsc__cuda_colsum*, dsc__cuda_sum, ...
+#include "cuda/matmul.h"             // dsc__cuda_gemm
 }
 
 #define TOL_BF16 1e-2

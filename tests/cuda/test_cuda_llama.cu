@@ -1,4 +1,4 @@
-// The GPU Llama family (cuda/llama_cuda.h, through its device table) against the CPU model
+// The GPU Llama family (model/llama/llama_cuda.h, through its device table) against the CPU model
 // (model/llama/llama.h, fp32, itself checked against transformers in tests/model) on small
 // configurations that cover grouped-query and multi-query attention, tied and untied heads,
 // Qwen2's q/k/v biases, Qwen3's per-head q/k norms (fused with the rotation), llama3 rope
@@ -15,10 +15,10 @@
 #include "cuda_test.h" // require_device, check, rel_err, dev_*, randn
 
 extern "C" {
-#include "cuda/kernels.h"       // dsc__cuda_f32_to_16
-#include "cuda/llama_cuda.h"    // dsc__llama_device_ops
-#include "cuda/optim.h"         // dsc__cuda_opt_step
-#include "model/llama/llama.h"  // dsc_llama_* (CPU reference)
+#include "cuda/kernels.h"           // dsc__cuda_f32_to_16
+#include "model/llama/llama_cuda.h" // dsc__llama_device_ops
+#include "engine/gpu/optim.h"       // dsc__cuda_opt_step
+#include "model/llama/llama.h"      // dsc_llama_* (CPU reference)
 }
 
 #define TOL_LOSS 1e-2

@@ -1,12 +1,12 @@
-// The Llama family's GPU decoder (cuda/llama_decode.h) against the CPU model's cached inference
-// (model/llama/infer.h, fp32, the rows of dsc_model_infer) on small random configurations:
-// grouped-query (4 query heads over 2 kv heads, llama3 rope scaling), multi-query (1 kv head,
-// untied head), Qwen2's q/k/v biases, and head_dim 128 with q columns != hidden. Three sequences
-// with prompts of 5, 150 and 77 tokens (ragged rows) go through a prefill and then 6 steps; every
-// pass's logits (fp32) must agree with the CPU's within bf16 tolerance (both see the same
-// bf16-rounded weights), the device's argmax must equal the host's over the device's logits (the
-// lowest id on ties), the recompute mode (no cache reuse) must agree with the cached decoder, a
-// second prefill of other lengths on the same decoder must be right again, and two runs must be
+// The Llama family's GPU decoder (model/llama/llama_decode.h) against the CPU model's cached
+// inference (model/llama/infer.h, fp32, the rows of dsc_model_infer) on small random
+// configurations: grouped-query (4 query heads over 2 kv heads, llama3 rope scaling), multi-query
+// (1 kv head, untied head), Qwen2's q/k/v biases, and head_dim 128 with q columns != hidden. Three
+// sequences with prompts of 5, 150 and 77 tokens (ragged rows) go through a prefill and then 6
+// steps; every pass's logits (fp32) must agree with the CPU's within bf16 tolerance (both see the
+// same bf16-rounded weights), the device's argmax must equal the host's over the device's logits
+// (the lowest id on ties), the recompute mode (no cache reuse) must agree with the cached decoder,
+// a second prefill of other lengths on the same decoder must be right again, and two runs must be
 // bitwise equal. Then the same through the model interface (dsc_model_decode_* against
 // dsc_model_infer on a llama-d2), the cache's size, and clear errors for bad input.
 #include "cuda_test.h" // require_device, check, rel_err, to_bf16
@@ -14,10 +14,10 @@
 #include <algorithm> // std::max
 
 extern "C" {
-#include "cuda/llama_decode.h" // dsc_llama_decode_*
-#include "dsc/model.h"         // dsc_model_* (the interface)
-#include "model/llama/infer.h" // dsc__llama_kv_*, dsc__llama_infer (CPU reference)
-#include "model/llama/llama.h" // dsc_llama_*
+#include "model/llama/llama_decode.h" // dsc_llama_decode_*
+#include "dsc/model.h"                // dsc_model_* (the interface)
+#include "model/llama/infer.h"        // dsc__llama_kv_*, dsc__llama_infer (CPU reference)
+#include "model/llama/llama.h"        // dsc_llama_*
 }
 
 #define TOL_LOGITS 2e-2 // relative, all rows of a pass; bf16 activations give about 1e-2

@@ -1,4 +1,4 @@
-// GPU kernels of the Llama-family layers (cuda/llama_kernels.h) against the CPU kernels of
+// GPU kernels of the Llama-family layers (model/llama/llama_kernels.h) against the CPU kernels of
 // model/llama/kernels.h fed the same 16-bit-rounded inputs, once with bf16 tensors and once with
 // fp16 ones. Tolerances (relative L2 over the tensor): bf16 results 1e-2, fp16 results 2e-3, fp32
 // results (rstd, parameter gradients) 1e-5; embedding rows are copied bit for bit. Output buffers
@@ -14,8 +14,8 @@
 #include <stdarg.h> // va_list
 
 extern "C" {
-#include "cuda/llama_kernels.h"   // dsc__cuda_embed_*, dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, ...
-#include "model/llama/kernels.h" // dsc__llama_* (the CPU reference)
+#include "model/llama/llama_kernels.h" // dsc__cuda_embed_*, _rmsnorm_*, _rope_h, ...
+#include "model/llama/kernels.h"       // dsc__llama_* (the CPU reference)
 }
 
 #define TOL_BF16 1e-2

@@ -1,13 +1,13 @@
-// GPU optimizer steps (cuda/optim.h) against the CPU's scalar path (engine/optim/optim.h), which
-// performs the same correctly rounded fp32 operations per element: parameters, moments and the
-// 16-bit copies must agree bit for bit, for every optimizer, a few steps, with and without the
+// GPU optimizer steps (engine/gpu/optim.h) against the CPU's scalar path (engine/optim/optim.h),
+// which performs the same correctly rounded fp32 operations per element: parameters, moments and
+// the 16-bit copies must agree bit for bit, for every optimizer, a few steps, with and without the
 // 16-bit copy, loss-scale and device-side clipping factors. Then the gradient norm's sum of
 // squares (vs dsc_opt_sumsq, 1e-12 relative), its overflow flag, the clipping coefficient, and a
 // timing at GPT-2 124M's parameter count.
 #include "cuda_test.h" // require_device, check, dev_*, randn
 
 extern "C" {
-#include "cuda/optim.h" // dsc__cuda_opt_*, dsc_opt_step (via engine/optim/optim.h)
+#include "engine/gpu/optim.h" // dsc__cuda_opt_*, dsc_opt_step (via engine/optim/optim.h)
 }
 
 struct opt_case {

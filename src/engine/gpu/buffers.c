@@ -6,9 +6,9 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include "cuda/convert.h"     // dsc__cuda_to_device, dsc__cuda_to_host
-#include "cuda/devbuf.h"      // dsc__cuda_buf_*
-#include "cuda/train_state.h" // dsc__cuda_device_info, dsc__cuda_select_device, dsc__cuda_mem_info
+#include "cuda/convert.h"           // dsc__cuda_to_device, dsc__cuda_to_host
+#include "cuda/devbuf.h"            // dsc__cuda_buf_*
+#include "engine/gpu/train_state.h" // dsc__cuda_device_info, _select_device, _mem_info
 
 dsc_status dsc_device_select(int *device) {
     char name[256];

@@ -7,12 +7,12 @@
 #include <stdlib.h> // calloc, free, getenv
 #include <string.h> // strcmp
 
-#include "base/env.h"        // dsc__env, DSC_ENV_*
-#include "base/status.h"     // dsc__fail, DSC_TRY
-#include "base/time.h"       // dsc_now
-#include "engine/gpu/train_gpu_dp.h" // dsc__train_dp_* (several GPUs through nccl)
+#include "base/env.h"                     // dsc__env, DSC_ENV_*
+#include "base/status.h"                  // dsc__fail, DSC_TRY
+#include "base/time.h"                    // dsc_now
+#include "engine/gpu/train_gpu_dp.h"      // dsc__train_dp_* (several GPUs through nccl)
 #include "engine/gpu/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
-#include "dsc/comm.h"         // dsc_comm_backend_available
+#include "dsc/comm.h"                     // dsc_comm_backend_available
 
 // The layer groups as the device trainer lays them out (dsc/model.h, "a family on a GPU"): group
 // 0, the layers 1 .. n_layer, group n_layer + 1; every tensor in one of them. Checked in every
@@ -40,9 +40,9 @@ static dsc_status check_groups(const dsc_model *model) {
 
 #ifdef DSC_WITH_CUDA
 
-#include "cuda/train_state.h" // dsc__cuda_state_*
-#include "dsc/model.h"        // dsc_model_device_*
-#include "engine/device.h"    // dsc__engine_*
+#include "engine/gpu/train_state.h" // dsc__cuda_state_*
+#include "dsc/model.h"              // dsc_model_device_*
+#include "engine/device.h"          // dsc__engine_*
 
 typedef dsc_device_trainer train_gpu; // this file's short name
 

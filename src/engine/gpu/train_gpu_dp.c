@@ -1,4 +1,5 @@
-// engine/gpu/train_gpu_dp.c - data parallelism across GPUs through the nccl backend (see train_gpu_dp.h).
+// engine/gpu/train_gpu_dp.c - data parallelism across GPUs through the nccl backend (see
+// train_gpu_dp.h).
 #include "engine/gpu/train_gpu_dp.h"
 
 #include <stdlib.h> // getenv
@@ -17,20 +18,20 @@ bool dsc__train_dp_selected(void) {
 #include <time.h>   // nanosleep
 #include <unistd.h> // gethostname
 
-#include "base/hash.h"        // dsc_hash64
-#include "base/log.h"         // DSC_WARN
-#include "base/status.h"      // dsc__fail, DSC_TRY
-#include "base/time.h"        // dsc_now
-#include "comm/store.h"       // dsc_store_* (the rendezvous after a recovery)
-#include "engine/gpu/layer_slots.h"  // dsc__slots_* (stage 3)
-#include "comm/nccl.h"        // dsc__nccl_after_event, dsc__nccl_record_event
-#include "cuda/convert.h"     // dsc__cuda_to16, dsc__cuda_from16, dsc__cuda_scale, events, copies
-#include "cuda/kernels.h"     // dsc__cuda_round_fp16
-#include "cuda/devbuf.h"      // dsc__cuda_buf_*
-#include "cuda/train_state.h" // dsc__cuda_state_*
-#include "dsc/comm.h"         // dsc_comm_*
-#include "engine/device.h"    // dsc__engine_dp_layout, dsc__engine_device_step
-#include "engine/hybrid.h"    // dsc__engine_comm
+#include "base/hash.h"              // dsc_hash64
+#include "base/log.h"               // DSC_WARN
+#include "base/status.h"            // dsc__fail, DSC_TRY
+#include "base/time.h"              // dsc_now
+#include "comm/store.h"             // dsc_store_* (the rendezvous after a recovery)
+#include "engine/gpu/layer_slots.h" // dsc__slots_* (stage 3)
+#include "comm/nccl.h"              // dsc__nccl_after_event, dsc__nccl_record_event
+#include "cuda/convert.h"           // dsc__cuda_to16, _from16, _scale, events, copies
+#include "cuda/kernels.h"           // dsc__cuda_round_fp16
+#include "cuda/devbuf.h"            // dsc__cuda_buf_*
+#include "engine/gpu/train_state.h" // dsc__cuda_state_*
+#include "dsc/comm.h"               // dsc_comm_*
+#include "engine/device.h"          // dsc__engine_dp_layout, dsc__engine_device_step
+#include "engine/hybrid.h"          // dsc__engine_comm
 
 enum { BUF_GSHARD, BUF_SEND16, BUF_RECV16, BUF_NORM, BUF_OWN16, NBUFS };
 

@@ -1,6 +1,6 @@
-// engine/gpu/train_gpu_dp.h - data parallelism across GPUs for `dsc train --device cuda`: each rank has a
-// GPU of its own, the gradients are reduced among the devices through the nccl comm backend and
-// the optimizer runs on the device over this rank's ZeRO partition. Chosen when
+// engine/gpu/train_gpu_dp.h - data parallelism across GPUs for `dsc train --device cuda`: each rank
+// has a GPU of its own, the gradients are reduced among the devices through the nccl comm backend
+// and the optimizer runs on the device over this rank's ZeRO partition. Chosen when
 // DSC_COMM_BACKEND=nccl and no two ranks of the job share a GPU; also at world 1 with nccl (the
 // collectives then have one rank), which is how one GPU tests it.
 //
@@ -28,11 +28,11 @@
 // does: the same sum, rounded differently.
 // Stage 3 (unless DSC_GPU_STAGE3_PARTITION=0, which runs it as stage 2) partitions the 16-bit
 // weights too: each device keeps its slice of every layer's weights; the model's layer hook
-// all-gathers a layer into one of two device slots one layer ahead of use (engine/gpu/layer_slots.h),
-// in forward and again in backward, so the gather of the next layer overlaps this layer's
-// compute. The layers' gradients pass through two gradient slots: each layer's are
-// reduce-scattered in place as soon as its backward is done, every micro-step, and added into
-// this rank's partition (whose sum over the micro-steps is then post-scaled, and
+// all-gathers a layer into one of two device slots one layer ahead of use
+// (engine/gpu/layer_slots.h), in forward and again in backward, so the gather of the next layer
+// overlaps this layer's compute. The layers' gradients pass through two gradient slots: each
+// layer's are reduce-scattered in place as soon as its backward is done, every micro-step, and
+// added into this rank's partition (whose sum over the micro-steps is then post-scaled, and
 // in fp16 training rounded to fp16 values, at the step). The embeddings and ln_f stay whole on
 // every device and are reduced once per step as at stage 2; after the optimizer only they are
 // all-gathered. The host waits for the pass's gathers and reductions (dsc__train_dp_pass_done)
@@ -48,12 +48,12 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint16_t
 
-#include "dsc/model.h" // dsc_model, dsc_model_device, dsc_model_grad_hook
-#include "dsc/engine.h"      // dsc_engine, dsc_step_info
-#include "dsc/memory.h"      // dsc_mem_pool
+#include "dsc/model.h"  // dsc_model, dsc_model_device, dsc_model_grad_hook
+#include "dsc/engine.h" // dsc_engine, dsc_step_info
+#include "dsc/memory.h" // dsc_mem_pool
 
 typedef struct train_dp train_dp;
-struct dsc_cuda_state; // cuda/train_state.h
+struct dsc_cuda_state; // engine/gpu/train_state.h
 
 // Is DSC_COMM_BACKEND nccl? (The choice of `dsc train`, made before anything else.)
 bool dsc__train_dp_selected(void);

@@ -1,6 +1,6 @@
-// engine/gpu/train_gpu_offload.h - ZeRO-Offload on one GPU (offload_optimizer.device "cpu"), streamed:
-// the GPU keeps the 16-bit weights and the fp32 gradients; the host keeps the fp32 master and the
-// optimizer moments (the engine's flat state) and runs the engine's CPU optimizer.
+// engine/gpu/train_gpu_offload.h - ZeRO-Offload on one GPU (offload_optimizer.device "cpu"),
+// streamed: the GPU keeps the 16-bit weights and the fp32 gradients; the host keeps the fp32 master
+// and the optimizer moments (the engine's flat state) and runs the engine's CPU optimizer.
 //
 // One optimizer step, on its last micro-step:
 //   1. backward: as the backward completes each parameter group (the model's gradient hook,
@@ -38,9 +38,9 @@
 
 #ifdef DSC_WITH_CUDA
 
-#include "dsc/model.h"        // dsc_model, dsc_model_device
-#include "cuda/train_state.h" // dsc_cuda_state
-#include "engine/device.h"    // dsc__engine_flat
+#include "dsc/model.h"              // dsc_model, dsc_model_device
+#include "engine/gpu/train_state.h" // dsc_cuda_state
+#include "engine/device.h"          // dsc__engine_flat
 
 typedef struct train_off train_off;
 
@@ -51,11 +51,12 @@ typedef struct train_off_times {
     bool overlapped;  // the optimizer ran while the backward was still running (step 2 above)
 } train_off_times;
 
-// st: an offload state (cuda/train_state.h) of the engine's flat layout; host: the engine's flat
-// state (its accumulator gets page-locked); dev: the model's device passes, whose backward hands
-// over the groups; model: the model (its tensors' groups). *pinned false (reason in why) when the host refused to page-lock the
-// buffers. params: parameter offload; st must then have been created for dsc__train_off_device_len
-// elements (the resident groups and the slots), otherwise for the engine's whole layout.
+// st: an offload state (engine/gpu/train_state.h) of the engine's flat layout; host: the engine's
+// flat state (its accumulator gets page-locked); dev: the model's device passes, whose backward
+// hands over the groups; model: the model (its tensors' groups). *pinned false (reason in why) when
+// the host refused to page-lock the buffers. params: parameter offload; st must then have been
+// created for dsc__train_off_device_len elements (the resident groups and the slots), otherwise for
+// the engine's whole layout.
 dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
                                  const dsc__engine_flat *host, dsc_model_device *dev,
                                  const dsc_model *model, bool fp16, bool params, bool *pinned,

@@ -7,17 +7,17 @@
 #include <stdlib.h> // malloc, free
 #include <string.h> // strcmp, strncmp
 
-#include "base/status.h"     // dsc__fail, DSC_TRY
-#include "model/common.h"    // dsc__model_find_param, dsc__model_match_params
+#include "base/status.h"      // dsc__fail, DSC_TRY
+#include "model/common.h"     // dsc__model_find_param, dsc__model_match_params
 #include "model/gpt2/hf.h"    // dsc_gpt2_config_from_hf, dsc_gpt2_config_to_hf
 #include "model/gpt2/infer.h" // dsc__gpt2_kv_*, dsc__gpt2_infer, dsc__gpt2_tp_*
 #include "model/hf_config.h"  // dsc_hf_config_read, dsc_hf_config_render
-#include "model/model.h"     // dsc__model_ops, dsc__model_config
+#include "model/model.h"      // dsc__model_ops, dsc__model_config
 
 enum { GPT2_VOCAB = 50257, GPT2_CONTEXT = 1024 };
 
 #ifdef DSC_WITH_CUDA
-extern const struct dsc_model_device_ops dsc__gpt2_device_ops; // cuda/gpt2_cuda.cu
+extern const struct dsc_model_device_ops dsc__gpt2_device_ops; // model/gpt2/gpt2_cuda.cu
 #endif
 
 const dsc_gpt2_config *dsc__model_gpt2_config(const dsc_model *m) {
@@ -250,7 +250,7 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .logits = logits,
     .set_timing = set_timing,
 #ifdef DSC_WITH_CUDA
-    .device = &dsc__gpt2_device_ops, // cuda/gpt2_cuda.cu
+    .device = &dsc__gpt2_device_ops, // model/gpt2/gpt2_cuda.cu
 #endif
     .tp_check = tp_check,
     .tp_numel = tp_numel,

@@ -382,7 +382,7 @@ static dsc_status hf_config(const void *cfg, char **config_json, char **generati
 }
 
 #ifdef DSC_WITH_CUDA
-extern const struct dsc_model_device_ops dsc__llama_device_ops; // cuda/llama_cuda.cu
+extern const struct dsc_model_device_ops dsc__llama_device_ops; // model/llama/llama_cuda.cu
 #endif
 
 const struct dsc_model_ops dsc__llama_model_ops = {

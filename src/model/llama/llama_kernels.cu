@@ -1,6 +1,6 @@
-// cuda/llama_kernels.cu - GPU kernels of the Llama-family layers (see llama_kernels.h for the
-// contracts).
-#include "cuda/llama_kernels.h"
+// model/llama/llama_kernels.cu - GPU kernels of the Llama-family layers (see llama_kernels.h for
+// the contracts).
+#include "model/llama/llama_kernels.h"
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8_16, dsc_pack8_16, dsc_warp_sum, ...
 #include "cuda/kernels.h"  // dsc__cuda_token_sort, dsc__cuda_reduce_columns, ...

@@ -1,5 +1,5 @@
-// cuda/gpt2_cuda.h - GPT-2 forward and backward on one GPU in bf16 or fp16, with fp32 parameter
-// gradients.
+// model/gpt2/gpt2_cuda.h - GPT-2 forward and backward on one GPU in bf16 or fp16, with fp32
+// parameter gradients.
 //
 // The same model as model/gpt2/gpt2.h, with the same parameter table (Hugging Face names and
 // shapes, the order of dsc_gpt2_tensor_info_get): the caller keeps fp32 master weights (for the
@@ -7,13 +7,14 @@
 // of each tensor plus an fp32 gradient buffer per tensor. Activations are 16-bit and kept for
 // backward (no recomputation); statistics are fp32. The 16-bit type is bf16 unless
 // dsc_gpt2_cuda_set_fp16 says fp16. Products go through cuBLASLt, attention through the flash
-// kernels of cuda/attention.h, everything else through cuda/gpt2_kernels.h and cuda/kernels.h.
+// kernels of cuda/attention.h, everything else through model/gpt2/gpt2_kernels.h and
+// cuda/kernels.h.
 //
 // All device work of a pass is enqueued on the model's stream; the only host synchronisation is
 // the loss read (when forward is given a loss pointer). Results are deterministic: the same
 // inputs give the same bits on the same GPU.
-#ifndef DSC_CUDA_GPT2_CUDA_H
-#define DSC_CUDA_GPT2_CUDA_H
+#ifndef DSC_MODEL_GPT2_GPT2_CUDA_H
+#define DSC_MODEL_GPT2_GPT2_CUDA_H
 
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t, uint16_t

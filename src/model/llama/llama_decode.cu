@@ -1,23 +1,23 @@
-// cuda/llama_decode.cu - Llama-family prefill and decode steps through a grouped-query key/value
-// cache on one GPU (see llama_decode.h).
+// model/llama/llama_decode.cu - Llama-family prefill and decode steps through a grouped-query
+// key/value cache on one GPU (see llama_decode.h).
 //
 // Buffers: the cache (one block); a fixed slab of `batch` output rows (the gathered last rows,
 // their norm, fp32 logits, the chosen tokens) and the rotary tables; a rows slab (activations of
 // every row of a pass and its inputs: tokens, sequences, positions, output rows), grown when a
 // pass has more rows than any before. Pinned host staging for the inputs and the results.
-#include "cuda/llama_decode.h"
+#include "model/llama/llama_decode.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
 #include <string.h> // memcpy, memset
 
-#include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG, dsc_block_*, dsc_warp_sum
-#include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
-#include "cuda/devbuf.h"        // dsc__cuda_buf_*
-#include "cuda/device_model.h"  // dsc__cuda_table_check
-#include "cuda/llama_cuda.h"    // dsc__llama_cuda_rope_upload
-#include "cuda/llama_kernels.h" // dsc__cuda_embed_forward_h, dsc__cuda_rmsnorm_forward_h, ...
-#include "cuda/matmul.h"        // dsc__cuda_linear_forward
+#include "cuda/common.cuh"             // DSC_CUDA_TRY, DSC_CUDA_ARG, dsc_block_*, dsc_warp_sum
+#include "cuda/decode_common.h"        // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
+#include "cuda/devbuf.h"               // dsc__cuda_buf_*
+#include "cuda/device_model.h"         // dsc__cuda_table_check
+#include "model/llama/llama_cuda.h"    // dsc__llama_cuda_rope_upload
+#include "model/llama/llama_kernels.h" // dsc__cuda_embed_forward_h, _rmsnorm_forward_h, ...
+#include "cuda/matmul.h"               // dsc__cuda_linear_forward
 
 #define ATT_THREADS 128  // row attention: threads per (row, query head)
 #define ELEM_THREADS 256 // gathers, cache stores

@@ -1,6 +1,6 @@
-// cuda/optim.h - fused optimizer steps on the GPU (Adam, AdamW, SGD, Lion) over flat fp32 master
-// arrays, with the 16-bit parameter copy written in the same pass; the gradient norm's sum of
-// squares with an overflow flag; the clipping coefficient, computed without leaving the device.
+// engine/gpu/optim.h - fused optimizer steps on the GPU (Adam, AdamW, SGD, Lion) over flat fp32
+// master arrays, with the 16-bit parameter copy written in the same pass; the gradient norm's sum
+// of squares with an overflow flag; the clipping coefficient, computed without leaving the device.
 //
 // Same update rules, hyper-parameters and per-step constants as the CPU kernels
 // (engine/optim/optim.h, whose scalar path is the reference): every element takes the same
@@ -9,8 +9,8 @@
 //
 // Pointers are device memory unless a comment says otherwise; stream is a cudaStream_t (NULL:
 // default stream). Calls enqueue work and return at once.
-#ifndef DSC_CUDA_OPTIM_H
-#define DSC_CUDA_OPTIM_H
+#ifndef DSC_ENGINE_GPU_OPTIM_H
+#define DSC_ENGINE_GPU_OPTIM_H
 
 #include <stdbool.h> // bool (before the C block below, so that C++ sees it included once)
 #include <stddef.h>  // size_t

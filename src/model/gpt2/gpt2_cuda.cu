@@ -1,5 +1,5 @@
-// cuda/gpt2_cuda.cu - GPT-2 forward and backward on one GPU (see gpt2_cuda.h).
-#include "cuda/gpt2_cuda.h"
+// model/gpt2/gpt2_cuda.cu - GPT-2 forward and backward on one GPU (see gpt2_cuda.h).
+#include "model/gpt2/gpt2_cuda.h"
 
 #include <stdlib.h> // calloc, free
 #include <stdio.h>  // snprintf
@@ -10,14 +10,14 @@ extern "C" {
 #include "base/log.h" // DSC_WARN
 }
 
-#include "cuda/attention.h"    // dsc__cuda_attention_*
-#include "cuda/common.cuh"     // DSC_CUDA_TRY
-#include "cuda/devbuf.h"       // dsc__cuda_buf_*
-#include "cuda/device_model.h" // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
-#include "cuda/gpt2_decode.h"  // dsc__gpt2_decode_ops
-#include "cuda/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
-#include "cuda/kernels.h"      // dsc__cuda_xent_*_h, dsc__cuda_colsum_h, dsc__cuda_reduce_columns
-#include "cuda/matmul.h"       // dsc__cuda_gemm
+#include "cuda/attention.h"          // dsc__cuda_attention_*
+#include "cuda/common.cuh"           // DSC_CUDA_TRY
+#include "cuda/devbuf.h"             // dsc__cuda_buf_*
+#include "cuda/device_model.h"       // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
+#include "model/gpt2/gpt2_decode.h"  // dsc__gpt2_decode_ops
+#include "model/gpt2/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
+#include "cuda/kernels.h"            // dsc__cuda_xent_*_h, _colsum_h, _reduce_columns
+#include "cuda/matmul.h"             // dsc__cuda_gemm
 
 #define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
 

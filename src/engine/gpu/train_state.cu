@@ -1,13 +1,13 @@
-// cuda/train_state.cu - the device side of `dsc train --device cuda` (see train_state.h).
-#include "cuda/train_state.h"
+// engine/gpu/train_state.cu - the device side of `dsc train --device cuda` (see train_state.h).
+#include "engine/gpu/train_state.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv, strtod
 #include <string.h> // strstr
 
-#include "cuda/common.cuh"       // DSC_CUDA_TRY
-#include "cuda/kernels.h"        // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
-#include "cuda/optim.h"          // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
+#include "cuda/common.cuh"    // DSC_CUDA_TRY
+#include "cuda/kernels.h"     // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
+#include "engine/gpu/optim.h" // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
 #include "base/env.h" // dsc__env (a C header with its own extern "C")
 

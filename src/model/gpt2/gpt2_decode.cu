@@ -1,26 +1,27 @@
-// cuda/gpt2_decode.cu - GPT-2 prefill and KV-cached decode steps on one GPU (see gpt2_decode.h).
+// model/gpt2/gpt2_decode.cu - GPT-2 prefill and KV-cached decode steps on one GPU (see
+// gpt2_decode.h).
 //
 // Cache layout, per layer: keys then values, each (batch, n_head, max_len, 64) bf16, so that the
 // positions of one (row, head) are contiguous 128-byte rows that a step's attention streams.
 // A step's rows live in one slab of `batch` rows (x, ln, qkv, att, fc pre-activation, GELU, fp32
 // statistics and logits, the token/position inputs and the chosen tokens); the prefill has its
 // own slab of n x T rows, made at the first prefill and grown when needed.
-#include "cuda/gpt2_decode.h"
+#include "model/gpt2/gpt2_decode.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
 
 #include "base/env.h" // dsc__env (a C header with its own extern "C")
-#include "dsc/half.h"          // dsc_fp32_to_bf16_n
+#include "dsc/half.h" // dsc_fp32_to_bf16_n
 
-#include "cuda/attention.h"     // dsc__cuda_attention_forward
-#include "cuda/common.cuh"      // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
-#include "cuda/decode_common.h" // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
-#include "cuda/devbuf.h"        // dsc__cuda_buf_*
-#include "cuda/device_model.h"  // dsc__cuda_table_check
-#include "cuda/gpt2_cuda.h"     // dsc_gpt2_cuda_* (recompute mode)
-#include "cuda/gpt2_kernels.h"  // dsc__cuda_layernorm_forward, dsc__cuda_encoder_forward
-#include "cuda/matmul.h"        // dsc__cuda_mm_forward
+#include "cuda/attention.h"          // dsc__cuda_attention_forward
+#include "cuda/common.cuh"           // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
+#include "cuda/decode_common.h"      // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
+#include "cuda/devbuf.h"             // dsc__cuda_buf_*
+#include "cuda/device_model.h"       // dsc__cuda_table_check
+#include "model/gpt2/gpt2_cuda.h"    // dsc_gpt2_cuda_* (recompute mode)
+#include "model/gpt2/gpt2_kernels.h" // dsc__cuda_layernorm_forward, dsc__cuda_encoder_forward
+#include "cuda/matmul.h"             // dsc__cuda_mm_forward
 
 #define HS 64            // head size the kernels take
 #define ATT_THREADS 256  // decode attention: threads per (row, head); a multiple of 64

@@ -1,10 +1,10 @@
-// cuda/optim.cu - fused optimizer steps, sum of squares, clipping coefficient (see optim.h).
+// engine/gpu/optim.cu - fused optimizer steps, sum of squares, clipping coefficient (see optim.h).
 //
 // Per-step constants are computed on the host exactly as engine/optim/optim.c computes them (in
 // double where it does, then rounded to float), and the kernels spell every operation with an
 // explicitly rounded intrinsic so that the compiler cannot fuse a multiply and an add: the CPU's
 // scalar path does not fuse them either, which is what makes the two bitwise equal.
-#include "cuda/optim.h"
+#include "engine/gpu/optim.h"
 
 #include <math.h> // pow, sqrt
 

@@ -1,7 +1,7 @@
-// cuda/gpt2_decode.h - GPT-2 generation on one GPU: a prompt pass (prefill) that fills a
+// model/gpt2/gpt2_decode.h - GPT-2 generation on one GPU: a prompt pass (prefill) that fills a
 // key/value cache, then one token per sequence per step (decode), in bf16.
 //
-// The model is the one of model/gpt2/gpt2.h and cuda/gpt2_cuda.h: the same parameter table
+// The model is the one of model/gpt2/gpt2.h and model/gpt2/gpt2_cuda.h: the same parameter table
 // (dsc_gpt2_tensor_info_get), handed in as device bf16 copies, params[i] = tensor i (borrowed for
 // each call). Head size must be 64 (every GPT-2 size and dN has it).
 //
@@ -18,8 +18,8 @@
 // Numerics: bf16 weights and activations, fp32 accumulation, layernorm statistics and attention
 // softmax; the logits are fp32 (the lm-head product writes them in fp32). Products go through
 // cuda/matmul.h (cuBLASLt), layernorm and the prompt pass's attention through the training
-// kernels (cuda/gpt2_kernels.h, cuda/attention.h); a step's attention is this file's kernel (one
-// block per (row, head) over the cached positions).
+// kernels (model/gpt2/gpt2_kernels.h, cuda/attention.h); a step's attention is this file's kernel
+// (one block per (row, head) over the cached positions).
 //
 // Host synchronisation: prefill and step only enqueue work on the decoder's stream; reading the
 // result (dsc_gpt2_decode_argmax or dsc_gpt2_decode_logits) waits once. A step's kernels are
@@ -27,10 +27,11 @@
 // after that (opts.no_graph turns this off; DSC_GEN_GRAPH=0 in the environment too).
 //
 // Recompute mode (opts.recompute): no cache. The decoder keeps every row's tokens on the host and
-// each prefill/step runs the training forward (cuda/gpt2_cuda.h) over the rows' whole sequences,
-// taking the logits of position pos[b]: the reference the cache is compared against, slow.
-#ifndef DSC_CUDA_GPT2_DECODE_H
-#define DSC_CUDA_GPT2_DECODE_H
+// each prefill/step runs the training forward (model/gpt2/gpt2_cuda.h) over the rows' whole
+// sequences, taking the logits of position pos[b]: the reference the cache is compared against,
+// slow.
+#ifndef DSC_MODEL_GPT2_GPT2_DECODE_H
+#define DSC_MODEL_GPT2_GPT2_DECODE_H
 
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t, uint16_t
@@ -94,7 +95,7 @@ void dsc_gpt2_decode_weights_destroy(dsc_gpt2_decode_weights *w); // NULL ok
 long dsc_gpt2_decode_graph_replays(const dsc_gpt2_decode *d);
 
 // The decoder behind the model interface (struct dsc_model_decode_ops, dsc/model.h): the calls
-// above, which the family's device passes (cuda/gpt2_cuda.cu) point to.
+// above, which the family's device passes (model/gpt2/gpt2_cuda.cu) point to.
 extern const struct dsc_model_decode_ops dsc__gpt2_decode_ops;
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-// cuda/llama_kernels.h - GPU kernels of the Llama-family layers other than attention and the
+// model/llama/llama_kernels.h - GPU kernels of the Llama-family layers other than attention and the
 // matrix products: token embeddings, RMSNorm, rotary position embeddings (rotate_half), Qwen3's
 // q/k norms (fused with the rotation), SwiGLU.
 //
@@ -19,8 +19,8 @@
 // HS a multiple of 16 (each half of a head in whole vectors) and ld a multiple of 8, and every
 // tensor 16-byte aligned (cudaMalloc's alignment and whole rows keep them so). Token ids and
 // position ids are not checked: ids in [0, V), positions below the tables' maxT.
-#ifndef DSC_CUDA_LLAMA_KERNELS_H
-#define DSC_CUDA_LLAMA_KERNELS_H
+#ifndef DSC_MODEL_LLAMA_LLAMA_KERNELS_H
+#define DSC_MODEL_LLAMA_LLAMA_KERNELS_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t

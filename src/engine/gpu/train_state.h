@@ -1,22 +1,22 @@
-// cuda/train_state.h - one GPU's training state for `dsc train --device cuda`: the engine's flat
-// layout (every tensor at the engine's offset, padding included) held on the device as fp32
+// engine/gpu/train_state.h - one GPU's training state for `dsc train --device cuda`: the engine's
+// flat layout (every tensor at the engine's offset, padding included) held on the device as fp32
 // master weights, fp32 gradients, optimizer moments and the 16-bit copy the GPU model computes
 // with (bf16, or fp16 after dsc__cuda_state_set_fp16), plus the copies between that state and the
 // engine's host buffers.
 //
 // Two modes:
 //   device   master, moments, gradients and the bf16 copy live on the GPU; the optimizer step runs
-//            there (cuda/optim.h); the host copies are refreshed only for checkpoints and exports.
-//            Data-parallel on several GPUs (dsc__cuda_state_create_dp), master and moments may be
-//            this rank's ZeRO partition only (nstate elements) while gradients and the bf16
+//            there (engine/gpu/optim.h); the host copies are refreshed only for checkpoints and
+//            exports. Data-parallel on several GPUs (dsc__cuda_state_create_dp), master and moments
+//            may be this rank's ZeRO partition only (nstate elements) while gradients and the bf16
 //            weights stay whole (or, at stage 3, hold the resident groups and two layer slots).
 //   offload  ZeRO-Offload: the GPU keeps only the bf16 copy and the gradients. Gradients go to the
 //            host after backward, the engine's CPU optimizer updates the fp32 master and moments,
 //            and the new weights come back rounded to the 16-bit type.
 // Host buffers handed to the offload copies are page-locked once (mem/cuda.h) so that the copies
 // run at full bus speed; when the system refuses, pageable copies are used and a note says so.
-#ifndef DSC_CUDA_TRAIN_STATE_H
-#define DSC_CUDA_TRAIN_STATE_H
+#ifndef DSC_ENGINE_GPU_TRAIN_STATE_H
+#define DSC_ENGINE_GPU_TRAIN_STATE_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t

@@ -1,5 +1,6 @@
-// cuda/gpt2_kernels.cu - GPU kernels of the GPT-2 layers (see gpt2_kernels.h for the contracts).
-#include "cuda/gpt2_kernels.h"
+// model/gpt2/gpt2_kernels.cu - GPU kernels of the GPT-2 layers (see gpt2_kernels.h for the
+// contracts).
+#include "model/gpt2/gpt2_kernels.h"
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
 #include "cuda/kernels.h"  // dsc__cuda_token_sort, dsc__cuda_reduce_columns_split

@@ -1,5 +1,6 @@
-// cuda/llama_cuda.cu - the Llama family's forward and backward on one GPU (see llama_cuda.h).
-#include "cuda/llama_cuda.h"
+// model/llama/llama_cuda.cu - the Llama family's forward and backward on one GPU (see
+// llama_cuda.h).
+#include "model/llama/llama_cuda.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
@@ -10,14 +11,14 @@ extern "C" {
 #include "model/llama/llama.h"   // dsc_llama_config, dsc__llama_layer_tensor, ...
 }
 
-#include "cuda/attention.h"     // dsc__cuda_gqa_*
-#include "cuda/common.cuh"      // DSC_CUDA_TRY, DSC_CUDA_ARG
-#include "cuda/devbuf.h"        // dsc__cuda_buf_*
-#include "cuda/device_model.h"  // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
-#include "cuda/llama_decode.h"  // dsc__llama_decode_ops
-#include "cuda/kernels.h"       // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
-#include "cuda/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
-#include "cuda/matmul.h"        // dsc__cuda_gemm
+#include "cuda/attention.h"            // dsc__cuda_gqa_*
+#include "cuda/common.cuh"             // DSC_CUDA_TRY, DSC_CUDA_ARG
+#include "cuda/devbuf.h"               // dsc__cuda_buf_*
+#include "cuda/device_model.h"         // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
+#include "model/llama/llama_decode.h"  // dsc__llama_decode_ops
+#include "cuda/kernels.h"              // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
+#include "model/llama/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
+#include "cuda/matmul.h"               // dsc__cuda_gemm
 
 #define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
 

@@ -1,8 +1,8 @@
-// cuda/llama_decode.h - Llama-family generation on one GPU (Llama 3, SmolLM2, Qwen2): a prompt
-// pass (prefill) that fills a grouped-query key/value cache, then one token per sequence per step
-// (decode), in bf16 with fp32 logits; the family's decoder behind the model interface (struct
-// dsc_model_decode_ops, dsc/model.h), which the family's device passes (cuda/llama_cuda.cu) point
-// to.
+// model/llama/llama_decode.h - Llama-family generation on one GPU (Llama 3, SmolLM2, Qwen2): a
+// prompt pass (prefill) that fills a grouped-query key/value cache, then one token per sequence per
+// step (decode), in bf16 with fp32 logits; the family's decoder behind the model interface (struct
+// dsc_model_decode_ops, dsc/model.h), which the family's device passes (model/llama/llama_cuda.cu)
+// point to.
 //
 // The model is the one of model/llama/llama.h with the same parameter table, handed in as device
 // bf16 copies, params[i] = tensor i (borrowed for each call).
@@ -26,8 +26,8 @@
 // keeps every row's tokens on the host and each prefill or step runs the rows of the sequences'
 // whole prefixes again, rewriting every cache position they use: nothing of an earlier pass is
 // read, which is the reference the cache is compared against.
-#ifndef DSC_CUDA_LLAMA_DECODE_H
-#define DSC_CUDA_LLAMA_DECODE_H
+#ifndef DSC_MODEL_LLAMA_LLAMA_DECODE_H
+#define DSC_MODEL_LLAMA_LLAMA_DECODE_H
 
 #include <stddef.h> // size_t
 #include <stdint.h> // int32_t, uint16_t

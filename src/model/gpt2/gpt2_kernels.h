@@ -1,4 +1,4 @@
-// cuda/gpt2_kernels.h - GPU kernels of the GPT-2 layers other than attention and the matrix
+// model/gpt2/gpt2_kernels.h - GPU kernels of the GPT-2 layers other than attention and the matrix
 // products: embeddings, layernorm, GELU, residual add. The kernels every model shares (softmax +
 // cross-entropy, column sums, conversions, the token sort) are in cuda/kernels.h.
 //
@@ -13,8 +13,8 @@
 //
 // Shapes: C (channels) must be a multiple of 8 and bf16 tensors 16-byte aligned (cudaMalloc's
 // alignment and whole rows of C keep them so), because rows move as 16-byte vectors.
-#ifndef DSC_CUDA_GPT2_KERNELS_H
-#define DSC_CUDA_GPT2_KERNELS_H
+#ifndef DSC_MODEL_GPT2_GPT2_KERNELS_H
+#define DSC_MODEL_GPT2_GPT2_KERNELS_H
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
