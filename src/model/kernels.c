@@ -1,7 +1,7 @@
 // model/kernels.c - the CPU kernels every family runs the same (see kernels.h for the contracts).
 #include "model/kernels.h"
 
-#include <math.h>   // logf, INFINITY
+#include <math.h>   // logf, sqrtf, INFINITY
 #include <string.h> // memset
 
 #include "model/blas.h" // dsc__exp_fast
@@ -52,6 +52,26 @@ DSC_CLONES void dsc__model_softmax_row(float *row, int n_valid, int n_row, float
     memset(row + n_valid, 0, sizeof(float) * (size_t)(n_row - n_valid));
     stats[0] = m;
     stats[1] = inv;
+}
+
+void dsc__model_attend_row(float *y, const float *q, const float *K, const float *V, float *s,
+                           int npos, int ld, int hd) {
+    float scale = 1.0f / sqrtf((float)hd), m = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < npos; j++) {
+        const float *k = K + (size_t)j * ld;
+        float d = 0.0f;
+        for (int c = 0; c < hd; c++) d += q[c] * k[c];
+        s[j] = d * scale;
+        m = s[j] > m ? s[j] : m;
+    }
+    for (int j = 0; j < npos; j++) sum += s[j] = dsc__exp_fast(s[j] - m);
+    float inv = 1.0f / sum;
+    memset(y, 0, sizeof(float) * (size_t)hd);
+    for (int j = 0; j < npos; j++) {
+        const float *v = V + (size_t)j * ld;
+        float p = s[j] * inv;
+        for (int c = 0; c < hd; c++) y[c] += p * v[c];
+    }
 }
 
 DSC_CLONES void dsc__model_softmax_grad_row(float *p, float *dp, int n_valid, int n_row,

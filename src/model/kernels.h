@@ -27,6 +27,12 @@ void dsc__model_softmax_row(float *row, int n_valid, int n_row, float *stats);
 // dP in, dS = P (dP - P.dP) out; both zero past n_valid up to n_row.
 void dsc__model_softmax_grad_row(float *p, float *dp, int n_valid, int n_row, const float *stats);
 
+// The cached decoders' attention of one row and one (query) head: y (hd) = softmax(q K^T /
+// sqrt(hd)) V over positions 0 .. npos-1, with K, V rows of stride ld and s (npos) scratch; the
+// softmax as the training forward's (max subtracted, dsc__exp_fast).
+void dsc__model_attend_row(float *y, const float *q, const float *K, const float *V, float *s,
+                           int npos, int ld, int hd);
+
 // losses (N) = logsumexp(logits row) - logits[target]; lse (N) kept for backward. A negative
 // target (an ignored position, any negative id) is ignored: its loss and lse are 0.
 void dsc__model_xent_forward(float *losses, float *lse, const float *logits,

@@ -3,13 +3,13 @@
 #include "model/common.h" // dsc__model_* (checks, hooks, the KV block, row scratch)
 #include "model/gpt2/infer.h"
 
-#include <math.h>   // expf, sqrtf, INFINITY
 #include <stdlib.h> // calloc, free, malloc
 #include <string.h> // memcpy, memset
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
+#include "model/kernels.h"      // dsc__model_attend_row
 // The twelve tensors of a layer, in table order (as gpt2.c numbers them).
 enum {
     K_LN1W, K_LN1B, K_ATTW, K_ATTB, K_APROJW, K_APROJB,
@@ -177,27 +177,6 @@ static void store_kv(dsc_gpt2_kv *kv, float *K, float *V, const dsc_gpt2_rows *r
     }
 }
 
-// One row, one head: y = softmax(q K^T / sqrt(hs)) V over positions 0..pos.
-static void attend(float *y, const float *q, const float *K, const float *V, float *s, int npos,
-                   int Cl, int hs) {
-    float scale = 1.0f / sqrtf((float)hs), m = -INFINITY, sum = 0.0f;
-    for (int j = 0; j < npos; j++) {
-        const float *k = K + (size_t)j * Cl;
-        float d = 0.0f;
-        for (int c = 0; c < hs; c++) d += q[c] * k[c];
-        s[j] = d * scale;
-        m = s[j] > m ? s[j] : m;
-    }
-    for (int j = 0; j < npos; j++) sum += s[j] = expf(s[j] - m);
-    float inv = 1.0f / sum;
-    memset(y, 0, sizeof(float) * hs);
-    for (int j = 0; j < npos; j++) {
-        const float *v = V + (size_t)j * Cl;
-        float p = s[j] * inv;
-        for (int c = 0; c < hs; c++) y[c] += p * v[c];
-    }
-}
-
 static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc_gpt2_rows *r,
                       const float *qkv, float *y) {
     int Cl = kv->Cl, hs = kv->c.n_embd / kv->c.n_head, nh = Cl / hs;
@@ -206,9 +185,10 @@ static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc
     for (int64_t rh = 0; rh < (int64_t)r->n * nh; rh++) {
         int i = (int)(rh / nh), h = (int)(rh % nh);
         size_t base = (size_t)r->seq[i] * kv->max_len * Cl + (size_t)h * hs;
-        attend(y + (size_t)i * Cl + (size_t)h * hs, qkv + (size_t)i * 3 * Cl + (size_t)h * hs,
-               K + base, V + base, kv->att + (size_t)dsc__model_thread_id() * kv->max_len, r->pos[i] + 1,
-               Cl, hs);
+        dsc__model_attend_row(y + (size_t)i * Cl + (size_t)h * hs,
+                              qkv + (size_t)i * 3 * Cl + (size_t)h * hs, K + base, V + base,
+                              kv->att + (size_t)dsc__model_thread_id() * kv->max_len,
+                              r->pos[i] + 1, Cl, hs);
     }
 }
 

@@ -4,14 +4,14 @@
 #include "model/common.h" // dsc__model_* (checks, hooks, the KV block, row scratch)
 #include "model/llama/infer.h"
 
-#include <math.h>   // sqrtf, INFINITY
 #include <stdlib.h> // aligned_alloc, calloc, free, malloc
 #include <string.h> // memcpy, memset
 
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
 #include "dsc/comm.h"            // dsc_comm_all_reduce
 #include "dsc/memory.h"          // dsc_mem_*
-#include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread, dsc__exp_fast
+#include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
+#include "model/kernels.h"       // dsc__model_attend_row
 #include "model/llama/kernels.h" // dsc__llama_*
 // ---- tensor-parallel layout ----
 //
@@ -199,28 +199,6 @@ static void store_kv(const dsc_llama_kv *kv, float *K, float *V, const dsc_model
     }
 }
 
-// One row, one query head: y = softmax(q K^T / sqrt(hd)) V over cached positions 0 .. npos-1
-// (K, V rows of stride KV), the softmax as the training forward's (max subtracted, exp_fast).
-static void attend(float *y, const float *q, const float *K, const float *V, float *s, int npos,
-                   int KV, int hd) {
-    float scale = 1.0f / sqrtf((float)hd), m = -INFINITY, sum = 0.0f;
-    for (int j = 0; j < npos; j++) {
-        const float *k = K + (size_t)j * KV;
-        float d = 0.0f;
-        for (int c = 0; c < hd; c++) d += q[c] * k[c];
-        s[j] = d * scale;
-        m = s[j] > m ? s[j] : m;
-    }
-    for (int j = 0; j < npos; j++) sum += s[j] = dsc__exp_fast(s[j] - m);
-    float inv = 1.0f / sum;
-    memset(y, 0, sizeof(float) * hd);
-    for (int j = 0; j < npos; j++) {
-        const float *v = V + (size_t)j * KV;
-        float p = s[j] * inv;
-        for (int c = 0; c < hd; c++) y[c] += p * v[c];
-    }
-}
-
 static void attention(dsc_llama_kv *kv, const float *K, const float *V, const dsc_model_rows *r,
                       const float *qkv, int ld, float *y) {
     const dsc_llama_config *c = &kv->c;
@@ -230,9 +208,10 @@ static void attention(dsc_llama_kv *kv, const float *K, const float *V, const ds
     for (int64_t rh = 0; rh < (int64_t)r->n * NH; rh++) {
         int i = (int)(rh / NH), h = (int)(rh % NH);
         size_t base = (size_t)r->seq[i] * kv->max_len * kv->KV + (size_t)(h / group) * hd;
-        attend(y + (size_t)i * Q + (size_t)h * hd, qkv + (size_t)i * ld + (size_t)h * hd,
-               K + base, V + base, kv->att + (size_t)dsc__model_thread_id() * kv->max_len, r->pos[i] + 1,
-               kv->KV, hd);
+        dsc__model_attend_row(y + (size_t)i * Q + (size_t)h * hd,
+                              qkv + (size_t)i * ld + (size_t)h * hd, K + base, V + base,
+                              kv->att + (size_t)dsc__model_thread_id() * kv->max_len,
+                              r->pos[i] + 1, kv->KV, hd);
     }
 }
 
