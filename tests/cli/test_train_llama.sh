@@ -56,7 +56,7 @@ expect 0 "continuing after step 3" -- "$DSC" train "${common[@]}" --config c.jso
 check "resumed run ends on the uninterrupted run's weights" -- cmp -s full.st resumed.st
 
 # The checkpoint's config.json, the export, generation from both.
-expect 0 "attached    config.json generation_config.json" -- "$DSC" ckpt info ck
+expect 0 "attached    ds_config.json config.json generation_config.json" -- "$DSC" ckpt info ck
 expect 0 "wrote out" -- "$DSC" ckpt export ck --hf out
 check "the export is a LlamaForCausalLM with 2 kv heads" -- grep -q '"LlamaForCausalLM"' out/config.json
 check "... and its config has num_key_value_heads 2" -- grep -q '"num_key_value_heads": 2' out/config.json

@@ -45,7 +45,7 @@ check "gradients within 1e-4 of transformers'" -- le "$gworst" 1e-4
 port=$(free_port)
 expect 0 "train loss" -- "$DSC" launch --num_procs 2 --master_port "$port" "$DSC" train \
     --model hf:g "${common[@]}" --max-steps 6 --out r2 --save-dir ck --save-at-end --device cpu
-expect 0 "attached    config.json generation_config.json" -- "$DSC" ckpt info ck
+expect 0 "attached    ds_config.json config.json generation_config.json" -- "$DSC" ckpt info ck
 expect 0 "wrote out" -- "$DSC" ckpt export ck --hf out --shard-size 150KB
 check "export wrote shards and the index" -- test -f out/model.safetensors.index.json -a -f out/config.json
 prompt="84 104 101 32 112 114 111 103"
