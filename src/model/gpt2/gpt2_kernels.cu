@@ -100,11 +100,6 @@ extern "C" dsc_status dsc__cuda_gelu_backward_h(uint16_t *dinp, const uint16_t *
                 : elem_launch<OP_GELU_BWD, false>(dinp, inp, dout, n, stream, name);
 }
 
-extern "C" dsc_status dsc__cuda_gelu_backward(uint16_t *dinp, const uint16_t *dout,
-                                              const uint16_t *inp, int64_t n, void *stream) {
-    return dsc__cuda_gelu_backward_h(dinp, dout, inp, n, false, stream);
-}
-
 extern "C" dsc_status dsc__cuda_residual_forward_h(uint16_t *out, const uint16_t *a,
                                                    const uint16_t *b, int64_t n, bool fp16,
                                                    void *stream) {
@@ -112,11 +107,6 @@ extern "C" dsc_status dsc__cuda_residual_forward_h(uint16_t *out, const uint16_t
     const char *name = "residual forward";
     return fp16 ? elem_launch<OP_ADD, true>(out, a, b, n, stream, name)
                 : elem_launch<OP_ADD, false>(out, a, b, n, stream, name);
-}
-
-extern "C" dsc_status dsc__cuda_residual_forward(uint16_t *out, const uint16_t *a,
-                                                 const uint16_t *b, int64_t n, void *stream) {
-    return dsc__cuda_residual_forward_h(out, a, b, n, false, stream);
 }
 
 // ---- token and position embeddings ----
@@ -249,13 +239,6 @@ extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, voi
         enc_wpe_grad_kernel<false><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8, wpe_add);
     DSC_CUDA_LAUNCHED("enc_wpe_grad_kernel");
     return DSC_OK;
-}
-
-extern "C" dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch,
-                                                 const uint16_t *dout, const int32_t *inp, int B,
-                                                 int T, int C, int V, void *stream) {
-    return dsc__cuda_encoder_backward_h(dwte, dwpe, scratch, dout, inp, B, T, C, V, true, false,
-                                        stream);
 }
 
 // ---- layernorm ----

@@ -36,11 +36,9 @@ dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp, const 
 // dwte (V, C) += rows of dout (B, T, C) scattered by token; dwpe (maxT, C) += the sum over b.
 // Deterministic without atomics on floats: positions are sorted by token (a stable counting
 // sort on the device), then each (token, channel group) is summed by one thread in position
-// order. scratch: dsc__cuda_encoder_backward_scratch(B, T, V) bytes.
+// order. scratch: dsc__cuda_encoder_backward_scratch(B, T, V) bytes. wpe_add false overwrites
+// dwpe (rows [0, T)) instead of adding (dwte is added to).
 size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V);
-dsc_status dsc__cuda_encoder_backward(float *dwte, float *dwpe, void *scratch, const uint16_t *dout,
-                                      const int32_t *inp, int B, int T, int C, int V, void *stream);
-// The _h twin's wpe_add false overwrites dwpe (rows [0, T)) instead of adding (dwte is added to).
 dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
                                         const uint16_t *dout, const int32_t *inp, int B, int T,
                                         int C, int V, bool wpe_add, bool fp16, void *stream);
@@ -71,16 +69,12 @@ dsc_status dsc__cuda_layernorm_backward_h(uint16_t *dinp, float *dw, float *db, 
 // out (n) = GELU(inp), GPT-2's tanh approximation; dinp (n) = dout * GELU'(inp), dinp may alias
 // dout. Any n; 16-byte aligned pointers with n % 8 == 0 take the vector path.
 dsc_status dsc__cuda_gelu_forward(uint16_t *out, const uint16_t *inp, int64_t n, void *stream);
-dsc_status dsc__cuda_gelu_backward(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                                   int64_t n, void *stream);
 dsc_status dsc__cuda_gelu_forward_h(uint16_t *out, const uint16_t *inp, int64_t n, bool fp16,
                                     void *stream);
 dsc_status dsc__cuda_gelu_backward_h(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
                                      int64_t n, bool fp16, void *stream);
 
 // out (n) = a + b (out may alias a or b).
-dsc_status dsc__cuda_residual_forward(uint16_t *out, const uint16_t *a, const uint16_t *b,
-                                      int64_t n, void *stream);
 dsc_status dsc__cuda_residual_forward_h(uint16_t *out, const uint16_t *a, const uint16_t *b,
                                         int64_t n, bool fp16, void *stream);
 
