@@ -63,11 +63,11 @@ dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const
 
 dsc_status dsc__model_check_tensors(const struct dsc_model_ops *ops, const void *cfg, int n,
                                     float *const *t, const char *what,
-                                    const dsc_model_hooks *hooks) {
+                                    const dsc_model_hooks *hooks, const bool *required) {
     if (!t) return dsc__fail(DSC_ERR_INVALID_ARG, "%s: the %s array is NULL", ops->family, what);
     if (hooks && hooks->gather) return DSC_OK;
     for (int i = 0; i < n; i++) {
-        if (t[i]) continue;
+        if (t[i] || (required && !required[i])) continue;
         dsc_model_param p;
         ops->param(cfg, i, &p);
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: %s[%d] (%s) is NULL", ops->family, what, i,

@@ -70,10 +70,12 @@ dsc_status dsc__model_check_tokens(const int32_t *tok, const char *family, const
 
 // A pass's tensor array t (what: "params" or "grads") of the family of ops, shape cfg, n tensors:
 // not NULL, and, without a gather hook (one fills a group's entries itself, as ZeRO-3 does),
-// every entry set. The error names the family, the array, the index and the tensor.
+// every entry set, except those `required` marks false (NULL: all are required; a LoRA run's
+// gradients: only its trainable tensors have one). The error names the family, the array, the
+// index and the tensor.
 dsc_status dsc__model_check_tensors(const struct dsc_model_ops *ops, const void *cfg, int n,
                                     float *const *t, const char *what,
-                                    const dsc_model_hooks *hooks);
+                                    const dsc_model_hooks *hooks, const bool *required);
 
 // A create's batch B x T: B >= 1, 1 <= T <= max_seq_len, B T <= 16M tokens.
 dsc_status dsc__model_check_create(const char *family, int B, int T, int max_seq_len);

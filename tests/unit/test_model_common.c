@@ -155,13 +155,19 @@ static void test_check_tensors(void **state) {
     float one = 0.0f, **t = calloc((size_t)n, sizeof(float *));
     for (int i = 0; i < n; i++) t[i] = &one;
     const struct dsc_model_ops *ops = &dsc__gpt2_model_ops;
-    assert_int_equal(dsc__model_check_tensors(ops, &c, n, t, "params", NULL), DSC_OK);
+    assert_int_equal(dsc__model_check_tensors(ops, &c, n, t, "params", NULL, NULL), DSC_OK);
     t[4] = NULL;
-    expect_error(dsc__model_check_tensors(ops, &c, n, t, "grads", NULL), DSC_ERR_INVALID_ARG,
+    expect_error(dsc__model_check_tensors(ops, &c, n, t, "grads", NULL, NULL), DSC_ERR_INVALID_ARG,
                  "gpt2: grads[4] (h.0.attn.c_attn.weight) is NULL");
+    bool *required = calloc((size_t)n, sizeof(bool)); // a LoRA run: only trainable ones needed
+    assert_int_equal(dsc__model_check_tensors(ops, &c, n, t, "grads", NULL, required), DSC_OK);
+    required[4] = true;
+    expect_error(dsc__model_check_tensors(ops, &c, n, t, "grads", NULL, required),
+                 DSC_ERR_INVALID_ARG, "gpt2: grads[4] (h.0.attn.c_attn.weight) is NULL");
+    free(required);
     dsc_model_hooks gather = {.gather = gather_none}; // it fills the entries itself
-    assert_int_equal(dsc__model_check_tensors(ops, &c, n, t, "params", &gather), DSC_OK);
-    expect_error(dsc__model_check_tensors(ops, &c, n, NULL, "params", &gather),
+    assert_int_equal(dsc__model_check_tensors(ops, &c, n, t, "params", &gather, NULL), DSC_OK);
+    expect_error(dsc__model_check_tensors(ops, &c, n, NULL, "params", &gather, NULL),
                  DSC_ERR_INVALID_ARG, "gpt2: the params array is NULL");
     expect_error(dsc__model_check_batch("llama", 3, 8, 2, 8), DSC_ERR_INVALID_ARG,
                  "llama forward: batch 3 x 8 does not fit the 2 x 8");

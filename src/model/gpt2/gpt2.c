@@ -15,6 +15,7 @@
 #include "model/common.h"       // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #include "model/kernels.h"      // dsc__model_xent_*
+#include "model/lora.h"         // struct dsc_lora (its trainable base tensors)
 #include "model/gpt2/model.h"   // dsc__gpt2_model_ops
 // ---- configuration and parameter table ----
 
@@ -328,8 +329,9 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
 static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what,
                                 const dsc_gpt2_hooks *hooks) {
     int n = dsc_gpt2_num_tensors(&m->c);
-    if (m->c.lora && !strcmp(what, "grads")) n = 0; // frozen tensors have none (LoRA)
-    return dsc__model_check_tensors(&dsc__gpt2_model_ops, &m->c, n, t, what, hooks);
+    // A LoRA run's frozen tensors have no gradient: only its trainable ones must be there.
+    const bool *required = m->c.lora && !strcmp(what, "grads") ? m->c.lora->trainable : NULL;
+    return dsc__model_check_tensors(&dsc__gpt2_model_ops, &m->c, n, t, what, hooks, required);
 }
 
 

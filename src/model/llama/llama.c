@@ -12,6 +12,7 @@
 #include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/common.h"        // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/llama/kernels.h" // dsc__llama_*
+#include "model/lora.h"          // struct dsc_lora (its trainable base tensors)
 #include "model/kernels.h"       // dsc__model_xent_*
 // ---- configuration and parameter table ----
 
@@ -489,8 +490,9 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
 static dsc_status check_tensors(const dsc_llama *m, float *const *t, const char *what,
                                 const dsc_llama_hooks *hooks) {
     int n = dsc_llama_num_tensors(&m->c);
-    if (m->c.lora && !strcmp(what, "grads")) n = 0; // frozen tensors have none (LoRA)
-    return dsc__model_check_tensors(&dsc__llama_model_ops, &m->c, n, t, what, hooks);
+    // A LoRA run's frozen tensors have no gradient: only its trainable ones must be there.
+    const bool *required = m->c.lora && !strcmp(what, "grads") ? m->c.lora->trainable : NULL;
+    return dsc__model_check_tensors(&dsc__llama_model_ops, &m->c, n, t, what, hooks, required);
 }
 
 
