@@ -74,8 +74,14 @@ static double now(void) {
 
 static void test_fuzz(void **state) {
     (void)state;
-    const char *seeds[] = {"good.pt", "ds_state.pt", "short_view.pt", "os_system.pt"};
-    enum { NSEED = 4 };
+    // Seeds: torch 1.13's files of tests/unit/torchfile, and what torch 2 wrote for DeepSpeed's
+    // engine (a state_dict with attributes, ZeRO-3's flat groups rebuilt by _rebuild_from_type_v2).
+#define REAL "../../ckpt/ds_real/gpt2_z3_bf16/ckpt/global_step10/"
+    const char *seeds[] = {"good.pt", "ds_state.pt", "short_view.pt", "os_system.pt",
+                           REAL "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                           REAL "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"};
+#undef REAL
+    enum { NSEED = 6 };
     uint8_t *seed[NSEED];
     size_t seed_len[NSEED], cap = 0;
     for (int i = 0; i < NSEED; i++) {
