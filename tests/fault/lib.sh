@@ -25,13 +25,14 @@ cleanup_ranks() {
 }
 trap cleanup_ranks EXIT
 
-# config FILE STAGE [extra fault_tolerance json] [extra top-level json]
+# config FILE STAGE [extra fault_tolerance json] [extra top-level json]; without the fourth,
+# $CONFIG_EXTRA (e.g. a LoRA section for every run of a test, references included).
 config() {
   cat > "$1" << JSON
 {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1000,
  "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.01}},
  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
- "gradient_clipping": 1.0, "zero_optimization": {"stage": $2} ${4:-},
+ "gradient_clipping": 1.0, "zero_optimization": {"stage": $2} ${4:-${CONFIG_EXTRA:-}},
  "fault_tolerance": {"comm_timeout_s": ${COMM_S:-2}, "step_timeout_s": ${STEP_S:-4} ${3:-}}}
 JSON
 }
