@@ -191,8 +191,8 @@ dsc_status dsc_ds_ckpt_export_hf(const char *dir, const char *tag, const char *c
 // DeepSpeed's universal checkpoint of dsc checkpoint <dir>/<tag>: out_dir/latest_universal
 // naming global_step<N> and out_dir/global_step<N>/ (model states, zero/optimizer_state.pt and
 // zero/<name>/{fp32,exp_avg,exp_avg_sq,step}.pt) as DeepSpeed 0.18 loads it at any world size
-// with checkpoint.load_universal. zero_stage: the DeepSpeed run's stage (its files differ
-// between ZeRO 1-2 and ZeRO-3); -1: the checkpoint's own. config_path: the run's config (NULL:
+// with checkpoint.load_universal. zero_stage: the DeepSpeed run's stage, 1-3 (its files differ
+// between ZeRO 1-2 and ZeRO-3; DeepSpeed loads none at stage 0); -1: the checkpoint's own. config_path: the run's config (NULL:
 // the ds_config.json dsc train attaches to its checkpoints). Adam and AdamW checkpoints only.
 // An existing out_dir/global_step<N> is an error (nothing is written); one tensor is held at a
 // time.

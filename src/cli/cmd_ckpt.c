@@ -310,9 +310,9 @@ static int ckpt_export(int argc, char **argv) {
                                "DIR/global_stepN/) that DeepSpeed 0.18 loads and continues with "
                                "checkpoint.load_universal: true, at any world size",
          &deepspeed, NULL},
-        {"--zero-stage", "N", "with --deepspeed: the ZeRO stage of the DeepSpeed run that loads "
-                              "it (its files differ between stages 1-2 and 3; default: the "
-                              "checkpoint's)", &zstage, NULL},
+        {"--zero-stage", "N", "with --deepspeed: the ZeRO stage (1-3) of the DeepSpeed run that "
+                              "loads it (its files differ between stages 1-2 and 3; default: the "
+                              "checkpoint's, 1 for a stage-0 run)", &zstage, NULL},
         {"--config", "FILE", "with --deepspeed: the run's config (default: the ds_config.json "
                              "the checkpoint carries)", &config, NULL},
         {"--shard-size", "SIZE", "with --hf: the largest shard (default 5GB; MB, GB, MiB, GiB "

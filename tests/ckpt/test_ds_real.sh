@@ -154,6 +154,9 @@ for c in llama_z1_fp32:1 llama_z2_bf16:2 gpt2_z3_bf16:3 gpt2_z2_fp32:3; do
   "$DSC" ckpt export "$T/$name.ck" --deepspeed "$T/$name.ds" > "$T/$name.again" 2>&1 &&
     { echo "$name: a second export over the first succeeded"; fail=1; }
   grep -q "already exists" "$T/$name.again" || { echo "$name: no refusal"; fail=1; }
+  "$DSC" ckpt export "$T/$name.ck" --deepspeed "$T/$name.z0" --zero-stage 0 > "$T/$name.z0.log" \
+    2>&1 && { echo "$name: an export for stage 0 succeeded"; fail=1; }
+  grep -q "ZeRO stages 1, 2 or 3 only" "$T/$name.z0.log" || { echo "$name: stage 0"; fail=1; }
   dsrun "$name.cont" 1 "$F/$fx/ds_config.json" $model --max-steps 30 --resume "$T/$name.ds" &&
     compare "$name.cont" $fx from_dsc_export z$stage || fail=1
   # the files as torch reads them (a stand-in for DeepSpeed's loss scaler classes)

@@ -375,10 +375,14 @@ static dsc_status prepare(ds_out *o, int zero_stage, const char *config_path) {
     DSC_TRY(dsc__config_optimizer_at(&o->cfg, m->scalars.applied_steps + 1, &o->hp, &o->next_lr,
                                      &o->sched, &o->has_sched));
     o->fp16 = !strcmp(m->precision, "fp16");
-    o->stage = zero_stage >= 0 ? zero_stage : m->stage;
-    if (o->stage < 0 || o->stage > 3)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "ZeRO stage %d: DeepSpeed has stages 0-3",
-                         o->stage);
+    // DeepSpeed reads a universal checkpoint's optimizer state into its ZeRO optimizers only
+    // (engine.load_checkpoint skips it at stage 0, the bf16 optimizer's too); a stage-0 run's
+    // export is for ZeRO 1-2, whose files are the same.
+    if (zero_stage == 0 || zero_stage > 3)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "--zero-stage %d: DeepSpeed loads a universal "
+                         "checkpoint into ZeRO stages 1, 2 or 3 only; give the stage (1-3) of the "
+                         "DeepSpeed run that will load it", zero_stage);
+    o->stage = zero_stage > 0 ? zero_stage : m->stage > 0 ? m->stage : 1;
     o->prefix = "";
     for (int i = 0; i < m->nparams; i++)
         if (!strncmp(m->params[i].name, "wte.", 4)) o->prefix = "transformer.";
