@@ -140,3 +140,31 @@ ST_DIFF=$(cd "$(dirname "${BASH_SOURCE[0]}")/../cli" && pwd)/st_diff.py
 same_weights() {
   $PY "$ST_DIFF" "$1" "$2" --rel-max "$3" --same-steps > /dev/null
 }
+
+# kill_in_backward LABEL STEPS: at ZeRO stages 1 and 3, SIGKILL rank 2 of 4 in the backward of
+# step 5 (policy degrade): the survivors finish every step on 3 ranks and end with the weights of
+# a reference that continued on 3 ranks from the restored step's state. extra_checks STAGE WHAT,
+# when the test defines it, adds its own checks of run kill<STAGE>.
+kill_in_backward() {
+  local label=$1 steps=$2 st what b ref
+  for st in 1 3; do
+    config "$T/z$st.json" $st
+    what="$label, stage $st, rank 2 killed in step 5 (backward)"
+    run_ranks kill$st 4 "$T/z$st.json" "$steps" DSC_FT_INJECT=2:5:backward
+    check "$what: survivors finish, victim killed (exit codes ${CODES[*]})" -- \
+      test "${CODES[*]}" = "0 0 137 0"
+    b=$(restored_step kill$st)
+    check "$what: restored step $b (3 or 4)" -- test "${b:-0}" -ge 3 -a "${b:-0}" -le 4
+    check "$what: every step ran" -- $PY - "$T/kill$st/metrics.jsonl" "$steps" << 'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = sorted({r["step"] for r in rows})
+assert steps == list(range(1, int(sys.argv[2]) + 1)), steps
+assert rows[-1].get("world_size") == 3 and rows[-1].get("fault_events") == 1, rows[-1]
+PYEOF
+    declare -F extra_checks > /dev/null && extra_checks $st "$what"
+    ref=$(ref_weights $st "${b:-0}" "$steps")
+    check "$what: final weights == 3 ranks continuing from step $b" -- \
+      same_weights "$T/kill$st/w.safetensors" "$ref" 1e-6
+  done
+}
