@@ -80,13 +80,30 @@ extern "C" void dsc__cuda_offload_destroy(dsc_cuda_offload *o) {
     free(o);
 }
 
-extern "C" dsc_status dsc__cuda_offload_grads_out(dsc_cuda_offload *o, int g, float *host,
-                                                  const float *dev, size_t n) {
+extern "C" dsc_status dsc__cuda_offload_grads_done(dsc_cuda_offload *o, int g) {
     DSC_TRY(check(o, g, false));
     DSC_CUDA_TRY(cudaEventRecord(*at(o->ev, o->ngroups, EV_DONE, g), o->model));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_grads_copy(dsc_cuda_offload *o, int g, float *host,
+                                                   const float *dev, size_t n) {
+    DSC_TRY(check(o, g, false));
     DSC_CUDA_TRY(cudaStreamWaitEvent(o->down, *at(o->ev, o->ngroups, EV_DONE, g), 0));
     DSC_CUDA_TRY(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, o->down));
     DSC_CUDA_TRY(cudaEventRecord(*at(o->ev, o->ngroups, EV_LANDED, g), o->down));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_offload_grads_out(dsc_cuda_offload *o, int g, float *host,
+                                                  const float *dev, size_t n) {
+    DSC_TRY(dsc__cuda_offload_grads_done(o, g));
+    return dsc__cuda_offload_grads_copy(o, g, host, dev, n);
+}
+
+extern "C" dsc_status dsc__cuda_offload_weights_wait(dsc_cuda_offload *o, int g) {
+    DSC_TRY(check(o, g, false));
+    DSC_CUDA_TRY(cudaEventSynchronize(*at(o->ev, o->ngroups, EV_UP, g)));
     return DSC_OK;
 }
 

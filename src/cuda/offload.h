@@ -40,8 +40,18 @@ void dsc__cuda_offload_destroy(dsc_cuda_offload *o); // NULL ok; waits for its c
 // for speed) on the down stream, once the model's stream has reached this point.
 dsc_status dsc__cuda_offload_grads_out(dsc_cuda_offload *o, int g, float *host, const float *dev,
                                        size_t n);
+// The same in two halves, for a host that hands out its page-locked slots as they free up:
+// _done marks (on the model's stream) that group g's gradients are complete; _copy enqueues the
+// copy of n floats into host on the down stream, behind that mark (any number of times: a
+// second copy of the same gradients reads them again).
+dsc_status dsc__cuda_offload_grads_done(dsc_cuda_offload *o, int g);
+dsc_status dsc__cuda_offload_grads_copy(dsc_cuda_offload *o, int g, float *host, const float *dev,
+                                        size_t n);
 // Waits (host) until group g's gradients are on the host.
 dsc_status dsc__cuda_offload_grads_wait(dsc_cuda_offload *o, int g);
+// Waits (host) until group g's last upload (dsc__cuda_offload_weights_in) has read its host
+// buffer, which may then be written again.
+dsc_status dsc__cuda_offload_weights_wait(dsc_cuda_offload *o, int g);
 // Group g's new 16-bit weights: n values host -> dev on the up stream (host page-locked; it must
 // not change until the copy is done: dsc__cuda_offload_fence, then the model stream's next work).
 dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, uint16_t *dev,

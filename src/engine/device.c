@@ -4,8 +4,9 @@
 #include "engine/device.h"
 
 #include <math.h>   // sqrt, INFINITY
-#include <string.h> // memset
+#include <string.h> // memset, strcmp
 
+#include "base/env.h"                 // dsc__env, DSC_ENV_OFFLOAD_STREAM
 #include "base/log.h"                 // DSC_WARN
 #include "base/status.h"              // dsc__fail, DSC_TRY
 #include "dsc/half.h"                 // dsc_fp32_to_fp16, dsc_fp16_to_fp32
@@ -291,4 +292,22 @@ dsc_status dsc__engine_observe_device_grads(dsc_engine *e) {
 
 dsc_status dsc__engine_observe_host_grads(dsc_engine *e) {
     return e->observer ? observe(e) : DSC_OK;
+}
+
+dsc_status dsc__engine_observe_grads_in(dsc_engine *e, float *grads) {
+    if (!e->observer) return DSC_OK;
+    if (e->acc || e->world != 1)
+        return dsc__fail(DSC_ERR_INTERNAL, "--dump-grads: the engine has its own gradient "
+                         "buffers (dsc__engine_observe_host_grads reads them; a bug: report it)");
+    e->acc = grads; // what dsc__zero_full_grad reads, for the observer's call only
+    dsc_status st = observe(e);
+    e->acc = NULL;
+    return st;
+}
+
+bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device) {
+    const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
+    return device && world == 1 && !strcmp(c->zero_optimization.offload_optimizer.device, "cpu") &&
+           strcmp(c->zero_optimization.offload_param.device, "cpu") &&
+           !(stream && !strcmp(stream, "0"));
 }

@@ -28,11 +28,19 @@
 #include "dsc/engine.h"         // dsc_engine, dsc_step_info
 #include "engine/optim/optim.h" // dsc_opt_hparams
 
+// Streamed ZeRO-Offload on one GPU (offload_optimizer "cpu" without offload_param, one rank, a
+// model on a device, DSC_OFFLOAD_STREAM not 0): the device trainer hands each group's gradients
+// from the device to the CPU optimizer through a few page-locked slots, so the engine keeps no
+// gradient buffers (4 bytes per parameter less; 8 at stages 0-1 with accumulation). The memory
+// plan asks the same question. device: the model computes on a device (no_compute_copy).
+bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device);
+
 // The engine's flat host state (borrowed; stable for the engine's life on one rank).
 typedef struct dsc__engine_flat {
     size_t total;         // elements incl. padding
     float *master;        // (total) fp32 master weights
-    float *acc;           // (total) accumulated gradients that dsc_step's optimizer reads
+    float *acc;           // (total) accumulated gradients that dsc_step's optimizer reads; NULL
+                          // when dsc__engine_grads_streamed
     float *m, *v;         // (total) optimizer moments; v NULL for SGD and Lion
 } dsc__engine_flat;
 
@@ -140,6 +148,10 @@ dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
 // step; ZeRO-Offload from a device: the CPU optimizer reads them next): the observer runs, the
 // accumulator stays.
 dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
+// The same for an engine without gradient buffers (dsc__engine_grads_streamed): grads holds the
+// step's accumulated gradients in the flat layout (total elements, carrying the loss scale) for
+// the observer's reads; the engine keeps no pointer to it after.
+dsc_status dsc__engine_observe_grads_in(dsc_engine *e, float *grads);
 
 // ---- one step routine for host and device ----
 //

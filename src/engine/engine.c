@@ -214,14 +214,19 @@ static dsc_status create_comm(dsc_engine *e) {
     return st;
 }
 
-// Stages 1-3 keep only a partition of the master weights; the caller initialises full tensors
-// in this staging copy, which dsc_params_updated scatters and frees.
+float *dsc__engine_init_alias(dsc_engine *e) {
+    if (e->stage == 0) return e->master;
+    if (e->prec == PREC_FP32 && e->stage < 3) return e->work;
+    // One rank: every group's slice is the whole group and the partitions follow the full layout.
+    if (e->world == 1) return dsc__zero_master_slice(e, 0);
+    return NULL;
+}
+
+// Stages 1-3 on several ranks keep only a partition of the master weights; the caller
+// initialises full tensors in this staging copy, which dsc_params_updated scatters and frees.
 static dsc_status alloc_init(dsc_engine *e, bool in_place) {
     if (in_place) return DSC_OK; // dsc_params_init writes the partition itself
-    if (e->stage == 0 || (e->prec == PREC_FP32 && e->stage < 3)) { // the full buffer is there
-        e->init = e->stage == 0 ? e->master : e->work;
-        return DSC_OK;
-    }
+    if ((e->init = dsc__engine_init_alias(e))) return DSC_OK; // the full buffer is there
     return dsc__engine_alloc(e, e->total, "engine.init_weights", &e->h_init, &e->init);
 }
 
@@ -233,6 +238,7 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     e->master_bf16 = e->prec == PREC_BF16 && e->cfg.bf16.bf16_master_weights_and_grads;
     e->states_bf16 = e->master_bf16 && e->cfg.bf16.bf16_optimizer_states;
     e->no_compute_copy = o->no_compute_copy;
+    e->no_grads = dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy);
     if (e->master_bf16 && e->no_compute_copy)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "bf16.bf16_master_weights_and_grads and "
                          "bf16.bf16_optimizer_states act on the CPU engine only so far (the model "
@@ -400,6 +406,11 @@ dsc_status dsc_grads_ready(dsc_engine *e, int g) {
 }
 
 dsc_status dsc_backward_begin(dsc_engine *e) {
+    if (e->no_grads)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_backward_begin: this engine keeps no gradient "
+                         "buffers (ZeRO-Offload streamed on one GPU: the device trainer hands the "
+                         "gradients to the optimizer); a host backward needs an engine created "
+                         "without dsc_engine_opts.no_compute_copy");
     e->backward = true;
     e->in_step = true;
     return DSC_OK;

@@ -67,6 +67,7 @@ struct dsc_engine {
     size_t part;      // partition length (sum of slices)
     precision prec;
     bool no_compute_copy; // dsc_engine_opts.no_compute_copy: no `work` / `work_part` buffer
+    bool no_grads; // streamed ZeRO-Offload on one GPU (dsc__engine_grads_streamed): no gfull, acc
     dsc_dtype comm_dt; // communication_data_type
     // bf16.bf16_master_weights_and_grads (ZeRO 1-3, bf16 training): the master is the bf16
     // compute copy itself (no separate fp32 master) and gradients are rounded to bf16 before the
@@ -90,7 +91,7 @@ struct dsc_engine {
     float *gfull;     // stages 0-1: gradients of the current micro-step (full)
     float *acc;       // accumulated reduced gradients: full (0-1) or partition (2-3)
     float *m, *v;     // optimizer state, like master
-    float *init;      // full fp32 staging for initial weights (== master at stage 0)
+    float *init;      // full fp32 staging for initial weights (an alias: dsc__engine_init_alias)
     float **pdata, **pgrad; // per-parameter pointers as the model sees them now
     bool backward;    // between dsc_backward_begin and dsc_step
     // optimizer and schedule
@@ -166,6 +167,10 @@ void dsc__zero_round_compute(const dsc_engine *e, float *x, size_t n);
 dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step,
                                float grad_scale);
 void dsc__zero_zero_acc(dsc_engine *e);
+// Where the initialiser writes in place when the master (or the compute buffer holding it)
+// spans the whole layout: stage 0, fp32 at stages 1-2, and every stage on one rank; else NULL
+// (a staging copy is needed).
+float *dsc__engine_init_alias(dsc_engine *e);
 dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scale);
 dsc_status dsc__zero_sync_params(dsc_engine *e); // master -> compute copies (rounded, gathered)
 // Forget the step in progress: wait for (failed) requests, drop gathered groups and micro-step

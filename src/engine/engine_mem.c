@@ -92,7 +92,7 @@ void dsc__engine_resolve(dsc_engine *e) {
     e->m = at(e, e->h_m);
     e->v = at(e, e->h_v);
     if (e->h_init) e->init = at(e, e->h_init);
-    else if (e->init) e->init = e->stage == 0 ? e->master : e->work; // the staging is an alias
+    else if (e->init) e->init = dsc__engine_init_alias(e); // the staging is an alias
     e->fdata = at(e, e->h_frozen);
     for (int g = 0; e->groups && g < e->ngroups; g++) {
         group *gr = &e->groups[g];

@@ -14,6 +14,7 @@
 
 #include "base/env.h"           // dsc__env, DSC_ENV_*
 #include "base/status.h"        // dsc__fail
+#include "engine/device.h"      // dsc__engine_grads_streamed
 #include "engine/engine_impl.h" // DSC_ALIGN_ELEMS
 
 // ---- categories ----
@@ -97,6 +98,7 @@ typedef struct mode {
     bool fp32, adam, offload, param_offload, replicate;
     bool master_bf16, states_bf16; // bf16.bf16_master_weights_and_grads, bf16_optimizer_states
     bool device, nccl, staged, unstreamed;
+    bool grads_streamed; // streamed ZeRO-Offload on one GPU: the engine keeps no gradients
     bool no_compute_copy; // one rank whose model computes on a GPU keeps no host compute copy
 } mode;
 
@@ -122,6 +124,7 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
     m.unstreamed = m.offload && in->world == 1 && stream && !strcmp(stream, "0");
     m.no_compute_copy = in->device && in->world == 1;
+    m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
     return m;
 }
 
@@ -142,8 +145,12 @@ static void engine_state(const mode *m, const layout *L, int64_t *h) {
     if (m->stage == 3 && !flat && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
     if (m->stage == 3 && (m->fp32 || !m->no_compute_copy)) add(h, DSC_PLAN_WEIGHTS, L->persist * 4);
     add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
-    if (m->stage < 2) add(h, DSC_PLAN_GRADS, full * (m->gas > 1 ? 2 : 1));
-    else add(h, DSC_PLAN_GRADS, part);
+    if (m->grads_streamed) { // the device trainer's slots (device_offload)
+    } else if (m->stage < 2) {
+        add(h, DSC_PLAN_GRADS, full * (m->gas > 1 ? 2 : 1));
+    } else {
+        add(h, DSC_PLAN_GRADS, part);
+    }
     if (m->world > 1 && !m->fp32) // 16-bit reductions' staging (communication_data_type)
         add(h, DSC_PLAN_STAGING, (L->total + L->part) * 2);
 }
@@ -154,7 +161,8 @@ static int64_t engine_transients(const mode *m, const layout *L, bool init_in_pl
     int64_t step = L->maxgroup * 4;
     if (m->stage >= 2) step = (L->total + L->part) * 4; // every group's gradients until the end
     if (m->stage == 3) step += 2 * L->maxgroup * 4;     // the group gathered and the next one
-    bool staging = !init_in_place && m->stage != 0 && !(m->fp32 && m->stage < 3);
+    // (on one rank the initialiser writes the master in place: engine.c dsc__engine_init_alias)
+    bool staging = !init_in_place && m->world > 1 && m->stage != 0 && !(m->fp32 && m->stage < 3);
     int64_t init = staging ? L->total * 4 : 0;
     if (m->device && !m->staged) step = 0; // the device runs the step
     return step > init ? step : init;
@@ -186,24 +194,29 @@ static void device_resident(const mode *m, const layout *L, int64_t *d) {
     add(d, DSC_PLAN_MOMENTS, L->total * 4 * (m->adam ? 2 : 1));
 }
 
-// One GPU with ZeRO-Offload (engine/gpu/train_gpu_offload.c): the device keeps a master-sized
-// buffer, the gradients and the 16-bit weights of its layout (with offload_param: the two end
-// groups and two layer slots); the host adds the 16-bit staging of every weight and, with
-// offload_param, two gradient slots.
+// One GPU with ZeRO-Offload (engine/gpu/train_gpu_offload.c): the device keeps the gradients
+// and the 16-bit weights of its layout (no master: the host's comes up through the gradients) (with offload_param: the two end
+// groups and two layer slots). The host adds two page-locked gradient slots and two 16-bit weight
+// slots of the largest group (streamed); with offload_param instead the 16-bit copy of every
+// weight (the layers live there) and two layer-sized gradient slots.
 static void device_offload(const mode *m, const layout *L, int64_t *d, int64_t *h) {
     int64_t n = m->param_offload ? L->ends + 2 * L->maxlayer : L->total;
-    add(d, DSC_PLAN_MASTER, n * 4);
     add(d, DSC_PLAN_GRADS, n * 4);
     add(d, DSC_PLAN_WEIGHTS, n * 2);
-    if (!m->unstreamed) add(h, DSC_PLAN_STAGING, round_up(L->total * 2, 64));
-    if (m->param_offload) add(h, DSC_PLAN_STAGING, 2 * L->maxlayer * 4);
+    if (m->grads_streamed) {
+        add(h, DSC_PLAN_STAGING, 2 * round_up(L->maxgroup * 4, 64));
+        add(h, DSC_PLAN_STAGING, 2 * round_up(L->maxgroup * 2, 64));
+    }
+    if (m->param_offload) {
+        add(h, DSC_PLAN_STAGING, round_up(L->total * 2, 64));
+        add(h, DSC_PLAN_STAGING, 2 * L->maxlayer * 4);
+    }
 }
 
 // Several ranks: host-staged (gradients to the host every micro-step, the engine's CPU step) or
 // nccl (the optimizer over the device's partition, engine/gpu/train_gpu_dp.c).
 static void device_ranks(const mode *m, const layout *L, int64_t *d, int64_t *h) {
-    if (m->staged) {
-        add(d, DSC_PLAN_MASTER, L->total * 4);
+    if (m->staged) { // an offload state on the device: gradients and 16-bit weights
         add(d, DSC_PLAN_GRADS, L->total * 4);
         add(d, DSC_PLAN_WEIGHTS, L->total * 2);
         add(h, DSC_PLAN_STAGING, L->total * 8);

@@ -318,6 +318,46 @@ static void test_no_compute_copy(void **state) {
     dsc_engine_destroy(c);
 }
 
+// Streamed ZeRO-Offload (offload_optimizer "cpu", one rank, a model on a device): the engine
+// keeps no gradient buffers (the device trainer hands each group to the CPU optimizer), refuses
+// a host backward, and its master is the initialiser's target in place at every stage;
+// DSC_OFFLOAD_STREAM=0 keeps the gradients (the whole-gradient path hands them to dsc_step).
+static void test_streamed_offload_engine(void **state) {
+    (void)state;
+    for (int stage = 0; stage <= 3; stage++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": "
+                 "{\"enabled\": true}, \"gradient_accumulation_steps\": 2, "
+                 "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\"}}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
+                 stage);
+        dsc_engine_opts o = {.config_json = json, .params = params, .nparams = 3,
+                             .world_size = 1, .no_compute_copy = true};
+        dsc_engine *lean = NULL, *whole = NULL;
+        assert_int_equal(dsc_engine_create(&lean, &o), DSC_OK);
+        setenv("DSC_OFFLOAD_STREAM", "0", 1);
+        assert_int_equal(dsc_engine_create(&whole, &o), DSC_OK);
+        unsetenv("DSC_OFFLOAD_STREAM");
+        dsc_engine_memory ml, mw;
+        dsc_engine_memory_get(lean, &ml);
+        dsc_engine_memory_get(whole, &mw);
+        assert_int_equal(ml.grads, 0);
+        assert_true(mw.grads > 0);
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < numel(i); k++)
+                dsc_param_master(lean, i)[k] = 0.1f * (float)(k + 1) * (i == 2 ? -1.0f : 1.0f);
+        assert_int_equal(dsc_params_updated(lean), DSC_OK);
+        float x[15];
+        assert_int_equal(dsc_engine_full_param(lean, 2, x), DSC_OK);
+        for (int k = 0; k < numel(2); k++) assert_true(x[k] == -0.1f * (float)(k + 1));
+        assert_int_equal(dsc_backward_begin(lean), DSC_ERR_INVALID_ARG);
+        assert_non_null(strstr(dsc_last_error(), "no gradient buffers"));
+        assert_int_equal(dsc_backward_begin(whole), DSC_OK);
+        dsc_engine_destroy(lean);
+        dsc_engine_destroy(whole);
+    }
+}
+
 // The initial value of element k of tensor i in these tests.
 static float init_value(int i, int64_t k) { return 0.1f * (float)(k + 1) * (i == 2 ? -1.0f : 1.0f); }
 
@@ -454,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_device_hooks_match_backward),
         cmocka_unit_test(test_no_compute_copy),
+        cmocka_unit_test(test_streamed_offload_engine),
         cmocka_unit_test(test_device_step_halves),
         cmocka_unit_test(test_params_init_in_place),
     };

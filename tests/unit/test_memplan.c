@@ -64,12 +64,21 @@ static void test_gpu_modes(void **state) {
     assert_int_equal(p.host[DSC_PLAN_ACTIVATIONS], 0);
     plan(CFG(", \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
              "\"cpu\"}}"), 1, true, -1, &p, &c, &in);
-    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 22 * P); // + 16-bit, init staging
-    assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 10 * P);
+    // master and moments, and four slots of the largest group (gradients twice, 16-bit twice)
+    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 12 * P + 12 * PER);
+    assert_int_equal(p.host[DSC_PLAN_GRADS], 0);
+    assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 6 * P); // no master
+    setenv("DSC_OFFLOAD_STREAM", "0", 1); // the whole-gradient path keeps the engine's gradients
+    plan(CFG(", \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}}"), 1, true, -1, &p, &c, &in);
+    unsetenv("DSC_OFFLOAD_STREAM");
+    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 16 * P);
     plan(CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
              "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}"), 1, true, -1, &p, &c, &in);
     // the device keeps the two end groups and two layer slots: 4 of the 6 groups
-    assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 10 * 4 * PER);
+    assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 6 * 4 * PER);
+    // the host: master, moments, accumulator, the 16-bit copy, two layer-sized gradient slots
+    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 18 * P + 8 * PER);
 }
 
 static void test_cpu_ranks(void **state) {

@@ -257,8 +257,9 @@ static const char *one_rank_mode(const train_gpu *g, bool offload) {
         return "ZeRO-Offload with parameter offload: fp32 master + optimizer and the layers' "
                "16-bit weights on the host, streamed through two layer slots; gradients down "
                "per layer group, overlapping the backward";
-    return "ZeRO-Offload: fp32 master + optimizer on the host (CPU step), gradients down and "
-           "16-bit weights up per layer group, overlapping the backward";
+    return "ZeRO-Offload: fp32 master + optimizer on the host (CPU step; no host gradient "
+           "buffer, four page-locked group slots), gradients down and 16-bit weights up per "
+           "layer group, overlapping the backward";
 }
 
 static void describe(train_gpu *g, const char *name, bool offload, const char *prec, bool pinned,

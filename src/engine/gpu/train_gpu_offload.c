@@ -20,10 +20,22 @@ struct train_off {
     dsc_cuda_state *st;
     dsc_model_device *dev;
     dsc_cuda_offload *bus;
-    dsc__engine_flat host;   // acc: gradients land here; master, m, v: the optimizer's
+    dsc__engine_flat host;   // master, m, v: the optimizer's; acc: gradients land here
+                             // (parameter offload only: NULL in the lean mode below)
     dsc__engine_span *spans; // (ngroups) each group's range of the flat layout
     uint16_t *h16;           // (total) page-locked: the new 16-bit weights on their way up
     bool acc_pinned, h16_pinned;
+    // Lean mode (no parameter offload; the engine keeps no gradients): two page-locked gradient
+    // slots and two 16-bit weight slots of the largest group carry every group, so the host
+    // holds the master and the moments only (12 bytes per parameter with Adam) plus the slots.
+    bool lean;
+    size_t slot_len;       // the largest group's padded length
+    float *gslot[2];       // a group's gradients, landed from the device
+    uint16_t *wslot[2];    // a group's new 16-bit weights, on their way up
+    bool gslot_pinned[2], wslot_pinned[2];
+    int gslot_group[2];    // the group whose gradients are coming into gslot[k] (-1: none)
+    int wslot_group[2];    // the group whose upload last read wslot[k] (-1: none)
+    int wnext;             // the weight slot the next update writes
     int ngroups;
     bool fp16; // the model computes in fp16 (the 16-bit weights are fp16)
     // this step
@@ -102,6 +114,26 @@ static dsc_status param_init(train_off *o, const dsc_model *model, bool *pinned,
     return DSC_OK;
 }
 
+static size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Lean mode: the four slots of the largest group.
+static dsc_status lean_init(train_off *o, bool *pinned, char *why, size_t cap) {
+    for (int g = 0; g < o->ngroups; g++)
+        if (o->spans[g].padded > o->slot_len) o->slot_len = o->spans[g].padded;
+    size_t gb = round64(o->slot_len * sizeof(float)), wb = round64(o->slot_len * sizeof(uint16_t));
+    for (int k = 0; k < 2; k++) {
+        o->gslot[k] = aligned_alloc(64, gb);
+        o->wslot[k] = aligned_alloc(64, wb);
+        o->gslot_group[k] = o->wslot_group[k] = -1;
+        if (!o->gslot[k] || !o->wslot[k])
+            return dsc__fail(DSC_ERR_OOM, "ZeRO-Offload: out of memory for the host slots of "
+                             "%zu parameters (the largest group)", o->slot_len);
+        pin(o->gslot[k], gb, &o->gslot_pinned[k], pinned, why, cap);
+        pin(o->wslot[k], wb, &o->wslot_pinned[k], pinned, why, cap);
+    }
+    return DSC_OK;
+}
+
 static dsc_status init(train_off *o, const dsc_model *model, bool *pinned, char *why,
                        size_t cap) {
     dsc__engine_dp L;
@@ -109,21 +141,24 @@ static dsc_status init(train_off *o, const dsc_model *model, bool *pinned, char 
     o->ngroups = L.ngroups;
     o->spans = calloc((size_t)o->ngroups, sizeof *o->spans);
     o->part = calloc((size_t)o->ngroups, sizeof *o->part);
-    size_t bytes = (o->host.total * sizeof(uint16_t) + 63) / 64 * 64;
-    o->h16 = aligned_alloc(64, bytes);
-    if (!o->spans || !o->part || !o->h16)
-        return dsc__fail(DSC_ERR_OOM,
-                         "ZeRO-Offload: out of memory for the host staging of "
-                         "%zu 16-bit weights",
-                         o->host.total);
+    if (!o->spans || !o->part) return dsc__fail(DSC_ERR_OOM, "out of memory");
     for (int g = 0; g < o->ngroups; g++)
         dsc__engine_span_of(o->eng, g, &o->spans[g]);
     DSC_TRY(check_groups(o, model));
     DSC_TRY(dsc__cuda_offload_create(&o->bus, o->ngroups, o->params ? 2 : 0, o->st->stream));
     *pinned = true;
+    if (o->lean) return lean_init(o, pinned, why, cap);
+    if (!o->host.acc)
+        return dsc__fail(DSC_ERR_INTERNAL, "parameter offload: the engine keeps no gradient "
+                         "accumulator (a bug: report it)");
+    size_t bytes = round64(o->host.total * sizeof(uint16_t));
+    o->h16 = aligned_alloc(64, bytes);
+    if (!o->h16)
+        return dsc__fail(DSC_ERR_OOM, "ZeRO-Offload: out of memory for the host staging of "
+                         "%zu 16-bit weights", o->host.total);
     pin(o->host.acc, o->host.total * sizeof(float), &o->acc_pinned, pinned, why, cap);
     pin(o->h16, bytes, &o->h16_pinned, pinned, why, cap);
-    return o->params ? param_init(o, model, pinned, why, cap) : DSC_OK;
+    return param_init(o, model, pinned, why, cap);
 }
 
 dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
@@ -139,6 +174,7 @@ dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_stat
                      .host = *host,
                      .fp16 = fp16,
                      .params = params,
+                     .lean = !params,
                      .tmp_group = {-1, -1}};
     dsc_status s = init(o, model, pinned, why, cap);
     if (s != DSC_OK) {
@@ -156,7 +192,11 @@ void dsc__train_off_destroy(train_off *o) {
     if (o->h16_pinned) dsc__cuda_host_unpin(o->h16);
     for (int k = 0; k < 2; k++) {
         if (o->tmp_pinned[k]) dsc__cuda_host_unpin(o->tmp[k]);
+        if (o->gslot_pinned[k]) dsc__cuda_host_unpin(o->gslot[k]);
+        if (o->wslot_pinned[k]) dsc__cuda_host_unpin(o->wslot[k]);
         free(o->tmp[k]);
+        free(o->gslot[k]);
+        free(o->wslot[k]);
     }
     dsc__slots_free(&o->sl);
     free(o->h16);
@@ -197,17 +237,26 @@ static size_t dev_off(const train_off *o, int g) {
     return o->params ? o->sl.dev_off[g] : o->spans[g].off;
 }
 
-// The CPU optimizer over group g, its 16-bit result up to the GPU (with parameter offload, a
-// layer's result stays in h16, where the next fetch reads it).
-static dsc_status update_group(train_off *o, int g) {
+// The CPU optimizer over group g (its gradients in grads), its 16-bit result up to the GPU (with
+// parameter offload, a layer's result stays in h16, where the next fetch reads it; in the lean
+// mode it goes through a weight slot, once the slot's previous upload has read it).
+static dsc_status update_group(train_off *o, int g, const float *grads) {
     const dsc__engine_span *sp = &o->spans[g];
     size_t off = sp->off, n = sp->padded;
+    uint16_t *out = o->h16 ? o->h16 + off : NULL;
+    if (o->lean) {
+        int k = o->wnext;
+        o->wnext ^= 1;
+        if (o->wslot_group[k] >= 0) DSC_TRY(dsc__cuda_offload_weights_wait(o->bus, o->wslot_group[k]));
+        o->wslot_group[k] = g;
+        out = o->wslot[k];
+    }
     const dsc__device_step *p = &o->plan;
-    dsc_opt_step(&p->hp, p->opt_step, o->host.master + off, o->host.acc + off, o->host.m + off,
-                 o->host.v ? o->host.v + off : NULL, n, p->grad_scale, o->h16 + off,
+    dsc_opt_step(&p->hp, p->opt_step, o->host.master + off, grads, o->host.m + off,
+                 o->host.v ? o->host.v + off : NULL, n, p->grad_scale, out,
                  o->fp16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16);
     if (ring_group(o, g)) return DSC_OK;
-    return dsc__cuda_offload_weights_in(o->bus, g, o->st->p16 + dev_off(o, g), o->h16 + off, n);
+    return dsc__cuda_offload_weights_in(o->bus, g, o->st->p16 + dev_off(o, g), out, n);
 }
 
 // tmp[k]'s gradients, once landed, added into the accumulator.
@@ -233,6 +282,7 @@ static dsc_status grads_out(void *user, int g) {
     if (g < 0 || g >= o->ngroups)
         return dsc__fail(DSC_ERR_INTERNAL, "ZeRO-Offload: the backward finished group %d of %d", g,
                          o->ngroups);
+    if (o->lean) return o->last ? dsc__cuda_offload_grads_done(o->bus, g) : DSC_OK;
     const dsc__engine_span *sp = &o->spans[g];
     float *dst = o->host.acc + sp->off;
     const float *src = o->st->grad + dev_off(o, g);
@@ -265,9 +315,81 @@ static dsc_status take_group(train_off *o, int g, float inv_scale) {
     float *a = o->host.acc + sp->off;
     if (dsc__engine_fp16(o->eng)) dsc__round_fp16(a, a, sp->padded); // as dsc_step's
     o->part[g] = dsc_opt_sumsq(a, sp->padded, inv_scale, &o->nonfinite);
-    if (o->early && o->plan.apply) DSC_TRY(update_group(o, g));
+    if (o->early && o->plan.apply) DSC_TRY(update_group(o, g, a));
     o->t.cpu += dsc_now() - t1;
     return DSC_OK;
+}
+
+// ---- lean mode: the groups through two gradient slots ----
+
+typedef dsc_status (*lean_fn)(train_off *o, int g, float *grads, float inv_scale);
+
+// Group i of a pass: backward order (ln_f's group, the layers from the last, the embeddings:
+// the order the backward completes them in) or the groups' order.
+static int pass_group(const train_off *o, bool backward, int i) {
+    return backward ? o->ngroups - 1 - i : i;
+}
+
+static dsc_status lean_copy(train_off *o, int k, int g) {
+    o->gslot_group[k] = g;
+    const dsc__engine_span *sp = &o->spans[g];
+    return dsc__cuda_offload_grads_copy(o->bus, g, o->gslot[k], o->st->grad + sp->off, sp->padded);
+}
+
+// Every group's gradients (complete on the device: the backward marked them) land in the two
+// slots in turn; fn takes each; the copy of the group two ahead starts into a slot as soon as fn
+// is done with it, so one copy is always on the way while the CPU works. The backward's pass
+// adds its waits and its work to the step's times; the second pass runs inside
+// dsc__train_off_step, which times itself.
+static dsc_status lean_pass(train_off *o, bool backward, lean_fn fn, float inv_scale) {
+    int G = o->ngroups;
+    for (int i = 0; i < 2 && i < G; i++)
+        DSC_TRY(lean_copy(o, i, pass_group(o, backward, i)));
+    for (int i = 0; i < G; i++) {
+        int k = i & 1, g = pass_group(o, backward, i);
+        double t0 = dsc_now();
+        DSC_TRY(dsc__cuda_offload_grads_wait(o->bus, g));
+        double t1 = dsc_now();
+        DSC_TRY(fn(o, g, o->gslot[k], inv_scale));
+        o->gslot_group[k] = -1;
+        if (backward) {
+            o->t.grad_wait += t1 - t0;
+            o->t.cpu += dsc_now() - t1;
+        }
+        if (i + 2 < G) DSC_TRY(lean_copy(o, k, pass_group(o, backward, i + 2)));
+    }
+    return DSC_OK;
+}
+
+// The step's first pass, as take_group: fp16 rounding, the group's part of the norm and, early,
+// the update.
+static dsc_status lean_take(train_off *o, int g, float *a, float inv_scale) {
+    size_t n = o->spans[g].padded;
+    if (dsc__engine_fp16(o->eng)) dsc__round_fp16(a, a, n); // as dsc_step's
+    o->part[g] = dsc_opt_sumsq(a, n, inv_scale, &o->nonfinite);
+    return o->early && o->plan.apply ? update_group(o, g, a) : DSC_OK;
+}
+
+// The second pass of a step that needed the norm first: the gradients once more (the device
+// still holds them), rounded the same way, and the update.
+static dsc_status lean_update(train_off *o, int g, float *a, float inv_scale) {
+    (void)inv_scale;
+    if (dsc__engine_fp16(o->eng)) dsc__round_fp16(a, a, o->spans[g].padded);
+    return update_group(o, g, a);
+}
+
+// --dump-grads in the lean mode: the step's gradients from the device into a temporary flat
+// buffer (rounded as the slots' are) for the observer.
+static dsc_status lean_observe(train_off *o) {
+    float *tmp = malloc(o->st->n * sizeof *tmp);
+    if (!tmp)
+        return dsc__fail(DSC_ERR_OOM, "--dump-grads: out of memory for %zu gradients on the "
+                         "host", o->st->n);
+    dsc_status s = dsc__cuda_state_grads_to_host(o->st, tmp);
+    if (s == DSC_OK && dsc__engine_fp16(o->eng)) dsc__round_fp16(tmp, tmp, o->st->n);
+    if (s == DSC_OK) s = dsc__engine_observe_grads_in(o->eng, tmp);
+    free(tmp);
+    return s;
 }
 
 // The optimizer may run before the norm is known when nothing it does depends on the norm: no
@@ -286,6 +408,7 @@ static dsc_status start_step(train_off *o) {
 // micro-step only the layers (parameter offload) are on their way.
 static dsc_status take_all(train_off *o) {
     float inv = (float)(1.0 / dsc__engine_loss_scale(o->eng));
+    if (o->lean) return o->last ? lean_pass(o, true, lean_take, inv) : DSC_OK;
     if (o->last) DSC_TRY(take_group(o, o->ngroups - 1, inv));
     for (int g = o->ngroups - 2; g >= 1; g--)
         if (o->last || ring_group(o, g)) DSC_TRY(take_group(o, g, inv));
@@ -324,7 +447,8 @@ dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
     double t0 = dsc_now();
     // --dump-grads: the accumulator holds the whole step's gradients (the optimizer reads them
     // and leaves them as they are, so an early update does not disturb them).
-    if (dsc__engine_grads_observed(o->eng)) DSC_TRY(dsc__engine_observe_host_grads(o->eng));
+    if (dsc__engine_grads_observed(o->eng))
+        DSC_TRY(o->lean ? lean_observe(o) : dsc__engine_observe_host_grads(o->eng));
     double sumsq = 0;
     for (int g = 0; g < o->ngroups; g++)
         sumsq += o->part[g]; // dsc__zero_norm's order
@@ -334,8 +458,9 @@ dsc_status dsc__train_off_step(train_off *o, dsc_step_info *info) {
         dsc__engine_device_step_end(o->eng, sumsq, nonfinite, info);
     } else {
         DSC_TRY(dsc__engine_device_step(o->eng, sumsq, nonfinite, &o->plan, info));
-        for (int g = 0; o->plan.apply && g < o->ngroups; g++)
-            DSC_TRY(update_group(o, g));
+        if (o->plan.apply && o->lean) DSC_TRY(lean_pass(o, false, lean_update, 0));
+        for (int g = 0; o->plan.apply && !o->lean && g < o->ngroups; g++)
+            DSC_TRY(update_group(o, g, o->host.acc + o->spans[g].off));
     }
     o->t.cpu += dsc_now() - t0;
     if (o->plan.apply) dsc__slots_forget(&o->sl); // the layers' weights changed
@@ -348,6 +473,9 @@ void dsc__train_off_views(train_off *o, const uint16_t **p16, float **grad) {
 }
 
 dsc_status dsc__train_off_load(train_off *o) {
+    if (!o->params)
+        return dsc__fail(DSC_ERR_INTERNAL, "ZeRO-Offload: the host 16-bit copy exists with "
+                         "parameter offload only (a bug: report it)");
     size_t n = o->host.total;
     if (o->fp16)
         dsc_fp32_to_fp16_n(o->h16, o->host.master, n);

@@ -16,6 +16,12 @@
 //      the new 16-bit weights into a page-locked buffer; each group goes up to the GPU on a second
 //      copy stream while the CPU updates the next;
 //   4. the GPU's next kernels wait for the uploads (no host wait).
+// The host holds no gradient buffer and no 16-bit copy of the weights: the gradients land in two
+// page-locked slots of the largest group's size in turn (the copy of the group after next starts
+// as soon as the CPU is done with a slot), and the new 16-bit weights leave through two more; so
+// the host keeps the fp32 master and the moments (12 bytes per parameter with Adam) and four
+// group-sized slots. When the norm is needed first (step 3), the gradients, still on the device,
+// come down through the slots a second time, in group order.
 // The arithmetic is dsc_step's, group by group in its order (the norm's partial sums in group
 // order, the same dsc_opt_step per group), so the results are bitwise those of the engine's own
 // step on the same gradients.

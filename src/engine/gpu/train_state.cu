@@ -136,7 +136,9 @@ static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool
     cudaStream_t st;
     DSC_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     s->stream = st;
-    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, ns * 4, "gpu.master"));
+    // An offload state keeps no master: the host's comes up through the gradient buffer
+    // (dsc__cuda_state_upload), which is zero between steps.
+    if (!s->offload) DSC_TRY(alloc(s, pool, 0, (void **)&s->master, ns * 4, "gpu.master"));
     DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
     DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
     if (!s->offload && moments >= 1)
@@ -209,7 +211,6 @@ extern "C" dsc_status dsc__cuda_state_resize(dsc_cuda_state *s, size_t n) {
     s->master = s->grad = NULL;
     s->p16 = NULL;
     s->n = s->nstate = n;
-    DSC_TRY(alloc(s, pool, 0, (void **)&s->master, n * 4, "gpu.master"));
     DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
     DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
     DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, (cudaStream_t)s->stream));
@@ -268,6 +269,13 @@ extern "C" dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *mas
     DSC_CUDA_ARG(s->nstate == s->n, "GPU state upload: the state is a partition (upload_dp)");
     cudaStream_t st = (cudaStream_t)s->stream;
     size_t b = s->n * 4;
+    if (s->offload) { // through the gradient buffer, zero again after
+        DSC_TRY(copy(s->grad, master, b, cudaMemcpyHostToDevice, st));
+        DSC_TRY(dsc__cuda_f32_to_16(s->p16, s->grad, (int64_t)s->n, s->fp16, st));
+        DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, b, st));
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+        return DSC_OK;
+    }
     DSC_TRY(copy(s->master, master, b, cudaMemcpyHostToDevice, st));
     DSC_TRY(copy(s->m, m, b, cudaMemcpyHostToDevice, st));
     DSC_TRY(copy(s->v, v, b, cudaMemcpyHostToDevice, st));

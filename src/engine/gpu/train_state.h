@@ -43,7 +43,7 @@ typedef struct dsc_cuda_state {
     size_t n;          // elements of the flat layout
     size_t nstate;     // elements of master, m and v: n, or this rank's partition (create_dp)
     bool offload;      // see above
-    float *master;     // (nstate) fp32 master weights; offload: staging for the host weights
+    float *master;     // (nstate) fp32 master weights; NULL in an offload state (the host has it)
     float *grad;       // (n) fp32 gradients, accumulated over the micro-steps of a step
     float *m, *v;      // (nstate) optimizer moments, or NULL (offload; v: optimizers without one)
     uint16_t *p16;     // (n) 16-bit weights the model reads (bf16; fp16 when fp16 is set)
@@ -117,7 +117,8 @@ void dsc__cuda_host_unpin(void *p);
 void dsc__cuda_state_set_fp16(dsc_cuda_state *s, bool on);
 
 // Host -> device: master (n fp32; makes the 16-bit copy too), m and v (n each, or NULL). Waits.
-// Needs nstate == n.
+// Needs nstate == n. An offload state has no device master: the values pass through the
+// gradient buffer, which must hold no gradients then (between steps) and is zero after.
 dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *master, const float *m,
                                   const float *v);
 // Host -> device for create_dp's state: weights (n fp32, the whole model) become the bf16 copy

@@ -114,7 +114,9 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
         if (fp32 || e->master_bf16) e->h_work_part = e->h_master;
         else if (!e->no_compute_copy) DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
     }
-    if (e->stage < 2) {
+    if (e->no_grads) {
+        // streamed ZeRO-Offload: the device trainer hands each group's gradients to the optimizer
+    } else if (e->stage < 2) {
         DSC_TRY(persistent(e, full, "zero.grads", &e->h_gfull));
         if (gas1) e->h_acc = e->h_gfull;
         else DSC_TRY(persistent(e, full, "zero.grads", &e->h_acc));
@@ -224,7 +226,7 @@ static void point_grads(dsc_engine *e, int g) {
     for (int i = 0; i < e->nparams; i++) {
         if (e->params[i].group != g) continue;
         size_t off = e->params[i].off;
-        if (e->stage < 2) e->pgrad[i] = e->gfull + off;
+        if (e->stage < 2) e->pgrad[i] = e->gfull ? e->gfull + off : NULL;
         else e->pgrad[i] = gr->gbuf ? gr->gbuf + (off - gr->off) : NULL;
     }
 }
@@ -533,7 +535,7 @@ dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t
 
 void dsc__zero_zero_acc(dsc_engine *e) {
     size_t n = e->stage < 2 ? e->total : e->part;
-    memset(e->acc, 0, n * sizeof(float));
+    if (e->acc) memset(e->acc, 0, n * sizeof(float));
 }
 
 // The accumulated gradient of tensor i, whole, times inv_scale (all-gathers its group at 2-3).
