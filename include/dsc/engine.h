@@ -164,7 +164,10 @@ void dsc_engine_memory_get(const dsc_engine *eng, dsc_engine_memory *out);
 // Look at the gradients of the next optimizer step: at that step's boundary, after the
 // reduction and before overflow handling, clipping and the update, fn is called on every rank;
 // inside it dsc_engine_full_grad gives each tensor's reduced, accumulated gradient divided by
-// the loss scale. Called once, then forgotten.
+// the loss scale. Called once, then forgotten. Set it before the step's last micro-step: a GPU
+// trainer that streams the step (ZeRO-Offload with offload_param at one micro-step) hands the
+// layers' gradients to the optimizer during that micro-step's backward and keeps them for fn
+// only when it knows.
 typedef dsc_status (*dsc_grad_observer)(void *user, dsc_engine *eng);
 void dsc_engine_observe_grads(dsc_engine *eng, dsc_grad_observer fn, void *user);
 // Only inside an observer. A collective at ZeRO stages 2-3: every rank calls it with the same i.

@@ -996,6 +996,10 @@ static dsc_status train_loop(trainer *t) {
         dsc_status st; // a failure inside the step goes to `fault`: recovery, then the step again
         DSC_TRY(observe_begin(t, step));
         if ((st = dsc_step_begin(t->eng)) != DSC_OK) goto fault;
+        // --dump-grads: the observer is there from the step's start (a streamed GPU step hands
+        // its gradients to the optimizer during the backward); the loss it writes comes below.
+        if (step == 1 && t->o->dump_grads)
+            dsc_engine_observe_grads(t->eng, train__dump_grads_observer, t);
         for (int micro = 0; micro < t->gas; micro++) {
             float loss;
             if ((st = micro_step(t, step, micro, &loss)) != DSC_OK) goto fault;
@@ -1006,7 +1010,6 @@ static dsc_status train_loop(trainer *t) {
                 double mean = loss_sum / t->gas;
                 DSC_TRY(dsc_engine_mean(t->eng, &mean, 1));
                 t->dump_loss = mean;
-                dsc_engine_observe_grads(t->eng, train__dump_grads_observer, t);
             }
             if (micro == t->gas - 1) DSC_TRY(dsc_checkpoint_fence(t->eng)); // a save may be copying
             double ts = dsc_now();

@@ -307,7 +307,12 @@ dsc_status dsc__engine_observe_grads_in(dsc_engine *e, float *grads) {
 
 bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device) {
     const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
-    return device && world == 1 && !strcmp(c->zero_optimization.offload_optimizer.device, "cpu") &&
-           strcmp(c->zero_optimization.offload_param.device, "cpu") &&
-           !(stream && !strcmp(stream, "0"));
+    if (!device || world != 1 || strcmp(c->zero_optimization.offload_optimizer.device, "cpu") ||
+        (stream && !strcmp(stream, "0")))
+        return false;
+    if (strcmp(c->zero_optimization.offload_param.device, "cpu")) return true;
+    // Parameter offload: the layers' gradients leave the device's slots as the backward goes,
+    // so the CPU must take each for good at once: one micro-step per step, nothing that needs
+    // the whole gradient first (no clipping, no fp16 loss scaling; dsc__engine_norm_free).
+    return c->gradient_accumulation_steps == 1 && !(c->gradient_clipping > 0) && !c->fp16.enabled;
 }

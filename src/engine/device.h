@@ -28,11 +28,12 @@
 #include "dsc/engine.h"         // dsc_engine, dsc_step_info
 #include "engine/optim/optim.h" // dsc_opt_hparams
 
-// Streamed ZeRO-Offload on one GPU (offload_optimizer "cpu" without offload_param, one rank, a
-// model on a device, DSC_OFFLOAD_STREAM not 0): the device trainer hands each group's gradients
-// from the device to the CPU optimizer through a few page-locked slots, so the engine keeps no
-// gradient buffers (4 bytes per parameter less; 8 at stages 0-1 with accumulation). The memory
-// plan asks the same question. device: the model computes on a device (no_compute_copy).
+// Streamed ZeRO-Offload on one GPU (offload_optimizer "cpu", one rank, a model on a device,
+// DSC_OFFLOAD_STREAM not 0; with offload_param only at one micro-step per step without clipping
+// or fp16): the device trainer hands each group's gradients from the device to the CPU optimizer
+// through a few page-locked slots, so the engine keeps no gradient buffers (4 bytes per parameter
+// less; 8 at stages 0-1 with accumulation). The memory plan asks the same question. device: the
+// model computes on a device (no_compute_copy).
 bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device);
 
 // The engine's flat host state (borrowed; stable for the engine's life on one rank).

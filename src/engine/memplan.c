@@ -41,6 +41,7 @@ typedef struct layout {
     int64_t maxgroup;      // largest group, padded
     int64_t persist;       // stage 3: elements of the groups kept whole (persistence threshold)
     int64_t ends, maxlayer; // GPU layer slots: groups 0 and n_layer + 1; the largest layer
+    int64_t maxend;         // the larger of those two end groups
     int64_t params;        // elements, unpadded
     int64_t frozen;        // frozen tensors (LoRA's base), padded: values only, whole per rank
 } layout;
@@ -87,6 +88,7 @@ static void make_layout(const dsc_memplan_input *in, int stage, int world, layou
             if (padded > L->maxlayer) L->maxlayer = padded;
         } else {
             L->ends += padded;
+            if (padded > L->maxend) L->maxend = padded;
         }
     }
 }
@@ -195,17 +197,19 @@ static void device_resident(const mode *m, const layout *L, int64_t *d) {
 }
 
 // One GPU with ZeRO-Offload (engine/gpu/train_gpu_offload.c): the device keeps the gradients
-// and the 16-bit weights of its layout (no master: the host's comes up through the gradients) (with offload_param: the two end
-// groups and two layer slots). The host adds two page-locked gradient slots and two 16-bit weight
-// slots of the largest group (streamed); with offload_param instead the 16-bit copy of every
-// weight (the layers live there) and two layer-sized gradient slots.
+// and the 16-bit weights of its layout (with offload_param: the two end groups and two layer
+// slots), and no master (the host's comes up through the gradients). The host adds two page-locked gradient slots and two 16-bit weight
+// slots of the largest resident group (streamed); with offload_param the 16-bit copy of every
+// weight (the layers live there) and two layer-sized gradient slots, and the engine's gradient
+// accumulator unless the step is streamed too (dsc__engine_grads_streamed).
 static void device_offload(const mode *m, const layout *L, int64_t *d, int64_t *h) {
     int64_t n = m->param_offload ? L->ends + 2 * L->maxlayer : L->total;
     add(d, DSC_PLAN_GRADS, n * 4);
     add(d, DSC_PLAN_WEIGHTS, n * 2);
-    if (m->grads_streamed) {
-        add(h, DSC_PLAN_STAGING, 2 * round_up(L->maxgroup * 4, 64));
-        add(h, DSC_PLAN_STAGING, 2 * round_up(L->maxgroup * 2, 64));
+    if (m->grads_streamed) { // the resident groups' slots (with offload_param: the end groups)
+        int64_t slot = m->param_offload ? L->maxend : L->maxgroup;
+        add(h, DSC_PLAN_STAGING, 2 * round_up(slot * 4, 64));
+        add(h, DSC_PLAN_STAGING, 2 * round_up(slot * 2, 64));
     }
     if (m->param_offload) {
         add(h, DSC_PLAN_STAGING, round_up(L->total * 2, 64));

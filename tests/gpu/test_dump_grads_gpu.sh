@@ -109,6 +109,17 @@ check "GPU dump (ZeRO-Offload)" -- dump off cuda 1 "$T/off.json"
 check "GPU vs CPU: the same file, gradients within bf16 tolerance, the loss within 1e-2" -- \
     compare cpu gpu 2e-2
 check "GPU: ZeRO-Offload's dump is bitwise the device optimizer's" -- compare gpu off 0
+# One micro-step per step without clipping: parameter offload streams the step too (each layer's
+# gradients taken by the CPU as the backward goes, no host accumulator); the dump is kept group by
+# group on the way.
+one_step() { sed -e 's/"train_batch_size": 16/"train_batch_size": 4/' \
+    -e 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$1" >"$2"; }
+config "$T/pl0.json" 3 ', "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}'
+one_step "$T/z0.json" "$T/g1.json"
+one_step "$T/pl0.json" "$T/pl.json"
+check "GPU dump (device optimizer, one micro-step, no clipping)" -- dump g1 cuda 1 "$T/g1.json"
+check "GPU dump (parameter offload, streamed)" -- dump pl cuda 1 "$T/pl.json"
+check "GPU: streamed parameter offload's dump is bitwise the device optimizer's" -- compare g1 pl 0
 if [ "$NCCL" -ge 1 ]; then
     for st in 0 1 2 3; do
         check "GPU, nccl, stage $st dump" -- ndump n$st cuda 1 "$T/z$st.json"

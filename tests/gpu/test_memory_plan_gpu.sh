@@ -59,6 +59,9 @@ print(max(used) - $used0 * 2**20)")
 check "GPU-resident: plan within 10% of the peaks" -- run_mode resident "$T/resident.json"
 check "ZeRO-Offload: plan within 10% of the peaks" -- run_mode offload "$T/offload.json"
 check "ZeRO-3 + offload_param: plan within 10% of the peaks" -- run_mode param "$T/param.json"
+sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/param.json" >"$T/plean.json"
+check "ZeRO-3 + offload_param streamed (no clipping, no host accumulator): plan within 10%" -- \
+    run_mode plean "$T/plean.json"
 
 # llama-3.2-3B on the GPU with a micro batch of 16 x 2048 tokens needs ~150 GiB of device
 # memory: refused at once, naming both numbers and what would fit (a smaller micro batch,

@@ -41,6 +41,11 @@ run off3 cuda "$T/off3.json" 40
 run poff cuda "$T/poff.json" 40
 run off3_g1 cuda "$T/off3_g1.json" 12
 run poff_g1 cuda "$T/poff_g1.json" 12
+# Without clipping at one micro-step parameter offload streams the step (no host accumulator).
+sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/off3_g1.json" >"$T/off3_lean.json"
+sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/poff_g1.json" >"$T/poff_lean.json"
+run off3_lean cuda "$T/off3_lean.json" 12
+run poff_lean cuda "$T/poff_lean.json" 12
 run poff_samp cuda "$T/poff.json" 2 --sample-tokens 16
 run poff_half cuda "$T/poff.json" 20 --save-dir "$T/pck" --save-at-end
 run poff_rest cuda "$T/poff.json" 40 --save-dir "$T/pck" --resume
@@ -73,6 +78,8 @@ check "streamed ZeRO-Offload equals the whole-gradient offload step bit for bit 
 check "streamed ZeRO-Offload without clipping (optimizer during backward) bit for bit" -- cmp <(cols "$T/early/metrics.jsonl") <(cols "$T/early_whole/metrics.jsonl")
 check "parameter offload agrees with ZeRO-Offload (accumulation 2)" -- compare off3 poff 1e-6 1e-5 1e-4
 check "parameter offload equals ZeRO-Offload bit for bit (accumulation 1)" -- cmp <(cols "$T/off3_g1/metrics.jsonl") <(cols "$T/poff_g1/metrics.jsonl")
+check "parameter offload streamed (one micro-step, no clipping) equals ZeRO-Offload bit for bit" -- cmp <(cols "$T/off3_lean/metrics.jsonl") <(cols "$T/poff_lean/metrics.jsonl")
+check "streamed parameter offload keeps no host accumulator (the plan's host gradients)" -- bash -c "grep 'memory plan' '$T/poff_lean.log' | grep -qv 'gradients' && grep 'memory plan' '$T/poff_g1.log' | grep -q 'gradients'"
 check "parameter offload: the banner says so" -- grep -q "parameter offload" "$T/poff.log"
 check "parameter offload: loss falls" -- falls poff
 check "parameter offload: a checkpoint resumes bit for bit" -- $PY -c "

@@ -356,6 +356,23 @@ static void test_streamed_offload_engine(void **state) {
         dsc_engine_destroy(lean);
         dsc_engine_destroy(whole);
     }
+    // Parameter offload streams the step only at one micro-step without clipping (each layer's
+    // gradients are taken for good as the backward goes); clipping needs the accumulator.
+    for (int clip = 0; clip <= 1; clip++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": "
+                 "{\"enabled\": true}, \"gradient_clipping\": %d, \"zero_optimization\": "
+                 "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, "
+                 "\"offload_param\": {\"device\": \"cpu\"}}}", clip);
+        dsc_engine_opts o = {.config_json = json, .params = params, .nparams = 3,
+                             .world_size = 1, .no_compute_copy = true};
+        dsc_engine *e = NULL;
+        assert_int_equal(dsc_engine_create(&e, &o), DSC_OK);
+        dsc_engine_memory m;
+        dsc_engine_memory_get(e, &m);
+        assert_true(clip ? m.grads > 0 : m.grads == 0);
+        dsc_engine_destroy(e);
+    }
 }
 
 // The initial value of element k of tensor i in these tests.

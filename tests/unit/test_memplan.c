@@ -73,12 +73,19 @@ static void test_gpu_modes(void **state) {
              "\"cpu\"}}"), 1, true, -1, &p, &c, &in);
     unsetenv("DSC_OFFLOAD_STREAM");
     assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 16 * P);
-    plan(CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
-             "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}"), 1, true, -1, &p, &c, &in);
+    plan(CFG(", \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": 3, "
+             "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": "
+             "\"cpu\"}}"), 1, true, -1, &p, &c, &in);
     // the device keeps the two end groups and two layer slots: 4 of the 6 groups
     assert_int_equal(p.device_bytes - p.device[DSC_PLAN_RUNTIME] - 2000, 6 * 4 * PER);
     // the host: master, moments, accumulator, the 16-bit copy, two layer-sized gradient slots
     assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 18 * P + 8 * PER);
+    // without clipping (one micro-step, bf16) the step is streamed too: no accumulator, and the
+    // end groups' four slots
+    plan(CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+             "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}"), 1, true, -1, &p, &c, &in);
+    assert_int_equal(p.host[DSC_PLAN_GRADS], 0);
+    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 14 * P + 8 * PER + 12 * PER);
 }
 
 static void test_cpu_ranks(void **state) {

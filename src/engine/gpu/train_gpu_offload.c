@@ -25,11 +25,17 @@ struct train_off {
     dsc__engine_span *spans; // (ngroups) each group's range of the flat layout
     uint16_t *h16;           // (total) page-locked: the new 16-bit weights on their way up
     bool acc_pinned, h16_pinned;
-    // Lean mode (no parameter offload; the engine keeps no gradients): two page-locked gradient
-    // slots and two 16-bit weight slots of the largest group carry every group, so the host
-    // holds the master and the moments only (12 bytes per parameter with Adam) plus the slots.
+    // Lean mode (the engine keeps no gradients): two page-locked gradient slots and two 16-bit
+    // weight slots of the largest device-resident group carry those groups, so the host holds
+    // the master and the moments only (12 bytes per parameter with Adam) plus the slots; with
+    // parameter offload (one micro-step per step, no clipping, no fp16) the layers' gradients
+    // land in tmp and the CPU updates each layer from there as the backward goes on (the host
+    // then adds only the 16-bit copy of the weights, h16).
     bool lean;
-    size_t slot_len;       // the largest group's padded length
+    int *res, nres;        // the device-resident groups, ascending (every group without
+                           // parameter offload)
+    float *dump;           // --dump-grads in the lean mode: the step's gradients, group by group
+    size_t slot_len;       // the largest resident group's padded length
     float *gslot[2];       // a group's gradients, landed from the device
     uint16_t *wslot[2];    // a group's new 16-bit weights, on their way up
     bool gslot_pinned[2], wslot_pinned[2];
@@ -116,10 +122,17 @@ static dsc_status param_init(train_off *o, const dsc_model *model, bool *pinned,
 
 static size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// Lean mode: the four slots of the largest group.
+static bool ring_group(const train_off *o, int g);
+
+// Lean mode: the resident groups and the four slots of the largest.
 static dsc_status lean_init(train_off *o, bool *pinned, char *why, size_t cap) {
-    for (int g = 0; g < o->ngroups; g++)
+    o->res = calloc((size_t)o->ngroups, sizeof *o->res);
+    if (!o->res) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    for (int g = 0; g < o->ngroups; g++) {
+        if (ring_group(o, g)) continue;
+        o->res[o->nres++] = g;
         if (o->spans[g].padded > o->slot_len) o->slot_len = o->spans[g].padded;
+    }
     size_t gb = round64(o->slot_len * sizeof(float)), wb = round64(o->slot_len * sizeof(uint16_t));
     for (int k = 0; k < 2; k++) {
         o->gslot[k] = aligned_alloc(64, gb);
@@ -147,18 +160,22 @@ static dsc_status init(train_off *o, const dsc_model *model, bool *pinned, char 
     DSC_TRY(check_groups(o, model));
     DSC_TRY(dsc__cuda_offload_create(&o->bus, o->ngroups, o->params ? 2 : 0, o->st->stream));
     *pinned = true;
-    if (o->lean) return lean_init(o, pinned, why, cap);
-    if (!o->host.acc)
-        return dsc__fail(DSC_ERR_INTERNAL, "parameter offload: the engine keeps no gradient "
-                         "accumulator (a bug: report it)");
-    size_t bytes = round64(o->host.total * sizeof(uint16_t));
-    o->h16 = aligned_alloc(64, bytes);
-    if (!o->h16)
-        return dsc__fail(DSC_ERR_OOM, "ZeRO-Offload: out of memory for the host staging of "
-                         "%zu 16-bit weights", o->host.total);
-    pin(o->host.acc, o->host.total * sizeof(float), &o->acc_pinned, pinned, why, cap);
-    pin(o->h16, bytes, &o->h16_pinned, pinned, why, cap);
-    return param_init(o, model, pinned, why, cap);
+    if (o->params) {
+        if (o->lean && (dsc_engine_config(o->eng)->gradient_accumulation_steps != 1 || !dsc__engine_norm_free(o->eng)))
+            return dsc__fail(DSC_ERR_INTERNAL, "parameter offload without a gradient "
+                             "accumulator needs one micro-step per step and no clipping or fp16 "
+                             "(dsc__engine_grads_streamed; a bug: report it)");
+        size_t bytes = round64(o->host.total * sizeof(uint16_t));
+        o->h16 = aligned_alloc(64, bytes);
+        if (!o->h16)
+            return dsc__fail(DSC_ERR_OOM, "parameter offload: out of memory for the host copy "
+                             "of %zu 16-bit weights", o->host.total);
+        if (o->host.acc)
+            pin(o->host.acc, o->host.total * sizeof(float), &o->acc_pinned, pinned, why, cap);
+        pin(o->h16, bytes, &o->h16_pinned, pinned, why, cap);
+        DSC_TRY(param_init(o, model, pinned, why, cap));
+    }
+    return o->lean ? lean_init(o, pinned, why, cap) : DSC_OK;
 }
 
 dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_state *st,
@@ -174,7 +191,7 @@ dsc_status dsc__train_off_create(train_off **out, dsc_engine *eng, dsc_cuda_stat
                      .host = *host,
                      .fp16 = fp16,
                      .params = params,
-                     .lean = !params,
+                     .lean = !host->acc,
                      .tmp_group = {-1, -1}};
     dsc_status s = init(o, model, pinned, why, cap);
     if (s != DSC_OK) {
@@ -199,6 +216,8 @@ void dsc__train_off_destroy(train_off *o) {
         free(o->wslot[k]);
     }
     dsc__slots_free(&o->sl);
+    free(o->res);
+    free(o->dump);
     free(o->h16);
     free(o->spans);
     free(o->part);
@@ -244,7 +263,7 @@ static dsc_status update_group(train_off *o, int g, const float *grads) {
     const dsc__engine_span *sp = &o->spans[g];
     size_t off = sp->off, n = sp->padded;
     uint16_t *out = o->h16 ? o->h16 + off : NULL;
-    if (o->lean) {
+    if (o->lean && !ring_group(o, g)) {
         int k = o->wnext;
         o->wnext ^= 1;
         if (o->wslot_group[k] >= 0) DSC_TRY(dsc__cuda_offload_weights_wait(o->bus, o->wslot_group[k]));
@@ -274,6 +293,8 @@ static dsc_status drain_tmp(train_off *o, int k) {
     return DSC_OK;
 }
 
+static dsc_status lean_grads_out(train_off *o, int g); // below
+
 // The backward's hook: group g's gradients are complete on the GPU. The step's last micro-step
 // sends every group; with parameter offload the layers go every micro-step (their gradient slots
 // are reused), straight into the accumulator at the step's first micro-step, later through tmp.
@@ -282,7 +303,7 @@ static dsc_status grads_out(void *user, int g) {
     if (g < 0 || g >= o->ngroups)
         return dsc__fail(DSC_ERR_INTERNAL, "ZeRO-Offload: the backward finished group %d of %d", g,
                          o->ngroups);
-    if (o->lean) return o->last ? dsc__cuda_offload_grads_done(o->bus, g) : DSC_OK;
+    if (o->lean) return o->last ? lean_grads_out(o, g) : DSC_OK;
     const dsc__engine_span *sp = &o->spans[g];
     float *dst = o->host.acc + sp->off;
     const float *src = o->st->grad + dev_off(o, g);
@@ -324,16 +345,16 @@ static dsc_status take_group(train_off *o, int g, float inv_scale) {
 
 typedef dsc_status (*lean_fn)(train_off *o, int g, float *grads, float inv_scale);
 
-// Group i of a pass: backward order (ln_f's group, the layers from the last, the embeddings:
-// the order the backward completes them in) or the groups' order.
+// Resident group i of a pass: backward order (ln_f's group, the layers from the last, the
+// embeddings: the order the backward completes them in) or the groups' order.
 static int pass_group(const train_off *o, bool backward, int i) {
-    return backward ? o->ngroups - 1 - i : i;
+    return o->res[backward ? o->nres - 1 - i : i];
 }
 
 static dsc_status lean_copy(train_off *o, int k, int g) {
     o->gslot_group[k] = g;
-    const dsc__engine_span *sp = &o->spans[g];
-    return dsc__cuda_offload_grads_copy(o->bus, g, o->gslot[k], o->st->grad + sp->off, sp->padded);
+    return dsc__cuda_offload_grads_copy(o->bus, g, o->gslot[k], o->st->grad + dev_off(o, g),
+                                        o->spans[g].padded);
 }
 
 // Every group's gradients (complete on the device: the backward marked them) land in the two
@@ -342,7 +363,7 @@ static dsc_status lean_copy(train_off *o, int k, int g) {
 // adds its waits and its work to the step's times; the second pass runs inside
 // dsc__train_off_step, which times itself.
 static dsc_status lean_pass(train_off *o, bool backward, lean_fn fn, float inv_scale) {
-    int G = o->ngroups;
+    int G = o->nres;
     for (int i = 0; i < 2 && i < G; i++)
         DSC_TRY(lean_copy(o, i, pass_group(o, backward, i)));
     for (int i = 0; i < G; i++) {
@@ -367,7 +388,34 @@ static dsc_status lean_take(train_off *o, int g, float *a, float inv_scale) {
     size_t n = o->spans[g].padded;
     if (dsc__engine_fp16(o->eng)) dsc__round_fp16(a, a, n); // as dsc_step's
     o->part[g] = dsc_opt_sumsq(a, n, inv_scale, &o->nonfinite);
+    if (o->dump) memcpy(o->dump + o->spans[g].off, a, n * sizeof *a);
     return o->early && o->plan.apply ? update_group(o, g, a) : DSC_OK;
+}
+
+// Parameter offload, lean: the layer in tmp[k], once landed, taken as lean_take takes a group.
+static dsc_status take_tmp(train_off *o, int k) {
+    int g = o->tmp_group[k];
+    if (g < 0) return DSC_OK;
+    double t0 = dsc_now();
+    DSC_TRY(dsc__cuda_offload_grads_wait(o->bus, g));
+    double t1 = dsc_now();
+    DSC_TRY(lean_take(o, g, o->tmp[k], (float)(1.0 / dsc__engine_loss_scale(o->eng))));
+    o->tmp_group[k] = -1;
+    o->t.grad_wait += t1 - t0;
+    o->t.cpu += dsc_now() - t1;
+    return DSC_OK;
+}
+
+// The lean mode's hook (the step's micro-step): a resident group is marked complete (it comes
+// down in take_all's pass); with parameter offload a layer goes down at once into tmp, whose
+// previous layer (two back) the CPU takes first: the host keeps pace with the backward, which
+// reuses the layers' gradient slots.
+static dsc_status lean_grads_out(train_off *o, int g) {
+    if (!ring_group(o, g)) return dsc__cuda_offload_grads_done(o->bus, g);
+    int k = (g - 1) & 1;
+    DSC_TRY(take_tmp(o, k));
+    o->tmp_group[k] = g;
+    return dsc__cuda_offload_grads_out(o->bus, g, o->tmp[k], o->sl.g[k], o->spans[g].padded);
 }
 
 // The second pass of a step that needed the norm first: the gradients once more (the device
@@ -378,17 +426,27 @@ static dsc_status lean_update(train_off *o, int g, float *a, float inv_scale) {
     return update_group(o, g, a);
 }
 
-// --dump-grads in the lean mode: the step's gradients from the device into a temporary flat
-// buffer (rounded as the slots' are) for the observer.
+// --dump-grads in the lean mode: lean_take copied every group into dump when the observer was
+// there as the step's last micro-step began; otherwise (without parameter offload) the device
+// still holds the step's gradients: they come into a temporary buffer, rounded as the slots' are.
 static dsc_status lean_observe(train_off *o) {
-    float *tmp = malloc(o->st->n * sizeof *tmp);
-    if (!tmp)
-        return dsc__fail(DSC_ERR_OOM, "--dump-grads: out of memory for %zu gradients on the "
-                         "host", o->st->n);
-    dsc_status s = dsc__cuda_state_grads_to_host(o->st, tmp);
-    if (s == DSC_OK && dsc__engine_fp16(o->eng)) dsc__round_fp16(tmp, tmp, o->st->n);
-    if (s == DSC_OK) s = dsc__engine_observe_grads_in(o->eng, tmp);
-    free(tmp);
+    if (!o->dump && o->params)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "gradient observer: with streamed parameter "
+                         "offload the layers' gradients leave the GPU during the backward; set "
+                         "the observer (dsc_engine_observe_grads) before the step's last "
+                         "micro-step");
+    if (!o->dump) {
+        o->dump = malloc(o->st->n * sizeof *o->dump);
+        if (!o->dump)
+            return dsc__fail(DSC_ERR_OOM, "--dump-grads: out of memory for %zu gradients on "
+                             "the host", o->st->n);
+        dsc_status s = dsc__cuda_state_grads_to_host(o->st, o->dump);
+        if (s == DSC_OK && dsc__engine_fp16(o->eng)) dsc__round_fp16(o->dump, o->dump, o->st->n);
+        if (s != DSC_OK) return s;
+    }
+    dsc_status s = dsc__engine_observe_grads_in(o->eng, o->dump);
+    free(o->dump);
+    o->dump = NULL;
     return s;
 }
 
@@ -398,6 +456,14 @@ static dsc_status lean_observe(train_off *o) {
 static dsc_status start_step(train_off *o) {
     memset(&o->t, 0, sizeof o->t);
     o->nonfinite = false;
+    free(o->dump);
+    o->dump = NULL;
+    if (o->lean && dsc__engine_grads_observed(o->eng)) {
+        o->dump = calloc(o->host.total, sizeof *o->dump);
+        if (!o->dump)
+            return dsc__fail(DSC_ERR_OOM, "--dump-grads: out of memory for %zu gradients on the "
+                             "host", o->host.total);
+    }
     o->early = dsc__engine_norm_free(o->eng);
     if (!o->early) return DSC_OK;
     o->t.overlapped = true;
@@ -408,7 +474,13 @@ static dsc_status start_step(train_off *o) {
 // micro-step only the layers (parameter offload) are on their way.
 static dsc_status take_all(train_off *o) {
     float inv = (float)(1.0 / dsc__engine_loss_scale(o->eng));
-    if (o->lean) return o->last ? lean_pass(o, true, lean_take, inv) : DSC_OK;
+    if (o->lean) {
+        if (!o->last) return DSC_OK;
+        DSC_TRY(lean_pass(o, true, lean_take, inv)); // the resident groups
+        for (int k = 0; k < 2; k++)
+            DSC_TRY(take_tmp(o, k)); // parameter offload: the first two layers
+        return DSC_OK;
+    }
     if (o->last) DSC_TRY(take_group(o, o->ngroups - 1, inv));
     for (int g = o->ngroups - 2; g >= 1; g--)
         if (o->last || ring_group(o, g)) DSC_TRY(take_group(o, g, inv));
