@@ -12,7 +12,7 @@
 #include <stdlib.h>  // malloc, free
 #include <string.h>  // strcmp, strlen
 
-#include "cli/lora.h"         // cli_adapter_config_read, cli_peft_tensor_name
+#include "cli/lora.h"         // cli_adapter_config_read, cli_peft_tensor_name, cli_base_verify
 #include "dsc/base.h"        // dsc_mkdirs
 #include "dsc/checkpoint.h"  // dsc_ckpt_*
 #include "dsc/half.h"        // dsc_fp32_to_bf16
@@ -231,6 +231,46 @@ static dsc_status merge_fill(void *user, int i, void *dst, size_t nbytes) {
     return st;
 }
 
+// The base folder's tensor called `name` in dsc (GPT-2's files may carry "transformer." before
+// it), whole, for cli_base_verify.
+static dsc_status base_file_read(void *user, const char *name, float **values, int64_t *numel,
+                                 bool *owned) {
+    dsc_hf_weights *w = user;
+    *values = NULL;
+    *owned = true;
+    const char *found = NULL;
+    for (int i = 0; i < dsc_hf_weights_count(w) && !found; i++) {
+        const char *f = dsc_hf_weights_name(w, i);
+        const char *own = !strncmp(f, "transformer.", 12) ? f + 12 : f;
+        if (!strcmp(own, name)) found = f;
+    }
+    if (!found) return DSC_OK;
+    dsc_hf_tensor x;
+    DSC_TRY(dsc_hf_weights_info(w, found, &x));
+    float *v = malloc((size_t)(x.numel > 0 ? x.numel : 1) * sizeof *v);
+    if (!v) return dsc_fail(DSC_ERR_OOM, "out of memory reading %s", found);
+    dsc_status st = dsc_hf_weights_read(w, found, 0, x.numel, v);
+    if (st != DSC_OK) {
+        free(v);
+        return st;
+    }
+    *values = v;
+    *numel = x.numel;
+    return DSC_OK;
+}
+
+// Before anything is written: the base folder holds the base the adapters were trained on
+// (when the checkpoint has base_checksums.json; older ones do not).
+static dsc_status check_merged_base(const lora_ckpt *l, dsc_hf_weights *base,
+                                    const char *base_path, const char *dir, const char *tag) {
+    char path[4200], what[4300], ckpt[4200];
+    if (!dsc_ckpt_attachment_path(l->ck, "base_checksums.json", path, sizeof path)) return DSC_OK;
+    snprintf(what, sizeof what, "the base folder %s (adapter_config.json's "
+             "base_model_name_or_path)", base_path);
+    snprintf(ckpt, sizeof ckpt, "%s%s%s", dir, tag ? "/" : "", tag ? tag : "");
+    return cli_base_verify(path, ckpt, what, base_file_read, base);
+}
+
 dsc_status cli_export_merged(const char *dir, const char *tag, const char *out_dir,
                              const char *dtype, uint64_t shard_bytes) {
     lora_ckpt l;
@@ -247,6 +287,12 @@ dsc_status cli_export_merged(const char *dir, const char *tag, const char *out_d
         lora_close(&l);
         return dsc_fail(st, "the merged export of a LoRA checkpoint reads its base model: %s",
                         why);
+    }
+    st = check_merged_base(&l, m.base, base_path, dir, tag);
+    if (st != DSC_OK) {
+        dsc_hf_weights_close(m.base);
+        lora_close(&l);
+        return st;
     }
     int n = dsc_hf_weights_count(m.base);
     dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);

@@ -14,6 +14,7 @@
 #include "cli/args.h"        // cli_parse, cli_int, cli_double
 #include "cli/ckpt_lora.h"   // cli_merge_peft, cli_merge_ckpt
 #include "cli/commands.h"    // cmd_generate
+#include "cli/lora.h"        // cli_base_verify
 #include "dsc/base.h"        // dsc_fopen_regular
 #include "dsc/checkpoint.h"  // dsc_ckpt_*
 #include "dsc/data.h"        // dsc_tokenizer_*
@@ -159,9 +160,26 @@ static dsc_status load_checkpoint_hf(weights *w, dsc_ckpt *ck, const char *cfg_p
     return DSC_OK;
 }
 
+// The loaded base's tensor by dsc's name, for cli_base_verify.
+static dsc_status loaded_tensor(void *user, const char *name, float **values, int64_t *numel,
+                                bool *owned) {
+    const weights *w = user;
+    *values = NULL;
+    *owned = false;
+    for (int k = 0; k < w->nt; k++) {
+        const dsc_model_param *p = dsc_model_param_get(w->model, k);
+        if (strcmp(p->name, name)) continue;
+        *values = w->full[k];
+        *numel = p->numel;
+        break;
+    }
+    return DSC_OK;
+}
+
 // A LoRA run's checkpoint holds its adapters: the base model its adapter_config.json names, with
-// the adapters merged in.
-static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *adapter_config) {
+// the adapters merged in, once the base is seen to be the one they were trained on.
+static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *adapter_config,
+                                       const char *path) {
     json_t *j = json_load_file(adapter_config, 0, NULL);
     const char *base = json_string_value(json_object_get(j, "base_model_name_or_path"));
     char spec[4200];
@@ -175,6 +193,12 @@ static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *ada
         char why[2048];
         snprintf(why, sizeof why, "%s", dsc_last_error());
         return dsc_fail(st, "a LoRA checkpoint reads its base model: %s", why);
+    }
+    char sums[4200], what[4300];
+    if (dsc_ckpt_attachment_path(ck, "base_checksums.json", sums, sizeof sums)) {
+        snprintf(what, sizeof what, "the base folder %s (adapter_config.json's "
+                 "base_model_name_or_path)", spec + 3);
+        DSC_TRY(cli_base_verify(sums, path, what, loaded_tensor, w));
     }
     return cli_merge_ckpt(w->model, w->full, ck, adapter_config);
 }
@@ -191,7 +215,7 @@ static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
     char cfg_path[4200], ad_path[4200];
     if (dsc_ckpt_attachment_path(ck, "adapter_config.json", ad_path, sizeof ad_path)) {
-        dsc_status st = load_lora_checkpoint(w, ck, ad_path);
+        dsc_status st = load_lora_checkpoint(w, ck, ad_path, path);
         snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
         dsc_ckpt_close(ck);
         return st;

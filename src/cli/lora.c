@@ -5,9 +5,10 @@
 #include <jansson.h> // json_*
 #include <math.h>    // fabs
 #include <stdio.h>   // snprintf
-#include <stdlib.h>  // calloc, free
+#include <stdlib.h>  // calloc, malloc, free
 #include <string.h>  // strcmp, strncmp
 
+#include "dsc/half.h"   // dsc_fp32_to_bf16, dsc_fp32_to_fp16 and back
 #include "dsc/status.h" // dsc_fail
 
 enum { MAX_NAMES = 32, NAME_CAP = 64 };
@@ -287,6 +288,70 @@ dsc_status cli_base_checksums(const dsc_model *m, float *const *values, char **o
     *out = j ? json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return *out ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory for the base checksums");
+}
+
+// Whether n values are the tensor whose digest is hex: as they are, or rounded to bf16 or fp16
+// (the engine keeps a frozen base rounded once in 16-bit training). tmp: n floats of scratch.
+static bool base_matches(const char *hex, const float *v, int64_t n, float *tmp) {
+    char mine[17];
+    for (int kind = 0; kind < 3; kind++) {
+        const float *x = v;
+        if (kind == 1) {
+            for (int64_t k = 0; k < n; k++) tmp[k] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(v[k]));
+            x = tmp;
+        } else if (kind == 2) {
+            for (int64_t k = 0; k < n; k++) tmp[k] = dsc_fp16_to_fp32(dsc_fp32_to_fp16(v[k]));
+            x = tmp;
+        }
+        snprintf(mine, sizeof mine, "%016llx", (unsigned long long)digest(x, n));
+        if (!strcmp(mine, hex)) return true;
+    }
+    return false;
+}
+
+static dsc_status verify_one(const char *name, const char *hex, const char *ckpt,
+                             const char *base_what, cli_base_reader read, void *user) {
+    float *v = NULL;
+    int64_t n = 0;
+    bool owned = false;
+    DSC_TRY(read(user, name, &v, &n, &owned));
+    if (!v)
+        return dsc_fail(DSC_ERR_INVALID_ARG, "checkpoint %s holds LoRA adapters trained on a base "
+                        "with the tensor %s, which %s lacks; give the base model they were "
+                        "trained on", ckpt, name, base_what);
+    float *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
+    dsc_status st = tmp ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory checking %s", name);
+    if (st == DSC_OK && !base_matches(hex, v, n, tmp))
+        st = dsc_fail(DSC_ERR_INVALID_ARG, "checkpoint %s holds LoRA adapters trained on another "
+                      "base model: its tensor %s has other values in %s; give the base model the "
+                      "adapters were trained on (merged into this one they would be wrong)",
+                      ckpt, name, base_what);
+    free(tmp);
+    if (owned) free(v);
+    return st;
+}
+
+dsc_status cli_base_verify(const char *sums_path, const char *ckpt, const char *base_what,
+                           cli_base_reader read, void *user) {
+    json_t *j = json_load_file(sums_path, 0, NULL);
+    json_t *t = json_object_get(j, "tensors");
+    dsc_status st = DSC_OK;
+    if (!json_is_object(t)) {
+        st = dsc_fail(DSC_ERR_CORRUPT, "checkpoint %s: its base_checksums.json is not readable",
+                      ckpt);
+    } else {
+        const char *name;
+        json_t *v;
+        json_object_foreach(t, name, v) {
+            const char *hex = json_string_value(v);
+            st = hex ? verify_one(name, hex, ckpt, base_what, read, user)
+                     : dsc_fail(DSC_ERR_CORRUPT, "checkpoint %s: base_checksums.json: %s is not "
+                                "a string", ckpt, name);
+            if (st != DSC_OK) break;
+        }
+    }
+    json_decref(j);
+    return st;
 }
 
 dsc_status cli_base_check(const char *saved_path, const char *now, const char *ckpt) {

@@ -33,4 +33,16 @@ dsc_status cli_base_checksums(const dsc_model *m, float *const *values, char **o
 // naming the first tensor that differs and what to give.
 dsc_status cli_base_check(const char *saved_path, const char *now, const char *ckpt);
 
+// Gives the fp32 values of the base tensor `name` (dsc's name) for cli_base_verify: *values NULL
+// when the base has no such tensor; *owned: the caller frees *values.
+typedef dsc_status (*cli_base_reader)(void *user, const char *name, float **values,
+                                      int64_t *numel, bool *owned);
+// Before adapters are merged into a base (dsc ckpt export --hf, dsc generate --checkpoint): every
+// tensor of the checkpoint's base_checksums.json (the file sums_path) read from the base through
+// read must have the values the adapters were trained on, as they are or as 16-bit training
+// rounded them (bf16 or fp16); otherwise DSC_ERR_INVALID_ARG naming the checkpoint, the tensor and
+// base_what (where the base came from).
+dsc_status cli_base_verify(const char *sums_path, const char *ckpt, const char *base_what,
+                           cli_base_reader read, void *user);
+
 #endif
