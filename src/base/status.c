@@ -6,7 +6,7 @@
 #include <stdlib.h> // abort
 #include <string.h> // memmove, strlen
 
-#define DSC_ERROR_MAX 1024
+#define DSC_ERROR_MAX 2048
 
 static _Thread_local char last_error[DSC_ERROR_MAX];
 

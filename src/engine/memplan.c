@@ -295,7 +295,7 @@ static void fmt_gib(int64_t bytes, char *buf, size_t cap) {
 }
 
 typedef struct advice {
-    char text[1024];
+    char text[1536];
     size_t len;
     int count;
 } advice;
@@ -322,6 +322,25 @@ static void set_dev(dsc_offload_config *o, const char *dev) {
     snprintf(o->device, sizeof o->device, "%s", dev);
 }
 
+// Parameter offload on one GPU streams its step at one micro-step without clipping or fp16
+// (dsc__engine_grads_streamed): the host keeps no gradient accumulator. Tried after c (a config
+// with offload_param) did not fit; with_what: how c differs from the run's config ("" none).
+static void alt_streamed(const dsc_memplan_input *in, dsc_config c, const char *with_what,
+                         advice *a) {
+    if (!in->device || in->world != 1 || c.fp16.enabled ||
+        strcmp(c.zero_optimization.offload_param.device, "cpu") ||
+        (c.gradient_accumulation_steps == 1 && !(c.gradient_clipping > 0)))
+        return;
+    c.gradient_clipping = 0;
+    c.gradient_accumulation_steps = 1;
+    c.train_batch_size = c.train_micro_batch_size_per_gpu;
+    char what[400];
+    snprintf(what, sizeof what, "%s%sgradient_clipping 0 and gradient_accumulation_steps 1 "
+             "(train_batch_size %lld; the step streamed without a host gradient accumulator)",
+             with_what, with_what[0] ? " with " : "", (long long)c.train_batch_size);
+    try_alt(in, &c, 1, what, a);
+}
+
 static void alt_offload(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
     dsc_config c = *base;
     bool offload = !strcmp(c.zero_optimization.offload_optimizer.device, "cpu");
@@ -337,8 +356,13 @@ static void alt_offload(const dsc_memplan_input *in, const dsc_config *base, adv
         c.zero_optimization.stage = 3;
         set_dev(&c.zero_optimization.offload_optimizer, "cpu");
         set_dev(&c.zero_optimization.offload_param, "cpu");
-        try_alt(in, &c, in->world, "zero_optimization.stage 3 with offload_param.device \"cpu\" "
-                "and offload_optimizer.device \"cpu\"", a);
+        const char *what = "zero_optimization.stage 3 with offload_param.device \"cpu\" and "
+                           "offload_optimizer.device \"cpu\"";
+        size_t before = a->len;
+        try_alt(in, &c, in->world, what, a);
+        if (a->len == before) alt_streamed(in, c, what, a);
+    } else {
+        alt_streamed(in, c, "", a); // the run's own parameter offload, streamed
     }
 }
 

@@ -88,6 +88,23 @@ static void test_gpu_modes(void **state) {
     assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 14 * P + 8 * PER + 12 * PER);
 }
 
+// A parameter-offload run that does not fit because of its host gradient accumulator is told
+// that the streamed step (no clipping, one micro-step) would fit.
+static void test_streamed_advice(void **state) {
+    (void)state;
+    dsc_config c;
+    dsc_memplan_input in;
+    dsc_memplan p;
+    // accumulator kept: 18 P + slots = 116 PER; streamed: 14 P + slots = 104 PER (P = 6 PER)
+    plan(CFG(", \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": 3, "
+             "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": "
+             "\"cpu\"}}"), 1, true, (int64_t)110 * PER, &p, &c, &in);
+    assert_false(p.fits);
+    assert_int_equal(dsc_memplan_check(&in, &p), DSC_ERR_OOM);
+    assert_non_null(strstr(dsc_last_error(), "gradient_clipping 0 and "
+                           "gradient_accumulation_steps 1"));
+}
+
 static void test_cpu_ranks(void **state) {
     (void)state;
     dsc_config c;
@@ -140,6 +157,7 @@ static void test_host_limit(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_modes),
+        cmocka_unit_test(test_streamed_advice),
         cmocka_unit_test(test_cpu_ranks),
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_host_limit),
