@@ -46,6 +46,12 @@ sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/off3_g1.json" >"$
 sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/poff_g1.json" >"$T/poff_lean.json"
 run off3_lean cuda "$T/off3_lean.json" 12
 run poff_lean cuda "$T/poff_lean.json" 12
+# Streamed runs resumed from a checkpoint (the master comes up through the gradient buffer; with
+# parameter offload into the host 16-bit copy and the resident groups).
+run early_half cuda "$T/off_noclip.json" 10 --save-dir "$T/eck" --save-at-end
+run early_rest cuda "$T/off_noclip.json" 20 --save-dir "$T/eck" --resume
+run plean_half cuda "$T/poff_lean.json" 6 --save-dir "$T/lck" --save-at-end
+run plean_rest cuda "$T/poff_lean.json" 12 --save-dir "$T/lck" --resume
 run poff_samp cuda "$T/poff.json" 2 --sample-tokens 16
 run poff_half cuda "$T/poff.json" 20 --save-dir "$T/pck" --save-at-end
 run poff_rest cuda "$T/poff.json" 40 --save-dir "$T/pck" --resume
@@ -87,6 +93,15 @@ import json
 a = [json.loads(x) for x in open('$T/poff/metrics.jsonl')]
 b = [json.loads(x) for x in open('$T/poff_rest/metrics.jsonl')]
 assert b[0]['step'] == 21 and [x['loss'] for x in a[20:]] == [x['loss'] for x in b], (a[20:], b)"
+resumed() { # resumed WHOLE REST K: REST's losses are WHOLE's from step K + 1 on
+    $PY -c "
+import json
+a = [json.loads(x) for x in open('$T/$1/metrics.jsonl')]
+b = [json.loads(x) for x in open('$T/$2/metrics.jsonl')]
+assert b[0]['step'] == $3 + 1 and [x['loss'] for x in a[$3:]] == [x['loss'] for x in b], (a[$3:], b)"
+}
+check "streamed ZeRO-Offload: a checkpoint resumes bit for bit" -- resumed early early_rest 10
+check "streamed parameter offload: a checkpoint resumes bit for bit" -- resumed poff_lean plean_rest 6
 check "parameter offload: the GPU holds two layers, not eight (d8: the pool's bytes)" -- $PY -c "
 import json
 a = json.loads(open('$T/mem_off3/metrics.jsonl').readlines()[-1])['gpu_allocated']
