@@ -21,6 +21,7 @@
 #include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #include "model/kernels.h"      // dsc__model_xent_*
+#include "model/linear.h"       // dsc__linear_* (GPT-2's Conv1D layout)
 
 // ---- random numbers and comparisons ----
 
@@ -236,8 +237,9 @@ static void test_matmul_residual(void **state) {
     float *out = malloc(sizeof(float) * no), *dx = malloc(sizeof(float) * nx);
     float *dw = rand_floats(nw, -1, 1), *dbias = rand_floats(OC, -1, 1); // += onto these
     double *dw0 = to_double(dw, nw), *db0 = to_double(dbias, OC);
-    dsc__gpt2_matmul_forward(out, x, w, bias, resid, N, IC, OC);
-    dsc__gpt2_matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC);
+    dsc__linear conv1d = {.w = w, .bias = bias, .in = IC, .out = OC, .in_out = true};
+    dsc__linear_forward(conv1d, out, OC, x, IC, resid, N);
+    dsc__linear_backward(conv1d, dx, false, dw, dbias, dout, OC, x, IC, N);
 
     mm_ctx k = {N,
                 IC,

@@ -22,6 +22,7 @@
 #include "dsc/status.h"          // dsc_last_error
 #include "model/llama/kernels.h" // dsc__llama_*
 #include "model/kernels.h"       // dsc__model_xent_*
+#include "model/linear.h"        // dsc__linear_*
 #include "model/llama/llama.h"   // dsc_llama_*
 
 // ---- random numbers and comparisons ----
@@ -422,7 +423,8 @@ static void test_linear(void **state) {
     float *dout = rand_floats((size_t)N * ldo, -1, 1);
     float *out = rand_floats((size_t)N * ldo, -1, 1), *out0 = malloc(sizeof(float) * N * ldo);
     memcpy(out0, out, sizeof(float) * N * ldo);
-    dsc__llama_linear_forward(out, ldo, x, IN, w, b, resid, N, IN, OUT);
+    dsc__linear lin = {.w = w, .bias = b, .in = IN, .out = OUT};
+    dsc__linear_forward(lin, out, ldo, x, IN, resid, N);
     lin_ctx k = {N, IN, OUT, to_double(x, (size_t)N * IN), to_double(w, (size_t)OUT * IN),
                  to_double(b, OUT), to_double(resid, (size_t)N * OUT),
                  calloc((size_t)N * OUT, sizeof(double)), malloc(sizeof(double) * N * OUT)};
@@ -439,7 +441,7 @@ static void test_linear(void **state) {
     float *dx = rand_floats((size_t)N * IN, -1, 1), *dw = calloc((size_t)OUT * IN, sizeof(float));
     float *db = calloc(OUT, sizeof(float));
     double *base = to_double(dx, (size_t)N * IN);
-    dsc__llama_linear_backward(dx, 1, dw, db, dout, ldo, x, IN, w, N, IN, OUT);
+    dsc__linear_backward(lin, dx, true, dw, db, dout, ldo, x, IN, N);
     double *nx = malloc(sizeof(double) * N * IN), *nw = malloc(sizeof(double) * OUT * IN);
     double *nb = malloc(sizeof(double) * OUT);
     for (int i = 0; i < N * IN; i++)

@@ -11,10 +11,11 @@
 #include <string.h> // memset, memcpy, strcmp
 
 #include "base/status.h"        // dsc__fail, dsc__error_prefix, DSC_TRY
-#include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
+#include "model/blas.h"         // dsc__model_blas_single_thread
 #include "model/common.h"       // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #include "model/kernels.h"      // dsc__model_xent_*
+#include "model/linear.h"       // dsc__linear_*
 #include "model/lora.h"         // struct dsc_lora (its trainable base tensors)
 #include "model/gpt2/model.h"   // dsc__gpt2_model_ops
 // ---- configuration and parameter table ----
@@ -349,6 +350,19 @@ static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const i
 
 // ---- forward ----
 
+// Layer tensor k (a Conv1D weight (in, out)) with its bias as the one linear product, with its
+// adapter; first: the layer's first tensor.
+static dsc__linear lin(const dsc_gpt2 *m, float *const *p, int first, int k, int kb, int in,
+                       int out) {
+    return (dsc__linear){.w = p[k], .bias = p[kb], .in = in, .out = out, .in_out = true,
+                         .lora = m->c.lora, .tensor = first + k};
+}
+
+// The tied lm_head: wte (vocab, C) as a weight (out, in).
+static dsc__linear head(float *const *params, int C, int V) {
+    return (dsc__linear){.w = params[0], .in = C, .out = V};
+}
+
 static void layer_forward(void *state, float *const *params, int l) {
     dsc_gpt2 *m = state;
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
@@ -356,25 +370,22 @@ static void layer_forward(void *state, float *const *params, int l) {
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(l, 0);
     float *ln = m->ln_out, *gelu = m->d4;
-    const dsc_lora *lo = m->c.lora;
     int first = layer_tensor(l, 0);
     double t0 = dsc__model_lap_start(m->times);
     dsc__gpt2_layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W], p[K_LN1B], BT, C);
     dsc__model_lap(m->times, &t0, 1 + 4 * l);
-    dsc__gpt2_matmul_forward(a.qkv, ln, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C);
-    dsc_lora_forward(lo, first + K_ATTW, a.qkv, 3 * C, ln, C, BT);
+    dsc__linear_forward(lin(m, p, first, K_ATTW, K_ATTB, C, 3 * C), a.qkv, 3 * C, ln, C, NULL, BT);
     dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->att_slots, B, T, C,
                                 NH);
-    dsc__gpt2_matmul_forward(a.res2, a.atty, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C);
-    dsc_lora_forward(lo, first + K_APROJW, a.res2, C, a.atty, C, BT);
+    dsc__linear_forward(lin(m, p, first, K_APROJW, K_APROJB, C, C), a.res2, C, a.atty, C, a.res_in,
+                        BT);
     dsc__model_lap(m->times, &t0, 2 + 4 * l);
     dsc__gpt2_layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B], BT, C);
     dsc__model_lap(m->times, &t0, 3 + 4 * l);
-    dsc__gpt2_matmul_forward(a.fch, ln, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C);
-    dsc_lora_forward(lo, first + K_FCW, a.fch, 4 * C, ln, C, BT);
+    dsc__linear_forward(lin(m, p, first, K_FCW, K_FCB, C, 4 * C), a.fch, 4 * C, ln, C, NULL, BT);
     dsc__gpt2_gelu_forward(gelu, a.fch, BT * 4 * C);
-    dsc__gpt2_matmul_forward(a.res_out, gelu, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C, C);
-    dsc_lora_forward(lo, first + K_MPROJW, a.res_out, C, gelu, 4 * C, BT);
+    dsc__linear_forward(lin(m, p, first, K_MPROJW, K_MPROJB, 4 * C, C), a.res_out, C, gelu, 4 * C,
+                        a.res2, BT);
     dsc__model_lap(m->times, &t0, 4 + 4 * l);
 }
 
@@ -392,7 +403,7 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     t0 = dsc__model_lap_start(m->times);
-    dsc__model_sgemm(0, 1, (int)BT, V, C, 1.0f, m->lnf, C, params[0], C, 0.0f, m->logits, V);
+    dsc__linear_forward(head(params, C, V), m->logits, V, m->lnf, C, NULL, BT);
     dsc__model_lap(m->times, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     if (!targets) return DSC_OK;
@@ -470,25 +481,23 @@ static void layer_backward(void *state, float *const *params, float *const *grad
     float *const *p = params + layer_tensor(l, 0);
     float *const *g = grads + layer_tensor(l, 0);
     float *dres = m->dres, *d1 = m->d1, *d4 = m->d4, *ln = m->ln_out;
-    const dsc_lora *lo = m->c.lora;
     int first = layer_tensor(l, 0);
     dsc__gpt2_gelu_forward(d4, a.fch, BT * 4 * C); // recomputed; then overwritten by its gradient
-    dsc_lora_backward_weights(lo, first + K_MPROJW, dres, C, d4, 4 * C, BT); // d4 still the input
-    dsc__gpt2_matmul_backward(d4, g[K_MPROJW], g[K_MPROJB], dres, d4, p[K_MPROJW], BT, 4 * C, C);
-    dsc_lora_backward_input(lo, first + K_MPROJW, d4, 4 * C, BT);
+    dsc__linear_backward(lin(m, p, first, K_MPROJW, K_MPROJB, 4 * C, C), d4, false, g[K_MPROJW],
+                         g[K_MPROJB], dres, C, d4, 4 * C, BT); // d4: the input, then its gradient
     dsc__gpt2_gelu_backward(d4, d4, a.fch, BT * 4 * C);
     dsc__gpt2_layernorm_apply(ln, a.res2, a.ln2_mean, a.ln2_rstd, p[K_LN2W], p[K_LN2B], BT, C);
-    dsc__gpt2_matmul_backward(d1, g[K_FCW], g[K_FCB], d4, ln, p[K_FCW], BT, C, 4 * C);
-    dsc_lora_backward(lo, first + K_FCW, d1, C, d4, 4 * C, ln, C, BT);
+    dsc__linear_backward(lin(m, p, first, K_FCW, K_FCB, C, 4 * C), d1, false, g[K_FCW], g[K_FCB], d4,
+                         4 * C, ln, C, BT);
     dsc__gpt2_layernorm_backward(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, d1, a.res2, p[K_LN2W],
                                  a.ln2_mean, a.ln2_rstd, BT, C);
-    dsc__gpt2_matmul_backward(d1, g[K_APROJW], g[K_APROJB], dres, a.atty, p[K_APROJW], BT, C, C);
-    dsc_lora_backward(lo, first + K_APROJW, d1, C, dres, C, a.atty, C, BT);
+    dsc__linear_backward(lin(m, p, first, K_APROJW, K_APROJB, C, C), d1, false, g[K_APROJW],
+                         g[K_APROJB], dres, C, a.atty, C, BT);
     dsc__gpt2_attention_backward(d4, d1, a.qkv, a.att_stats, m->att_scratch, m->att_slots, B, T,
                                  C, NH);
     dsc__gpt2_layernorm_apply(ln, a.res_in, a.ln1_mean, a.ln1_rstd, p[K_LN1W], p[K_LN1B], BT, C);
-    dsc__gpt2_matmul_backward(d1, g[K_ATTW], g[K_ATTB], d4, ln, p[K_ATTW], BT, C, 3 * C);
-    dsc_lora_backward(lo, first + K_ATTW, d1, C, d4, 3 * C, ln, C, BT);
+    dsc__linear_backward(lin(m, p, first, K_ATTW, K_ATTB, C, 3 * C), d1, false, g[K_ATTW], g[K_ATTB],
+                         d4, 3 * C, ln, C, BT);
     dsc__gpt2_layernorm_backward(dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, d1, a.res_in,
                                  p[K_LN1W], a.ln1_mean, a.ln1_rstd, BT, C);
 }
@@ -502,9 +511,9 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
     dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    if (grads[0]) // NULL: frozen (LoRA)
-        dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->lnf, C, 1.0f, grads[0], C);
-    dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[0], C, 0.0f, m->d1, C);
+    // grads[0] NULL: frozen (LoRA)
+    dsc__linear_backward(head(params, C, V), m->d1, false, grads[0], NULL, dlogits, V, m->lnf, C,
+                         BT);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
     memset(m->dres, 0, sizeof(float) * (size_t)BT * C);

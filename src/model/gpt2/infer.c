@@ -7,9 +7,10 @@
 #include <string.h> // memcpy, memset
 
 #include "base/status.h"        // dsc__fail, DSC_TRY
-#include "model/blas.h"         // dsc__model_sgemm, dsc__model_blas_single_thread
+#include "model/blas.h"         // dsc__model_blas_single_thread
 #include "model/gpt2/kernels.h" // dsc__gpt2_*
 #include "model/kernels.h"      // dsc__model_attend_row
+#include "model/linear.h"       // dsc__linear_forward
 // The twelve tensors of a layer, in table order (as gpt2.c numbers them).
 enum {
     K_LN1W, K_LN1B, K_ATTW, K_ATTB, K_APROJW, K_APROJB,
@@ -192,19 +193,25 @@ static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc
     }
 }
 
+// A Conv1D weight (in, out) and its bias as the one linear product (no adapters: generation
+// merges them into the weights first).
+static dsc__linear conv1d(const float *w, const float *bias, int in, int out) {
+    return (dsc__linear){.w = w, .bias = bias, .in = in, .out = out, .in_out = true};
+}
+
 // x (n, C) += in (n, IC) @ w (IC, C) + bias. One rank: the training forward's own product
 // (bias and residual first, then the product onto them). Several: partial products summed
 // over the group, then added to residual + bias in that order on every rank.
 static dsc_status project(const dsc_gpt2_tp *tp, row_bufs *b, float **x, const float *in,
                           const float *w, const float *bias, int n, int IC, int C) {
     if (tp->size == 1) {
-        dsc__gpt2_matmul_forward(b->x2, in, w, bias, *x, n, IC, C);
+        dsc__linear_forward(conv1d(w, bias, IC, C), b->x2, C, in, IC, *x, n);
         float *t = *x;
         *x = b->x2;
         b->x2 = t;
         return DSC_OK;
     }
-    dsc__gpt2_matmul_forward(b->part, in, w, NULL, NULL, n, IC, C);
+    dsc__linear_forward(conv1d(w, NULL, IC, C), b->part, C, in, IC, NULL, n);
     DSC_TRY(dsc_comm_all_reduce(tp->comm, b->part, b->part, (size_t)n * C, DSC_DT_F32,
                                 DSC_OP_SUM, NULL));
     float *xv = *x;
@@ -217,12 +224,12 @@ static dsc_status layer(dsc_gpt2_kv *kv, float *cache, float *const *p, const ds
     int n = r->n, C = kv->c.n_embd, Cl = kv->Cl, Fl = kv->Fl;
     float *K = kv_layer(kv, cache, l, 0), *V = kv_layer(kv, cache, l, 1);
     dsc__gpt2_layernorm_forward(b->ln, b->mean, b->rstd, *x, p[K_LN1W], p[K_LN1B], n, C);
-    dsc__gpt2_matmul_forward(b->qkv, b->ln, p[K_ATTW], p[K_ATTB], NULL, n, C, 3 * Cl);
+    dsc__linear_forward(conv1d(p[K_ATTW], p[K_ATTB], C, 3 * Cl), b->qkv, 3 * Cl, b->ln, C, NULL, n);
     store_kv(kv, K, V, r, b->qkv);
     attention(kv, K, V, r, b->qkv, b->y);
     DSC_TRY(project(tp, b, x, b->y, p[K_APROJW], p[K_APROJB], n, Cl, C));
     dsc__gpt2_layernorm_forward(b->ln, b->mean, b->rstd, *x, p[K_LN2W], p[K_LN2B], n, C);
-    dsc__gpt2_matmul_forward(b->f, b->ln, p[K_FCW], p[K_FCB], NULL, n, C, Fl);
+    dsc__linear_forward(conv1d(p[K_FCW], p[K_FCB], C, Fl), b->f, Fl, b->ln, C, NULL, n);
     dsc__gpt2_gelu_forward(b->f, b->f, (int64_t)n * Fl);
     return project(tp, b, x, b->f, p[K_MPROJW], p[K_MPROJB], n, Fl, C);
 }
@@ -247,8 +254,8 @@ static dsc_status head(dsc_gpt2_kv *kv, float *const *params, const dsc_gpt2_row
                                 r->nout, C);
     DSC_TRY(hook(hooks, 1, L + 1));
     DSC_TRY(hook(hooks, 0, 0));
-    dsc__model_sgemm(0, 1, r->nout, kv->c.vocab_size, C, 1.0f, b->ln, C, params[0], C, 0.0f,
-                    logits, kv->c.vocab_size);
+    dsc__linear_forward((dsc__linear){.w = params[0], .in = C, .out = kv->c.vocab_size}, logits,
+                        kv->c.vocab_size, b->ln, C, NULL, r->nout);
     return hook(hooks, 1, 0);
 }
 

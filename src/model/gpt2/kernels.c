@@ -1,11 +1,11 @@
 // model/gpt2/kernels.c - CPU kernels of the GPT-2 layers (see kernels.h for the contracts).
 #include "model/gpt2/kernels.h"
 
-#include "model/blas.h"    // dsc__model_sgemm, dsc__model_chunk, dsc__exp_fast
+#include "model/blas.h"    // dsc__exp_fast
 #include "model/common.h"  // dsc__model_max_threads, dsc__model_thread_id
 #include "model/kernels.h" // dsc__model_colsum, dsc__model_softmax_*, DSC_CLONES
 
-#include <cblas.h>  // cblas_sgemm, openblas_set_num_threads
+#include <cblas.h>  // cblas_sgemm
 #include <math.h>   // sqrtf, logf, INFINITY
 #include <string.h> // memcpy, memset
 // Parallel loops hand out fixed tasks dynamically: a thread that the OS preempts (the machine
@@ -22,51 +22,6 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 #define GELU_K 0.79788456080286536f // sqrt(2 / pi)
 #define GELU_A 0.044715f
-
-// ---- matrix products ----
-
-// Rows [r0, r0 + rn) of out = bias + resid, so that the product can accumulate onto them while
-// they are still in cache.
-static void fill_rows(float *out, const float *bias, const float *resid, int64_t r0, int64_t rn,
-                      int OC) {
-    for (int64_t r = r0; r < r0 + rn; r++) {
-        float *o = out + (size_t)r * OC;
-        if (resid && bias) {
-            const float *x = resid + (size_t)r * OC;
-#pragma omp simd
-            for (int c = 0; c < OC; c++) o[c] = x[c] + bias[c];
-        } else if (resid) {
-            memcpy(o, resid + (size_t)r * OC, sizeof(float) * OC);
-        } else {
-            memcpy(o, bias, sizeof(float) * OC);
-        }
-    }
-}
-
-void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                              const float *resid, int64_t N, int IC, int OC) {
-    int chunk = dsc__model_chunk(N);
-    int64_t nchunks = (N + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < nchunks; i++) {
-        int64_t r0 = i * chunk, rn = min64(chunk, N - r0);
-        float beta = 0.0f;
-        if (bias || resid) {
-            fill_rows(out, bias, resid, r0, rn, OC);
-            beta = 1.0f;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rn, OC, IC, 1.0f,
-                    inp + (size_t)r0 * IC, IC, w, OC, beta, out + (size_t)r0 * OC, OC);
-    }
-}
-
-void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                               const float *inp, const float *w, int64_t N, int IC, int OC) {
-    if (dw) // NULL: a frozen weight (LoRA)
-        dsc__model_sgemm(1, 0, IC, OC, (int)N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
-    dsc__model_sgemm(0, 1, (int)N, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
-    if (dbias) dsc__model_colsum(dbias, dout, N, OC, OC);
-}
 
 // ---- layernorm ----
 

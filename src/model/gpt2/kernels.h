@@ -1,5 +1,6 @@
 // model/gpt2/kernels.h - CPU kernels of the GPT-2 layers: forward and backward of each, fused
-// where a fused pass saves memory traffic. fp32, OpenMP threads, OpenBLAS for products.
+// where a fused pass saves memory traffic (the weight products go through the families' one
+// linear, model/linear.h). fp32, OpenMP threads, OpenBLAS for products.
 //
 // Every kernel is deterministic and independent of the thread count: work is cut into tasks that
 // depend only on the shapes, each output element is produced by one fixed sequence of operations,
@@ -11,15 +12,6 @@
 
 #include <stddef.h> // size_t
 #include <stdint.h> // int32_t, int64_t
-
-// out (N, OC) = inp (N, IC) @ w (IC, OC) + bias (OC) + resid (N, OC); bias, resid may be NULL.
-// resid must not alias out.
-void dsc__gpt2_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                              const float *resid, int64_t N, int IC, int OC);
-// dw (IC, OC) += inp^T @ dout; dbias (OC) += column sums of dout (skipped when NULL); then
-// dinp (N, IC) = dout @ w^T (overwritten), so dinp may alias inp (a recomputed input).
-void dsc__gpt2_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                               const float *inp, const float *w, int64_t N, int IC, int OC);
 
 // out (N, C) = (inp - mean) * rstd * w + b, eps 1e-5; mean, rstd (N) kept for backward.
 void dsc__gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,

@@ -10,8 +10,9 @@
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
 #include "dsc/comm.h"            // dsc_comm_all_reduce
 #include "dsc/memory.h"          // dsc_mem_*
-#include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
+#include "model/blas.h"          // dsc__model_blas_single_thread
 #include "model/kernels.h"       // dsc__model_attend_row
+#include "model/linear.h"        // dsc__linear_forward
 #include "model/llama/kernels.h" // dsc__llama_*
 // ---- tensor-parallel layout ----
 //
@@ -220,19 +221,25 @@ static const float *tensor(const dsc_llama_config *c, float *const *p, int l, in
     return i < 0 ? NULL : p[i];
 }
 
+// A weight (out, in) and its bias as the one linear product (no adapters: generation merges them
+// into the weights first).
+static dsc__linear dense(const float *w, const float *bias, int in, int out) {
+    return (dsc__linear){.w = w, .bias = bias, .in = in, .out = out};
+}
+
 // *x (n, C) += in (n, IN) @ w^T. One rank: the training forward's product onto the residual (out
 // into b->x2, swapped with *x). Several: this rank's partial product summed over the group, then
 // added to the residual, in the same order on every rank.
 static dsc_status project(const dsc_model_tp *tp, row_bufs *b, float **x, const float *in,
                           const float *w, int n, int IN, int C) {
     if (!tp || tp->size == 1) {
-        dsc__llama_linear_forward(b->x2, C, in, IN, w, NULL, *x, n, IN, C);
+        dsc__linear_forward(dense(w, NULL, IN, C), b->x2, C, in, IN, *x, n);
         float *t = *x;
         *x = b->x2;
         b->x2 = t;
         return DSC_OK;
     }
-    dsc__llama_linear_forward(b->part, C, in, IN, w, NULL, NULL, n, IN, C);
+    dsc__linear_forward(dense(w, NULL, IN, C), b->part, C, in, IN, NULL, n);
     DSC_TRY(dsc_comm_all_reduce(tp->comm, b->part, b->part, (size_t)n * C, DSC_DT_F32, DSC_OP_SUM,
                                 NULL));
     float *xv = *x;
@@ -249,12 +256,12 @@ static dsc_status layer(dsc_llama_kv *kv, float *const *p, const dsc_model_tp *t
     float *K = kv_layer(kv, l, 0), *V = kv_layer(kv, l, 1);
     dsc__llama_rmsnorm_forward(b->ln, b->rstd, *x, tensor(c, p, l, DSC_LLAMA_LN1), c->rms_eps, n,
                                C);
-    dsc__llama_linear_forward(b->qkv, ld, b->ln, C, tensor(c, p, l, DSC_LLAMA_QW),
-                              tensor(c, p, l, DSC_LLAMA_QB), NULL, n, C, Q);
-    dsc__llama_linear_forward(b->qkv + Q, ld, b->ln, C, tensor(c, p, l, DSC_LLAMA_KW),
-                              tensor(c, p, l, DSC_LLAMA_KB), NULL, n, C, KV);
-    dsc__llama_linear_forward(b->qkv + Q + KV, ld, b->ln, C, tensor(c, p, l, DSC_LLAMA_VW),
-                              tensor(c, p, l, DSC_LLAMA_VB), NULL, n, C, KV);
+    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_QW), tensor(c, p, l, DSC_LLAMA_QB), C, Q),
+                        b->qkv, ld, b->ln, C, NULL, n);
+    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_KW), tensor(c, p, l, DSC_LLAMA_KB), C, KV),
+                        b->qkv + Q, ld, b->ln, C, NULL, n);
+    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_VW), tensor(c, p, l, DSC_LLAMA_VB), C, KV),
+                        b->qkv + Q + KV, ld, b->ln, C, NULL, n);
     if (c->qk_norm)
         dsc__llama_head_norm_forward(b->qkv, ld, NULL, NULL, tensor(c, p, l, DSC_LLAMA_QN),
                                      tensor(c, p, l, DSC_LLAMA_KN), c->rms_eps, n, kv->NH,
@@ -267,10 +274,10 @@ static dsc_status layer(dsc_llama_kv *kv, float *const *p, const dsc_model_tp *t
     DSC_TRY(project(tp, b, x, b->y, tensor(c, p, l, DSC_LLAMA_OW), n, Q, C));
     dsc__llama_rmsnorm_forward(b->ln, b->rstd, *x, tensor(c, p, l, DSC_LLAMA_LN2), c->rms_eps, n,
                                C);
-    dsc__llama_linear_forward(b->gate, I, b->ln, C, tensor(c, p, l, DSC_LLAMA_GATE), NULL, NULL,
-                              n, C, I);
-    dsc__llama_linear_forward(b->up, I, b->ln, C, tensor(c, p, l, DSC_LLAMA_UP), NULL, NULL, n, C,
-                              I);
+    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_GATE), NULL, C, I), b->gate, I, b->ln, C,
+                        NULL, n);
+    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_UP), NULL, C, I), b->up, I, b->ln, C, NULL,
+                        n);
     dsc__llama_swiglu_forward(b->h, b->gate, b->up, (int64_t)n * I);
     return project(tp, b, x, b->h, tensor(c, p, l, DSC_LLAMA_DOWN), n, I, C);
 }
@@ -289,8 +296,9 @@ static dsc_status head(dsc_llama_kv *kv, float *const *params, const dsc_model_r
         DSC_TRY(hook(hooks, 1, L + 1));
         DSC_TRY(hook(hooks, 0, 0));
     }
-    dsc__model_sgemm(0, 1, r->nout, c->vocab_size, C, 1.0f, b->ln, C,
-                     params[dsc__llama_head_tensor(c)], C, 0.0f, logits, c->vocab_size);
+    dsc__linear_forward((dsc__linear){.w = params[dsc__llama_head_tensor(c)], .in = C,
+                                      .out = c->vocab_size},
+                        logits, c->vocab_size, b->ln, C, NULL, r->nout);
     return hook(hooks, 1, c->tied ? 0 : L + 1);
 }
 

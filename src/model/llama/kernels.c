@@ -5,7 +5,7 @@
 #include <math.h>   // sqrtf, logf, cos, sin, pow, INFINITY
 #include <string.h> // memcpy, memset
 
-#include "model/blas.h"    // dsc__model_sgemm, dsc__exp_fast
+#include "model/blas.h"    // dsc__exp_fast
 #include "model/common.h"  // dsc__model_max_threads, dsc__model_thread_id
 #include "model/kernels.h" // dsc__model_colsum, dsc__model_softmax_*, DSC_CLONES
 #define NORM_CHUNK 32   // rows per partial sum of the RMSNorm weight gradient
@@ -13,39 +13,6 @@
 #define ATT_TILE 64     // query rows per attention tile; keys beyond the tile's end are skipped
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// ---- linear layers ----
-
-DSC_CLONES static void fill_row(float *o, const float *bias, const float *resid, int n) {
-    if (resid && bias) {
-#pragma omp simd
-        for (int c = 0; c < n; c++) o[c] = resid[c] + bias[c];
-    } else {
-        memcpy(o, resid ? resid : bias, sizeof(float) * (size_t)n);
-    }
-}
-
-void dsc__llama_linear_forward(float *out, int ldo, const float *inp, int ldi, const float *w,
-                               const float *bias, const float *resid, int64_t N, int IN, int OUT) {
-    float beta = 0.0f;
-    if (bias || resid) {
-#pragma omp parallel for schedule(dynamic, 16)
-        for (int64_t r = 0; r < N; r++)
-            fill_row(out + (size_t)r * ldo, bias, resid ? resid + (size_t)r * OUT : NULL, OUT);
-        beta = 1.0f;
-    }
-    dsc__model_sgemm(0, 1, (int)N, OUT, IN, 1.0f, inp, ldi, w, IN, beta, out, ldo);
-}
-
-void dsc__llama_linear_backward(float *dinp, int accumulate, float *dw, float *dbias,
-                                const float *dout, int ldd, const float *inp, int ldi,
-                                const float *w, int64_t N, int IN, int OUT) {
-    if (dw) // NULL: a frozen weight (LoRA)
-        dsc__model_sgemm(1, 0, OUT, IN, (int)N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, IN);
-    if (dbias) dsc__model_colsum(dbias, dout, N, OUT, ldd);
-    dsc__model_sgemm(0, 0, (int)N, IN, OUT, 1.0f, dout, ldd, w, IN, accumulate ? 1.0f : 0.0f,
-                    dinp, IN);
-}
 
 // ---- RMSNorm ----
 

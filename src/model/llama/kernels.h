@@ -1,6 +1,6 @@
 // model/llama/kernels.h - CPU kernels of the Llama layers: RMSNorm, rotary embeddings, SwiGLU,
-// grouped-query causal attention, linear layers with Hugging Face's (out, in) weights, and
-// cross-entropy with ignored positions. fp32, OpenMP threads, OpenBLAS for products (through
+// grouped-query causal attention and cross-entropy with ignored positions (the weight products go
+// through the families' one linear, model/linear.h). fp32, OpenMP threads, OpenBLAS for products (through
 // dsc__model_sgemm, whose fixed splits they share).
 //
 // Deterministic for any thread count: tasks depend only on shapes, sums over rows run in fixed
@@ -11,17 +11,6 @@
 
 #include <stddef.h> // size_t
 #include <stdint.h> // int32_t, int64_t
-
-// out (N, OUT) with row stride ldo = inp (N, IN) (row stride ldi) @ w^T + bias + resid, where
-// w is (OUT, IN) as nn.Linear stores it; bias (OUT), resid (N, OUT) dense, either may be NULL;
-// resid must not alias out.
-void dsc__llama_linear_forward(float *out, int ldo, const float *inp, int ldi, const float *w,
-                               const float *bias, const float *resid, int64_t N, int IN, int OUT);
-// dw (OUT, IN) += dout^T @ inp; dbias (OUT) += column sums of dout (skipped when NULL);
-// dinp (N, IN) dense = dout @ w when accumulate is 0, += when 1.
-void dsc__llama_linear_backward(float *dinp, int accumulate, float *dw, float *dbias,
-                                const float *dout, int ldd, const float *inp, int ldi,
-                                const float *w, int64_t N, int IN, int OUT);
 
 // out (N, C) = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), kept (N) for backward.
 void dsc__llama_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,

@@ -9,8 +9,9 @@
 #include <string.h> // memset, memcpy, strcmp
 
 #include "base/status.h"         // dsc__fail, dsc__error_prefix, DSC_TRY
-#include "model/blas.h"          // dsc__model_sgemm, dsc__model_blas_single_thread
+#include "model/blas.h"          // dsc__model_blas_single_thread
 #include "model/common.h"        // dsc__model_hook, dsc__model_check_*, dsc__model_init_normal
+#include "model/linear.h"        // dsc__linear_*
 #include "model/llama/kernels.h" // dsc__llama_*
 #include "model/lora.h"          // struct dsc_lora (its trainable base tensors)
 #include "model/kernels.h"       // dsc__model_xent_*
@@ -516,6 +517,13 @@ static const int32_t *positions(const dsc_llama *m) {
     return m->has_pos ? m->tokens + 2 * (int64_t)m->maxB * m->maxT : NULL;
 }
 
+// The layer's weight of kind k (in, out) as the one linear product, with its adapter.
+static dsc__linear lin(const dsc_llama_config *c, float *const *p, const layer_acts *a, int k,
+                       const float *bias, int in, int out) {
+    return (dsc__linear){.w = p[kind_pos(c, k)], .bias = bias, .in = in, .out = out,
+                         .lora = c->lora, .tensor = a->first + kind_pos(c, k)};
+}
+
 static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a) {
     const dsc_llama_config *c = &m->c;
     int B = m->B, T = m->T, C = c->hidden, hd = c->head_dim, ld = m->ld;
@@ -525,15 +533,11 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
     const float *bk = c->qkv_bias ? p[kind_pos(c, K_KB)] : NULL;
     const float *bv = c->qkv_bias ? p[kind_pos(c, K_VB)] : NULL;
     float *ln = m->ln_out;
-    dsc__llama_linear_forward(a->qkv, ld, ln, C, p[kind_pos(c, K_QW)], bq, NULL, BT, C, Q);
-    dsc__llama_linear_forward(a->qkv + Q, ld, ln, C, p[kind_pos(c, K_KW)], bk, NULL, BT, C, KV);
-    dsc__llama_linear_forward(a->qkv + Q + KV, ld, ln, C, p[kind_pos(c, K_VW)], bv, NULL, BT, C,
-                              KV);
-    if (c->lora) {
-        dsc_lora_forward(c->lora, a->first + kind_pos(c, K_QW), a->qkv, ld, ln, C, BT);
-        dsc_lora_forward(c->lora, a->first + kind_pos(c, K_KW), a->qkv + Q, ld, ln, C, BT);
-        dsc_lora_forward(c->lora, a->first + kind_pos(c, K_VW), a->qkv + Q + KV, ld, ln, C, BT);
-    }
+    dsc__linear_forward(lin(c, p, a, K_QW, bq, C, Q), a->qkv, ld, ln, C, NULL, BT);
+    dsc__linear_forward(lin(c, p, a, K_KW, bk, C, KV), a->qkv + Q, ld, ln, C, NULL,
+                        BT);
+    dsc__linear_forward(lin(c, p, a, K_VW, bv, C, KV), a->qkv + Q + KV, ld, ln, C,
+                        NULL, BT);
     if (c->qk_norm)
         dsc__llama_head_norm_forward(a->qkv, ld, a->qk_raw, a->qk_rstd, p[kind_pos(c, K_QN)],
                                      p[kind_pos(c, K_KN)], c->rms_eps, BT, c->n_head,
@@ -542,9 +546,8 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
                         c->n_head + c->n_kv_head, hd, 0);
     dsc__llama_attention_forward(a->atty, a->att_stats, a->qkv, m->att_scratch, m->att_slots, B,
                                  T, c->n_head, c->n_kv_head, hd);
-    dsc__llama_linear_forward(a->res2, C, a->atty, Q, p[kind_pos(c, K_OW)], NULL, a->res_in, BT,
-                              Q, C);
-    dsc_lora_forward(c->lora, a->first + kind_pos(c, K_OW), a->res2, C, a->atty, Q, BT);
+    dsc__linear_forward(lin(c, p, a, K_OW, NULL, Q, C), a->res2, C, a->atty, Q,
+                        a->res_in, BT);
 }
 
 static void layer_forward(void *state, float *const *params, int l) {
@@ -562,22 +565,20 @@ static void layer_forward(void *state, float *const *params, int l) {
     dsc__model_lap(m->times, &t0, 2 + 4 * l);
     dsc__llama_rmsnorm_forward(ln, a.rms2, a.res2, p[kind_pos(c, K_LN2)], c->rms_eps, BT, C);
     dsc__model_lap(m->times, &t0, 3 + 4 * l);
-    dsc__llama_linear_forward(a.gate, I, ln, C, p[kind_pos(c, K_GATE)], NULL, NULL, BT, C, I);
-    dsc__llama_linear_forward(a.up, I, ln, C, p[kind_pos(c, K_UP)], NULL, NULL, BT, C, I);
-    dsc_lora_forward(c->lora, a.first + kind_pos(c, K_GATE), a.gate, I, ln, C, BT);
-    dsc_lora_forward(c->lora, a.first + kind_pos(c, K_UP), a.up, I, ln, C, BT);
+    dsc__linear_forward(lin(c, p, &a, K_GATE, NULL, C, I), a.gate, I, ln, C, NULL,
+                        BT);
+    dsc__linear_forward(lin(c, p, &a, K_UP, NULL, C, I), a.up, I, ln, C, NULL, BT);
     dsc__llama_swiglu_forward(m->hI, a.gate, a.up, BT * I);
-    dsc__llama_linear_forward(a.res_out, C, m->hI, I, p[kind_pos(c, K_DOWN)], NULL, a.res2, BT, I,
-                              C);
-    dsc_lora_forward(c->lora, a.first + kind_pos(c, K_DOWN), a.res_out, C, m->hI, I, BT);
+    dsc__linear_forward(lin(c, p, &a, K_DOWN, NULL, I, C), a.res_out, C, m->hI, I,
+                        a.res2, BT);
     dsc__model_lap(m->times, &t0, 4 + 4 * l);
 }
 
 static void lm_head_forward(dsc_llama *m, float *const *params) {
     int C = m->c.hidden, V = m->c.vocab_size;
     int64_t BT = (int64_t)m->B * m->T;
-    dsc__model_sgemm(0, 1, (int)BT, V, C, 1.0f, m->fin, C, params[head_tensor(&m->c)], C, 0.0f,
-                    m->logits, V);
+    dsc__linear_forward((dsc__linear){.w = params[head_tensor(&m->c)], .in = C, .out = V},
+                        m->logits, V, m->fin, C, NULL, BT);
 }
 
 // The final norm, lm_head (embed_tokens when tied, in group 0) and, with targets, the loss: the
@@ -656,21 +657,15 @@ static void mlp_backward(dsc_llama *m, float *const *p, float *const *g, const l
     int64_t BT = (int64_t)m->B * m->T;
     float *hI = m->hI, *dI = m->dI, *ln = m->ln_out;
     dsc__llama_swiglu_forward(hI, a->gate, a->up, BT * I); // recomputed
-    // dW_down += dres^T h first, then h is overwritten by its own gradient dres @ W_down.
-    if (g[kind_pos(c, K_DOWN)])
-        dsc__model_sgemm(1, 0, C, I, (int)BT, 1.0f, m->dres, C, hI, I, 1.0f,
-                         g[kind_pos(c, K_DOWN)], I);
-    dsc_lora_backward_weights(c->lora, a->first + kind_pos(c, K_DOWN), m->dres, C, hI, I, BT);
-    dsc__model_sgemm(0, 0, (int)BT, I, C, 1.0f, m->dres, C, p[kind_pos(c, K_DOWN)], I, 0.0f, hI, I);
-    dsc_lora_backward_input(c->lora, a->first + kind_pos(c, K_DOWN), hI, I, BT);
+    // h is overwritten by its own gradient dres @ W_down (the weight's gradient read it first).
+    dsc__linear_backward(lin(c, p, a, K_DOWN, NULL, I, C), hI, false,
+                         g[kind_pos(c, K_DOWN)], NULL, m->dres, C, hI, I, BT);
     dsc__llama_swiglu_backward(hI, dI, hI, a->gate, a->up, BT * I); // hI: dgate, dI: dup
     dsc__llama_rmsnorm_apply(ln, a->res2, a->rms2, p[kind_pos(c, K_LN2)], BT, C);
-    dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_GATE)], NULL, hI, I, ln, C,
-                               p[kind_pos(c, K_GATE)], BT, C, I);
-    dsc_lora_backward(c->lora, a->first + kind_pos(c, K_GATE), m->d1, C, hI, I, ln, C, BT);
-    dsc__llama_linear_backward(m->d1, 1, g[kind_pos(c, K_UP)], NULL, dI, I, ln, C,
-                               p[kind_pos(c, K_UP)], BT, C, I);
-    dsc_lora_backward(c->lora, a->first + kind_pos(c, K_UP), m->d1, C, dI, I, ln, C, BT);
+    dsc__linear_backward(lin(c, p, a, K_GATE, NULL, C, I), m->d1, false,
+                         g[kind_pos(c, K_GATE)], NULL, hI, I, ln, C, BT);
+    dsc__linear_backward(lin(c, p, a, K_UP, NULL, C, I), m->d1, true,
+                         g[kind_pos(c, K_UP)], NULL, dI, I, ln, C, BT);
     dsc__llama_rmsnorm_backward(m->dres, g[kind_pos(c, K_LN2)], m->norm_scratch, m->d1, a->res2,
                                 p[kind_pos(c, K_LN2)], a->rms2, BT, C);
 }
@@ -683,9 +678,8 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
     int Q = c->n_head * hd, KV = c->n_kv_head * hd;
     int64_t BT = (int64_t)B * T;
     float *ln = m->ln_out, *dqkv = m->dqkv;
-    dsc__llama_linear_backward(m->d1, 0, g[kind_pos(c, K_OW)], NULL, m->dres, C, a->atty, Q,
-                               p[kind_pos(c, K_OW)], BT, Q, C);
-    dsc_lora_backward(c->lora, a->first + kind_pos(c, K_OW), m->d1, Q, m->dres, C, a->atty, Q, BT);
+    dsc__linear_backward(lin(c, p, a, K_OW, NULL, Q, C), m->d1, false,
+                         g[kind_pos(c, K_OW)], NULL, m->dres, C, a->atty, Q, BT);
     dsc__llama_attention_backward(dqkv, m->d1, a->qkv, a->att_stats, m->att_scratch,
                                   m->att_slots, B, T, c->n_head, c->n_kv_head, hd);
     dsc__llama_rope_pos(dqkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
@@ -698,13 +692,10 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
     dsc__llama_rmsnorm_apply(ln, a->res_in, a->rms1, p[kind_pos(c, K_LN1)], BT, C);
     static const int w[3] = {K_QW, K_KW, K_VW}, b[3] = {K_QB, K_KB, K_VB};
     const int off[3] = {0, Q, Q + KV}, width[3] = {Q, KV, KV};
-    for (int j = 0; j < 3; j++) {
-        dsc__llama_linear_backward(m->d1, j > 0, g[kind_pos(c, w[j])],
-                                   c->qkv_bias ? g[kind_pos(c, b[j])] : NULL, dqkv + off[j], ld,
-                                   ln, C, p[kind_pos(c, w[j])], BT, C, width[j]);
-        dsc_lora_backward(c->lora, a->first + kind_pos(c, w[j]), m->d1, C, dqkv + off[j], ld, ln,
-                          C, BT);
-    }
+    for (int j = 0; j < 3; j++)
+        dsc__linear_backward(lin(c, p, a, w[j], NULL, C, width[j]), m->d1, j > 0,
+                             g[kind_pos(c, w[j])], c->qkv_bias ? g[kind_pos(c, b[j])] : NULL,
+                             dqkv + off[j], ld, ln, C, BT);
     dsc__llama_rmsnorm_backward(m->dres, g[kind_pos(c, K_LN1)], m->norm_scratch, m->d1, a->res_in,
                                 p[kind_pos(c, K_LN1)], a->rms1, BT, C);
 }
@@ -738,9 +729,9 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
     float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
-    if (grads[head]) // NULL: frozen (LoRA)
-        dsc__model_sgemm(1, 0, V, C, (int)BT, 1.0f, dlogits, V, m->fin, C, 1.0f, grads[head], C);
-    dsc__model_sgemm(0, 0, (int)BT, C, V, 1.0f, dlogits, V, params[head], C, 0.0f, m->d1, C);
+    // grads[head] NULL: frozen (LoRA)
+    dsc__linear_backward((dsc__linear){.w = params[head], .in = C, .out = V}, m->d1, false,
+                         grads[head], NULL, dlogits, V, m->fin, C, BT);
     if (m->c.tied) {
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
         DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
