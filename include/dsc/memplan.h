@@ -53,6 +53,8 @@ typedef struct dsc_memplan_input {
     int n_layer;                   // layers (groups 1 .. n_layer; parameter offload's slots)
     int world;                     // ranks
     int local_ranks;               // ranks on this node, sharing its host memory (0: world)
+    int node_gpus;                 // GPUs a node of this kind holds, for the advice to use more
+                                   // (0: unknown, taken as 8)
     int seq_len;                   // T
     bool device;                   // trains on a GPU (--device cuda)
     bool nccl;                     // several GPUs reduce through nccl (DSC_COMM_BACKEND=nccl)

@@ -394,18 +394,27 @@ static void alt_batch(const dsc_memplan_input *in, const dsc_config *base, advic
     }
 }
 
-// More ranks share the model states (ZeRO stages 1-3); on the GPU each brings its device.
+// More ranks share the model states (ZeRO stages 1-3); on the GPU each brings its device, and
+// the ranks of a node share its host memory: nodes like this one, each with node_gpus ranks (8
+// when unknown, or this run's own ranks per node if more).
 static void alt_ranks(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
     if (!in->device || base->zero_optimization.stage == 0) return;
+    int local = in->local_ranks > 0 ? in->local_ranks : in->world;
+    int per_node = in->node_gpus > 0 ? in->node_gpus : 8;
+    if (per_node < local) per_node = local;
+    int64_t node_host = in->host_avail < 0 ? -1 : in->host_avail * local;
     for (int w = in->world * 2; w <= 64; w *= 2) {
+        int lw = w < per_node ? w : per_node;
         char what[96];
-        snprintf(what, sizeof what, "%d GPUs at ZeRO stage %lld", w,
-                 (long long)base->zero_optimization.stage);
+        snprintf(what, sizeof what, "%d GPUs at ZeRO stage %lld (%d per node)", w,
+                 (long long)base->zero_optimization.stage, lw);
         dsc_config c = *base;
         c.train_batch_size = c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * w;
         size_t before = a->len;
         dsc_memplan_input alt = *in;
         alt.nccl = true;
+        alt.local_ranks = lw;
+        alt.host_avail = node_host < 0 ? -1 : node_host / lw;
         try_alt(&alt, &c, w, what, a);
         if (a->len != before) return;
     }

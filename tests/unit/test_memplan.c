@@ -105,6 +105,21 @@ static void test_streamed_advice(void **state) {
                            "gradient_accumulation_steps 1"));
 }
 
+// More GPUs are suggested with the ranks of a node sharing its host memory (8 per node when the
+// node's GPU count is unknown).
+static void test_more_gpus_advice(void **state) {
+    (void)state;
+    dsc_config c;
+    dsc_memplan_input in;
+    dsc_memplan p;
+    plan(CFG(", \"zero_optimization\": {\"stage\": 3}"), 1, true, (int64_t)1 << 40, &p, &c, &in);
+    in.device_avail = p.device_bytes - 1; // one GPU: a byte short
+    assert_int_equal(dsc_memplan_compute(&in, &p), DSC_OK);
+    assert_false(p.fits);
+    assert_int_equal(dsc_memplan_check(&in, &p), DSC_ERR_OOM);
+    assert_non_null(strstr(dsc_last_error(), "2 GPUs at ZeRO stage 3 (2 per node)"));
+}
+
 static void test_cpu_ranks(void **state) {
     (void)state;
     dsc_config c;
@@ -158,6 +173,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_modes),
         cmocka_unit_test(test_streamed_advice),
+        cmocka_unit_test(test_more_gpus_advice),
         cmocka_unit_test(test_cpu_ranks),
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_host_limit),
