@@ -21,9 +21,11 @@ struct train_off {
     dsc_model_device *dev;
     dsc_cuda_offload *bus;
     dsc__engine_flat host;   // master, m, v: the optimizer's; acc: gradients land here
-                             // (parameter offload only: NULL in the lean mode below)
+                             // (parameter offload with accumulation or clipping; NULL in the
+                             // lean mode below)
     dsc__engine_span *spans; // (ngroups) each group's range of the flat layout
-    uint16_t *h16;           // (total) page-locked: the new 16-bit weights on their way up
+    uint16_t *h16;           // (total) page-locked, parameter offload only: every weight's
+                             // 16-bit copy, where the layers live and the optimizer writes
     bool acc_pinned, h16_pinned;
     // Lean mode (the engine keeps no gradients): two page-locked gradient slots and two 16-bit
     // weight slots of the largest device-resident group carry those groups, so the host holds
