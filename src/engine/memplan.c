@@ -147,12 +147,8 @@ static void engine_state(const mode *m, const layout *L, int64_t *h) {
     if (m->stage == 3 && !flat && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
     if (m->stage == 3 && (m->fp32 || !m->no_compute_copy)) add(h, DSC_PLAN_WEIGHTS, L->persist * 4);
     add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
-    if (m->grads_streamed) { // the device trainer's slots (device_offload)
-    } else if (m->stage < 2) {
-        add(h, DSC_PLAN_GRADS, full * (m->gas > 1 ? 2 : 1));
-    } else {
-        add(h, DSC_PLAN_GRADS, part);
-    }
+    if (!m->grads_streamed) // streamed: the device trainer's slots instead (device_offload)
+        add(h, DSC_PLAN_GRADS, m->stage < 2 ? full * (m->gas > 1 ? 2 : 1) : part);
     if (m->world > 1 && !m->fp32) // 16-bit reductions' staging (communication_data_type)
         add(h, DSC_PLAN_STAGING, (L->total + L->part) * 2);
 }
@@ -198,10 +194,11 @@ static void device_resident(const mode *m, const layout *L, int64_t *d) {
 
 // One GPU with ZeRO-Offload (engine/gpu/train_gpu_offload.c): the device keeps the gradients
 // and the 16-bit weights of its layout (with offload_param: the two end groups and two layer
-// slots), and no master (the host's comes up through the gradients). The host adds two page-locked gradient slots and two 16-bit weight
-// slots of the largest resident group (streamed); with offload_param the 16-bit copy of every
-// weight (the layers live there) and two layer-sized gradient slots, and the engine's gradient
-// accumulator unless the step is streamed too (dsc__engine_grads_streamed).
+// slots), and no master (the host's comes up through the gradients). The host adds two
+// page-locked gradient slots and two 16-bit weight slots of the largest resident group
+// (streamed); with offload_param the 16-bit copy of every weight (the layers live there) and two
+// layer-sized gradient slots, and the engine's gradient accumulator unless the step is streamed
+// too (dsc__engine_grads_streamed).
 static void device_offload(const mode *m, const layout *L, int64_t *d, int64_t *h) {
     int64_t n = m->param_offload ? L->ends + 2 * L->maxlayer : L->total;
     add(d, DSC_PLAN_GRADS, n * 4);
@@ -327,13 +324,13 @@ static void set_dev(dsc_offload_config *o, const char *dev) {
 // with offload_param) did not fit; with_what: how c differs from the run's config ("" none).
 static void alt_streamed(const dsc_memplan_input *in, dsc_config c, const char *with_what,
                          advice *a) {
-    if (!in->device || in->world != 1 || c.fp16.enabled ||
-        strcmp(c.zero_optimization.offload_param.device, "cpu") ||
-        (c.gradient_accumulation_steps == 1 && !(c.gradient_clipping > 0)))
-        return;
+    if (strcmp(c.zero_optimization.offload_param.device, "cpu") ||
+        dsc__engine_grads_streamed(&c, in->world, in->device))
+        return; // not parameter offload, or streamed already
     c.gradient_clipping = 0;
     c.gradient_accumulation_steps = 1;
     c.train_batch_size = c.train_micro_batch_size_per_gpu;
+    if (!dsc__engine_grads_streamed(&c, in->world, in->device)) return; // fp16, several ranks
     char what[400];
     snprintf(what, sizeof what, "%s%sgradient_clipping 0 and gradient_accumulation_steps 1 "
              "(train_batch_size %lld; the step streamed without a host gradient accumulator)",

@@ -41,7 +41,6 @@ struct train_off {
     float *gslot[2];       // a group's gradients, landed from the device
     uint16_t *wslot[2];    // a group's new 16-bit weights, on their way up
     bool gslot_pinned[2], wslot_pinned[2];
-    int gslot_group[2];    // the group whose gradients are coming into gslot[k] (-1: none)
     int wslot_group[2];    // the group whose upload last read wslot[k] (-1: none)
     int wnext;             // the weight slot the next update writes
     int ngroups;
@@ -139,7 +138,7 @@ static dsc_status lean_init(train_off *o, bool *pinned, char *why, size_t cap) {
     for (int k = 0; k < 2; k++) {
         o->gslot[k] = aligned_alloc(64, gb);
         o->wslot[k] = aligned_alloc(64, wb);
-        o->gslot_group[k] = o->wslot_group[k] = -1;
+        o->wslot_group[k] = -1;
         if (!o->gslot[k] || !o->wslot[k])
             return dsc__fail(DSC_ERR_OOM, "ZeRO-Offload: out of memory for the host slots of "
                              "%zu parameters (the largest group)", o->slot_len);
@@ -163,7 +162,8 @@ static dsc_status init(train_off *o, const dsc_model *model, bool *pinned, char 
     DSC_TRY(dsc__cuda_offload_create(&o->bus, o->ngroups, o->params ? 2 : 0, o->st->stream));
     *pinned = true;
     if (o->params) {
-        if (o->lean && (dsc_engine_config(o->eng)->gradient_accumulation_steps != 1 || !dsc__engine_norm_free(o->eng)))
+        bool one_micro = dsc_engine_config(o->eng)->gradient_accumulation_steps == 1;
+        if (o->lean && !(one_micro && dsc__engine_norm_free(o->eng)))
             return dsc__fail(DSC_ERR_INTERNAL, "parameter offload without a gradient "
                              "accumulator needs one micro-step per step and no clipping or fp16 "
                              "(dsc__engine_grads_streamed; a bug: report it)");
@@ -268,7 +268,8 @@ static dsc_status update_group(train_off *o, int g, const float *grads) {
     if (o->lean && !ring_group(o, g)) {
         int k = o->wnext;
         o->wnext ^= 1;
-        if (o->wslot_group[k] >= 0) DSC_TRY(dsc__cuda_offload_weights_wait(o->bus, o->wslot_group[k]));
+        if (o->wslot_group[k] >= 0)
+            DSC_TRY(dsc__cuda_offload_weights_wait(o->bus, o->wslot_group[k]));
         o->wslot_group[k] = g;
         out = o->wslot[k];
     }
@@ -354,7 +355,6 @@ static int pass_group(const train_off *o, bool backward, int i) {
 }
 
 static dsc_status lean_copy(train_off *o, int k, int g) {
-    o->gslot_group[k] = g;
     return dsc__cuda_offload_grads_copy(o->bus, g, o->gslot[k], o->st->grad + dev_off(o, g),
                                         o->spans[g].padded);
 }
@@ -374,7 +374,6 @@ static dsc_status lean_pass(train_off *o, bool backward, lean_fn fn, float inv_s
         DSC_TRY(dsc__cuda_offload_grads_wait(o->bus, g));
         double t1 = dsc_now();
         DSC_TRY(fn(o, g, o->gslot[k], inv_scale));
-        o->gslot_group[k] = -1;
         if (backward) {
             o->t.grad_wait += t1 - t0;
             o->t.cpu += dsc_now() - t1;

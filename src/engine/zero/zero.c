@@ -94,8 +94,22 @@ static dsc_status persistent(dsc_engine *e, size_t n, const char *tag, dsc_mem_h
     return dsc__engine_alloc(e, n, tag, h, &p);
 }
 
+// Stages 0-1: the micro-step's full gradients and, with accumulation, their full accumulator;
+// stages 2-3: the accumulated partition. None when the device trainer streams the gradients to
+// the optimizer (no_grads: ZeRO-Offload on one GPU).
+static dsc_status alloc_grads(dsc_engine *e) {
+    if (e->no_grads) return DSC_OK;
+    if (e->stage >= 2) return persistent(e, e->part, "zero.grads", &e->h_acc);
+    DSC_TRY(persistent(e, e->total, "zero.grads", &e->h_gfull));
+    if (e->cfg.gradient_accumulation_steps == 1) {
+        e->h_acc = e->h_gfull;
+        return DSC_OK;
+    }
+    return persistent(e, e->total, "zero.grads", &e->h_acc);
+}
+
 dsc_status dsc__zero_alloc(dsc_engine *e) {
-    bool fp32 = e->prec == PREC_FP32, gas1 = e->cfg.gradient_accumulation_steps == 1;
+    bool fp32 = e->prec == PREC_FP32;
     bool need_v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW;
     size_t full = e->total, part = e->part;
     size_t mlen = e->stage == 0 ? full : part;
@@ -114,15 +128,7 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
         if (fp32 || e->master_bf16) e->h_work_part = e->h_master;
         else if (!e->no_compute_copy) DSC_TRY(persistent(e, part, "zero.params", &e->h_work_part));
     }
-    if (e->no_grads) {
-        // streamed ZeRO-Offload: the device trainer hands each group's gradients to the optimizer
-    } else if (e->stage < 2) {
-        DSC_TRY(persistent(e, full, "zero.grads", &e->h_gfull));
-        if (gas1) e->h_acc = e->h_gfull;
-        else DSC_TRY(persistent(e, full, "zero.grads", &e->h_acc));
-    } else {
-        DSC_TRY(persistent(e, part, "zero.grads", &e->h_acc));
-    }
+    DSC_TRY(alloc_grads(e));
     for (int g = 0; g < e->ngroups; g++) // (no compute copy at stage 3: nothing to keep gathered)
         if (e->groups[g].persistent && (e->stage < 3 || e->h_work_part))
             DSC_TRY(persistent(e, e->groups[g].padded, "zero.params", &e->groups[g].hp));
