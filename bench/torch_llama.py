@@ -11,8 +11,13 @@ published config.json files); LIST is a comma-separated subset of
   hf-eager, hf-compiled         transformers' LlamaForCausalLM / Qwen2ForCausalLM /
                                 Qwen3ForCausalLM with sdpa attention (what a DeepSpeed + Hugging
                                 Face Trainer user runs)
-All train with random tokens, fp32 weights and bf16 autocast, fused AdamW (lr 3e-4, betas
-(0.9, 0.95), weight decay 0.1), gradient clipping 1.0: the step dsc trains. Tokens/s is B*T over
+  plain-eager-bf16,             the plain Llama with bf16 parameters, gradients and AdamW states
+  plain-compiled-bf16           (no fp32 master: the PyTorch setup in which an 8B model fits one
+                                GPU; dsc's bf16.bf16_master_weights_and_grads and
+                                bf16_optimizer_states)
+All train with random tokens, fp32 weights and bf16 autocast (the -bf16 variants: bf16 weights),
+fused AdamW (lr 3e-4, betas (0.9, 0.95), weight decay 0.1), gradient clipping 1.0: the step dsc
+trains. Tokens/s is B*T over
 the median step time of STEPS steps after WARMUP warm-up steps, each step timed with CUDA events.
 Prints one line per variant: "RESULT variant tokens_per_s step_ms params" (or "SKIP variant why").
 """
@@ -30,6 +35,8 @@ SHAPES = {
     "smollm2-135M": (30, 576, 9, 3, 64, 1536, 49152, True, False, 1e5, 1e-5),
     "smollm2-360M": (32, 960, 15, 5, 64, 2560, 49152, True, False, 1e5, 1e-5),
     "llama-3.2-1B": (16, 2048, 32, 8, 64, 8192, 128256, True, False, 5e5, 1e-5),
+    "llama-3.2-3B": (28, 3072, 24, 8, 128, 8192, 128256, True, False, 5e5, 1e-5),
+    "llama-3.1-8B": (32, 4096, 32, 8, 128, 14336, 128256, False, False, 5e5, 1e-5),
     "qwen2.5-0.5B": (24, 896, 14, 2, 64, 4864, 151936, True, True, 1e6, 1e-6),
     "qwen3-0.6B": (28, 1024, 16, 8, 128, 3072, 151936, True, False, 1e6, 1e-6),
     "qwen3-1.7B": (28, 2048, 16, 8, 128, 6144, 151936, True, False, 1e6, 1e-6),
@@ -146,11 +153,14 @@ def count_params(model):
 def run(variant, shape, B, T, steps, warmup, qk_norm=False):
     torch.manual_seed(0)
     dev = "cuda"
+    bf16 = variant.endswith("-bf16")
     model = (HFWrap if variant.startswith("hf") else PlainLlama)(shape, T, qk_norm).to(dev)
+    if bf16:
+        model = model.to(torch.bfloat16)
     n = count_params(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=True)
-    fwd = torch.compile(model) if variant.endswith("compiled") else model
+    fwd = torch.compile(model) if "compiled" in variant else model
     V = shape[6]
     idx = torch.randint(0, V, (B, T), device=dev)
     tgt = torch.randint(0, V, (B, T), device=dev)
@@ -158,7 +168,7 @@ def run(variant, shape, B, T, steps, warmup, qk_norm=False):
     for s in range(warmup + steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not bf16):
             loss = fwd(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -48,6 +48,9 @@ typedef struct dsc_config {
     int64_t vocabulary_size; // 0 = not given; DeepSpeed only warns when it is not a multiple of 8
     char communication_data_type[16]; // "" (follow the training dtype), "fp32", "fp16", "bf16"
     char seq_parallel_communication_data_type[16];
+    // (dsc) bf16 master weights' rounding after each step: "nearest" (even; DeepSpeed's) or
+    // "stochastic" (unbiased, from a hash of the step and the element's index)
+    char bf16_master_rounding[16];
 
     struct {
         char type[32]; // "" = none given

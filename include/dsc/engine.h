@@ -61,6 +61,12 @@ typedef struct dsc_engine_opts {
     // the master lives in it). dsc_param_data then returns NULL, and at stage 3 dsc_gather of a
     // group fails; masters, gradients, optimizer state and checkpoints are unchanged.
     bool no_compute_copy;
+    // With no_compute_copy, one rank and the optimizer not offloaded: the device trainer
+    // (dsc/device.h) keeps the gradients on the device and runs the optimizer there, so the
+    // engine keeps no gradient buffers (4 bytes per parameter less on the host); a host backward
+    // (dsc_backward_begin) is then refused, and --dump-grads style observers get the device's
+    // gradients through a temporary copy.
+    bool device_grads;
     // The caller initialises the parameters with dsc_params_init (slice by slice, straight into
     // this rank's partition) instead of dsc_param_master: the engine then keeps no full staging
     // copy of the model (at ZeRO stages 1-3 in fp16/bf16 and at stage 3, a copy of 4 bytes per

@@ -12,7 +12,7 @@ int cmd_train(int argc, char **argv) {
                     .eval_every = 50, .eval_batches = 8, .sample_tokens = 120, .prompt = "The "};
     const cli_flag flags[] = {
         {"--config", "FILE", "DeepSpeed config (default: a built-in AdamW + cosine config)", &o.config, NULL},
-        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, llama-d<N>, smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, or hf:DIR (a Hugging Face model folder: its config.json and weights) (default d4)", &o.model, NULL},
+        {"--model", "SPEC", "d<N>, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, llama-d<N>, smollm2-135M, smollm2-360M, llama-3.2-1B, llama-3.2-3B, qwen2.5-0.5B, llama-3.1-8B, qwen2.5-7B, mistral-7B, qwen3-0.6B, qwen3-1.7B, qwen3-4B, qwen3-8B, qwen3-d<N>, or hf:DIR (a Hugging Face model folder: its config.json and weights) (default d4)", &o.model, NULL},
         {"--data", "DIR", "token shards: folder with train*.bin/val*.bin (default: built-in data)", &o.data, NULL},
         {"--seq-len", "T", "tokens per sample (default 64)", &seq, NULL},
         {"--max-steps", "N", "optimizer steps to run (default 200)", &steps, NULL},

@@ -51,10 +51,15 @@ static void machine(dsc_memplan_input *in) {
 }
 
 dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda) {
-    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads)
+    // The GPU trainer keeps bf16 master weights on the device; the CPU step of ZeRO-Offload on a
+    // GPU run updates an fp32 master group by group.
+    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads &&
+        !strcmp(cfg->zero_optimization.offload_optimizer.device, "cpu"))
         return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
-                        "and bf16.bf16_optimizer_states act on the CPU engine only so far; pass "
-                        "--device cpu, or set both keys false on the GPU");
+                        "with zero_optimization.offload_optimizer \"cpu\" is not built (the "
+                        "offloaded CPU step keeps an fp32 master); set offload_optimizer.device "
+                        "to \"none\" (bf16 master, gradients and moments on the GPU), or the bf16 "
+                        "master keys false");
     return DSC_OK;
 }
 

@@ -19,8 +19,8 @@ typedef struct cli_plan_opts {
     bool measure_runtime;  // count this process's resident bytes now as its runtime
 } cli_plan_opts;
 
-// What the config asks that the chosen device cannot do yet (bf16 master weights and optimizer
-// states act on the CPU engine only): DSC_ERR_UNSUPPORTED naming the keys and the way out.
+// What the config asks that the chosen device cannot do yet (bf16 master weights with the
+// optimizer offloaded from a GPU run): DSC_ERR_UNSUPPORTED naming the keys and the way out.
 dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda);
 
 // DeepSpeed's activation_checkpointing section, given in cfg, on model m: its layers are

@@ -269,6 +269,7 @@ static dsc_status build_engine(trainer *t, bool device_model) {
     // Weights from a file go straight into each rank's partition (no full copy of the model);
     // the initialiser's values go through the engine's staging copy.
     dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
+                          .device_grads = device_model,
                           .init_in_place = weights_path(t) != NULL};
     eo.config = &t->cfg; // read by plan_memory
     t->ntensors = dsc_model_describe(t->model)->num_tensors;

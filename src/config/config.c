@@ -525,6 +525,11 @@ static dsc_status check_zero_needs(parse_ctx *c) {
     if (cfg->bf16.bf16_optimizer_states && !cfg->bf16.bf16_master_weights_and_grads)
         return dsc__fail(DSC_ERR_CONFIG, "config %s: bf16.bf16_optimizer_states needs "
                          "bf16.bf16_master_weights_and_grads", c->source);
+    if (!strcmp(cfg->bf16_master_rounding, "stochastic") &&
+        !(cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads))
+        warnf(c, "config %s: bf16_master_rounding \"stochastic\" rounds bf16 master weights, and "
+              "this config has none (it needs bf16.enabled and "
+              "bf16.bf16_master_weights_and_grads); it does nothing here", c->source);
     if (cfg->bf16.bf16_master_weights_and_grads && !cfg->bf16.enabled) // DeepSpeed accepts it
         warnf(c, "config %s: bf16.bf16_master_weights_and_grads has no effect without "
               "bf16.enabled true (the bf16 training weights are the master); set bf16.enabled",

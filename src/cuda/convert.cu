@@ -61,6 +61,21 @@ static dsc_status add_any(float *dst, const float *src, const uint16_t *src16, s
     return DSC_OK;
 }
 
+__global__ void acc_bf16_kernel(uint16_t *dst, const float *src, size_t n, bool first) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = dsc_f32_bf16(first ? src[i] : __fadd_rn(dsc_bf16_f32(dst[i]), src[i]));
+}
+
+extern "C" dsc_status dsc__cuda_acc_bf16(uint16_t *dst, const float *src, size_t n, bool first,
+                                         void *stream) {
+    DSC_CUDA_ARG((dst && src) || n == 0, "accumulate into bf16: NULL array");
+    if (n == 0) return DSC_OK;
+    acc_bf16_kernel<<<conv_blocks(n), CONV_THREADS, 0, as_stream(stream)>>>(dst, src, n, first);
+    DSC_CUDA_LAUNCHED("acc_bf16_kernel");
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_add(float *dst, const float *src, size_t n, void *stream) {
     return add_any(dst, src, NULL, n, false, stream);
 }

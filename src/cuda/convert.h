@@ -38,6 +38,10 @@ dsc_status dsc__cuda_from16(float *dst, const uint16_t *src, size_t n, float sca
 dsc_status dsc__cuda_add(float *dst, const float *src, size_t n, void *stream);
 dsc_status dsc__cuda_add_from16(float *dst, const uint16_t *src, size_t n, bool fp16,
                                 void *stream);
+// dst (n bf16) = bf16(src) when first, else bf16(float(dst) + src): one rounded fp32 addition and
+// one rounding to nearest even per element (gradients accumulated in bf16).
+dsc_status dsc__cuda_acc_bf16(uint16_t *dst, const float *src, size_t n, bool first,
+                              void *stream);
 // bytes from one device buffer to another, and bytes set to zero, enqueued (nothing waits).
 dsc_status dsc__cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
 dsc_status dsc__cuda_zero(void *dst, size_t bytes, void *stream);

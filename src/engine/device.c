@@ -37,6 +37,13 @@ bool dsc__engine_micro_done(dsc_engine *e, dsc_step_info *info) {
 
 bool dsc__engine_fp16(const dsc_engine *e) { return e->prec == PREC_FP16; }
 
+bool dsc__engine_bf16_sr(const dsc_engine *e) { return e->bf16_sr; }
+
+bool dsc__engine_master_bf16(const dsc_engine *e, bool *states) {
+    if (states) *states = e->states_bf16;
+    return e->master_bf16;
+}
+
 // The one read of gradient_clipping (0: none).
 static double clipping(const dsc_engine *e) { return e->cfg.gradient_clipping; }
 
@@ -303,6 +310,13 @@ dsc_status dsc__engine_observe_grads_in(dsc_engine *e, float *grads) {
     dsc_status st = observe(e);
     e->acc = NULL;
     return st;
+}
+
+bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device) {
+    if (dsc__engine_grads_streamed(c, world, device)) return true;
+    const char *backend = dsc__env(DSC_ENV_COMM_BACKEND);
+    return device && world == 1 && strcmp(c->zero_optimization.offload_optimizer.device, "cpu") &&
+           !c->zero_optimization.cpu_offload && !(backend && !strcmp(backend, "nccl"));
 }
 
 bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device) {

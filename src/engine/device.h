@@ -35,6 +35,12 @@
 // less; 8 at stages 0-1 with accumulation). The memory plan asks the same question. device: the
 // model computes on a device (no_compute_copy).
 bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device);
+// The engine keeps no host gradient buffer: the streamed ZeRO-Offload above, or (with
+// dsc_engine_opts.device_grads, as dsc train sets it) one GPU with the optimizer on it (no
+// offload_optimizer, not the nccl path), whose gradients never leave the device but for
+// --dump-grads (copied into a temporary buffer then). The memory plan asks the same question
+// (for dsc train).
+bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device);
 
 // The engine's flat host state (borrowed; stable for the engine's life on one rank).
 typedef struct dsc__engine_flat {
@@ -182,6 +188,12 @@ bool dsc__engine_micro_done(dsc_engine *e, dsc_step_info *info);
 // (dsc__round_fp16 on the host; the device applies the same rule in its kernel) and a step whose
 // gradients hold inf/NaN is skipped. Elsewhere no step is ever skipped.
 bool dsc__engine_fp16(const dsc_engine *e);
+// bf16.bf16_master_weights_and_grads is on (bf16 training): the master holds bf16 values and the
+// gradients are rounded to bf16 before the norm and the step; *states (may be NULL):
+// bf16.bf16_optimizer_states too (the moments hold bf16 values).
+bool dsc__engine_master_bf16(const dsc_engine *e, bool *states);
+// bf16_master_rounding "stochastic" with bf16 master weights (engine/optim/sround.h).
+bool dsc__engine_bf16_sr(const dsc_engine *e);
 // dst[i] = src[i] rounded to the nearest fp16 value (beyond fp16's range: inf), as a float;
 // dst == src allowed.
 void dsc__round_fp16(float *dst, const float *src, size_t n);

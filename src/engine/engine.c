@@ -237,12 +237,18 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     e->stage = (int)e->cfg.zero_optimization.stage;
     e->master_bf16 = e->prec == PREC_BF16 && e->cfg.bf16.bf16_master_weights_and_grads;
     e->states_bf16 = e->master_bf16 && e->cfg.bf16.bf16_optimizer_states;
+    e->bf16_sr = e->master_bf16 && !strcmp(e->cfg.bf16_master_rounding, "stochastic");
     e->no_compute_copy = o->no_compute_copy;
-    e->no_grads = dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy);
-    if (e->master_bf16 && e->no_compute_copy)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "bf16.bf16_master_weights_and_grads and "
-                         "bf16.bf16_optimizer_states act on the CPU engine only so far (the model "
-                         "here computes on a device); set both false, or train on the CPU");
+    e->no_grads = dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy) ||
+                  (o->device_grads &&
+                   dsc__engine_keeps_no_grads(&e->cfg, e->world, o->no_compute_copy));
+    // the streamed offload's CPU step is the fp32 master's, group by group
+    if (e->master_bf16 && dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "bf16.bf16_master_weights_and_grads with "
+                         "zero_optimization.offload_optimizer \"cpu\" on one GPU: the streamed "
+                         "offload keeps an fp32 master; keep the optimizer on the GPU "
+                         "(offload_optimizer.device \"none\": bf16 master, gradients and "
+                         "moments there), or set the bf16 master keys false");
     DSC_TRY(comm_dtype(e));
     DSC_TRY(optimizer_from_config(e));
     DSC_TRY(schedule_from_config(e));
@@ -408,8 +414,8 @@ dsc_status dsc_grads_ready(dsc_engine *e, int g) {
 dsc_status dsc_backward_begin(dsc_engine *e) {
     if (e->no_grads)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_backward_begin: this engine keeps no gradient "
-                         "buffers (ZeRO-Offload streamed on one GPU: the device trainer hands the "
-                         "gradients to the optimizer); a host backward needs an engine created "
+                         "buffers (one GPU: the gradients stay on the device, or go from it to "
+                         "the offloaded optimizer); a host backward needs an engine created "
                          "without dsc_engine_opts.no_compute_copy");
     e->backward = true;
     e->in_step = true;

@@ -67,12 +67,13 @@ struct dsc_engine {
     size_t part;      // partition length (sum of slices)
     precision prec;
     bool no_compute_copy; // dsc_engine_opts.no_compute_copy: no `work` / `work_part` buffer
-    bool no_grads; // streamed ZeRO-Offload on one GPU (dsc__engine_grads_streamed): no gfull, acc
+    bool no_grads; // one GPU (dsc__engine_keeps_no_grads): no gfull, acc
     dsc_dtype comm_dt; // communication_data_type
     // bf16.bf16_master_weights_and_grads (ZeRO 1-3, bf16 training): the master is the bf16
     // compute copy itself (no separate fp32 master) and gradients are rounded to bf16 before the
     // step; bf16.bf16_optimizer_states: the moments are rounded to bf16 after every step.
     bool master_bf16, states_bf16;
+    bool bf16_sr; // bf16_master_rounding "stochastic" (with master_bf16)
     // buffers (see zero.c for which stage has which): blocks of `pool`, named by the handles
     // h_*; the pointers are their current addresses (dsc__engine_resolve). Buffers that alias
     // (work == master in fp32 stage 0, ...) share one handle.

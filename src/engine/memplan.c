@@ -101,6 +101,7 @@ typedef struct mode {
     bool master_bf16, states_bf16; // bf16.bf16_master_weights_and_grads, bf16_optimizer_states
     bool device, nccl, staged, unstreamed;
     bool grads_streamed; // streamed ZeRO-Offload on one GPU: the engine keeps no gradients
+    bool no_host_grads;  // ... or one GPU with the optimizer on it (dsc__engine_keeps_no_grads)
     bool no_compute_copy; // one rank whose model computes on a GPU keeps no host compute copy
 } mode;
 
@@ -127,6 +128,7 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     m.unstreamed = m.offload && in->world == 1 && stream && !strcmp(stream, "0");
     m.no_compute_copy = in->device && in->world == 1;
     m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
+    m.no_host_grads = dsc__engine_keeps_no_grads(c, in->world, in->device);
     return m;
 }
 
@@ -147,7 +149,7 @@ static void engine_state(const mode *m, const layout *L, int64_t *h) {
     if (m->stage == 3 && !flat && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
     if (m->stage == 3 && (m->fp32 || !m->no_compute_copy)) add(h, DSC_PLAN_WEIGHTS, L->persist * 4);
     add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
-    if (!m->grads_streamed) // streamed: the device trainer's slots instead (device_offload)
+    if (!m->no_host_grads) // streamed: the device trainer's slots instead (device_offload)
         add(h, DSC_PLAN_GRADS, m->stage < 2 ? full * (m->gas > 1 ? 2 : 1) : part);
     if (m->world > 1 && !m->fp32) // 16-bit reductions' staging (communication_data_type)
         add(h, DSC_PLAN_STAGING, (L->total + L->part) * 2);
@@ -185,11 +187,14 @@ static void host_engine(const mode *m, const layout *L, const dsc_memplan_input 
 }
 
 // One GPU, optimizer on the device (engine/gpu/train_gpu.c flat_init, engine/gpu/train_state.cu).
+// bf16 master weights: the bf16 weights are the master, the gradients bf16 plus an fp32 scratch
+// of the end groups and two layer slots (train_gpu.c); bf16 optimizer states: 2-byte moments.
 static void device_resident(const mode *m, const layout *L, int64_t *d) {
-    add(d, DSC_PLAN_MASTER, L->total * 4);
-    add(d, DSC_PLAN_GRADS, L->total * 4);
+    if (!m->master_bf16) add(d, DSC_PLAN_MASTER, L->total * 4);
+    if (m->master_bf16) add(d, DSC_PLAN_GRADS, L->total * 2 + (L->ends + 2 * L->maxlayer) * 4);
+    else add(d, DSC_PLAN_GRADS, L->total * 4);
     add(d, DSC_PLAN_WEIGHTS, L->total * 2);
-    add(d, DSC_PLAN_MOMENTS, L->total * 4 * (m->adam ? 2 : 1));
+    add(d, DSC_PLAN_MOMENTS, L->total * (m->states_bf16 ? 2 : 4) * (m->adam ? 2 : 1));
 }
 
 // One GPU with ZeRO-Offload (engine/gpu/train_gpu_offload.c): the device keeps the gradients
@@ -239,8 +244,8 @@ static void describe_mode(const mode *m, char *out, size_t cap) {
         snprintf(out, cap, "CPU, ZeRO stage %d, %s, %d rank%s", m->stage, prec, m->world,
                  m->world == 1 ? "" : "s");
     else if (m->world == 1 && !m->offload)
-        snprintf(out, cap, "one GPU, optimizer on the GPU (stage %d); host mirror of master, "
-                 "moments and gradients", m->stage);
+        snprintf(out, cap, "one GPU, optimizer on the GPU (stage %d); host mirror of master and "
+                 "moments%s", m->stage, m->no_host_grads ? "" : " and gradients");
     else if (m->world == 1)
         snprintf(out, cap, "one GPU, ZeRO-Offload%s (stage %d)",
                  m->param_offload ? " with offload_param" : "", m->stage);
@@ -363,9 +368,11 @@ static void alt_offload(const dsc_memplan_input *in, const dsc_config *base, adv
     }
 }
 
-// bf16 training on the CPU: the bf16 weights as the master (and bf16 moments), DeepSpeed's keys.
+// bf16 training on the CPU or with the optimizer on one GPU: the bf16 weights as the master (and
+// bf16 moments), DeepSpeed's keys.
 static void alt_bf16_master(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
-    if (in->device || !base->bf16.enabled || base->bf16.bf16_optimizer_states) return;
+    if (!base->bf16.enabled || base->bf16.bf16_optimizer_states) return;
+    if (in->device && (in->world != 1 || mode_of(in, base).offload)) return;
     dsc_config c = *base;
     bool stage0 = c.zero_optimization.stage == 0;
     if (stage0) c.zero_optimization.stage = 1; // DeepSpeed allows the keys at ZeRO 1-3 only

@@ -49,6 +49,22 @@ for st in 1 2 3; do
     check "$n: saved master and moments are bf16 values" -- low16 "$T/$n.full.ck/global_step$M/shard_rank0_of_$w.safetensors"
   done
 done
+# bf16_master_rounding "stochastic": the random bits hash the step and the flat index, so a resumed
+# run equals the uninterrupted one byte for byte on 1 and 2 ranks, and the rounding acts.
+sed 's/"bf16": {/"bf16_master_rounding": "stochastic", "bf16": {/' "$T/b2.json" >"$T/sr.json"
+for w in 1 2; do
+  check "sr w$w: uninterrupted run to $M" -- run "sr$w.full" $w "$T/sr.json" --max-steps $M --save-dir "$T/sr$w.full.ck" --save-at-end
+  check "sr w$w: run to $K" -- run "sr$w.a" $w "$T/sr.json" --max-steps $K --save-dir "$T/sr$w.ck" --save-at-end
+  check "sr w$w: resume to $M" -- run "sr$w.b" $w "$T/sr.json" --max-steps $M --save-dir "$T/sr$w.ck" --resume --save-at-end
+  export_latest "$T/sr$w.full.ck" "$T/sr$w.full.st"
+  export_latest "$T/sr$w.ck" "$T/sr$w.b.st"
+  check "sr w$w: final weights identical" -- cmp -s "$T/sr$w.full.st" "$T/sr$w.b.st"
+  check "sr w$w: the loss falls" -- losses_fall "$T/sr$w.full"
+  check "sr w$w: weights are bf16 values" -- low16 "$T/sr$w.full.st"
+  check "sr w$w: stochastic rounding gives other weights than nearest" -- bash -c "! cmp -s '$T/sr$w.full.st' '$T/w${w}s2.full.st'"
+done
+sed 's/"bf16": {"enabled": true, [^}]*}/"bf16": {"enabled": true}/; s/"bf16": {/"bf16_master_rounding": "stochastic", "bf16": {/' "$T/b2.json" >"$T/sr_nomaster.json"
+check "stochastic rounding without bf16 master weights is warned about" -- bash -c "'$DSC' config check '$T/sr_nomaster.json' 2>&1 | grep -q 'bf16_master_rounding \"stochastic\" rounds bf16 master weights, and this config has none'"
 check "manifest records the precisions" -- grep -q '"moments_precision": "bf16"' "$T/w1s2.full.ck/global_step$M/manifest.json"
 check "manifest records the master precision" -- grep -q '"master_precision": "bf16"' "$T/w1s2.full.ck/global_step$M/manifest.json"
 
@@ -106,5 +122,9 @@ check "stage 0 refused" -- bash -c "'$DSC' config check '$T/r0.json' 2>&1 | grep
 check "stage 0 exits non-zero" -- bash -c "! '$DSC' config check '$T/r0.json' >/dev/null 2>&1"
 check "bf16.enabled false warned about" -- bash -c "'$DSC' config check '$T/r1.json' 2>&1 | grep -q 'has no effect without bf16.enabled true'"
 check "states without master refused" -- bash -c "'$DSC' config check '$T/r2.json' 2>&1 | grep -q 'bf16_optimizer_states needs bf16.bf16_master_weights_and_grads'"
-check "--device cuda refused, naming the keys" -- bash -c "'$DSC' config check '$T/b2.json' --model d2 --device cuda 2>&1 | grep -q 'device cuda: bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states act on the CPU engine only'"
+# On a GPU the keys keep master, gradients and moments on the device; with the optimizer
+# offloaded from a GPU run they are refused (its CPU step keeps an fp32 master).
+check "--device cuda takes the keys" -- "$DSC" config check "$T/b2.json" --model d2 --device cuda
+sed 's/"stage": 2/"stage": 2, "offload_optimizer": {"device": "cpu"}/' "$T/b2.json" >"$T/b2off.json"
+check "--device cuda with offload_optimizer refused, naming the keys and the way out" -- bash -c "'$DSC' config check '$T/b2off.json' --model d2 --device cuda 2>&1 | grep -q 'bf16.bf16_master_weights_and_grads with zero_optimization.offload_optimizer \"cpu\" is not built.*offload_optimizer.device to \"none\"'"
 finish

@@ -114,6 +114,30 @@ offload_per_param() { # the host holds master and moments (12 B) and four group-
   awk -v h="$h" -v n="$n" 'BEGIN { printf "ZeRO-Offload 8B: %.1f host bytes per parameter\n",
     h / n; exit !(h / n >= 12 && h / n < 13.5) }'
 }
+cfg "$T/gpu.json" 1 bf16 1
+sed 's/"bf16": {"enabled": true}/"bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true}/' \
+  "$T/gpu.json" >"$T/gpu16.json"
+device_per_param() { # model states: fp32 master 4 + gradients 4 + bf16 weights 2 + moments 8 =
+  # 18 bytes a parameter; bf16 master, gradients and moments: 2 + 2 + 4 = 8, plus the fp32
+  # gradient scratch of the end groups and two layer slots (0.74 for 8B; activations apart)
+  local f
+  for f in gpu gpu16; do
+    "$DSC" config check "$T/$f.json" --model llama-3.1-8B --device cuda --seq-len 2048 --json \
+      >"$T/$f.plan.json" || return 1
+  done
+  /usr/bin/python3 - "$T/gpu.plan.json" "$T/gpu16.plan.json" <<'PY'
+import json, sys
+def states(f):
+    p = json.load(open(f))['memory_plan']
+    d = p['device']
+    return sum(d[k] for k in ('weights', 'master', 'moments', 'gradients')) / p['parameters']
+a, b = states(sys.argv[1]), states(sys.argv[2])
+print(f'GPU-resident 8B model states: {a:.2f} device bytes per parameter with an fp32 master, '
+      f'{b:.2f} with bf16 master and moments')
+sys.exit(0 if 17.9 < a < 18.1 and 8.6 < b < 8.9 else 1)
+PY
+}
+check "GPU-resident llama-3.1-8B: bf16 master and moments save 8 device bytes per parameter" -- device_per_param
 cpu_no_device() {
   local h d n
   read -r h d n <<<"$(plan_json "$T/s0.json" cpu)"

@@ -322,6 +322,32 @@ static void test_no_compute_copy(void **state) {
 // keeps no gradient buffers (the device trainer hands each group to the CPU optimizer), refuses
 // a host backward, and its master is the initialiser's target in place at every stage;
 // DSC_OFFLOAD_STREAM=0 keeps the gradients (the whole-gradient path hands them to dsc_step).
+// dsc_engine_opts.device_grads (one rank, the optimizer on the device): no gradient buffers, a
+// host backward refused; without it, or with an offloaded optimizer that is not streamed, the
+// engine keeps them.
+static void test_device_grads_engine(void **state) {
+    (void)state;
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
+                       "\"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": "
+                       "\"AdamW\", \"params\": {\"lr\": 0.01}}}";
+    dsc_engine_opts o = {.config_json = json, .params = params, .nparams = 3, .world_size = 1,
+                         .no_compute_copy = true, .device_grads = true};
+    dsc_engine *dev = NULL, *host = NULL;
+    assert_int_equal(dsc_engine_create(&dev, &o), DSC_OK);
+    o.device_grads = false;
+    assert_int_equal(dsc_engine_create(&host, &o), DSC_OK);
+    dsc_engine_memory md, mh;
+    dsc_engine_memory_get(dev, &md);
+    dsc_engine_memory_get(host, &mh);
+    assert_int_equal(md.grads, 0);
+    assert_true(mh.grads > 0);
+    assert_int_equal(dsc_backward_begin(dev), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "no gradient buffers"));
+    assert_int_equal(dsc_backward_begin(host), DSC_OK);
+    dsc_engine_destroy(dev);
+    dsc_engine_destroy(host);
+}
+
 static void test_streamed_offload_engine(void **state) {
     (void)state;
     for (int stage = 0; stage <= 3; stage++) {
@@ -512,6 +538,7 @@ int main(void) {
         cmocka_unit_test(test_device_hooks_match_backward),
         cmocka_unit_test(test_no_compute_copy),
         cmocka_unit_test(test_streamed_offload_engine),
+        cmocka_unit_test(test_device_grads_engine),
         cmocka_unit_test(test_device_step_halves),
         cmocka_unit_test(test_params_init_in_place),
     };

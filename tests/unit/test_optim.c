@@ -565,7 +565,7 @@ static void test_adam_bf16(void **state) {
             memcpy(p0, p, n * 4);
             memcpy(m0, m, n * 4);
             memcpy(v0, v, n * 4);
-            dsc_opt_step_bf16(&h, t, p, g, m, v, n, 0.5f, true);
+            dsc_opt_step_bf16(&h, t, p, g, m, v, n, 0.5f, true, UINT64_MAX);
             for (size_t i = 0; i < n; i++) {
                 expect e = ref_adam(&h, t, p0[i], g[i], m0[i], v0[i], 0.5);
                 const float got[3] = {p[i], m[i], v[i]}, f32[3] = {pf[i], mf[i], vf[i]};
@@ -597,6 +597,45 @@ static void test_adam_bf16(void **state) {
     free(vf);
 }
 
+// bf16_master_rounding "stochastic": every result is one of the two bf16 neighbours of the fp32
+// step's value, the rounding is unbiased (a weight a quarter ulp above a bf16 value, updated by
+// SGD with a zero gradient, rounds up in a quarter of the elements, within 5 sigma), the bits
+// depend only on (step, index) (a split call gives the same bits), and another step draws others.
+static void test_bf16_stochastic(void **state) {
+    (void)state;
+    const size_t n = 1 << 16;
+    float *p = xmalloc(n * 4), *q = xmalloc(n * 4), *r = xmalloc(n * 4), *g = xmalloc(n * 4);
+    dsc_opt_hparams h;
+    dsc_opt_hparams_defaults(DSC_OPT_SGD, &h);
+    h.lr = 0.0f; // p stays its fp32 value: only the rounding acts
+    const float x = 1.0f + 0x1p-9f; // bf16 neighbours 1 and 1 + 2^-7: up with probability 1/4
+    for (size_t i = 0; i < n; i++) p[i] = q[i] = r[i] = x, g[i] = 0.0f;
+    dsc_opt_step_bf16(&h, 7, p, g, NULL, NULL, n, 1.0f, false, 1000);
+    dsc_opt_step_bf16(&h, 7, q, g, NULL, NULL, n / 2, 1.0f, false, 1000);
+    dsc_opt_step_bf16(&h, 7, q + n / 2, g, NULL, NULL, n - n / 2, 1.0f, false, 1000 + n / 2);
+    dsc_opt_step_bf16(&h, 8, r, g, NULL, NULL, n, 1.0f, false, 1000);
+    size_t up = 0, differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(p[i] == 1.0f || p[i] == 1.0f + 0x1p-7f);
+        assert_true(float_to_bits(p[i]) == float_to_bits(q[i]));
+        up += p[i] > 1.0f;
+        differ += p[i] != r[i];
+    }
+    double mean = 0.25 * (double)n, sigma = sqrt((double)n * 0.25 * 0.75);
+    printf("stochastic rounding: %zu of %zu up (expected %.0f +- %.0f); %zu differ at the next "
+           "step\n", up, n, mean, sigma, differ);
+    assert_true(fabs((double)up - mean) < 5 * sigma);
+    assert_true(differ > n / 8);
+    // nearest even (UINT64_MAX) rounds every element down
+    for (size_t i = 0; i < n; i++) r[i] = x;
+    dsc_opt_step_bf16(&h, 7, r, g, NULL, NULL, n, 1.0f, false, UINT64_MAX);
+    for (size_t i = 0; i < n; i++) r[i] == 1.0f ? (void)0 : fail();
+    free(p);
+    free(q);
+    free(r);
+    free(g);
+}
+
 int main(void) {
     const char *seed = getenv("DSC_TEST_SEED");
     if (seed != NULL) g_seed = strtoull(seed, NULL, 10);
@@ -612,7 +651,7 @@ int main(void) {
         cmocka_unit_test(test_sgd),                cmocka_unit_test(test_lion),
         cmocka_unit_test(test_lion_zero_sign),     cmocka_unit_test(test_out16_specials),
         cmocka_unit_test(test_out16_stream), cmocka_unit_test(test_sumsq),
-        cmocka_unit_test(test_adam_bf16),
+        cmocka_unit_test(test_adam_bf16), cmocka_unit_test(test_bf16_stochastic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

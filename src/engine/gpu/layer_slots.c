@@ -3,7 +3,8 @@
 // ops).
 #include "engine/gpu/layer_slots.h"
 
-#include <stdlib.h> // calloc, free
+#include <stdbool.h> // bool
+#include <stdlib.h>  // calloc, free
 
 #include "base/status.h"   // dsc__fail, DSC_TRY
 #include "engine/device.h" // dsc__engine_span_of, dsc__engine_param_offset
@@ -45,7 +46,7 @@ dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *mode
                          "layout of %zu (a bug: report it)",
                          n, len);
     for (int k = 0; k < 2; k++) {
-        s->w[k] = p16 + len - (size_t)(2 - k) * s->slot_len;
+        s->w[k] = p16 ? p16 + len - (size_t)(2 - k) * s->slot_len : NULL;
         s->g[k] = grad + len - (size_t)(2 - k) * s->slot_len;
     }
     for (int i = 0; i < s->ntensors; i++) {
@@ -70,13 +71,14 @@ void dsc__slots_free(dsc__slots *s) {
 void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad) {
     s->p16 = p16;
     s->grad = grad;
+    bool weights = s->w[0] != NULL; // else resident: the caller's p16 table stays
     for (int i = 0; i < s->ntensors; i++) {
         int g = s->tgroup[i];
         if (dsc__slots_layer_group(s, g)) { // the layer hook repoints them before every use
-            p16[i] = s->w[0] + s->tin[i];
+            if (weights) p16[i] = s->w[0] + s->tin[i];
             grad[i] = s->g[0] + s->tin[i];
         } else {
-            p16[i] = s->dev16 + s->dev_off[g] + s->tin[i];
+            if (weights) p16[i] = s->dev16 + s->dev_off[g] + s->tin[i];
             grad[i] = s->devgrad + s->dev_off[g] + s->tin[i];
         }
     }
@@ -112,13 +114,21 @@ static dsc_status fetch(dsc__slots *s, int layer, int keep) {
 static void point(dsc__slots *s, int layer, int k, float *g) {
     for (int i = 0; i < s->ntensors; i++) {
         if (s->tgroup[i] != layer + 1) continue;
-        s->p16[i] = s->w[k] + s->tin[i];
+        if (s->w[0]) s->p16[i] = s->w[k] + s->tin[i];
         if (g) s->grad[i] = g + s->tin[i];
     }
 }
 
 dsc_status dsc__slots_hook(void *user, int pass, int layer) {
     dsc__slots *s = user;
+    if (!s->w[0]) { // resident weights: only the backward's gradient slots
+        if (pass != 1 || layer < 0 || layer >= s->L) return DSC_OK;
+        int j = layer & 1;
+        DSC_TRY(s->ops->reuse(s->user, j, s->gheld[j], layer + 1));
+        s->gheld[j] = layer + 1;
+        point(s, layer, 0, s->g[j]);
+        return DSC_OK;
+    }
     int prev = pass == 0 ? layer - 1 : layer + 1, next = pass == 0 ? layer + 1 : layer - 1;
     int k = prev >= 0 && prev < s->L ? slot_of(s, prev) : -1;
     if (k >= 0) DSC_TRY(s->ops->release(s->user, k));

@@ -44,7 +44,7 @@ typedef struct dsc__slots {
     size_t slot_len; // elements of a slot: the largest layer group, padded
     uint16_t *dev16; // the device arrays (dsc__slots_layout's length): resident groups, slots
     float *devgrad;
-    uint16_t *w[2];       // weight slots
+    uint16_t *w[2];       // weight slots (NULL: the weights are resident, see dsc__slots_init)
     float *g[2];          // gradient slots
     int held[2];          // the layer whose current weights weight slot k holds (-1: none)
     int gheld[2];         // the group whose gradients last used gradient slot j (-1: none)
@@ -59,7 +59,9 @@ typedef struct dsc__slots {
 size_t dsc__slots_layout(dsc_engine *eng, int n_layer, size_t *dev_off, size_t *slot_len);
 
 // Slots inside the device arrays p16 and grad of dsc__slots_layout's length n (checked). ops and
-// user are borrowed.
+// user are borrowed. p16 NULL: the weights stay where the caller keeps them (all on the device;
+// bf16 master weights) and only the gradients go through the slots: the hook never fetches,
+// waits for or releases weights, and never repoints the p16 table.
 dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *model, uint16_t *p16,
                            float *grad, size_t n, const dsc__slots_ops *ops, void *user);
 void dsc__slots_free(dsc__slots *s); // a zeroed or initialised s

@@ -8,7 +8,8 @@
 
 #include <math.h> // pow, sqrt
 
-#include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_f32_bf16, dsc_f32_fp16
+#include "cuda/common.cuh"          // DSC_CUDA_TRY, dsc_f32_bf16, dsc_f32_fp16
+#include "engine/optim/sround.h"     // dsc__sr_bits, dsc__bf16_sr
 
 #define OPT_THREADS 256
 #define OPT_MAX_BLOCKS 4096 // grid-stride beyond this; plenty to fill any current GPU
@@ -34,59 +35,100 @@ __device__ static inline void store16(uint16_t *out16, int kind, size_t i, float
         out16[i] = dsc_f32_fp16(p);
 }
 
-__device__ static inline float scaled_grad(const float *g, size_t i, const opt_consts &k,
+// The gradients as the kernels read them: fp32, or bf16 (bf16 master weights on the GPU keep their
+// accumulated gradients in bf16).
+struct f32_in {
+    const float *a;
+    __device__ float ld(size_t i) const { return a[i]; }
+};
+struct bf16_in {
+    const uint16_t *a;
+    __device__ float ld(size_t i) const { return dsc_bf16_f32(a[i]); }
+};
+
+template <class G>
+__device__ static inline float scaled_grad(G g, size_t i, const opt_consts &k,
                                            const float *dev_scale) {
     float s = dev_scale ? MUL(k.grad_scale, *dev_scale) : k.grad_scale;
-    return MUL(g[i], s);
+    return MUL(g.ld(i), s);
 }
 
-__global__ void adam_kernel(float *p, const float *g, float *m, float *v, uint16_t *out16, size_t n,
+// How an array of parameters or moments is stored: fp32, or bf16 (bf16 master weights, bf16
+// optimizer states), read widened exactly and written rounded to nearest even (dsc_fp32_to_bf16,
+// as the CPU's dsc_opt_step_bf16 rounds after its fp32 step). The fp32 kernels are the same
+// instructions as before these wrappers.
+struct f32_arr {
+    float *a;
+    __device__ float ld(size_t i) const { return a[i]; }
+    __device__ void st(size_t i, float x) const { a[i] = x; }
+};
+struct bf16_arr {
+    uint16_t *a;
+    __device__ float ld(size_t i) const { return dsc_bf16_f32(a[i]); }
+    __device__ void st(size_t i, float x) const { a[i] = dsc_f32_bf16(x); }
+};
+// bf16 master weights rounded stochastically (engine/optim/sround.h): element i's random bits are
+// drawn for (step, index0 + i), the same as the CPU's for the same flat index.
+struct bf16_sr_arr {
+    uint16_t *a;
+    int64_t step;
+    uint64_t index0;
+    __device__ float ld(size_t i) const { return dsc_bf16_f32(a[i]); }
+    __device__ void st(size_t i, float x) const {
+        a[i] = dsc__bf16_sr(x, dsc__sr_bits(step, index0 + i));
+    }
+};
+
+template <class P, class S, class G>
+__global__ void adam_kernel(P p, G g, S m, S v, uint16_t *out16, size_t n,
                             opt_consts k, const float *dev_scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float pi = p[i], gi = scaled_grad(g, i, k, dev_scale);
+        float pi = p.ld(i), gi = scaled_grad(g, i, k, dev_scale);
         if (k.l2 != 0.0f) gi = ADD(MUL(pi, k.l2), gi);
-        float mi = ADD(MUL(m[i], k.beta1), MUL(gi, k.one_minus_beta1));
-        float vi = ADD(MUL(v[i], k.beta2), MUL(MUL(gi, gi), k.one_minus_beta2));
+        float mi = ADD(MUL(m.ld(i), k.beta1), MUL(gi, k.one_minus_beta1));
+        float vi = ADD(MUL(v.ld(i), k.beta2), MUL(MUL(gi, gi), k.one_minus_beta2));
         float denom = ADD(MUL(__fsqrt_rn(vi), k.bias2), k.eps);
         pi = ADD(MUL(pi, k.decay), MUL(__fdiv_rn(mi, denom), k.step_size));
-        p[i] = pi;
-        m[i] = mi;
-        v[i] = vi;
+        p.st(i, pi);
+        m.st(i, mi);
+        v.st(i, vi);
         store16(out16, k.out16_kind, i, pi);
     }
 }
 
-__global__ void sgd_kernel(float *p, const float *g, float *m, uint16_t *out16, size_t n,
-                           opt_consts k, const float *dev_scale) {
+template <class P, class S, class G>
+__global__ void sgd_kernel(P p, G g, S m, uint16_t *out16, size_t n, opt_consts k,
+                           const float *dev_scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float pi = p[i], gi = scaled_grad(g, i, k, dev_scale);
+        float pi = p.ld(i), gi = scaled_grad(g, i, k, dev_scale);
         if (k.l2 != 0.0f) gi = ADD(MUL(pi, k.l2), gi);
         float u = gi;
         if (k.sgd_mode != DSC__SGD_PLAIN) {
             float buf = gi;
             if (k.sgd_mode == DSC__SGD_MOMENTUM)
-                buf = ADD(MUL(m[i], k.momentum), MUL(gi, k.one_minus_dampening));
-            m[i] = buf;
+                buf = ADD(MUL(m.ld(i), k.momentum), MUL(gi, k.one_minus_dampening));
+            m.st(i, buf);
             u = k.nesterov ? ADD(MUL(buf, k.momentum), gi) : buf;
         }
         pi = ADD(MUL(u, k.step_size), pi);
-        p[i] = pi;
+        p.st(i, pi);
         store16(out16, k.out16_kind, i, pi);
     }
 }
 
-__global__ void lion_kernel(float *p, const float *g, float *m, uint16_t *out16, size_t n,
-                            opt_consts k, const float *dev_scale) {
+template <class P, class S, class G>
+__global__ void lion_kernel(P p, G g, S m, uint16_t *out16, size_t n, opt_consts k,
+                            const float *dev_scale) {
     float lr = fabsf(k.step_size);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float pi = p[i], gi = scaled_grad(g, i, k, dev_scale), mi = m[i];
+        float pi = p.ld(i), gi = scaled_grad(g, i, k, dev_scale), mi = m.ld(i);
         float c = ADD(MUL(mi, k.beta1), MUL(gi, k.one_minus_beta1));
         pi = ADD(MUL(pi, k.decay), copysignf(lr, -c));
-        p[i] = pi;
-        m[i] = ADD(MUL(mi, k.beta2), MUL(gi, k.one_minus_beta2));
+        p.st(i, pi);
+        m.st(i, ADD(MUL(mi, k.beta2), MUL(gi, k.one_minus_beta2)));
         store16(out16, k.out16_kind, i, pi);
     }
 }
@@ -134,6 +176,47 @@ static void consts_lion(const dsc_opt_hparams *h, opt_consts *k) {
     k->decay = h->weight_decay > 0 ? (float)(1.0 - (double)h->lr * h->weight_decay) : 1.0f;
 }
 
+// The step's constants and launch shape, shared by the fp32 and bf16 entry points.
+static dsc_status prepare(const dsc_opt_hparams *h, int64_t step, const void *m, const void *v,
+                          float grad_scale, int out16_kind, size_t n, opt_consts *k,
+                          unsigned *blocks) {
+    memset(k, 0, sizeof *k);
+    k->grad_scale = grad_scale;
+    k->out16_kind = out16_kind;
+    unsigned b = dsc__blocks((long long)((n + OPT_THREADS - 1) / OPT_THREADS), 1);
+    *blocks = b > OPT_MAX_BLOCKS ? OPT_MAX_BLOCKS : b;
+    switch (h->kind) {
+    case DSC_OPT_ADAM:
+    case DSC_OPT_ADAMW:
+        DSC_CUDA_ARG(m && v, "optimizer step: Adam needs m and v");
+        consts_adam(h, step, k);
+        return DSC_OK;
+    case DSC_OPT_SGD:
+        consts_sgd(h, step, k);
+        DSC_CUDA_ARG(k->sgd_mode == DSC__SGD_PLAIN || m, "optimizer step: SGD momentum needs m");
+        return DSC_OK;
+    case DSC_OPT_LION:
+        DSC_CUDA_ARG(m != NULL, "optimizer step: Lion needs m");
+        consts_lion(h, k);
+        return DSC_OK;
+    default: return dsc__fail(DSC_ERR_INVALID_ARG, "optimizer step: unknown kind %d", (int)h->kind);
+    }
+}
+
+template <class P, class S, class G>
+static dsc_status launch(const dsc_opt_hparams *h, P p, G g, S m, S v, size_t n,
+                         const opt_consts &k, unsigned blocks, const float *dev_scale,
+                         uint16_t *out16, cudaStream_t st) {
+    if (h->kind == DSC_OPT_ADAM || h->kind == DSC_OPT_ADAMW)
+        adam_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, v, out16, n, k, dev_scale);
+    else if (h->kind == DSC_OPT_SGD)
+        sgd_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, out16, n, k, dev_scale);
+    else
+        lion_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, out16, n, k, dev_scale);
+    DSC_CUDA_LAUNCHED("optimizer step kernel");
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_opt_step(const dsc_opt_hparams *h, int64_t step, float *p,
                                          const float *g, float *m, float *v, size_t n,
                                          float grad_scale, const float *dev_scale, uint16_t *out16,
@@ -143,33 +226,49 @@ extern "C" dsc_status dsc__cuda_opt_step(const dsc_opt_hparams *h, int64_t step,
     DSC_CUDA_ARG(out16_kind >= DSC_OPT_OUT_NONE && out16_kind <= DSC_OPT_OUT_FP16,
                  "optimizer step: unknown 16-bit output kind %d", out16_kind);
     opt_consts k;
-    memset(&k, 0, sizeof k);
-    k.grad_scale = grad_scale;
-    k.out16_kind = out16 ? out16_kind : DSC_OPT_OUT_NONE;
+    unsigned blocks;
+    DSC_TRY(prepare(h, step, m, v, grad_scale, out16 ? out16_kind : DSC_OPT_OUT_NONE, n, &k,
+                    &blocks));
+    return launch(h, f32_arr{p}, f32_in{g}, f32_arr{m}, f32_arr{v}, n, k, blocks, dev_scale,
+                  out16, (cudaStream_t)stream);
+}
+
+// The bf16 master's step with gradients read through G.
+template <class G>
+static dsc_status step_bf16(const dsc_opt_hparams *h, int64_t step, uint16_t *p, G g, void *m,
+                            void *v, bool states_bf16, size_t n, const opt_consts &k,
+                            unsigned blocks, const float *dev_scale, uint64_t sr_index,
+                            cudaStream_t st) {
+    bf16_sr_arr ps{p, step, sr_index};
+    if (sr_index != UINT64_MAX && states_bf16)
+        return launch(h, ps, g, bf16_arr{(uint16_t *)m}, bf16_arr{(uint16_t *)v}, n, k, blocks,
+                      dev_scale, NULL, st);
+    if (sr_index != UINT64_MAX)
+        return launch(h, ps, g, f32_arr{(float *)m}, f32_arr{(float *)v}, n, k, blocks,
+                      dev_scale, NULL, st);
+    if (states_bf16)
+        return launch(h, bf16_arr{p}, g, bf16_arr{(uint16_t *)m}, bf16_arr{(uint16_t *)v}, n, k,
+                      blocks, dev_scale, NULL, st);
+    return launch(h, bf16_arr{p}, g, f32_arr{(float *)m}, f32_arr{(float *)v}, n, k, blocks,
+                  dev_scale, NULL, st);
+}
+
+extern "C" dsc_status dsc__cuda_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, uint16_t *p,
+                                              const void *g, bool grads_bf16, void *m, void *v,
+                                              bool states_bf16, size_t n, float grad_scale,
+                                              const float *dev_scale, uint64_t sr_index,
+                                              void *stream) {
+    if (n == 0) return DSC_OK;
+    DSC_CUDA_ARG(h && p && g, "optimizer step: h, p and g must be set");
+    opt_consts k;
+    unsigned blocks;
+    DSC_TRY(prepare(h, step, m, v, grad_scale, DSC_OPT_OUT_NONE, n, &k, &blocks));
     cudaStream_t st = (cudaStream_t)stream;
-    unsigned blocks = dsc__blocks((long long)((n + OPT_THREADS - 1) / OPT_THREADS), 1);
-    if (blocks > OPT_MAX_BLOCKS) blocks = OPT_MAX_BLOCKS;
-    switch (h->kind) {
-    case DSC_OPT_ADAM:
-    case DSC_OPT_ADAMW:
-        DSC_CUDA_ARG(m && v, "optimizer step: Adam needs m and v");
-        consts_adam(h, step, &k);
-        adam_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, v, out16, n, k, dev_scale);
-        break;
-    case DSC_OPT_SGD:
-        consts_sgd(h, step, &k);
-        DSC_CUDA_ARG(k.sgd_mode == DSC__SGD_PLAIN || m, "optimizer step: SGD momentum needs m");
-        sgd_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, out16, n, k, dev_scale);
-        break;
-    case DSC_OPT_LION:
-        DSC_CUDA_ARG(m != NULL, "optimizer step: Lion needs m");
-        consts_lion(h, &k);
-        lion_kernel<<<blocks, OPT_THREADS, 0, st>>>(p, g, m, out16, n, k, dev_scale);
-        break;
-    default: return dsc__fail(DSC_ERR_INVALID_ARG, "optimizer step: unknown kind %d", (int)h->kind);
-    }
-    DSC_CUDA_LAUNCHED("optimizer step kernel");
-    return DSC_OK;
+    if (grads_bf16)
+        return step_bf16(h, step, p, bf16_in{(const uint16_t *)g}, m, v, states_bf16, n, k,
+                         blocks, dev_scale, sr_index, st);
+    return step_bf16(h, step, p, f32_in{(const float *)g}, m, v, states_bf16, n, k, blocks,
+                     dev_scale, sr_index, st);
 }
 
 // ---- sum of squares, clipping ----
@@ -234,6 +333,34 @@ __global__ void sumsq_final_kernel(double *acc, int *nonfinite, const double *pa
     if (threadIdx.x != 0) return;
     acc[0] += s;
     if (nonfinite && !isfinite(s)) *nonfinite = 1;
+}
+
+// The same partial sums over bf16 values (one element at a time, a fixed order).
+__global__ void sumsq_partial_bf16_kernel(double *part, const uint16_t *g, size_t n,
+                                          double scale) {
+    __shared__ double sh[DSC_MAX_WARPS];
+    double s0 = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double x = (double)dsc_bf16_f32(g[i]) * scale;
+        s0 += x * x;
+    }
+    double s = block_sum_d(s0, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+extern "C" dsc_status dsc__cuda_opt_sumsq_bf16(double *acc, int *nonfinite, double *scratch,
+                                               const uint16_t *g, size_t n, float scale,
+                                               void *stream) {
+    DSC_CUDA_ARG(acc && scratch && (g || n == 0), "sumsq: acc, scratch and g must be set");
+    if (n == 0) return DSC_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    sumsq_partial_bf16_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, st>>>(scratch, g, n,
+                                                                      (double)scale);
+    DSC_CUDA_LAUNCHED("sumsq_partial_bf16_kernel");
+    sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, st>>>(acc, nonfinite, scratch);
+    DSC_CUDA_LAUNCHED("sumsq_final_kernel");
+    return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_opt_sumsq(double *acc, int *nonfinite, double *scratch,

@@ -10,6 +10,7 @@
 #include "base/env.h"                     // dsc__env, DSC_ENV_*
 #include "base/status.h"                  // dsc__fail, DSC_TRY
 #include "base/time.h"                    // dsc_now
+#include "engine/gpu/layer_slots.h"       // dsc__slots_* (bf16 master: gradient slots)
 #include "engine/gpu/train_gpu_dp.h"      // dsc__train_dp_* (several GPUs through nccl)
 #include "engine/gpu/train_gpu_offload.h" // dsc__train_off_* (ZeRO-Offload, streamed)
 #include "dsc/comm.h"                     // dsc_comm_backend_available
@@ -74,6 +75,12 @@ struct dsc_device_trainer {
     bool loss_pending;      // the last micro-step's loss is not in the trainer's sum yet
     bool loss_ready;        // ... and loss_value holds it (read with the step's results)
     float loss_value;
+    // bf16 master weights (st->master16): the model writes a micro-step's fp32 gradients into
+    // the resident groups' scratch and two layer slots (engine/gpu/layer_slots.h, weights
+    // resident), and each group is added into the bf16 gradients as soon as the backward is done
+    // with it; acc_first: this micro-step is the step's first (= rather than +=)
+    dsc__slots gslots;
+    bool gslots_on, acc_first;
     const uint16_t **p16;   // per-tensor views into st->p16
     float **grad;           // per-tensor views into st->grad
     double peak;            // this rank's share of the device's peak (FLOP/s)
@@ -158,12 +165,60 @@ static dsc_status check_config(train_gpu *g, bool *offload, const char **prec) {
         return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_OFFLOAD_STREAM=0 (the whole-gradient "
                          "offload) cannot stream parameters: unset it, or set "
                          "zero_optimization.offload_param.device to \"none\"");
+    if (*offload && !g->unstreamed && g->world == 1 && dsc__engine_master_bf16(g->eng, NULL))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "bf16.bf16_master_weights_and_grads with "
+                         "zero_optimization.offload_optimizer \"cpu\" on one GPU: the streamed "
+                         "offload keeps an fp32 master; set offload_optimizer.device to \"none\" "
+                         "(bf16 master, gradients and moments on the GPU), or the bf16 master keys "
+                         "false");
     *prec = c->bf16.enabled ? "bf16" : c->fp16.enabled ? "fp16" : "fp32";
     g->fp16 = c->fp16.enabled;
     if (!c->bf16.enabled && !c->fp16.enabled)
         fprintf(stderr, "note: --device cuda computes in bf16 (the GPU kernels have no fp32 "
                 "path): fp32 master weights and optimizer state; set \"bf16\": {\"enabled\": "
                 "true} to say so in the config, or \"fp16\" for fp16 with loss scaling\n");
+    return DSC_OK;
+}
+
+// ---- bf16 master weights: the gradient slots ----
+
+// Group `group`'s fp32 gradients at scratch element `from` into the bf16 gradients.
+static dsc_status acc_group(train_gpu *g, int group, size_t from) {
+    dsc__engine_span sp;
+    dsc__engine_span_of(g->eng, group, &sp);
+    return dsc__cuda_state_acc_grads(g->st, sp.off, from, sp.padded, g->acc_first);
+}
+
+static dsc_status gslot_none(void *user, int k) {
+    (void)user, (void)k;
+    return DSC_OK;
+}
+static dsc_status gslot_fetch(void *user, int k, int layer) {
+    (void)user, (void)k, (void)layer;
+    return DSC_OK;
+}
+// Gradient slot j takes another layer: the one it held goes into the bf16 gradients first (on
+// the model's stream, so the layer's kernels write the slot after that addition read it). The
+// model writes every gradient of the layer (fresh), so the slot needs no zeroing.
+static dsc_status gslot_reuse(void *user, int j, int before, int group) {
+    (void)group;
+    train_gpu *g = user;
+    if (before < 0) return DSC_OK;
+    return acc_group(g, before, (size_t)(g->gslots.g[j] - g->st->grad));
+}
+static const dsc__slots_ops gslot_ops = {
+    .fetch = gslot_fetch, .use = gslot_none, .release = gslot_none, .reuse = gslot_reuse};
+
+// After a micro-step's backward: the two layers still in the slots and the resident groups.
+static dsc_status gslots_flush(train_gpu *g) {
+    dsc__slots *s = &g->gslots;
+    for (int j = 0; j < 2; j++) {
+        if (s->gheld[j] < 0) continue;
+        DSC_TRY(acc_group(g, s->gheld[j], (size_t)(s->g[j] - g->st->grad)));
+        s->gheld[j] = -1;
+    }
+    int ends[2] = {0, s->L + 1};
+    for (int k = 0; k < 2; k++) DSC_TRY(acc_group(g, ends[k], s->dev_off[ends[k]]));
     return DSC_OK;
 }
 
@@ -179,7 +234,11 @@ static dsc_status make_views(train_gpu *g) {
     for (int i = 0; i < g->ntensors; i++) {
         size_t off = dsc__engine_param_offset(g->eng, i);
         g->p16[i] = g->st->p16 + off;
-        g->grad[i] = g->st->grad + off;
+        g->grad[i] = g->gslots_on ? NULL : g->st->grad + off;
+    }
+    if (g->gslots_on) {
+        g->gslots.gheld[0] = g->gslots.gheld[1] = -1; // (a recovery dropped what they held)
+        dsc__slots_views(&g->gslots, g->model, g->p16, g->grad);
     }
     return DSC_OK;
 }
@@ -221,6 +280,13 @@ static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
     int moments = g->host.v ? 2 : 1;
     size_t n = g->param_offload ? dsc__train_off_device_len(g->eng, g->mdl) : g->host.total;
+    bool states16;
+    if (!offload && dsc__engine_master_bf16(g->eng, &states16)) {
+        size_t glen = dsc__slots_layout(g->eng, dsc_model_describe(g->mdl)->n_layer, NULL, NULL);
+        DSC_TRY(dsc__cuda_state_create_bf16(&g->st, n, glen, moments, states16, g->pool));
+        dsc__cuda_state_set_sr(g->st, dsc__engine_bf16_sr(g->eng));
+        return DSC_OK;
+    }
     return dsc__cuda_state_create(&g->st, n, moments, offload, g->pool);
 }
 
@@ -249,6 +315,12 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
 
 // The banner's words for a one-rank run.
 static const char *one_rank_mode(const train_gpu *g, bool offload) {
+    bool states16;
+    if (!offload && dsc__engine_master_bf16(g->eng, &states16))
+        return states16 ? "bf16 master, gradients rounded to bf16 and bf16 optimizer state on "
+                          "the GPU (bf16.bf16_master_weights_and_grads, bf16_optimizer_states)"
+                        : "bf16 master, gradients rounded to bf16, fp32 optimizer state on the "
+                          "GPU (bf16.bf16_master_weights_and_grads)";
     if (!offload) return "fp32 master + optimizer state on the GPU";
     if (g->unstreamed)
         return "ZeRO-Offload: fp32 master + optimizer on the host (CPU step), not streamed "
@@ -287,6 +359,12 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
 static dsc_status choose_dp(train_gpu *g, bool offload, bool *use) {
     *use = false;
     if (!dsc__train_dp_selected()) return DSC_OK;
+    if (!offload && dsc__engine_master_bf16(g->eng, NULL))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_COMM_BACKEND=nccl with "
+                         "bf16.bf16_master_weights_and_grads: the nccl data-parallel path keeps "
+                         "an fp32 master partition; unset DSC_COMM_BACKEND (the ranks then stage "
+                         "through the host, whose engine keeps the bf16 master), or set the bf16 "
+                         "master keys false");
     if (offload) {
         snprintf(g->dp_note, sizeof g->dp_note, "DSC_COMM_BACKEND=nccl, but the optimizer is "
                  "offloaded to the CPU (offload_optimizer.device \"cpu\"): no device collectives");
@@ -321,6 +399,11 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     if (offload && !g->staged && !g->unstreamed)
         DSC_TRY(dsc__train_off_create(&g->off, g->eng, g->st, &g->host, g->model, g->mdl,
                                       g->fp16, g->param_offload, &pinned, why, sizeof why));
+    if (g->st->master16) {
+        DSC_TRY(dsc__slots_init(&g->gslots, g->eng, g->mdl, NULL, g->st->grad, g->st->grad_len,
+                                &gslot_ops, g));
+        g->gslots_on = true;
+    }
     if (g->unstreamed) // the gradients come down into acc, the weights go up from master
         dsc__cuda_state_pin(g->st, g->host.acc, g->host.master, g->host.total, &pinned, why,
                             sizeof why);
@@ -368,6 +451,7 @@ void dsc_device_trainer_destroy(train_gpu *g) {
     dsc_model_device_destroy(g->model);
     if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
     else dsc__cuda_state_destroy(g->st); // unpins the staging buffers: free them after
+    dsc__slots_free(&g->gslots);
     dsc_mem_pool_destroy(g->pool); // after its users: they wait for their streams first
     free(g->hgrad);
     free(g->hweights);
@@ -461,8 +545,10 @@ dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32
     if (!bwd_s) bwd_s = &bwd_unused;
     float scale = (float)dsc_backward_scale(g->eng);
     g->loss_pending = false; // one not taken belonged to a step a fault abandoned
-    if (device_optimizer(g)) // the step's first micro-step writes the gradients
-        dsc_model_device_set_grads_fresh(g->model, dsc__engine_micro(g->eng) == 0);
+    g->acc_first = dsc__engine_micro(g->eng) == 0;
+    if (device_optimizer(g)) // the step's first micro-step writes the gradients (bf16 master:
+                             // every micro-step writes its scratch, then adds it in bf16)
+        dsc_model_device_set_grads_fresh(g->model, g->gslots_on || g->acc_first);
     dsc__engine_phase(g->eng, "forward");
     if (g->off)
         return dsc__train_off_micro(g->off, g->p16, g->grad, in, tg, B, T, scale, g->timed, loss,
@@ -479,6 +565,7 @@ dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32
             bool defer = dsc__engine_micro_last(g->eng);
             DSC_TRY(dsc_model_device_train_step(g->model, g->p16, g->grad, in, tg, B, T, scale,
                                              defer ? NULL : loss));
+            if (g->gslots_on) DSC_TRY(gslots_flush(g));
             dsc__engine_phase(g->eng, "backward"); // the backward is enqueued
             if (defer) *loss = 0.0f, g->loss_pending = true, g->loss_ready = false;
             return DSC_OK;
@@ -497,6 +584,7 @@ dsc_status dsc_device_trainer_micro(train_gpu *g, const int32_t *in, const int32
     double t1 = dsc_now();
     dsc__engine_phase(g->eng, "backward");
     DSC_TRY(dsc_model_device_backward(g->model, g->p16, g->grad, scale));
+    if (g->gslots_on) DSC_TRY(gslots_flush(g));
     if (g->dp) DSC_TRY(dsc__train_dp_pass_done(g->dp));
     DSC_TRY(dsc__cuda_stream_wait(g->st->stream));
     *fwd_s += t1 - t0;
@@ -557,11 +645,22 @@ static dsc_status staged_step(train_gpu *g, dsc_step_info *info) {
 }
 
 // --dump-grads on one GPU with the device optimizer: the accumulated gradients (nothing to reduce
-// on one rank) into the engine's host accumulator, then the trainer's observer.
+// on one rank) into a temporary host buffer (the engine keeps none: dsc__engine_keeps_no_grads)
+// or the engine's host accumulator, then the trainer's observer.
 static dsc_status observe_grads(train_gpu *g) {
     if (!dsc__engine_grads_observed(g->eng)) return DSC_OK;
     size_t len;
     float *acc = dsc__engine_grad_acc(g->eng, &len);
+    if (!acc) { // the engine keeps no gradients (dsc__engine_keeps_no_grads): a temporary copy
+        float *tmp = malloc(g->st->n * sizeof *tmp);
+        if (!tmp)
+            return dsc__fail(DSC_ERR_OOM, "--dump-grads: out of memory for a host copy of the "
+                             "%zu gradients", g->st->n);
+        dsc_status st = dsc__cuda_state_grads_to_host(g->st, tmp);
+        if (st == DSC_OK) st = dsc__engine_observe_grads_in(g->eng, tmp);
+        free(tmp);
+        return st;
+    }
     if (len != g->st->n)
         return dsc__fail(DSC_ERR_INTERNAL, "--dump-grads: the engine's accumulator holds %zu "
                          "elements, the device %zu", len, g->st->n);
@@ -613,6 +712,9 @@ dsc_status dsc_device_trainer_step(train_gpu *g, dsc_step_info *info) {
     }
     if (g->st->offload) return offload_step(g, info);
     if (!dsc__engine_micro_done(g->eng, info)) return DSC_OK;
+    // bf16 master weights: the gradients become bf16 values first, as the engine's CPU step
+    // makes them (dsc__zero_round_bf16_grads), and --dump-grads sees them so.
+    if (dsc__engine_master_bf16(g->eng, NULL)) DSC_TRY(dsc__cuda_state_round_grads_bf16(g->st));
     if (q) return queued_step(g, info);
     DSC_TRY(observe_grads(g));
     double sumsq;

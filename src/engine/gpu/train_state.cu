@@ -7,6 +7,7 @@
 
 #include "cuda/common.cuh"    // DSC_CUDA_TRY
 #include "cuda/kernels.h"     // dsc__cuda_f32_to_16, dsc__cuda_round_fp16
+#include "cuda/convert.h"     // dsc__cuda_from16
 #include "engine/gpu/optim.h" // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
 #include "base/env.h" // dsc__env (a C header with its own extern "C")
@@ -138,13 +139,26 @@ static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool
     s->stream = st;
     // An offload state keeps no master: the host's comes up through the gradient buffer
     // (dsc__cuda_state_upload), which is zero between steps.
-    if (!s->offload) DSC_TRY(alloc(s, pool, 0, (void **)&s->master, ns * 4, "gpu.master"));
-    DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
-    DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
-    if (!s->offload && moments >= 1)
-        DSC_TRY(alloc(s, pool, 3, (void **)&s->m, ns * 4, "gpu.moments"));
-    if (!s->offload && moments >= 2)
-        DSC_TRY(alloc(s, pool, 4, (void **)&s->v, ns * 4, "gpu.moments"));
+    // bf16 master weights: the 16-bit copy is the master.
+    if (!s->offload && !s->master16)
+        DSC_TRY(alloc(s, pool, 0, (void **)&s->master, ns * 4, "gpu.master"));
+    DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, s->grad_len * 4,
+                  s->master16 ? "gpu.grad_scratch" : "gpu.grads"));
+    DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2,
+                  s->master16 ? "gpu.bf16_master" : "gpu.bf16_weights"));
+    if (s->master16) {
+        DSC_TRY(dsc__cuda_buf_alloc(&s->g16_buf, pool, n * 2, "gpu.grads"));
+        s->g16 = (uint16_t *)s->g16_buf.ptr;
+        DSC_CUDA_TRY(cudaMemsetAsync(s->g16, 0, n * 2, st));
+    }
+    size_t mb = s->states16 ? 2 : 4; // bytes per moment
+    void **mv[2] = {s->states16 ? (void **)&s->m16 : (void **)&s->m,
+                    s->states16 ? (void **)&s->v16 : (void **)&s->v};
+    for (int k = 0; k < 2; k++)
+        if (!s->offload && moments >= k + 1) {
+            DSC_TRY(alloc(s, pool, 3 + k, mv[k], ns * mb, "gpu.moments"));
+            DSC_CUDA_TRY(cudaMemsetAsync(*mv[k], 0, ns * mb, st));
+        }
     // sumsq, then the divisor's float (step_div) in the same buffer
     DSC_TRY(alloc(s, pool, 5, (void **)&s->sumsq, 2 * sizeof(double), "gpu.norm"));
     s->dev_scale = (float *)(s->sumsq + 1);
@@ -154,21 +168,24 @@ static dsc_status state_alloc(dsc_cuda_state *s, int moments, dsc_mem_pool *pool
     DSC_TRY(alloc(s, pool, 6, (void **)&s->nonfinite, sizeof(int), "gpu.norm"));
     DSC_TRY(alloc(s, pool, 7, (void **)&s->scratch, DSC_CUDA_SUMSQ_SCRATCH * sizeof(double),
                   "gpu.norm"));
-    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, st));
-    if (s->m) DSC_CUDA_TRY(cudaMemsetAsync(s->m, 0, ns * 4, st));
-    if (s->v) DSC_CUDA_TRY(cudaMemsetAsync(s->v, 0, ns * 4, st));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->grad_len * 4, st));
     DSC_CUDA_TRY(cudaStreamSynchronize(st));
     return DSC_OK;
 }
 
+// master16 / states16: see dsc__cuda_state_create_bf16.
 static dsc_status state_create(dsc_cuda_state **out, size_t n, size_t nstate, int moments,
-                               bool offload, dsc_mem_pool *pool) {
+                               bool offload, dsc_mem_pool *pool, bool master16 = false,
+                               bool states16 = false, size_t grad_len = 0) {
     *out = NULL;
     dsc_cuda_state *s = (dsc_cuda_state *)calloc(1, sizeof *s);
     if (!s) return dsc__fail(DSC_ERR_OOM, "out of memory for the GPU training state");
     s->n = n;
     s->nstate = nstate;
     s->offload = offload;
+    s->master16 = master16;
+    s->states16 = states16;
+    s->grad_len = master16 ? grad_len : n;
     dsc_status st = state_alloc(s, moments, pool);
     if (st != DSC_OK) {
         dsc__cuda_state_destroy(s);
@@ -183,6 +200,13 @@ extern "C" dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int
     return state_create(out, n, n, moments, offload, pool);
 }
 
+extern "C" dsc_status dsc__cuda_state_create_bf16(dsc_cuda_state **out, size_t n,
+                                                  size_t grad_len, int moments, bool states16,
+                                                  dsc_mem_pool *pool) {
+    DSC_CUDA_ARG(grad_len > 0, "GPU state: a bf16 master needs gradient scratch");
+    return state_create(out, n, n, moments, false, pool, true, states16, grad_len);
+}
+
 extern "C" dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, size_t nstate,
                                                 int moments, dsc_mem_pool *pool) {
     return state_create(out, n, nstate, moments, false, pool);
@@ -194,6 +218,7 @@ extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
     for (int k = 0; k < 2; k++)
         if (s->pinned[k]) host_unregister(s->pinned[k]);
     for (int k = 0; k < DSC_CUDA_STATE_BUFS; k++) dsc__cuda_buf_free(&s->bufs[k]);
+    dsc__cuda_buf_free(&s->g16_buf);
     if (s->results) (void)cudaFreeHost(s->results);
     if (s->results_ready) (void)cudaEventDestroy((cudaEvent_t)s->results_ready);
     if (s->stream) (void)cudaStreamDestroy((cudaStream_t)s->stream);
@@ -210,7 +235,7 @@ extern "C" dsc_status dsc__cuda_state_resize(dsc_cuda_state *s, size_t n) {
     for (int k = 0; k < 3; k++) dsc__cuda_buf_free(&s->bufs[k]);
     s->master = s->grad = NULL;
     s->p16 = NULL;
-    s->n = s->nstate = n;
+    s->n = s->nstate = s->grad_len = n;
     DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
     DSC_TRY(alloc(s, pool, 2, (void **)&s->p16, n * 2, "gpu.bf16_weights"));
     DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, n * 4, (cudaStream_t)s->stream));
@@ -228,7 +253,7 @@ extern "C" dsc_status dsc__cuda_state_resize_dp(dsc_cuda_state *s, size_t n, siz
         dsc__cuda_buf_free(&s->bufs[k]);
     s->master = s->grad = s->m = s->v = NULL;
     s->p16 = NULL;
-    s->n = n;
+    s->n = s->grad_len = n;
     s->nstate = nstate;
     DSC_TRY(alloc(s, pool, 0, (void **)&s->master, nstate * 4, "gpu.master"));
     DSC_TRY(alloc(s, pool, 1, (void **)&s->grad, n * 4, "gpu.grads"));
@@ -260,6 +285,26 @@ static dsc_status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     return DSC_OK;
 }
 
+// Between n fp32 host values and n bf16 values on the device (up: host -> dev16, rounded; else
+// dev16 -> host, widened exactly) through the gradient scratch, grad_len at a time (the host
+// waits for each piece, so the scratch can take the next). NULL host or dev16: nothing.
+static dsc_status stage(dsc_cuda_state *s, float *host, uint16_t *dev16, bool up) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    if (!dev16 || !host) return DSC_OK;
+    for (size_t off = 0; off < s->n; off += s->grad_len) {
+        size_t k = s->n - off < s->grad_len ? s->n - off : s->grad_len;
+        if (up) {
+            DSC_TRY(copy(s->grad, host + off, k * 4, cudaMemcpyHostToDevice, st));
+            DSC_TRY(dsc__cuda_f32_to_16(dev16 + off, s->grad, (int64_t)k, false, st));
+        } else {
+            DSC_TRY(dsc__cuda_from16(s->grad, dev16 + off, k, 1.0f, false, st));
+            DSC_TRY(copy(host + off, s->grad, k * 4, cudaMemcpyDeviceToHost, st));
+        }
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    }
+    return DSC_OK;
+}
+
 extern "C" void dsc__cuda_state_set_fp16(dsc_cuda_state *s, bool on) {
     s->fp16 = on;
 }
@@ -269,6 +314,19 @@ extern "C" dsc_status dsc__cuda_state_upload(dsc_cuda_state *s, const float *mas
     DSC_CUDA_ARG(s->nstate == s->n, "GPU state upload: the state is a partition (upload_dp)");
     cudaStream_t st = (cudaStream_t)s->stream;
     size_t b = s->n * 4;
+    if (s->master16) { // bf16 values, through the gradient scratch in pieces
+        DSC_TRY(stage(s, (float *)master, s->p16, true));
+        if (s->states16) {
+            DSC_TRY(stage(s, (float *)m, s->m16, true));
+            DSC_TRY(stage(s, (float *)v, s->v16, true));
+        } else {
+            DSC_TRY(copy(s->m, m, b, cudaMemcpyHostToDevice, st));
+            DSC_TRY(copy(s->v, v, b, cudaMemcpyHostToDevice, st));
+        }
+        DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->grad_len * 4, st));
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+        return DSC_OK;
+    }
     if (s->offload) { // through the gradient buffer, zero again after
         DSC_TRY(copy(s->grad, master, b, cudaMemcpyHostToDevice, st));
         DSC_TRY(dsc__cuda_f32_to_16(s->p16, s->grad, (int64_t)s->n, s->fp16, st));
@@ -303,6 +361,19 @@ extern "C" dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master,
                                                float *v) {
     cudaStream_t st = (cudaStream_t)s->stream;
     size_t b = s->nstate * 4;
+    if (s->master16) { // widened exactly through the gradient scratch, zero again after
+        DSC_TRY(stage(s, master, s->p16, false));
+        if (s->states16) {
+            DSC_TRY(stage(s, m, s->m16, false));
+            DSC_TRY(stage(s, v, s->v16, false));
+        } else {
+            DSC_TRY(copy(m, s->m, b, cudaMemcpyDeviceToHost, st));
+            DSC_TRY(copy(v, s->v, b, cudaMemcpyDeviceToHost, st));
+        }
+        DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->grad_len * 4, st));
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+        return DSC_OK;
+    }
     if (!s->offload) DSC_TRY(copy(master, s->master, b, cudaMemcpyDeviceToHost, st));
     DSC_TRY(copy(m, s->m, b, cudaMemcpyDeviceToHost, st));
     DSC_TRY(copy(v, s->v, b, cudaMemcpyDeviceToHost, st));
@@ -312,6 +383,12 @@ extern "C" dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master,
 
 extern "C" dsc_status dsc__cuda_state_grads_to_host(dsc_cuda_state *s, float *dst) {
     cudaStream_t st = (cudaStream_t)s->stream;
+    if (s->master16) { // the bf16 gradients, widened (the scratch is free between steps)
+        DSC_TRY(stage(s, dst, s->g16, false));
+        DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->grad_len * 4, st));
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+        return DSC_OK;
+    }
     DSC_TRY(copy(dst, s->grad, s->n * 4, cudaMemcpyDeviceToHost, st));
     DSC_CUDA_TRY(cudaStreamSynchronize(st));
     return DSC_OK;
@@ -338,9 +415,29 @@ extern "C" dsc_status dsc__cuda_16_to_host(float *dst, const uint16_t *src, size
 
 // ---- the step ----
 
+// The step kernels' sr_index: the flat layout starts at 0 on one rank.
+static uint64_t sr_index(const dsc_cuda_state *s) { return s->sr16 ? 0 : UINT64_MAX; }
+
+extern "C" void dsc__cuda_state_set_sr(dsc_cuda_state *s, bool on) { s->sr16 = on; }
+
+// Moment k (0: m, 1: v) as the step kernels take it: fp32 or, with states16, bf16 storage.
+static void *moment(const dsc_cuda_state *s, int k) {
+    if (s->states16) return k == 0 ? (void *)s->m16 : (void *)s->v16;
+    return k == 0 ? (void *)s->m : (void *)s->v;
+}
+
 extern "C" dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s) {
-    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->n * 4, (cudaStream_t)s->stream));
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, s->grad_len * 4, (cudaStream_t)s->stream));
+    if (s->g16) DSC_CUDA_TRY(cudaMemsetAsync(s->g16, 0, s->n * 2, (cudaStream_t)s->stream));
     return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_acc_grads(dsc_cuda_state *s, size_t off, size_t from,
+                                                size_t count, bool first) {
+    DSC_CUDA_ARG(s->master16 && off + count <= s->n && from + count <= s->grad_len,
+                 "GPU state: bf16 gradients %zu + %zu from scratch %zu outside %zu / %zu", off,
+                 count, from, s->n, s->grad_len);
+    return dsc__cuda_acc_bf16(s->g16 + off, s->grad + from, count, first, s->stream);
 }
 
 extern "C" dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s) {
@@ -354,8 +451,23 @@ extern "C" dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, 
     return dsc__cuda_round_fp16(s->grad + off, (int64_t)n, s->stream);
 }
 
+extern "C" dsc_status dsc__cuda_state_round_grads_bf16(dsc_cuda_state *s) {
+    if (s->g16) return DSC_OK; // accumulated in bf16 already
+    return dsc__cuda_round_bf16(s->grad, (int64_t)s->n, s->stream);
+}
+
 extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
                                                  bool *nonfinite) {
+    if (s->g16) { // as dsc__cuda_state_sumsq over the bf16 gradients
+        cudaStream_t st = (cudaStream_t)s->stream;
+        DSC_TRY(dsc__cuda_state_grad_sumsq_enqueue(s, scale));
+        int flag = 0;
+        DSC_CUDA_TRY(cudaMemcpyAsync(sumsq, s->sumsq, sizeof(double), cudaMemcpyDeviceToHost, st));
+        DSC_CUDA_TRY(cudaMemcpyAsync(&flag, s->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, st));
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+        *nonfinite = flag != 0;
+        return DSC_OK;
+    }
     return dsc__cuda_state_sumsq(s, s->grad, s->n, scale, sumsq, nonfinite);
 }
 
@@ -363,6 +475,9 @@ extern "C" dsc_status dsc__cuda_state_grad_sumsq_enqueue(dsc_cuda_state *s, floa
     cudaStream_t st = (cudaStream_t)s->stream;
     DSC_CUDA_TRY(cudaMemsetAsync(s->sumsq, 0, sizeof(double), st));
     DSC_CUDA_TRY(cudaMemsetAsync(s->nonfinite, 0, sizeof(int), st));
+    if (s->g16)
+        return dsc__cuda_opt_sumsq_bf16(s->sumsq, s->nonfinite, s->scratch, s->g16, s->n, scale,
+                                        st);
     return dsc__cuda_opt_sumsq(s->sumsq, s->nonfinite, s->scratch, s->grad, s->n, scale, st);
 }
 
@@ -395,6 +510,10 @@ extern "C" dsc_status dsc__cuda_state_step_div(dsc_cuda_state *s, const dsc_opt_
     DSC_CUDA_ARG(!s->offload && s->nstate == s->n,
                  "GPU optimizer step: the state is offloaded or a partition");
     DSC_TRY(dsc__cuda_opt_divisor(s->dev_scale, s->sumsq, prev, scale, clipping, s->stream));
+    if (s->master16)
+        return dsc__cuda_opt_step_bf16(h, step, s->p16, s->g16, true, moment(s, 0),
+                                       moment(s, 1), s->states16, s->n, 1.0f, s->dev_scale,
+                                       sr_index(s), s->stream);
     return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, 1.0f, s->dev_scale,
                               s->p16, s->fp16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16, s->stream);
 }
@@ -417,6 +536,10 @@ extern "C" dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hpar
                                            int64_t step, float grad_scale) {
     DSC_CUDA_ARG(!s->offload, "GPU optimizer step: the state is offloaded (the CPU steps)");
     DSC_CUDA_ARG(s->nstate == s->n, "GPU optimizer step: the state is a partition (step_range)");
+    if (s->master16)
+        return dsc__cuda_opt_step_bf16(h, step, s->p16, s->g16, true, moment(s, 0),
+                                       moment(s, 1), s->states16, s->n, grad_scale, NULL,
+                                       sr_index(s), s->stream);
     return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, grad_scale, NULL,
                               s->p16, s->fp16 ? DSC_OPT_OUT_FP16 : DSC_OPT_OUT_BF16, s->stream);
 }
@@ -425,6 +548,7 @@ extern "C" dsc_status dsc__cuda_state_step_range(dsc_cuda_state *s, const dsc_op
                                                  int64_t step, float grad_scale, const float *g,
                                                  size_t off, size_t count, uint16_t *out16) {
     DSC_CUDA_ARG(!s->offload, "GPU optimizer step: the state is offloaded (the CPU steps)");
+    DSC_CUDA_ARG(!s->master16, "GPU optimizer step over a range: not with bf16 master weights");
     DSC_CUDA_ARG(off + count <= s->nstate, "GPU optimizer step: range %zu + %zu outside the "
                  "%zu state elements", off, count, s->nstate);
     if (count == 0) return DSC_OK;

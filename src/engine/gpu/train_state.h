@@ -56,7 +56,17 @@ typedef struct dsc_cuda_state {
     double *scratch;   // DSC_CUDA_SUMSQ_SCRATCH doubles
     void *pinned[2];   // host ranges registered by dsc__cuda_state_pin (NULL: none)
     bool fp16;         // p16 holds IEEE fp16 (fp16 training) instead of bf16
+    // bf16 master weights (dsc__cuda_state_create_bf16): no fp32 master, p16 is the master and
+    // the optimizer updates it in place; with states16 the moments are bf16 too (m16, v16).
+    bool master16, states16;
+    bool sr16; // master16: stochastic rounding of the master (bf16_master_rounding)
+    uint16_t *m16, *v16; // (n) bf16 moments when states16 (m, v are NULL then)
+    uint16_t *g16;       // master16: (n) the step's gradients, accumulated in bf16
+    size_t grad_len;     // elements of grad: n, or with master16 the fp32 scratch the model
+                         // writes one micro-step's gradients into (the resident groups and two
+                         // layer slots, engine/gpu/layer_slots.h), added into g16 as it goes
     dsc_cuda_buf bufs[DSC_CUDA_STATE_BUFS]; // what the pointers above are views of
+    dsc_cuda_buf g16_buf;
 } dsc_cuda_state;
 
 // Device name and the dense bf16 tensor-core peak in FLOP/s that MFU is measured against (a table
@@ -87,6 +97,22 @@ dsc_status dsc__cuda_stream_wait(void *stream);
 // cuda/devbuf.h), or NULL for plain cudaMalloc. Caller owns *out.
 dsc_status dsc__cuda_state_create(dsc_cuda_state **out, size_t n, int moments, bool offload,
                                   dsc_mem_pool *pool);
+// Device mode with bf16 master weights (bf16.bf16_master_weights_and_grads): the 16-bit copy is
+// the master (no fp32 master buffer), the step's gradients are bf16 (g16, n) and the moments are
+// fp32, or bf16 with states16 (bf16.bf16_optimizer_states): 8 bytes per Adam parameter with both
+// keys, plus grad_len fp32 elements of scratch (grad) into which the model writes a micro-step's
+// gradients group by group; the owner adds each group into g16 (dsc__cuda_state_acc_grads) once
+// the backward is done with it. Upload, download, step and step_div take and give the same fp32
+// host arrays as the fp32 state (holding bf16 values; the copies are staged through grad in
+// pieces of grad_len, which is zero after).
+dsc_status dsc__cuda_state_create_bf16(dsc_cuda_state **out, size_t n, size_t grad_len,
+                                       int moments, bool states16, dsc_mem_pool *pool);
+// master16: g16[off, off + count) += grad[from, from + count) in bf16 (first: =), enqueued.
+dsc_status dsc__cuda_state_acc_grads(dsc_cuda_state *s, size_t off, size_t from, size_t count,
+                                     bool first);
+// bf16 master weights rounded stochastically after each step (bf16_master_rounding
+// "stochastic"; the same bits as the CPU engine's for the same values).
+void dsc__cuda_state_set_sr(dsc_cuda_state *s, bool on);
 // Device mode with master, m and v of nstate elements (a ZeRO partition) on the device; the
 // gradients and the 16-bit copy have n (the whole layout, or at ZeRO stage 3 over nccl the
 // resident groups and the layer slots, which may be fewer than nstate).
@@ -139,6 +165,10 @@ dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s);
 // The same over the n gradients at off (e.g. one parameter group's range, as soon as the backward
 // has finished it): element by element the same bits as the whole-array call.
 dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, size_t off, size_t n);
+
+// bf16 master weights: the accumulated gradients rounded to bf16 values in place (the engine's
+// dsc__zero_round_bf16_grads), before the norm and the step.
+dsc_status dsc__cuda_state_round_grads_bf16(dsc_cuda_state *s);
 
 // Sum of squares of grad * scale (double, fixed order) and whether any element was inf/NaN. Waits.
 dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,

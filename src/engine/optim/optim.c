@@ -27,6 +27,7 @@
 #include "base/log.h"    // DSC_WARN
 #include "base/status.h" // dsc__fail, DSC_ASSERT
 #include "dsc/half.h"    // dsc_fp32_to_bf16, dsc_fp32_to_fp16
+#include "engine/optim/sround.h" // dsc__sr_bits, dsc__bf16_sr
 
 #if DSC__OPT_X86
 #include <cpuid.h> // __get_cpuid, bit_F16C
@@ -351,10 +352,18 @@ static void round_bf16(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(x[i]));
 }
 
+// x (n) rounded to bf16 stochastically, element k with the random bits of (step, index + k).
+static void round_bf16_sr(float *x, size_t n, int64_t step, uint64_t index) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        x[i] = dsc_bf16_to_fp32(dsc__bf16_sr(x[i], dsc__sr_bits(step, index + i)));
+}
+
 void dsc_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, float *p, const float *g, float *m,
-                       float *v, size_t n, float grad_scale, bool states_bf16) {
+                       float *v, size_t n, float grad_scale, bool states_bf16, uint64_t sr_index) {
     dsc_opt_step(h, step, p, g, m, v, n, grad_scale, NULL, DSC_OPT_OUT_NONE);
-    round_bf16(p, n);
+    if (sr_index == UINT64_MAX) round_bf16(p, n);
+    else round_bf16_sr(p, n, step, sr_index);
     if (!states_bf16) return;
     if (m) round_bf16(m, n);
     if (v && (h->kind == DSC_OPT_ADAM || h->kind == DSC_OPT_ADAMW)) round_bf16(v, n);

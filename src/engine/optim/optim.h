@@ -68,8 +68,11 @@ void dsc_opt_step(const dsc_opt_hparams *h, int64_t step, float *p, const float 
 // are bf16, computed in fp32 per element (exactly as dsc_opt_step), then the new p rounded to
 // nearest even bf16 in place; with states_bf16 (bf16.bf16_optimizer_states) m and v (where the
 // optimizer has them) too. The arrays stay fp32 storage holding bf16 values.
+// sr_index: UINT64_MAX rounds p to nearest even (DeepSpeed's); otherwise p is rounded
+// stochastically (engine/optim/sround.h, bf16_master_rounding "stochastic") with p[k]'s random
+// bits drawn for the element index sr_index + k of the engine's flat layout at this step.
 void dsc_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, float *p, const float *g, float *m,
-                       float *v, size_t n, float grad_scale, bool states_bf16);
+                       float *v, size_t n, float grad_scale, bool states_bf16, uint64_t sr_index);
 
 // Sum of squares of g[i]*scale, accumulated in double (for the global gradient norm). Sets
 // *nonfinite to true if any g[i]*scale is inf or NaN and leaves it unchanged otherwise, so one flag

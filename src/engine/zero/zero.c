@@ -96,7 +96,7 @@ static dsc_status persistent(dsc_engine *e, size_t n, const char *tag, dsc_mem_h
 
 // Stages 0-1: the micro-step's full gradients and, with accumulation, their full accumulator;
 // stages 2-3: the accumulated partition. None when the device trainer streams the gradients to
-// the optimizer (no_grads: ZeRO-Offload on one GPU).
+// the optimizer or keeps them on the device (no_grads: one GPU, dsc__engine_keeps_no_grads).
 static dsc_status alloc_grads(dsc_engine *e) {
     if (e->no_grads) return DSC_OK;
     if (e->stage >= 2) return persistent(e, e->part, "zero.grads", &e->h_acc);
@@ -513,11 +513,13 @@ void dsc__zero_round_bf16_grads(dsc_engine *e) {
 
 // One optimizer step over n elements; with bf16 master weights dsc_opt_step_bf16 (the new
 // values rounded to bf16, the moments too with bf16 optimizer states).
+// index: the flat layout's index of p[0] (stochastic rounding draws per element index).
 static void step_range(dsc_engine *e, const dsc_opt_hparams *hp, int64_t step, float *p,
-                       const float *g, size_t o, size_t n, float grad_scale) {
+                       const float *g, size_t o, size_t index, size_t n, float grad_scale) {
     float *v = e->v ? e->v + o : NULL;
     if (e->master_bf16)
-        dsc_opt_step_bf16(hp, step, p, g, e->m + o, v, n, grad_scale, e->states_bf16);
+        dsc_opt_step_bf16(hp, step, p, g, e->m + o, v, n, grad_scale, e->states_bf16,
+                          e->bf16_sr ? (uint64_t)index : UINT64_MAX);
     else
         dsc_opt_step(hp, step, p, g, e->m + o, v, n, grad_scale, NULL, DSC_OPT_OUT_NONE);
 }
@@ -528,12 +530,12 @@ dsc_status dsc__zero_optimizer(dsc_engine *e, const dsc_opt_hparams *hp, int64_t
         group *gr = &e->groups[g];
         if (e->stage == 0) {
             size_t o = gr->off;
-            step_range(e, hp, step, e->master + o, e->acc + o, o, gr->padded, grad_scale);
+            step_range(e, hp, step, e->master + o, e->acc + o, o, o, gr->padded, grad_scale);
             continue;
         }
         size_t o = gr->part_off;
-        step_range(e, hp, step, dsc__zero_master_slice(e, g), own_grad(e, gr), o, gr->slice,
-                   grad_scale);
+        step_range(e, hp, step, dsc__zero_master_slice(e, g), own_grad(e, gr), o,
+                   gr->off + (size_t)e->rank * gr->slice, gr->slice, grad_scale);
         if (g == e->ngroups / 2) dsc__ft_point(e, "optimizer"); // half the groups updated
     }
     return DSC_OK;
