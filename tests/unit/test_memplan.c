@@ -1,6 +1,7 @@
 // test_memplan.c - the memory plan's accounting (dsc/memplan.h) on a made-up parameter table:
 // bytes per parameter of each mode as the runtime allocates them (the GPU-resident run's host
-// mirror 16, ZeRO-Offload's 22, the device's 18 and 10), partitions that shrink with ranks,
+// mirror 12, ZeRO-Offload's 12 and four slots, the device's 18, 6 and 8 plus a gradient scratch
+// with bf16 master weights), partitions that shrink with ranks,
 // activations from the callback, the machine's limit, and the refusal naming both numbers and
 // the settings that would fit.
 #include <stdarg.h>
@@ -156,6 +157,33 @@ static void test_refusal(void **state) {
     free(json);
 }
 
+// One GPU with the optimizer on it: bf16 master, gradients and moments take 8 bytes per
+// parameter and an fp32 scratch of the end groups and two layers; a device too small for the
+// fp32 master is told that the keys would fit (stage 1: DeepSpeed takes them at ZeRO 1-3 only).
+static void test_device_bf16_master(void **state) {
+    (void)state;
+    dsc_config c, c16;
+    dsc_memplan_input in, in16;
+    dsc_memplan p, p16;
+    plan(CFG(""), 1, true, (int64_t)1 << 40, &p, &c, &in);
+    plan("{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": 1}, "
+         "\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
+         "\"bf16_optimizer_states\": true}, \"optimizer\": {\"type\": \"AdamW\", "
+         "\"params\": {\"lr\": 1e-3}}}", 1, true, (int64_t)1 << 40, &p16, &c16, &in16);
+    int64_t states16 = p16.device[DSC_PLAN_WEIGHTS] + p16.device[DSC_PLAN_MASTER] +
+                       p16.device[DSC_PLAN_MOMENTS] + p16.device[DSC_PLAN_GRADS];
+    assert_int_equal(states16, 8 * P + (2 * PER + 2 * PER) * 4); // scratch: 2 ends + 2 slots
+    assert_int_equal(p16.device[DSC_PLAN_MASTER], 0);
+    in.device_avail = p.device_bytes - (int64_t)(20 << 20); // the fp32 master does not fit
+    assert_int_equal(dsc_memplan_compute(&in, &p), DSC_OK);
+    assert_false(p.fits);
+    assert_int_equal(dsc_memplan_check(&in, &p), DSC_ERR_OOM);
+    assert_non_null(strstr(dsc_last_error(), "of device memory"));
+    assert_non_null(strstr(dsc_last_error(), "zero_optimization.stage 1 with "
+                                             "bf16.bf16_master_weights_and_grads and "
+                                             "bf16.bf16_optimizer_states"));
+}
+
 static void test_host_limit(void **state) {
     (void)state;
     char src[64];
@@ -177,6 +205,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_ranks),
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_host_limit),
+        cmocka_unit_test(test_device_bf16_master),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
