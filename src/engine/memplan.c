@@ -103,6 +103,7 @@ typedef struct mode {
     bool grads_streamed; // streamed ZeRO-Offload on one GPU: the engine keeps no gradients
     bool no_host_grads;  // ... or one GPU with the optimizer on it (dsc__engine_keeps_no_grads)
     bool no_compute_copy; // one rank whose model computes on a GPU keeps no host compute copy
+    bool ckpt_async, ckpt_validate; // checkpoint.async (a snapshot buffer), checkpoint.validate
 } mode;
 
 static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
@@ -127,6 +128,8 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
     m.unstreamed = m.offload && in->world == 1 && stream && !strcmp(stream, "0");
     m.no_compute_copy = in->device && in->world == 1;
+    m.ckpt_async = c->checkpoint.async;
+    m.ckpt_validate = c->checkpoint.validate;
     m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
     m.no_host_grads = dsc__engine_keeps_no_grads(c, in->world, in->device);
     return m;
@@ -177,7 +180,14 @@ static void engine_snapshots(const mode *m, const layout *L, bool ckpt, int64_t 
         bool mapped = ring && !(send && !strcmp(send, "1")); // the buddy maps ours: no copy here
         add(h, DSC_PLAN_SNAPSHOTS, 2 * len * nvec * 4 * (ring && !mapped ? 2 : 1));
     }
-    if (ckpt) add(h, DSC_PLAN_SNAPSHOTS, round_up(L->part * nvec * 4, (int64_t)2 << 20));
+    if (!ckpt) return;
+    // the writer's snapshot (an in-line save writes from the live state: engine/ckpt/save.c),
+    // and the validation's re-read: the whole master once live, once read back (publish.c), and
+    // in 16-bit training on the CPU a rounded copy for its validation loss (cli/train.c)
+    if (m->ckpt_async) add(h, DSC_PLAN_SNAPSHOTS, round_up(L->part * nvec * 4, (int64_t)2 << 20));
+    if (m->ckpt_validate)
+        add(h, DSC_PLAN_SNAPSHOTS,
+            L->total * 4 + L->params * 4 * (!m->fp32 && !m->device ? 2 : 1));
 }
 
 static void host_engine(const mode *m, const layout *L, const dsc_memplan_input *in, int64_t *h) {
@@ -383,6 +393,20 @@ static void alt_bf16_master(const dsc_memplan_input *in, const dsc_config *base,
             : "bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states", a);
 }
 
+// A checkpoint writer without its snapshot copy (saved in line from the training state), and
+// then without the validation's re-read.
+static void alt_ckpt(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
+    if (!in->checkpoints || (!base->checkpoint.async && !base->checkpoint.validate)) return;
+    dsc_config c = *base;
+    c.checkpoint.async = false;
+    size_t before = a->len;
+    if (base->checkpoint.async) try_alt(in, &c, in->world, "checkpoint.async false", a);
+    if (a->len != before || !base->checkpoint.validate) return;
+    c.checkpoint.validate = false;
+    try_alt(in, &c, in->world, base->checkpoint.async ? "checkpoint.async false with "
+            "checkpoint.validate false" : "checkpoint.validate false", a);
+}
+
 static void alt_batch(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
     for (int64_t B = base->train_micro_batch_size_per_gpu / 2; B >= 1; B /= 2) {
         dsc_config c = *base;
@@ -450,6 +474,7 @@ dsc_status dsc_memplan_check(const dsc_memplan_input *in, const dsc_memplan *p) 
     advice a = {.text = ""};
     alt_offload(in, in->config, &a);
     alt_bf16_master(in, in->config, &a);
+    alt_ckpt(in, in->config, &a);
     alt_batch(in, in->config, &a);
     alt_replicas(in, in->config, &a);
     alt_ranks(in, in->config, &a);

@@ -2,7 +2,8 @@
 # Resume: stop at step K (end of a run, or SIGUSR1 on one rank), resume, run to step M: the
 # weights at M equal an uninterrupted run's byte for byte (exported checkpoints compared), and so
 # do the per-step losses after K, for ZeRO stages 0-3 at world 1, 2 and 4; fp16 with a dynamic
-# loss scale; a change of stage at resume.
+# loss scale; a change of stage at resume; in-line saves (checkpoint.async false) write the same
+# shards as the snapshot writer.
 set -u
 . "$(dirname "$0")/lib.sh"
 K=8 M=16
@@ -29,6 +30,19 @@ done
 config "$T/h2.json" 2 ', "fp16": {"enabled": true, "initial_scale_power": 8, "loss_scale_window": 3}'
 bitwise fp16 2 "$T/h2.json"
 check "fp16: the loss scale changed during the run" -- test "$(cols "$T/fp16.full/metrics.jsonl" | awk '{print $5}' | sort -u | wc -l)" -gt 1
+
+# checkpoint.async false: the shard is written in line from the engine's own state (no snapshot
+# copy): the same bytes as the snapshot's writer, and it resumes bitwise.
+for st in 1 3; do
+  config "$T/sync$st.json" $st "" '"interval_s": 0, "async": false'
+  for w in 1 2; do
+    bitwise "sync.w${w}s$st" $w "$T/sync$st.json"
+    for r in $(seq 0 $((w - 1))); do
+      f="global_step$M/shard_rank${r}_of_$w.safetensors"
+      check "sync.w${w}s$st: rank $r's shard equals the snapshot writer's byte for byte" -- cmp -s "$T/sync.w${w}s$st.full.ck/$f" "$T/w${w}s$st.full.ck/$f"
+    done
+  done
+done
 
 # Saved at stage 1, resumed at stage 3 (stages agree bitwise at one world size).
 bitwise stage1to3 2 "$T/z1.json" 2 "$T/z3.json"

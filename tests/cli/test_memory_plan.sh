@@ -30,10 +30,13 @@ within10() {
     p / 1048576, m / 1048576, 100 * d; exit (d > 0.10 || d < -0.10) }'
 }
 
-run1() { # run1 NAME CONFIG: one rank
-  /usr/bin/time -f "maxrss_kb %M" -o "$T/$1.0.rss" timeout 600 "$DSC" train "${run[@]}" \
-    --config "$2" --out "$T/$1" > "$T/$1.0.log" 2>&1 || { tail -5 "$T/$1.0.log"; return 1; }
-  check_rank "$1" 0 "$T/$1.0.log"
+run1() { # run1 NAME CONFIG [flags...]: one rank
+  local name=$1 conf=$2
+  shift 2
+  /usr/bin/time -f "maxrss_kb %M" -o "$T/$name.0.rss" timeout 600 "$DSC" train "${run[@]}" \
+    --config "$conf" --out "$T/$name" "$@" > "$T/$name.0.log" 2>&1 ||
+    { tail -5 "$T/$name.0.log"; return 1; }
+  check_rank "$name" 0 "$T/$name.0.log"
 }
 
 run2() { # run2 NAME CONFIG: two ranks (shm), each measured
@@ -72,6 +75,21 @@ check "two ranks, stage 0, fp32 (fault-tolerance snapshots)" -- run2 r2s0 "$T/s0
 check "two ranks, stage 1, bf16, accumulation 2" -- run2 r2s1 "$T/s1g.json"
 check "two ranks, stage 3, bf16" -- run2 r2s3 "$T/s3b.json"
 check "two ranks, stage 3, fp32, accumulation 2" -- run2 r2s3f "$T/s3f.json"
+# A checkpoint at the end: the writer's snapshot and the validation's re-read count; an in-line
+# save (checkpoint.async false) writes from the live state and needs no snapshot.
+sed 's/"zero_optimization"/"checkpoint": {"async": false}, "zero_optimization"/' "$T/s2b.json" >"$T/s2sync.json"
+check "one rank, stage 2, bf16, a checkpoint saved" -- run1 ck "$T/s2b.json" --save-dir "$T/ck.ck" --save-at-end
+check "the same saved in line (checkpoint.async false)" -- run1 cksync "$T/s2sync.json" --save-dir "$T/cksync.ck" --save-at-end
+snap_plan() { sed -n 's/.*memory plan per rank.*snapshots \([0-9.]*\) MiB.*/\1/p' "$1" | head -1; }
+check "the in-line save plans less (no snapshot buffer)" -- awk -v a="$(snap_plan "$T/ck.0.log")" \
+  -v b="$(snap_plan "$T/cksync.0.log")" 'BEGIN { print "snapshots planned: " a " MiB with the " \
+  "async writer, " b " MiB in line"; exit !(a > 0 && b > 0 && b < a) }'
+ck_cap=$(awk -v a="$(plan_bytes "$T/ck.0.log")" -v b="$(plan_bytes "$T/cksync.0.log")" \
+  'BEGIN { printf "%d", (a + b) / 2 / 1048576 }') # between the two plans
+DSC_HOST_MEM_LIMIT=${ck_cap}M expect 1 "would fit: checkpoint.async false" -- "$DSC" train "${run[@]}" \
+  --config "$T/s2b.json" --save-dir "$T/refused.ck" --save-at-end --out "$T/refused_ck"
+check "the in-line save holds less at its peak" -- awk -v a="$(sed -n 's/^maxrss_kb //p' "$T/ck.0.rss")" \
+  -v b="$(sed -n 's/^maxrss_kb //p' "$T/cksync.0.rss")" 'BEGIN { exit !(b < a) }'
 
 # Refused before allocating: the cap is below the plan; the message names both numbers and
 # settings that would fit (here a smaller micro batch: the activations of 32 x 64 tokens are

@@ -133,15 +133,17 @@ static dsc_status publish(dsc__saver *s, const shard_report *all) {
 
 // ---- validation ----
 
-// The saved training state, whole on every rank: all-gather of the snapshot's master slices.
+// The saved training state, whole on every rank: all-gather of the snapshot's master slices
+// (an in-line save, checkpoint.async false, has none: the engine's own, which no step changed).
 static dsc_status gather_live(dsc__saver *s, float *flat) {
     const dsc__manifest *m = &s->m;
     dsc_comm *c = dsc__state_comm(s->eng);
     size_t goff = 0;
     for (int g = 0; g < m->ngroups; g++) {
         const dsc_state_group *G = &m->groups[g];
-        if (c) DSC_TRY(dsc_comm_all_gather(c, s->buf + goff, flat + G->off, G->slice, DSC_DT_F32, NULL));
-        else memcpy(flat + G->off, s->buf + goff, G->slice * sizeof(float));
+        const float *src = s->o.async ? s->buf + goff : dsc__state_master_slice(s->eng, g);
+        if (c) DSC_TRY(dsc_comm_all_gather(c, src, flat + G->off, G->slice, DSC_DT_F32, NULL));
+        else memcpy(flat + G->off, src, G->slice * sizeof(float));
         goff += G->slice;
     }
     return DSC_OK;

@@ -147,6 +147,31 @@ static void copy_state(dsc__saver *s) {
     s->w_snapshot_s = dsc_now() - t0;
 }
 
+// checkpoint.async false: the shard is written in line from the engine's own slices, which no
+// step changes until the save is done, so no snapshot buffer (this rank's master and moments
+// once more) is needed. Adjacent slices become one piece.
+static dsc_status write_live(dsc__saver *s, const char *path) {
+    const dsc__manifest *m = &s->m;
+    dsc__shard_seg *segs = calloc((size_t)(1 + m->nmoments) * (size_t)m->ngroups + 1, sizeof *segs);
+    if (!segs) return dsc__fail(DSC_ERR_OOM, "out of memory for a checkpoint's piece list");
+    int n = 0;
+    for (int kind = 0; kind <= m->nmoments; kind++) {
+        for (int g = 0; g < m->ngroups; g++) {
+            const float *src = kind == 0 ? dsc__state_master_slice(s->eng, g)
+                                         : dsc__state_moment_slice(s->eng, g, kind - 1);
+            size_t b = m->groups[g].slice * sizeof(float);
+            if (n > 0 && (const char *)segs[n - 1].p + segs[n - 1].bytes == (const char *)src)
+                segs[n - 1].bytes += b;
+            else
+                segs[n++] = (dsc__shard_seg){src, b};
+        }
+    }
+    dsc_status st = dsc__shard_write_segs(path, s->header, s->hlen, segs, n, &s->wbytes,
+                                          &s->wxxh3);
+    free(segs);
+    return st;
+}
+
 static void snapshot_done(dsc__saver *s) {
     pthread_mutex_lock(&s->snap_lock);
     s->snap_waiting = false;
@@ -285,7 +310,8 @@ static void *writer_main(void *arg) {
     dsc_status st = dsc__ckpt_join(tmp, sizeof tmp, s->dir, s->tmp_name);
     if (st == DSC_OK) st = dsc__mkdirs(tmp);
     if (st == DSC_OK) st = dsc__ckpt_join(path, sizeof path, tmp, name);
-    if (st == DSC_OK)
+    if (st == DSC_OK && !s->o.async) st = write_live(s, path);
+    else if (st == DSC_OK)
         st = dsc__shard_write(path, s->header, s->hlen, s->buf, s->data_bytes, &s->wbytes, &s->wxxh3);
     s->wst = st;
     snprintf(s->werr, sizeof s->werr, "%s", st == DSC_OK ? "" : dsc_last_error());
@@ -297,7 +323,7 @@ static void *writer_main(void *arg) {
 static void start_writer(dsc__saver *s) {
     atomic_store(&s->writer_done, false);
     s->snap_waiting = s->o.async && s->o.background_snapshot;
-    if (!s->snap_waiting) copy_state(s);
+    if (!s->snap_waiting && s->o.async) copy_state(s); // in line: written from the live state
     if (s->o.async && pthread_create(&s->thread, NULL, writer_main, s) == 0) {
         s->thread_live = true;
         return;
@@ -334,7 +360,7 @@ static dsc_status begin_save(dsc__saver *s, const char *tag_in) {
     snprintf(s->nonce, sizeof s->nonce, "%016" PRIx64, a.nonce);
     snprintf(s->tmp_name, sizeof s->tmp_name, "%s.tmp.%s", a.tag, s->nonce);
     snprintf(s->last_tag, sizeof s->last_tag, "%s", a.tag);
-    dsc_status st = ensure_buffer(s);
+    dsc_status st = s->o.async ? ensure_buffer(s) : DSC_OK;
     if (st == DSC_OK) st = dsc__shard_header(&s->m, dsc_engine_rank(s->eng), &s->header, &s->hlen);
     s->last_save_step = step;
     s->last_save_time = dsc_now();

@@ -129,8 +129,10 @@ static dsc_status write_body(int fd, const void *header, size_t hlen, const void
     return st;
 }
 
-dsc_status dsc__shard_write(const char *path, const void *header, size_t hlen, const void *data,
-                            size_t n, uint64_t *bytes, uint64_t *xxh3) {
+// Header + data (one block, or nseg pieces when segs is set) into a new file, fsynced.
+static dsc_status write_file(const char *path, const void *header, size_t hlen, const void *data,
+                             size_t n, const dsc__shard_seg *segs, int nseg, uint64_t *bytes,
+                             uint64_t *xxh3) {
     dsc_hasher *h = dsc_hasher_create();
     if (!h) return dsc__fail(DSC_ERR_OOM, "out of memory for a checksum");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -138,7 +140,17 @@ dsc_status dsc__shard_write(const char *path, const void *header, size_t hlen, c
         dsc_hasher_destroy(h);
         return dsc__fail(DSC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     }
-    dsc_status st = write_body(fd, header, hlen, data, n, h, path);
+    dsc_status st;
+    if (segs) {
+        st = write_hashed(fd, header, hlen, h, path);
+        n = 0;
+        for (int k = 0; k < nseg && st == DSC_OK; k++) {
+            st = write_hashed(fd, segs[k].p, segs[k].bytes, h, path);
+            n += segs[k].bytes;
+        }
+    } else {
+        st = write_body(fd, header, hlen, data, n, h, path);
+    }
     if (st == DSC_OK && fsync(fd) != 0) st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", path, strerror(errno));
     // Durable now: its pages need not stay cached, and validation then reads the disk.
     if (st == DSC_OK) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -147,4 +159,15 @@ dsc_status dsc__shard_write(const char *path, const void *header, size_t hlen, c
     *xxh3 = dsc_hasher_digest(h);
     dsc_hasher_destroy(h);
     return st;
+}
+
+dsc_status dsc__shard_write(const char *path, const void *header, size_t hlen, const void *data,
+                            size_t n, uint64_t *bytes, uint64_t *xxh3) {
+    return write_file(path, header, hlen, data, n, NULL, 0, bytes, xxh3);
+}
+
+dsc_status dsc__shard_write_segs(const char *path, const void *header, size_t hlen,
+                                 const dsc__shard_seg *segs, int nseg, uint64_t *bytes,
+                                 uint64_t *xxh3) {
+    return write_file(path, header, hlen, NULL, 0, segs, nseg, bytes, xxh3);
 }

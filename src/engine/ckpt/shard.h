@@ -32,4 +32,16 @@ dsc_status dsc__shard_header(const dsc__manifest *m, int rank, char **out, size_
 dsc_status dsc__shard_write(const char *path, const void *header, size_t hlen, const void *data,
                             size_t n, uint64_t *bytes, uint64_t *xxh3);
 
+// One piece of a shard's data where it lies (e.g. a group's master slice in the engine).
+typedef struct dsc__shard_seg {
+    const void *p;
+    size_t bytes;
+} dsc__shard_seg;
+
+// The same file from nseg pieces in order (the same bytes and XXH3 as one block of their
+// concatenation), written through the page cache: no snapshot copy is needed.
+dsc_status dsc__shard_write_segs(const char *path, const void *header, size_t hlen,
+                                 const dsc__shard_seg *segs, int nseg, uint64_t *bytes,
+                                 uint64_t *xxh3);
+
 #endif
