@@ -55,21 +55,6 @@ extern "C" dsc_status dsc__cuda_round_fp16(float *x, int64_t n, void *stream) {
     return DSC_OK;
 }
 
-// x = x rounded to bf16 and back: the engine's gradients under bf16 master weights
-// (dsc_fp32_to_bf16: nearest even, NaN kept quiet), in place.
-__global__ void round_bf16_kernel(float *x, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = dsc_bf16_f32(dsc_f32_bf16(x[i]));
-}
-
-extern "C" dsc_status dsc__cuda_round_bf16(float *x, int64_t n, void *stream) {
-    DSC_CUDA_ARG(n >= 0 && (x || n == 0), "round to bf16: bad arguments");
-    if (n == 0) return DSC_OK;
-    round_bf16_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(x, n);
-    DSC_CUDA_LAUNCHED("round_bf16_kernel");
-    return DSC_OK;
-}
-
 // ---- token sort ----
 
 // A stable counting sort of positions by token (dsc__cuda_token_sort), in four steps.

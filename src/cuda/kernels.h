@@ -90,9 +90,6 @@ dsc_status dsc__cuda_f32_to_16(uint16_t *dst, const float *src, int64_t n, bool 
 // (dsc_fp32_to_fp16, values beyond fp16's range become inf), so that the GPU's fp16 step sees
 // exactly the overflows and the rounding the CPU engine does.
 dsc_status dsc__cuda_round_fp16(float *x, int64_t n, void *stream);
-// The same to bf16 values (dsc_fp32_to_bf16): the engine's gradients under
-// bf16.bf16_master_weights_and_grads.
-dsc_status dsc__cuda_round_bf16(float *x, int64_t n, void *stream);
 
 #ifdef __cplusplus
 }

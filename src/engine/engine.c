@@ -242,13 +242,6 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     e->no_grads = dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy) ||
                   (o->device_grads &&
                    dsc__engine_keeps_no_grads(&e->cfg, e->world, o->no_compute_copy));
-    // the streamed offload's CPU step is the fp32 master's, group by group
-    if (e->master_bf16 && dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy))
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "bf16.bf16_master_weights_and_grads with "
-                         "zero_optimization.offload_optimizer \"cpu\" on one GPU: the streamed "
-                         "offload keeps an fp32 master; keep the optimizer on the GPU "
-                         "(offload_optimizer.device \"none\": bf16 master, gradients and "
-                         "moments there), or set the bf16 master keys false");
     DSC_TRY(comm_dtype(e));
     DSC_TRY(optimizer_from_config(e));
     DSC_TRY(schedule_from_config(e));

@@ -62,7 +62,7 @@ import json
 a = [json.loads(x) for x in open('$T/sr/metrics.jsonl')]
 b = [json.loads(x) for x in open('$T/sr_rest/metrics.jsonl')]
 assert b[0]['step'] == 21 and [x['loss'] for x in a[20:]] == [x['loss'] for x in b], (a[20:], b)"
-check "the banner names the mode" -- grep -q "bf16 master, gradients rounded to bf16 and bf16 optimizer state on the GPU" "$T/b16.log"
+check "the banner names the mode" -- grep -q "bf16 master, bf16 gradients and bf16 optimizer state on the GPU" "$T/b16.log"
 check "a checkpoint resumes bit for bit" -- $PY -c "
 import json
 a = [json.loads(x) for x in open('$T/b16/metrics.jsonl')]
@@ -88,7 +88,7 @@ check "saved master and moments are bf16 values" -- low16 "$T/ck/global_step40/s
 check "the manifest records bf16 master and moments" -- grep -q '"moments_precision": "bf16"' "$T/ck/global_step40/manifest.json"
 "$DSC" ckpt export "$T/ck" --out "$T/ck.st" >/dev/null 2>&1
 check "the export holds bf16 values" -- low16 "$T/ck.st"
-check "--dump-grads holds the gradients rounded to bf16" -- low16 "$T/grads.safetensors"
+check "--dump-grads holds the bf16 gradients" -- low16 "$T/grads.safetensors"
 check "the pool shrinks by 8-10 bytes per parameter (no fp32 master, bf16 gradients and moments)" -- $PY -c "
 import json, re
 a = json.loads(open('$T/mem_fp32m/metrics.jsonl').readlines()[-1])['gpu_allocated']

@@ -130,6 +130,12 @@ static dsc_status ensure_buffer(dsc__saver *s) {
     return DSC_OK;
 }
 
+// This rank's slice of group g of kind (0 master, 1 + k moment k) in the engine.
+static const float *state_slice(dsc__saver *s, int kind, int g) {
+    return kind == 0 ? dsc__state_master_slice(s->eng, g)
+                     : dsc__state_moment_slice(s->eng, g, kind - 1);
+}
+
 // This rank's slices and moments, in the shard's order. Only reads the engine's state, which
 // stays put until the next optimizer step.
 static void copy_state(dsc__saver *s) {
@@ -138,9 +144,7 @@ static void copy_state(dsc__saver *s) {
     float *dst = s->buf;
     for (int kind = 0; kind <= m->nmoments; kind++) {
         for (int g = 0; g < m->ngroups; g++) {
-            const float *src = kind == 0 ? dsc__state_master_slice(s->eng, g)
-                                         : dsc__state_moment_slice(s->eng, g, kind - 1);
-            memcpy(dst, src, m->groups[g].slice * sizeof(float));
+            memcpy(dst, state_slice(s, kind, g), m->groups[g].slice * sizeof(float));
             dst += m->groups[g].slice;
         }
     }
@@ -157,8 +161,7 @@ static dsc_status write_live(dsc__saver *s, const char *path) {
     int n = 0;
     for (int kind = 0; kind <= m->nmoments; kind++) {
         for (int g = 0; g < m->ngroups; g++) {
-            const float *src = kind == 0 ? dsc__state_master_slice(s->eng, g)
-                                         : dsc__state_moment_slice(s->eng, g, kind - 1);
+            const float *src = state_slice(s, kind, g);
             size_t b = m->groups[g].slice * sizeof(float);
             if (n > 0 && (const char *)segs[n - 1].p + segs[n - 1].bytes == (const char *)src)
                 segs[n - 1].bytes += b;

@@ -61,7 +61,7 @@ size_t dsc__slots_layout(dsc_engine *eng, int n_layer, size_t *dev_off, size_t *
 // Slots inside the device arrays p16 and grad of dsc__slots_layout's length n (checked). ops and
 // user are borrowed. p16 NULL: the weights stay where the caller keeps them (all on the device;
 // bf16 master weights) and only the gradients go through the slots: the hook never fetches,
-// waits for or releases weights, and never repoints the p16 table.
+// waits for or releases weights (ops needs only reuse), and never repoints the p16 table.
 dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *model, uint16_t *p16,
                            float *grad, size_t n, const dsc__slots_ops *ops, void *user);
 void dsc__slots_free(dsc__slots *s); // a zeroed or initialised s

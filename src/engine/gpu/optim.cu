@@ -233,28 +233,8 @@ extern "C" dsc_status dsc__cuda_opt_step(const dsc_opt_hparams *h, int64_t step,
                   out16, (cudaStream_t)stream);
 }
 
-// The bf16 master's step with gradients read through G.
-template <class G>
-static dsc_status step_bf16(const dsc_opt_hparams *h, int64_t step, uint16_t *p, G g, void *m,
-                            void *v, bool states_bf16, size_t n, const opt_consts &k,
-                            unsigned blocks, const float *dev_scale, uint64_t sr_index,
-                            cudaStream_t st) {
-    bf16_sr_arr ps{p, step, sr_index};
-    if (sr_index != UINT64_MAX && states_bf16)
-        return launch(h, ps, g, bf16_arr{(uint16_t *)m}, bf16_arr{(uint16_t *)v}, n, k, blocks,
-                      dev_scale, NULL, st);
-    if (sr_index != UINT64_MAX)
-        return launch(h, ps, g, f32_arr{(float *)m}, f32_arr{(float *)v}, n, k, blocks,
-                      dev_scale, NULL, st);
-    if (states_bf16)
-        return launch(h, bf16_arr{p}, g, bf16_arr{(uint16_t *)m}, bf16_arr{(uint16_t *)v}, n, k,
-                      blocks, dev_scale, NULL, st);
-    return launch(h, bf16_arr{p}, g, f32_arr{(float *)m}, f32_arr{(float *)v}, n, k, blocks,
-                  dev_scale, NULL, st);
-}
-
 extern "C" dsc_status dsc__cuda_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, uint16_t *p,
-                                              const void *g, bool grads_bf16, void *m, void *v,
+                                              const uint16_t *g, void *m, void *v,
                                               bool states_bf16, size_t n, float grad_scale,
                                               const float *dev_scale, uint64_t sr_index,
                                               void *stream) {
@@ -264,11 +244,19 @@ extern "C" dsc_status dsc__cuda_opt_step_bf16(const dsc_opt_hparams *h, int64_t 
     unsigned blocks;
     DSC_TRY(prepare(h, step, m, v, grad_scale, DSC_OPT_OUT_NONE, n, &k, &blocks));
     cudaStream_t st = (cudaStream_t)stream;
-    if (grads_bf16)
-        return step_bf16(h, step, p, bf16_in{(const uint16_t *)g}, m, v, states_bf16, n, k,
-                         blocks, dev_scale, sr_index, st);
-    return step_bf16(h, step, p, f32_in{(const float *)g}, m, v, states_bf16, n, k, blocks,
-                     dev_scale, sr_index, st);
+    bf16_in gi{g};
+    bf16_sr_arr ps{p, step, sr_index};
+    if (sr_index != UINT64_MAX && states_bf16)
+        return launch(h, ps, gi, bf16_arr{(uint16_t *)m}, bf16_arr{(uint16_t *)v}, n, k, blocks,
+                      dev_scale, NULL, st);
+    if (sr_index != UINT64_MAX)
+        return launch(h, ps, gi, f32_arr{(float *)m}, f32_arr{(float *)v}, n, k, blocks,
+                      dev_scale, NULL, st);
+    if (states_bf16)
+        return launch(h, bf16_arr{p}, gi, bf16_arr{(uint16_t *)m}, bf16_arr{(uint16_t *)v}, n, k,
+                      blocks, dev_scale, NULL, st);
+    return launch(h, bf16_arr{p}, gi, f32_arr{(float *)m}, f32_arr{(float *)v}, n, k, blocks,
+                  dev_scale, NULL, st);
 }
 
 // ---- sum of squares, clipping ----

@@ -34,14 +34,13 @@ dsc_status dsc__cuda_opt_step(const dsc_opt_hparams *h, int64_t step, float *p, 
 
 // bf16 master weights (bf16.bf16_master_weights_and_grads): the same step over p (n bf16 values,
 // the weights the model reads), computed in fp32 per element exactly as dsc_opt_step_bf16 on the
-// CPU and rounded to nearest even bf16 in place. g: n bf16 values (grads_bf16) or fp32 holding
-// bf16 values (dsc__cuda_round_bf16).
+// CPU and rounded to nearest even bf16 in place. g: the n bf16 gradients.
 // states_bf16 (bf16.bf16_optimizer_states): m and v are bf16 arrays (uint16_t), rounded after
 // the step as well; otherwise fp32 (float). v (and m where the optimizer has none) may be NULL.
 // sr_index: UINT64_MAX rounds p to nearest even; otherwise stochastically, as the CPU's
 // dsc_opt_step_bf16 with the same sr_index (p[0]'s index in the engine's flat layout).
 dsc_status dsc__cuda_opt_step_bf16(const dsc_opt_hparams *h, int64_t step, uint16_t *p,
-                                   const void *g, bool grads_bf16, void *m, void *v,
+                                   const uint16_t *g, void *m, void *v,
                                    bool states_bf16, size_t n, float grad_scale,
                                    const float *dev_scale, uint64_t sr_index, void *stream);
 

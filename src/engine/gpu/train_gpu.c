@@ -189,14 +189,6 @@ static dsc_status acc_group(train_gpu *g, int group, size_t from) {
     return dsc__cuda_state_acc_grads(g->st, sp.off, from, sp.padded, g->acc_first);
 }
 
-static dsc_status gslot_none(void *user, int k) {
-    (void)user, (void)k;
-    return DSC_OK;
-}
-static dsc_status gslot_fetch(void *user, int k, int layer) {
-    (void)user, (void)k, (void)layer;
-    return DSC_OK;
-}
 // Gradient slot j takes another layer: the one it held goes into the bf16 gradients first (on
 // the model's stream, so the layer's kernels write the slot after that addition read it). The
 // model writes every gradient of the layer (fresh), so the slot needs no zeroing.
@@ -206,8 +198,8 @@ static dsc_status gslot_reuse(void *user, int j, int before, int group) {
     if (before < 0) return DSC_OK;
     return acc_group(g, before, (size_t)(g->gslots.g[j] - g->st->grad));
 }
-static const dsc__slots_ops gslot_ops = {
-    .fetch = gslot_fetch, .use = gslot_none, .release = gslot_none, .reuse = gslot_reuse};
+// (with the weights resident the hook never fetches, waits for or releases weights)
+static const dsc__slots_ops gslot_ops = {.reuse = gslot_reuse};
 
 // After a micro-step's backward: the two layers still in the slots and the resident groups.
 static dsc_status gslots_flush(train_gpu *g) {
@@ -317,10 +309,10 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
 static const char *one_rank_mode(const train_gpu *g, bool offload) {
     bool states16;
     if (!offload && dsc__engine_master_bf16(g->eng, &states16))
-        return states16 ? "bf16 master, gradients rounded to bf16 and bf16 optimizer state on "
-                          "the GPU (bf16.bf16_master_weights_and_grads, bf16_optimizer_states)"
-                        : "bf16 master, gradients rounded to bf16, fp32 optimizer state on the "
-                          "GPU (bf16.bf16_master_weights_and_grads)";
+        return states16 ? "bf16 master, bf16 gradients and bf16 optimizer state on the GPU "
+                          "(bf16.bf16_master_weights_and_grads, bf16_optimizer_states)"
+                        : "bf16 master, bf16 gradients, fp32 optimizer state on the GPU "
+                          "(bf16.bf16_master_weights_and_grads)";
     if (!offload) return "fp32 master + optimizer state on the GPU";
     if (g->unstreamed)
         return "ZeRO-Offload: fp32 master + optimizer on the host (CPU step), not streamed "
@@ -712,9 +704,6 @@ dsc_status dsc_device_trainer_step(train_gpu *g, dsc_step_info *info) {
     }
     if (g->st->offload) return offload_step(g, info);
     if (!dsc__engine_micro_done(g->eng, info)) return DSC_OK;
-    // bf16 master weights: the gradients become bf16 values first, as the engine's CPU step
-    // makes them (dsc__zero_round_bf16_grads), and --dump-grads sees them so.
-    if (dsc__engine_master_bf16(g->eng, NULL)) DSC_TRY(dsc__cuda_state_round_grads_bf16(g->st));
     if (q) return queued_step(g, info);
     DSC_TRY(observe_grads(g));
     double sumsq;

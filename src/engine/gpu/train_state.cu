@@ -415,6 +415,17 @@ extern "C" dsc_status dsc__cuda_16_to_host(float *dst, const uint16_t *src, size
 
 // ---- the step ----
 
+// The device scalars of the norm just enqueued, to the host (waits).
+static dsc_status read_norm(dsc_cuda_state *s, double *sumsq, bool *nonfinite) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    int flag = 0;
+    DSC_CUDA_TRY(cudaMemcpyAsync(sumsq, s->sumsq, sizeof(double), cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaMemcpyAsync(&flag, s->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, st));
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    *nonfinite = flag != 0;
+    return DSC_OK;
+}
+
 // The step kernels' sr_index: the flat layout starts at 0 on one rank.
 static uint64_t sr_index(const dsc_cuda_state *s) { return s->sr16 ? 0 : UINT64_MAX; }
 
@@ -451,22 +462,11 @@ extern "C" dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, 
     return dsc__cuda_round_fp16(s->grad + off, (int64_t)n, s->stream);
 }
 
-extern "C" dsc_status dsc__cuda_state_round_grads_bf16(dsc_cuda_state *s) {
-    if (s->g16) return DSC_OK; // accumulated in bf16 already
-    return dsc__cuda_round_bf16(s->grad, (int64_t)s->n, s->stream);
-}
-
 extern "C" dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
                                                  bool *nonfinite) {
-    if (s->g16) { // as dsc__cuda_state_sumsq over the bf16 gradients
-        cudaStream_t st = (cudaStream_t)s->stream;
+    if (s->g16) { // the bf16 gradients
         DSC_TRY(dsc__cuda_state_grad_sumsq_enqueue(s, scale));
-        int flag = 0;
-        DSC_CUDA_TRY(cudaMemcpyAsync(sumsq, s->sumsq, sizeof(double), cudaMemcpyDeviceToHost, st));
-        DSC_CUDA_TRY(cudaMemcpyAsync(&flag, s->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, st));
-        DSC_CUDA_TRY(cudaStreamSynchronize(st));
-        *nonfinite = flag != 0;
-        return DSC_OK;
+        return read_norm(s, sumsq, nonfinite);
     }
     return dsc__cuda_state_sumsq(s, s->grad, s->n, scale, sumsq, nonfinite);
 }
@@ -511,7 +511,7 @@ extern "C" dsc_status dsc__cuda_state_step_div(dsc_cuda_state *s, const dsc_opt_
                  "GPU optimizer step: the state is offloaded or a partition");
     DSC_TRY(dsc__cuda_opt_divisor(s->dev_scale, s->sumsq, prev, scale, clipping, s->stream));
     if (s->master16)
-        return dsc__cuda_opt_step_bf16(h, step, s->p16, s->g16, true, moment(s, 0),
+        return dsc__cuda_opt_step_bf16(h, step, s->p16, s->g16, moment(s, 0),
                                        moment(s, 1), s->states16, s->n, 1.0f, s->dev_scale,
                                        sr_index(s), s->stream);
     return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, 1.0f, s->dev_scale,
@@ -524,12 +524,7 @@ extern "C" dsc_status dsc__cuda_state_sumsq(dsc_cuda_state *s, const float *x, s
     DSC_CUDA_TRY(cudaMemsetAsync(s->sumsq, 0, sizeof(double), st));
     DSC_CUDA_TRY(cudaMemsetAsync(s->nonfinite, 0, sizeof(int), st));
     DSC_TRY(dsc__cuda_opt_sumsq(s->sumsq, s->nonfinite, s->scratch, x, n, scale, st));
-    int flag = 0;
-    DSC_CUDA_TRY(cudaMemcpyAsync(sumsq, s->sumsq, sizeof(double), cudaMemcpyDeviceToHost, st));
-    DSC_CUDA_TRY(cudaMemcpyAsync(&flag, s->nonfinite, sizeof(int), cudaMemcpyDeviceToHost, st));
-    DSC_CUDA_TRY(cudaStreamSynchronize(st));
-    *nonfinite = flag != 0;
-    return DSC_OK;
+    return read_norm(s, sumsq, nonfinite);
 }
 
 extern "C" dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hparams *h,
@@ -537,7 +532,7 @@ extern "C" dsc_status dsc__cuda_state_step(dsc_cuda_state *s, const dsc_opt_hpar
     DSC_CUDA_ARG(!s->offload, "GPU optimizer step: the state is offloaded (the CPU steps)");
     DSC_CUDA_ARG(s->nstate == s->n, "GPU optimizer step: the state is a partition (step_range)");
     if (s->master16)
-        return dsc__cuda_opt_step_bf16(h, step, s->p16, s->g16, true, moment(s, 0),
+        return dsc__cuda_opt_step_bf16(h, step, s->p16, s->g16, moment(s, 0),
                                        moment(s, 1), s->states16, s->n, grad_scale, NULL,
                                        sr_index(s), s->stream);
     return dsc__cuda_opt_step(h, step, s->master, s->grad, s->m, s->v, s->n, grad_scale, NULL,

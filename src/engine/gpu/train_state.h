@@ -166,10 +166,6 @@ dsc_status dsc__cuda_state_round_grads_fp16(dsc_cuda_state *s);
 // has finished it): element by element the same bits as the whole-array call.
 dsc_status dsc__cuda_state_round_grads_fp16_range(dsc_cuda_state *s, size_t off, size_t n);
 
-// bf16 master weights: the accumulated gradients rounded to bf16 values in place (the engine's
-// dsc__zero_round_bf16_grads), before the norm and the step.
-dsc_status dsc__cuda_state_round_grads_bf16(dsc_cuda_state *s);
-
 // Sum of squares of grad * scale (double, fixed order) and whether any element was inf/NaN. Waits.
 dsc_status dsc__cuda_state_grad_sumsq(dsc_cuda_state *s, float scale, double *sumsq,
                                       bool *nonfinite);
