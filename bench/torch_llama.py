@@ -11,6 +11,10 @@ published config.json files); LIST is a comma-separated subset of
   hf-eager, hf-compiled         transformers' LlamaForCausalLM / Qwen2ForCausalLM /
                                 Qwen3ForCausalLM with sdpa attention (what a DeepSpeed + Hugging
                                 Face Trainer user runs)
+  hf-peft-eager,                LoRA with PEFT on transformers' model: the base in bf16 (frozen),
+  hf-peft-compiled              adapters r 16 (lora_alpha 32, no dropout) on every linear module
+                                ("all-linear"), bf16 autocast, AdamW over the adapters (what a
+                                Hugging Face user fine-tuning with PEFT runs)
   plain-eager-bf16,             the plain Llama with bf16 parameters, gradients and AdamW states
   plain-compiled-bf16           (no fp32 master: the PyTorch setup in which an 8B model fits one
                                 GPU; dsc's bf16.bf16_master_weights_and_grads and
@@ -146,6 +150,22 @@ class HFWrap(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
+class PeftWrap(HFWrap):
+    """transformers' model in bf16 with PEFT's LoRA adapters on every linear module."""
+
+    def __init__(self, shape, T, qk_norm=False):
+        import peft
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)  # the base made in bf16, on the GPU
+        try:
+            with torch.device("cuda"):
+                super().__init__(shape, T, qk_norm)
+        finally:
+            torch.set_default_dtype(old)
+        cfg = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
+        self.m = peft.get_peft_model(self.m, cfg)
+
+
 def count_params(model):
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
@@ -154,12 +174,14 @@ def run(variant, shape, B, T, steps, warmup, qk_norm=False):
     torch.manual_seed(0)
     dev = "cuda"
     bf16 = variant.endswith("-bf16")
-    model = (HFWrap if variant.startswith("hf") else PlainLlama)(shape, T, qk_norm).to(dev)
+    kind = PeftWrap if variant.startswith("hf-peft") else HFWrap if variant.startswith("hf") \
+        else PlainLlama
+    model = kind(shape, T, qk_norm).to(dev)
     if bf16:
         model = model.to(torch.bfloat16)
     n = count_params(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=True)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     fwd = torch.compile(model) if "compiled" in variant else model
     V = shape[6]
     idx = torch.randint(0, V, (B, T), device=dev)
@@ -171,7 +193,7 @@ def run(variant, shape, B, T, steps, warmup, qk_norm=False):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not bf16):
             loss = fwd(idx, tgt)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         end.record()

@@ -20,9 +20,10 @@
 # dsc_cuda_add_tests() that builds tests/cuda/test_*.cu (label "kernels"; exit 77 = skipped).
 
 file(GLOB DSC_GPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu
-     ${CMAKE_SOURCE_DIR}/src/model/*/*.cu ${CMAKE_SOURCE_DIR}/src/engine/gpu/*.cu)
+     ${CMAKE_SOURCE_DIR}/src/model/*.cu ${CMAKE_SOURCE_DIR}/src/model/*/*.cu
+     ${CMAKE_SOURCE_DIR}/src/engine/gpu/*.cu)
 file(GLOB DSC_GPU_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.h
-     ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh ${CMAKE_SOURCE_DIR}/src/model/*/*_cuda.h
+     ${CMAKE_SOURCE_DIR}/src/cuda/*.cuh ${CMAKE_SOURCE_DIR}/src/model/*_cuda.h ${CMAKE_SOURCE_DIR}/src/model/*/*_cuda.h
      ${CMAKE_SOURCE_DIR}/src/model/*/*_decode.h ${CMAKE_SOURCE_DIR}/src/model/*/*_kernels.h
      ${CMAKE_SOURCE_DIR}/src/engine/gpu/optim.h ${CMAKE_SOURCE_DIR}/src/engine/gpu/train_state.h)
 set(DSC_WITH_CUDA OFF)

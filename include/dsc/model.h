@@ -293,6 +293,10 @@ struct dsc_model_device_ops {
     // The device passes honour the family's set_recompute (activation checkpointing): each
     // layer recomputed in the backward from its kept input, gradients bitwise those without.
     bool recomputes;
+    // The device passes apply the LoRA adapters the family's set_lora gave its config (beside
+    // every adapted product) and take NULL gradient entries for frozen tensors, computing no
+    // weight gradient for them. false: a model with adapters trains on the CPU only.
+    bool adapters;
 };
 
 // ---- a family's decoder on a GPU ----
@@ -474,6 +478,8 @@ typedef struct dsc_model_device dsc_model_device; // a model's device activation
 
 // Whether the model's family has device passes (in this build).
 bool dsc_model_has_device(const dsc_model *m);
+// Whether its device passes apply LoRA adapters (struct dsc_model_device_ops, adapters).
+bool dsc_model_has_device_adapters(const dsc_model *m);
 // Device activations for up to B x T tokens (see struct dsc_model_device_ops.create).
 // DSC_ERR_UNSUPPORTED naming the model when its family has no device passes. Caller owns *out.
 dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, int B, int T,

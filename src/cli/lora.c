@@ -161,9 +161,10 @@ dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *
                     uint64_t seed) {
     bool section = dsc_config_given(cfg, "lora");
     if (!section && !init_adapter) return DSC_OK;
-    if (cuda)
-        return dsc_fail(DSC_ERR_UNSUPPORTED, "LoRA trains on the CPU only so far; give --device "
-                        "cpu");
+    if (cuda && !dsc_model_has_device_adapters(m))
+        return dsc_fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda: model %s (family %s) has no "
+                        "adapters in its GPU passes yet (the Llama family has); train it on the "
+                        "CPU (--device cpu)", dsc_model_spec(m), dsc_model_describe(m)->family);
     lora_spec s = {0}, a = {0};
     const char *family = dsc_model_describe(m)->family;
     if (section) DSC_TRY(spec_from_config(cfg, family, &s));

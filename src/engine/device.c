@@ -4,6 +4,7 @@
 #include "engine/device.h"
 
 #include <math.h>   // sqrt, INFINITY
+#include <stdint.h> // SIZE_MAX
 #include <string.h> // memset, strcmp
 
 #include "base/env.h"                 // dsc__env, DSC_ENV_OFFLOAD_STREAM
@@ -162,7 +163,18 @@ dsc_status dsc__engine_flat_state(dsc_engine *e, dsc__engine_flat *out) {
     return DSC_OK;
 }
 
-size_t dsc__engine_param_offset(const dsc_engine *e, int i) { return e->params[i].off; }
+size_t dsc__engine_param_offset(const dsc_engine *e, int i) {
+    return e->pub[i] >= 0 ? e->params[e->pub[i]].off : SIZE_MAX;
+}
+
+const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len) {
+    *len = e->nfrozen ? e->frozen_total : 0;
+    return e->nfrozen ? e->fdata : NULL;
+}
+
+size_t dsc__engine_frozen_offset(const dsc_engine *e, int i) {
+    return e->pub[i] < 0 ? e->frozen[-1 - e->pub[i]].off : SIZE_MAX;
+}
 
 double dsc__engine_loss_scale(const dsc_engine *e) { return dsc_loss_scaler_scale(&e->scaler); }
 

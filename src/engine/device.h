@@ -55,8 +55,14 @@ typedef struct dsc__engine_flat {
 // written into acc before the last micro-step's dsc_step (with no gathers or dsc_grads_ready in
 // that step) are what dsc_step reduces, clips and applies.
 dsc_status dsc__engine_flat_state(dsc_engine *e, dsc__engine_flat *out);
-// Element offset of tensor i in the flat layout.
+// Element offset of tensor i (the caller's index) in the flat layout; SIZE_MAX for a frozen
+// tensor (LoRA's base), which is not in it.
 size_t dsc__engine_param_offset(const dsc_engine *e, int i);
+// The frozen tensors' values (LoRA's base; rounded to the compute type once, never changed): the
+// engine's host store of *len elements (NULL, 0 when none is frozen), whole on every rank, and
+// tensor i's offset in it (SIZE_MAX for a trained tensor).
+const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len);
+size_t dsc__engine_frozen_offset(const dsc_engine *e, int i);
 // The fp16 loss scale the next backward carries (1 without fp16).
 double dsc__engine_loss_scale(const dsc_engine *e);
 // The master weights were written from outside (device -> host): refresh the compute copy.

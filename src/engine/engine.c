@@ -163,10 +163,7 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
 
 // The frozen tensors' values: one block, full on every rank.
 static dsc_status alloc_frozen(dsc_engine *e) {
-    if (!e->nfrozen) return DSC_OK;
-    if (e->no_compute_copy)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "frozen tensors (LoRA) train on the CPU only so "
-                         "far; train on the CPU (--device cpu)");
+    if (!e->nfrozen) return DSC_OK; // (a device trainer uploads its 16-bit copy from here)
     return dsc__engine_alloc(e, e->frozen_total, "engine.frozen_weights", &e->h_frozen,
                              &e->fdata);
 }

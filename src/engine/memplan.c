@@ -283,6 +283,7 @@ static dsc_status plan_with(const dsc_memplan_input *in, const dsc_config *c, ds
     add(p->host, DSC_PLAN_RUNTIME, (int64_t)m.gas * m.B * in->seq_len * 8 +
         (in->host_runtime > 0 ? in->host_runtime : RUNTIME_ESTIMATE));
     if (m.device) add(p->device, DSC_PLAN_RUNTIME, DEVICE_RUNTIME);
+    if (m.device) add(p->device, DSC_PLAN_WEIGHTS, L.frozen * 2); // LoRA's base, 16-bit
     for (int k = 0; k < DSC_PLAN_NCAT; k++) {
         p->host_bytes += p->host[k];
         p->device_bytes += p->device[k];

@@ -232,13 +232,8 @@ size_t dsc__lora_act_bytes(const dsc_lora *lo, int64_t N) {
 
 // ---- dropout ----
 
-// Whether element (row, col) of adapter k's input is kept in this pass: a hash of (seed, pass,
-// adapter, element), so the backward (and a recomputed forward) draws the same mask.
 static inline bool kept(const dsc_lora *lo, int k, int64_t row, int col) {
-    uint64_t z = mix64(lo->seed ^ (lo->pass * 0x9E3779B97F4A7C15ull) ^
-                       ((uint64_t)(k + 1) << 48) ^ ((uint64_t)row * 0xD1B54A32D192ED03ull) ^
-                       ((uint64_t)col * 0x94D049BB133111EBull));
-    return (float)((double)(z >> 40) * 0x1.0p-24) >= lo->dropout;
+    return dsc__lora_kept(lo->seed, lo->pass, k, row, col, lo->dropout);
 }
 
 static bool drops(const dsc_lora *lo) { return lo->dropout > 0 && lo->training; }

@@ -7,6 +7,25 @@
 
 #include "dsc/model.h" // dsc_lora, dsc_model_lora, dsc_model_param
 
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define DSC__LORA_FN __host__ __device__ static inline
+#else
+#define DSC__LORA_FN static inline
+#endif
+
+// Whether element (row, col) of adapter k's input is kept by lora_dropout p in training pass
+// `pass`: a hash (SplitMix64's finaliser) of (seed, pass, adapter, element), so that the backward,
+// a recomputed forward and the GPU passes (model/lora_cuda.cu) draw the same mask as the forward.
+DSC__LORA_FN bool dsc__lora_kept(uint64_t seed, uint64_t pass, int k, int64_t row, int col,
+                                 float p) {
+    uint64_t z = seed ^ (pass * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(k + 1) << 48) ^
+                 ((uint64_t)row * 0xD1B54A32D192ED03ull) ^ ((uint64_t)col * 0x94D049BB133111EBull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1.0p-24f >= p;
+}
+
 // Adapter k is tensors n_base + 2k (A) and n_base + 2k + 1 (B) of the model.
 struct dsc_lora {
     int n_base, n_adapters, r, init;

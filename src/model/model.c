@@ -359,8 +359,32 @@ void dsc_model_set_training(dsc_model *m, bool on) {
     if (m && m->lora) m->lora->training = on;
 }
 
+// A LoRA run does less than the family's 6 N: its frozen products compute no weight gradient
+// (2 FLOPs per weight per token fewer), and each adapter adds 6 per parameter (forward 2, the
+// backward's t, A's and B's gradients and the input's 4). The frozen products are the layers'
+// matrices and the output layer: the last group's matrix, or, when the model ties its head to
+// the embeddings (the last group has no matrix), the embeddings' largest table (the token
+// table; position tables and an untied token table are lookups, no product).
 double dsc_model_flops_per_token(const dsc_model *m, int T) {
-    return m->ops->flops_per_token(m->cfg, T);
+    double f = m->ops->flops_per_token(m->cfg, T);
+    if (!m->lora) return f;
+    int last = m->info.num_groups - 1, head = -1;
+    for (int i = 0; i < m->info.num_tensors; i++) {
+        const dsc_model_param *p = &m->params[i];
+        if (p->ndim == 2 && p->group == last) head = i;
+    }
+    bool tied = head < 0;
+    for (int i = 0; i < m->info.num_tensors && tied; i++) // tied: the token table
+        if (m->params[i].group == 0 && m->params[i].ndim == 2 &&
+            (head < 0 || m->params[i].numel > m->params[head].numel))
+            head = i;
+    for (int i = 0; i < m->info.num_tensors; i++) {
+        const dsc_model_param *p = &m->params[i];
+        bool product = p->ndim == 2 && ((p->group > 0 && p->group < last) || i == head);
+        if (dsc_lora_base_of(m->lora, i) >= 0) f += 6.0 * (double)p->numel;
+        else if (p->frozen && product) f -= 2.0 * (double)p->numel;
+    }
+    return f;
 }
 
 int dsc_model_modules(const dsc_model *m, int B, int T, dsc_model_module *out) {
@@ -499,9 +523,14 @@ dsc_status dsc_model_infer(const dsc_model *m, dsc_model_kv *kv, float *const *p
 struct dsc_model_device {
     const struct dsc_model_device_ops *ops;
     void *impl;
+    dsc_lora *lora; // the model's adapters (borrowed), or NULL: a training pass's dropout masks
 };
 
 bool dsc_model_has_device(const dsc_model *m) { return m && m->ops->device; }
+
+bool dsc_model_has_device_adapters(const dsc_model *m) {
+    return dsc_model_has_device(m) && m->ops->device->adapters;
+}
 
 dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, int B, int T,
                                    void *stream, dsc_mem_pool *pool) {
@@ -514,9 +543,14 @@ dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, i
     if (B < 1 || T < 1 || T > m->info.max_seq_len)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_device_create: batch %d x %d does not "
                          "fit model %s (1 <= T <= %d)", B, T, m->spec, m->info.max_seq_len);
+    if (m->lora && !m->ops->device->adapters)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda: model %s (family %s) has "
+                         "no adapters in its GPU passes yet; train it on the CPU (--device cpu)",
+                         m->spec, m->ops->family);
     dsc_model_device *d = calloc(1, sizeof *d);
     if (!d) return dsc__fail(DSC_ERR_OOM, "dsc_model_device_create: out of memory");
     d->ops = m->ops->device;
+    d->lora = m->lora;
     dsc_status st = d->ops->create(m->cfg, B, T, stream, pool, &d->impl);
     if (st != DSC_OK) {
         free(d);
@@ -549,6 +583,7 @@ void dsc_model_device_set_layer_hook(dsc_model_device *d, dsc_model_layer_hook f
 dsc_status dsc_model_device_forward(dsc_model_device *d, const uint16_t *const *params,
                                     const int32_t *inputs, const int32_t *targets, int B, int T,
                                     float *loss) {
+    if (d->lora) dsc__lora_next_pass(d->lora); // (an evaluation pass draws none: not training)
     return d->ops->forward(d->impl, params, inputs, targets, B, T, loss);
 }
 
@@ -561,6 +596,7 @@ dsc_status dsc_model_device_train_step(dsc_model_device *d, const uint16_t *cons
                                        float *const *grads, const int32_t *inputs,
                                        const int32_t *targets, int B, int T, float loss_scale,
                                        float *loss) {
+    if (d->lora) dsc__lora_next_pass(d->lora);
     return d->ops->train_step(d->impl, params, grads, inputs, targets, B, T, loss_scale, loss);
 }
 

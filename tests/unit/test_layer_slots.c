@@ -83,13 +83,19 @@ static dsc_status op_reuse(void *u, int j, int before, int g) {
 
 static const dsc__slots_ops ops = {op_fetch, op_use, op_release, op_reuse};
 
-static sim make(const dsc_gpt2_config *c) {
+// LoRA's shape of a frozen base: every matrix of the layers frozen (their biases and norms train).
+static bool frozen_in(const dsc_gpt2_config *c, const dsc_gpt2_tensor_info *ti, bool freeze) {
+    return freeze && ti->ndim == 2 && ti->group >= 1 && ti->group <= c->n_layer;
+}
+
+static sim make_with(const dsc_gpt2_config *c, bool freeze) {
     sim m = {.c = c, .ntensors = dsc_gpt2_num_tensors(c), .gused = {-1, -1}};
     dsc_param_desc *pd = calloc((size_t)m.ntensors, sizeof *pd);
     dsc_gpt2_tensor_info *ti = calloc((size_t)m.ntensors, sizeof *ti);
     for (int i = 0; i < m.ntensors; i++) {
         dsc_gpt2_tensor_info_get(c, i, &ti[i]);
-        pd[i] = (dsc_param_desc){.name = ti[i].name, .ndim = ti[i].ndim, .group = ti[i].group};
+        pd[i] = (dsc_param_desc){.name = ti[i].name, .ndim = ti[i].ndim, .group = ti[i].group,
+                                 .frozen = frozen_in(c, &ti[i], freeze)};
         for (int d = 0; d < ti[i].ndim; d++)
             pd[i].shape[d] = ti[i].shape[d];
     }
@@ -103,6 +109,7 @@ static sim make(const dsc_gpt2_config *c) {
     m.src = calloc(total, sizeof *m.src);
     for (int i = 0; i < m.ntensors; i++) {
         size_t off = dsc__engine_param_offset(m.eng, i);
+        if (off == SIZE_MAX) continue; // frozen: not in the layout
         for (int64_t e = 0; e < ti[i].numel; e++)
             m.src[off + (size_t)e] = tag(i, (size_t)e);
     }
@@ -119,6 +126,8 @@ static sim make(const dsc_gpt2_config *c) {
     dsc__slots_tables(&m.s, m.p16, m.grad);
     return m;
 }
+
+static sim make(const dsc_gpt2_config *c) { return make_with(c, false); }
 
 static void release_sim(sim *m) {
     dsc__slots_free(&m->s);
@@ -174,7 +183,7 @@ static void compute(sim *m, int pass, int l) {
     for (int i = 0; i < m->ntensors; i++) {
         dsc_gpt2_tensor_info ti;
         dsc_gpt2_tensor_info_get(m->c, i, &ti);
-        if (ti.group != l + 1) continue;
+        if (ti.group != l + 1 || dsc__engine_param_offset(m->eng, i) == SIZE_MAX) continue;
         k = m->p16[i] >= m->s.w[1] ? 1 : 0;
         assert_true(m->in_use[k]);
         for (int64_t e = 0; e < ti.numel; e++)
@@ -245,11 +254,49 @@ static void test_one_layer(void **state) {
     release_sim(&m);
 }
 
+// Frozen tensors (LoRA's base) are outside the layout: no offset there, one in the engine's
+// frozen store; the tables give them no gradient and leave their weight views to the caller;
+// the passes point and fetch the trained tensors only.
+static void test_frozen_tensors(void **state) {
+    sim m = make_with(&cfg, true);
+    size_t flen = 0;
+    const float *store = dsc__engine_frozen_store(m.eng, &flen);
+    assert_non_null(store);
+    size_t seen = 0, trained = 0;
+    for (int i = 0; i < m.ntensors; i++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&cfg, i, &ti);
+        if (frozen_in(&cfg, &ti, true)) {
+            assert_true(dsc__engine_param_offset(m.eng, i) == SIZE_MAX);
+            size_t fo = dsc__engine_frozen_offset(m.eng, i);
+            assert_true(fo + (size_t)ti.numel <= flen);
+            assert_null(m.grad[i]);
+            assert_null(m.p16[i]); // untouched: the caller points it at its 16-bit copy
+            seen += (size_t)ti.numel;
+        } else {
+            assert_true(dsc__engine_frozen_offset(m.eng, i) == SIZE_MAX);
+            assert_non_null(m.grad[i]);
+            trained++;
+        }
+    }
+    assert_true(seen > 0 && seen <= flen && trained > 0);
+    m.s.user = &m;
+    pass(&m, 0);
+    pass(&m, 1);
+    for (int i = 0; i < m.ntensors; i++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&cfg, i, &ti);
+        if (frozen_in(&cfg, &ti, true)) assert_null(m.grad[i]);
+    }
+    release_sim(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_and_tables),
         cmocka_unit_test(test_hook_passes),
         cmocka_unit_test(test_one_layer),
+        cmocka_unit_test(test_frozen_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -454,11 +454,42 @@ static void test_engine_generate(void **state) {
     dsc_model_destroy(m);
 }
 
+// MFU's numerator of a LoRA run: the family's 6 N, less 2 per frozen product weight (no weight
+// gradient), plus 6 per adapter weight. llama-d2 (C 128, I from the shape, untied head V x C):
+// counted here from the shapes by name.
+static void test_lora_flops(void **state) {
+    (void)state;
+    dsc_model *m;
+    dsc_model_opts o = {.vocab_size = 256, .max_seq_len = 32};
+    assert_int_equal(dsc_model_create(&m, "llama-d2", &o), DSC_OK);
+    double base = dsc_model_flops_per_token(m, 32);
+    int n0 = dsc_model_describe(m)->num_tensors;
+    double frozen = 0, adapters = 0;
+    for (int i = 0; i < n0; i++) { // every layer matrix, the head if untied, else the table
+        const dsc_model_param *p = dsc_model_param_get(m, i);
+        bool layer_matrix = p->ndim == 2 && strstr(p->name, "layers.");
+        bool head = !strcmp(p->name, "lm_head.weight");
+        if (layer_matrix) adapters += 8.0 * (double)(p->shape[0] + p->shape[1]);
+        if (layer_matrix || head) frozen += (double)p->numel;
+    }
+    bool tied = true;
+    for (int i = 0; i < n0; i++)
+        if (!strcmp(dsc_model_param_get(m, i)->name, "lm_head.weight")) tied = false;
+    if (tied) frozen += 256.0 * 128.0;
+    dsc_model_lora lo = {.r = 8, .alpha = 16};
+    assert_int_equal(dsc_model_set_lora(m, &lo), DSC_OK);
+    double want = base - 2 * frozen + 6 * adapters, got = dsc_model_flops_per_token(m, 32);
+    assert_true(fabs(got - want) <= 1e-9 * want);
+    assert_true(got < base); // the frozen base's weight gradients are not computed
+    dsc_model_destroy(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_specs),       cmocka_unit_test(test_table_and_init),
         cmocka_unit_test(test_passes_equal_family), cmocka_unit_test(test_infer),
         cmocka_unit_test(test_from_params_and_hf), cmocka_unit_test(test_engine_generate),
+        cmocka_unit_test(test_lora_flops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include "engine/gpu/layer_slots.h"
 
 #include <stdbool.h> // bool
+#include <stdint.h>  // SIZE_MAX
 #include <stdlib.h>  // calloc, free
 
 #include "base/status.h"   // dsc__fail, DSC_TRY
@@ -54,7 +55,8 @@ dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *mode
         dsc__engine_span sp;
         dsc__engine_span_of(eng, group, &sp);
         s->tgroup[i] = group;
-        s->tin[i] = dsc__engine_param_offset(eng, i) - sp.off;
+        size_t off = dsc__engine_param_offset(eng, i); // SIZE_MAX: frozen (LoRA's base)
+        s->tin[i] = off == SIZE_MAX ? SIZE_MAX : off - sp.off;
     }
     return DSC_OK;
 }
@@ -74,6 +76,10 @@ void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad) {
     bool weights = s->w[0] != NULL; // else resident: the caller's p16 table stays
     for (int i = 0; i < s->ntensors; i++) {
         int g = s->tgroup[i];
+        if (s->tin[i] == SIZE_MAX) { // frozen: no gradient; its weights stay as the caller set them
+            grad[i] = NULL;
+            continue;
+        }
         if (dsc__slots_layer_group(s, g)) { // the layer hook repoints them before every use
             if (weights) p16[i] = s->w[0] + s->tin[i];
             grad[i] = s->g[0] + s->tin[i];
@@ -113,7 +119,7 @@ static dsc_status fetch(dsc__slots *s, int layer, int keep) {
 // slot k and, in backward, at gradient buffer g.
 static void point(dsc__slots *s, int layer, int k, float *g) {
     for (int i = 0; i < s->ntensors; i++) {
-        if (s->tgroup[i] != layer + 1) continue;
+        if (s->tgroup[i] != layer + 1 || s->tin[i] == SIZE_MAX) continue;
         if (s->w[0]) s->p16[i] = s->w[k] + s->tin[i];
         if (g) s->grad[i] = g + s->tin[i];
     }

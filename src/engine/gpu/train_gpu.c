@@ -3,6 +3,7 @@
 // (train_gpu_offload.c) training from the engine's config and drives the model's device passes.
 #include "dsc/device.h"
 
+#include <stdint.h> // SIZE_MAX
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, getenv
 #include <string.h> // strcmp
@@ -225,6 +226,11 @@ static dsc_status make_views(train_gpu *g) {
     if (g->dp && dsc__train_dp_views(g->dp, g->model, g->p16, g->grad)) return DSC_OK;
     for (int i = 0; i < g->ntensors; i++) {
         size_t off = dsc__engine_param_offset(g->eng, i);
+        if (off == SIZE_MAX) { // frozen (LoRA's base): its 16-bit values, no gradient
+            g->p16[i] = g->st->frozen16 + dsc__engine_frozen_offset(g->eng, i);
+            g->grad[i] = NULL;
+            continue;
+        }
         g->p16[i] = g->st->p16 + off;
         g->grad[i] = g->gslots_on ? NULL : g->st->grad + off;
     }
@@ -303,6 +309,24 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
     size_t n = dsc__engine_layout_len(g->eng);
     DSC_TRY(dsc__cuda_state_create(&g->st, n, 0, true, g->pool));
     return staged_host(g, n, pinned, why, cap);
+}
+
+// LoRA's frozen base on the device (its 16-bit values, uploaded once: they never change). The
+// paths that stream or partition the weights (ZeRO-Offload, offload_param, nccl) lay out the
+// trained tensors only and are refused for it, naming what runs.
+static dsc_status frozen_init(train_gpu *g, bool offload) {
+    size_t n;
+    const float *host = dsc__engine_frozen_store(g->eng, &n);
+    if (!n) return DSC_OK;
+    if (g->dp || (offload && !g->staged))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with %s: the frozen base "
+                         "lives on the GPU beside the adapters, whose optimizer runs there; set "
+                         "zero_optimization.offload_optimizer.device (and offload_param) to "
+                         "\"none\"%s, or train on the CPU (--device cpu)",
+                         g->dp ? "DSC_COMM_BACKEND=nccl" : "ZeRO-Offload",
+                         g->dp ? " and unset DSC_COMM_BACKEND (the ranks then stage through the "
+                                 "host)" : "");
+    return dsc__cuda_state_frozen(g->st, host, n, g->pool);
 }
 
 // The banner's words for a one-rank run.
@@ -385,6 +409,7 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
     else if (g->staged) DSC_TRY(staged_init(g, &pinned, why, sizeof why));
     else DSC_TRY(flat_init(g, offload));
     dsc__cuda_state_set_fp16(g->st, g->fp16); // before the load below makes the 16-bit copy
+    DSC_TRY(frozen_init(g, offload));
     DSC_TRY(dsc_model_device_create(&g->model, g->mdl, B, T, g->st->stream, g->pool));
     g->maxB = B;
     dsc_model_device_set_fp16(g->model, g->fp16);

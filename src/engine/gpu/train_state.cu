@@ -11,6 +11,7 @@
 #include "engine/gpu/optim.h" // dsc__cuda_opt_step, dsc__cuda_opt_sumsq
 
 #include "base/env.h" // dsc__env (a C header with its own extern "C")
+#include "dsc/half.h" // dsc_fp32_to_bf16_n, dsc_fp32_to_fp16_n
 
 extern "C" {
 #ifdef DSC_WITH_CUDA
@@ -212,6 +213,33 @@ extern "C" dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, 
     return state_create(out, n, nstate, moments, false, pool);
 }
 
+extern "C" dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
+                                             dsc_mem_pool *pool) {
+    DSC_CUDA_ARG(s && (host || !n), "GPU state: the frozen weights are missing");
+    if (!s->frozen16) {
+        DSC_TRY(dsc__cuda_buf_alloc(&s->frozen_buf, pool, n * 2, "gpu.frozen_weights"));
+        s->frozen16 = (uint16_t *)s->frozen_buf.ptr;
+        s->nfrozen = n;
+    }
+    DSC_CUDA_ARG(n == s->nfrozen, "GPU state: %zu frozen weights, the device holds %zu", n,
+                 s->nfrozen);
+    // converted on the host in pieces (exact: the values are 16-bit already)
+    const size_t CHUNK = (size_t)1 << 24;
+    uint16_t *buf = (uint16_t *)malloc((n < CHUNK ? n : CHUNK) * 2 + 2);
+    if (!buf) return dsc__fail(DSC_ERR_OOM, "GPU state: out of host memory for the frozen weights");
+    dsc_status st = DSC_OK;
+    for (size_t at = 0; at < n && st == DSC_OK; at += CHUNK) {
+        size_t c = n - at < CHUNK ? n - at : CHUNK;
+        if (s->fp16) dsc_fp32_to_fp16_n(buf, host + at, c);
+        else dsc_fp32_to_bf16_n(buf, host + at, c);
+        cudaError_t e = cudaMemcpy(s->frozen16 + at, buf, c * 2, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            st = dsc__cuda_fail(e, "GPU state: uploading the frozen weights", __FILE__, __LINE__);
+    }
+    free(buf);
+    return st;
+}
+
 extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
     if (!s) return;
     if (s->stream) (void)cudaStreamSynchronize((cudaStream_t)s->stream);
@@ -219,6 +247,7 @@ extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
         if (s->pinned[k]) host_unregister(s->pinned[k]);
     for (int k = 0; k < DSC_CUDA_STATE_BUFS; k++) dsc__cuda_buf_free(&s->bufs[k]);
     dsc__cuda_buf_free(&s->g16_buf);
+    dsc__cuda_buf_free(&s->frozen_buf);
     if (s->results) (void)cudaFreeHost(s->results);
     if (s->results_ready) (void)cudaEventDestroy((cudaEvent_t)s->results_ready);
     if (s->stream) (void)cudaStreamDestroy((cudaStream_t)s->stream);
@@ -448,6 +477,7 @@ extern "C" dsc_status dsc__cuda_state_acc_grads(dsc_cuda_state *s, size_t off, s
     DSC_CUDA_ARG(s->master16 && off + count <= s->n && from + count <= s->grad_len,
                  "GPU state: bf16 gradients %zu + %zu from scratch %zu outside %zu / %zu", off,
                  count, from, s->n, s->grad_len);
+    if (!count) return DSC_OK; // a group with nothing trained (LoRA: the embeddings' group)
     return dsc__cuda_acc_bf16(s->g16 + off, s->grad + from, count, first, s->stream);
 }
 

@@ -67,6 +67,11 @@ typedef struct dsc_cuda_state {
                          // layer slots, engine/gpu/layer_slots.h), added into g16 as it goes
     dsc_cuda_buf bufs[DSC_CUDA_STATE_BUFS]; // what the pointers above are views of
     dsc_cuda_buf g16_buf;
+    // LoRA's frozen base (dsc__cuda_state_frozen): its 16-bit values, outside the flat layout
+    // (no master, gradient or moments), uploaded once
+    uint16_t *frozen16;
+    size_t nfrozen;
+    dsc_cuda_buf frozen_buf;
 } dsc_cuda_state;
 
 // Device name and the dense bf16 tensor-core peak in FLOP/s that MFU is measured against (a table
@@ -157,6 +162,11 @@ dsc_status dsc__cuda_state_upload_dp(dsc_cuda_state *s, const float *weights, co
 dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m, float *v);
 
 dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s);
+// The frozen tensors' values (host, n fp32 elements already rounded to the compute type: the
+// engine's frozen store) into s->frozen16 in the state's 16-bit type (set_fp16 first), taken from
+// pool (tag "gpu.frozen_weights") on the first call.
+dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
+                                  dsc_mem_pool *pool);
 
 // fp16 training, at a step boundary before the norm: the accumulated gradients rounded to fp16
 // values, in place, exactly as the engine's CPU step rounds its fp16 gradients (values beyond

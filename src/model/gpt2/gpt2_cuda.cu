@@ -681,5 +681,6 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     dev_create,     dev_destroy,   dev_set_fp16,  dev_set_fresh,   dev_set_grad_hook,
     dev_set_layer_hook, dev_forward, dev_backward, dev_train_step, dev_read_loss,
     dev_loss_enqueue, &dsc__gpt2_decode_ops, dev_act_bytes,
-    true, // recomputes: acts_of / carve lay out one shared block, the backward reruns
+    true,  // recomputes: acts_of / carve lay out one shared block, the backward reruns
+    false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
 };

@@ -16,6 +16,7 @@ extern "C" {
 #include "cuda/devbuf.h"               // dsc__cuda_buf_*
 #include "cuda/device_model.h"         // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
 #include "model/llama/llama_decode.h"  // dsc__llama_decode_ops
+#include "model/lora_cuda.h"           // dsc__lora_dev_* (LoRA adapters beside the products)
 #include "cuda/kernels.h"              // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
 #include "model/llama/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
 #include "cuda/matmul.h"               // dsc__cuda_gemm
@@ -51,6 +52,9 @@ typedef struct llama_cuda {
     float *rms_scratch, *att_scratch, *col_scratch, *bias_tmp;
     float *rope_cos, *rope_sin; // (maxT, hd / 2)
     void *emb_scratch;
+    float *discard;  // (C) the gradient of a frozen norm weight (LoRA), never read
+    void *lora_buf;  // the adapters' activations (model/lora_cuda.h), in the slab
+    dsc__lora_dev lora;
     int32_t *tokens; // (2, R): inputs, targets
     dsc_model_grad_hook hook;
     void *hook_user;
@@ -130,6 +134,8 @@ static size_t carve(llama_cuda *m, char *base) {
         {(void **)&m->rope_cos, (size_t)m->maxT * hd2 * 4},
         {(void **)&m->rope_sin, (size_t)m->maxT * hd2 * 4},
         {(void **)&m->emb_scratch, dsc__cuda_embed_backward_scratch((int64_t)R, (int)V)},
+        {(void **)&m->discard, m->c.lora ? C * 4 : 0},
+        {(void **)&m->lora_buf, dsc__lora_dev_bytes(m->c.lora, (int64_t)R)},
         {(void **)&m->tokens, 2 * R * 4},
     };
     size_t off = 0;
@@ -205,6 +211,8 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     m->st = (cudaStream_t)stream;
     dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
     if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
+    if (st == DSC_OK)
+        dsc__lora_dev_carve(&m->lora, c->lora, (int64_t)B * T, (char *)m->lora_buf);
     if (st == DSC_OK && m->head_pad) { // the padding rows stay zero for the model's life
         size_t V = (size_t)c->vocab_size, C = (size_t)c->hidden;
         cudaError_t e = cudaMemsetAsync(m->head_pad + V * C, 0,
@@ -215,6 +223,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     }
     if (st == DSC_OK) st = upload_rope(m);
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
+    m->lora.blas = m->blas, m->lora.stream = m->st;
     if (st != DSC_OK) {
         destroy(m);
         return st;
@@ -223,7 +232,10 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     return DSC_OK;
 }
 
-static void set_fp16(void *dev, bool on) { ((llama_cuda *)dev)->fp16 = on; }
+static void set_fp16(void *dev, bool on) {
+    llama_cuda *m = (llama_cuda *)dev;
+    m->fp16 = m->lora.fp16 = on;
+}
 static void set_fresh(void *dev, bool on) { ((llama_cuda *)dev)->fresh = on; }
 
 static void set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
@@ -262,9 +274,10 @@ static dsc_status linear_dinp(llama_cuda *m, uint16_t *dinp, int ldo, const uint
 }
 
 // dw (OUT, IN) fp32 += (= when fresh) dout^T @ inp; dout (rows, OUT; stride ldd), inp (rows, IN;
-// stride ldi).
+// stride ldi). A frozen weight (LoRA's base: dw NULL) gets none.
 static dsc_status linear_dw(llama_cuda *m, float *dw, const uint16_t *dout, int ldd,
                             const uint16_t *inp, int ldi, int rows, int IN, int OUT) {
+    if (!dw) return DSC_OK;
     return dsc__cuda_mm_dweight(m->blas, dw, dout, ldd, inp, ldi, rows, OUT, IN, m->fresh, m->fp16,
                                 m->st);
 }
@@ -272,6 +285,28 @@ static dsc_status linear_dw(llama_cuda *m, float *dw, const uint16_t *dout, int 
 // ---- forward ----
 
 static int lt(const llama_cuda *m, int l, int k) { return dsc__llama_layer_tensor(&m->c, l, k); }
+
+// Layer l's weight k's adapter (if any) after its product: out (rows, its OUT; stride ldo) +=
+// the adapter's term of inp (stride ldi).
+static dsc_status adapt(llama_cuda *m, const uint16_t *const *p, int l, int k, uint16_t *out,
+                        int ldo, const uint16_t *inp, int ldi) {
+    return dsc__lora_dev_forward(&m->lora, p, lt(m, l, k), out, ldo, inp, ldi,
+                                 (int64_t)m->B * m->T);
+}
+
+// Layer l's weight k's adapter in the backward, after the product's input gradient dinp
+// (stride lddi) was written from dout (stride ldd); inp (stride ldi) the product's input.
+static dsc_status adapt_back(llama_cuda *m, const uint16_t *const *p, float *const *g, int l,
+                             int k, uint16_t *dinp, int lddi, const uint16_t *dout, int ldd,
+                             const uint16_t *inp, int ldi) {
+    return dsc__lora_dev_backward(&m->lora, p, g, lt(m, l, k), dinp, lddi, dout, ldd, inp, ldi,
+                                  (int64_t)m->B * m->T, m->fresh);
+}
+
+// A norm weight's gradient, or the discard buffer when the weight is frozen (LoRA's base).
+static float *norm_grad(const llama_cuda *m, float *const *g, int i) {
+    return g[i] ? g[i] : m->discard;
+}
 
 // A bias of layer l (Qwen2), or NULL.
 static const uint16_t *bias_of(const llama_cuda *m, const uint16_t *const *p, int l, int k) {
@@ -336,6 +371,9 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
         DSC_TRY(linear(m, a.qkv + QD + KD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_VW)],
                        bias_of(m, p, l, DSC_LLAMA_VB), NULL, BT, C, KD));
     }
+    DSC_TRY(adapt(m, p, l, DSC_LLAMA_QW, a.qkv, QKV, a.ln1, C));
+    DSC_TRY(adapt(m, p, l, DSC_LLAMA_KW, a.qkv + QD, QKV, a.ln1, C));
+    DSC_TRY(adapt(m, p, l, DSC_LLAMA_VW, a.qkv + QD + KD, QKV, a.ln1, C));
     if (m->c.qk_norm) // Qwen3: each head's q and k normed, then rotated, in one pass
         DSC_TRY(dsc__cuda_qk_norm_rope_h(a.qkv, QKV, a.qk_raw, a.qk_rstd,
                                          p[lt(m, l, DSC_LLAMA_QN)], p[lt(m, l, DSC_LLAMA_KN)],
@@ -347,6 +385,7 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
     DSC_TRY(dsc__cuda_gqa_forward(a.atty, a.lse, a.qkv, B, T, NH, NKV, HS, m->fp16, st));
     DSC_TRY(linear(m, a.res2, C, a.atty, QD, p[lt(m, l, DSC_LLAMA_OW)], NULL, a.res_in, BT, QD,
                    C));
+    DSC_TRY(adapt(m, p, l, DSC_LLAMA_OW, a.res2, C, a.atty, QD));
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(a.ln2, a.rstd2, a.res2, p[lt(m, l, DSC_LLAMA_LN2)], eps,
                                         BT, C, m->fp16, st));
     if (gu_joined(m, p, l)) {
@@ -358,8 +397,12 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
         DSC_TRY(
             linear(m, a.gu + I, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_UP)], NULL, NULL, BT, C, I));
     }
+    DSC_TRY(adapt(m, p, l, DSC_LLAMA_GATE, a.gu, 2 * I, a.ln2, C));
+    DSC_TRY(adapt(m, p, l, DSC_LLAMA_UP, a.gu + I, 2 * I, a.ln2, C));
     DSC_TRY(dsc__cuda_swiglu_forward_h(a.hmid, a.gu, BT, I, m->fp16, st));
-    return linear(m, a.res_out, C, a.hmid, I, p[lt(m, l, DSC_LLAMA_DOWN)], NULL, a.res2, BT, I, C);
+    DSC_TRY(
+        linear(m, a.res_out, C, a.hmid, I, p[lt(m, l, DSC_LLAMA_DOWN)], NULL, a.res2, BT, I, C));
+    return adapt(m, p, l, DSC_LLAMA_DOWN, a.res_out, C, a.hmid, I);
 }
 
 static void tensor_name(const void *cfg, int i, char *buf, int cap) {
@@ -371,6 +414,19 @@ static void tensor_name(const void *cfg, int i, char *buf, int cap) {
 static dsc_status check_params(const llama_cuda *m, const void *const *t, const char *what) {
     return dsc__cuda_table_check(t, dsc_llama_num_tensors(&m->c), "llama cuda", what,
                                  tensor_name, &m->c);
+}
+
+// The gradient table: an entry for every tensor that trains (a frozen one, LoRA's base, may be
+// NULL).
+static dsc_status check_grads(const llama_cuda *m, float *const *g) {
+    DSC_CUDA_ARG(g != NULL, "llama cuda: the grads array is NULL");
+    for (int i = 0; i < dsc_llama_num_tensors(&m->c); i++) {
+        if (g[i] || !dsc__lora_dev_trained(m->c.lora, i)) continue;
+        char buf[128];
+        tensor_name(&m->c, i, buf, (int)sizeof buf);
+        return dsc__fail(DSC_ERR_INVALID_ARG, "llama cuda: grads[%d] (%s) is NULL", i, buf);
+    }
+    return DSC_OK;
 }
 
 static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
@@ -465,6 +521,7 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
     bool add = !m->fresh;
     // down_proj and SwiGLU: dh = dres @ W_down; dgu (in dbig) from dh
     DSC_TRY(linear_dinp(m, m->dh, I, m->dres, C, p[lt(m, l, DSC_LLAMA_DOWN)], BT, I, C, false));
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_DOWN, m->dh, I, m->dres, C, a.hmid, I));
     DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_DOWN)], m->dres, C, a.hmid, I, BT, I, C));
     DSC_TRY(dsc__cuda_swiglu_backward_h(m->dbig, m->dh, a.gu, BT, I, m->fp16, st));
     // gate_proj, up_proj and post_attention_layernorm
@@ -477,6 +534,8 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
         DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + I, 2 * I, p[lt(m, l, DSC_LLAMA_UP)], BT, C,
                             I, true));
     }
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_GATE, m->dln, C, m->dbig, 2 * I, a.ln2, C));
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_UP, m->dln, C, m->dbig + I, 2 * I, a.ln2, C));
     if (gu_grads_joined(m, g, l)) {
         DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C,
                           2 * I));
@@ -484,23 +543,27 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
         DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C, I));
         DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_UP)], m->dbig + I, 2 * I, a.ln2, C, BT, C, I));
     }
-    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, g[lt(m, l, DSC_LLAMA_LN2)], m->rms_scratch,
+    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, g, lt(m, l, DSC_LLAMA_LN2)),
+                                         m->rms_scratch,
                                          m->dln, a.res2, p[lt(m, l, DSC_LLAMA_LN2)], a.rstd2, add,
                                          BT, C, m->fp16, st));
     // o_proj and attention (dqkv in dbig), rotary embeddings undone on dq and dk
     DSC_TRY(linear_dinp(m, m->datt, QD, m->dres, C, p[lt(m, l, DSC_LLAMA_OW)], BT, QD, C, false));
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_OW, m->datt, QD, m->dres, C, a.atty, QD));
     DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_OW)], m->dres, C, a.atty, QD, BT, QD, C));
     DSC_TRY(dsc__cuda_gqa_backward(m->dbig, m->att_scratch, m->datt, a.qkv, a.atty, a.lse, B, T,
                                    NH, NKV, HS, m->fp16, st));
     if (m->c.qk_norm) // Qwen3: the rotation undone and the q/k norms' backward in one pass
         DSC_TRY(dsc__cuda_qk_norm_rope_backward_h(
-            m->dbig, QKV, g[lt(m, l, DSC_LLAMA_QN)], g[lt(m, l, DSC_LLAMA_KN)], m->qkn_scratch,
+            m->dbig, QKV, norm_grad(m, g, lt(m, l, DSC_LLAMA_QN)),
+            norm_grad(m, g, lt(m, l, DSC_LLAMA_KN)), m->qkn_scratch,
             a.qk_raw, a.qk_rstd, p[lt(m, l, DSC_LLAMA_QN)], p[lt(m, l, DSC_LLAMA_KN)],
             m->rope_cos, m->rope_sin, NULL, B, T, NH, NKV, HS, add, m->fp16, st));
     else
         DSC_TRY(dsc__cuda_rope_h(m->dbig, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV,
                                  HS, true, m->fp16, st));
-    if (lt(m, l, DSC_LLAMA_QB) >= 0) { // Qwen2's q/k/v biases: dqkv's column sums
+    if (lt(m, l, DSC_LLAMA_QB) >= 0 && g[lt(m, l, DSC_LLAMA_QB)]) { // Qwen2's q/k/v biases
+        // (trained together, or frozen together as LoRA's base): dqkv's column sums
         DSC_TRY(dsc__cuda_colsum_h(m->bias_tmp, m->col_scratch, m->dbig, BT, QKV, false, m->fp16,
                                    st));
         DSC_TRY(dsc__cuda_add_f32_clear(g[lt(m, l, DSC_LLAMA_QB)], m->bias_tmp, QD, add, st));
@@ -520,6 +583,9 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
         DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + QD + KD, QKV, p[lt(m, l, DSC_LLAMA_VW)], BT,
                             C, KD, true));
     }
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_QW, m->dln, C, m->dbig, QKV, a.ln1, C));
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_KW, m->dln, C, m->dbig + QD, QKV, a.ln1, C));
+    DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_VW, m->dln, C, m->dbig + QD + KD, QKV, a.ln1, C));
     if (qkv_grads_joined(m, g, l)) {
         DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QKV));
     } else {
@@ -528,7 +594,8 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
         DSC_TRY(
             linear_dw(m, g[lt(m, l, DSC_LLAMA_VW)], m->dbig + QD + KD, QKV, a.ln1, C, BT, C, KD));
     }
-    return dsc__cuda_rmsnorm_backward_h(m->dres, g[lt(m, l, DSC_LLAMA_LN1)], m->rms_scratch,
+    return dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, g, lt(m, l, DSC_LLAMA_LN1)),
+                                        m->rms_scratch,
                                         m->dln, a.res_in, p[lt(m, l, DSC_LLAMA_LN1)], a.rstd1,
                                         add, BT, C, m->fp16, st);
 }
@@ -543,7 +610,7 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
     DSC_TRY(linear_dinp(m, m->dln, C, m->logits, m->Vp, w, BT, C, m->Vp, false));
     DSC_TRY(linear_dw(m, grads[head], m->logits, m->Vp, m->lnf, C, BT, C, V));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
-    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, grads[norm], m->rms_scratch, m->dln,
+    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, grads, norm), m->rms_scratch, m->dln,
                                          acts_of(m, L).res_in, params[norm], m->rstdf, !m->fresh,
                                          BT, C, m->fp16, st));
     DSC_TRY(group_done(m, L + 1));
@@ -557,11 +624,12 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
     }
     DSC_TRY(before_layer(m, 1, -1));
     // embed_tokens: tied, the head's product wrote (or added to) it above; untied and fresh, its
-    // rows no token visits must read zero
-    if (head != 0 && m->fresh)
+    // rows no token visits must read zero; frozen (LoRA's base): nothing
+    if (grads[0] && head != 0 && m->fresh)
         DSC_CUDA_TRY(cudaMemsetAsync(grads[0], 0, sizeof(float) * (size_t)V * C, st));
-    DSC_TRY(dsc__cuda_embed_backward_h(grads[0], m->emb_scratch, m->dres, m->tokens, BT, C, V,
-                                       true, m->fp16, st));
+    if (grads[0])
+        DSC_TRY(dsc__cuda_embed_backward_h(grads[0], m->emb_scratch, m->dres, m->tokens, BT, C,
+                                           V, true, m->fp16, st));
     return group_done(m, 0);
 }
 
@@ -573,7 +641,7 @@ static dsc_status backward(void *dev, const uint16_t *const *params, float *cons
                  "llama cuda backward: needs a forward with targets first, and each such forward "
                  "allows one backward (it consumes the logits)");
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
-    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
+    DSC_TRY(check_grads(m, grads));
     m->have_targets = false;
     int BT = m->B * m->T;
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f;
@@ -589,7 +657,7 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
                              float loss_scale, float *loss) {
     llama_cuda *m = (llama_cuda *)dev;
     DSC_CUDA_ARG(m && targets, "llama cuda train step: model and targets must be set");
-    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
+    DSC_TRY(check_grads(m, grads));
     DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
     DSC_TRY(enqueue_forward(m, params));
     int BT = B * T;
@@ -618,4 +686,5 @@ extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     forward,  backward, train_step, read_loss, loss_enqueue, &dsc__llama_decode_ops,
     act_bytes,
     true, // recomputes: acts_of / carve lay out one shared block, backward_from_dlogits reruns
+    true, // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
 };

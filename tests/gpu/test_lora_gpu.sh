@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# LoRA on one GPU (the Llama family): adapters beside every adapted product of the device passes,
+# the frozen base in 16 bits on the device with no gradient, master or moments, the optimizer over
+# the adapters on the GPU. The GPU run follows the CPU's LoRA run within bf16 tolerance (without
+# and with lora_dropout: the same masks; with modules_to_save; with bf16 master weights;
+# Qwen3's q/k norms frozen), the loss falls, a checkpoint resumes bit for bit and exports for
+# PEFT and merged, the device pool holds no per-parameter state for the base, and the paths
+# that cannot take a frozen base are refused by name. Exit 77 (skipped) without a CUDA device.
+set -u
+. "$DSC_SOURCE_DIR/tests/cli/lib.sh"
+PY=${PYTHON:-python3}
+
+probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
+if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
+    echo "SKIP: no CUDA device"
+    finish >/dev/null
+    exit 77
+fi
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # cfg, run_one, compare, cols
+run() { run_one "$@"; }
+cfg "$T/full.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 1}'
+# the base: a few steps of llama-d2 exported as a Hugging Face folder (a merged export reads it)
+MODEL=llama-d2 run base cuda "$T/full.json" 3 --save-dir "$T/base_ck" --save-at-end
+"$DSC" ckpt export "$T/base_ck" --hf "$T/base_hf" >"$T/base_export.log" 2>&1 ||
+    { echo "FAIL: export of the base"; cat "$T/base_export.log"; failed=$((failed+1)); }
+export MODEL=hf:$T/base_hf
+LORA='"lora": {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}'
+DROP='"lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.1, "target_modules": "all-linear"}'
+SAVE='"lora": {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj", "down_proj"], "modules_to_save": ["embed_tokens"]}'
+cfg "$T/lora.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, $LORA"
+cfg "$T/drop.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}, $DROP"
+cfg "$T/save.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, $SAVE"
+cfg "$T/m16.json" ", \"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, \"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 1}, $LORA"
+
+run lora cuda "$T/lora.json" 40
+run lora_cpu cpu "$T/lora.json" 40
+run drop cuda "$T/drop.json" 40
+run drop_cpu cpu "$T/drop.json" 40
+run save cuda "$T/save.json" 40
+run save_cpu cpu "$T/save.json" 40
+run m16 cuda "$T/m16.json" 40
+run m16_cpu cpu "$T/m16.json" 40
+MODEL=qwen3-d2 run qwen3 cuda "$T/lora.json" 40
+MODEL=qwen3-d2 run qwen3_cpu cpu "$T/lora.json" 40
+run half cuda "$T/lora.json" 20 --save-dir "$T/ck" --save-at-end
+run rest cuda "$T/lora.json" 40 --save-dir "$T/ck" --resume --save-at-end
+run grads cuda "$T/lora.json" 1 --dump-grads "$T/grads.safetensors"
+for m in full lora; do
+    "$DSC" train --device cuda --config "$T/$m.json" --model llama-d8 --seq-len 64 --max-steps 2 \
+        --seed 7 --eval-every 0 --eval-batches 1 --sample-tokens 0 --out "$T/mem_$m" \
+        >"$T/mem_$m.log" 2>&1 || { echo "FAIL: run mem_$m"; cat "$T/mem_$m.log"; failed=$((failed+1)); }
+done
+
+# fell RUN: the mean of the last 5 losses is below 95% of the first (adapters on a random base
+# move it less than a full fine-tune does)
+fell() { $PY -c "
+import json
+l = [json.loads(x)['loss'] for x in open('$T/$1/metrics.jsonl')]
+print(f'  $1: loss {l[0]:.4f} -> {sum(l[-5:]) / 5:.4f}')
+assert sum(l[-5:]) / 5 < 0.95 * l[0]"; }
+check "LoRA on the GPU: the loss falls" -- fell lora
+check "LoRA: the GPU follows the CPU within bf16 tolerance" -- compare lora_cpu lora 5e-3 0.03 0.08
+check "lora_dropout: the GPU draws the CPU's masks (follows it within bf16 tolerance)" -- compare drop_cpu drop 5e-3 0.03 0.08
+check "lora_dropout acts on the GPU (its losses differ from the run without)" -- $PY -c "
+import json
+a = [json.loads(x)['loss'] for x in open('$T/drop/metrics.jsonl')]
+b = [json.loads(x)['loss'] for x in open('$T/lora/metrics.jsonl')]
+assert a != b, a"
+check "modules_to_save (the tied embeddings trained in full): the GPU follows the CPU" -- compare save_cpu save 5e-3 0.03 0.08
+check "LoRA with bf16 master and moments: the GPU follows the CPU" -- compare m16_cpu m16 5e-3 0.03 0.08
+check "Qwen3 (q/k norms frozen): the GPU follows the CPU" -- compare qwen3_cpu qwen3 5e-3 0.03 0.08
+check "the banner counts the trainable parameters" -- grep -q "LoRA: r 8" "$T/lora.log"
+check "a checkpoint resumes bit for bit" -- $PY -c "
+import json
+a = [json.loads(x) for x in open('$T/lora/metrics.jsonl')]
+b = [json.loads(x) for x in open('$T/rest/metrics.jsonl')]
+assert b[0]['step'] == 21 and [x['loss'] for x in a[20:]] == [x['loss'] for x in b], (a[20:], b)"
+check "--dump-grads holds the adapters' gradients only" -- $PY -c "
+import json, struct
+b = open('$T/grads.safetensors', 'rb').read()
+h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+k = [x for x in h if x not in ('__metadata__', 'inputs', 'targets')]
+assert k and all('.lora_A.' in x or '.lora_B.' in x for x in k), k[:5]"
+check "the checkpoint exports for PEFT" -- "$DSC" ckpt export "$T/ck" --peft "$T/peft"
+check "the adapter file holds lora_A and lora_B" -- grep -q "lora_A" "$T/peft/adapter_model.safetensors"
+check "the merged export checks the unchanged base" -- "$DSC" ckpt export "$T/ck" --hf "$T/merged"
+check "the device pool keeps no state for the frozen base" -- $PY -c "
+import json, re
+a = json.loads(open('$T/mem_full/metrics.jsonl').readlines()[-1])['gpu_allocated']
+b = json.loads(open('$T/mem_lora/metrics.jsonl').readlines()[-1])['gpu_allocated']
+n = float(re.search(r'\(([0-9.]+)M parameters', open('$T/mem_full.log').read()).group(1)) * 1e6
+print(f'  llama-d8 device pool: {a / 2**20:.1f} MiB full, {b / 2**20:.1f} MiB LoRA, {n} parameters')
+assert a - b >= 12 * n, (a, b, n)"
+cfg "$T/off.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}, $LORA"
+expect 1 "LoRA on --device cuda with ZeRO-Offload" -- "$DSC" train --device cuda --config "$T/off.json" --model llama-d2 --max-steps 1 --out "$T/bad"
+cfg "$T/gpt2.json" ", \"bf16\": {\"enabled\": true}, \"lora\": {\"r\": 4, \"target_modules\": [\"c_attn\"]}"
+expect 1 "has no adapters in its GPU passes yet" -- "$DSC" train --device cuda --config "$T/gpt2.json" --model d2 --max-steps 1 --out "$T/bad2"
+finish
