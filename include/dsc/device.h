@@ -119,6 +119,10 @@ dsc_status dsc_device_trainer_take_loss(dsc_device_trainer *t, double *loss_sum)
 // Mean loss of a batch without gradients (validation).
 dsc_status dsc_device_trainer_loss(dsc_device_trainer *t, const int32_t *inputs,
                                    const int32_t *targets, int B, int T, float *loss);
+// Position ids (HOST (B, T), read by each call) of the micro-steps and losses that follow
+// (--restart-positions); NULL: 0 .. T-1 in every row. DSC_ERR_UNSUPPORTED naming the way out
+// when the model's device passes take none (dsc_model_has_device_positions).
+dsc_status dsc_device_trainer_positions(dsc_device_trainer *t, const int32_t *pos);
 
 // Fault tolerance (fault_tolerance in the config; docs/fault-tolerance.md). A step failed: call
 // this before dsc_engine_recover, so that the device's work of that step ends (nccl: the

@@ -297,6 +297,11 @@ struct dsc_model_device_ops {
     // every adapted product) and take NULL gradient entries for frozen tensors, computing no
     // weight gradient for them. false: a model with adapters trains on the CPU only.
     bool adapters;
+    // Position ids for the passes that follow (optional; NULL: the family's passes take none, and
+    // a run with --restart-positions is refused on the GPU): pos HOST (B, T) of the next
+    // forward / train_step, each in [0, T of create), read at that call; NULL: 0 .. T-1 in every
+    // row (the default). The backward uses the forward's.
+    void (*set_positions)(void *dev, const int32_t *pos);
 };
 
 // ---- a family's decoder on a GPU ----
@@ -480,6 +485,8 @@ typedef struct dsc_model_device dsc_model_device; // a model's device activation
 bool dsc_model_has_device(const dsc_model *m);
 // Whether its device passes apply LoRA adapters (struct dsc_model_device_ops, adapters).
 bool dsc_model_has_device_adapters(const dsc_model *m);
+// Whether its device passes take position ids (struct dsc_model_device_ops, set_positions).
+bool dsc_model_has_device_positions(const dsc_model *m);
 // Device activations for up to B x T tokens (see struct dsc_model_device_ops.create).
 // DSC_ERR_UNSUPPORTED naming the model when its family has no device passes. Caller owns *out.
 dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, int B, int T,
@@ -489,6 +496,9 @@ void dsc_model_device_set_fp16(dsc_model_device *d, bool on);
 void dsc_model_device_set_grads_fresh(dsc_model_device *d, bool on);
 void dsc_model_device_set_grad_hook(dsc_model_device *d, dsc_model_grad_hook fn, void *user);
 void dsc_model_device_set_layer_hook(dsc_model_device *d, dsc_model_layer_hook fn, void *user);
+// Position ids of the passes that follow (see set_positions above; NULL: 0 .. T-1).
+// DSC_ERR_UNSUPPORTED for ids when the family's device passes take none.
+dsc_status dsc_model_device_set_positions(dsc_model_device *d, const int32_t *pos);
 dsc_status dsc_model_device_forward(dsc_model_device *d, const uint16_t *const *params,
                                     const int32_t *inputs, const int32_t *targets, int B, int T,
                                     float *loss);

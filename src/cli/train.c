@@ -461,8 +461,10 @@ static dsc_status micro_step(trainer *t, int64_t step, int micro, float *loss) {
     size_t off = (size_t)micro * t->B * t->T;
     int32_t *in = t->in + off, *tg = t->tg + off, *pos = t->pos ? t->pos + off : NULL;
     DSC_TRY(dsc_loader_get_pos(t->train, first, t->B, in, tg, pos));
-    if (t->gpu)
+    if (t->gpu) {
+        if (t->pos) DSC_TRY(dsc_device_trainer_positions(t->gpu, pos));
         return dsc_device_trainer_micro(t->gpu, in, tg, t->B, t->T, loss, &t->cur.fwd, &t->cur.bwd);
+    }
     dsc_model_hooks h = {t, hook_gather, hook_release, hook_ready};
     double t0 = dsc_now();
     DSC_TRY(dsc_model_forward_pos(t->model, t->work, in, pos, tg, t->B, t->T, &h, loss));
@@ -489,6 +491,7 @@ static dsc_status evaluate(trainer *t, double *out) {
         float loss = 0;
         int64_t b = (k * t->world + t->rank) % (avail > 0 ? avail : 1);
         st = dsc_loader_get_pos(t->val, b * t->B, t->B, t->in, t->tg, t->pos);
+        if (st == DSC_OK && t->gpu && t->pos) st = dsc_device_trainer_positions(t->gpu, t->pos);
         if (st == DSC_OK && t->gpu)
             st = dsc_device_trainer_loss(t->gpu, t->in, t->tg, t->B, t->T, &loss);
         else if (st == DSC_OK)
@@ -1095,8 +1098,10 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     // --dump-grads serves comparisons against an fp32 reference: auto keeps it on the CPU's
     // fp32 arithmetic unless the run asked for device collectives; --device cuda dumps the GPU's.
     if (o->dump_grads && !nccl && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
-    // position ids reach the CPU model only: auto picks it for --restart-positions
-    if (o->restart_positions && (!dev || !strcmp(dev, "auto"))) dev = "cpu";
+    // position ids reach the GPU passes of a family that takes them (the Llama family's)
+    if (o->restart_positions && (!dev || !strcmp(dev, "auto")) &&
+        !dsc_model_has_device_positions(t->model))
+        dev = "cpu";
 
     // a model without device passes (a registered family may have none) trains on the CPU
     bool gpu_model = dsc_device_model_ok(t->model);
@@ -1107,9 +1112,11 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
         return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: model %s (family %s) has no CUDA "
                         "training yet; the CPU trains it: pass --device cpu (or leave --device "
                         "out)", o->model, dsc_model_describe(t->model)->family);
-    if (cuda && o->restart_positions)
-        return dsc_fail(DSC_ERR_INVALID_ARG, "--restart-positions runs on the CPU model only; "
-                        "pass --device cpu, or leave the flag out on the GPU");
+    if (cuda && o->restart_positions && !dsc_model_has_device_positions(t->model))
+        return dsc_fail(DSC_ERR_INVALID_ARG, "--restart-positions: the GPU passes of model %s "
+                        "(family %s) take no position ids yet (the Llama family's do); "
+                        "pass --device cpu, or leave the flag out on the GPU", o->model,
+                        dsc_model_describe(t->model)->family);
     int world = ws && strtol(ws, NULL, 10) > 1 ? (int)strtol(ws, NULL, 10) : 1;
     DSC_TRY(plan_memory(t, cuda, world));
     DSC_TRY(build_engine(t, cuda && world <= 1));

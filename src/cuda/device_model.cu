@@ -33,6 +33,18 @@ extern "C" dsc_status dsc__cuda_tokens_upload(int32_t *tokens, const int32_t *in
     return DSC_OK;
 }
 
+extern "C" dsc_status dsc__cuda_positions_upload(int32_t *dst, const int32_t *pos, int B, int T,
+                                                 int max_pos, const char *who, void *stream) {
+    for (int64_t i = 0; i < (int64_t)B * T; i++)
+        if (pos[i] < 0 || pos[i] >= max_pos)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "%s: position id pos[b=%d, t=%d] = %d is outside "
+                             "[0, %d), the sequence length this model was created for", who,
+                             (int)(i / T), (int)(i % T), pos[i], max_pos);
+    DSC_CUDA_TRY(cudaMemcpyAsync(dst, pos, sizeof(int32_t) * (size_t)B * T,
+                                 cudaMemcpyHostToDevice, (cudaStream_t)stream));
+    return DSC_OK;
+}
+
 extern "C" dsc_status dsc__cuda_table_check(const void *const *t, int n, const char *who,
                                             const char *what,
                                             void (*name)(const void *cfg, int i, char *buf,

@@ -20,6 +20,10 @@ extern "C" {
 dsc_status dsc__cuda_tokens_upload(int32_t *tokens, const int32_t *inputs, const int32_t *targets,
                                    int B, int T, int V, const char *who, int *ntargets,
                                    void *stream);
+// Position ids pos (HOST (B, T), each in [0, max_pos)) checked (DSC_ERR_INVALID_ARG naming `who`
+// and the first outside) and enqueued for upload into dst (device, B T int32) on stream.
+dsc_status dsc__cuda_positions_upload(int32_t *dst, const int32_t *pos, int B, int T, int max_pos,
+                                      const char *who, void *stream);
 
 // Every entry of a per-tensor table (n of them) set: DSC_ERR_INVALID_ARG naming `who`, the table
 // (`what`: "params", "grads") and the first NULL entry's index and tensor name (name(cfg, i)).

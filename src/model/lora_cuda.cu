@@ -57,9 +57,11 @@ extern "C" bool dsc__lora_dev_trained(const dsc_lora *lo, int tensor) {
 
 static bool drops(const dsc_lora *lo) { return lo->dropout > 0 && lo->training; }
 
-// dst (N, in; dense) = the kept elements of x (N, in; row stride ldx) / (1 - p), others 0.
-template <bool F16>
-__global__ void drop_kernel(uint16_t *dst, const uint16_t *x, int ldx, int64_t N, int in,
+// The dropout of adapter k's input on N rows of `in` elements, the elements kept by the host's
+// mask scaled by 1 / (1 - p): ADD false: dst = that of src (others 0); ADD true (the backward
+// through it): dst += that of src. Row strides ldd, lds.
+template <bool F16, bool ADD>
+__global__ void drop_kernel(uint16_t *dst, int ldd, const uint16_t *src, int lds, int64_t N, int in,
                             uint64_t seed, uint64_t pass, int k, float p, float keep) {
     size_t n = (size_t)N * in;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -67,60 +69,30 @@ __global__ void drop_kernel(uint16_t *dst, const uint16_t *x, int ldx, int64_t N
         int64_t row = (int64_t)(i / in);
         int col = (int)(i % in);
         bool on = dsc__lora_kept(seed, pass, k, row, col, p);
-        dst[i] = on ? dsc_f32_16<F16>(dsc_16_f32<F16>(x[(size_t)row * ldx + col]) * keep)
-                    : dsc_f32_16<F16>(0.0f);
+        uint16_t *o = dst + (size_t)row * ldd + col;
+        float v = on ? dsc_16_f32<F16>(src[(size_t)row * lds + col]) * keep : 0.0f;
+        if (ADD && !on) continue;
+        *o = dsc_f32_16<F16>(ADD ? dsc_16_f32<F16>(*o) + v : v);
     }
 }
 
-// dinp (N, in; row stride ld) += the kept elements of g (N, in; dense) / (1 - p).
-template <bool F16>
-__global__ void drop_add_kernel(uint16_t *dinp, int ld, const uint16_t *g, int64_t N, int in,
-                                uint64_t seed, uint64_t pass, int k, float p, float keep) {
-    size_t n = (size_t)N * in;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int64_t row = (int64_t)(i / in);
-        int col = (int)(i % in);
-        if (!dsc__lora_kept(seed, pass, k, row, col, p)) continue;
-        uint16_t *o = dinp + (size_t)row * ld + col;
-        *o = dsc_f32_16<F16>(dsc_16_f32<F16>(*o) + dsc_16_f32<F16>(g[i]) * keep);
-    }
-}
-
-static unsigned blocks_for(size_t n) {
-    size_t b = (n + 255) / 256;
-    return (unsigned)(b > 65535 ? 65535 : b ? b : 1);
-}
-
-static dsc_status drop(const dsc__lora_dev *d, int k, const uint16_t *x, int ldx, int64_t N) {
+static dsc_status drop(const dsc__lora_dev *d, int k, bool add, uint16_t *dst, int ldd,
+                       const uint16_t *src, int lds, int64_t N) {
     const dsc_lora *lo = d->lo;
     int in = lo->in[k];
     float keep = 1.0f / (1.0f - lo->dropout);
-    unsigned nb = blocks_for((size_t)N * in);
+    size_t blocks = ((size_t)N * in + 255) / 256;
+    unsigned nb = (unsigned)(blocks > 65535 ? 65535 : blocks ? blocks : 1);
     cudaStream_t st = (cudaStream_t)d->stream;
-    if (d->fp16)
-        drop_kernel<true><<<nb, 256, 0, st>>>(d->xd, x, ldx, N, in, lo->seed, lo->pass, k,
-                                              lo->dropout, keep);
-    else
-        drop_kernel<false><<<nb, 256, 0, st>>>(d->xd, x, ldx, N, in, lo->seed, lo->pass, k,
-                                               lo->dropout, keep);
+#define DSC__DROP(F16, ADD)                                                                        \
+    drop_kernel<F16, ADD><<<nb, 256, 0, st>>>(dst, ldd, src, lds, N, in, lo->seed, lo->pass, k,    \
+                                              lo->dropout, keep)
+    if (d->fp16 && add) DSC__DROP(true, true);
+    else if (d->fp16) DSC__DROP(true, false);
+    else if (add) DSC__DROP(false, true);
+    else DSC__DROP(false, false);
+#undef DSC__DROP
     DSC_CUDA_LAUNCHED("lora drop_kernel");
-    return DSC_OK;
-}
-
-static dsc_status drop_add(const dsc__lora_dev *d, int k, uint16_t *dinp, int ld, int64_t N) {
-    const dsc_lora *lo = d->lo;
-    int in = lo->in[k];
-    float keep = 1.0f / (1.0f - lo->dropout);
-    unsigned nb = blocks_for((size_t)N * in);
-    cudaStream_t st = (cudaStream_t)d->stream;
-    if (d->fp16)
-        drop_add_kernel<true><<<nb, 256, 0, st>>>(dinp, ld, d->xd, N, in, lo->seed, lo->pass, k,
-                                                  lo->dropout, keep);
-    else
-        drop_add_kernel<false><<<nb, 256, 0, st>>>(dinp, ld, d->xd, N, in, lo->seed, lo->pass,
-                                                   k, lo->dropout, keep);
-    DSC_CUDA_LAUNCHED("lora drop_add_kernel");
     return DSC_OK;
 }
 
@@ -150,7 +122,7 @@ extern "C" dsc_status dsc__lora_dev_forward(const dsc__lora_dev *d, const uint16
     const uint16_t *A = params[lo->n_base + 2 * k], *B = params[lo->n_base + 2 * k + 1];
     uint16_t *xa = d->xa + (size_t)k * (size_t)d->maxN * (size_t)r;
     if (drops(lo)) {
-        DSC_TRY(drop(d, k, inp, ldi, N));
+        DSC_TRY(drop(d, k, false, d->xd, in, inp, ldi, N));
         inp = d->xd, ldi = in;
     }
     DSC_TRY(gemm(d, false, true, (int)N, r, in, inp, ldi, A, in, xa, r, false, 1.0f, 0.0f));
@@ -175,7 +147,7 @@ extern "C" dsc_status dsc__lora_dev_backward(const dsc__lora_dev *d, const uint1
     DSC_TRY(gemm(d, false, false, rows, r, o, dout, ldd, B, r, d->t, r, false, lo->scale, 0.0f));
     bool dropped = drops(lo);
     if (dropped) { // A saw the dropped-out input
-        DSC_TRY(drop(d, k, inp, ldi, N));
+        DSC_TRY(drop(d, k, false, d->xd, in, inp, ldi, N));
         inp = d->xd, ldi = in;
     }
     if (gA) DSC_TRY(gemm(d, true, false, r, in, rows, d->t, r, inp, ldi, gA, in, true, 1.0f, beta));
@@ -184,5 +156,5 @@ extern "C" dsc_status dsc__lora_dev_backward(const dsc__lora_dev *d, const uint1
         return gemm(d, false, false, rows, in, r, d->t, r, A, in, dinp, lddi, false, 1.0f, 1.0f);
     // through the dropout: t A into the scratch, its kept elements scaled into dinp
     DSC_TRY(gemm(d, false, false, rows, in, r, d->t, r, A, in, d->xd, in, false, 1.0f, 0.0f));
-    return drop_add(d, k, dinp, lddi, N);
+    return drop(d, k, true, dinp, lddi, d->xd, in, N);
 }

@@ -532,6 +532,10 @@ bool dsc_model_has_device_adapters(const dsc_model *m) {
     return dsc_model_has_device(m) && m->ops->device->adapters;
 }
 
+bool dsc_model_has_device_positions(const dsc_model *m) {
+    return dsc_model_has_device(m) && m->ops->device->set_positions;
+}
+
 dsc_status dsc_model_device_create(dsc_model_device **out, const dsc_model *m, int B, int T,
                                    void *stream, dsc_mem_pool *pool) {
     if (!out || !m) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_device_create: out and m "
@@ -578,6 +582,16 @@ void dsc_model_device_set_grad_hook(dsc_model_device *d, dsc_model_grad_hook fn,
 
 void dsc_model_device_set_layer_hook(dsc_model_device *d, dsc_model_layer_hook fn, void *user) {
     d->ops->set_layer_hook(d->impl, fn, user);
+}
+
+dsc_status dsc_model_device_set_positions(dsc_model_device *d, const int32_t *pos) {
+    if (d->ops->set_positions) {
+        d->ops->set_positions(d->impl, pos);
+        return DSC_OK;
+    }
+    if (!pos) return DSC_OK;
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "position ids on the GPU: this family's device passes "
+                     "take none (--restart-positions); train it on the CPU (--device cpu)");
 }
 
 dsc_status dsc_model_device_forward(dsc_model_device *d, const uint16_t *const *params,

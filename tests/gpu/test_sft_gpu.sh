@@ -3,8 +3,9 @@
 # CPU model does. Packed prompt/completion data (most targets masked), the same seed and config
 # (bf16) on the CPU and with --device cuda: step 1's loss within 1e-2 and every gradient within
 # relative L2 error 2e-2 of the CPU's, identical targets and target_tokens, and 20 steps whose
-# losses track the CPU's. --restart-positions is refused on the GPU with the fix. Exit 77
-# (skipped) when no CUDA device is usable.
+# losses track the CPU's. --restart-positions on the Llama family's GPU passes: step 1's
+# gradients match the CPU's and differ from those of row positions; GPT-2's GPU passes take no
+# position ids and refuse it with the fix. Exit 77 (skipped) when no CUDA device is usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 : "${DSC:?set DSC to the dsc binary}"
@@ -71,4 +72,30 @@ expect 0 "" -- "$DSC" train --device cpu "${common[@]}" --max-steps 20 --out "$T
 expect 0 "" -- "$DSC" train --device cuda "${common[@]}" --max-steps 20 --out "$T/gpu20"
 check "20 masked steps: the GPU's losses track the CPU's" -- compare cpu20 gpu20 1e-2 2e-2 5e-2
 expect 1 "--device cpu" -- "$DSC" train --device cuda "${common[@]}" --restart-positions --max-steps 1 --out "$T/pos"
+lcommon=(--config "$T/bf16.json" --data "$T/data" --model llama-d2 --seq-len 64 --seed 11
+         --eval-every 0 --eval-batches 1 --sample-tokens 0 --max-steps 1)
+expect 0 "loss mask" -- "$DSC" train --device cpu "${lcommon[@]}" --restart-positions --dump-grads "$T/lcpu.st" --out "$T/lcpu"
+expect 0 "loss mask" -- "$DSC" train --device cuda "${lcommon[@]}" --restart-positions --dump-grads "$T/lgpu.st" --out "$T/lgpu"
+expect 0 "loss mask" -- "$DSC" train --device cuda "${lcommon[@]}" --dump-grads "$T/lrow.st" --out "$T/lrow"
+check "--restart-positions on the GPU (Llama): gradients match the CPU's and differ from row positions" -- $PY - "$T/lcpu.st" "$T/lgpu.st" "$T/lrow.st" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+    h.pop("__metadata__")
+    out = {}
+    for k, v in h.items():
+        b, e = v["data_offsets"]
+        out[k] = np.frombuffer(data[b:e], dtype={"F32": np.float32, "I32": np.int32}[v["dtype"]])
+    return out
+cpu, gpu, row = (load(p) for p in sys.argv[1:4])
+rel = lambda x, y: np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-30)
+worst = max(rel(cpu[k], gpu[k]) for k in cpu if k not in ("inputs", "targets"))
+moved = max(rel(gpu[k], row[k]) for k in gpu if "q_proj" in k or "k_proj" in k)
+print(f"  restart positions, step 1: GPU vs CPU worst gradient rel L2 {worst:.2e}; "
+      f"vs row positions (q/k projections) {moved:.2e}")
+assert worst <= 2e-2 and moved > 5 * worst, (worst, moved)
+PYEOF
 finish

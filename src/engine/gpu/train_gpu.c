@@ -623,6 +623,10 @@ dsc_status dsc_device_trainer_memory(const train_gpu *g, dsc_mem_stats *pool,
     return dsc__cuda_device_used(device_used);
 }
 
+dsc_status dsc_device_trainer_positions(train_gpu *g, const int32_t *pos) {
+    return dsc_model_device_set_positions(g->model, pos);
+}
+
 dsc_status dsc_device_trainer_loss(train_gpu *g, const int32_t *in, const int32_t *tg, int B, int T,
                                    float *loss) {
     if (!g->dp) return dsc_model_device_forward(g->model, g->p16, in, tg, B, T, loss);
@@ -806,5 +810,6 @@ dsc_status dsc_device_trainer_loss(train_gpu *g, const int32_t *in, const int32_
                                    float *loss) {
     return no_cuda();
 }
+dsc_status dsc_device_trainer_positions(train_gpu *g, const int32_t *pos) { return no_cuda(); }
 
 #endif

@@ -683,4 +683,5 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     dev_loss_enqueue, &dsc__gpt2_decode_ops, dev_act_bytes,
     true,  // recomputes: acts_of / carve lay out one shared block, the backward reruns
     false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
+    NULL,  // set_positions: its position embeddings read 0 .. T-1 (--restart-positions: CPU)
 };

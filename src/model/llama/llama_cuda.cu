@@ -56,6 +56,9 @@ typedef struct llama_cuda {
     void *lora_buf;  // the adapters' activations (model/lora_cuda.h), in the slab
     dsc__lora_dev lora;
     int32_t *tokens; // (2, R): inputs, targets
+    int32_t *posd;   // (R) position ids of the last forward, or NULL: 0 .. T-1 in every row
+    int32_t *pos_buf;        // (R) where they are uploaded
+    const int32_t *pos_host; // set_positions' ids for the next forward (HOST), or NULL
     dsc_model_grad_hook hook;
     void *hook_user;
     dsc_model_layer_hook layer_hook;
@@ -137,6 +140,7 @@ static size_t carve(llama_cuda *m, char *base) {
         {(void **)&m->discard, m->c.lora ? C * 4 : 0},
         {(void **)&m->lora_buf, dsc__lora_dev_bytes(m->c.lora, (int64_t)R)},
         {(void **)&m->tokens, 2 * R * 4},
+        {(void **)&m->pos_buf, R * 4},
     };
     size_t off = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -237,6 +241,7 @@ static void set_fp16(void *dev, bool on) {
     m->fp16 = m->lora.fp16 = on;
 }
 static void set_fresh(void *dev, bool on) { ((llama_cuda *)dev)->fresh = on; }
+static void set_positions(void *dev, const int32_t *pos) { ((llama_cuda *)dev)->pos_host = pos; }
 
 static void set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
     llama_cuda *m = (llama_cuda *)dev;
@@ -377,10 +382,10 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
     if (m->c.qk_norm) // Qwen3: each head's q and k normed, then rotated, in one pass
         DSC_TRY(dsc__cuda_qk_norm_rope_h(a.qkv, QKV, a.qk_raw, a.qk_rstd,
                                          p[lt(m, l, DSC_LLAMA_QN)], p[lt(m, l, DSC_LLAMA_KN)],
-                                         eps, m->rope_cos, m->rope_sin, NULL, B, T, NH, NKV, HS,
+                                         eps, m->rope_cos, m->rope_sin, m->posd, B, T, NH, NKV, HS,
                                          m->fp16, st));
     else
-        DSC_TRY(dsc__cuda_rope_h(a.qkv, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV, HS,
+        DSC_TRY(dsc__cuda_rope_h(a.qkv, QKV, m->rope_cos, m->rope_sin, m->posd, B, T, NH + NKV, HS,
                                  false, m->fp16, st));
     DSC_TRY(dsc__cuda_gqa_forward(a.atty, a.lse, a.qkv, B, T, NH, NKV, HS, m->fp16, st));
     DSC_TRY(linear(m, a.res2, C, a.atty, QD, p[lt(m, l, DSC_LLAMA_OW)], NULL, a.res_in, BT, QD,
@@ -461,6 +466,12 @@ static dsc_status prepare_tokens(llama_cuda *m, const uint16_t *const *params,
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
     DSC_TRY(dsc__cuda_tokens_upload(m->tokens, inputs, targets, B, T, m->c.vocab_size,
                                     "llama cuda", &m->ntargets, m->st));
+    m->posd = NULL;
+    if (m->pos_host) {
+        DSC_TRY(dsc__cuda_positions_upload(m->pos_buf, m->pos_host, B, T, m->maxT, "llama cuda",
+                                           m->st));
+        m->posd = m->pos_buf;
+    }
     m->B = B, m->T = T, m->have_targets = false;
     return DSC_OK;
 }
@@ -558,9 +569,9 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
             m->dbig, QKV, norm_grad(m, g, lt(m, l, DSC_LLAMA_QN)),
             norm_grad(m, g, lt(m, l, DSC_LLAMA_KN)), m->qkn_scratch,
             a.qk_raw, a.qk_rstd, p[lt(m, l, DSC_LLAMA_QN)], p[lt(m, l, DSC_LLAMA_KN)],
-            m->rope_cos, m->rope_sin, NULL, B, T, NH, NKV, HS, add, m->fp16, st));
+            m->rope_cos, m->rope_sin, m->posd, B, T, NH, NKV, HS, add, m->fp16, st));
     else
-        DSC_TRY(dsc__cuda_rope_h(m->dbig, QKV, m->rope_cos, m->rope_sin, NULL, B, T, NH + NKV,
+        DSC_TRY(dsc__cuda_rope_h(m->dbig, QKV, m->rope_cos, m->rope_sin, m->posd, B, T, NH + NKV,
                                  HS, true, m->fp16, st));
     if (lt(m, l, DSC_LLAMA_QB) >= 0 && g[lt(m, l, DSC_LLAMA_QB)]) { // Qwen2's q/k/v biases
         // (trained together, or frozen together as LoRA's base): dqkv's column sums
@@ -687,4 +698,5 @@ extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     act_bytes,
     true, // recomputes: acts_of / carve lay out one shared block, backward_from_dlogits reruns
     true, // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
+    set_positions,
 };
