@@ -62,6 +62,8 @@ typedef struct dsc_memplan_input {
     bool checkpoints;              // a checkpoint writer runs (--save-dir or a checkpoint key)
     dsc_plan_act_fn act;           // NULL: no activations counted
     void *act_user;
+    dsc_plan_act_fn act_host;      // a GPU run's activations kept on the host (cpu_checkpointing;
+                                   // the same user, device true); NULL: none
     int64_t host_runtime;  // bytes of the process before the run allocates; 0: a fixed estimate
     int64_t host_avail;    // bytes of host memory this process may use; < 0: unknown
     int64_t device_avail;  // bytes free on its device; < 0: unknown (or no device)

@@ -217,6 +217,12 @@ struct dsc_model_ops {
     // layer's forward again in the backward; act_bytes counts the smaller activations. The
     // gradients must equal those without it bit for bit (the same kernels run again).
     void (*set_recompute)(void *cfg, bool on);
+    // With set_recompute on (optional; NULL: the kept inputs stay where the passes run): the
+    // device passes made from cfg afterwards keep each layer's input in host memory instead
+    // (activation_checkpointing.cpu_checkpointing), copied out on a side stream as the forward
+    // goes and back one layer ahead of the backward; the host passes' inputs are on the host
+    // already. Gradients equal those without it bit for bit.
+    void (*set_recompute_host)(void *cfg, bool on);
 
     // LoRA (optional; NULL: the family takes no adapters): the passes made from cfg afterwards
     // call dsc_lora_forward / dsc_lora_backward with lora (borrowed; NULL: none) around their
@@ -302,6 +308,9 @@ struct dsc_model_device_ops {
     // forward / train_step, each in [0, T of create), read at that call; NULL: 0 .. T-1 in every
     // row (the default). The backward uses the forward's.
     void (*set_positions)(void *dev, const int32_t *pos);
+    // Host bytes create takes for B x T tokens (optional; NULL: none): the layer inputs kept on
+    // the host under the family's set_recompute_host, for a memory plan.
+    size_t (*act_host_bytes)(const void *cfg, int B, int T);
 };
 
 // ---- a family's decoder on a GPU ----
@@ -433,6 +442,12 @@ void dsc_model_set_timing(dsc_model *m, double *times);
 dsc_status dsc_model_set_recompute(dsc_model *m, bool on);
 // Whether the model's passes recompute their layers (dsc_model_set_recompute).
 bool dsc_model_recomputes(const dsc_model *m);
+// activation_checkpointing.cpu_checkpointing: with recompute on, the device passes keep the
+// layers' inputs in host memory (see dsc_model_ops.set_recompute_host). Before
+// dsc_model_device_create. DSC_ERR_UNSUPPORTED naming the family when it cannot (on false: DSC_OK).
+dsc_status dsc_model_set_recompute_host(dsc_model *m, bool on);
+// Whether the model's device passes can keep the inputs on the host (set_recompute_host).
+bool dsc_model_device_recomputes_host(const dsc_model *m);
 
 // Training mode (the default, as torch's modules start) or evaluation: LoRA's dropout acts in the
 // forwards of training mode only. A forward and the backward after it use the same masks.
@@ -476,6 +491,9 @@ bool dsc_model_device_recomputes(const dsc_model *m);
 // family's own count, else an estimate from the shape (a decoder's usual buffers per token and
 // layer, and the logits). Used by the memory plan (dsc/memplan.h).
 size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device);
+// Host bytes the device passes take for B x T tokens (the layer inputs kept on the host under
+// dsc_model_set_recompute_host; 0 otherwise).
+size_t dsc_model_activation_host_bytes(const dsc_model *m, int B, int T);
 
 // ---- device passes ----
 

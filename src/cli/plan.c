@@ -21,6 +21,11 @@ static size_t act(void *user, int B, bool device) {
     return dsc_model_activation_bytes(a->model, B, a->T, device);
 }
 
+static size_t act_host(void *user, int B, bool device) {
+    const act_user *a = user;
+    return device ? dsc_model_activation_host_bytes(a->model, B, a->T) : 0;
+}
+
 // Resident bytes of this process now (/proc/self/statm), and a margin for what the libraries
 // allocate later on their own (BLAS and OpenMP thread buffers, the loader's prefetch).
 static int64_t runtime_now(void) {
@@ -77,6 +82,18 @@ dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, boo
         return DSC_OK;
     }
     DSC_TRY(dsc_model_set_recompute(m, true));
+    // cpu_checkpointing: the device passes keep the layers' inputs on the host; the host passes
+    // have them there already
+    if (cuda && cfg->activation_checkpointing.cpu_checkpointing) {
+        if (dsc_model_device_recomputes_host(m)) {
+            DSC_TRY(dsc_model_set_recompute_host(m, true));
+        } else if (warn) {
+            snprintf(msg, sizeof msg, "activation_checkpointing.cpu_checkpointing: the GPU "
+                     "passes of family %s keep the layers' inputs on the GPU",
+                     dsc_model_describe(m)->family);
+            warn(NULL, msg);
+        }
+    }
     int L = dsc_model_describe(m)->n_layer;
     int64_t want = cfg->activation_checkpointing.number_checkpoints;
     if (warn && want > 0 && want != L) {
@@ -99,7 +116,7 @@ dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out)
         .config = o->cfg, .params = pd, .nparams = mi->num_tensors, .n_layer = mi->n_layer,
         .world = o->world, .seq_len = o->seq_len, .device = o->device,
         .nccl = be && !strcmp(be, "nccl"), .init_in_place = o->init_in_place,
-        .checkpoints = o->checkpoints, .act = act, .act_user = &au,
+        .checkpoints = o->checkpoints, .act = act, .act_user = &au, .act_host = act_host,
         .host_runtime = o->measure_runtime ? runtime_now() : 0,
     };
     machine(&in);

@@ -279,6 +279,8 @@ static dsc_status plan_with(const dsc_memplan_input *in, const dsc_config *c, ds
     else if (m.device) device_ranks(&m, &L, p->device, p->host);
     if (in->act) add(m.device ? p->device : p->host, DSC_PLAN_ACTIVATIONS,
                      (int64_t)in->act(in->act_user, m.B, m.device));
+    if (m.device && in->act_host)
+        add(p->host, DSC_PLAN_ACTIVATIONS, (int64_t)in->act_host(in->act_user, m.B, true));
     // the loader's token buffers (inputs, targets) for a step's micro-batches, and the process
     add(p->host, DSC_PLAN_RUNTIME, (int64_t)m.gas * m.B * in->seq_len * 8 +
         (in->host_runtime > 0 ? in->host_runtime : RUNTIME_ESTIMATE));

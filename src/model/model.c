@@ -724,8 +724,34 @@ dsc_status dsc_model_set_recompute(dsc_model *m, bool on) {
 
 bool dsc_model_recomputes(const dsc_model *m) { return m && m->recompute; }
 
+dsc_status dsc_model_set_recompute_host(dsc_model *m, bool on) {
+    if (!m)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_recompute_host: the model is NULL");
+    if (!on && !m->ops->set_recompute_host) return DSC_OK;
+    if (!dsc_model_device_recomputes_host(m))
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model %s: the GPU passes of family %s cannot keep "
+                         "the layers' inputs on the host; set "
+                         "activation_checkpointing.cpu_checkpointing to false", m->spec,
+                         m->ops->family);
+    if (on && !m->recompute)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_recompute_host: model %s does not "
+                         "recompute its layers; call dsc_model_set_recompute first", m->spec);
+    m->ops->set_recompute_host(m->cfg, on);
+    return DSC_OK;
+}
+
+bool dsc_model_device_recomputes_host(const dsc_model *m) {
+    return dsc_model_device_recomputes(m) && m->ops->set_recompute_host &&
+           m->ops->device->act_host_bytes;
+}
+
 bool dsc_model_device_recomputes(const dsc_model *m) {
     return m && m->ops->set_recompute && m->ops->device && m->ops->device->recomputes;
+}
+
+size_t dsc_model_activation_host_bytes(const dsc_model *m, int B, int T) {
+    if (!m || B < 1 || T < 1 || !m->ops->device || !m->ops->device->act_host_bytes) return 0;
+    return m->ops->device->act_host_bytes(m->cfg, B, T);
 }
 
 size_t dsc_model_activation_bytes(const dsc_model *m, int B, int T, bool device) {

@@ -165,4 +165,21 @@ check "ZeRO-Offload of llama-3.1-8B: 12-13.5 bytes per parameter on the host" --
 check "a CPU plan has no device bytes" -- cpu_no_device
 expect 1 "--device tpu: give cpu or cuda" -- "$DSC" config check "$T/s0.json" --model llama-d8 \
   --vocab-size 256 --device tpu
+# activation_checkpointing.cpu_checkpointing on the GPU (llama-3.1-8B, micro batch 1, T 2048):
+# the layers' inputs (32 x 2048 tokens x 4096 channels, bf16) move from the device to the host
+cat >"$T/ac.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+ "activation_checkpointing": {"partition_activations": false}}
+JSON
+sed 's/"partition_activations": false/"partition_activations": false, "cpu_checkpointing": true/' \
+  "$T/ac.json" >"$T/ach.json"
+cpu_ckpt_moves() {
+  local h0 d0 n0 h1 d1 n1
+  read -r h0 d0 n0 <<<"$(plan_json "$T/ac.json" cuda)"
+  read -r h1 d1 n1 <<<"$(plan_json "$T/ach.json" cuda)"
+  local want=$((32 * 2048 * 4096 * 2)) got_h=$((h1 - h0)) got_d=$((d0 - d1))
+  echo "cpu_checkpointing: host +$got_h, device -$got_d bytes (the inputs: $want)"
+  [ "$got_h" = "$want" ] && [ "$got_d" -ge $((want * 29 / 33)) ] && [ "$got_d" -le "$want" ]
+}
+check "cpu_checkpointing: the plan moves the layers' inputs from the device to the host" -- cpu_ckpt_moves
 finish

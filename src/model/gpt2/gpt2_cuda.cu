@@ -684,4 +684,5 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     true,  // recomputes: acts_of / carve lay out one shared block, the backward reruns
     false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
     NULL,  // set_positions: its position embeddings read 0 .. T-1 (--restart-positions: CPU)
+    NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)
 };

@@ -50,7 +50,8 @@ typedef struct dsc_llama_config {
     int qkv_bias; // q/k/v projections have biases (Qwen2)
     int qk_norm;  // per-head RMSNorm of q and k before the rotation (Qwen3), eps rms_eps
     int recompute; // activation checkpointing: keep each layer's input only, recompute the rest
-                   // in the backward (not a shape: the weights and the math are the same)
+                   // in the backward (not a shape: the weights and the math are the same);
+                   // 2: the device passes keep those inputs in host memory (cpu_checkpointing)
     const struct dsc_lora *lora; // LoRA adapters (dsc_model_set_lora; borrowed), or NULL
 } dsc_llama_config;
 

@@ -63,6 +63,14 @@ typedef struct llama_cuda {
     void *hook_user;
     dsc_model_layer_hook layer_hook;
     void *layer_user;
+    // cpu_checkpointing (c.recompute 2): the layers' inputs res[0 .. L-1] in page-locked host
+    // memory, copied out on a side stream as the forward goes and back one layer ahead of the
+    // backward; the device keeps three residual blocks, res[j] in block j % 3
+    bool host_ckpt;
+    uint16_t *hres;                             // (L, maxB maxT, C) host
+    cudaStream_t cst;                           // the copies' stream
+    cudaEvent_t ev_main, ev_out[3], ev_in[3];   // the main stream got here; a block's copy done
+    bool out_pending[3], in_pending[3];
 } llama_cuda;
 
 typedef struct layer_acts {
@@ -70,15 +78,18 @@ typedef struct layer_acts {
     float *rstd1, *rstd2, *lse, *qk_rstd;
 } layer_acts;
 
-// The residual stream is kept for every layer; the rest lives in the layer's block, one block
-// shared by all layers when they are recomputed in the backward (activation checkpointing).
+// The residual stream is kept for every layer (with cpu_checkpointing: three blocks, res[j] in
+// block j % 3, the rest on the host); the rest lives in the layer's block, one block shared by
+// all layers when they are recomputed in the backward (activation checkpointing).
 static layer_acts acts_of(const llama_cuda *m, int l) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
-    size_t L = m->c.recompute ? 0 : (size_t)l, l1 = (size_t)l + 1;
+    size_t L = m->c.recompute ? 0 : (size_t)l;
+    size_t l0 = m->c.recompute == 2 ? (size_t)l % 3 : (size_t)l;
+    size_t l1 = m->c.recompute == 2 ? ((size_t)l + 1) % 3 : (size_t)l + 1;
     size_t I = (size_t)m->c.intermediate;
     size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
     layer_acts a = {
-        m->res + (size_t)l * R * C, m->ln1 + L * R * C,     m->qkv + L * R * (size_t)m->QKV,
+        m->res + l0 * R * C,       m->ln1 + L * R * C,     m->qkv + L * R * (size_t)m->QKV,
         m->atty + L * R * m->QD,   m->res2 + L * R * C,     m->ln2 + L * R * C,
         m->gu + L * R * 2 * I,     m->hmid + L * R * I,     m->res + l1 * R * C,
         m->qk_raw ? m->qk_raw + L * R * NQK * (size_t)m->c.head_dim : NULL,
@@ -102,7 +113,7 @@ static size_t carve(llama_cuda *m, char *base) {
         void **view;
         size_t bytes;
     } table[] = {
-        {(void **)&m->res, (NL + 1) * R * C * 2},
+        {(void **)&m->res, (m->c.recompute == 2 ? 3 : NL + 1) * R * C * 2},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * QKV * 2},
         {(void **)&m->atty, L * R * QD * 2},
@@ -150,10 +161,96 @@ static size_t carve(llama_cuda *m, char *base) {
     return off;
 }
 
+// cpu_checkpointing's host blocks, side stream and events (create; destroy frees them).
+static dsc_status host_ckpt_create(llama_cuda *m) {
+    m->host_ckpt = true;
+    size_t bytes = (size_t)m->c.n_layer * m->maxB * m->maxT * m->c.hidden * 2;
+    DSC_CUDA_TRY(cudaMallocHost((void **)&m->hres, bytes ? bytes : 2));
+    DSC_CUDA_TRY(cudaStreamCreateWithFlags(&m->cst, cudaStreamNonBlocking));
+    DSC_CUDA_TRY(cudaEventCreateWithFlags(&m->ev_main, cudaEventDisableTiming));
+    for (int k = 0; k < 3; k++) {
+        DSC_CUDA_TRY(cudaEventCreateWithFlags(&m->ev_out[k], cudaEventDisableTiming));
+        DSC_CUDA_TRY(cudaEventCreateWithFlags(&m->ev_in[k], cudaEventDisableTiming));
+    }
+    return DSC_OK;
+}
+
+static void host_ckpt_destroy(llama_cuda *m) {
+    if (m->cst) (void)cudaStreamSynchronize(m->cst);
+    if (m->hres) (void)cudaFreeHost(m->hres);
+    if (m->cst) (void)cudaStreamDestroy(m->cst);
+    if (m->ev_main) (void)cudaEventDestroy(m->ev_main);
+    for (int k = 0; k < 3; k++) {
+        if (m->ev_out[k]) (void)cudaEventDestroy(m->ev_out[k]);
+        if (m->ev_in[k]) (void)cudaEventDestroy(m->ev_in[k]);
+    }
+}
+
+// Residual block k (cpu_checkpointing) and layer j's input on the host.
+static uint16_t *res_block(const llama_cuda *m, int k) {
+    return m->res + (size_t)k * m->maxB * m->maxT * m->c.hidden;
+}
+static uint16_t *res_host(const llama_cuda *m, int j) {
+    return m->hres + (size_t)j * m->maxB * m->maxT * m->c.hidden;
+}
+
+// The side stream starts after what the main stream has enqueued so far.
+static dsc_status side_after_main(llama_cuda *m) {
+    DSC_CUDA_TRY(cudaEventRecord(m->ev_main, m->st));
+    DSC_CUDA_TRY(cudaStreamWaitEvent(m->cst, m->ev_main, 0));
+    return DSC_OK;
+}
+
+// Forward: layer j's input res[j] is complete on the main stream: copy it out.
+static dsc_status ckpt_out(llama_cuda *m, int j) {
+    if (!m->host_ckpt) return DSC_OK;
+    int k = j % 3;
+    DSC_TRY(side_after_main(m));
+    DSC_CUDA_TRY(cudaMemcpyAsync(res_host(m, j), res_block(m, k),
+                                 (size_t)m->B * m->T * m->c.hidden * 2, cudaMemcpyDeviceToHost,
+                                 m->cst));
+    DSC_CUDA_TRY(cudaEventRecord(m->ev_out[k], m->cst));
+    m->out_pending[k] = true;
+    return DSC_OK;
+}
+
+// Residual block k is about to be written on the main stream: its copies must be done.
+static dsc_status ckpt_block_free(llama_cuda *m, int k) {
+    if (!m->host_ckpt) return DSC_OK;
+    if (m->out_pending[k]) DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_out[k], 0));
+    if (m->in_pending[k]) DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_in[k], 0));
+    m->out_pending[k] = m->in_pending[k] = false;
+    return DSC_OK;
+}
+
+// Backward: layer j's input back into block j % 3, once the main stream is done with that block
+// (what it has enqueued so far).
+static dsc_status ckpt_in(llama_cuda *m, int j) {
+    if (!m->host_ckpt || j < 0) return DSC_OK;
+    int k = j % 3;
+    DSC_TRY(side_after_main(m));
+    DSC_CUDA_TRY(cudaMemcpyAsync(res_block(m, k), res_host(m, j),
+                                 (size_t)m->B * m->T * m->c.hidden * 2, cudaMemcpyHostToDevice,
+                                 m->cst));
+    DSC_CUDA_TRY(cudaEventRecord(m->ev_in[k], m->cst));
+    m->in_pending[k] = true;
+    return DSC_OK;
+}
+
+// Before layer j's backward: its input is back.
+static dsc_status ckpt_in_wait(llama_cuda *m, int j) {
+    int k = j % 3;
+    if (!m->host_ckpt || !m->in_pending[k]) return DSC_OK;
+    DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_in[k], 0));
+    m->in_pending[k] = false;
+    return DSC_OK;
+}
+
 static void destroy(void *dev) {
     llama_cuda *m = (llama_cuda *)dev;
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
+    host_ckpt_destroy(m);
     dsc__cuda_blas_destroy(m->blas);
     dsc__cuda_buf_free(&m->slab);
     free(m);
@@ -226,6 +323,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
                                 __LINE__);
     }
     if (st == DSC_OK) st = upload_rope(m);
+    if (st == DSC_OK && c->recompute == 2) st = host_ckpt_create(m);
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     m->lora.blas = m->blas, m->lora.stream = m->st;
     if (st != DSC_OK) {
@@ -491,10 +589,14 @@ static dsc_status head_rows(llama_cuda *m, const uint16_t *const *params, const 
 
 static dsc_status enqueue_forward(llama_cuda *m, const uint16_t *const *params) {
     int BT = m->B * m->T, C = m->c.hidden, L = m->c.n_layer;
+    DSC_TRY(ckpt_block_free(m, 0));
     DSC_TRY(dsc__cuda_embed_forward_h(m->res, m->tokens, params[0], BT, C, m->fp16, m->st));
+    if (L > 0) DSC_TRY(ckpt_out(m, 0));
     for (int l = 0; l < L; l++) {
         DSC_TRY(before_layer(m, 0, l));
+        DSC_TRY(ckpt_block_free(m, (l + 1) % 3)); // (cpu_checkpointing: res[l - 2] was there)
         DSC_TRY(layer_forward(m, params, l));
+        if (l + 1 < L) DSC_TRY(ckpt_out(m, l + 1));
     }
     DSC_TRY(before_layer(m, 0, L));
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(m->lnf, m->rstdf, acts_of(m, L).res_in,
@@ -628,9 +730,13 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
     for (int l = L - 1; l >= 0; l--) {
         DSC_TRY(before_layer(m, 1, l));
         // activation checkpointing: the layer's forward again, into the shared block, from its
-        // kept input; the same kernels give the same activations
+        // kept input; the same kernels give the same activations (cpu_checkpointing: the input
+        // came back from the host, and res[l + 1] is rewritten with its own bits)
+        DSC_TRY(ckpt_in_wait(m, l));
+        DSC_TRY(ckpt_block_free(m, (l + 1) % 3));
         if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
         DSC_TRY(layer_backward(m, params, grads, l));
+        DSC_TRY(ckpt_in(m, l - 2)); // into block (l + 1) % 3, which layer l no longer reads
         DSC_TRY(group_done(m, l + 1));
     }
     DSC_TRY(before_layer(m, 1, -1));
@@ -692,6 +798,12 @@ static size_t act_bytes(const void *cfg, int B, int T) {
     return carve(&m, NULL);
 }
 
+// cpu_checkpointing's page-locked host copy of the layers' inputs.
+static size_t act_host_bytes(const void *cfg, int B, int T) {
+    const dsc_llama_config *c = (const dsc_llama_config *)cfg;
+    return c->recompute == 2 ? (size_t)c->n_layer * B * T * c->hidden * 2 : 0;
+}
+
 extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
     forward,  backward, train_step, read_loss, loss_enqueue, &dsc__llama_decode_ops,
@@ -699,4 +811,5 @@ extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     true, // recomputes: acts_of / carve lay out one shared block, backward_from_dlogits reruns
     true, // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
     set_positions,
+    act_host_bytes,
 };

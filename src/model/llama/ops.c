@@ -202,6 +202,11 @@ static size_t act_bytes(const void *cfg, int B, int T) {
 }
 
 static void set_recompute(void *cfg, bool on) { ((llama_cfg *)cfg)->c.recompute = on; }
+// 2: recompute, the inputs on the host (the device passes' cpu_checkpointing)
+static void set_recompute_host(void *cfg, bool on) {
+    llama_cfg *c = cfg;
+    if (c->c.recompute) c->c.recompute = on ? 2 : 1;
+}
 static void set_lora(void *cfg, const dsc_lora *lora) { ((llama_cfg *)cfg)->c.lora = lora; }
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
@@ -419,6 +424,7 @@ const struct dsc_model_ops dsc__llama_model_ops = {
     .hf_config = hf_config,
     .act_bytes = act_bytes,
     .set_recompute = set_recompute,
+    .set_recompute_host = set_recompute_host,
     .set_lora = set_lora,
 #ifdef DSC_WITH_CUDA
     .device = &dsc__llama_device_ops,
