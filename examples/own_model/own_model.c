@@ -780,8 +780,11 @@ static dsc_status setup(run_opts *o, dsc_model **model, dsc_engine **eng) {
     builtin_config(o, json, sizeof json);
     dsc_param_desc pd[NPARAMS];
     dsc_model_param_descs(*model, pd); // names borrowed from the model
-    dsc_engine_opts eo = {.params = pd, .nparams = NPARAMS, .no_compute_copy = o->cuda &&
-                          world <= 1}; // rank and world: the environment
+    // rank and world: the environment; on one GPU the device keeps the weights' 16-bit copy and
+    // the gradients (the engine then holds neither)
+    bool one_gpu = o->cuda && world <= 1;
+    dsc_engine_opts eo = {.params = pd, .nparams = NPARAMS, .no_compute_copy = one_gpu,
+                          .device_grads = one_gpu};
     if (o->config_path) eo.config_path = o->config_path;
     else eo.config_json = json;
     return dsc_engine_create(eng, &eo);

@@ -46,7 +46,7 @@ static dsc_status make_plan(const plan_flags *f, const dsc_config *cfg, int worl
     bool cuda = f->device && !strcmp(f->device, "cuda");
     if (f->device && !cuda && strcmp(f->device, "cpu"))
         return dsc_fail(DSC_ERR_INVALID_ARG, "--device %s: give cpu or cuda", f->device);
-    DSC_TRY(cli_plan_device_ok(cfg, cuda));
+    DSC_TRY(cli_plan_device_ok(cfg, cuda, world));
     dsc_model *m;
     dsc_model_opts mo = {.vocab_size = (int)V, .max_seq_len = (int)T};
     DSC_TRY(dsc_model_create(&m, f->model, &mo));

@@ -55,16 +55,20 @@ static void machine(dsc_memplan_input *in) {
     else if (in->device) dsc_clear_error(); // no device here: the plan cannot check it
 }
 
-dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda) {
-    // The GPU trainer keeps bf16 master weights on the device; the CPU step of ZeRO-Offload on a
-    // GPU run updates an fp32 master group by group.
-    if (cuda && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads &&
+dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda, int world) {
+    // The GPU trainer keeps bf16 master weights on the device; the streamed ZeRO-Offload of one
+    // GPU updates an fp32 master group by group. Several host-staged ranks, and one rank with
+    // DSC_OFFLOAD_STREAM=0, step in the engine, which keeps the bf16 master (the GPU trainer's
+    // own check says the same).
+    const char *stream = dsc_env("DSC_OFFLOAD_STREAM");
+    bool streamed = world <= 1 && !(stream && !strcmp(stream, "0"));
+    if (cuda && streamed && cfg->bf16.enabled && cfg->bf16.bf16_master_weights_and_grads &&
         !strcmp(cfg->zero_optimization.offload_optimizer.device, "cpu"))
         return dsc_fail(DSC_ERR_UNSUPPORTED, "--device cuda: bf16.bf16_master_weights_and_grads "
-                        "with zero_optimization.offload_optimizer \"cpu\" is not built (the "
-                        "offloaded CPU step keeps an fp32 master); set offload_optimizer.device "
-                        "to \"none\" (bf16 master, gradients and moments on the GPU), or the bf16 "
-                        "master keys false");
+                        "with zero_optimization.offload_optimizer \"cpu\" is not built on one GPU "
+                        "(the streamed offload's CPU step keeps an fp32 master); set "
+                        "offload_optimizer.device to \"none\" (bf16 master, gradients and moments "
+                        "on the GPU), or the bf16 master keys false");
     return DSC_OK;
 }
 

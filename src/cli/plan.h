@@ -20,8 +20,9 @@ typedef struct cli_plan_opts {
 } cli_plan_opts;
 
 // What the config asks that the chosen device cannot do yet (bf16 master weights with the
-// optimizer offloaded from a GPU run): DSC_ERR_UNSUPPORTED naming the keys and the way out.
-dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda);
+// optimizer offloaded from one GPU, streamed): DSC_ERR_UNSUPPORTED naming the keys and the way
+// out. world: the run's ranks.
+dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda, int world);
 
 // DeepSpeed's activation_checkpointing section, given in cfg, on model m: its layers are
 // recomputed in the backward (dsc_model_set_recompute) when the run's passes can (the host's,

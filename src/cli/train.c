@@ -243,7 +243,7 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     if (st != DSC_OK) return st;
     if (text && !(t->cfg_text = strdup(text)))
         return dsc_fail(DSC_ERR_OOM, "out of memory for the config's text");
-    DSC_TRY(cli_plan_device_ok(cfg, cuda));
+    DSC_TRY(cli_plan_device_ok(cfg, cuda, world));
     DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
     const char *rank = getenv("RANK"); // the engine is not made yet: each rank its own masks
     st = cli_lora(t->model, cfg, cuda, t->o->init_adapter,

@@ -123,8 +123,10 @@ check "stage 0 exits non-zero" -- bash -c "! '$DSC' config check '$T/r0.json' >/
 check "bf16.enabled false warned about" -- bash -c "'$DSC' config check '$T/r1.json' 2>&1 | grep -q 'has no effect without bf16.enabled true'"
 check "states without master refused" -- bash -c "'$DSC' config check '$T/r2.json' 2>&1 | grep -q 'bf16_optimizer_states needs bf16.bf16_master_weights_and_grads'"
 # On a GPU the keys keep master, gradients and moments on the device; with the optimizer
-# offloaded from a GPU run they are refused (its CPU step keeps an fp32 master).
+# offloaded from one GPU they are refused (its streamed CPU step keeps an fp32 master), while
+# several host-staged ranks (the engine's own CPU step) take them.
 check "--device cuda takes the keys" -- "$DSC" config check "$T/b2.json" --model d2 --device cuda
 sed 's/"stage": 2/"stage": 2, "offload_optimizer": {"device": "cpu"}/' "$T/b2.json" >"$T/b2off.json"
 check "--device cuda with offload_optimizer refused, naming the keys and the way out" -- bash -c "'$DSC' config check '$T/b2off.json' --model d2 --device cuda 2>&1 | grep -q 'bf16.bf16_master_weights_and_grads with zero_optimization.offload_optimizer \"cpu\" is not built.*offload_optimizer.device to \"none\"'"
+check "--device cuda with offload_optimizer on 2 host-staged ranks takes the keys" -- "$DSC" config check "$T/b2off.json" --model d2 --device cuda --world-size 2
 finish
