@@ -2,7 +2,7 @@
 # LoRA on one GPU (the Llama family): adapters beside every adapted product of the device passes,
 # the frozen base in 16 bits on the device with no gradient, master or moments, the optimizer over
 # the adapters on the GPU. The GPU run follows the CPU's LoRA run within bf16 tolerance (without
-# and with lora_dropout: the same masks; with modules_to_save; with bf16 master weights;
+# and with lora_dropout: the same masks; with modules_to_save; with bf16 master weights; fp16;
 # Qwen3's q/k norms frozen), the loss falls, a checkpoint resumes bit for bit and exports for
 # PEFT and merged, the device pool holds no per-parameter state for the base, and the paths
 # that cannot take a frozen base are refused by name. Exit 77 (skipped) without a CUDA device.
@@ -30,6 +30,9 @@ SAVE='"lora": {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj", 
 cfg "$T/lora.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, $LORA"
 cfg "$T/drop.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}, $DROP"
 cfg "$T/save.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, $SAVE"
+cfg "$T/f16.json" ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 12}, \"zero_optimization\": {\"stage\": 1}, $LORA"
+cfg "$T/ac.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, \"activation_checkpointing\": {\"partition_activations\": false, \"cpu_checkpointing\": true}, $DROP"
+cfg "$T/drop1.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, $DROP"
 cfg "$T/m16.json" ", \"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, \"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 1}, $LORA"
 
 run lora cuda "$T/lora.json" 40
@@ -42,6 +45,10 @@ run m16 cuda "$T/m16.json" 40
 run m16_cpu cpu "$T/m16.json" 40
 MODEL=qwen3-d2 run qwen3 cuda "$T/lora.json" 40
 MODEL=qwen3-d2 run qwen3_cpu cpu "$T/lora.json" 40
+run f16 cuda "$T/f16.json" 40
+run f16_cpu cpu "$T/f16.json" 40
+run ac cuda "$T/ac.json" 10
+run drop1 cuda "$T/drop1.json" 10
 run half cuda "$T/lora.json" 20 --save-dir "$T/ck" --save-at-end
 run rest cuda "$T/lora.json" 40 --save-dir "$T/ck" --resume --save-at-end
 run grads cuda "$T/lora.json" 1 --dump-grads "$T/grads.safetensors"
@@ -69,6 +76,8 @@ assert a != b, a"
 check "modules_to_save (the tied embeddings trained in full): the GPU follows the CPU" -- compare save_cpu save 5e-3 0.03 0.08
 check "LoRA with bf16 master and moments: the GPU follows the CPU" -- compare m16_cpu m16 5e-3 0.03 0.08
 check "Qwen3 (q/k norms frozen): the GPU follows the CPU" -- compare qwen3_cpu qwen3 5e-3 0.03 0.08
+check "LoRA in fp16 (loss scaling): the GPU follows the CPU" -- compare f16_cpu f16 5e-3 0.03 0.08
+check "LoRA with dropout, recomputed layers and their inputs on the host: bitwise the plain run" -- diff <(cols "$T/drop1/metrics.jsonl") <(cols "$T/ac/metrics.jsonl")
 check "the banner counts the trainable parameters" -- grep -q "LoRA: r 8" "$T/lora.log"
 check "a checkpoint resumes bit for bit" -- $PY -c "
 import json
