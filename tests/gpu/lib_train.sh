@@ -5,7 +5,7 @@
 # and their losses (and validation losses) agree: step 1 within FIRST, the mean relative
 # difference within MEAN, every step within WORST.
 # falls RUN: the loss falls (mean of the last 5 steps below 80% of the first).
-# run_ranks, cols, cfg, run_one: below.
+# run_ranks, cols, cfg, run_one, gpu_or_skip: below.
 compare() {
     $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" "$4" "$5" <<'PYEOF'
 import json, sys
@@ -85,4 +85,15 @@ run_one() {
     "$DSC" train --device "$dev" --config "$conf" --model "${MODEL:-d2}" --seq-len 64 --max-steps "$steps" \
         --seed 7 --eval-every 10 --eval-batches 4 --sample-tokens 0 --out "$T/$name" "$@" \
         >"$T/$name.log" 2>&1 || { echo "FAIL: run $name"; cat "$T/$name.log"; failed=$((failed+1)); }
+}
+
+# gpu_or_skip: exit 77 (the suite's "skipped") when this dsc has no usable CUDA device.
+gpu_or_skip() {
+    local probe
+    probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
+    if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
+        echo "SKIP: no CUDA device"
+        finish >/dev/null
+        exit 77
+    fi
 }

@@ -11,13 +11,8 @@ set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}
 
-probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
-if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
-    echo "SKIP: no CUDA device"
-    finish >/dev/null
-    exit 77
-fi
 . "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # cfg, run_one, compare, falls, cols
+gpu_or_skip
 run() { run_one "$@"; }
 MASTER='"bf16_master_weights_and_grads": true'
 cfg "$T/fp32m.json" ', "bf16": {"enabled": true}, "zero_optimization": {"stage": 1}'
