@@ -182,4 +182,20 @@ cpu_ckpt_moves() {
   [ "$got_h" = "$want" ] && [ "$got_d" -ge $((want * 29 / 33)) ] && [ "$got_d" -le "$want" ]
 }
 check "cpu_checkpointing: the plan moves the layers' inputs from the device to the host" -- cpu_ckpt_moves
+# LoRA on one GPU (llama-3.1-8B, r 16 on every linear module): the frozen base in bf16 on the
+# device (about 15 GiB of the 8.07B parameters) and no state for it; on the host the engine's
+# fp32 frozen store (about 30 GiB). Measured on an H100: device 25.5 GiB, host 30.8 GiB.
+cat >"$T/lora8.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 1},
+ "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}}
+JSON
+lora_gpu_plan() {
+  local h d n
+  read -r h d n <<<"$(plan_json "$T/lora8.json" cuda)"
+  awk -v h="$h" -v d="$d" 'BEGIN { printf "LoRA 8B on a GPU: device %.1f GiB, host %.1f GiB\n",
+    d / 2^30, h / 2^30; exit !(d / 2^30 > 24 && d / 2^30 < 27 && h / 2^30 > 29.5 && h / 2^30 < 32) }'
+}
+check "LoRA on a GPU: the plan counts the 16-bit base on the device and no state for it" -- lora_gpu_plan
+expect 1 "has no adapters in its GPU passes yet" -- "$DSC" config check "$T/lora8.json" \
+  --model gpt2-124M --device cuda
 finish
