@@ -1,6 +1,10 @@
 // model/gpt2/ops.c - GPT-2 as a model family: the struct dsc_model_ops table over the dsc_gpt2_*
 // functions (gpt2.c, profile.c, infer.c), the shape from a spec or from a tensor table, and the
 // getter the GPU code uses until its model goes through the table too (model/gpt2/model.h).
+//
+// The one-line entries below have the same shape as every other family's ops table on purpose:
+// each turns the table's untyped cfg and state into this family's typed calls, which is all an
+// ops table does; what the families share lives behind them (model/common.c, model/linear.c).
 #include "model/gpt2/model.h"
 
 #include <stdio.h>  // snprintf

@@ -7,6 +7,10 @@
 // Contexts: a tiny llama-dN takes the data's vocabulary and --seq-len as its context (1024 when
 // none is given), as GPT-2's dN does; a published shape keeps its own vocabulary and its own
 // context, or --seq-len when that is longer.
+//
+// The one-line entries below have the same shape as every other family's ops table on purpose:
+// each turns the table's untyped cfg and state into this family's typed calls, which is all an
+// ops table does; what the families share lives behind them (model/common.c, model/linear.c).
 #include <math.h>   // fabs
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // malloc, free, strtod
