@@ -318,14 +318,16 @@ static dsc_status frozen_init(train_gpu *g, bool offload) {
     size_t n;
     const float *host = dsc__engine_frozen_store(g->eng, &n);
     if (!n) return DSC_OK;
-    if (g->dp || (offload && !g->staged))
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with %s: the frozen base "
-                         "lives on the GPU beside the adapters, whose optimizer runs there; set "
-                         "zero_optimization.offload_optimizer.device (and offload_param) to "
-                         "\"none\"%s, or train on the CPU (--device cpu)",
-                         g->dp ? "DSC_COMM_BACKEND=nccl" : "ZeRO-Offload",
-                         g->dp ? " and unset DSC_COMM_BACKEND (the ranks then stage through the "
-                                 "host)" : "");
+    if (g->dp)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with DSC_COMM_BACKEND=nccl: "
+                         "the nccl path lays out the trained tensors only; unset "
+                         "DSC_COMM_BACKEND (the ranks then stage through the host), or train on "
+                         "the CPU (--device cpu)");
+    if (offload && !g->staged)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with ZeRO-Offload: the "
+                         "frozen base lives on the GPU beside the adapters, whose optimizer "
+                         "state is small; set zero_optimization.offload_optimizer.device (and "
+                         "offload_param.device) to \"none\", or train on the CPU (--device cpu)");
     return dsc__cuda_state_frozen(g->st, host, n, g->pool);
 }
 
