@@ -27,5 +27,11 @@ dsc_status cli_export_merged(const char *dir, const char *tag, const char *out_d
 dsc_status cli_merge_peft(const dsc_model *m, float *const *full, const char *dir);
 dsc_status cli_merge_ckpt(const dsc_model *m, float *const *full, const dsc_ckpt *ck,
                           const char *adapter_config_path);
+// The adapters of a PEFT folder beside the model's weights, unmerged: the model gets the folder's
+// LoRA adapters (dsc_model_set_lora from its adapter_config.json; training mode off), *full (*nt
+// tensors) grows by their A and B tensors read from adapter_model.safetensors, and tensors of
+// modules_to_save replace the model's. The host decoder then applies each adapter beside its
+// product (one rank; dsc_model_infer).
+dsc_status cli_attach_peft(dsc_model *m, float ***full, int *nt, const char *dir);
 
 #endif

@@ -27,10 +27,11 @@
 typedef struct gen_cli {
     const char *checkpoint, *weights, *model, *prompt, *prompt_file, *stop, *device, *tokenizer;
     const char *trace, *chat_template;
-    const char *adapter; // --adapter: a PEFT (LoRA) folder merged into the weights, or NULL
+    const char *adapter; // --adapter: a PEFT (LoRA) folder beside the weights, or NULL
     long long max_new, top_k, seed, heads, tp, threads;
     double temperature, top_p;
     bool no_cache, chat;
+    bool merge_adapter; // --merge-adapter: merged into the weights first (always on a GPU, --tp)
 } gen_cli;
 
 typedef struct weights {
@@ -498,7 +499,12 @@ static dsc_status generate(const gen_cli *o) {
         DSC_TRY_GOTO(load_hf(&w, o->model), st, done);
     else
         DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads), st, done);
-    if (o->adapter) DSC_TRY_GOTO(cli_merge_peft(w.model, w.full, o->adapter), st, done);
+    // --adapter: beside the products on the host's one rank (as PEFT runs it); merged into the
+    // weights first on a GPU (its decoder has no adapters), with --tp, or with --merge-adapter
+    if (o->adapter && (cuda || o->tp > 1 || o->merge_adapter))
+        DSC_TRY_GOTO(cli_merge_peft(w.model, w.full, o->adapter), st, done);
+    else if (o->adapter)
+        DSC_TRY_GOTO(cli_attach_peft(w.model, &w.full, &w.nt, o->adapter), st, done);
     DSC_TRY_GOTO(open_tokenizer(o, &w, &tok), st, done);
     DSC_TRY_GOTO(read_prompts(o, &ps), st, done);
     if (o->chat) DSC_TRY_GOTO(chat_prompts(o, tok, &ps, &tpl), st, done);
@@ -586,8 +592,8 @@ int cmd_generate(int argc, char **argv) {
         {"--model", "hf:DIR", "a Hugging Face model folder: config.json and its weights "
          "(model.safetensors or shards with model.safetensors.index.json)", &o.model, NULL},
         {"--adapter", "DIR", "a LoRA adapter folder as PEFT saves it (adapter_config.json, "
-         "adapter_model.safetensors), merged into the weights before generating", &o.adapter,
-         NULL},
+         "adapter_model.safetensors), applied beside the base weights (merged into them first "
+         "on a GPU, with --tp, or with --merge-adapter)", &o.adapter, NULL},
         {"--prompt", "TEXT", "the prompt", &o.prompt, NULL},
         {"--prompt-file", "FILE", "prompts, one per line, generated as one batch", &o.prompt_file,
          NULL},
@@ -612,6 +618,8 @@ int cmd_generate(int argc, char **argv) {
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},
         {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",
          NULL, &o.no_cache},
+        {"--merge-adapter", NULL, "merge --adapter into the weights before generating (fewer "
+         "products per token; the same tokens up to rounding)", NULL, &o.merge_adapter},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
         {"--chat", NULL, "render each prompt as a conversation with the model's chat template "
          "(--prompt: one user message; --prompt-file: a JSON conversation a line) and the "

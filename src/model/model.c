@@ -515,6 +515,19 @@ dsc_status dsc_model_infer(const dsc_model *m, dsc_model_kv *kv, float *const *p
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_infer: the key/value cache is missing "
                          "or was made for another model family; make it with dsc_model_kv_create");
     dsc_model_tp none = {0, 1, NULL};
+    if (m->lora) { // adapters beside the products (unmerged), on the rows of this pass
+        if (tp && tp->size > 1)
+            return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc_model_infer: model %s has LoRA adapters, "
+                             "which its tensor-parallel products do not slice; merge them into "
+                             "the weights first", m->spec);
+        if (rows && m->lora->maxN < rows->n) DSC_TRY(dsc__lora_reserve(m->lora, rows->n));
+        m->lora->params = params, m->lora->grads = NULL;
+        bool training = m->lora->training; // inference drops nothing
+        m->lora->training = false;
+        dsc_status st = m->ops->infer(kv->impl, params, tp ? tp : &none, rows, hooks, logits);
+        m->lora->training = training;
+        return st;
+    }
     return m->ops->infer(kv->impl, params, tp ? tp : &none, rows, hooks, logits);
 }
 

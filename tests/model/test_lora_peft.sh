@@ -19,8 +19,10 @@
 #  4. Exports (llama, and gpt2 for the Conv1D merge): `dsc ckpt export --peft` loads in PEFT with
 #     exactly the keys it expects and the trained values; `--hf` (merged) loads in transformers
 #     with logits within 1e-5 of PEFT's unmerged model and of its merge_and_unload().
-#     `dsc generate --model hf:BASE --adapter PEFT_DIR` and `dsc generate --checkpoint CKPT` give
-#     the merged folder's trace bit for bit, and transformers' greedy tokens and logits (1e-5).
+#     `dsc generate --model hf:BASE --adapter PEFT_DIR` (the adapters beside the products, as
+#     PEFT runs them) gives the merged folder's tokens with logits within 1e-5, and
+#     transformers' greedy tokens and logits (1e-5); with --merge-adapter, and `dsc generate
+#     --checkpoint CKPT`, the merged folder's trace bit for bit.
 #  5. lora_dropout (no oracle for the masks): the loss changes, two runs are bitwise the same,
 #     activation checkpointing recomputes the same masks (bitwise), and evaluation has none (at
 #     lr 0 the validation loss equals the run's without dropout).
@@ -34,6 +36,15 @@ py=$(bash "$src/scripts/install-hf.sh" | tail -1) || exit 77
 hf() { "$py" "$src/tests/model/hf_ref.py" "$@" 2>/dev/null; }
 peft() { "$py" "$src/tests/model/peft_ref.py" "$@" 2>/dev/null; }
 within() { "$py" -c "import sys; sys.exit(not float('$1') <= $2)"; }
+# same_trace A B TOL: two --trace files chose the same tokens, their top logits within TOL
+same_trace() { "$py" - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+worst = max(abs(p[1] - q[1]) for x, y in zip(a, b) for p, q in zip(x["top"], y["top"]))
+print(f"  unmerged vs merged: worst logit difference {worst:.1e}")
+sys.exit(not (a and [x["token"] for x in a] == [x["token"] for x in b] and worst <= float(sys.argv[3])))
+PY
+}
 
 cd "$T"
 hf make llama llama --seed 3 --config '{"vocab_size": 300}'
@@ -133,8 +144,12 @@ for m in llama:ck:ck.w20.st gpt2:gck:gpt2.w5.st; do
     "$DSC" generate --model hf:$name.merged "${gen[@]}" --trace $name.m.trace >/dev/null 2>&1
     "$DSC" generate --model hf:$name --adapter $name.peft "${gen[@]}" --trace $name.a.trace \
         >/dev/null 2>&1
+    "$DSC" generate --model hf:$name --adapter $name.peft --merge-adapter "${gen[@]}" \
+        --trace $name.am.trace >/dev/null 2>&1
     "$DSC" generate --checkpoint $ck "${gen[@]}" --trace $name.c.trace >/dev/null 2>&1
-    check "$name: generate --adapter = the merged folder (bitwise)" -- cmp -s $name.a.trace $name.m.trace
+    check "$name: generate --adapter --merge-adapter = the merged folder (bitwise)" -- cmp -s $name.am.trace $name.m.trace
+    check "$name: generate --adapter (unmerged) = the merged folder: tokens, logits within 1e-5" -- \
+        same_trace $name.a.trace $name.m.trace 1e-5
     check "$name: generate from the LoRA checkpoint = the merged folder" -- cmp -s $name.c.trace $name.m.trace
     read -r _ same worst < <(hf trace $name.merged $name.a.trace "84 104 101 32 112 114 111 103")
     echo "$name generate --adapter in transformers: greedy tokens equal ${same:-?}, worst logit error ${worst:-?}"

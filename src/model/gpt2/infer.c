@@ -193,25 +193,30 @@ static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc
     }
 }
 
-// A Conv1D weight (in, out) and its bias as the one linear product (no adapters: generation
-// merges them into the weights first).
-static dsc__linear conv1d(const float *w, const float *bias, int in, int out) {
-    return (dsc__linear){.w = w, .bias = bias, .in = in, .out = out, .in_out = true};
+// Layer l's Conv1D weight k (in, out) and its bias kb (or -1: none) as the one linear product,
+// with the weight's LoRA adapter beside it when the model has adapters (generation with an
+// unmerged adapter, one rank: dsc_model_infer). p: the layer's tensors.
+static dsc__linear conv1d(const dsc_gpt2_kv *kv, float *const *p, int l, int k, int kb, int in,
+                          int out) {
+    return (dsc__linear){.w = p[k], .bias = kb >= 0 ? p[kb] : NULL, .in = in, .out = out,
+                         .in_out = true, .lora = kv->c.lora, .tensor = 2 + l * PER_LAYER + k};
 }
 
 // x (n, C) += in (n, IC) @ w (IC, C) + bias. One rank: the training forward's own product
 // (bias and residual first, then the product onto them). Several: partial products summed
 // over the group, then added to residual + bias in that order on every rank.
 static dsc_status project(const dsc_gpt2_tp *tp, row_bufs *b, float **x, const float *in,
-                          const float *w, const float *bias, int n, int IC, int C) {
+                          dsc__linear lin, int n, int IC, int C) {
     if (tp->size == 1) {
-        dsc__linear_forward(conv1d(w, bias, IC, C), b->x2, C, in, IC, *x, n);
+        dsc__linear_forward(lin, b->x2, C, in, IC, *x, n);
         float *t = *x;
         *x = b->x2;
         b->x2 = t;
         return DSC_OK;
     }
-    dsc__linear_forward(conv1d(w, NULL, IC, C), b->part, C, in, IC, NULL, n);
+    const float *bias = lin.bias;
+    lin.bias = NULL;
+    dsc__linear_forward(lin, b->part, C, in, IC, NULL, n);
     DSC_TRY(dsc_comm_all_reduce(tp->comm, b->part, b->part, (size_t)n * C, DSC_DT_F32,
                                 DSC_OP_SUM, NULL));
     float *xv = *x;
@@ -224,14 +229,15 @@ static dsc_status layer(dsc_gpt2_kv *kv, float *cache, float *const *p, const ds
     int n = r->n, C = kv->c.n_embd, Cl = kv->Cl, Fl = kv->Fl;
     float *K = kv_layer(kv, cache, l, 0), *V = kv_layer(kv, cache, l, 1);
     dsc__gpt2_layernorm_forward(b->ln, b->mean, b->rstd, *x, p[K_LN1W], p[K_LN1B], n, C);
-    dsc__linear_forward(conv1d(p[K_ATTW], p[K_ATTB], C, 3 * Cl), b->qkv, 3 * Cl, b->ln, C, NULL, n);
+    dsc__linear_forward(conv1d(kv, p, l, K_ATTW, K_ATTB, C, 3 * Cl), b->qkv, 3 * Cl, b->ln, C,
+                        NULL, n);
     store_kv(kv, K, V, r, b->qkv);
     attention(kv, K, V, r, b->qkv, b->y);
-    DSC_TRY(project(tp, b, x, b->y, p[K_APROJW], p[K_APROJB], n, Cl, C));
+    DSC_TRY(project(tp, b, x, b->y, conv1d(kv, p, l, K_APROJW, K_APROJB, Cl, C), n, Cl, C));
     dsc__gpt2_layernorm_forward(b->ln, b->mean, b->rstd, *x, p[K_LN2W], p[K_LN2B], n, C);
-    dsc__linear_forward(conv1d(p[K_FCW], p[K_FCB], C, Fl), b->f, Fl, b->ln, C, NULL, n);
+    dsc__linear_forward(conv1d(kv, p, l, K_FCW, K_FCB, C, Fl), b->f, Fl, b->ln, C, NULL, n);
     dsc__gpt2_gelu_forward(b->f, b->f, (int64_t)n * Fl);
-    return project(tp, b, x, b->f, p[K_MPROJW], p[K_MPROJB], n, Fl, C);
+    return project(tp, b, x, b->f, conv1d(kv, p, l, K_MPROJW, K_MPROJB, Fl, C), n, Fl, C);
 }
 
 static void embed(const dsc_gpt2_kv *kv, float *x, const float *wte, const float *wpe,

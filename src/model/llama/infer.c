@@ -221,25 +221,29 @@ static const float *tensor(const dsc_llama_config *c, float *const *p, int l, in
     return i < 0 ? NULL : p[i];
 }
 
-// A weight (out, in) and its bias as the one linear product (no adapters: generation merges them
-// into the weights first).
-static dsc__linear dense(const float *w, const float *bias, int in, int out) {
-    return (dsc__linear){.w = w, .bias = bias, .in = in, .out = out};
+// Layer l's weight k (out, in) and its bias kb (a kind, or -1: none) as the one linear product,
+// with the weight's LoRA adapter beside it when the model has adapters (generation with an
+// unmerged adapter, one rank: dsc_model_infer).
+static dsc__linear dense(const dsc_llama_config *c, float *const *p, int l, int k, int kb, int in,
+                         int out) {
+    int i = dsc__llama_layer_tensor(c, l, k);
+    return (dsc__linear){.w = p[i], .bias = kb >= 0 ? tensor(c, p, l, kb) : NULL, .in = in,
+                         .out = out, .lora = c->lora, .tensor = i};
 }
 
-// *x (n, C) += in (n, IN) @ w^T. One rank: the training forward's product onto the residual (out
-// into b->x2, swapped with *x). Several: this rank's partial product summed over the group, then
-// added to the residual, in the same order on every rank.
+// *x (n, C) += in (n, IN) @ w^T (the product lin). One rank: the training forward's product onto
+// the residual (out into b->x2, swapped with *x). Several: this rank's partial product summed
+// over the group, then added to the residual, in the same order on every rank.
 static dsc_status project(const dsc_model_tp *tp, row_bufs *b, float **x, const float *in,
-                          const float *w, int n, int IN, int C) {
+                          dsc__linear lin, int n, int IN, int C) {
     if (!tp || tp->size == 1) {
-        dsc__linear_forward(dense(w, NULL, IN, C), b->x2, C, in, IN, *x, n);
+        dsc__linear_forward(lin, b->x2, C, in, IN, *x, n);
         float *t = *x;
         *x = b->x2;
         b->x2 = t;
         return DSC_OK;
     }
-    dsc__linear_forward(dense(w, NULL, IN, C), b->part, C, in, IN, NULL, n);
+    dsc__linear_forward(lin, b->part, C, in, IN, NULL, n);
     DSC_TRY(dsc_comm_all_reduce(tp->comm, b->part, b->part, (size_t)n * C, DSC_DT_F32, DSC_OP_SUM,
                                 NULL));
     float *xv = *x;
@@ -256,12 +260,12 @@ static dsc_status layer(dsc_llama_kv *kv, float *const *p, const dsc_model_tp *t
     float *K = kv_layer(kv, l, 0), *V = kv_layer(kv, l, 1);
     dsc__llama_rmsnorm_forward(b->ln, b->rstd, *x, tensor(c, p, l, DSC_LLAMA_LN1), c->rms_eps, n,
                                C);
-    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_QW), tensor(c, p, l, DSC_LLAMA_QB), C, Q),
-                        b->qkv, ld, b->ln, C, NULL, n);
-    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_KW), tensor(c, p, l, DSC_LLAMA_KB), C, KV),
-                        b->qkv + Q, ld, b->ln, C, NULL, n);
-    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_VW), tensor(c, p, l, DSC_LLAMA_VB), C, KV),
-                        b->qkv + Q + KV, ld, b->ln, C, NULL, n);
+    dsc__linear_forward(dense(c, p, l, DSC_LLAMA_QW, DSC_LLAMA_QB, C, Q), b->qkv, ld, b->ln, C,
+                        NULL, n);
+    dsc__linear_forward(dense(c, p, l, DSC_LLAMA_KW, DSC_LLAMA_KB, C, KV), b->qkv + Q, ld, b->ln,
+                        C, NULL, n);
+    dsc__linear_forward(dense(c, p, l, DSC_LLAMA_VW, DSC_LLAMA_VB, C, KV), b->qkv + Q + KV, ld,
+                        b->ln, C, NULL, n);
     if (c->qk_norm)
         dsc__llama_head_norm_forward(b->qkv, ld, NULL, NULL, tensor(c, p, l, DSC_LLAMA_QN),
                                      tensor(c, p, l, DSC_LLAMA_KN), c->rms_eps, n, kv->NH,
@@ -271,15 +275,13 @@ static dsc_status layer(dsc_llama_kv *kv, float *const *p, const dsc_model_tp *t
                         hd, 0);
     store_kv(kv, K, V, r, b->qkv, Q, ld);
     attention(kv, K, V, r, b->qkv, ld, b->y);
-    DSC_TRY(project(tp, b, x, b->y, tensor(c, p, l, DSC_LLAMA_OW), n, Q, C));
+    DSC_TRY(project(tp, b, x, b->y, dense(c, p, l, DSC_LLAMA_OW, -1, Q, C), n, Q, C));
     dsc__llama_rmsnorm_forward(b->ln, b->rstd, *x, tensor(c, p, l, DSC_LLAMA_LN2), c->rms_eps, n,
                                C);
-    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_GATE), NULL, C, I), b->gate, I, b->ln, C,
-                        NULL, n);
-    dsc__linear_forward(dense(tensor(c, p, l, DSC_LLAMA_UP), NULL, C, I), b->up, I, b->ln, C, NULL,
-                        n);
+    dsc__linear_forward(dense(c, p, l, DSC_LLAMA_GATE, -1, C, I), b->gate, I, b->ln, C, NULL, n);
+    dsc__linear_forward(dense(c, p, l, DSC_LLAMA_UP, -1, C, I), b->up, I, b->ln, C, NULL, n);
     dsc__llama_swiglu_forward(b->h, b->gate, b->up, (int64_t)n * I);
-    return project(tp, b, x, b->h, tensor(c, p, l, DSC_LLAMA_DOWN), n, I, C);
+    return project(tp, b, x, b->h, dense(c, p, l, DSC_LLAMA_DOWN, -1, I, C), n, I, C);
 }
 
 // The final norm and lm_head on the output rows only (embed_tokens when tied, in group 0).
