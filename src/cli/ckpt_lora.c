@@ -372,34 +372,54 @@ dsc_status cli_merge_peft(const dsc_model *m, float *const *full, const char *di
     return st;
 }
 
-dsc_status cli_attach_peft(dsc_model *m, float ***full, int *nt, const char *dir) {
-    dsc_config cfg; // no lora section: the folder's adapter_config.json says what it holds
+// The adapters that config_dir's adapter_config.json describes, read from s, beside the model's
+// weights (see cli_attach_peft); what: the source, for messages.
+static dsc_status attach(dsc_model *m, float ***full, int *nt, const char *config_dir,
+                         const merge_src *s, const char *what) {
+    dsc_config cfg; // no lora section: the adapter_config.json says what it holds
     DSC_TRY(dsc_config_load_string(&cfg, "{\"train_batch_size\": 1}", 1, NULL, NULL));
-    DSC_TRY(cli_lora(m, &cfg, false, dir, 0));
+    DSC_TRY(cli_lora(m, &cfg, false, config_dir, 0));
     dsc_model_set_training(m, false);
     int n0 = *nt, n = dsc_model_describe(m)->num_tensors;
     float **f = realloc(*full, (size_t)n * sizeof *f);
-    if (!f) return dsc_fail(DSC_ERR_OOM, "--adapter %s: out of memory", dir);
+    if (!f) return dsc_fail(DSC_ERR_OOM, "%s: out of memory", what);
     *full = f;
     for (int k = n0; k < n; k++) f[k] = NULL;
     *nt = n; // the caller frees every entry
-    char path[4200];
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    merge_src s = {.gpt2 = !strcmp(dsc_model_describe(m)->family, "gpt2")};
-    DSC_TRY(dsc_hf_weights_open(&s.peft, path));
     dsc_status st = DSC_OK;
     for (int k = 0; k < n && st == DSC_OK; k++) {
         const dsc_model_param *p = dsc_model_param_get(m, k);
         bool found = false;
         if (k >= n0 && !(f[k] = malloc((size_t)p->numel * sizeof(float))))
-            st = dsc_fail(DSC_ERR_OOM, "--adapter %s: out of memory for %s", dir, p->name);
-        if (st == DSC_OK) st = src_read(&s, p->name, p->numel, f[k], &found); // k < n0: saved
-        if (st == DSC_OK && k >= n0 && !found)                                 // in full
-            st = dsc_fail(DSC_ERR_INVALID_ARG, "--adapter %s: adapter_model.safetensors has no "
-                          "tensor for %s, which its adapter_config.json asks for", dir, p->name);
+            st = dsc_fail(DSC_ERR_OOM, "%s: out of memory for %s", what, p->name);
+        if (st == DSC_OK) st = src_read(s, p->name, p->numel, f[k], &found); // k < n0: saved
+        if (st == DSC_OK && k >= n0 && !found)                                // in full
+            st = dsc_fail(DSC_ERR_INVALID_ARG, "%s has no tensor for %s, which its "
+                          "adapter_config.json asks for", what, p->name);
     }
+    return st;
+}
+
+dsc_status cli_attach_peft(dsc_model *m, float ***full, int *nt, const char *dir) {
+    char path[4200], what[4300];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    snprintf(what, sizeof what, "--adapter %s", dir);
+    merge_src s = {.gpt2 = !strcmp(dsc_model_describe(m)->family, "gpt2")};
+    DSC_TRY(dsc_hf_weights_open(&s.peft, path));
+    dsc_status st = attach(m, full, nt, dir, &s, what);
     dsc_hf_weights_close(s.peft);
     return st;
+}
+
+dsc_status cli_attach_ckpt(dsc_model *m, float ***full, int *nt, const dsc_ckpt *ck,
+                           const char *adapter_config_path) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", adapter_config_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    merge_src s = {.ck = ck, .gpt2 = !strcmp(dsc_model_describe(m)->family, "gpt2")};
+    return attach(m, full, nt, dir, &s, "the LoRA checkpoint");
 }
 
 dsc_status cli_merge_ckpt(const dsc_model *m, float *const *full, const dsc_ckpt *ck,

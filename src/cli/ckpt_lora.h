@@ -33,5 +33,8 @@ dsc_status cli_merge_ckpt(const dsc_model *m, float *const *full, const dsc_ckpt
 // modules_to_save replace the model's. The host decoder then applies each adapter beside its
 // product (one rank; dsc_model_infer).
 dsc_status cli_attach_peft(dsc_model *m, float ***full, int *nt, const char *dir);
+// The same from a LoRA checkpoint's tensors and its attached adapter_config.json.
+dsc_status cli_attach_ckpt(dsc_model *m, float ***full, int *nt, const dsc_ckpt *ck,
+                           const char *adapter_config_path);
 
 #endif

@@ -178,9 +178,10 @@ static dsc_status loaded_tensor(void *user, const char *name, float **values, in
 }
 
 // A LoRA run's checkpoint holds its adapters: the base model its adapter_config.json names, with
-// the adapters merged in, once the base is seen to be the one they were trained on.
+// the adapters beside it (unmerged) or merged in, once the base is seen to be the one they were
+// trained on.
 static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *adapter_config,
-                                       const char *path) {
+                                       const char *path, bool merge) {
     json_t *j = json_load_file(adapter_config, 0, NULL);
     const char *base = json_string_value(json_object_get(j, "base_model_name_or_path"));
     char spec[4200];
@@ -201,10 +202,12 @@ static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *ada
                  "base_model_name_or_path)", spec + 3);
         DSC_TRY(cli_base_verify(sums, path, what, loaded_tensor, w));
     }
-    return cli_merge_ckpt(w->model, w->full, ck, adapter_config);
+    if (merge) return cli_merge_ckpt(w->model, w->full, ck, adapter_config);
+    return cli_attach_ckpt(w->model, &w->full, &w->nt, ck, adapter_config);
 }
 
-static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
+// merge: a LoRA run's adapters are merged into the weights (else they run beside them).
+static dsc_status load_checkpoint(weights *w, const char *path, int heads, bool merge) {
     char dir[4096], tag[DSC_CKPT_TAG_MAX];
     bool has_tag;
     DSC_TRY(dsc_ckpt_split_path(path, dir, sizeof dir, tag, sizeof tag, &has_tag));
@@ -216,7 +219,7 @@ static dsc_status load_checkpoint(weights *w, const char *path, int heads) {
     snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
     char cfg_path[4200], ad_path[4200];
     if (dsc_ckpt_attachment_path(ck, "adapter_config.json", ad_path, sizeof ad_path)) {
-        dsc_status st = load_lora_checkpoint(w, ck, ad_path, path);
+        dsc_status st = load_lora_checkpoint(w, ck, ad_path, path, merge);
         snprintf(w->files, sizeof w->files, "%s/%s", dir, info.tag);
         dsc_ckpt_close(ck);
         return st;
@@ -493,15 +496,17 @@ static dsc_status generate(const gen_cli *o) {
     dsc_status st;
     DSC_TRY_GOTO(pick_device(o, &cuda, device, sizeof device), st, done);
     DSC_TRY_GOTO(open_trace(o, &trace), st, done);
+    // LoRA adapters (--adapter, a LoRA checkpoint): beside the products on the host's one rank (as
+    // PEFT runs them); merged into the weights first on a GPU (its decoder has no adapters), with
+    // --tp, or with --merge-adapter
+    bool merge = cuda || o->tp > 1 || o->merge_adapter;
     if (o->weights)
         DSC_TRY_GOTO(load_safetensors(&w, o->weights, (int)o->heads), st, done);
     else if (o->model)
         DSC_TRY_GOTO(load_hf(&w, o->model), st, done);
     else
-        DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads), st, done);
-    // --adapter: beside the products on the host's one rank (as PEFT runs it); merged into the
-    // weights first on a GPU (its decoder has no adapters), with --tp, or with --merge-adapter
-    if (o->adapter && (cuda || o->tp > 1 || o->merge_adapter))
+        DSC_TRY_GOTO(load_checkpoint(&w, o->checkpoint, (int)o->heads, merge), st, done);
+    if (o->adapter && merge)
         DSC_TRY_GOTO(cli_merge_peft(w.model, w.full, o->adapter), st, done);
     else if (o->adapter)
         DSC_TRY_GOTO(cli_attach_peft(w.model, &w.full, &w.nt, o->adapter), st, done);
@@ -618,8 +623,9 @@ int cmd_generate(int argc, char **argv) {
         {"--tp", "N", "tensor-parallel ranks: start N ranks (dsc launch) (default 1)", &tp, NULL},
         {"--no-kv-cache", NULL, "recompute every sequence for each token (the reference; slow)",
          NULL, &o.no_cache},
-        {"--merge-adapter", NULL, "merge --adapter into the weights before generating (fewer "
-         "products per token; the same tokens up to rounding)", NULL, &o.merge_adapter},
+        {"--merge-adapter", NULL, "merge --adapter (or a LoRA checkpoint's adapters) into the "
+         "weights before generating (fewer products per token; the same tokens up to rounding)",
+         NULL, &o.merge_adapter},
         {"--threads", "N", "CPU threads (default: OMP_NUM_THREADS or all cores)", &threads, NULL},
         {"--chat", NULL, "render each prompt as a conversation with the model's chat template "
          "(--prompt: one user message; --prompt-file: a JSON conversation a line) and the "

@@ -21,8 +21,8 @@
 #     with logits within 1e-5 of PEFT's unmerged model and of its merge_and_unload().
 #     `dsc generate --model hf:BASE --adapter PEFT_DIR` (the adapters beside the products, as
 #     PEFT runs them) gives the merged folder's tokens with logits within 1e-5, and
-#     transformers' greedy tokens and logits (1e-5); with --merge-adapter, and `dsc generate
-#     --checkpoint CKPT`, the merged folder's trace bit for bit.
+#     transformers' greedy tokens and logits (1e-5); `dsc generate --checkpoint CKPT` gives the
+#     same trace bit for bit; with --merge-adapter both give the merged folder's bit for bit.
 #  5. lora_dropout (no oracle for the masks): the loss changes, two runs are bitwise the same,
 #     activation checkpointing recomputes the same masks (bitwise), and evaluation has none (at
 #     lr 0 the validation loss equals the run's without dropout).
@@ -147,10 +147,13 @@ for m in llama:ck:ck.w20.st gpt2:gck:gpt2.w5.st; do
     "$DSC" generate --model hf:$name --adapter $name.peft --merge-adapter "${gen[@]}" \
         --trace $name.am.trace >/dev/null 2>&1
     "$DSC" generate --checkpoint $ck "${gen[@]}" --trace $name.c.trace >/dev/null 2>&1
+    "$DSC" generate --checkpoint $ck --merge-adapter "${gen[@]}" --trace $name.cm.trace \
+        >/dev/null 2>&1
     check "$name: generate --adapter --merge-adapter = the merged folder (bitwise)" -- cmp -s $name.am.trace $name.m.trace
     check "$name: generate --adapter (unmerged) = the merged folder: tokens, logits within 1e-5" -- \
         same_trace $name.a.trace $name.m.trace 1e-5
-    check "$name: generate from the LoRA checkpoint = the merged folder" -- cmp -s $name.c.trace $name.m.trace
+    check "$name: generate from the LoRA checkpoint = --adapter of its export (bitwise)" -- cmp -s $name.c.trace $name.a.trace
+    check "$name: generate from the LoRA checkpoint, merged = the merged folder (bitwise)" -- cmp -s $name.cm.trace $name.m.trace
     read -r _ same worst < <(hf trace $name.merged $name.a.trace "84 104 101 32 112 114 111 103")
     echo "$name generate --adapter in transformers: greedy tokens equal ${same:-?}, worst logit error ${worst:-?}"
     check "$name: transformers' greedy tokens equal dsc's" -- test "${same:-0}" = 1
