@@ -92,7 +92,7 @@ gpu_or_skip() {
     local probe
     probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
     if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
-        echo "SKIP: no CUDA device"
+        echo "SKIP: no CUDA device ($(grep -o 'error: .*' <<<"$probe" | head -1))"
         finish >/dev/null
         exit 77
     fi

@@ -11,12 +11,8 @@ PY=${PYTHON:-python3}
 MODEL=${DSC_PLAN_MODEL:-llama-3.2-1B}
 SEQ=${DSC_PLAN_T:-2048}
 
-probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
-if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
-    echo "SKIP: no CUDA device ($(grep -o 'error: .*' <<<"$probe" | head -1))"
-    finish >/dev/null
-    exit 77
-fi
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh"
+gpu_or_skip
 
 cfg() { # cfg FILE EXTRA_JSON
     cat >"$1" <<JSON

@@ -14,12 +14,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 unset DSC_COMM_BACKEND DSC_HOST_COMM_BACKEND
 . "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh"
 
-probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
-if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
-    echo "SKIP: no CUDA device ($(grep -o 'error: .*' <<<"$probe" | head -1))"
-    finish >/dev/null
-    exit 77
-fi
+gpu_or_skip
 
 $PY - "$T/sft.jsonl" <<'PYEOF'
 import json, random, sys

@@ -10,14 +10,9 @@ set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}
 
-probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
-if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
-    echo "SKIP: no CUDA device ($(grep -o 'error: .*' <<<"$probe" | head -1))"
-    finish >/dev/null
-    exit 77
-fi
-
 . "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # cfg, run_one, compare, falls
+gpu_or_skip
+
 # A fixed scale of 2^12 (the window is longer than the run): no overflow, so the runs compare
 # step for step.
 cfg "$T/fp16.json" ', "fp16": {"enabled": true, "initial_scale_power": 12}'

@@ -10,15 +10,10 @@ set -u
 PY=${PYTHON:-python3}
 export DSC_DATA_HOME="$T/home" OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
-probe=$("$DSC" train --device cuda --model d1 --max-steps 1 --sample-tokens 0 --out "$T/probe" 2>&1)
-if grep -qE "no CUDA device is usable|built without the CUDA kernels" <<<"$probe"; then
-    echo "SKIP: no CUDA device ($(grep -o 'error: .*' <<<"$probe" | head -1))"
-    finish >/dev/null
-    exit 77
-fi
+. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # run_ranks, cols, compare, falls
+gpu_or_skip
 "$DSC" data default --out "$T/data" >/dev/null
 
-. "$DSC_SOURCE_DIR/tests/gpu/lib_train.sh" # run_ranks, cols, compare, falls
 run() { run_ranks "$@"; }
 
 config() { # config FILE STAGE [extra json]: global batch 16 at every world size
