@@ -376,9 +376,8 @@ dsc_status cli_merge_peft(const dsc_model *m, float *const *full, const char *di
 // weights (see cli_attach_peft); what: the source, for messages.
 static dsc_status attach(dsc_model *m, float ***full, int *nt, const char *config_dir,
                          const merge_src *s, const char *what) {
-    dsc_config cfg; // no lora section: the adapter_config.json says what it holds
-    DSC_TRY(dsc_config_load_string(&cfg, "{\"train_batch_size\": 1}", 1, NULL, NULL));
-    DSC_TRY(cli_lora(m, &cfg, false, config_dir, 0));
+    // no config, so no lora section: the adapter_config.json says what the adapters are
+    DSC_TRY(cli_lora(m, NULL, false, config_dir, 0));
     dsc_model_set_training(m, false);
     int n0 = *nt, n = dsc_model_describe(m)->num_tensors;
     float **f = realloc(*full, (size_t)n * sizeof *f);

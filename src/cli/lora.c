@@ -159,7 +159,7 @@ static bool same_names(const lora_names *a, const lora_names *b) {
 
 dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *init_adapter,
                     uint64_t seed) {
-    bool section = dsc_config_given(cfg, "lora");
+    bool section = cfg && dsc_config_given(cfg, "lora");
     if (!section && !init_adapter) return DSC_OK;
     if (cuda && !dsc_model_has_device_adapters(m))
         return dsc_fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda: model %s (family %s) has no "

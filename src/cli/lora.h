@@ -10,8 +10,8 @@
 #include "dsc/config.h" // dsc_config
 #include "dsc/model.h"  // dsc_model
 
-// LoRA on m as the config's lora section and/or the PEFT folder init_adapter (NULL: none) ask;
-// nothing when neither is given. Errors name the key or file and what works.
+// LoRA on m as the config's lora section (cfg NULL: none) and/or the PEFT folder init_adapter
+// (NULL: none) ask; nothing when neither is given. Errors name the key or file and what works.
 // seed: of the dropout masks (this rank's).
 dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *init_adapter,
                     uint64_t seed);

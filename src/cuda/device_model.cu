@@ -49,10 +49,10 @@ extern "C" dsc_status dsc__cuda_table_check(const void *const *t, int n, const c
                                             const char *what,
                                             void (*name)(const void *cfg, int i, char *buf,
                                                          int cap),
-                                            const void *cfg) {
+                                            const void *cfg, const bool *required) {
     DSC_CUDA_ARG(t != NULL, "%s: the %s array is NULL", who, what);
     for (int i = 0; i < n; i++) {
-        if (t[i]) continue;
+        if (t[i] || (required && !required[i])) continue;
         char buf[128];
         name(cfg, i, buf, (int)sizeof buf);
         return dsc__fail(DSC_ERR_INVALID_ARG, "%s: %s[%d] (%s) is NULL", who, what, i, buf);

@@ -5,6 +5,7 @@
 #ifndef DSC_CUDA_DEVICE_MODEL_H
 #define DSC_CUDA_DEVICE_MODEL_H
 
+#include <stdbool.h> // bool
 #include <stdint.h> // int32_t, int64_t
 
 #include "dsc/status.h" // dsc_status
@@ -25,11 +26,12 @@ dsc_status dsc__cuda_tokens_upload(int32_t *tokens, const int32_t *inputs, const
 dsc_status dsc__cuda_positions_upload(int32_t *dst, const int32_t *pos, int B, int T, int max_pos,
                                       const char *who, void *stream);
 
-// Every entry of a per-tensor table (n of them) set: DSC_ERR_INVALID_ARG naming `who`, the table
-// (`what`: "params", "grads") and the first NULL entry's index and tensor name (name(cfg, i)).
+// Every entry of a per-tensor table (n of them) set, or those with required[i] (required NULL:
+// all; a frozen tensor has no gradient): DSC_ERR_INVALID_ARG naming `who`, the table (`what`:
+// "params", "grads") and the first missing entry's index and tensor name (name(cfg, i)).
 dsc_status dsc__cuda_table_check(const void *const *t, int n, const char *who, const char *what,
                                  void (*name)(const void *cfg, int i, char *buf, int cap),
-                                 const void *cfg);
+                                 const void *cfg, const bool *required);
 
 // *loss_dev = the mean of losses (n) over ntargets (0 when none count), queued on stream; the
 // _read twin also copies it to the host float *loss and waits for the stream.

@@ -47,14 +47,6 @@ static int adapter(const dsc_lora *lo, int tensor) {
     return lo && tensor >= 0 && tensor < lo->n_base ? lo->adapter_of[tensor] : -1;
 }
 
-extern "C" bool dsc__lora_dev_has(const dsc__lora_dev *d, int tensor) {
-    return adapter(d->lo, tensor) >= 0;
-}
-
-extern "C" bool dsc__lora_dev_trained(const dsc_lora *lo, int tensor) {
-    return !lo || tensor >= lo->n_base || lo->trainable[tensor];
-}
-
 static bool drops(const dsc_lora *lo) { return lo->dropout > 0 && lo->training; }
 
 // The dropout of adapter k's input on N rows of `in` elements, the elements kept by the host's

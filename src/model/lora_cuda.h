@@ -39,11 +39,6 @@ typedef struct dsc__lora_dev {
 size_t dsc__lora_dev_bytes(const struct dsc_lora *lo, int64_t N);
 // Point d's buffers into base (dsc__lora_dev_bytes of them; base NULL: only the size).
 void dsc__lora_dev_carve(dsc__lora_dev *d, const struct dsc_lora *lo, int64_t N, char *base);
-// Whether tensor i carries an adapter.
-bool dsc__lora_dev_has(const dsc__lora_dev *d, int tensor);
-// Whether tensor i is trained: an adapter, a base tensor of modules_to_save, or every tensor of a
-// model without adapters. The others are frozen: their gradient entries may be NULL.
-bool dsc__lora_dev_trained(const struct dsc_lora *lo, int tensor);
 
 // After the product of tensor `tensor` (its input inp: N rows of in, row stride ldi; its output
 // out: N rows of out, row stride ldo): out += scale (inp A^T) B^T.

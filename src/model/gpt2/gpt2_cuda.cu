@@ -321,7 +321,7 @@ static void tensor_name(const void *cfg, int i, char *buf, int cap) {
 
 static dsc_status check_params(const dsc_gpt2_cuda *m, const void *const *t, const char *what) {
     return dsc__cuda_table_check(t, dsc_gpt2_num_tensors(&m->c), "gpt2 cuda", what, tensor_name,
-                                 &m->c);
+                                 &m->c, NULL);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev) {

@@ -499,7 +499,7 @@ static void tensor_name(const void *cfg, int i, char *buf, int cap) {
 
 static dsc_status check_params(const dsc_gpt2_decode *d, const uint16_t *const *params) {
     return dsc__cuda_table_check((const void *const *)params, d->nt, "gpt2 decode", "params",
-                                 tensor_name, &d->c);
+                                 tensor_name, &d->c, NULL);
 }
 
 static dsc_status check_token(const dsc_gpt2_decode *d, int32_t tok, int b, int t) {

@@ -4,11 +4,12 @@
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free, malloc
-#include <string.h> // memset
+#include <string.h> // memset, strcmp
 
 extern "C" {
 #include "model/llama/kernels.h" // dsc__llama_rope_tables
 #include "model/llama/llama.h"   // dsc_llama_config, dsc__llama_layer_tensor, ...
+#include "model/lora.h"          // struct dsc_lora (which base tensors train)
 }
 
 #include "cuda/attention.h"            // dsc__cuda_gqa_*
@@ -514,22 +515,12 @@ static void tensor_name(const void *cfg, int i, char *buf, int cap) {
     snprintf(buf, (size_t)cap, "%s", info.name);
 }
 
+// Every params entry; a grads entry for every tensor that trains (a frozen one, LoRA's base, has
+// none), as the host passes check it.
 static dsc_status check_params(const llama_cuda *m, const void *const *t, const char *what) {
+    const bool *required = m->c.lora && !strcmp(what, "grads") ? m->c.lora->trainable : NULL;
     return dsc__cuda_table_check(t, dsc_llama_num_tensors(&m->c), "llama cuda", what,
-                                 tensor_name, &m->c);
-}
-
-// The gradient table: an entry for every tensor that trains (a frozen one, LoRA's base, may be
-// NULL).
-static dsc_status check_grads(const llama_cuda *m, float *const *g) {
-    DSC_CUDA_ARG(g != NULL, "llama cuda: the grads array is NULL");
-    for (int i = 0; i < dsc_llama_num_tensors(&m->c); i++) {
-        if (g[i] || !dsc__lora_dev_trained(m->c.lora, i)) continue;
-        char buf[128];
-        tensor_name(&m->c, i, buf, (int)sizeof buf);
-        return dsc__fail(DSC_ERR_INVALID_ARG, "llama cuda: grads[%d] (%s) is NULL", i, buf);
-    }
-    return DSC_OK;
+                                 tensor_name, &m->c, required);
 }
 
 static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
@@ -758,7 +749,7 @@ static dsc_status backward(void *dev, const uint16_t *const *params, float *cons
                  "llama cuda backward: needs a forward with targets first, and each such forward "
                  "allows one backward (it consumes the logits)");
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
-    DSC_TRY(check_grads(m, grads));
+    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
     m->have_targets = false;
     int BT = m->B * m->T;
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f;
@@ -774,7 +765,7 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
                              float loss_scale, float *loss) {
     llama_cuda *m = (llama_cuda *)dev;
     DSC_CUDA_ARG(m && targets, "llama cuda train step: model and targets must be set");
-    DSC_TRY(check_grads(m, grads));
+    DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
     DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
     DSC_TRY(enqueue_forward(m, params));
     int BT = B * T;
