@@ -31,8 +31,21 @@ finish() {
   [ "$failed" -eq 0 ]
 }
 
-# free_port: a TCP port nobody listens on now, chosen by the kernel (random picks collide when
-# tests run in parallel).
+# free_port: a TCP port nobody holds now, drawn below the kernel's ephemeral range: a port the
+# kernel hands out may be taken, between the pick and the server's bind, by the local end of some
+# other test's connection (rank to store), which no SO_REUSEADDR can share.
 free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  /usr/bin/python3 -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    p = random.randrange(10000, max(lo, 10001))
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", p)); s.close(); print(p); break
+    except OSError:
+        s.close()
+else:
+    raise SystemExit("free_port: no free port below the ephemeral range")'
 }

@@ -81,6 +81,7 @@ check "abort: launcher exits 137 within 10 s (got $LRC after $((SECONDS - t0)) s
   test $LRC -eq 137 -a $((SECONDS - t0)) -lt 10
 check "abort: the others were stopped" -- \
   grep -qE "^dsc launch: rank 3 \(pid [0-9]+\) was killed by signal 9; stopped the other 3 ranks$" "$T/ab/err"
+[ $LRC -eq 137 ] || { tail -5 "$T/ab/err"; tail -n 3 "$T/ab"/rank*.log; }
 
 # ---- --on_failure overrides the config; a bad value is a usage error ----
 LFLAGS=(--on_failure abort)
