@@ -67,6 +67,14 @@ typedef struct dsc_engine_opts {
     // (dsc_backward_begin) is then refused, and --dump-grads style observers get the device's
     // gradients through a temporary copy.
     bool device_grads;
+    // With device_grads: the device trainer keeps the master weights and the optimizer's moments
+    // too, and the engine holds no host copy of them (12 bytes per parameter less with fp32
+    // Adam). Takes effect with DSC_DEVICE_STATE=1 where device_grads keeps no gradients on one
+    // GPU with the optimizer on it (dsc_engine_state_on_device says whether it did). Then the
+    // trainer is created before the weights are set (it holds them), dsc_params_init is the way
+    // to set them (dsc_param_master returns NULL), and everything that reads or writes the state
+    // (checkpoints, dsc_engine_full_param) moves it between host and device in bounded pieces.
+    bool device_state;
     // The caller initialises the parameters with dsc_params_init (slice by slice, straight into
     // this rank's partition) instead of dsc_param_master: the engine then keeps no full staging
     // copy of the model (at ZeRO stages 1-3 in fp16/bf16 and at stage 3, a copy of 4 bytes per
@@ -93,6 +101,9 @@ float *dsc_param_grad(dsc_engine *eng, int i);
 // partitioned across ranks and this returns NULL). Every rank must write the same values.
 float *dsc_param_master(dsc_engine *eng, int i);
 bool dsc_param_frozen(const dsc_engine *eng, int i); // registered with dsc_param_desc.frozen
+// dsc_engine_opts.device_state took effect: master weights and moments live with the device
+// trainer, which must exist before dsc_params_init or a checkpoint load.
+bool dsc_engine_state_on_device(const dsc_engine *eng);
 dsc_status dsc_params_updated(dsc_engine *eng);
 
 // The other way to set the initial weights, without a full copy: the engine calls

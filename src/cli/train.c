@@ -269,7 +269,7 @@ static dsc_status build_engine(trainer *t, bool device_model) {
     // Weights from a file go straight into each rank's partition (no full copy of the model);
     // the initialiser's values go through the engine's staging copy.
     dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
-                          .device_grads = device_model,
+                          .device_grads = device_model, .device_state = device_model,
                           .init_in_place = weights_path(t) != NULL};
     eo.config = &t->cfg; // read by plan_memory
     t->ntensors = dsc_model_describe(t->model)->num_tensors;
@@ -343,6 +343,10 @@ static dsc_status fill_weights(void *user, int i, int64_t begin, int64_t count, 
     if (w->adapter && w->t->peft_names && !dsc_model_param_get(w->t->model, i)->frozen &&
         dsc_hf_weights_has(w->adapter, w->t->peft_names[i])) // modules_to_save, as saved
         return dsc_hf_weights_read(w->adapter, w->t->peft_names[i], begin, count, dst);
+    if (!w->file) { // the model's own initialiser (counter-based: any slice alike)
+        dsc_model_init_tensor(w->t->model, i, dst, begin, count, (uint64_t)w->t->o->seed);
+        return DSC_OK;
+    }
     char name[DSC_PARAM_NAME_MAX + 16];
     DSC_TRY(find_tensor(w, dsc_model_param_get(w->t->model, i), name, sizeof name));
     return dsc_hf_weights_read(w->file, name, begin, count, dst);
@@ -363,6 +367,8 @@ static dsc_status init_weights(trainer *t) {
         st = dsc_hf_weights_open(&w.file, w.what);
         if (st == DSC_OK) st = dsc_params_init(t->eng, fill_weights, &w);
         dsc_hf_weights_close(w.file);
+    } else if (dsc_engine_state_on_device(t->eng)) { // no host master: sent there in pieces
+        st = dsc_params_init(t->eng, fill_weights, &w);
     } else {
         for (int i = 0; i < t->ntensors && st == DSC_OK; i++) {
             const dsc_model_param *p = dsc_model_param_get(t->model, i);
@@ -1135,13 +1141,17 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     bool no_pos = o->restart_positions && !t->pos;
     if (!t->work || !t->grads || !t->tgroup || !t->in || !t->tg || no_pos)
         return dsc_fail(DSC_ERR_OOM, "out of memory");
+    // With the state on the device the trainer holds the weights: made before they are set.
+    bool early = cuda && dsc_engine_state_on_device(t->eng);
+    if (early) DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
     DSC_TRY(init_weights(t));
     if (dsc_model_lora_of(t->model)) // the base the adapters train on, for checkpoints
         DSC_TRY(cli_base_checksums(t->model, t->work, &t->base_sums));
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
     if (cuda) {
-        DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
+        if (early) DSC_TRY(dsc_device_trainer_load(t->gpu)); // the frozen base, now set
+        else DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
         gpu_line = dsc_device_trainer_describe(t->gpu, &t->peak_flops);
     } else {
         t->peak_flops = measure_cpu_peak();

@@ -331,6 +331,16 @@ bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device) {
            !c->zero_optimization.cpu_offload && !(backend && !strcmp(backend, "nccl"));
 }
 
+bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device) {
+    const char *keep = dsc__env(DSC_ENV_DEVICE_STATE);
+    return dsc__engine_keeps_no_grads(c, world, device) &&
+           !dsc__engine_grads_streamed(c, world, device) && keep && !strcmp(keep, "1");
+}
+
+void dsc__engine_set_state_source(dsc_engine *e, const dsc__state_source *src) {
+    e->src = src ? *src : (dsc__state_source){0};
+}
+
 bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device) {
     const char *stream = dsc__env(DSC_ENV_OFFLOAD_STREAM);
     if (!device || world != 1 || strcmp(c->zero_optimization.offload_optimizer.device, "cpu") ||

@@ -41,11 +41,29 @@ bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device);
 // --dump-grads (copied into a temporary buffer then). The memory plan asks the same question
 // (for dsc train).
 bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device);
+// With dsc_engine_opts.device_state: the engine keeps no master weights or moments either (the
+// one-GPU case above with the optimizer on the device, not streamed ZeRO-Offload), unless
+// DSC_DEVICE_STATE=1 asks for it. The memory plan asks the same question (for dsc train).
+bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device);
+
+// Where the state lives when the engine keeps none (dsc__engine_keeps_no_state): kind 0 is the
+// master weights, 1 + k moment k; off and n are elements of the flat layout. read gives n fp32
+// values (bf16 state widened exactly); write takes n fp32 values (rounded to nearest even where
+// the state is bf16) and, for the master, makes the device's 16-bit copy of them. Both are
+// done when they return. The device trainer registers it at its creation (user: the trainer);
+// until then the engine's readers and writers of the state fail, naming the order to call in.
+typedef struct dsc__state_source {
+    void *user;
+    dsc_status (*read)(void *user, int kind, size_t off, size_t n, float *dst);
+    dsc_status (*write)(void *user, int kind, size_t off, size_t n, const float *src);
+} dsc__state_source;
+void dsc__engine_set_state_source(dsc_engine *e, const dsc__state_source *src); // NULL: none
 
 // The engine's flat host state (borrowed; stable for the engine's life on one rank).
 typedef struct dsc__engine_flat {
     size_t total;         // elements incl. padding
-    float *master;        // (total) fp32 master weights
+    float *master;        // (total) fp32 master weights; NULL (and m, v) when the engine keeps
+                          // no state (dsc__engine_keeps_no_state)
     float *acc;           // (total) accumulated gradients that dsc_step's optimizer reads; NULL
                           // when dsc__engine_grads_streamed
     float *m, *v;         // (total) optimizer moments; v NULL for SGD and Lion

@@ -222,7 +222,9 @@ float *dsc__engine_init_alias(dsc_engine *e) {
 // Stages 1-3 on several ranks keep only a partition of the master weights; the caller
 // initialises full tensors in this staging copy, which dsc_params_updated scatters and frees.
 static dsc_status alloc_init(dsc_engine *e, bool in_place) {
-    if (in_place) return DSC_OK; // dsc_params_init writes the partition itself
+    // dsc_params_init writes the partition itself (or, with the state on the device, sends it
+    // there in pieces: no staging either way)
+    if (in_place || e->dev_state) return DSC_OK;
     if ((e->init = dsc__engine_init_alias(e))) return DSC_OK; // the full buffer is there
     return dsc__engine_alloc(e, e->total, "engine.init_weights", &e->h_init, &e->init);
 }
@@ -239,6 +241,8 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     e->no_grads = dsc__engine_grads_streamed(&e->cfg, e->world, o->no_compute_copy) ||
                   (o->device_grads &&
                    dsc__engine_keeps_no_grads(&e->cfg, e->world, o->no_compute_copy));
+    e->dev_state = o->device_grads && o->device_state &&
+                   dsc__engine_keeps_no_state(&e->cfg, e->world, o->no_compute_copy);
     DSC_TRY(comm_dtype(e));
     DSC_TRY(optimizer_from_config(e));
     DSC_TRY(schedule_from_config(e));
@@ -307,6 +311,17 @@ float *dsc_param_master(dsc_engine *e, int i) {
     return e->init ? e->init + e->params[e->pub[i]].off : NULL;
 }
 bool dsc_param_frozen(const dsc_engine *e, int i) { return frozen_of(e, i) != NULL; }
+bool dsc_engine_state_on_device(const dsc_engine *e) { return e->dev_state; }
+
+dsc_status dsc__engine_state_io(dsc_engine *e, int kind, size_t off, size_t n, float *buf,
+                                bool write) {
+    if (!e->src.read)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "the engine's master weights and moments live on "
+                         "the device (dsc_engine_opts.device_state): create the device trainer "
+                         "(dsc_device_trainer_create) before setting, loading or reading them");
+    return write ? e->src.write(e->src.user, kind, off, n, buf)
+                 : e->src.read(e->src.user, kind, off, n, buf);
+}
 
 dsc_status dsc_params_updated(dsc_engine *e) {
     // Frozen tensors never change: rounded once to the 16-bit type the model computes in (fp16,
@@ -324,6 +339,9 @@ dsc_status dsc_params_updated(dsc_engine *e) {
     e->params_ready = true;
     // DSC_FT_LOAD_STATE (a test hook, docs/fault-tolerance.md): continue from a saved state.
     const char *load = dsc__env(DSC_ENV_FT_LOAD_STATE);
+    if (load && *load && e->dev_state)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_FT_LOAD_STATE: the state lives on the device "
+                         "(one GPU, DSC_DEVICE_STATE=1); unset DSC_DEVICE_STATE to keep it on the host");
     if (load && *load) return dsc__ft_load_state(e, load);
     DSC_TRY(dsc__zero_sync_params(e));
     return dsc__ft_state_changed(e); // the first snapshot, and its replica at the buddy
@@ -341,11 +359,37 @@ static dsc_status fill_range(dsc_engine *e, int i, size_t lo, size_t hi, float *
                 dst + (b - base));
 }
 
+// The state on the device: each group filled in pieces of at most PIECE elements on the host
+// (padding zero) and written there.
+static dsc_status init_on_device(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
+    enum { PIECE = 16 << 20 };
+    size_t cap = e->total < PIECE ? e->total : PIECE;
+    float *buf = malloc((cap ? cap : 1) * sizeof *buf);
+    if (!buf) return dsc__fail(DSC_ERR_OOM, "out of memory for the initial weights' staging");
+    dsc_status st = DSC_OK;
+    for (int g = 0; g < e->ngroups && st == DSC_OK; g++) {
+        const group *gr = &e->groups[g];
+        for (size_t lo = gr->off; lo < gr->off + gr->padded && st == DSC_OK; lo += cap) {
+            size_t hi = lo + cap < gr->off + gr->padded ? lo + cap : gr->off + gr->padded;
+            memset(buf, 0, (hi - lo) * sizeof *buf);
+            for (int i = 0; i < e->nparams && st == DSC_OK; i++) {
+                if (e->params[i].group != g) continue;
+                st = fill_range(e, i, lo, hi, buf, lo, fill, user);
+                if (st != DSC_OK) dsc__error_prefix("initialising %s: ", e->params[i].name);
+            }
+            if (st == DSC_OK) st = dsc__engine_state_io(e, 0, lo, hi - lo, buf, true);
+        }
+    }
+    free(buf);
+    return st;
+}
+
 dsc_status dsc_params_init(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
     if (e->params_ready || e->h_init)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_params_init: the engine was created without "
                          "dsc_engine_opts.init_in_place, or its parameters were set already");
-    for (int g = 0; g < e->ngroups; g++) {
+    if (e->dev_state) DSC_TRY(init_on_device(e, fill, user));
+    for (int g = 0; g < e->ngroups && !e->dev_state; g++) {
         const group *gr = &e->groups[g];
         // This rank's flat range of the group, and where it lives.
         size_t lo = gr->off + (e->stage > 0 ? (size_t)e->rank * gr->slice : 0);
@@ -496,6 +540,9 @@ bool dsc__inject_overflow(const char *spec, int64_t step) {
 static dsc_status save_state_hook(dsc_engine *e) {
     const char *dir = dsc__env(DSC_ENV_FT_SAVE_STATE);
     if (!dir || !*dir) return DSC_OK;
+    if (e->dev_state)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_FT_SAVE_STATE: the state lives on the device "
+                         "(one GPU, DSC_DEVICE_STATE=1); unset DSC_DEVICE_STATE to keep it on the host");
     char path[4096];
     snprintf(path, sizeof path, "%s/step%lld.safetensors", dir, (long long)e->global_steps);
     return dsc__ft_save_state(e, path);
@@ -638,6 +685,8 @@ dsc_status dsc_engine_full_param(dsc_engine *e, int i, float *out) {
         return DSC_OK;
     }
     i = e->pub[i];
+    if (e->dev_state)
+        return dsc__engine_state_io(e, 0, e->params[i].off, (size_t)e->params[i].numel, out, false);
     if (e->init) { // before dsc_params_updated the staging copy holds every value
         memcpy(out, e->init + e->params[i].off, (size_t)e->params[i].numel * sizeof(float));
         return DSC_OK;

@@ -8,6 +8,7 @@
 #include "dsc/comm.h"                 // dsc_comm
 #include "dsc/engine.h"               // dsc_engine
 #include "dsc/memory.h"               // dsc_mem_pool, dsc_mem_handle
+#include "engine/device.h"            // dsc__state_source
 #include "engine/optim/loss_scaler.h" // dsc_loss_scaler
 #include "engine/optim/lr_schedule.h" // dsc_sched_params
 #include "engine/optim/optim.h"       // dsc_opt_hparams
@@ -68,6 +69,11 @@ struct dsc_engine {
     precision prec;
     bool no_compute_copy; // dsc_engine_opts.no_compute_copy: no `work` / `work_part` buffer
     bool no_grads; // one GPU (dsc__engine_keeps_no_grads): no gfull, acc
+    // dsc_engine_opts.device_state took effect (dsc__engine_keeps_no_state): no master, moments
+    // or compute copy on the host; src (set by the device trainer) reads and writes them there.
+    bool dev_state;
+    dsc__state_source src;
+    int nmoments; // 2 (Adam, AdamW), 1 (SGD momentum, Lion): the moments kept, wherever they are
     dsc_dtype comm_dt; // communication_data_type
     // bf16.bf16_master_weights_and_grads (ZeRO 1-3, bf16 training): the master is the bf16
     // compute copy itself (no separate fp32 master) and gradients are rounded to bf16 before the
@@ -172,6 +178,11 @@ void dsc__zero_zero_acc(dsc_engine *e);
 // spans the whole layout: stage 0, fp32 at stages 1-2, and every stage on one rank; else NULL
 // (a staging copy is needed).
 float *dsc__engine_init_alias(dsc_engine *e);
+// The state on the device (dev_state): n fp32 values of kind (0 master, 1 + k moment k) at flat
+// offset off, read into buf or written from it through the registered source; an error naming
+// the call order when no device trainer registered one yet.
+dsc_status dsc__engine_state_io(dsc_engine *e, int kind, size_t off, size_t n, float *buf,
+                                bool write);
 dsc_status dsc__zero_full_grad(dsc_engine *e, int i, float *out, double inv_scale);
 dsc_status dsc__zero_sync_params(dsc_engine *e); // master -> compute copies (rounded, gathered)
 // Forget the step in progress: wait for (failed) requests, drop gathered groups and micro-step

@@ -103,6 +103,7 @@ typedef struct mode {
     bool grads_streamed; // streamed ZeRO-Offload on one GPU: the engine keeps no gradients
     bool no_host_grads;  // ... or one GPU with the optimizer on it (dsc__engine_keeps_no_grads)
     bool no_compute_copy; // one rank whose model computes on a GPU keeps no host compute copy
+    bool no_host_state;   // ... and no master or moments (dsc__engine_keeps_no_state)
     bool ckpt_async, ckpt_validate; // checkpoint.async (a snapshot buffer), checkpoint.validate
 } mode;
 
@@ -132,6 +133,8 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     m.ckpt_validate = c->checkpoint.validate;
     m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
     m.no_host_grads = dsc__engine_keeps_no_grads(c, in->world, in->device);
+    m.no_host_state = dsc__engine_keeps_no_state(c, in->world, in->device);
+    if (m.no_host_state) m.ckpt_async = false; // written in line from the device (save.c)
     return m;
 }
 
@@ -139,6 +142,11 @@ static void add(int64_t *cat, int k, int64_t bytes) { cat[k] += bytes; }
 
 // The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
 static void engine_state(const mode *m, const layout *L, int64_t *h) {
+    if (m->no_host_state) { // on the device; pieces of 16 Mi elements of each kind pass through
+        add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
+        add(h, DSC_PLAN_STAGING, (int64_t)3 * (64 << 20));
+        return;
+    }
     // fp32 training and bf16 master weights keep the master in the compute buffer (zero.c)
     bool flat = m->fp32 || m->master_bf16;
     bool master_in_work = flat && (m->stage == 1 || m->stage == 2);
@@ -254,8 +262,10 @@ static void describe_mode(const mode *m, char *out, size_t cap) {
         snprintf(out, cap, "CPU, ZeRO stage %d, %s, %d rank%s", m->stage, prec, m->world,
                  m->world == 1 ? "" : "s");
     else if (m->world == 1 && !m->offload)
-        snprintf(out, cap, "one GPU, optimizer on the GPU (stage %d); host mirror of master and "
-                 "moments%s", m->stage, m->no_host_grads ? "" : " and gradients");
+        snprintf(out, cap, "one GPU, optimizer on the GPU (stage %d); %s", m->stage,
+                 m->no_host_state  ? "no host copy of master or moments"
+                 : m->no_host_grads ? "host mirror of master and moments"
+                                    : "host mirror of master, moments and gradients");
     else if (m->world == 1)
         snprintf(out, cap, "one GPU, ZeRO-Offload%s (stage %d)",
                  m->param_offload ? " with offload_param" : "", m->stage);

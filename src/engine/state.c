@@ -19,7 +19,7 @@ void dsc__state_layout(const dsc_engine *e, dsc_state_layout *out) {
     out->optimizer = opts[e->hp.kind];
     out->master_precision = e->master_bf16 ? "bf16" : "fp32";
     out->moments_precision = e->states_bf16 ? "bf16" : "fp32";
-    out->nmoments = e->v ? 2 : 1;
+    out->nmoments = e->nmoments;
     out->nparams = e->nparams;
     out->ngroups = e->ngroups;
     out->total = e->total;
@@ -49,12 +49,33 @@ static size_t moment_off(const dsc_engine *e, int g) {
 
 const float *dsc__state_master_slice(dsc_engine *e, int g) {
     const float *m = dsc__zero_master_slice(e, g);
+    if (!m) return NULL; // on the device
     return e->stage == 0 ? m + (size_t)e->rank * e->groups[g].slice : m;
 }
 
 const float *dsc__state_moment_slice(dsc_engine *e, int g, int k) {
     const float *buf = k == 0 ? e->m : e->v;
     return buf ? buf + moment_off(e, g) : NULL;
+}
+
+bool dsc__state_on_host(const dsc_engine *e) { return !e->dev_state; }
+
+// Flat offset of element `begin` of this rank's slice of group g (the device's layout is the
+// flat one: on one rank the slice is the group).
+static size_t slice_flat(const dsc_engine *e, int g, size_t begin) {
+    return e->groups[g].off + (size_t)e->rank * e->groups[g].slice + begin;
+}
+
+dsc_status dsc__state_read(dsc_engine *e, int kind, int g, size_t begin, size_t n, float *dst) {
+    if (g < 0 || g >= e->ngroups || kind < 0 || kind > e->nmoments ||
+        begin + n > e->groups[g].slice)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc__state_read: no range [%zu, +%zu) of kind %d "
+                         "in group %d", begin, n, kind, g);
+    if (e->dev_state) return dsc__engine_state_io(e, kind, slice_flat(e, g, begin), n, dst, false);
+    const float *src = kind == 0 ? dsc__state_master_slice(e, g)
+                                 : dsc__state_moment_slice(e, g, kind - 1);
+    memcpy(dst, src + begin, n * sizeof(float));
+    return DSC_OK;
 }
 
 void dsc__state_scalars_get(const dsc_engine *e, dsc_state_scalars *out) {
@@ -92,16 +113,30 @@ static void copy_in(bool bf16, float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = dsc_bf16_to_fp32(dsc_fp32_to_bf16(src[i]));
 }
 
-dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master,
-                                 const float *const *moments) {
-    if (g < 0 || g >= e->ngroups) return dsc__fail(DSC_ERR_INVALID_ARG, "no layer group %d", g);
-    size_t n = e->groups[g].slice;
-    float *dst = (float *)dsc__state_master_slice(e, g);
-    size_t mo = moment_off(e, g);
+dsc_status dsc__state_load_range(dsc_engine *e, int g, size_t begin, size_t n,
+                                 const float *master, const float *const *moments) {
+    if (g < 0 || g >= e->ngroups || begin + n > e->groups[g].slice)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "no range [%zu, +%zu) in layer group %d", begin, n,
+                         g);
+    if (e->dev_state) { // the device rounds as copy_in does
+        size_t at = slice_flat(e, g, begin);
+        DSC_TRY(dsc__engine_state_io(e, 0, at, n, (float *)master, true));
+        for (int k = 0; k < e->nmoments; k++)
+            DSC_TRY(dsc__engine_state_io(e, 1 + k, at, n, (float *)moments[k], true));
+        return DSC_OK;
+    }
+    float *dst = (float *)dsc__state_master_slice(e, g) + begin;
+    size_t mo = moment_off(e, g) + begin;
     copy_in(e->master_bf16, dst, master, n);
     copy_in(e->states_bf16, e->m + mo, moments[0], n);
     if (e->v) copy_in(e->states_bf16, e->v + mo, moments[1], n);
     return DSC_OK;
+}
+
+dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master,
+                                 const float *const *moments) {
+    if (g < 0 || g >= e->ngroups) return dsc__fail(DSC_ERR_INVALID_ARG, "no layer group %d", g);
+    return dsc__state_load_range(e, g, 0, e->groups[g].slice, master, moments);
 }
 
 // Stage 0 holds the full state on every rank: after each rank loaded its own slice, the other

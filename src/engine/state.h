@@ -9,6 +9,7 @@
 #ifndef DSC_ENGINE_STATE_H
 #define DSC_ENGINE_STATE_H
 
+#include <stdbool.h> // bool
 #include <stddef.h> // size_t
 #include <stdint.h> // int64_t
 
@@ -53,8 +54,16 @@ void dsc__state_group(const dsc_engine *e, int g, dsc_state_group *out);
 
 // This rank's slice of group g: master weights and moment k (0 <= k < nmoments); `slice`
 // elements each; borrowed. Valid between optimizer steps; the caller copies them out.
+// NULL where the state lives on the device (dsc__state_on_host false): read it with
+// dsc__state_read.
 const float *dsc__state_master_slice(dsc_engine *e, int g);
 const float *dsc__state_moment_slice(dsc_engine *e, int g, int k);
+// Whether the slices above are host memory (false: one GPU holds master and moments,
+// dsc_engine_opts.device_state).
+bool dsc__state_on_host(const dsc_engine *e);
+// Elements [begin, begin + n) of this rank's slice of group g of kind (0 master, 1 + k moment k)
+// into dst, as fp32, wherever the state lives (from the device in one copy of n elements).
+dsc_status dsc__state_read(dsc_engine *e, int kind, int g, size_t begin, size_t n, float *dst);
 
 void dsc__state_scalars_get(const dsc_engine *e, dsc_state_scalars *out);
 
@@ -68,6 +77,9 @@ void dsc__state_scalars_get(const dsc_engine *e, dsc_state_scalars *out);
 //   3. dsc__state_load_done: re-derives compute copies and gathers (a collective).
 dsc_status dsc__state_scalars_set(dsc_engine *e, const dsc_state_scalars *in);
 dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master, const float *const *moments);
+// The same for elements [begin, begin + n) of the slice only (a large group in pieces).
+dsc_status dsc__state_load_range(dsc_engine *e, int g, size_t begin, size_t n,
+                                 const float *master, const float *const *moments);
 dsc_status dsc__state_load_done(dsc_engine *e);
 
 // The engine's communicator (NULL on one rank), for checkpoint barriers and checksum exchange.

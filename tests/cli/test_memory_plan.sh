@@ -156,6 +156,16 @@ sys.exit(0 if 17.9 < a < 18.1 and 8.6 < b < 8.9 else 1)
 PY
 }
 check "GPU-resident llama-3.1-8B: bf16 master and moments save 8 device bytes per parameter" -- device_per_param
+resident_host() { # the GPU-resident state has no host copy: staging and the process only;
+  # by default master and moments are kept there too (12 bytes a parameter)
+  local h d n h0
+  read -r h d n <<<"$(DSC_DEVICE_STATE=1 plan_json "$T/gpu.json" cuda)"
+  read -r h0 d n <<<"$(plan_json "$T/gpu.json" cuda)"
+  awk -v h="$h" -v h0="$h0" -v n="$n" 'BEGIN { printf "GPU-resident 8B host plan: %.2f GiB, " \
+    "%.1f bytes per parameter with the host copy\n", h / 2^30, h0 / n;
+    exit !(h < 2^31 && h0 / n >= 12 && h0 / n < 12.5) }'
+}
+check "GPU-resident llama-3.1-8B with DSC_DEVICE_STATE=1: the host plan is under 2 GiB" -- resident_host
 cpu_no_device() {
   local h d n
   read -r h d n <<<"$(plan_json "$T/s0.json" cpu)"

@@ -25,6 +25,7 @@
 #include "engine/ckpt/manifest.h"    // dsc__manifest_*
 #include "engine/ckpt/safetensors.h" // dsc_st_*
 #include "engine/ckpt/shard.h"       // dsc__shard_*
+#include "engine/device.h"           // dsc__state_source, dsc__engine_set_state_source
 
 static const dsc_param_desc params[] = {
     {"wte.weight", 2, {13, 7}, 0, false}, {"h.0.w", 2, {7, 9}, 1, false},
@@ -684,6 +685,169 @@ static void test_split_path(void **state) {
     assert_string_equal(t, "global_step5");
 }
 
+// ---- the state on a device (dsc_engine_opts.device_state) ----
+
+// A stand-in for the device trainer's side of the contract: the flat state in host arrays.
+typedef struct fake_device {
+    float *buf[3]; // master, m, v
+    size_t n;
+    int reads, writes;
+} fake_device;
+
+static dsc_status fake_read(void *user, int kind, size_t off, size_t n, float *dst) {
+    fake_device *d = user;
+    assert_true(kind >= 0 && kind < 3 && off + n <= d->n);
+    memcpy(dst, d->buf[kind] + off, n * sizeof(float));
+    d->reads++;
+    return DSC_OK;
+}
+
+static dsc_status fake_write(void *user, int kind, size_t off, size_t n, const float *src) {
+    fake_device *d = user;
+    assert_true(kind >= 0 && kind < 3 && off + n <= d->n);
+    memcpy(d->buf[kind] + off, src, n * sizeof(float));
+    d->writes++;
+    return DSC_OK;
+}
+
+static dsc_status fill_sin(void *user, int i, int64_t begin, int64_t count, float *dst) {
+    (void)user;
+    for (int64_t k = 0; k < count; k++) dst[k] = 0.02f * sinf((float)(7 * i + begin + k));
+    return DSC_OK;
+}
+
+static dsc_engine *make_on_device(const char *async) {
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+             "{\"lr\": 0.01}}, \"zero_optimization\": {\"stage\": 1}, \"checkpoint\": "
+             "{\"async\": %s}}", async);
+    dsc_engine *e = NULL;
+    dsc_engine_opts o = {.config_json = json, .params = params, .nparams = NP, .world_size = 1,
+                         .no_compute_copy = true, .device_grads = true, .device_state = true};
+    if (dsc_engine_create(&e, &o) != DSC_OK) fail_msg("engine create: %s", dsc_last_error());
+    return e;
+}
+
+// Init, full reads, checkpoint save (in line, even when async is asked) and load go through the
+// source; what they give is bit for bit what a host engine gives for the same state.
+static void test_state_on_device(void **state) {
+    char da[600], dd[600];
+    path_of(da, sizeof da, "dev_host");
+    path_of(dd, sizeof dd, "dev_dev");
+    dsc_engine *off = make_on_device("false");
+    assert_false(dsc_engine_state_on_device(off)); // without DSC_DEVICE_STATE=1 the host keeps them
+    dsc_engine_destroy(off);
+    setenv("DSC_DEVICE_STATE", "1", 1);
+
+    dsc_engine *d = make_on_device("true");
+    assert_true(dsc_engine_state_on_device(d));
+    assert_null(dsc_param_master(d, 0));
+    // no source yet: setting the weights says what to create first
+    assert_int_equal(dsc_params_init(d, fill_sin, NULL), DSC_ERR_INVALID_ARG);
+    assert_non_null(strstr(dsc_last_error(), "dsc_device_trainer_create"));
+    dsc_engine_destroy(d);
+
+    d = make_on_device("true");
+    fake_device fd = {.n = dsc__engine_layout_len(d)};
+    for (int k = 0; k < 3; k++) assert_non_null(fd.buf[k] = calloc(fd.n, sizeof(float)));
+    dsc__engine_set_state_source(d, &(dsc__state_source){&fd, fake_read, fake_write});
+    assert_int_equal(dsc_params_init(d, fill_sin, NULL), DSC_OK);
+    assert_true(fd.writes > 0);
+    dsc_engine *a = make(0, "AdamW"); // the same values through the host
+    for (int i = 0; i < NP; i++) {
+        size_t nb = (size_t)numel_of(i) * 4;
+        float *x = malloc(nb), *y = malloc(nb);
+        assert_int_equal(dsc_engine_full_param(d, i, x), DSC_OK);
+        assert_int_equal(dsc_engine_full_param(a, i, y), DSC_OK);
+        assert_memory_equal(x, y, nb);
+        assert_memory_equal(x, fd.buf[0] + dsc__engine_param_offset(d, i), nb);
+        free(x);
+        free(y);
+    }
+    // a trained host state loads into the device's arrays
+    train(a, 2);
+    dsc_ckpt_opts o = sync_opts();
+    assert_int_equal(dsc_checkpointing_start(a, da, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(a, "t"), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(a, true), DSC_OK);
+    int writes = fd.writes;
+    assert_int_equal(dsc_load_checkpoint(d, da, "t", NULL, 0), DSC_OK);
+    assert_true(fd.writes > writes);
+    assert_int_equal(dsc_engine_global_steps(d), 2);
+    // and is saved from there (async asked: written in line from the source) as it was
+    o.async = true;
+    int reads = fd.reads;
+    assert_int_equal(dsc_checkpointing_start(d, dd, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(d, "t"), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(d, true), DSC_OK);
+    assert_true(fd.reads > reads);
+    dsc_ckpt *c1, *c2;
+    assert_int_equal(dsc_ckpt_open(&c1, da, "t"), DSC_OK);
+    assert_int_equal(dsc_ckpt_open(&c2, dd, "t"), DSC_OK);
+    for (int i = 0; i < NP; i++) {
+        for (int kind = 0; kind <= 2; kind++) {
+            size_t nb = (size_t)numel_of(i) * 4;
+            float *x = malloc(nb), *y = malloc(nb);
+            assert_int_equal(dsc_ckpt_read_param(c1, i, kind, x), DSC_OK);
+            assert_int_equal(dsc_ckpt_read_param(c2, i, kind, y), DSC_OK);
+            assert_memory_equal(x, y, nb);
+            if (kind == 2) assert_true(x[0] > 0); // exp_avg_sq after 2 steps: moments moved too
+            free(x);
+            free(y);
+        }
+    }
+    dsc_ckpt_close(c1);
+    dsc_ckpt_close(c2);
+    dsc_engine_destroy(a);
+    dsc_engine_destroy(d);
+    for (int k = 0; k < 3; k++) free(fd.buf[k]);
+    unsetenv("DSC_DEVICE_STATE");
+}
+
+// The shard writer that pulls its data piece by piece (from a device) writes the bytes and the
+// XXH3 of the one-block writer, across its 64 MiB staging pieces.
+static const char *pull_src;
+static int pulls;
+static dsc_status pull_from(void *user, void *dst, size_t off, size_t k) {
+    (void)user;
+    memcpy(dst, pull_src + off, k);
+    pulls++;
+    return DSC_OK;
+}
+
+static void test_shard_write_pull(void **state) {
+    size_t n = ((size_t)64 << 20) + 12 * 1024 + 4; // two pieces, the second short
+    char *data = malloc(n);
+    assert_non_null(data);
+    for (size_t i = 0; i < n; i++) data[i] = (char)(i * 2654435761u >> 13);
+    char hdr[4096] = {0};
+    memcpy(hdr, "\x08\x0f\x00\x00\x00\x00\x00\x00{}", 10);
+    char a[600], b[600];
+    path_of(a, sizeof a, "one.safetensors");
+    path_of(b, sizeof b, "pulled.safetensors");
+    uint64_t ba, bb, xa, xb;
+    assert_int_equal(dsc__shard_write(a, hdr, sizeof hdr, data, n, &ba, &xa), DSC_OK);
+    pull_src = data;
+    assert_int_equal(dsc__shard_write_pull(b, hdr, sizeof hdr, n, pull_from, NULL, &bb, &xb), DSC_OK);
+    assert_int_equal(pulls, 2);
+    assert_int_equal(ba, bb);
+    assert_true(xa == xb);
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    assert_non_null(fa), assert_non_null(fb);
+    char *x = malloc(1 << 20), *y = malloc(1 << 20);
+    size_t ra, rb;
+    do {
+        ra = fread(x, 1, 1 << 20, fa);
+        rb = fread(y, 1, 1 << 20, fb);
+        assert_int_equal(ra, rb);
+        assert_memory_equal(x, y, ra);
+    } while (ra > 0);
+    fclose(fa), fclose(fb);
+    free(x), free(y), free(data);
+    unlink(a), unlink(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifest_roundtrip_and_tamper),
@@ -698,6 +862,8 @@ int main(void) {
         cmocka_unit_test(test_export),
         cmocka_unit_test(test_attachments_and_export_hf),
         cmocka_unit_test(test_split_path),
+        cmocka_unit_test(test_state_on_device),
+        cmocka_unit_test(test_shard_write_pull),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

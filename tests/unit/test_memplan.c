@@ -55,10 +55,17 @@ static void test_gpu_modes(void **state) {
     dsc_config c;
     dsc_memplan_input in;
     dsc_memplan p;
-    plan(CFG(""), 1, true, -1, &p, &c, &in); // optimizer on the GPU: master and moments (the
-    assert_int_equal(p.params, P);          // gradients stay on the device)
+    setenv("DSC_DEVICE_STATE", "1", 1);     // optimizer on the GPU: the host keeps nothing of
+    plan(CFG(""), 1, true, -1, &p, &c, &in); // the state but three 64 MiB pieces of staging
+    unsetenv("DSC_DEVICE_STATE");
+    assert_int_equal(p.params, P);
+    assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 3 * (64 << 20));
+    assert_non_null(strstr(p.mode, "no host copy of master or moments"));
+    plan(CFG(""), 1, true, -1, &p, &c, &in); // by default a host copy of master and moments (the
+                                             // gradients stay on the device)
     assert_int_equal(p.host[DSC_PLAN_MASTER] + p.host[DSC_PLAN_MOMENTS], 12 * P);
     assert_int_equal(p.host[DSC_PLAN_GRADS], 0);
+    assert_non_null(strstr(p.mode, "host mirror of master and moments"));
     assert_int_equal(p.device[DSC_PLAN_WEIGHTS] + p.device[DSC_PLAN_MASTER] +
                      p.device[DSC_PLAN_MOMENTS] + p.device[DSC_PLAN_GRADS], 18 * P);
     assert_int_equal(p.device[DSC_PLAN_ACTIVATIONS], 2000);

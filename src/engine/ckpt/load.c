@@ -86,15 +86,16 @@ static dsc_status check_compatible(const dsc_ckpt *ck, dsc_engine *eng) {
 
 // ---- resharding ----
 
-// This rank's slice of group g of the engine's layout, for every kind, from the checkpoint.
-static void fill_slice(const dsc_ckpt *ck, dsc_engine *eng, const int *map, int g, float **dst,
-                       int nkinds) {
+// Elements [b0, b1) of this rank's slice of group g of the engine's layout, for every kind, from
+// the checkpoint.
+static void fill_slice(const dsc_ckpt *ck, dsc_engine *eng, const int *map, int g, size_t b0,
+                       size_t b1, float **dst, int nkinds) {
     dsc_state_group G;
     dsc__state_group(eng, g, &G);
     dsc_state_layout L;
     dsc__state_layout(eng, &L);
-    size_t lo = G.off + (size_t)L.rank * G.slice, hi = lo + G.slice;
-    for (int k = 0; k < nkinds; k++) memset(dst[k], 0, G.slice * sizeof(float));
+    size_t lo = G.off + (size_t)L.rank * G.slice + b0, hi = lo + (b1 - b0);
+    for (int k = 0; k < nkinds; k++) memset(dst[k], 0, (b1 - b0) * sizeof(float));
     for (int i = 0; i < L.nparams; i++) {
         dsc_state_param p;
         dsc__state_param(eng, i, &p);
@@ -129,12 +130,16 @@ static dsc_status load_into(const dsc_ckpt *ck, dsc_engine *eng) {
     int *map = calloc((size_t)L.nparams, sizeof *map);
     if (!map) return dsc__fail(DSC_ERR_OOM, "out of memory loading a checkpoint");
     dsc_status st = check_params(ck, eng, map);
+    // Each group in pieces of at most PIECE elements of every kind (a vocabulary's group is
+    // gigabytes; the state may be on a device, so no whole copy is needed on the host).
+    enum { PIECE = 16 << 20 };
     size_t maxslice = 0;
     for (int g = 0; g < L.ngroups; g++) {
         dsc_state_group G;
         dsc__state_group(eng, g, &G);
         if (G.slice > maxslice) maxslice = G.slice;
     }
+    if (maxslice > PIECE) maxslice = PIECE;
     int nk = 1 + L.nmoments;
     float *buf = malloc((maxslice ? maxslice : 1) * (size_t)nk * sizeof(float));
     if (!buf && st == DSC_OK) st = dsc__fail(DSC_ERR_OOM, "out of memory loading a checkpoint");
@@ -150,8 +155,14 @@ static dsc_status load_into(const dsc_ckpt *ck, dsc_engine *eng) {
     }
     st = load_scalars(ck, eng);
     for (int g = 0; g < L.ngroups && st == DSC_OK; g++) {
-        fill_slice(ck, eng, map, g, dst, nk);
-        st = dsc__state_load_slice(eng, g, dst[0], (const float *const *)(dst + 1));
+        dsc_state_group G;
+        dsc__state_group(eng, g, &G);
+        for (size_t b0 = 0; b0 < G.slice && st == DSC_OK; b0 += maxslice) {
+            size_t b1 = b0 + maxslice < G.slice ? b0 + maxslice : G.slice;
+            fill_slice(ck, eng, map, g, b0, b1, dst, nk);
+            st = dsc__state_load_range(eng, g, b0, b1 - b0, dst[0],
+                                       (const float *const *)(dst + 1));
+        }
     }
     free(buf);
     free(map);

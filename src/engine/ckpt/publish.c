@@ -142,6 +142,11 @@ static dsc_status gather_live(dsc__saver *s, float *flat) {
     for (int g = 0; g < m->ngroups; g++) {
         const dsc_state_group *G = &m->groups[g];
         const float *src = s->o.async ? s->buf + goff : dsc__state_master_slice(s->eng, g);
+        if (!src) { // the state on a device (one rank): read it from there
+            DSC_TRY(dsc__state_read(s->eng, 0, g, 0, G->slice, flat + G->off));
+            goff += G->slice;
+            continue;
+        }
         if (c) DSC_TRY(dsc_comm_all_gather(c, src, flat + G->off, G->slice, DSC_DT_F32, NULL));
         else memcpy(flat + G->off, src, G->slice * sizeof(float));
         goff += G->slice;

@@ -151,11 +151,36 @@ static void copy_state(dsc__saver *s) {
     s->w_snapshot_s = dsc_now() - t0;
 }
 
+// The state on a device (dsc__state_on_host false): bytes [off, off + k) of the shard's data,
+// which lays out kind by kind, group by group, each this rank's slice, read where they live.
+static dsc_status pull_state(void *user, void *dst, size_t off, size_t k) {
+    dsc__saver *s = user;
+    const dsc__manifest *m = &s->m;
+    size_t at = off / sizeof(float), left = k / sizeof(float), pos = 0;
+    float *out = dst;
+    for (int kind = 0; kind <= m->nmoments && left; kind++) {
+        for (int g = 0; g < m->ngroups && left; g++) {
+            size_t n = m->groups[g].slice;
+            if (at < pos + n) {
+                size_t b = at - pos, c = n - b < left ? n - b : left;
+                DSC_TRY(dsc__state_read(s->eng, kind, g, b, c, out));
+                out += c, at += c, left -= c;
+            }
+            pos += n;
+        }
+    }
+    return DSC_OK;
+}
+
 // checkpoint.async false: the shard is written in line from the engine's own slices, which no
 // step changes until the save is done, so no snapshot buffer (this rank's master and moments
 // once more) is needed. Adjacent slices become one piece.
 static dsc_status write_live(dsc__saver *s, const char *path) {
     const dsc__manifest *m = &s->m;
+    if (!dsc__state_on_host(s->eng))
+        return dsc__shard_write_pull(path, s->header, s->hlen,
+                                     dsc__shard_part(m) * (size_t)(1 + m->nmoments) * sizeof(float),
+                                     pull_state, s, &s->wbytes, &s->wxxh3);
     dsc__shard_seg *segs = calloc((size_t)(1 + m->nmoments) * (size_t)m->ngroups + 1, sizeof *segs);
     if (!segs) return dsc__fail(DSC_ERR_OOM, "out of memory for a checkpoint's piece list");
     int n = 0;
@@ -206,6 +231,9 @@ dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const 
     }
     if (o) s->o = *o;
     else dsc_ckpt_opts_from_config(dsc_engine_config(eng), &s->o);
+    // The state on a device: a snapshot would be a whole host copy of it; the shard is written
+    // in line from the device, piece by piece, instead.
+    if (!dsc__state_on_host(eng)) s->o.async = false;
     s->last_save_time = dsc_now();
     s->last_save_step = -1;
     // A test hook (docs/checkpoint-format.md): a slow disk, so that a test can fault a rank while a

@@ -161,6 +161,34 @@ static dsc_status write_file(const char *path, const void *header, size_t hlen, 
     return st;
 }
 
+dsc_status dsc__shard_write_pull(const char *path, const void *header, size_t hlen, size_t n,
+                                 dsc__shard_pull_fn pull, void *user, uint64_t *bytes,
+                                 uint64_t *xxh3) {
+    enum { PIECE = 64 << 20 }; // a multiple of CHUNK
+    size_t cap = n < PIECE ? n : PIECE;
+    char *buf = malloc(cap ? cap : 1);
+    if (!buf) return dsc__fail(DSC_ERR_OOM, "out of memory for a checkpoint's staging");
+    dsc_hasher *h = dsc_hasher_create();
+    int fd = h ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    dsc_status st = DSC_OK;
+    if (!h) st = dsc__fail(DSC_ERR_OOM, "out of memory for a checksum");
+    else if (fd < 0) st = dsc__fail(DSC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (st == DSC_OK) st = write_hashed(fd, header, hlen, h, path);
+    for (size_t off = 0; off < n && st == DSC_OK; off += cap) {
+        size_t k = n - off < cap ? n - off : cap;
+        st = pull(user, buf, off, k);
+        if (st == DSC_OK) st = write_hashed(fd, buf, k, h, path);
+    }
+    if (st == DSC_OK && fsync(fd) != 0) st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", path, strerror(errno));
+    if (st == DSC_OK) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (fd >= 0) close(fd);
+    *bytes = hlen + n;
+    *xxh3 = h ? dsc_hasher_digest(h) : 0;
+    dsc_hasher_destroy(h);
+    free(buf);
+    return st;
+}
+
 dsc_status dsc__shard_write(const char *path, const void *header, size_t hlen, const void *data,
                             size_t n, uint64_t *bytes, uint64_t *xxh3) {
     return write_file(path, header, hlen, data, n, NULL, 0, bytes, xxh3);

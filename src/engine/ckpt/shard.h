@@ -44,4 +44,11 @@ dsc_status dsc__shard_write_segs(const char *path, const void *header, size_t hl
                                  const dsc__shard_seg *segs, int nseg, uint64_t *bytes,
                                  uint64_t *xxh3);
 
+// The same file from n bytes of data that pull(user, dst, off, k) gives piece by piece (bytes
+// [off, off + k) of the data; e.g. copied from a device), through one bounded staging buffer.
+typedef dsc_status (*dsc__shard_pull_fn)(void *user, void *dst, size_t off, size_t k);
+dsc_status dsc__shard_write_pull(const char *path, const void *header, size_t hlen, size_t n,
+                                 dsc__shard_pull_fn pull, void *user, uint64_t *bytes,
+                                 uint64_t *xxh3);
+
 #endif

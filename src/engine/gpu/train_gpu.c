@@ -45,6 +45,7 @@ static dsc_status check_groups(const dsc_model *model) {
 #include "engine/gpu/train_state.h" // dsc__cuda_state_*
 #include "dsc/model.h"              // dsc_model_device_*
 #include "engine/device.h"          // dsc__engine_*
+#include "engine/state.h"           // dsc__state_layout
 
 typedef dsc_device_trainer train_gpu; // this file's short name
 
@@ -274,9 +275,20 @@ static dsc_status pick_gpu(train_gpu *g) {
 
 // One rank: the device holds the engine's flat layout (and, without offload, the optimizer;
 // with it, train_gpu_offload.c moves gradients and weights once the model exists).
+// The engine keeps no master or moments (dsc_engine_state_on_device): it reads and writes them
+// here, n elements at a time.
+static dsc_status state_read(void *user, int kind, size_t off, size_t n, float *dst) {
+    return dsc__cuda_state_io(((train_gpu *)user)->st, kind, off, n, dst, false);
+}
+static dsc_status state_write(void *user, int kind, size_t off, size_t n, const float *src) {
+    return dsc__cuda_state_io(((train_gpu *)user)->st, kind, off, n, (float *)src, true);
+}
+
 static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
-    int moments = g->host.v ? 2 : 1;
+    dsc_state_layout L;
+    dsc__state_layout(g->eng, &L);
+    int moments = L.nmoments;
     size_t n = g->param_offload ? dsc__train_off_device_len(g->eng, g->mdl) : g->host.total;
     bool states16;
     if (!offload && dsc__engine_master_bf16(g->eng, &states16)) {
@@ -364,7 +376,12 @@ static void describe(train_gpu *g, const char *name, bool offload, const char *p
                  g->sharing, g->sharing == 1 ? "" : "s", g->world,
                  (long long)dsc_engine_config(g->eng)->zero_optimization.stage);
     else
-        snprintf(mode, sizeof mode, "%s", one_rank_mode(g, offload));
+        snprintf(mode, sizeof mode, "%s%s", one_rank_mode(g, offload),
+                 offload ? ""
+                 : dsc_engine_state_on_device(g->eng) ? " (no host copy: checkpoints read it "
+                                                        "from the device)"
+                                                      : " (a host copy for checkpoints; "
+                                                        "DSC_DEVICE_STATE=1 keeps none)");
     bool note = (offload || g->staged) && !g->dp && !pinned;
     snprintf(g->line, sizeof g->line, "device %s | %s | %s compute, %s config%s%s%s%s%s", name,
              mode, dsc_device_trainer_compute(g), prec,
@@ -428,6 +445,10 @@ static dsc_status gpu_init(train_gpu *g, int B, int T) {
                             sizeof why);
     DSC_TRY(make_views(g));
     describe(g, name, offload, prec, pinned, why);
+    if (dsc_engine_state_on_device(g->eng)) { // the engine sets the state through us from now on
+        dsc__engine_set_state_source(g->eng, &(dsc__state_source){g, state_read, state_write});
+        return DSC_OK;
+    }
     return dsc_device_trainer_load(g);
 }
 
@@ -466,6 +487,7 @@ dsc_status dsc_device_trainer_create(train_gpu **out, dsc_engine *eng, const dsc
 void dsc_device_trainer_destroy(train_gpu *g) {
     if (!g) return;
     dsc__engine_detach_device(g->eng, g);
+    if (dsc_engine_state_on_device(g->eng)) dsc__engine_set_state_source(g->eng, NULL);
     dsc__train_off_destroy(g->off); // its copies end and its host buffers are unpinned first
     dsc_model_device_destroy(g->model);
     if (g->dp) dsc__train_dp_destroy(g->dp); // with the state it owns
@@ -530,6 +552,11 @@ dsc_status dsc_device_trainer_recovered(train_gpu *g, int B) {
 }
 
 dsc_status dsc_device_trainer_load(train_gpu *g) {
+    if (dsc_engine_state_on_device(g->eng)) { // the state is here already; the frozen base is not
+        size_t n;
+        const float *frozen = dsc__engine_frozen_store(g->eng, &n);
+        return n ? dsc__cuda_state_frozen(g->st, frozen, n, g->pool) : DSC_OK;
+    }
     if (g->dp) return dsc__train_dp_load(g->dp);
     if (g->staged) { // every rank holds a part of the master at stages 1-3: gather it
         DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));
@@ -541,6 +568,7 @@ dsc_status dsc_device_trainer_load(train_gpu *g) {
 }
 
 dsc_status dsc_device_trainer_store(train_gpu *g) {
+    if (dsc_engine_state_on_device(g->eng)) return DSC_OK; // the engine reads it from here
     if (g->dp) return dsc__train_dp_store(g->dp);
     if (g->st->offload) return DSC_OK; // the host state is the one the optimizer updates (and
                                        // staged runs are offloaded)

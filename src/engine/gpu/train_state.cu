@@ -334,6 +334,51 @@ static dsc_status stage(dsc_cuda_state *s, float *host, uint16_t *dev16, bool up
     return DSC_OK;
 }
 
+// stage() over n elements at off only.
+static dsc_status stage_range(dsc_cuda_state *s, float *host, uint16_t *dev16, size_t n,
+                              bool up) {
+    cudaStream_t st = (cudaStream_t)s->stream;
+    for (size_t at = 0; at < n; at += s->grad_len) {
+        size_t k = n - at < s->grad_len ? n - at : s->grad_len;
+        if (up) {
+            DSC_TRY(copy(s->grad, host + at, k * 4, cudaMemcpyHostToDevice, st));
+            DSC_TRY(dsc__cuda_f32_to_16(dev16 + at, s->grad, (int64_t)k, false, st));
+        } else {
+            DSC_TRY(dsc__cuda_from16(s->grad, dev16 + at, k, 1.0f, false, st));
+            DSC_TRY(copy(host + at, s->grad, k * 4, cudaMemcpyDeviceToHost, st));
+        }
+        DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    }
+    DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, (n < s->grad_len ? n : s->grad_len) * 4, st));
+    return DSC_OK;
+}
+
+extern "C" dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n,
+                                         float *host, bool up) {
+    DSC_CUDA_ARG(!s->offload && s->nstate == s->n && off + n <= s->n && kind >= 0 && kind <= 2,
+                 "GPU state: no range [%zu, +%zu) of kind %d in a device state of %zu elements",
+                 off, n, kind, s->n);
+    cudaStream_t st = (cudaStream_t)s->stream;
+    cudaMemcpyKind dir = up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    if (kind == 0 && s->master16) {
+        DSC_TRY(stage_range(s, host, s->p16 + off, n, up));
+    } else if (kind == 0) {
+        DSC_TRY(up ? copy(s->master + off, host, n * 4, dir, st)
+                   : copy(host, s->master + off, n * 4, dir, st));
+        if (up) DSC_TRY(dsc__cuda_f32_to_16(s->p16 + off, s->master + off, (int64_t)n, s->fp16, st));
+    } else if (s->states16) {
+        uint16_t *m16 = kind == 1 ? s->m16 : s->v16;
+        DSC_CUDA_ARG(m16 != NULL, "GPU state: no moment %d", kind - 1);
+        DSC_TRY(stage_range(s, host, m16 + off, n, up));
+    } else {
+        float *mom = kind == 1 ? s->m : s->v;
+        DSC_CUDA_ARG(mom != NULL, "GPU state: no moment %d", kind - 1);
+        DSC_TRY(up ? copy(mom + off, host, n * 4, dir, st) : copy(host, mom + off, n * 4, dir, st));
+    }
+    DSC_CUDA_TRY(cudaStreamSynchronize(st));
+    return DSC_OK;
+}
+
 extern "C" void dsc__cuda_state_set_fp16(dsc_cuda_state *s, bool on) {
     s->fp16 = on;
 }

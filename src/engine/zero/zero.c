@@ -82,6 +82,7 @@ static bool master_in_work(const dsc_engine *e) {
 
 float *dsc__zero_master_slice(dsc_engine *e, int g) {
     const group *gr = &e->groups[g];
+    if (e->dev_state) return NULL; // the device trainer holds it
     if (e->stage == 0) return e->master + gr->off;
     if (master_in_work(e)) return e->work + gr->off + (size_t)e->rank * gr->slice;
     return e->master + gr->part_off;
@@ -117,6 +118,16 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
     // optimizer state.
     bool master_is_params = (fp32 || e->master_bf16) && (e->stage == 0 || e->stage == 3);
     const char *master_tag = master_is_params ? "zero.params" : "zero.master";
+    e->nmoments = need_v ? 2 : 1;
+    if (e->dev_state) { // master and moments live with the device trainer (dsc__state_source)
+        e->pdata = calloc((size_t)e->nparams, sizeof *e->pdata);
+        e->pgrad = calloc((size_t)e->nparams, sizeof *e->pgrad);
+        e->gathered = calloc((size_t)e->ngroups, 1);
+        if (!e->pdata || !e->pgrad || !e->gathered)
+            return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter tables");
+        dsc__engine_resolve(e);
+        return DSC_OK;
+    }
     if (!master_in_work(e)) DSC_TRY(persistent(e, mlen, master_tag, &e->h_master));
     DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_m));
     if (need_v) DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_v));
