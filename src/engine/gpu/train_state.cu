@@ -316,25 +316,7 @@ static dsc_status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 
 // Between n fp32 host values and n bf16 values on the device (up: host -> dev16, rounded; else
 // dev16 -> host, widened exactly) through the gradient scratch, grad_len at a time (the host
-// waits for each piece, so the scratch can take the next). NULL host or dev16: nothing.
-static dsc_status stage(dsc_cuda_state *s, float *host, uint16_t *dev16, bool up) {
-    cudaStream_t st = (cudaStream_t)s->stream;
-    if (!dev16 || !host) return DSC_OK;
-    for (size_t off = 0; off < s->n; off += s->grad_len) {
-        size_t k = s->n - off < s->grad_len ? s->n - off : s->grad_len;
-        if (up) {
-            DSC_TRY(copy(s->grad, host + off, k * 4, cudaMemcpyHostToDevice, st));
-            DSC_TRY(dsc__cuda_f32_to_16(dev16 + off, s->grad, (int64_t)k, false, st));
-        } else {
-            DSC_TRY(dsc__cuda_from16(s->grad, dev16 + off, k, 1.0f, false, st));
-            DSC_TRY(copy(host + off, s->grad, k * 4, cudaMemcpyDeviceToHost, st));
-        }
-        DSC_CUDA_TRY(cudaStreamSynchronize(st));
-    }
-    return DSC_OK;
-}
-
-// stage() over n elements at off only.
+// waits for each piece, so the scratch can take the next), zero again after.
 static dsc_status stage_range(dsc_cuda_state *s, float *host, uint16_t *dev16, size_t n,
                               bool up) {
     cudaStream_t st = (cudaStream_t)s->stream;
@@ -351,6 +333,11 @@ static dsc_status stage_range(dsc_cuda_state *s, float *host, uint16_t *dev16, s
     }
     DSC_CUDA_TRY(cudaMemsetAsync(s->grad, 0, (n < s->grad_len ? n : s->grad_len) * 4, st));
     return DSC_OK;
+}
+
+// The whole layout; NULL host or dev16: nothing.
+static dsc_status stage(dsc_cuda_state *s, float *host, uint16_t *dev16, bool up) {
+    return dev16 && host ? stage_range(s, host, dev16, s->n, up) : DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n,

@@ -109,25 +109,15 @@ static dsc_status alloc_grads(dsc_engine *e) {
     return persistent(e, e->total, "zero.grads", &e->h_acc);
 }
 
-dsc_status dsc__zero_alloc(dsc_engine *e) {
+// The host buffers: master and moments (mlen elements each), the compute copy, the gradients and
+// the persistent groups' gathered weights.
+static dsc_status alloc_buffers(dsc_engine *e, size_t mlen, bool need_v) {
     bool fp32 = e->prec == PREC_FP32;
-    bool need_v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW;
     size_t full = e->total, part = e->part;
-    size_t mlen = e->stage == 0 ? full : part;
     // The buffer the model computes from counts as parameters; a separate fp32 master as
     // optimizer state.
     bool master_is_params = (fp32 || e->master_bf16) && (e->stage == 0 || e->stage == 3);
     const char *master_tag = master_is_params ? "zero.params" : "zero.master";
-    e->nmoments = need_v ? 2 : 1;
-    if (e->dev_state) { // master and moments live with the device trainer (dsc__state_source)
-        e->pdata = calloc((size_t)e->nparams, sizeof *e->pdata);
-        e->pgrad = calloc((size_t)e->nparams, sizeof *e->pgrad);
-        e->gathered = calloc((size_t)e->ngroups, 1);
-        if (!e->pdata || !e->pgrad || !e->gathered)
-            return dsc__fail(DSC_ERR_OOM, "out of memory for the parameter tables");
-        dsc__engine_resolve(e);
-        return DSC_OK;
-    }
     if (!master_in_work(e)) DSC_TRY(persistent(e, mlen, master_tag, &e->h_master));
     DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_m));
     if (need_v) DSC_TRY(persistent(e, mlen, "zero.optim", &e->h_v));
@@ -143,6 +133,15 @@ dsc_status dsc__zero_alloc(dsc_engine *e) {
     for (int g = 0; g < e->ngroups; g++) // (no compute copy at stage 3: nothing to keep gathered)
         if (e->groups[g].persistent && (e->stage < 3 || e->h_work_part))
             DSC_TRY(persistent(e, e->groups[g].padded, "zero.params", &e->groups[g].hp));
+    return DSC_OK;
+}
+
+dsc_status dsc__zero_alloc(dsc_engine *e) {
+    bool need_v = e->hp.kind == DSC_OPT_ADAM || e->hp.kind == DSC_OPT_ADAMW;
+    e->nmoments = need_v ? 2 : 1;
+    // With the state on the device (dev_state) the device trainer holds master and moments
+    // (dsc__state_source), the gradients stay there and nothing computes on the host: no buffers.
+    if (!e->dev_state) DSC_TRY(alloc_buffers(e, e->stage == 0 ? e->total : e->part, need_v));
     e->pdata = calloc((size_t)e->nparams, sizeof *e->pdata);
     e->pgrad = calloc((size_t)e->nparams, sizeof *e->pgrad);
     e->gathered = calloc((size_t)e->ngroups, 1);
