@@ -8,6 +8,7 @@
 
 #include "base/status.h" // dsc__fail, dsc__error_prefix
 #include "base/time.h"   // dsc_now
+#include "model/blas.h"  // dsc__model_blas_single_thread
 
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family) {
@@ -250,6 +251,85 @@ dsc_status dsc__slab_fail(dsc_status st, const dsc_mem_pool *pool, const char *f
                      "%s create: cannot allocate %.2f GiB of activations for batch %d x %d; "
                      "lower the micro-batch size or the sequence length",
                      family, (double)nfloats * sizeof(float) / (1u << 30), B, T);
+}
+
+// ---- a family's host model ----
+
+void dsc__host_init(dsc__host *h, const char *family, const struct dsc_model_ops *ops,
+                          const void *cfg, int ntensors, int vocab, const bool *grads_required,
+                          int B, int T, int n_head) {
+    *h = (dsc__host){.family = family, .ops = ops, .cfg = cfg, .ntensors = ntensors,
+                     .vocab = vocab, .grads_required = grads_required, .maxB = B, .maxT = T};
+    // one (T, T) pair per thread, but no more than there are heads
+    h->att_slots = dsc__model_max_threads();
+    if (h->att_slots > B * n_head) h->att_slots = B * n_head;
+}
+
+static size_t token_bytes(const dsc__host *h) {
+    return sizeof(int32_t) * 3 * (size_t)h->maxB * h->maxT;
+}
+
+dsc_status dsc__host_alloc(dsc__host *h, dsc_mem_pool *pool, size_t nfloats, const char *tag) {
+    dsc_status st = dsc__slab_alloc(&h->acts, pool, nfloats, tag);
+    h->tokens = malloc(token_bytes(h));
+    if (st != DSC_OK || !h->tokens)
+        return dsc__slab_fail(st, pool, h->family, nfloats, h->maxB, h->maxT);
+    dsc__model_blas_single_thread();
+    return DSC_OK;
+}
+
+void dsc__host_free(dsc__host *h) {
+    dsc__slab_free(&h->acts);
+    free(h->tokens);
+    h->tokens = NULL;
+}
+
+size_t dsc__host_bytes(const dsc__host *h, size_t nfloats) {
+    return nfloats * sizeof(float) + token_bytes(h);
+}
+
+dsc_status dsc__host_check_tensors(const dsc__host *h, float *const *t, const char *what,
+                                   const dsc_model_hooks *hooks) {
+    const bool *required = !strcmp(what, "grads") ? h->grads_required : NULL;
+    return dsc__model_check_tensors(h->ops, h->cfg, h->ntensors, t, what, hooks, required);
+}
+
+dsc_status dsc__host_forward_begin(dsc__host *h, const char *family, float *const *params,
+                                   const int32_t *inputs, const int32_t *pos,
+                                   const int32_t *targets, int B, int T,
+                                   const dsc_model_hooks *hooks, int pos_limit,
+                                   const char *pos_what) {
+    if (!h || !inputs)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "%s forward: model or inputs NULL", family);
+    DSC_TRY(dsc__model_check_batch(family, B, T, h->maxB, h->maxT));
+    DSC_TRY(dsc__host_check_tensors(h, params, "params", hooks));
+    DSC_TRY(dsc__model_check_tokens(inputs, family, "inputs", B, T, h->vocab, false));
+    if (targets) DSC_TRY(dsc__model_check_tokens(targets, family, "targets", B, T, h->vocab, true));
+    int64_t BT = (int64_t)B * T;
+    for (int64_t i = 0; pos && i < BT; i++)
+        if (pos[i] < 0 || pos[i] >= pos_limit)
+            return dsc__fail(DSC_ERR_INVALID_ARG, "%s forward: position id [b=%d, t=%d] = %d is "
+                             "outside [0, %d), %s", family, (int)(i / T), (int)(i % T), pos[i],
+                             pos_limit, pos_what);
+    dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
+    h->pass = DSC__PASS_NONE;
+    h->B = B;
+    h->T = T;
+    memcpy(h->tokens, inputs, sizeof(int32_t) * (size_t)BT);
+    if (targets) memcpy(h->tokens + BT, targets, sizeof(int32_t) * (size_t)BT);
+    h->has_pos = pos != NULL;
+    if (pos) memcpy(h->tokens + 2 * (int64_t)h->maxB * h->maxT, pos, sizeof(int32_t) * (size_t)BT);
+    return DSC_OK;
+}
+
+dsc_status dsc__host_backward_begin(dsc__host *h, const char *family, float *const *params,
+                                    float *const *grads, const dsc_model_hooks *hooks) {
+    DSC_TRY(dsc__model_check_backward(family, h != NULL, h && h->pass == DSC__PASS_LOSS));
+    DSC_TRY(dsc__host_check_tensors(h, params, "params", hooks));
+    DSC_TRY(dsc__host_check_tensors(h, grads, "grads", hooks));
+    dsc__model_blas_single_thread();
+    h->pass = DSC__PASS_NONE;
+    return DSC_OK;
 }
 
 int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,

@@ -151,6 +151,67 @@ void dsc__slab_free(dsc__slab *s); // also after a failed dsc__slab_alloc (a zer
 dsc_status dsc__slab_fail(dsc_status st, const dsc_mem_pool *pool, const char *family,
                           size_t nfloats, int B, int T);
 
+// ---- a family's host model ----
+
+enum { DSC__PASS_NONE, DSC__PASS_LOGITS, DSC__PASS_LOSS }; // what the last forward left
+
+// What every family's host model state begins with (its member h): the batch it was made for,
+// the last forward's batch and what it left for a backward, the activation slab and the token
+// copies, the attention scratch's thread slots, the per-module clock, and what checks a pass's
+// tensor arrays (the family's ops over its config, n tensors, and which have gradients).
+typedef struct dsc__host {
+    const char *family;
+    const struct dsc_model_ops *ops;
+    const void *cfg;         // the family's config inside its state
+    int ntensors, vocab;
+    const bool *grads_required; // NULL: every tensor has a gradient (LoRA: its trainable ones)
+    int maxB, maxT;
+    int B, T;                // of the last forward
+    int pass;                // DSC__PASS_*
+    int att_slots;           // threads the attention scratch serves: at most B n_head
+    dsc__slab acts;          // every activation is a view of acts.p, carved again after a move
+    int32_t *tokens;         // the last forward's inputs (at 0) and targets (at BT), and its
+                             // position ids at 2 maxB maxT
+    bool has_pos;            // the last forward had position ids
+    int64_t ntargets;        // targets of the last forward that count: the mean's divisor
+    double *times;           // per-module forward seconds, or NULL
+} dsc__host;
+
+// h for batches up to B x T (checked by the create: dsc__model_check_create) of a model of
+// n_head heads; no buffers yet. ops, cfg, ntensors, vocab, grads_required: as above (cfg must
+// live as long as h).
+void dsc__host_init(dsc__host *h, const char *family, const struct dsc_model_ops *ops,
+                    const void *cfg, int ntensors, int vocab, const bool *grads_required, int B,
+                    int T, int n_head);
+// The activation slab (nfloats from pool, tag) and the token copies; the error names the batch.
+dsc_status dsc__host_alloc(dsc__host *h, dsc_mem_pool *pool, size_t nfloats, const char *tag);
+void dsc__host_free(dsc__host *h);
+// The bytes dsc__host_alloc takes for nfloats (a memory plan's count).
+size_t dsc__host_bytes(const dsc__host *h, size_t nfloats);
+// A pass's tensor array (what: "params" or "grads"), as dsc__model_check_tensors.
+dsc_status dsc__host_check_tensors(const dsc__host *h, float *const *t, const char *what,
+                                   const dsc_model_hooks *hooks);
+// A forward's start: the batch, the parameters, the token ids and position ids in
+// [0, pos_limit) (pos_what says what the limit is) checked, then the ids copied and the pass
+// reset. h NULL is an error naming the family.
+dsc_status dsc__host_forward_begin(dsc__host *h, const char *family, float *const *params,
+                                   const int32_t *inputs, const int32_t *pos,
+                                   const int32_t *targets, int B, int T,
+                                   const dsc_model_hooks *hooks, int pos_limit,
+                                   const char *pos_what);
+// A forward's end: what it leaves for a backward.
+static inline void dsc__host_forward_end(dsc__host *h, bool targets) {
+    h->pass = targets ? DSC__PASS_LOSS : DSC__PASS_LOGITS;
+}
+// A backward's start: a forward with targets before it, both tensor arrays checked; the pass
+// is consumed.
+dsc_status dsc__host_backward_begin(dsc__host *h, const char *family, float *const *params,
+                                    float *const *grads, const dsc_model_hooks *hooks);
+// The last forward's position ids, or NULL (0 .. T-1 in every sequence).
+static inline const int32_t *dsc__host_positions(const dsc__host *h) {
+    return h->has_pos ? h->tokens + 2 * (int64_t)h->maxB * h->maxT : NULL;
+}
+
 // A forward's per-module clock, off (and free) while times is NULL: dsc__model_lap_start starts
 // it, dsc__model_lap adds the seconds since *t0 to times[slot] and starts it again.
 double dsc__model_lap_start(const double *times);

@@ -619,7 +619,7 @@ static void test_model_positions(void **state) {
     pos[3] = 8; // wpe has max_seq_len = 8 rows
     assert_int_equal(dsc_gpt2_forward_pos(net, m.p, in, pos, tg, 1, 8, NULL, &b),
                      DSC_ERR_INVALID_ARG);
-    assert_non_null(strstr(dsc_last_error(), "positions[b=0, t=3] = 8"));
+    assert_non_null(strstr(dsc_last_error(), "position id [b=0, t=3] = 8"));
     free(g1);
     dsc_gpt2_destroy(net);
     model_free(&m);

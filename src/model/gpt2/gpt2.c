@@ -169,19 +169,9 @@ void dsc_gpt2_init_weights(const dsc_gpt2_config *c, float *const *params, uint6
 
 // ---- the model: activations and scratch ----
 
-enum { PASS_NONE, PASS_LOGITS, PASS_LOSS }; // what the last forward left for backward
-
 struct dsc_gpt2 {
+    dsc__host h; // batch, last pass, activation slab (the views below), tokens, clock
     dsc_gpt2_config c;
-    int maxB, maxT;
-    int B, T;      // of the last forward
-    int pass;      // PASS_*
-    int att_slots; // threads the attention scratch serves
-    dsc__slab acts; // every float buffer below is a view of acts.p; carved again when the pool
-                    // moves it (dsc_gpt2_create_in)
-    int32_t *tokens;  // (3, BT): inputs, targets, position ids
-    bool has_pos;     // the last forward was given position ids (tokens + 2 BT)
-    int64_t ntargets; // targets of the last forward that count (not negative): the mean's divisor
     // Activations kept for backward: 10 BTC floats per layer (plus row statistics). Per-layer
     // arrays hold n_layer blocks of maxB * maxT rows. Layernorm and GELU outputs are not kept:
     // backward recomputes each in one cheap pass from res, res2 and fch, saving 6 BTC a layer.
@@ -203,11 +193,10 @@ struct dsc_gpt2 {
     float *d4;             // (BT, 4C): GELU output (forward), also (BT, 3C) gradients
     float *ln_scratch;     // dsc__gpt2_layernorm_scratch(BT, C)
     float *att_scratch;    // dsc__gpt2_attention_scratch(T, att_slots)
-    double *times;         // per-module forward seconds (dsc_gpt2_set_timing), or NULL
 };
 
 void dsc_gpt2_set_timing(dsc_gpt2 *m, double *times) {
-    if (m) m->times = times;
+    if (m) m->h.times = times;
 }
 
 // One layer's slice of the activations.
@@ -219,7 +208,7 @@ typedef struct layer_acts {
 // The residual stream is kept for every layer; the rest lives in the layer's block, shared by
 // all layers when they are recomputed (dsc__model_act_block).
 static layer_acts acts_of(const dsc_gpt2 *m, int l) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
+    size_t R = (size_t)m->h.maxB * m->h.maxT, C = (size_t)m->c.n_embd;
     size_t L = dsc__model_act_block(m->c.recompute, l);
     layer_acts a = {
         .res_in = m->res + (size_t)l * R * C,
@@ -239,7 +228,7 @@ static layer_acts acts_of(const dsc_gpt2 *m, int l) {
 
 // Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
 static size_t carve(dsc_gpt2 *m, float *slab) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
+    size_t R = (size_t)m->h.maxB * m->h.maxT, C = (size_t)m->c.n_embd;
     size_t L = dsc__model_act_blocks(m->c.recompute, m->c.n_layer), NL = (size_t)m->c.n_layer;
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
     const dsc__view table[] = {
@@ -251,7 +240,7 @@ static size_t carve(dsc_gpt2 *m, float *slab) {
         {&m->losses, R},                 {&m->ln_out, R * C},     {&m->dres, R * C},
         {&m->d1, R * C},                 {&m->d4, R * 4 * C},
         {&m->ln_scratch, dsc__gpt2_layernorm_scratch((int64_t)R, (int)C)},
-        {&m->att_scratch, dsc__gpt2_attention_scratch(m->maxT, m->att_slots)},
+        {&m->att_scratch, dsc__gpt2_attention_scratch(m->h.maxT, m->h.att_slots)},
     };
     return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
@@ -259,10 +248,10 @@ static size_t carve(dsc_gpt2 *m, float *slab) {
 // Bytes of the host activations dsc_gpt2_create_in takes for B x T tokens: the slab (counted
 // by the same carve) and the token buffers, so that a memory plan can count them beforehand.
 size_t dsc_gpt2_activation_bytes(const dsc_gpt2_config *c, int B, int T) {
-    dsc_gpt2 m = {.c = *c, .maxB = B, .maxT = T};
-    m.att_slots = dsc__model_max_threads();
-    if (m.att_slots > B * c->n_head) m.att_slots = B * c->n_head;
-    return carve(&m, NULL) * sizeof(float) + sizeof(int32_t) * 3 * (size_t)B * T;
+    dsc_gpt2 m = {.c = *c};
+    dsc__host_init(&m.h, "gpt2", &dsc__gpt2_model_ops, &m.c, dsc_gpt2_num_tensors(c),
+                   c->vocab_size, NULL, B, T, c->n_head);
+    return dsc__host_bytes(&m.h, carve(&m, NULL));
 }
 
 dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T) {
@@ -272,7 +261,7 @@ dsc_status dsc_gpt2_create(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int 
 // The pool may have moved the slab since the last pass: carve the views at its new address.
 // Contents move with the block, so a backward after a move still finds its forward's activations.
 static void refresh(dsc_gpt2 *m) {
-    if (dsc__slab_moved(&m->acts)) carve(m, m->acts.p);
+    if (dsc__slab_moved(&m->h.acts)) carve(m, m->h.acts.p);
 }
 
 dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T,
@@ -284,27 +273,21 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     dsc_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 create: out of memory for the model handle");
     m->c = *c;
-    m->maxB = B;
-    m->maxT = T;
-    m->att_slots = dsc__model_max_threads(); // one (T, T) pair per thread, but no more than there are heads
-    if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
-    size_t nfloats = carve(m, NULL);
-    dsc_status st = dsc__slab_alloc(&m->acts, pool, nfloats, "gpt2.activations");
-    m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
-    if (st != DSC_OK || !m->tokens) {
+    dsc__host_init(&m->h, "gpt2", &dsc__gpt2_model_ops, &m->c, dsc_gpt2_num_tensors(c),
+                   c->vocab_size, c->lora ? c->lora->trainable : NULL, B, T, c->n_head);
+    dsc_status st = dsc__host_alloc(&m->h, pool, carve(m, NULL), "gpt2.activations");
+    if (st != DSC_OK) {
         dsc_gpt2_destroy(m);
-        return dsc__slab_fail(st, pool, "gpt2", nfloats, B, T);
+        return st;
     }
-    carve(m, m->acts.p);
-    dsc__model_blas_single_thread();
+    carve(m, m->h.acts.p);
     *out = m;
     return DSC_OK;
 }
 
 void dsc_gpt2_destroy(dsc_gpt2 *m) {
     if (!m) return;
-    dsc__slab_free(&m->acts);
-    free(m->tokens);
+    dsc__host_free(&m->h);
     free(m);
 }
 
@@ -324,30 +307,6 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
     return dsc__model_hook(h, kind, group, "gpt2");
 }
 
-// Without a gather hook every tensor must be resident for the whole pass. With one, the engine
-// fills a group's pointers in its gather hook (ZeRO-3 gathers into fresh buffers), so only the
-// array itself is checked here.
-static dsc_status check_tensors(const dsc_gpt2 *m, float *const *t, const char *what,
-                                const dsc_gpt2_hooks *hooks) {
-    int n = dsc_gpt2_num_tensors(&m->c);
-    // A LoRA run's frozen tensors have no gradient: only its trainable ones must be there.
-    const bool *required = m->c.lora && !strcmp(what, "grads") ? m->c.lora->trainable : NULL;
-    return dsc__model_check_tensors(&dsc__gpt2_model_ops, &m->c, n, t, what, hooks, required);
-}
-
-
-static dsc_status check_forward(const dsc_gpt2 *m, float *const *params, const int32_t *inputs,
-                                const int32_t *targets, int B, int T,
-                                const dsc_gpt2_hooks *hooks) {
-    if (!m || !inputs) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: model or inputs NULL");
-    DSC_TRY(dsc__model_check_batch("gpt2", B, T, m->maxB, m->maxT));
-    DSC_TRY(check_tensors(m, params, "params", hooks));
-    int V = m->c.vocab_size;
-    DSC_TRY(dsc__model_check_tokens(inputs, "gpt2", "inputs", B, T, V, false));
-    if (targets) DSC_TRY(dsc__model_check_tokens(targets, "gpt2", "targets", B, T, V, true));
-    return DSC_OK;
-}
-
 // ---- forward ----
 
 // Layer tensor k (a Conv1D weight (in, out)) with its bias as the one linear product, with its
@@ -365,28 +324,28 @@ static dsc__linear head(float *const *params, int C, int V) {
 
 static void layer_forward(void *state, float *const *params, int l) {
     dsc_gpt2 *m = state;
-    int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
+    int B = m->h.B, T = m->h.T, C = m->c.n_embd, NH = m->c.n_head;
     int64_t BT = (int64_t)B * T;
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(l, 0);
     float *ln = m->ln_out, *gelu = m->d4;
     int first = layer_tensor(l, 0);
-    double t0 = dsc__model_lap_start(m->times);
+    double t0 = dsc__model_lap_start(m->h.times);
     dsc__gpt2_layernorm_forward(ln, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W], p[K_LN1B], BT, C);
-    dsc__model_lap(m->times, &t0, 1 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 1 + 4 * l);
     dsc__linear_forward(lin(m, p, first, K_ATTW, K_ATTB, C, 3 * C), a.qkv, 3 * C, ln, C, NULL, BT);
-    dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->att_slots, B, T, C,
+    dsc__gpt2_attention_forward(a.atty, a.att_stats, a.qkv, m->att_scratch, m->h.att_slots, B, T, C,
                                 NH);
     dsc__linear_forward(lin(m, p, first, K_APROJW, K_APROJB, C, C), a.res2, C, a.atty, C, a.res_in,
                         BT);
-    dsc__model_lap(m->times, &t0, 2 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 2 + 4 * l);
     dsc__gpt2_layernorm_forward(ln, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W], p[K_LN2B], BT, C);
-    dsc__model_lap(m->times, &t0, 3 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 3 + 4 * l);
     dsc__linear_forward(lin(m, p, first, K_FCW, K_FCB, C, 4 * C), a.fch, 4 * C, ln, C, NULL, BT);
     dsc__gpt2_gelu_forward(gelu, a.fch, BT * 4 * C);
     dsc__linear_forward(lin(m, p, first, K_MPROJW, K_MPROJB, 4 * C, C), a.res_out, C, gelu, 4 * C,
                         a.res2, BT);
-    dsc__model_lap(m->times, &t0, 4 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 4 + 4 * l);
 }
 
 // ln_f, tied lm_head and (with targets) the loss: the mean over the positions whose target is
@@ -394,34 +353,24 @@ static void layer_forward(void *state, float *const *params, int l) {
 static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t *targets,
                                const dsc_gpt2_hooks *hooks, float *loss) {
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
-    double t0 = dsc__model_lap_start(m->times);
+    double t0 = dsc__model_lap_start(m->h.times);
     dsc__gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
                                 params[lnf], params[lnf + 1], BT, C);
-    dsc__model_lap(m->times, &t0, 1 + 4 * L);
+    dsc__model_lap(m->h.times, &t0, 1 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    t0 = dsc__model_lap_start(m->times);
+    t0 = dsc__model_lap_start(m->h.times);
     dsc__linear_forward(head(params, C, V), m->logits, V, m->lnf, C, NULL, BT);
-    dsc__model_lap(m->times, &t0, 2 + 4 * L);
+    dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     if (!targets) return DSC_OK;
-    t0 = dsc__model_lap_start(m->times);
+    t0 = dsc__model_lap_start(m->h.times);
     dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
-    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->ntargets);
+    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->h.ntargets);
     if (loss) *loss = mean;
-    dsc__model_lap(m->times, &t0, 2 + 4 * L);
-    return DSC_OK;
-}
-
-// Position ids in [0, max_seq_len): the rows of wpe.
-static dsc_status check_positions(const dsc_gpt2 *m, const int32_t *pos, int B, int T) {
-    for (int64_t i = 0; pos && i < (int64_t)B * T; i++)
-        if (pos[i] < 0 || pos[i] >= m->c.max_seq_len)
-            return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 forward: positions[b=%d, t=%d] = %d is "
-                             "outside [0, %d), the rows of wpe", (int)(i / T), (int)(i % T),
-                             pos[i], m->c.max_seq_len);
+    dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -434,29 +383,21 @@ dsc_status dsc_gpt2_forward(dsc_gpt2 *m, float *const *params, const int32_t *in
 dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t *inputs,
                                 const int32_t *positions, const int32_t *targets, int B, int T,
                                 const dsc_gpt2_hooks *hooks, float *loss) {
-    DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
-    DSC_TRY(check_positions(m, positions, B, T));
+    DSC_TRY(dsc__host_forward_begin(m ? &m->h : NULL, "gpt2", params, inputs, positions, targets,
+                                    B, T, hooks, m ? m->c.max_seq_len : 0, "the rows of wpe"));
     refresh(m);
-    dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
-    m->pass = PASS_NONE;
-    m->B = B;
-    m->T = T;
-    int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
-    memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
-    if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
-    m->has_pos = positions != NULL;
-    if (positions) memcpy(m->tokens + 2 * BT, positions, sizeof(int32_t) * (size_t)BT);
+    int32_t *tok_in = m->h.tokens, *tok_tg = m->h.tokens + BT;
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    double t0 = dsc__model_lap_start(m->times);
-    dsc__gpt2_encoder_forward(m->res, tok_in, m->has_pos ? m->tokens + 2 * BT : NULL, params[0],
+    double t0 = dsc__model_lap_start(m->h.times);
+    dsc__gpt2_encoder_forward(m->res, tok_in, dsc__host_positions(&m->h), params[0],
                               params[1], B, T, m->c.n_embd);
-    dsc__model_lap(m->times, &t0, 0);
+    dsc__model_lap(m->h.times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     DSC_TRY(dsc_model_layers_forward(hooks, "gpt2", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
-    m->pass = targets ? PASS_LOSS : PASS_LOGITS;
+    dsc__host_forward_end(&m->h, targets != NULL);
     return DSC_OK;
 }
 
@@ -466,16 +407,16 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
 // clock stays off, so the profiler's forward times are the forward's.
 static void layer_recompute(void *state, float *const *params, int l) {
     dsc_gpt2 *m = state;
-    double *times = m->times;
-    m->times = NULL;
+    double *times = m->h.times;
+    m->h.times = NULL;
     layer_forward(m, params, l);
-    m->times = times;
+    m->h.times = times;
 }
 
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
 static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
     dsc_gpt2 *m = state;
-    int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head;
+    int B = m->h.B, T = m->h.T, C = m->c.n_embd, NH = m->c.n_head;
     int64_t BT = (int64_t)B * T;
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(l, 0);
@@ -493,7 +434,7 @@ static void layer_backward(void *state, float *const *params, float *const *grad
                                  a.ln2_mean, a.ln2_rstd, BT, C);
     dsc__linear_backward(lin(m, p, first, K_APROJW, K_APROJB, C, C), d1, false, g[K_APROJW],
                          g[K_APROJB], dres, C, a.atty, C, BT);
-    dsc__gpt2_attention_backward(d4, d1, a.qkv, a.att_stats, m->att_scratch, m->att_slots, B, T,
+    dsc__gpt2_attention_backward(d4, d1, a.qkv, a.att_stats, m->att_scratch, m->h.att_slots, B, T,
                                  C, NH);
     dsc__gpt2_layernorm_apply(ln, a.res_in, a.ln1_mean, a.ln1_rstd, p[K_LN1W], p[K_LN1B], BT, C);
     dsc__linear_backward(lin(m, p, first, K_ATTW, K_ATTB, C, 3 * C), d1, false, g[K_ATTW], g[K_ATTB],
@@ -506,10 +447,10 @@ static void layer_backward(void *state, float *const *params, float *const *grad
 static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const *grads,
                                 float loss_scale, const dsc_gpt2_hooks *hooks) {
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     float *dlogits = m->logits; // (BT, V), in place
-    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
-    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    float g = m->h.ntargets ? loss_scale / (float)m->h.ntargets : 0.0f; // d(mean)/d(loss_i)
+    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->h.tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     // grads[0] NULL: frozen (LoRA)
     dsc__linear_backward(head(params, C, V), m->d1, false, grads[0], NULL, dlogits, V, m->lnf, C,
@@ -526,17 +467,12 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
 
 dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *grads,
                              float loss_scale, const dsc_gpt2_hooks *hooks) {
-    DSC_TRY(dsc__model_check_backward("gpt2", m != NULL, m && m->pass == PASS_LOSS));
-    DSC_TRY(check_tensors(m, params, "params", hooks));
-    DSC_TRY(check_tensors(m, grads, "grads", hooks));
+    DSC_TRY(dsc__host_backward_begin(m ? &m->h : NULL, "gpt2", params, grads, hooks));
     refresh(m);
-    dsc__model_blas_single_thread();
-    m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     DSC_TRY(dsc_model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward,
                                       m->c.recompute ? layer_recompute : NULL, m, params, grads));
-    int64_t BT = (int64_t)m->B * m->T;
-    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->tokens,
-                               m->has_pos ? m->tokens + 2 * BT : NULL, m->B, m->T, m->c.n_embd);
+    dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->h.tokens, dsc__host_positions(&m->h),
+                               m->h.B, m->h.T, m->c.n_embd);
     return call_hook(hooks, HOOK_GRADS_READY, 0);
 }

@@ -311,20 +311,10 @@ void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uin
 
 // ---- the model: activations and scratch ----
 
-enum { PASS_NONE, PASS_LOGITS, PASS_LOSS }; // what the last forward left for backward
-
 struct dsc_llama {
+    dsc__host h; // batch, last pass, activation slab (the views below), tokens, clock
     dsc_llama_config c;
-    int maxB, maxT;
-    int B, T;      // of the last forward
-    int pass;      // PASS_*
-    int att_slots; // threads the attention scratch serves
     int ld;        // width of a qkv row: (NH + 2 NKV) hd
-    dsc__slab acts; // every float buffer below is a view of acts.p; carved again when the pool
-                    // moves it (dsc_llama_create_in)
-    int32_t *tokens;  // (3, BT) inputs, targets, position ids
-    int has_pos;      // the last forward had position ids (tokens + 2 BT)
-    int64_t n_valid;  // targets of the last forward that are not ignored
     // Activations kept for backward (R = maxB maxT rows, C hidden, Q = NH hd, I intermediate).
     // The norms' outputs and the SwiGLU product are recomputed in backward, not kept.
     float *res;       // (L + 1, R, C) residual stream into each layer; block L into the norm
@@ -349,11 +339,10 @@ struct dsc_llama {
     float *norm_scratch; // dsc__llama_rmsnorm_scratch(R, C)
     float *head_scratch; // qk_norm: dsc__llama_head_norm_scratch(R, hd)
     float *att_scratch;  // dsc__llama_attention_scratch(maxT, att_slots)
-    double *times;    // per-module forward seconds (dsc_llama_set_timing), or NULL
 };
 
 void dsc_llama_set_timing(dsc_llama *m, double *times) {
-    if (m) m->times = times;
+    if (m) m->h.times = times;
 }
 
 // One layer's slice of the activations.
@@ -366,7 +355,7 @@ typedef struct layer_acts {
 // The residual stream is kept for every layer; the rest lives in the layer's block, shared by
 // all layers when they are recomputed (dsc__model_act_block).
 static layer_acts acts_of(const dsc_llama *m, int l) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
+    size_t R = (size_t)m->h.maxB * m->h.maxT, C = (size_t)m->c.hidden;
     size_t L = dsc__model_act_block(m->c.recompute, l);
     size_t Q = (size_t)m->c.n_head * m->c.head_dim, I = (size_t)m->c.intermediate;
     size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
@@ -390,11 +379,11 @@ static layer_acts acts_of(const dsc_llama *m, int l) {
 
 // Carve the slab: each view starts on a 64-byte boundary. With slab NULL only counts floats.
 static size_t carve(dsc_llama *m, float *slab) {
-    size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
+    size_t R = (size_t)m->h.maxB * m->h.maxT, C = (size_t)m->c.hidden;
     size_t L = dsc__model_act_blocks(m->c.recompute, m->c.n_layer), NL = (size_t)m->c.n_layer;
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, ld = (size_t)m->ld;
     size_t Q = NH * (size_t)m->c.head_dim, I = (size_t)m->c.intermediate;
-    size_t half = (size_t)m->maxT * (size_t)(m->c.head_dim / 2), hd = (size_t)m->c.head_dim;
+    size_t half = (size_t)m->h.maxT * (size_t)(m->c.head_dim / 2), hd = (size_t)m->c.head_dim;
     size_t NQK = m->c.qk_norm ? NH + (size_t)m->c.n_kv_head : 0; // heads normed (Qwen3)
     const dsc__view table[] = {
         {&m->res, (NL + 1) * R * C}, {&m->rms1, L * R},         {&m->rms2, L * R},
@@ -406,7 +395,7 @@ static size_t carve(dsc_llama *m, float *slab) {
         {&m->d1, R * (C > Q ? C : Q)}, {&m->dqkv, R * ld},     {&m->hI, R * I},
         {&m->dI, R * I},
         {&m->norm_scratch, dsc__llama_rmsnorm_scratch((int64_t)R, (int)C)},
-        {&m->att_scratch, dsc__llama_attention_scratch(m->maxT, m->att_slots)},
+        {&m->att_scratch, dsc__llama_attention_scratch(m->h.maxT, m->h.att_slots)},
         {&m->qk_raw, L * R * NQK * hd}, {&m->qk_rstd, L * R * NQK},
         {&m->head_scratch, NQK ? dsc__llama_head_norm_scratch((int64_t)R, (int)hd) : 0},
     };
@@ -416,11 +405,11 @@ static size_t carve(dsc_llama *m, float *slab) {
 // Bytes of the host activations dsc_llama_create_in takes for B x T tokens: the slab (counted
 // by the same carve) and the token buffers, so that a memory plan can count them beforehand.
 size_t dsc_llama_activation_bytes(const dsc_llama_config *c, int B, int T) {
-    dsc_llama m = {.c = *c, .maxB = B, .maxT = T};
+    dsc_llama m = {.c = *c};
     m.ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
-    m.att_slots = dsc__model_max_threads();
-    if (m.att_slots > B * c->n_head) m.att_slots = B * c->n_head;
-    return carve(&m, NULL) * sizeof(float) + sizeof(int32_t) * 3 * (size_t)B * T;
+    dsc__host_init(&m.h, "llama", &dsc__llama_model_ops, &m.c, dsc_llama_num_tensors(c),
+                   c->vocab_size, NULL, B, T, c->n_head);
+    return dsc__host_bytes(&m.h, carve(&m, NULL));
 }
 
 dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, int T) {
@@ -430,7 +419,7 @@ dsc_status dsc_llama_create(dsc_llama **out, const dsc_llama_config *c, int B, i
 // The pool may have moved the slab since the last pass: carve the views at its new address.
 // Contents (the rotary tables too) move with the block.
 static void refresh(dsc_llama *m) {
-    if (dsc__slab_moved(&m->acts)) carve(m, m->acts.p);
+    if (dsc__slab_moved(&m->h.acts)) carve(m, m->h.acts.p);
 }
 
 dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B, int T,
@@ -442,31 +431,25 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     dsc_llama *m = calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "llama create: out of memory for the model handle");
     m->c = *c;
-    m->maxB = B;
-    m->maxT = T;
     m->ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
-    m->att_slots = dsc__model_max_threads(); // one (T, T) pair per thread, but no more than there are heads
-    if (m->att_slots > B * c->n_head) m->att_slots = B * c->n_head;
-    size_t nfloats = carve(m, NULL);
-    dsc_status st = dsc__slab_alloc(&m->acts, pool, nfloats, "llama.activations");
-    m->tokens = malloc(sizeof(int32_t) * 3 * (size_t)B * T);
-    if (st != DSC_OK || !m->tokens) {
+    dsc__host_init(&m->h, "llama", &dsc__llama_model_ops, &m->c, dsc_llama_num_tensors(c),
+                   c->vocab_size, c->lora ? c->lora->trainable : NULL, B, T, c->n_head);
+    dsc_status st = dsc__host_alloc(&m->h, pool, carve(m, NULL), "llama.activations");
+    if (st != DSC_OK) {
         dsc_llama_destroy(m);
-        return dsc__slab_fail(st, pool, "llama", nfloats, B, T);
+        return st;
     }
-    carve(m, m->acts.p);
+    carve(m, m->h.acts.p);
     dsc__llama_rope_tables(m->rope_cos, m->rope_sin, T, c->head_dim, c->rope_theta,
                            c->rope_scaling, c->rope_factor, c->rope_low_freq_factor,
                            c->rope_high_freq_factor, c->rope_original_max_pos);
-    dsc__model_blas_single_thread();
     *out = m;
     return DSC_OK;
 }
 
 void dsc_llama_destroy(dsc_llama *m) {
     if (!m) return;
-    dsc__slab_free(&m->acts);
-    free(m->tokens);
+    dsc__host_free(&m->h);
     free(m);
 }
 
@@ -486,36 +469,7 @@ static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, 
     return dsc__model_hook(h, kind, group, "llama");
 }
 
-// Without a gather hook every tensor must be resident for the whole pass; with one, the engine
-// fills a group's pointers in its gather hook, so only the array itself is checked here.
-static dsc_status check_tensors(const dsc_llama *m, float *const *t, const char *what,
-                                const dsc_llama_hooks *hooks) {
-    int n = dsc_llama_num_tensors(&m->c);
-    // A LoRA run's frozen tensors have no gradient: only its trainable ones must be there.
-    const bool *required = m->c.lora && !strcmp(what, "grads") ? m->c.lora->trainable : NULL;
-    return dsc__model_check_tensors(&dsc__llama_model_ops, &m->c, n, t, what, hooks, required);
-}
-
-
-static dsc_status check_forward(const dsc_llama *m, float *const *params, const int32_t *inputs,
-                                const int32_t *targets, int B, int T,
-                                const dsc_llama_hooks *hooks) {
-    if (!m || !inputs)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "llama forward: model or inputs NULL");
-    DSC_TRY(dsc__model_check_batch("llama", B, T, m->maxB, m->maxT));
-    DSC_TRY(check_tensors(m, params, "params", hooks));
-    int V = m->c.vocab_size;
-    DSC_TRY(dsc__model_check_tokens(inputs, "llama", "inputs", B, T, V, false));
-    if (targets) DSC_TRY(dsc__model_check_tokens(targets, "llama", "targets", B, T, V, true));
-    return DSC_OK;
-}
-
 // ---- forward ----
-
-// The position ids of the last forward, or NULL (0 .. T-1 in every sequence).
-static const int32_t *positions(const dsc_llama *m) {
-    return m->has_pos ? m->tokens + 2 * (int64_t)m->maxB * m->maxT : NULL;
-}
 
 // The layer's weight of kind k (in, out) as the one linear product, with its adapter.
 static dsc__linear lin(const dsc_llama_config *c, float *const *p, const layer_acts *a, int k,
@@ -526,7 +480,7 @@ static dsc__linear lin(const dsc_llama_config *c, float *const *p, const layer_a
 
 static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a) {
     const dsc_llama_config *c = &m->c;
-    int B = m->B, T = m->T, C = c->hidden, hd = c->head_dim, ld = m->ld;
+    int B = m->h.B, T = m->h.T, C = c->hidden, hd = c->head_dim, ld = m->ld;
     int Q = c->n_head * hd, KV = c->n_kv_head * hd;
     int64_t BT = (int64_t)B * T;
     const float *bq = c->qkv_bias ? p[kind_pos(c, K_QB)] : NULL;
@@ -542,9 +496,9 @@ static void attention_forward(dsc_llama *m, float *const *p, const layer_acts *a
         dsc__llama_head_norm_forward(a->qkv, ld, a->qk_raw, a->qk_rstd, p[kind_pos(c, K_QN)],
                                      p[kind_pos(c, K_KN)], c->rms_eps, BT, c->n_head,
                                      c->n_kv_head, hd);
-    dsc__llama_rope_pos(a->qkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
+    dsc__llama_rope_pos(a->qkv, ld, m->rope_cos, m->rope_sin, dsc__host_positions(&m->h), B, T,
                         c->n_head + c->n_kv_head, hd, 0);
-    dsc__llama_attention_forward(a->atty, a->att_stats, a->qkv, m->att_scratch, m->att_slots, B,
+    dsc__llama_attention_forward(a->atty, a->att_stats, a->qkv, m->att_scratch, m->h.att_slots, B,
                                  T, c->n_head, c->n_kv_head, hd);
     dsc__linear_forward(lin(c, p, a, K_OW, NULL, Q, C), a->res2, C, a->atty, Q,
                         a->res_in, BT);
@@ -554,29 +508,29 @@ static void layer_forward(void *state, float *const *params, int l) {
     dsc_llama *m = state;
     const dsc_llama_config *c = &m->c;
     int C = c->hidden, I = c->intermediate;
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     layer_acts a = acts_of(m, l);
     float *const *p = params + layer_tensor(c, l, 0);
     float *ln = m->ln_out;
-    double t0 = dsc__model_lap_start(m->times);
+    double t0 = dsc__model_lap_start(m->h.times);
     dsc__llama_rmsnorm_forward(ln, a.rms1, a.res_in, p[kind_pos(c, K_LN1)], c->rms_eps, BT, C);
-    dsc__model_lap(m->times, &t0, 1 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 1 + 4 * l);
     attention_forward(m, p, &a);
-    dsc__model_lap(m->times, &t0, 2 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 2 + 4 * l);
     dsc__llama_rmsnorm_forward(ln, a.rms2, a.res2, p[kind_pos(c, K_LN2)], c->rms_eps, BT, C);
-    dsc__model_lap(m->times, &t0, 3 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 3 + 4 * l);
     dsc__linear_forward(lin(c, p, &a, K_GATE, NULL, C, I), a.gate, I, ln, C, NULL,
                         BT);
     dsc__linear_forward(lin(c, p, &a, K_UP, NULL, C, I), a.up, I, ln, C, NULL, BT);
     dsc__llama_swiglu_forward(m->hI, a.gate, a.up, BT * I);
     dsc__linear_forward(lin(c, p, &a, K_DOWN, NULL, I, C), a.res_out, C, m->hI, I,
                         a.res2, BT);
-    dsc__model_lap(m->times, &t0, 4 + 4 * l);
+    dsc__model_lap(m->h.times, &t0, 4 + 4 * l);
 }
 
 static void lm_head_forward(dsc_llama *m, float *const *params) {
     int C = m->c.hidden, V = m->c.vocab_size;
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     dsc__linear_forward((dsc__linear){.w = params[head_tensor(&m->c)], .in = C, .out = V},
                         m->logits, V, m->fin, C, NULL, BT);
 }
@@ -586,26 +540,26 @@ static void lm_head_forward(dsc_llama *m, float *const *params) {
 static dsc_status head_forward(dsc_llama *m, float *const *params, const int32_t *targets,
                                const dsc_llama_hooks *hooks, float *loss) {
     int C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer;
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
-    double t0 = dsc__model_lap_start(m->times);
+    double t0 = dsc__model_lap_start(m->h.times);
     dsc__llama_rmsnorm_forward(m->fin, m->fin_rstd, acts_of(m, L).res_in,
                                params[norm_tensor(&m->c)], m->c.rms_eps, BT, C);
-    dsc__model_lap(m->times, &t0, 1 + 4 * L);
+    dsc__model_lap(m->h.times, &t0, 1 + 4 * L);
     if (m->c.tied) {
         DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
         DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     }
-    t0 = dsc__model_lap_start(m->times);
+    t0 = dsc__model_lap_start(m->h.times);
     lm_head_forward(m, params);
-    dsc__model_lap(m->times, &t0, 2 + 4 * L);
+    dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, m->c.tied ? 0 : L + 1));
     if (!targets) return DSC_OK;
-    t0 = dsc__model_lap_start(m->times);
+    t0 = dsc__model_lap_start(m->h.times);
     dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
-    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->n_valid);
+    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->h.ntargets);
     if (loss) *loss = mean;
-    dsc__model_lap(m->times, &t0, 2 + 4 * L);
+    dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -618,33 +572,21 @@ dsc_status dsc_llama_forward(dsc_llama *m, float *const *params, const int32_t *
 dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32_t *inputs,
                                  const int32_t *pos, const int32_t *targets, int B, int T,
                                  const dsc_llama_hooks *hooks, float *loss) {
-    DSC_TRY(check_forward(m, params, inputs, targets, B, T, hooks));
-    for (int64_t i = 0; pos && i < (int64_t)B * T; i++)
-        if (pos[i] < 0 || pos[i] >= m->maxT)
-            return dsc__fail(DSC_ERR_INVALID_ARG,
-                             "llama forward: position id pos[b=%d, t=%d] = %d is outside [0, %d), "
-                             "the sequence length this model was created for",
-                             (int)(i / T), (int)(i % T), pos[i], m->maxT);
+    DSC_TRY(dsc__host_forward_begin(m ? &m->h : NULL, "llama", params, inputs, pos, targets, B,
+                                    T, hooks, m ? m->h.maxT : 0,
+                                    "the sequence length this model was created for"));
     refresh(m);
-    dsc__model_blas_single_thread(); // cheap; in case someone changed it since create
     int64_t BT = (int64_t)B * T;
-    m->pass = PASS_NONE;
-    m->B = B;
-    m->T = T;
-    int32_t *tok_in = m->tokens, *tok_tg = m->tokens + BT;
-    memcpy(tok_in, inputs, sizeof(int32_t) * (size_t)BT);
-    if (targets) memcpy(tok_tg, targets, sizeof(int32_t) * (size_t)BT);
-    m->has_pos = pos != NULL;
-    if (pos) memcpy(m->tokens + 2 * (int64_t)m->maxB * m->maxT, pos, sizeof(int32_t) * BT);
+    int32_t *tok_in = m->h.tokens, *tok_tg = m->h.tokens + BT;
 
     DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
-    double t0 = dsc__model_lap_start(m->times);
+    double t0 = dsc__model_lap_start(m->h.times);
     dsc__llama_embed_forward(m->res, tok_in, params[0], BT, m->c.hidden);
-    dsc__model_lap(m->times, &t0, 0);
+    dsc__model_lap(m->h.times, &t0, 0);
     DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     DSC_TRY(dsc_model_layers_forward(hooks, "llama", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
-    m->pass = targets ? PASS_LOSS : PASS_LOGITS;
+    dsc__host_forward_end(&m->h, targets != NULL);
     return DSC_OK;
 }
 
@@ -654,7 +596,7 @@ dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32
 static void mlp_backward(dsc_llama *m, float *const *p, float *const *g, const layer_acts *a) {
     const dsc_llama_config *c = &m->c;
     int C = c->hidden, I = c->intermediate;
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     float *hI = m->hI, *dI = m->dI, *ln = m->ln_out;
     dsc__llama_swiglu_forward(hI, a->gate, a->up, BT * I); // recomputed
     // h is overwritten by its own gradient dres @ W_down (the weight's gradient read it first).
@@ -674,15 +616,15 @@ static void mlp_backward(dsc_llama *m, float *const *p, float *const *g, const l
 static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
                                const layer_acts *a) {
     const dsc_llama_config *c = &m->c;
-    int B = m->B, T = m->T, C = c->hidden, hd = c->head_dim, ld = m->ld;
+    int B = m->h.B, T = m->h.T, C = c->hidden, hd = c->head_dim, ld = m->ld;
     int Q = c->n_head * hd, KV = c->n_kv_head * hd;
     int64_t BT = (int64_t)B * T;
     float *ln = m->ln_out, *dqkv = m->dqkv;
     dsc__linear_backward(lin(c, p, a, K_OW, NULL, Q, C), m->d1, false,
                          g[kind_pos(c, K_OW)], NULL, m->dres, C, a->atty, Q, BT);
     dsc__llama_attention_backward(dqkv, m->d1, a->qkv, a->att_stats, m->att_scratch,
-                                  m->att_slots, B, T, c->n_head, c->n_kv_head, hd);
-    dsc__llama_rope_pos(dqkv, ld, m->rope_cos, m->rope_sin, positions(m), B, T,
+                                  m->h.att_slots, B, T, c->n_head, c->n_kv_head, hd);
+    dsc__llama_rope_pos(dqkv, ld, m->rope_cos, m->rope_sin, dsc__host_positions(&m->h), B, T,
                         c->n_head + c->n_kv_head, hd, 1);
     if (c->qk_norm)
         dsc__llama_head_norm_backward(dqkv, ld, g[kind_pos(c, K_QN)], g[kind_pos(c, K_KN)],
@@ -704,10 +646,10 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
 // clock stays off, so the profiler's forward times are the forward's.
 static void layer_recompute(void *state, float *const *params, int l) {
     dsc_llama *m = state;
-    double *times = m->times;
-    m->times = NULL;
+    double *times = m->h.times;
+    m->h.times = NULL;
     layer_forward(m, params, l);
-    m->times = times;
+    m->h.times = times;
 }
 
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
@@ -724,10 +666,10 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
                                 float loss_scale, const dsc_llama_hooks *hooks) {
     int C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer, norm = norm_tensor(&m->c);
     int head = head_tensor(&m->c), head_group = m->c.tied ? 0 : L + 1;
-    int64_t BT = (int64_t)m->B * m->T;
+    int64_t BT = (int64_t)m->h.B * m->h.T;
     float *dlogits = m->logits; // (BT, V), in place
-    float g = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
-    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->tokens + BT, g, BT, V);
+    float g = m->h.ntargets ? loss_scale / (float)m->h.ntargets : 0.0f;
+    dsc__model_xent_backward(dlogits, m->logits, m->lse, m->h.tokens + BT, g, BT, V);
     DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
     // grads[head] NULL: frozen (LoRA)
     dsc__linear_backward((dsc__linear){.w = params[head], .in = C, .out = V}, m->d1, false,
@@ -745,12 +687,8 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
 
 dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *grads,
                               float loss_scale, const dsc_llama_hooks *hooks) {
-    DSC_TRY(dsc__model_check_backward("llama", m != NULL, m && m->pass == PASS_LOSS));
-    DSC_TRY(check_tensors(m, params, "params", hooks));
-    DSC_TRY(check_tensors(m, grads, "grads", hooks));
+    DSC_TRY(dsc__host_backward_begin(m ? &m->h : NULL, "llama", params, grads, hooks));
     refresh(m);
-    dsc__model_blas_single_thread();
-    m->pass = PASS_NONE;
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     DSC_TRY(dsc_model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward,
                                       m->c.recompute ? layer_recompute : NULL, m, params, grads));
@@ -758,7 +696,7 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
     if (grads[0]) // NULL: frozen (LoRA)
-        dsc__llama_embed_backward(grads[0], m->dres, m->tokens, (int64_t)m->B * m->T,
+        dsc__llama_embed_backward(grads[0], m->dres, m->h.tokens, (int64_t)m->h.B * m->h.T,
                                   m->c.hidden);
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
     return call_hook(hooks, HOOK_GRADS_READY, 0);
