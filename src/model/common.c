@@ -332,6 +332,33 @@ dsc_status dsc__host_backward_begin(dsc__host *h, const char *family, float *con
     return DSC_OK;
 }
 
+void dsc__host_recompute(void *state, float *const *params, int l) {
+    dsc__host *h = state;
+    double *times = h->times;
+    h->times = NULL;
+    h->layer_forward(state, params, l);
+    h->times = times;
+}
+
+int64_t dsc__model_numel(const struct dsc_model_ops *ops, const void *cfg, int n) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        dsc_model_param p;
+        ops->param(cfg, i, &p);
+        total += p.numel;
+    }
+    return total;
+}
+
+void dsc__model_init_all(const struct dsc_model_ops *ops, const void *cfg, int n,
+                         float *const *params, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        dsc_model_param p;
+        ops->param(cfg, i, &p);
+        ops->init(cfg, i, params[i], 0, p.numel, seed);
+    }
+}
+
 int dsc__tree_add(dsc__tree *t, int depth, const char *type, int64_t params, double flops,
                   int slot, const char *name) {
     if (t->out) {

@@ -175,6 +175,7 @@ typedef struct dsc__host {
     bool has_pos;            // the last forward had position ids
     int64_t ntargets;        // targets of the last forward that count: the mean's divisor
     double *times;           // per-module forward seconds, or NULL
+    void (*layer_forward)(void *state, float *const *params, int l); // for dsc__host_recompute
 } dsc__host;
 
 // h for batches up to B x T (checked by the create: dsc__model_check_create) of a model of
@@ -199,6 +200,15 @@ dsc_status dsc__host_forward_begin(dsc__host *h, const char *family, float *cons
                                    const int32_t *targets, int B, int T,
                                    const dsc_model_hooks *hooks, int pos_limit,
                                    const char *pos_what);
+// A layer's forward again in the backward (activation checkpointing) for dsc_model_layers_
+// backward: the family's h.layer_forward with the per-module clock off, so that the profiler's
+// forward times are the forward's. state: the family's state, whose first member is its h.
+void dsc__host_recompute(void *state, float *const *params, int l);
+// The elements of a family's n tensors (ops->param over cfg), and every tensor initialised whole
+// (ops->init; params[i] holds tensor i).
+int64_t dsc__model_numel(const struct dsc_model_ops *ops, const void *cfg, int n);
+void dsc__model_init_all(const struct dsc_model_ops *ops, const void *cfg, int n,
+                         float *const *params, uint64_t seed);
 // A forward's end: what it leaves for a backward.
 static inline void dsc__host_forward_end(dsc__host *h, bool targets) {
     h->pass = targets ? DSC__PASS_LOSS : DSC__PASS_LOGITS;

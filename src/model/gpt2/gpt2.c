@@ -128,13 +128,7 @@ void dsc_gpt2_tensor_info_get(const dsc_gpt2_config *c, int i, dsc_gpt2_tensor_i
 }
 
 int64_t dsc_gpt2_num_params(const dsc_gpt2_config *c) {
-    int64_t n = 0;
-    for (int i = 0; i < dsc_gpt2_num_tensors(c); i++) {
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(c, i, &info);
-        n += info.numel;
-    }
-    return n;
+    return dsc__model_numel(&dsc__gpt2_model_ops, c, dsc_gpt2_num_tensors(c));
 }
 
 double dsc_gpt2_flops_per_token(const dsc_gpt2_config *c, int T) {
@@ -160,11 +154,7 @@ void dsc_gpt2_init_tensor(const dsc_gpt2_config *c, int i, float *dst, int64_t b
 }
 
 void dsc_gpt2_init_weights(const dsc_gpt2_config *c, float *const *params, uint64_t seed) {
-    for (int i = 0; i < dsc_gpt2_num_tensors(c); i++) {
-        dsc_gpt2_tensor_info info;
-        dsc_gpt2_tensor_info_get(c, i, &info);
-        dsc_gpt2_init_tensor(c, i, params[i], 0, info.numel, seed);
-    }
+    dsc__model_init_all(&dsc__gpt2_model_ops, c, dsc_gpt2_num_tensors(c), params, seed);
 }
 
 // ---- the model: activations and scratch ----
@@ -264,6 +254,10 @@ static void refresh(dsc_gpt2 *m) {
     if (dsc__slab_moved(&m->h.acts)) carve(m, m->h.acts.p);
 }
 
+// The typed shell of a create (its state, carve and tables) stays with the family; what every
+// family does is dsc__host's (model/common.h).
+static void layer_forward(void *state, float *const *params, int l); // below
+
 dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, int T,
                               dsc_mem_pool *pool) {
     if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 create: out is NULL");
@@ -275,6 +269,7 @@ dsc_status dsc_gpt2_create_in(dsc_gpt2 **out, const dsc_gpt2_config *c, int B, i
     m->c = *c;
     dsc__host_init(&m->h, "gpt2", &dsc__gpt2_model_ops, &m->c, dsc_gpt2_num_tensors(c),
                    c->vocab_size, c->lora ? c->lora->trainable : NULL, B, T, c->n_head);
+    m->h.layer_forward = layer_forward;
     dsc_status st = dsc__host_alloc(&m->h, pool, carve(m, NULL), "gpt2.activations");
     if (st != DSC_OK) {
         dsc_gpt2_destroy(m);
@@ -403,16 +398,6 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
 
 // ---- backward ----
 
-// A layer's forward again in the backward (activation checkpointing): the forward's per-module
-// clock stays off, so the profiler's forward times are the forward's.
-static void layer_recompute(void *state, float *const *params, int l) {
-    dsc_gpt2 *m = state;
-    double *times = m->h.times;
-    m->h.times = NULL;
-    layer_forward(m, params, l);
-    m->h.times = times;
-}
-
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
 static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
     dsc_gpt2 *m = state;
@@ -471,7 +456,7 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
     refresh(m);
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     DSC_TRY(dsc_model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward,
-                                      m->c.recompute ? layer_recompute : NULL, m, params, grads));
+                                      m->c.recompute ? dsc__host_recompute : NULL, m, params, grads));
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->h.tokens, dsc__host_positions(&m->h),
                                m->h.B, m->h.T, m->c.n_embd);
     return call_hook(hooks, HOOK_GRADS_READY, 0);

@@ -271,13 +271,7 @@ void dsc_llama_tensor_info_get(const dsc_llama_config *c, int i, dsc_llama_tenso
 }
 
 int64_t dsc_llama_num_params(const dsc_llama_config *c) {
-    int64_t n = 0;
-    for (int i = 0; i < dsc_llama_num_tensors(c); i++) {
-        dsc_llama_tensor_info info;
-        dsc_llama_tensor_info_get(c, i, &info);
-        n += info.numel;
-    }
-    return n;
+    return dsc__model_numel(&dsc__llama_model_ops, c, dsc_llama_num_tensors(c));
 }
 
 double dsc_llama_flops_per_token(const dsc_llama_config *c, int T) {
@@ -302,11 +296,7 @@ void dsc_llama_init_tensor(const dsc_llama_config *c, int i, float *dst, int64_t
 }
 
 void dsc_llama_init_weights(const dsc_llama_config *c, float *const *params, uint64_t seed) {
-    for (int i = 0; i < dsc_llama_num_tensors(c); i++) {
-        dsc_llama_tensor_info info;
-        dsc_llama_tensor_info_get(c, i, &info);
-        dsc_llama_init_tensor(c, i, params[i], 0, info.numel, seed);
-    }
+    dsc__model_init_all(&dsc__llama_model_ops, c, dsc_llama_num_tensors(c), params, seed);
 }
 
 // ---- the model: activations and scratch ----
@@ -422,6 +412,10 @@ static void refresh(dsc_llama *m) {
     if (dsc__slab_moved(&m->h.acts)) carve(m, m->h.acts.p);
 }
 
+// The typed shell of a create (its state, carve and tables) stays with the family; what every
+// family does is dsc__host's (model/common.h).
+static void layer_forward(void *state, float *const *params, int l); // below
+
 dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B, int T,
                                dsc_mem_pool *pool) {
     if (!out) return dsc__fail(DSC_ERR_INVALID_ARG, "llama create: out is NULL");
@@ -434,6 +428,7 @@ dsc_status dsc_llama_create_in(dsc_llama **out, const dsc_llama_config *c, int B
     m->ld = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
     dsc__host_init(&m->h, "llama", &dsc__llama_model_ops, &m->c, dsc_llama_num_tensors(c),
                    c->vocab_size, c->lora ? c->lora->trainable : NULL, B, T, c->n_head);
+    m->h.layer_forward = layer_forward;
     dsc_status st = dsc__host_alloc(&m->h, pool, carve(m, NULL), "llama.activations");
     if (st != DSC_OK) {
         dsc_llama_destroy(m);
@@ -642,16 +637,6 @@ static void attention_backward(dsc_llama *m, float *const *p, float *const *g,
                                 p[kind_pos(c, K_LN1)], a->rms1, BT, C);
 }
 
-// A layer's forward again in the backward (activation checkpointing): the forward's per-module
-// clock stays off, so the profiler's forward times are the forward's.
-static void layer_recompute(void *state, float *const *params, int l) {
-    dsc_llama *m = state;
-    double *times = m->h.times;
-    m->h.times = NULL;
-    layer_forward(m, params, l);
-    m->h.times = times;
-}
-
 // On entry m->dres holds the gradient of layer l's output; on return that of its input.
 static void layer_backward(void *state, float *const *params, float *const *grads, int l) {
     dsc_llama *m = state;
@@ -691,7 +676,7 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     refresh(m);
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     DSC_TRY(dsc_model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward,
-                                      m->c.recompute ? layer_recompute : NULL, m, params, grads));
+                                      m->c.recompute ? dsc__host_recompute : NULL, m, params, grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
