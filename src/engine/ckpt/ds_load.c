@@ -160,14 +160,16 @@ static dsc_status load_scalars(const ds_loader *l, dsc_engine *eng) {
 
 // ---- resharding ----
 
-// This rank's slice of group g of the engine's layout: master weights, exp_avg, exp_avg_sq.
-static dsc_status fill_slice(ds_loader *l, dsc_engine *eng, int g, float **dst) {
+// Elements [b0, b1) of this rank's slice of group g of the engine's layout: master weights,
+// exp_avg, exp_avg_sq.
+static dsc_status fill_slice(ds_loader *l, dsc_engine *eng, int g, size_t b0, size_t b1,
+                             float **dst) {
     dsc_state_group G;
     dsc__state_group(eng, g, &G);
     dsc_state_layout L;
     dsc__state_layout(eng, &L);
-    size_t lo = G.off + (size_t)L.rank * G.slice, hi = lo + G.slice;
-    for (int k = 0; k < 3; k++) memset(dst[k], 0, G.slice * sizeof(float));
+    size_t lo = G.off + (size_t)L.rank * G.slice + b0, hi = lo + (b1 - b0);
+    for (int k = 0; k < 3; k++) memset(dst[k], 0, (b1 - b0) * sizeof(float));
     for (int i = 0; i < L.nparams; i++) {
         dsc_state_param p;
         dsc__state_param(eng, i, &p);
@@ -184,19 +186,28 @@ static dsc_status fill_slice(ds_loader *l, dsc_engine *eng, int g, float **dst) 
 static dsc_status load_groups(ds_loader *l, dsc_engine *eng) {
     dsc_state_layout L;
     dsc__state_layout(eng, &L);
+    enum { PIECE = 16 << 20 }; // elements of each kind at a time (as ckpt/load.c)
     size_t maxslice = 1;
     for (int g = 0; g < L.ngroups; g++) {
         dsc_state_group G;
         dsc__state_group(eng, g, &G);
         if (G.slice > maxslice) maxslice = G.slice;
     }
+    if (maxslice > PIECE) maxslice = PIECE;
     float *buf = malloc(maxslice * 3 * sizeof(float));
     dsc_status st = buf ? load_scalars(l, eng)
                         : dsc__fail(DSC_ERR_OOM, "out of memory loading %s", l->what);
     float *dst[3] = {buf, buf + maxslice, buf + 2 * maxslice};
     for (int g = 0; g < L.ngroups && st == DSC_OK; g++) {
-        st = fill_slice(l, eng, g, dst);
-        if (st == DSC_OK) st = dsc__state_load_slice(eng, g, dst[0], (const float *const *)(dst + 1));
+        dsc_state_group G;
+        dsc__state_group(eng, g, &G);
+        for (size_t b0 = 0; b0 < G.slice && st == DSC_OK; b0 += maxslice) {
+            size_t b1 = b0 + maxslice < G.slice ? b0 + maxslice : G.slice;
+            st = fill_slice(l, eng, g, b0, b1, dst);
+            if (st == DSC_OK)
+                st = dsc__state_load_range(eng, g, b0, b1 - b0, dst[0],
+                                           (const float *const *)(dst + 1));
+        }
     }
     free(buf);
     // Every rank reaches the collective, even after a local failure, so that none waits alone.
