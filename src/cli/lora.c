@@ -267,7 +267,8 @@ static uint64_t digest(const float *v, int64_t n) {
     return h ^ (h >> 29);
 }
 
-dsc_status cli_base_checksums(const dsc_model *m, float *const *values, char **out) {
+dsc_status cli_base_checksums(const dsc_model *m, float *const *values, dsc_engine *eng,
+                              char **out) {
     const dsc_model_info *mi = dsc_model_describe(m);
     uint64_t *h = calloc((size_t)mi->num_tensors, sizeof *h);
     if (!h) return dsc_fail(DSC_ERR_OOM, "out of memory for the base checksums");
@@ -275,6 +276,20 @@ dsc_status cli_base_checksums(const dsc_model *m, float *const *values, char **o
     for (int i = 0; i < mi->num_tensors; i++) {
         const dsc_model_param *p = dsc_model_param_get(m, i);
         if (p->frozen && values[i]) h[i] = digest(values[i], p->numel);
+    }
+    for (int i = 0; i < mi->num_tensors; i++) { // on the device: read one tensor at a time
+        const dsc_model_param *p = dsc_model_param_get(m, i);
+        if (!p->frozen || values[i]) continue;
+        float *v = eng ? malloc((size_t)p->numel * sizeof *v) : NULL;
+        dsc_status st = v ? dsc_engine_full_param(eng, i, v)
+                          : dsc_fail(DSC_ERR_OOM, "out of memory reading %s for its checksum",
+                                     p->name);
+        if (st == DSC_OK) h[i] = digest(v, p->numel);
+        free(v);
+        if (st != DSC_OK) {
+            free(h);
+            return st;
+        }
     }
     json_t *t = json_object();
     for (int i = 0; i < mi->num_tensors; i++) {

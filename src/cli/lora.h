@@ -27,8 +27,10 @@ dsc_status cli_adapter_config(const dsc_model *m, const char *base, char **out);
 
 // base_checksums.json of a LoRA run: a digest of each frozen tensor's values (values[i]: tensor
 // i as the model computes with it), so that a resume can tell another base from the one the
-// adapters were trained on. *out malloc'd.
-dsc_status cli_base_checksums(const dsc_model *m, float *const *values, char **out);
+// adapters were trained on. *out malloc'd. A frozen tensor whose values[i] is NULL (the engine
+// keeps the base on the device: dsc_engine_state_on_device) is read from eng, one at a time.
+dsc_status cli_base_checksums(const dsc_model *m, float *const *values, dsc_engine *eng,
+                              char **out);
 // The checkpoint's saved checksums (the file saved_path) against now's: DSC_ERR_INVALID_ARG
 // naming the first tensor that differs and what to give.
 dsc_status cli_base_check(const char *saved_path, const char *now, const char *ckpt);

@@ -1146,7 +1146,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (early) DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
     DSC_TRY(init_weights(t));
     if (dsc_model_lora_of(t->model)) // the base the adapters train on, for checkpoints
-        DSC_TRY(cli_base_checksums(t->model, t->work, &t->base_sums));
+        DSC_TRY(cli_base_checksums(t->model, t->work, t->eng, &t->base_sums));
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
     if (cuda) {

@@ -168,8 +168,12 @@ size_t dsc__engine_param_offset(const dsc_engine *e, int i) {
 }
 
 const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len) {
-    *len = e->nfrozen ? e->frozen_total : 0;
+    *len = e->nfrozen ? e->frozen_total : 0; // (with fdata NULL when the device keeps them)
     return e->nfrozen ? e->fdata : NULL;
+}
+
+int64_t dsc__engine_frozen_numel(const dsc_engine *e, int i) {
+    return e->pub[i] < 0 ? e->frozen[-1 - e->pub[i]].numel : 0;
 }
 
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i) {

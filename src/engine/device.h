@@ -49,9 +49,12 @@ bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device);
 // Where the state lives when the engine keeps none (dsc__engine_keeps_no_state): kind 0 is the
 // master weights, 1 + k moment k; off and n are elements of the flat layout. read gives n fp32
 // values (bf16 state widened exactly); write takes n fp32 values (rounded to nearest even where
-// the state is bf16) and, for the master, makes the device's 16-bit copy of them. Both are
+// the state is bf16) and, for the master, makes the device's 16-bit copy of them. Kind
+// DSC__STATE_FROZEN is LoRA's frozen base (off: in the frozen store's layout, kept in the compute
+// type: written rounded to it, read widened exactly). Both are
 // done when they return. The device trainer registers it at its creation (user: the trainer);
 // until then the engine's readers and writers of the state fail, naming the order to call in.
+enum { DSC__STATE_FROZEN = -1 }; // the kind of the frozen tensors (offsets in their own store)
 typedef struct dsc__state_source {
     void *user;
     dsc_status (*read)(void *user, int kind, size_t off, size_t n, float *dst);
@@ -78,9 +81,11 @@ dsc_status dsc__engine_flat_state(dsc_engine *e, dsc__engine_flat *out);
 size_t dsc__engine_param_offset(const dsc_engine *e, int i);
 // The frozen tensors' values (LoRA's base; rounded to the compute type once, never changed): the
 // engine's host store of *len elements (NULL, 0 when none is frozen), whole on every rank, and
-// tensor i's offset in it (SIZE_MAX for a trained tensor).
+// tensor i's offset in it (SIZE_MAX for a trained tensor). With the state on the device the
+// store is NULL and *len its size: the device keeps them (DSC__STATE_FROZEN).
 const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len);
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i);
+int64_t dsc__engine_frozen_numel(const dsc_engine *e, int i); // 0 for a trained tensor
 // The fp16 loss scale the next backward carries (1 without fp16).
 double dsc__engine_loss_scale(const dsc_engine *e);
 // The master weights were written from outside (device -> host): refresh the compute copy.

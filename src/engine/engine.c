@@ -161,9 +161,10 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
     return DSC_OK;
 }
 
-// The frozen tensors' values: one block, full on every rank.
+// The frozen tensors' values: one block, full on every rank (a device trainer uploads its 16-bit
+// copy from here); none when the state lives on the device, which holds them too.
 static dsc_status alloc_frozen(dsc_engine *e) {
-    if (!e->nfrozen) return DSC_OK; // (a device trainer uploads its 16-bit copy from here)
+    if (!e->nfrozen || e->dev_state) return DSC_OK;
     return dsc__engine_alloc(e, e->frozen_total, "engine.frozen_weights", &e->h_frozen,
                              &e->fdata);
 }
@@ -302,12 +303,13 @@ int64_t dsc_engine_global_steps(const dsc_engine *e) { return e->global_steps; }
 // The caller's index i names trainable tensor pub[i], or frozen tensor -1 - pub[i].
 float *dsc_param_data(dsc_engine *e, int i) {
     const param *f = frozen_of(e, i);
-    return f ? e->fdata + f->off : e->pdata[e->pub[i]];
+    if (f) return e->fdata ? e->fdata + f->off : NULL; // NULL: on the device (dev_state)
+    return e->pdata[e->pub[i]];
 }
 float *dsc_param_grad(dsc_engine *e, int i) { return frozen_of(e, i) ? NULL : e->pgrad[e->pub[i]]; }
 float *dsc_param_master(dsc_engine *e, int i) {
     const param *f = frozen_of(e, i);
-    if (f) return e->fdata + f->off;
+    if (f) return e->fdata ? e->fdata + f->off : NULL;
     return e->init ? e->init + e->params[e->pub[i]].off : NULL;
 }
 bool dsc_param_frozen(const dsc_engine *e, int i) { return frozen_of(e, i) != NULL; }
@@ -360,13 +362,24 @@ static dsc_status fill_range(dsc_engine *e, int i, size_t lo, size_t hi, float *
 }
 
 // The state on the device: each group filled in pieces of at most PIECE elements on the host
-// (padding zero) and written there.
+// (padding zero) and written there; the frozen tensors too, piece by piece.
 static dsc_status init_on_device(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
     enum { PIECE = 16 << 20 };
-    size_t cap = e->total < PIECE ? e->total : PIECE;
+    size_t most = e->total > e->frozen_total ? e->total : e->frozen_total;
+    size_t cap = most < PIECE ? most : PIECE;
     float *buf = malloc((cap ? cap : 1) * sizeof *buf);
     if (!buf) return dsc__fail(DSC_ERR_OOM, "out of memory for the initial weights' staging");
     dsc_status st = DSC_OK;
+    for (int i = 0; i < e->npub && st == DSC_OK; i++) {
+        const param *f = frozen_of(e, i);
+        for (int64_t b = 0; f && b < f->numel && st == DSC_OK; b += (int64_t)cap) {
+            int64_t n = f->numel - b < (int64_t)cap ? f->numel - b : (int64_t)cap;
+            st = fill(user, i, b, n, buf);
+            if (st != DSC_OK) dsc__error_prefix("initialising %s: ", f->name);
+            else st = dsc__engine_state_io(e, DSC__STATE_FROZEN, f->off + (size_t)b, (size_t)n,
+                                           buf, true);
+        }
+    }
     for (int g = 0; g < e->ngroups && st == DSC_OK; g++) {
         const group *gr = &e->groups[g];
         for (size_t lo = gr->off; lo < gr->off + gr->padded && st == DSC_OK; lo += cap) {
@@ -404,7 +417,7 @@ dsc_status dsc_params_init(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
             }
         }
     }
-    for (int i = 0; i < e->npub; i++) { // frozen tensors: whole on every rank
+    for (int i = 0; i < e->npub && !e->dev_state; i++) { // frozen tensors: whole on every rank
         const param *f = frozen_of(e, i);
         dsc_status st = f ? fill(user, i, 0, f->numel, e->fdata + f->off) : DSC_OK;
         if (st != DSC_OK) {
@@ -680,6 +693,8 @@ dsc_status dsc_engine_full_param(dsc_engine *e, int i, float *out) {
     if (i < 0 || i >= e->npub || !out)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_param: no tensor %d", i);
     const param *f = frozen_of(e, i);
+    if (f && !e->fdata)
+        return dsc__engine_state_io(e, DSC__STATE_FROZEN, f->off, (size_t)f->numel, out, false);
     if (f) {
         memcpy(out, e->fdata + f->off, (size_t)f->numel * sizeof(float));
         return DSC_OK;

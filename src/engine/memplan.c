@@ -142,8 +142,8 @@ static void add(int64_t *cat, int k, int64_t bytes) { cat[k] += bytes; }
 
 // The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
 static void engine_state(const mode *m, const layout *L, int64_t *h) {
-    if (m->no_host_state) { // on the device; pieces of 16 Mi elements of each kind pass through
-        add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
+    if (m->no_host_state) { // on the device, LoRA's frozen base too; pieces of 16 Mi elements of
+                            // each kind pass through
         add(h, DSC_PLAN_STAGING, (int64_t)3 * (64 << 20));
         return;
     }

@@ -689,23 +689,30 @@ static void test_split_path(void **state) {
 
 // A stand-in for the device trainer's side of the contract: the flat state in host arrays.
 typedef struct fake_device {
-    float *buf[3]; // master, m, v
-    size_t n;
+    float *buf[4]; // master, m, v, the frozen tensors (DSC__STATE_FROZEN)
+    size_t n, nfrozen;
     int reads, writes;
 } fake_device;
 
+static float *fake_at(fake_device *d, int kind, size_t off, size_t n) {
+    if (kind == DSC__STATE_FROZEN) {
+        assert_true(off + n <= d->nfrozen);
+        return d->buf[3] + off;
+    }
+    assert_true(kind >= 0 && kind < 3 && off + n <= d->n);
+    return d->buf[kind] + off;
+}
+
 static dsc_status fake_read(void *user, int kind, size_t off, size_t n, float *dst) {
     fake_device *d = user;
-    assert_true(kind >= 0 && kind < 3 && off + n <= d->n);
-    memcpy(dst, d->buf[kind] + off, n * sizeof(float));
+    memcpy(dst, fake_at(d, kind, off, n), n * sizeof(float));
     d->reads++;
     return DSC_OK;
 }
 
 static dsc_status fake_write(void *user, int kind, size_t off, size_t n, const float *src) {
     fake_device *d = user;
-    assert_true(kind >= 0 && kind < 3 && off + n <= d->n);
-    memcpy(d->buf[kind] + off, src, n * sizeof(float));
+    memcpy(fake_at(d, kind, off, n), src, n * sizeof(float));
     d->writes++;
     return DSC_OK;
 }
@@ -802,6 +809,27 @@ static void test_state_on_device(void **state) {
     dsc_engine_destroy(a);
     dsc_engine_destroy(d);
     for (int k = 0; k < 3; k++) free(fd.buf[k]);
+
+    // a frozen tensor (LoRA's base) lives there too: set through the source, read back from it
+    dsc_param_desc pf[NP + 1];
+    memcpy(pf, params, sizeof params);
+    pf[NP] = (dsc_param_desc){"base.w", 2, {5, 7}, 1, true};
+    const char *json = "{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+                       "\"params\": {\"lr\": 0.01}}}";
+    dsc_engine_opts eo = {.config_json = json, .params = pf, .nparams = NP + 1, .world_size = 1,
+                          .no_compute_copy = true, .device_grads = true, .device_state = true};
+    assert_int_equal(dsc_engine_create(&d, &eo), DSC_OK);
+    fake_device ff = {.n = dsc__engine_layout_len(d), .nfrozen = 35};
+    for (int k = 0; k < 4; k++) assert_non_null(ff.buf[k] = calloc(ff.n + 35, sizeof(float)));
+    dsc__engine_set_state_source(d, &(dsc__state_source){&ff, fake_read, fake_write});
+    assert_int_equal(dsc_params_init(d, fill_sin, NULL), DSC_OK);
+    assert_null(dsc_param_data(d, NP)); // no host copy
+    float w[35];
+    assert_int_equal(dsc_engine_full_param(d, NP, w), DSC_OK);
+    for (int k = 0; k < 35; k++) assert_true(w[k] == 0.02f * sinf((float)(7 * NP + k)));
+    assert_memory_equal(w, ff.buf[3], sizeof w);
+    dsc_engine_destroy(d);
+    for (int k = 0; k < 4; k++) free(ff.buf[k]);
     unsetenv("DSC_DEVICE_STATE");
 }
 

@@ -22,6 +22,7 @@
 #include "dsc/comm.h"           // dsc_comm_all_gather
 #include "engine/ckpt/reader.h" // struct dsc_ckpt
 #include "engine/ckpt/saver.h"  // dsc__saver
+#include "engine/device.h"      // dsc__engine_frozen_numel
 #include "engine/state.h"       // dsc__state_comm
 
 typedef struct shard_report {
@@ -181,8 +182,12 @@ static dsc_status call_validate(dsc__saver *s, const dsc_ckpt *ck, bool *ok, cha
     }
     dsc_status st = gather_live(s, b.flat);
     for (int i = 0, k = 0; i < n && st == DSC_OK; i++) {
-        if (dsc_param_frozen(s->eng, i)) {
-            b.live[i] = dsc_param_data(s->eng, i);
+        if (dsc_param_frozen(s->eng, i) && (b.live[i] = dsc_param_data(s->eng, i))) continue;
+        if (dsc_param_frozen(s->eng, i)) { // on the device: read it (as live and as loaded)
+            b.loaded[i] = malloc((size_t)dsc__engine_frozen_numel(s->eng, i) * sizeof(float));
+            if (!b.loaded[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory validating a checkpoint");
+            else st = dsc_engine_full_param(s->eng, i, b.loaded[i]);
+            b.live[i] = b.loaded[i];
             continue;
         }
         b.live[i] = b.flat + m->params[k].off;

@@ -215,7 +215,7 @@ extern "C" dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, 
 
 extern "C" dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
                                              dsc_mem_pool *pool) {
-    DSC_CUDA_ARG(s && (host || !n), "GPU state: the frozen weights are missing");
+    DSC_CUDA_ARG(s != NULL, "GPU state: no state for the frozen weights");
     if (!s->frozen16) {
         DSC_TRY(dsc__cuda_buf_alloc(&s->frozen_buf, pool, n * 2, "gpu.frozen_weights"));
         s->frozen16 = (uint16_t *)s->frozen_buf.ptr;
@@ -223,6 +223,7 @@ extern "C" dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *hos
     }
     DSC_CUDA_ARG(n == s->nfrozen, "GPU state: %zu frozen weights, the device holds %zu", n,
                  s->nfrozen);
+    if (!host) return DSC_OK; // their values come later (dsc__cuda_state_io, DSC__STATE_FROZEN)
     // converted on the host in pieces (exact: the values are 16-bit already)
     const size_t CHUNK = (size_t)1 << 24;
     uint16_t *buf = (uint16_t *)malloc((n < CHUNK ? n : CHUNK) * 2 + 2);
@@ -340,8 +341,37 @@ static dsc_status stage(dsc_cuda_state *s, float *host, uint16_t *dev16, bool up
     return dev16 && host ? stage_range(s, host, dev16, s->n, up) : DSC_OK;
 }
 
+// LoRA's frozen weights (kind -1): converted on the host, as dsc__cuda_state_frozen does.
+static dsc_status frozen_io(dsc_cuda_state *s, size_t off, size_t n, float *host, bool up) {
+    DSC_CUDA_ARG(s->frozen16 && off + n <= s->nfrozen, "GPU state: no frozen range [%zu, +%zu) "
+                 "in %zu frozen weights", off, n, s->nfrozen);
+    const size_t CHUNK = (size_t)1 << 24;
+    uint16_t *buf = (uint16_t *)malloc((n < CHUNK ? n : CHUNK) * 2 + 2);
+    if (!buf) return dsc__fail(DSC_ERR_OOM, "GPU state: out of host memory for the frozen weights");
+    cudaStream_t st = (cudaStream_t)s->stream;
+    dsc_status rc = DSC_OK;
+    for (size_t at = 0; at < n && rc == DSC_OK; at += CHUNK) {
+        size_t c = n - at < CHUNK ? n - at : CHUNK;
+        if (up) {
+            if (s->fp16) dsc_fp32_to_fp16_n(buf, host + at, c);
+            else dsc_fp32_to_bf16_n(buf, host + at, c);
+            rc = copy(s->frozen16 + off + at, buf, c * 2, cudaMemcpyHostToDevice, st);
+        } else {
+            rc = copy(buf, s->frozen16 + off + at, c * 2, cudaMemcpyDeviceToHost, st);
+        }
+        cudaError_t e = cudaStreamSynchronize(st); // buf is reused (and pageable)
+        if (rc == DSC_OK && e != cudaSuccess)
+            rc = dsc__cuda_fail(e, "GPU state: the frozen weights", __FILE__, __LINE__);
+        for (size_t k = 0; !up && rc == DSC_OK && k < c; k++)
+            host[at + k] = s->fp16 ? dsc_fp16_to_fp32(buf[k]) : dsc_bf16_to_fp32(buf[k]);
+    }
+    free(buf);
+    return rc;
+}
+
 extern "C" dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n,
                                          float *host, bool up) {
+    if (kind == -1) return frozen_io(s, off, n, host, up);
     DSC_CUDA_ARG(!s->offload && s->nstate == s->n && off + n <= s->n && kind >= 0 && kind <= 2,
                  "GPU state: no range [%zu, +%zu) of kind %d in a device state of %zu elements",
                  off, n, kind, s->n);

@@ -161,8 +161,8 @@ dsc_status dsc__cuda_state_upload_dp(dsc_cuda_state *s, const float *weights, co
 // NULL skips one). Waits.
 dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m, float *v);
 
-// Device mode on one GPU (nstate == n): n fp32 host values of kind (0 master, 1 m, 2 v) at
-// element off, to the device (up; the master's 16-bit copy of them made too, bf16 state rounded
+// Device mode on one GPU (nstate == n): n fp32 host values of kind (0 master, 1 m, 2 v; -1
+// the frozen weights, at their own offset, in the compute type) at element off, to the device (up; the master's 16-bit copy of them made too, bf16 state rounded
 // to nearest even) or from it (bf16 widened exactly). bf16 values pass through the gradient
 // scratch, which holds no gradients between steps and is zero after. Waits.
 dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n, float *host,
@@ -171,7 +171,8 @@ dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n,
 dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s);
 // The frozen tensors' values (host, n fp32 elements already rounded to the compute type: the
 // engine's frozen store) into s->frozen16 in the state's 16-bit type (set_fp16 first), taken from
-// pool (tag "gpu.frozen_weights") on the first call.
+// pool (tag "gpu.frozen_weights") on the first call. host NULL: only the buffer (the values come
+// through dsc__cuda_state_io).
 dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
                                   dsc_mem_pool *pool);
 
