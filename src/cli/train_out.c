@@ -4,7 +4,8 @@
 
 #include <math.h>   // isnan, isfinite
 #include <stdlib.h> // calloc, malloc, free
-#include <string.h> // strlen, strcmp
+#include <stdio.h>  // snprintf
+#include <string.h> // strlen, strcmp, memcpy
 
 #include "dsc/base.h"        // dsc_now
 #include "dsc/generate.h"    // dsc_generate
@@ -19,38 +20,93 @@ const char *train__tensor_name(const trainer *t, int i) {
     return t->peft_names ? t->peft_names[i] : dsc_model_param_get(t->model, i)->name;
 }
 
+// A dump file of the trainable tensors (HF or PEFT names; ts[0 .. n) with data NULL, read by
+// get one at a time as the file is written, so that no rank holds more than one tensor), then
+// ts[n .. n + extra) as they are. A collective at ZeRO stages 1-3 (get gathers): every rank reads
+// every tensor in the same order and rank 0 writes; a rank 0 whose write fails reads the rest
+// still, so that no rank waits alone.
+typedef dsc_status (*dump_get_fn)(dsc_engine *eng, int i, float *out);
+typedef struct dump_ctx {
+    trainer *t;
+    dump_get_fn get;
+    const int *idx;         // (n) model tensor of each streamed entry
+    const dsc_st_tensor *ts;
+    int n, done;            // done: entries read so far
+    bool get_failed;
+} dump_ctx;
+
+static dsc_status dump_fill(void *user, int k, void *dst, size_t nbytes) {
+    dump_ctx *c = user;
+    if (k >= c->n) {
+        memcpy(dst, c->ts[k].data, nbytes);
+        return DSC_OK;
+    }
+    c->done = k + 1;
+    dsc_status st = c->get(c->t->eng, c->idx[k], dst);
+    c->get_failed = st != DSC_OK;
+    return st;
+}
+
+// Reads entries [from, n) into a scratch and drops them (ranks other than 0, and rank 0 after a
+// failed write).
+static dsc_status dump_drain(dump_ctx *c, int from) {
+    dsc_status st = DSC_OK;
+    for (int k = from; k < c->n && st == DSC_OK; k++) {
+        float *tmp = malloc(c->ts[k].nbytes ? c->ts[k].nbytes : 1);
+        st = tmp ? c->get(c->t->eng, c->idx[k], tmp) : dsc_fail(DSC_ERR_OOM, "out of memory");
+        free(tmp);
+    }
+    return st;
+}
+
+static dsc_status write_dump(trainer *t, const char *path, dump_get_fn get, dsc_st_tensor *ts,
+                             const int *idx, int n, int extra, const char *const *meta,
+                             int nmeta) {
+    dump_ctx c = {t, get, idx, ts, n, 0, false};
+    if (t->rank != 0) return dump_drain(&c, 0);
+    dsc_status st = dsc_st_write_stream(path, ts, n + extra, meta, nmeta, dump_fill, &c);
+    if (st != DSC_OK && !c.get_failed) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dsc_last_error());
+        dump_drain(&c, c.done);
+        st = dsc_fail(st, "%s", why);
+    }
+    return st;
+}
+
+// The trainable tensors as a dump lists them: ts[k] (name, shape, no data) and idx[k] its model
+// tensor; returns k. ts and idx hold t->ntensors (+ 2) entries.
+static int dump_tensors(const trainer *t, dsc_st_tensor *ts, int *idx) {
+    int k = 0; // a LoRA run's trainable ones only, under PEFT's names
+    for (int i = 0; i < t->ntensors; i++) {
+        const dsc_model_param *info = dsc_model_param_get(t->model, i);
+        if (info->frozen) continue;
+        ts[k] = (dsc_st_tensor){.name = train__tensor_name(t, i), .dtype = "F32",
+                                .ndim = info->ndim, .nbytes = (size_t)info->numel * 4};
+        for (int d = 0; d < info->ndim; d++) ts[k].shape[d] = info->shape[d];
+        idx[k++] = i;
+    }
+    return k;
+}
+
 dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     trainer *t = user;
-    int n = t->ntensors;
+    (void)eng; // t->eng
     int64_t rows = (int64_t)t->gas * t->world * t->B;
     size_t ntok = (size_t)rows * t->T;
-    dsc_st_tensor *ts = calloc((size_t)n + 2, sizeof *ts);
-    float **copies = calloc((size_t)n, sizeof *copies);
+    dsc_st_tensor *ts = calloc((size_t)t->ntensors + 2, sizeof *ts);
+    int *idx = calloc((size_t)t->ntensors + 1, sizeof *idx);
     int32_t *in = malloc(ntok * sizeof *in), *tg = malloc(ntok * sizeof *tg);
     dsc_status st = DSC_OK;
-    if (!ts || !copies || !in || !tg) {
+    if (!ts || !idx || !in || !tg) {
         st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
         goto done;
     }
-    int k = 0; // tensors written: a LoRA run's trainable ones only, under PEFT's names
-    for (int i = 0; i < n && st == DSC_OK; i++) {
-        const dsc_model_param *info = dsc_model_param_get(t->model, i);
-        if (info->frozen) continue;
-        copies[k] = malloc((size_t)info->numel * sizeof(float));
-        if (!copies[k]) st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
-        else st = dsc_engine_full_grad(eng, i, copies[k]);
-        ts[k] = (dsc_st_tensor){.name = train__tensor_name(t, i), .dtype = "F32",
-                                .ndim = info->ndim, .data = copies[k],
-                                .nbytes = (size_t)info->numel * 4};
-        for (int d = 0; d < info->ndim; d++) ts[k].shape[d] = info->shape[d];
-        k++;
-    }
-    if (st != DSC_OK || t->rank != 0) goto done;
+    int k = dump_tensors(t, ts, idx);
     // The global batch of step 1, in (micro-step, rank, sample) order: the loader is
     // deterministic by global sample index, so rank 0 reads every rank's share itself.
-    for (int64_t r = 0; r < (int64_t)t->gas * t->world && st == DSC_OK; r++)
+    for (int64_t r = 0; t->rank == 0 && r < (int64_t)t->gas * t->world && st == DSC_OK; r++)
         st = dsc_loader_get(t->train, r * t->B, t->B, in + r * t->B * t->T, tg + r * t->B * t->T);
-    if (st != DSC_OK) goto done;
     ts[k] = (dsc_st_tensor){"inputs", "I32", 2, {rows, t->T}, in, ntok * 4};
     ts[k + 1] = (dsc_st_tensor){"targets", "I32", 2, {rows, t->T}, tg, ntok * 4};
     char sloss[64], sgas[32], sworld[32];
@@ -60,11 +116,12 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     const char *meta[] = {"loss", sloss, "step", "1", "model", t->o->model,
                           "gradient_accumulation_steps", sgas, "world_size", sworld,
                           "format", "dsc-dump-grads-1"};
-    st = dsc_st_write(t->o->dump_grads, ts, k + 2, meta, 6);
+    // (a loader failure on rank 0 still lets the gathers run on every rank)
+    dsc_status w = write_dump(t, t->o->dump_grads, dsc_engine_full_grad, ts, idx, k, 2, meta, 6);
+    if (st == DSC_OK) st = w;
 done:
-    for (int i = 0; copies && i < n; i++) free(copies[i]);
-    free(copies);
     free(ts);
+    free(idx);
     free(in);
     free(tg);
     return st;
@@ -167,32 +224,22 @@ static void print_progress(const trainer *t, const dsc_step_info *si, double los
 // --dump-weights: the final fp32 master weights with Hugging Face names (a collective at ZeRO
 // stages 1-3; rank 0 writes), to compare runs bit for bit.
 dsc_status train__dump_weights(trainer *t) {
-    int n = t->ntensors;
-    dsc_st_tensor *ts = calloc((size_t)n, sizeof *ts);
-    float **vals = calloc((size_t)n, sizeof *vals);
-    dsc_status st = ts && vals ? DSC_OK : dsc_fail(DSC_ERR_OOM, "out of memory");
-    int k = 0; // a LoRA run writes its adapters (and modules_to_save) as PEFT names them
-    for (int i = 0; i < n && st == DSC_OK; i++) {
-        const dsc_model_param *info = dsc_model_param_get(t->model, i);
-        if (info->frozen) continue;
-        vals[k] = malloc((size_t)info->numel * sizeof(float));
-        st = vals[k] ? dsc_engine_full_param(t->eng, i, vals[k]) : dsc_fail(DSC_ERR_OOM, "out of memory");
-        ts[k] = (dsc_st_tensor){.name = train__tensor_name(t, i), .dtype = "F32",
-                                .ndim = info->ndim, .data = vals[k],
-                                .nbytes = (size_t)info->numel * 4};
-        for (int d = 0; d < info->ndim; d++) ts[k].shape[d] = info->shape[d];
-        k++;
+    dsc_st_tensor *ts = calloc((size_t)t->ntensors + 1, sizeof *ts);
+    int *idx = calloc((size_t)t->ntensors + 1, sizeof *idx);
+    if (!ts || !idx) {
+        free(ts);
+        free(idx);
+        return dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_weights);
     }
-    n = k;
+    int n = dump_tensors(t, ts, idx); // a LoRA run: its adapters (and modules_to_save)
     char steps[32], world[32];
     snprintf(steps, sizeof steps, "%lld", (long long)dsc_engine_global_steps(t->eng));
     snprintf(world, sizeof world, "%d", t->world);
     // "format": "pt", as `dsc ckpt export` writes: Hugging Face's loaders refuse any other value.
     const char *meta[] = {"format", "pt", "global_steps", steps, "world_size", world};
-    if (st == DSC_OK && t->rank == 0) st = dsc_st_write(t->o->dump_weights, ts, n, meta, 3);
-    for (int i = 0; vals && i < n; i++) free(vals[i]);
-    free(vals);
+    dsc_status st = write_dump(t, t->o->dump_weights, dsc_engine_full_param, ts, idx, n, 0, meta, 3);
     free(ts);
+    free(idx);
     return st;
 }
 

@@ -322,6 +322,9 @@ dsc_status dsc__engine_observe_grads_in(dsc_engine *e, float *grads) {
     if (e->acc || e->world != 1)
         return dsc__fail(DSC_ERR_INTERNAL, "--dump-grads: the engine has its own gradient "
                          "buffers (dsc__engine_observe_host_grads reads them; a bug: report it)");
+    if (!grads && !e->dev_state)
+        return dsc__fail(DSC_ERR_INTERNAL, "--dump-grads: no gradients to read (the state is not "
+                         "on the device; a bug: report it)");
     e->acc = grads; // what dsc__zero_full_grad reads, for the observer's call only
     dsc_status st = observe(e);
     e->acc = NULL;

@@ -54,7 +54,9 @@ bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device);
 // type: written rounded to it, read widened exactly). Both are
 // done when they return. The device trainer registers it at its creation (user: the trainer);
 // until then the engine's readers and writers of the state fail, naming the order to call in.
-enum { DSC__STATE_FROZEN = -1 }; // the kind of the frozen tensors (offsets in their own store)
+// Two more kinds: the frozen tensors (offsets in their own store), and the step's accumulated
+// gradients (flat offsets, carrying the loss scale; read only, between the backward and the step).
+enum { DSC__STATE_FROZEN = -1, DSC__STATE_GRAD = -2 };
 typedef struct dsc__state_source {
     void *user;
     dsc_status (*read)(void *user, int kind, size_t off, size_t n, float *dst);
@@ -186,7 +188,8 @@ dsc_status dsc__engine_observe_device_grads(dsc_engine *e);
 dsc_status dsc__engine_observe_host_grads(dsc_engine *e);
 // The same for an engine without gradient buffers (dsc__engine_grads_streamed): grads holds the
 // step's accumulated gradients in the flat layout (total elements, carrying the loss scale) for
-// the observer's reads; the engine keeps no pointer to it after.
+// the observer's reads; the engine keeps no pointer to it after. grads NULL with the state on the
+// device: the observer's reads come from there, one tensor at a time (DSC__STATE_GRAD).
 dsc_status dsc__engine_observe_grads_in(dsc_engine *e, float *grads);
 
 // ---- one step routine for host and device ----

@@ -498,6 +498,12 @@ dsc_status dsc_engine_full_grad(dsc_engine *e, int i, float *out) {
     if (frozen_of(e, i))
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_grad: tensor %d (%s) is frozen and "
                          "has no gradient", i, frozen_of(e, i)->name);
+    if (e->dev_state && !e->acc) { // read from the device, scaled as dsc__zero_full_grad does
+        const param *p = &e->params[e->pub[i]];
+        DSC_TRY(dsc__engine_state_io(e, DSC__STATE_GRAD, p->off, (size_t)p->numel, out, false));
+        for (int64_t k = 0; k < p->numel; k++) out[k] = (float)(out[k] * e->observer_inv_scale);
+        return DSC_OK;
+    }
     return dsc__zero_full_grad(e, e->pub[i], out, e->observer_inv_scale);
 }
 

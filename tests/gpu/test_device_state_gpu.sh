@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # DSC_DEVICE_STATE=1: one GPU with the optimizer on it keeps no host copy of the master weights
-# and moments: the initial weights go to the device in pieces, checkpoints are written from it
-# and loaded into it piece by piece, --dump-weights and exports read it tensor by tensor. Against
-# the same runs with the host copy (the default, DSC_DEVICE_STATE=0), for GPT-2 and Llama in bf16
-# (fp32 master), with the bf16 master keys, in fp16 and with LoRA: the metrics, the checkpoints'
-# shards and --dump-weights are bit for bit the same; a resume from the device's checkpoint
-# continues bit for bit; weights from a file (--init-weights) start the same run. The banner and
-# the memory plan say where the state is. Exit 77 (skipped) when no CUDA device is usable.
+# and moments (nor LoRA's frozen base): the initial weights go to the device in pieces,
+# checkpoints are written from it and loaded into it piece by piece, --dump-weights, --dump-grads
+# and exports read it tensor by tensor. Against the same runs with the host copy (the default,
+# DSC_DEVICE_STATE=0), for GPT-2 and Llama in bf16 (fp32 master), with the bf16 master keys, in
+# fp16 and with LoRA: the metrics, the checkpoints' shards, --dump-weights and --dump-grads are
+# bit for bit the same; a resume from the device's checkpoint continues bit for bit; weights from
+# a file (--init-weights) start the same run. The banner and the memory plan say where the state
+# is. Exit 77 (skipped) when no CUDA device is usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}
@@ -43,6 +44,14 @@ done
 check "the banner says the host keeps no copy" -- grep -q "no host copy: checkpoints read it from the device" "$T/llama-d2_bf16_dev.log"
 check "... and the plan too" -- grep -q "no host copy of master or moments" "$T/llama-d2_bf16_dev.log"
 check "without it the host keeps one" -- grep -q "host mirror of master and moments" "$T/llama-d2_bf16_host.log"
+
+# --dump-grads reads the device's gradients tensor by tensor: the same file
+for c in bf16 m16 lora; do
+    for s in 0 1; do
+        DSC_DEVICE_STATE=$s MODEL=llama-d2 run_one "g_${c}_$s" cuda "$T/$c.json" 1 --dump-grads "$T/g_${c}_$s.safetensors"
+    done
+    check "$c: --dump-grads bitwise with and without the host copy" -- cmp "$T/g_${c}_0.safetensors" "$T/g_${c}_1.safetensors"
+done
 
 # resume from the device's step-5 checkpoint: steps 6-10 and the final weights as the whole run
 for c in bf16 m16; do

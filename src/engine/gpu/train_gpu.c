@@ -702,6 +702,8 @@ static dsc_status observe_grads(train_gpu *g) {
     if (!dsc__engine_grads_observed(g->eng)) return DSC_OK;
     size_t len;
     float *acc = dsc__engine_grad_acc(g->eng, &len);
+    if (!acc && dsc_engine_state_on_device(g->eng)) // read tensor by tensor from here
+        return dsc__engine_observe_grads_in(g->eng, NULL);
     if (!acc) { // the engine keeps no gradients (dsc__engine_keeps_no_grads): a temporary copy
         float *tmp = malloc(g->st->n * sizeof *tmp);
         if (!tmp)

@@ -372,6 +372,15 @@ static dsc_status frozen_io(dsc_cuda_state *s, size_t off, size_t n, float *host
 extern "C" dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n,
                                          float *host, bool up) {
     if (kind == -1) return frozen_io(s, off, n, host, up);
+    if (kind == -2) { // the accumulated gradients, read only (bf16 ones widened)
+        DSC_CUDA_ARG(!up && off + n <= s->n, "GPU state: no gradient range [%zu, +%zu) to read",
+                     off, n);
+        if (s->master16) DSC_TRY(stage_range(s, host, s->g16 + off, n, false));
+        else DSC_TRY(copy(host, s->grad + off, n * 4, cudaMemcpyDeviceToHost,
+                          (cudaStream_t)s->stream));
+        DSC_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)s->stream));
+        return DSC_OK;
+    }
     DSC_CUDA_ARG(!s->offload && s->nstate == s->n && off + n <= s->n && kind >= 0 && kind <= 2,
                  "GPU state: no range [%zu, +%zu) of kind %d in a device state of %zu elements",
                  off, n, kind, s->n);
