@@ -186,6 +186,15 @@ void train__sample_text(trainer *t) {
                     "(or --model hf:BASE --adapter DIR) generates with the adapters merged\n");
         return;
     }
+    if (dsc_engine_state_on_device(t->eng)) { // a host decoder would copy every weight here
+        if (t->rank == 0)
+            fprintf(stderr, "note: no text sample: the weights live on the GPU only "
+                    "(DSC_DEVICE_STATE=1), and the host's decoder would copy all of them (%.1f "
+                    "GiB); dsc generate --checkpoint CKPT --device cuda generates from a "
+                    "checkpoint\n", (double)dsc_model_describe(t->model)->num_params * 4 /
+                    (double)(1u << 30));
+        return;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     if (dsc_tokenizer_encode(t->tok, t->o->prompt, strlen(t->o->prompt), &ids, &n) != DSC_OK || !n)

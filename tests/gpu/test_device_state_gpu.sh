@@ -43,6 +43,8 @@ for run in d2:bf16 llama-d2:bf16 llama-d2:m16 llama-d2:fp16 llama-d2:lora; do
 done
 check "the banner says the host keeps no copy" -- grep -q "no host copy: checkpoints read it from the device" "$T/llama-d2_bf16_dev.log"
 check "... and the plan too" -- grep -q "no host copy of master or moments" "$T/llama-d2_bf16_dev.log"
+DSC_DEVICE_STATE=1 MODEL=llama-d2 run_one sample cuda "$T/bf16.json" 1 --sample-tokens 8
+check "no closing sample from the device's weights, and a note says how to generate" -- grep -q "no text sample: the weights live on the GPU only" "$T/sample.log"
 check "without it the host keeps one" -- grep -q "host mirror of master and moments" "$T/llama-d2_bf16_host.log"
 
 # --dump-grads reads the device's gradients tensor by tensor: the same file
