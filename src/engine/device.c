@@ -172,10 +172,6 @@ const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len) {
     return e->nfrozen ? e->fdata : NULL;
 }
 
-int64_t dsc__engine_frozen_numel(const dsc_engine *e, int i) {
-    return e->pub[i] < 0 ? e->frozen[-1 - e->pub[i]].numel : 0;
-}
-
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i) {
     return e->pub[i] < 0 ? e->frozen[-1 - e->pub[i]].off : SIZE_MAX;
 }
@@ -339,9 +335,8 @@ bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device) {
 }
 
 bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device) {
-    const char *keep = dsc__env(DSC_ENV_DEVICE_STATE);
     return dsc__engine_keeps_no_grads(c, world, device) &&
-           !dsc__engine_grads_streamed(c, world, device) && keep && !strcmp(keep, "1");
+           !dsc__engine_grads_streamed(c, world, device) && dsc__env_is(DSC_ENV_DEVICE_STATE, "1");
 }
 
 void dsc__engine_set_state_source(dsc_engine *e, const dsc__state_source *src) {

@@ -87,7 +87,6 @@ size_t dsc__engine_param_offset(const dsc_engine *e, int i);
 // store is NULL and *len its size: the device keeps them (DSC__STATE_FROZEN).
 const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len);
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i);
-int64_t dsc__engine_frozen_numel(const dsc_engine *e, int i); // 0 for a trained tensor
 // The fp16 loss scale the next backward carries (1 without fp16).
 double dsc__engine_loss_scale(const dsc_engine *e);
 // The master weights were written from outside (device -> host): refresh the compute copy.

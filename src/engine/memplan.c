@@ -134,7 +134,8 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
     m.no_host_grads = dsc__engine_keeps_no_grads(c, in->world, in->device);
     m.no_host_state = dsc__engine_keeps_no_state(c, in->world, in->device);
-    if (m.no_host_state) m.ckpt_async = false; // written in line from the device (save.c)
+    if (m.no_host_state) // written in line from the device (save.c), validated tensor by tensor
+        m.ckpt_async = m.ckpt_validate = false; // (publish.c): no whole copy either way
     return m;
 }
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The memory plan on a GPU: for llama-3.2-1B at T 2048 (DSC_PLAN_MODEL, DSC_PLAN_T to change),
-# GPU-resident, ZeRO-Offload and ZeRO-3 with offload_param, the plan's device bytes (the banner)
-# are within 10% of the device memory the run used (the largest gpu_device_used of metrics.jsonl
-# less what the device used before the run), and its host bytes within 10% of the peak resident
-# size. A run whose plan exceeds the device is refused before it allocates, naming both numbers
-# and a setting that would fit. Exit 77 (skipped) when no CUDA device is usable.
+# GPU-resident (with and without DSC_DEVICE_STATE=1), ZeRO-Offload and ZeRO-3 with
+# offload_param, the plan's device bytes (the banner) are within 10% of the device memory the run
+# used (the largest gpu_device_used of metrics.jsonl less what the device used before the run),
+# and its host bytes within 10% of the peak resident size. A run whose plan exceeds the device is
+# refused before it allocates, naming both numbers and a setting that would fit. Exit 77
+# (skipped) when no CUDA device is usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}
@@ -53,6 +54,9 @@ print(max(used) - $used0 * 2**20)")
 }
 
 check "GPU-resident: plan within 10% of the peaks" -- run_mode resident "$T/resident.json"
+export DSC_DEVICE_STATE=1 # the host keeps no copy of master or moments: runtime and staging only
+check "GPU-resident, DSC_DEVICE_STATE=1: plan within 10% of the peaks" -- run_mode nohost "$T/resident.json"
+unset DSC_DEVICE_STATE
 check "ZeRO-Offload: plan within 10% of the peaks" -- run_mode offload "$T/offload.json"
 check "ZeRO-3 + offload_param: plan within 10% of the peaks" -- run_mode param "$T/param.json"
 sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/param.json" >"$T/plean.json"

@@ -692,6 +692,7 @@ typedef struct fake_device {
     float *buf[4]; // master, m, v, the frozen tensors (DSC__STATE_FROZEN)
     size_t n, nfrozen;
     int reads, writes;
+    int corrupt_from; // > 0: reads from this one on come back with their first value changed
 } fake_device;
 
 static float *fake_at(fake_device *d, int kind, size_t off, size_t n) {
@@ -706,7 +707,8 @@ static float *fake_at(fake_device *d, int kind, size_t off, size_t n) {
 static dsc_status fake_read(void *user, int kind, size_t off, size_t n, float *dst) {
     fake_device *d = user;
     memcpy(dst, fake_at(d, kind, off, n), n * sizeof(float));
-    d->reads++;
+    if (d->corrupt_from && ++d->reads >= d->corrupt_from) dst[0] += 1.0f;
+    else if (!d->corrupt_from) d->reads++;
     return DSC_OK;
 }
 
@@ -806,6 +808,16 @@ static void test_state_on_device(void **state) {
     }
     dsc_ckpt_close(c1);
     dsc_ckpt_close(c2);
+    // validation compares each tensor read back with the device's: a device that answers
+    // otherwise after the shard was written (its 9 reads: 3 kinds x 3 groups) fails it
+    char dbad[600];
+    path_of(dbad, sizeof dbad, "dev_bad");
+    fd.corrupt_from = fd.reads + 10;
+    assert_int_equal(dsc_checkpointing_start(d, dbad, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(d, "t"), DSC_ERR_CORRUPT);
+    assert_non_null(strstr(dsc_last_error(), "read back differs from the saved state"));
+    dsc_checkpointing_stop(d, false);
+    fd.corrupt_from = 0;
     dsc_engine_destroy(a);
     dsc_engine_destroy(d);
     for (int k = 0; k < 3; k++) free(fd.buf[k]);
@@ -876,6 +888,68 @@ static void test_shard_write_pull(void **state) {
     unlink(a), unlink(b);
 }
 
+// The same across piece boundaries: a tensor of more than 16 Mi elements goes to the device,
+// into a shard (64 MiB pieces) and back (16 Mi-element pieces) in several pieces each.
+static void test_state_on_device_pieces(void **state) {
+    const int64_t BIG = ((int64_t)17 << 20) + 5;
+    dsc_param_desc pb[2] = {{"big", 1, {BIG}, 0, false}, {"small", 2, {3, 5}, 1, false}};
+    const char *json = "{\"train_batch_size\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+                       "\"params\": {\"lr\": 0.01}}, \"checkpoint\": {\"async\": false}}";
+    dsc_engine *h = NULL, *d = NULL;
+    dsc_engine_opts ho = {.config_json = json, .params = pb, .nparams = 2, .world_size = 1,
+                          .init_in_place = true};
+    assert_int_equal(dsc_engine_create(&h, &ho), DSC_OK);
+    assert_int_equal(dsc_params_init(h, fill_sin, NULL), DSC_OK);
+    setenv("DSC_DEVICE_STATE", "1", 1);
+    dsc_engine_opts dopt = {.config_json = json, .params = pb, .nparams = 2, .world_size = 1,
+                            .no_compute_copy = true, .device_grads = true, .device_state = true};
+    assert_int_equal(dsc_engine_create(&d, &dopt), DSC_OK);
+    unsetenv("DSC_DEVICE_STATE");
+    fake_device fd = {.n = dsc__engine_layout_len(d)};
+    for (int k = 0; k < 3; k++) assert_non_null(fd.buf[k] = calloc(fd.n, sizeof(float)));
+    dsc__engine_set_state_source(d, &(dsc__state_source){&fd, fake_read, fake_write});
+    assert_int_equal(dsc_params_init(d, fill_sin, NULL), DSC_OK);
+    assert_true(fd.writes >= 3); // two pieces of the big group, one of the small
+    float *x = malloc((size_t)BIG * 4), *y = malloc((size_t)BIG * 4);
+    assert_non_null(x), assert_non_null(y);
+    assert_int_equal(dsc_engine_full_param(h, 0, x), DSC_OK);
+    assert_int_equal(dsc_engine_full_param(d, 0, y), DSC_OK);
+    assert_memory_equal(x, y, (size_t)BIG * 4);
+    // moments that differ from element to element, then saved from the device and loaded into
+    // the host engine (and back): the same bits everywhere
+    for (int i = 0; i < 2; i++) { // (the padding between tensors stays zero, as a step keeps it)
+        size_t off = dsc__engine_param_offset(d, i), n = (size_t)(i ? 15 : BIG);
+        for (size_t k = off; k < off + n; k++)
+            fd.buf[1][k] = (float)k * 1e-7f, fd.buf[2][k] = (float)(k % 977);
+    }
+    char dd[600], dh[600];
+    path_of(dd, sizeof dd, "pieces_dev");
+    path_of(dh, sizeof dh, "pieces_host");
+    dsc_ckpt_opts o = sync_opts(); // validated: tensor by tensor, the big one in pieces
+    assert_int_equal(dsc_checkpointing_start(d, dd, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(d, "p"), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(d, true), DSC_OK);
+    assert_int_equal(dsc_load_checkpoint(h, dd, "p", NULL, 0), DSC_OK);
+    assert_int_equal(dsc_checkpointing_start(h, dh, &o), DSC_OK);
+    assert_int_equal(dsc_save_checkpoint(h, "p"), DSC_OK);
+    assert_int_equal(dsc_checkpointing_stop(h, true), DSC_OK);
+    float *saved[3];
+    for (int k = 0; k < 3; k++) {
+        saved[k] = malloc(fd.n * sizeof(float));
+        memcpy(saved[k], fd.buf[k], fd.n * sizeof(float));
+        memset(fd.buf[k], 0, fd.n * sizeof(float));
+    }
+    assert_int_equal(dsc_load_checkpoint(d, dh, "p", NULL, 0), DSC_OK);
+    for (int k = 0; k < 3; k++) {
+        assert_memory_equal(saved[k], fd.buf[k], fd.n * sizeof(float));
+        free(saved[k]);
+    }
+    free(x), free(y);
+    dsc_engine_destroy(h);
+    dsc_engine_destroy(d);
+    for (int k = 0; k < 3; k++) free(fd.buf[k]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifest_roundtrip_and_tamper),
@@ -891,6 +965,7 @@ int main(void) {
         cmocka_unit_test(test_attachments_and_export_hf),
         cmocka_unit_test(test_split_path),
         cmocka_unit_test(test_state_on_device),
+        cmocka_unit_test(test_state_on_device_pieces),
         cmocka_unit_test(test_shard_write_pull),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

@@ -233,7 +233,12 @@ dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const 
     else dsc_ckpt_opts_from_config(dsc_engine_config(eng), &s->o);
     // The state on a device: a snapshot would be a whole host copy of it; the shard is written
     // in line from the device, piece by piece, instead.
-    if (!dsc__state_on_host(eng)) s->o.async = false;
+    if (!dsc__state_on_host(eng) && s->o.async) {
+        s->o.async = false;
+        DSC_INFO("ckpt", "checkpoint.async: the training state lives on the device "
+                 "(DSC_DEVICE_STATE=1), so each save is written in line from it, piece by piece "
+                 "(a host snapshot would be a whole copy of it)");
+    }
     s->last_save_time = dsc_now();
     s->last_save_step = -1;
     // A test hook (docs/checkpoint-format.md): a slow disk, so that a test can fault a rank while a
