@@ -60,6 +60,7 @@ typedef struct dsc_memplan_input {
     bool nccl;                     // several GPUs reduce through nccl (DSC_COMM_BACKEND=nccl)
     bool init_in_place;            // initial weights read from a file into each partition
     bool checkpoints;              // a checkpoint writer runs (--save-dir or a checkpoint key)
+    bool device_state;             // plan as if DSC_DEVICE_STATE=1 were set (the advice tries it)
     dsc_plan_act_fn act;           // NULL: no activations counted
     void *act_user;
     dsc_plan_act_fn act_host;      // a GPU run's activations kept on the host (cpu_checkpointing;

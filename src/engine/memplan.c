@@ -133,7 +133,8 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     m.ckpt_validate = c->checkpoint.validate;
     m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
     m.no_host_grads = dsc__engine_keeps_no_grads(c, in->world, in->device);
-    m.no_host_state = dsc__engine_keeps_no_state(c, in->world, in->device);
+    m.no_host_state = dsc__engine_keeps_no_state(c, in->world, in->device) ||
+                      (in->device_state && m.no_host_grads && !m.grads_streamed);
     if (m.no_host_state) // written in line from the device (save.c), validated tensor by tensor
         m.ckpt_async = m.ckpt_validate = false; // (publish.c): no whole copy either way
     return m;
@@ -141,11 +142,24 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
 
 static void add(int64_t *cat, int k, int64_t bytes) { cat[k] += bytes; }
 
+// The state on the device (DSC_DEVICE_STATE=1): the largest of the pieces that pass through the
+// host, one at a time: the initial weights' (engine.c), the shard writer's (ckpt/shard.c), a
+// load's of every kind (ckpt/load.c) and validation's two (ckpt/publish.c).
+static int64_t device_state_pieces(const mode *m, const layout *L) {
+    const int64_t piece = (int64_t)16 << 20, nk = m->adam ? 3 : 2;
+    int64_t big = L->total > L->frozen ? L->total : L->frozen;
+    int64_t init = (big < piece ? big : piece) * 4;
+    int64_t write = L->part * nk * 4 < 4 * piece ? L->part * nk * 4 : 4 * piece;
+    int64_t group = L->maxgroup < piece ? L->maxgroup : piece;
+    int64_t most = init > write ? init : write;
+    if (group * nk * 4 > most) most = group * nk * 4;
+    return most > group * 2 * 4 ? most : group * 2 * 4;
+}
+
 // The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
 static void engine_state(const mode *m, const layout *L, int64_t *h) {
-    if (m->no_host_state) { // on the device, LoRA's frozen base too; pieces of 16 Mi elements of
-                            // each kind pass through
-        add(h, DSC_PLAN_STAGING, (int64_t)3 * (64 << 20));
+    if (m->no_host_state) { // on the device, LoRA's frozen base too: only pieces pass through
+        add(h, DSC_PLAN_STAGING, device_state_pieces(m, L));
         return;
     }
     // fp32 training and bf16 master weights keep the master in the compute buffer (zero.c)
@@ -392,6 +406,16 @@ static void alt_offload(const dsc_memplan_input *in, const dsc_config *base, adv
     }
 }
 
+// One GPU with the optimizer on it: no host copy of master and moments (DSC_DEVICE_STATE=1).
+static void alt_device_state(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
+    mode m = mode_of(in, base);
+    if (!m.no_host_grads || m.grads_streamed || m.no_host_state) return;
+    dsc_memplan_input alt = *in;
+    alt.device_state = true;
+    try_alt(&alt, base, in->world, "DSC_DEVICE_STATE=1 in the environment (the GPU keeps master "
+            "and moments, the host no copy)", a);
+}
+
 // bf16 training on the CPU or with the optimizer on one GPU: the bf16 weights as the master (and
 // bf16 moments), DeepSpeed's keys.
 static void alt_bf16_master(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
@@ -486,6 +510,7 @@ dsc_status dsc_memplan_check(const dsc_memplan_input *in, const dsc_memplan *p) 
     if (dev) snprintf(what + n, sizeof what - (size_t)n, "%sneeds %s of device memory, %s free",
                       host ? "; " : "", dneed, dhave);
     advice a = {.text = ""};
+    alt_device_state(in, in->config, &a);
     alt_offload(in, in->config, &a);
     alt_bf16_master(in, in->config, &a);
     alt_ckpt(in, in->config, &a);

@@ -213,19 +213,23 @@ static dsc_status call_validate(dsc__saver *s, const dsc_ckpt *ck, bool *ok, cha
 static dsc_status compare_on_device(dsc__saver *s, const dsc_ckpt *ck, bool *ok, char *why) {
     enum { PIECE = 16 << 20 };
     const dsc__manifest *m = &s->m;
-    float *live = malloc((size_t)PIECE * sizeof *live), *back = malloc((size_t)PIECE * sizeof *back);
+    size_t cap = 1;
+    for (int k = 0; k < m->nparams; k++)
+        if ((size_t)m->params[k].numel > cap) cap = (size_t)m->params[k].numel;
+    if (cap > PIECE) cap = PIECE;
+    float *live = malloc(cap * sizeof *live), *back = malloc(cap * sizeof *back);
     if (!live || !back) {
         free(live);
         free(back);
         *ok = false;
-        snprintf(why, WHY_MAX, "out of memory validating it (%d MiB)", 2 * PIECE * 4 >> 20);
+        snprintf(why, WHY_MAX, "out of memory validating it (%zu MiB)", 2 * cap * 4 >> 20);
         return DSC_OK;
     }
     for (int k = 0; k < m->nparams && *ok; k++) {
         const dsc__mparam *p = &m->params[k];
         size_t at = p->off - m->groups[p->group].off; // in the group's slice: one rank
-        for (size_t b = 0; b < (size_t)p->numel && *ok; b += PIECE) {
-            size_t n = (size_t)p->numel - b < PIECE ? (size_t)p->numel - b : PIECE;
+        for (size_t b = 0; b < (size_t)p->numel && *ok; b += cap) {
+            size_t n = (size_t)p->numel - b < cap ? (size_t)p->numel - b : cap;
             dsc_status st = dsc__state_read(s->eng, 0, p->group, at + b, n, live);
             if (st == DSC_OK) dsc__ckpt_read_flat(ck, 0, p->off + b, n, back);
             if (st != DSC_OK) snprintf(why, WHY_MAX, "%s", dsc_last_error());
