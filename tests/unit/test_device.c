@@ -320,6 +320,81 @@ static void test_train(void **state) {
     dsc_engine_destroy(eng);
     dsc_model_destroy(m);
 }
+
+// With opts.device_state and DSC_DEVICE_STATE=1 the trainer holds master and moments: the
+// weights are set after it is made (dsc_params_init; before it, an error says so), and three
+// steps give bit for bit the weights of the same run with the host's copy.
+static dsc_status fill_init(void *user, int i, int64_t begin, int64_t count, float *dst) {
+    dsc_model_init_tensor(user, i, dst, begin, count, 1234);
+    return DSC_OK;
+}
+
+static void three_steps(dsc_device_trainer *t, dsc_engine *eng) {
+    int32_t in[B * T], tg[B * T];
+    for (int k = 0; k < B * T; k++) in[k] = (k * 5 + 1) % VOCAB, tg[k] = (k * 5 + 9) % VOCAB;
+    for (int s = 0; s < 3; s++)
+        for (int micro = 0; micro < 2; micro++) {
+            float loss = 0;
+            double sum = 0;
+            dsc_step_info si = {0};
+            assert_int_equal(dsc_device_trainer_micro(t, in, tg, B, T, &loss, NULL, NULL), DSC_OK);
+            assert_int_equal(dsc_step(eng, &si), DSC_OK);
+            assert_int_equal(dsc_device_trainer_take_loss(t, &sum), DSC_OK);
+        }
+}
+
+static void test_state_on_device(void **state) {
+    (void)state;
+    dsc_model *m = NULL;
+    assert_int_equal(dsc_model_create(&m, "d2", &(dsc_model_opts){.vocab_size = VOCAB,
+                                                                 .max_seq_len = T}), DSC_OK);
+    int n = dsc_model_describe(m)->num_tensors;
+    dsc_param_desc *pd = calloc((size_t)n, sizeof *pd);
+    assert_non_null(pd);
+    dsc_model_param_descs(m, pd);
+    dsc_engine *eng[2] = {NULL, NULL};
+    dsc_device_trainer *t[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) { // r 0: the host's copy; r 1: the state on the device
+        setenv("DSC_DEVICE_STATE", r ? "1" : "0", 1);
+        dsc_engine_opts eo = {.config_json = CONFIG, .params = pd, .nparams = n, .world_size = 1,
+                              .no_compute_copy = true, .device_grads = true,
+                              .device_state = true, .init_in_place = true};
+        assert_int_equal(dsc_engine_create(&eng[r], &eo), DSC_OK);
+        unsetenv("DSC_DEVICE_STATE");
+        assert_int_equal(dsc_engine_state_on_device(eng[r]), r == 1);
+    }
+    // the weights live with the trainer: it comes first (checked with or without a device)
+    assert_int_equal(dsc_params_init(eng[1], fill_init, m), DSC_ERR_INVALID_ARG);
+    assert_true(has_text("dsc_device_trainer_create"));
+    assert_int_equal(dsc_params_init(eng[0], fill_init, m), DSC_OK);
+    bool device = dsc_device_trainer_create(&t[0], eng[0], m, B, T) == DSC_OK;
+    if (!device)
+        fprintf(stderr, "no device, the state on the device is not trained: %s\n",
+                dsc_last_error());
+    for (int r = 0; device && r < 2; r++) {
+        if (r == 1) {
+            assert_int_equal(dsc_device_trainer_create(&t[r], eng[r], m, B, T), DSC_OK);
+            assert_int_equal(dsc_params_init(eng[r], fill_init, m), DSC_OK);
+            assert_int_equal(dsc_device_trainer_load(t[r]), DSC_OK);
+        }
+        three_steps(t[r], eng[r]);
+        assert_int_equal(dsc_device_trainer_store(t[r]), DSC_OK);
+    }
+    for (int i = 0; device && i < n; i++) {
+        size_t numel = (size_t)dsc_model_param_get(m, i)->numel;
+        float *a = malloc(numel * 4), *b = malloc(numel * 4);
+        assert_int_equal(dsc_engine_full_param(eng[0], i, a), DSC_OK);
+        assert_int_equal(dsc_engine_full_param(eng[1], i, b), DSC_OK);
+        assert_memory_equal(a, b, numel * 4);
+        free(a), free(b);
+    }
+    for (int r = 0; r < 2; r++) {
+        dsc_device_trainer_destroy(t[r]);
+        dsc_engine_destroy(eng[r]);
+    }
+    free(pd);
+    dsc_model_destroy(m);
+}
 #endif
 
 int main(void) {
@@ -332,6 +407,7 @@ int main(void) {
         cmocka_unit_test(test_unsupported),
 #else
         cmocka_unit_test(test_train),
+        cmocka_unit_test(test_state_on_device),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
