@@ -332,6 +332,25 @@ dsc_status dsc__host_backward_begin(dsc__host *h, const char *family, float *con
     return DSC_OK;
 }
 
+dsc_status dsc__kv_init(dsc__kv *k, const char *family, int tp, int nseq, int max_len,
+                        size_t bytes) {
+    *k = (dsc__kv){.tp = tp, .nseq = nseq, .max_len = max_len};
+    k->att_slots = dsc__model_max_threads();
+    k->att = malloc(sizeof(float) * (size_t)k->att_slots * (size_t)max_len);
+    dsc_status st = k->att ? DSC_OK : dsc__fail(DSC_ERR_OOM, "%s kv cache: out of memory", family);
+    if (st == DSC_OK) st = dsc__model_kv_alloc(bytes, &k->pool, &k->block);
+    if (st != DSC_OK)
+        dsc__error_prefix("%s kv cache for %d sequences x %d positions: ", family, nseq, max_len);
+    return st;
+}
+
+void dsc__kv_free(dsc__kv *k) {
+    if (k->pool) dsc_mem_free(k->pool, k->block);
+    free(k->slab);
+    free(k->att);
+    *k = (dsc__kv){0};
+}
+
 void dsc__host_recompute(void *state, float *const *params, int l) {
     dsc__host *h = state;
     double *times = h->times;

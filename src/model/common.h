@@ -120,6 +120,28 @@ dsc_status dsc__model_kv_alloc(size_t bytes, dsc_mem_pool **pool, dsc_mem_handle
 // to free) is replaced by a larger one when n exceeds *cap, the rows it was made for.
 dsc_status dsc__model_rows_slab(float **slab, int *cap, int n, size_t nfloats, const char *family);
 
+// What a family's KV cache begins with (its member k): its shape, the cache block (laid out by
+// the family), the attention scores' rows, one per thread, and the rows' scratch slab.
+typedef struct dsc__kv {
+    int tp, nseq, max_len;
+    dsc_mem_pool *pool;   // borrowed: dsc's default host pool
+    dsc_mem_handle block; // the cache
+    float *slab;          // row scratch (dsc__model_rows_slab)
+    int rows_cap;         // rows the slab holds
+    float *att;           // (att_slots, max_len) attention scores
+    int att_slots;
+} dsc__kv;
+// k for tp ranks and nseq sequences of max_len positions, with its attention rows and a cache
+// block of bytes; an error is prefixed with the family and the shape (k is then for
+// dsc__kv_free). The shape's checks (dsc__model_check_kv) come before, in the family's create.
+dsc_status dsc__kv_init(dsc__kv *k, const char *family, int tp, int nseq, int max_len,
+                        size_t bytes);
+void dsc__kv_free(dsc__kv *k);
+// Whether k was made for tp ranks and holds nseq x max_len.
+static inline bool dsc__kv_holds(const dsc__kv *k, int tp, int nseq, int max_len) {
+    return k->tp == tp && k->nseq >= nseq && k->max_len >= max_len;
+}
+
 // One buffer of a family's activations: where its address goes and how many floats it holds.
 typedef struct dsc__view {
     float **view;

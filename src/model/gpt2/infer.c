@@ -74,14 +74,9 @@ void dsc__gpt2_tp_slice(const dsc_gpt2_config *c, int i, int rank, int size, con
 // ---- the cache ----
 
 struct dsc_gpt2_kv {
+    dsc__kv k; // shape, scratch; k.block: (L, 2, nseq, max_len, Cl), keys then values a layer
     dsc_gpt2_config c;
-    int tp, nseq, max_len, Cl, Fl;
-    dsc_mem_pool *pool;   // borrowed: dsc's default host pool
-    dsc_mem_handle block; // (L, 2, nseq, max_len, Cl): keys then values of each layer
-    float *slab;          // row scratch, see carve_rows
-    int rows_cap;         // rows the slab holds
-    float *att;           // (threads, max_len) attention scores
-    int att_slots;
+    int Cl, Fl;
 };
 
 size_t dsc__gpt2_kv_bytes(const dsc_gpt2_config *c, int tp_size, int nseq, int max_len) {
@@ -91,8 +86,7 @@ size_t dsc__gpt2_kv_bytes(const dsc_gpt2_config *c, int tp_size, int nseq, int m
 
 int dsc__gpt2_kv_fits(const dsc_gpt2_kv *kv, const dsc_gpt2_config *c, int tp_size, int nseq,
                       int max_len) {
-    return kv && !memcmp(&kv->c, c, sizeof *c) && kv->tp == tp_size && kv->nseq >= nseq &&
-           kv->max_len >= max_len;
+    return kv && !memcmp(&kv->c, c, sizeof *c) && dsc__kv_holds(&kv->k, tp_size, nseq, max_len);
 }
 
 dsc_status dsc__gpt2_kv_create(dsc_gpt2_kv **out, const dsc_gpt2_config *c, int tp_size,
@@ -102,15 +96,12 @@ dsc_status dsc__gpt2_kv_create(dsc_gpt2_kv **out, const dsc_gpt2_config *c, int 
     DSC_TRY(dsc__model_check_kv("gpt2", nseq, max_len, c->max_seq_len));
     dsc_gpt2_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return dsc__fail(DSC_ERR_OOM, "gpt2 kv cache: out of memory for its handle");
-    *kv = (dsc_gpt2_kv){.c = *c, .tp = tp_size, .nseq = nseq, .max_len = max_len,
-                        .Cl = c->n_embd / tp_size, .Fl = 4 * c->n_embd / tp_size};
-    kv->att_slots = dsc__model_max_threads();
-    kv->att = malloc(sizeof(float) * (size_t)kv->att_slots * (size_t)max_len);
-    dsc_status st = kv->att ? DSC_OK : dsc__fail(DSC_ERR_OOM, "gpt2 kv cache: out of memory");
-    size_t bytes = dsc__gpt2_kv_bytes(c, tp_size, nseq, max_len);
-    if (st == DSC_OK) st = dsc__model_kv_alloc(bytes, &kv->pool, &kv->block);
+    kv->c = *c;
+    kv->Cl = c->n_embd / tp_size;
+    kv->Fl = 4 * c->n_embd / tp_size;
+    dsc_status st = dsc__kv_init(&kv->k, "gpt2", tp_size, nseq, max_len,
+                                 dsc__gpt2_kv_bytes(c, tp_size, nseq, max_len));
     if (st != DSC_OK) {
-        dsc__error_prefix("gpt2 kv cache for %d sequences x %d positions: ", nseq, max_len);
         dsc__gpt2_kv_destroy(kv);
         return st;
     }
@@ -120,9 +111,7 @@ dsc_status dsc__gpt2_kv_create(dsc_gpt2_kv **out, const dsc_gpt2_config *c, int 
 
 void dsc__gpt2_kv_destroy(dsc_gpt2_kv *kv) {
     if (!kv) return;
-    if (kv->pool) dsc_mem_free(kv->pool, kv->block);
-    free(kv->slab);
-    free(kv->att);
+    dsc__kv_free(&kv->k);
     free(kv);
 }
 
@@ -145,15 +134,15 @@ static size_t carve_rows(const dsc_gpt2_kv *kv, int n, float *slab, row_bufs *b)
 
 static dsc_status rows_scratch(dsc_gpt2_kv *kv, int n, row_bufs *b) {
     size_t nfloats = carve_rows(kv, n, NULL, b);
-    DSC_TRY(dsc__model_rows_slab(&kv->slab, &kv->rows_cap, n, nfloats, "gpt2"));
-    carve_rows(kv, n, kv->slab, b);
+    DSC_TRY(dsc__model_rows_slab(&kv->k.slab, &kv->k.rows_cap, n, nfloats, "gpt2"));
+    carve_rows(kv, n, kv->k.slab, b);
     return DSC_OK;
 }
 
 // ---- checks and hooks ----
 
 static dsc_status check_rows(const dsc_gpt2_kv *kv, const dsc_model_rows *r) {
-    return dsc__model_check_rows(r, kv->nseq, kv->max_len, kv->c.vocab_size, "gpt2");
+    return dsc__model_check_rows(r, kv->k.nseq, kv->k.max_len, kv->c.vocab_size, "gpt2");
 }
 
 static dsc_status hook(const dsc_model_hooks *h, int release, int g) {
@@ -163,7 +152,7 @@ static dsc_status hook(const dsc_model_hooks *h, int release, int g) {
 // ---- the layers ----
 
 static float *kv_layer(dsc_gpt2_kv *kv, float *base, int l, int which) {
-    size_t per = (size_t)kv->nseq * kv->max_len * kv->Cl;
+    size_t per = (size_t)kv->k.nseq * kv->k.max_len * kv->Cl;
     return base + ((size_t)l * 2 + (size_t)which) * per;
 }
 
@@ -172,7 +161,7 @@ static void store_kv(dsc_gpt2_kv *kv, float *K, float *V, const dsc_gpt2_rows *r
                      const float *qkv) {
     int Cl = kv->Cl;
     for (int i = 0; i < r->n; i++) {
-        size_t at = ((size_t)r->seq[i] * kv->max_len + (size_t)r->pos[i]) * Cl;
+        size_t at = ((size_t)r->seq[i] * kv->k.max_len + (size_t)r->pos[i]) * Cl;
         memcpy(K + at, qkv + (size_t)i * 3 * Cl + Cl, sizeof(float) * Cl);
         memcpy(V + at, qkv + (size_t)i * 3 * Cl + 2 * Cl, sizeof(float) * Cl);
     }
@@ -181,14 +170,14 @@ static void store_kv(dsc_gpt2_kv *kv, float *K, float *V, const dsc_gpt2_rows *r
 static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc_gpt2_rows *r,
                       const float *qkv, float *y) {
     int Cl = kv->Cl, hs = kv->c.n_embd / kv->c.n_head, nh = Cl / hs;
-    int nthreads = dsc__model_max_threads() < kv->att_slots ? dsc__model_max_threads() : kv->att_slots;
+    int nthreads = dsc__model_max_threads() < kv->k.att_slots ? dsc__model_max_threads() : kv->k.att_slots;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
     for (int64_t rh = 0; rh < (int64_t)r->n * nh; rh++) {
         int i = (int)(rh / nh), h = (int)(rh % nh);
-        size_t base = (size_t)r->seq[i] * kv->max_len * Cl + (size_t)h * hs;
+        size_t base = (size_t)r->seq[i] * kv->k.max_len * Cl + (size_t)h * hs;
         dsc__model_attend_row(y + (size_t)i * Cl + (size_t)h * hs,
                               qkv + (size_t)i * 3 * Cl + (size_t)h * hs, K + base, V + base,
-                              kv->att + (size_t)dsc__model_thread_id() * kv->max_len,
+                              kv->k.att + (size_t)dsc__model_thread_id() * kv->k.max_len,
                               r->pos[i] + 1, Cl, hs);
     }
 }
@@ -271,14 +260,14 @@ dsc_status dsc__gpt2_infer(dsc_gpt2_kv *kv, float *const *params, const dsc_gpt2
     if (!kv || !params || !rows || (rows->nout && !logits))
         return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 inference: a NULL argument");
     if (!tp) tp = &one;
-    if (tp->size != kv->tp || (tp->size > 1 && !tp->comm))
+    if (tp->size != kv->k.tp || (tp->size > 1 && !tp->comm))
         return dsc__fail(DSC_ERR_INVALID_ARG, "gpt2 inference: tensor-parallel group of %d "
-                         "ranks, cache made for %d (or no communicator)", tp->size, kv->tp);
+                         "ranks, cache made for %d (or no communicator)", tp->size, kv->k.tp);
     DSC_TRY(check_rows(kv, rows));
     dsc__model_blas_single_thread();
     row_bufs b;
     DSC_TRY(rows_scratch(kv, rows->n, &b));
-    float *cache = dsc_mem_ptr(kv->pool, kv->block); // re-read: the pool may have moved it
+    float *cache = dsc_mem_ptr(kv->k.pool, kv->k.block); // re-read: the pool may have moved it
     float *x = b.x;
     DSC_TRY(hook(hooks, 0, 0));
     embed(kv, x, params[0], params[1], rows);

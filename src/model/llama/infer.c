@@ -75,17 +75,11 @@ void dsc__llama_tp_slice(const dsc_llama_config *c, int i, int rank, int size, c
 // ---- the cache ----
 
 struct dsc_llama_kv {
+    dsc__kv k; // shape, scratch; k.block: (L, 2, nseq, max_len, KV), keys then values a layer
     dsc_llama_config c;
-    int tp, nseq, max_len;
     int NH, NKV, I, KV;    // this rank's heads, kv heads, MLP rows; KV = NKV * head_dim
-    dsc_mem_pool *pool;    // borrowed: dsc's default host pool
-    dsc_mem_handle block;  // (L, 2, nseq, max_len, KV): keys then values of each layer
     float *cache;          // the block's address at the start of the current call
     float *rope_cos, *rope_sin; // (max_len, hd / 2)
-    float *slab;           // row scratch, see carve_rows
-    int rows_cap;
-    float *att; // (threads, max_len) attention scores
-    int att_slots;
 };
 
 size_t dsc__llama_kv_bytes(const dsc_llama_config *c, int tp_size, int nseq, int max_len) {
@@ -95,17 +89,14 @@ size_t dsc__llama_kv_bytes(const dsc_llama_config *c, int tp_size, int nseq, int
 
 bool dsc__llama_kv_fits(const dsc_llama_kv *kv, const dsc_llama_config *c, int tp_size, int nseq,
                         int max_len) {
-    return kv && tp_size == kv->tp && !memcmp(&kv->c, c, sizeof *c) && kv->nseq >= nseq &&
-           kv->max_len >= max_len;
+    return kv && !memcmp(&kv->c, c, sizeof *c) && dsc__kv_holds(&kv->k, tp_size, nseq, max_len);
 }
 
 void dsc__llama_kv_destroy(dsc_llama_kv *kv) {
     if (!kv) return;
-    if (kv->pool) dsc_mem_free(kv->pool, kv->block);
+    dsc__kv_free(&kv->k);
     free(kv->rope_cos);
     free(kv->rope_sin);
-    free(kv->slab);
-    free(kv->att);
     free(kv);
 }
 
@@ -117,25 +108,18 @@ dsc_status dsc__llama_kv_create(dsc_llama_kv **out, const dsc_llama_config *c, i
     dsc_llama_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return dsc__fail(DSC_ERR_OOM, "llama kv cache: out of memory for its handle");
     memcpy(&kv->c, c, sizeof *c); // whole bytes: kv_fits compares them
-    kv->tp = tp_size;
-    kv->nseq = nseq;
-    kv->max_len = max_len;
     kv->NH = c->n_head / tp_size;
     kv->NKV = c->n_kv_head / tp_size;
     kv->I = c->intermediate / tp_size;
     kv->KV = kv->NKV * c->head_dim;
-    kv->att_slots = dsc__model_max_threads();
     size_t half = (size_t)max_len * (size_t)(c->head_dim / 2);
     kv->rope_cos = malloc(sizeof(float) * half);
     kv->rope_sin = malloc(sizeof(float) * half);
-    kv->att = malloc(sizeof(float) * (size_t)kv->att_slots * (size_t)max_len);
-    dsc_status st = kv->rope_cos && kv->rope_sin && kv->att
-                        ? DSC_OK
+    dsc_status st = kv->rope_cos && kv->rope_sin
+                        ? dsc__kv_init(&kv->k, "llama", tp_size, nseq, max_len,
+                                       dsc__llama_kv_bytes(c, tp_size, nseq, max_len))
                         : dsc__fail(DSC_ERR_OOM, "llama kv cache: out of memory");
-    size_t bytes = dsc__llama_kv_bytes(c, tp_size, nseq, max_len);
-    if (st == DSC_OK) st = dsc__model_kv_alloc(bytes, &kv->pool, &kv->block);
     if (st != DSC_OK) {
-        dsc__error_prefix("llama kv cache for %d sequences x %d positions: ", nseq, max_len);
         dsc__llama_kv_destroy(kv);
         return st;
     }
@@ -160,22 +144,22 @@ static size_t carve_rows(const dsc_llama_kv *kv, int n, float *slab, row_bufs *b
     const dsc__view table[] = {
         {&b->x, R * C},   {&b->x2, R * C}, {&b->ln, R * C}, {&b->rstd, R}, {&b->qkv, R * ld},
         {&b->y, R * Q},   {&b->gate, R * I}, {&b->up, R * I}, {&b->h, R * I},
-        {&b->part, kv->tp > 1 ? R * C : 0},
+        {&b->part, kv->k.tp > 1 ? R * C : 0},
     };
     return dsc__carve(table, sizeof table / sizeof table[0], slab);
 }
 
 static dsc_status rows_scratch(dsc_llama_kv *kv, int n, row_bufs *b) {
     size_t nfloats = carve_rows(kv, n, NULL, b);
-    DSC_TRY(dsc__model_rows_slab(&kv->slab, &kv->rows_cap, n, nfloats, "llama"));
-    carve_rows(kv, n, kv->slab, b);
+    DSC_TRY(dsc__model_rows_slab(&kv->k.slab, &kv->k.rows_cap, n, nfloats, "llama"));
+    carve_rows(kv, n, kv->k.slab, b);
     return DSC_OK;
 }
 
 // ---- checks and hooks ----
 
 static dsc_status check_rows(const dsc_llama_kv *kv, const dsc_model_rows *r) {
-    return dsc__model_check_rows(r, kv->nseq, kv->max_len, kv->c.vocab_size, "llama");
+    return dsc__model_check_rows(r, kv->k.nseq, kv->k.max_len, kv->c.vocab_size, "llama");
 }
 
 static dsc_status hook(const dsc_model_hooks *h, int release, int g) {
@@ -185,7 +169,7 @@ static dsc_status hook(const dsc_model_hooks *h, int release, int g) {
 // ---- the layers ----
 
 static float *kv_layer(const dsc_llama_kv *kv, int l, int which) {
-    size_t per = (size_t)kv->nseq * kv->max_len * kv->KV;
+    size_t per = (size_t)kv->k.nseq * kv->k.max_len * kv->KV;
     return kv->cache + ((size_t)l * 2 + (size_t)which) * per;
 }
 
@@ -194,7 +178,7 @@ static void store_kv(const dsc_llama_kv *kv, float *K, float *V, const dsc_model
                      const float *qkv, int Q, int ld) {
     int KV = kv->KV;
     for (int i = 0; i < r->n; i++) {
-        size_t at = ((size_t)r->seq[i] * kv->max_len + (size_t)r->pos[i]) * KV;
+        size_t at = ((size_t)r->seq[i] * kv->k.max_len + (size_t)r->pos[i]) * KV;
         memcpy(K + at, qkv + (size_t)i * ld + Q, sizeof(float) * KV);
         memcpy(V + at, qkv + (size_t)i * ld + Q + KV, sizeof(float) * KV);
     }
@@ -204,14 +188,14 @@ static void attention(dsc_llama_kv *kv, const float *K, const float *V, const ds
                       const float *qkv, int ld, float *y) {
     const dsc_llama_config *c = &kv->c;
     int NH = kv->NH, hd = c->head_dim, group = c->n_head / c->n_kv_head, Q = NH * hd;
-    int nthreads = dsc__model_max_threads() < kv->att_slots ? dsc__model_max_threads() : kv->att_slots;
+    int nthreads = dsc__model_max_threads() < kv->k.att_slots ? dsc__model_max_threads() : kv->k.att_slots;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
     for (int64_t rh = 0; rh < (int64_t)r->n * NH; rh++) {
         int i = (int)(rh / NH), h = (int)(rh % NH);
-        size_t base = (size_t)r->seq[i] * kv->max_len * kv->KV + (size_t)(h / group) * hd;
+        size_t base = (size_t)r->seq[i] * kv->k.max_len * kv->KV + (size_t)(h / group) * hd;
         dsc__model_attend_row(y + (size_t)i * Q + (size_t)h * hd,
                               qkv + (size_t)i * ld + (size_t)h * hd, K + base, V + base,
-                              kv->att + (size_t)dsc__model_thread_id() * kv->max_len,
+                              kv->k.att + (size_t)dsc__model_thread_id() * kv->k.max_len,
                               r->pos[i] + 1, kv->KV, hd);
     }
 }
@@ -310,14 +294,14 @@ dsc_status dsc__llama_infer(dsc_llama_kv *kv, float *const *params, const dsc_mo
     if (!kv || !params || !rows || (rows->nout && !logits))
         return dsc__fail(DSC_ERR_INVALID_ARG, "llama inference: a NULL argument");
     int size = tp ? tp->size : 1;
-    if (size != kv->tp || (size > 1 && !tp->comm))
+    if (size != kv->k.tp || (size > 1 && !tp->comm))
         return dsc__fail(DSC_ERR_INVALID_ARG, "llama inference: tensor-parallel group of %d "
-                         "ranks, cache made for %d (or no communicator)", size, kv->tp);
+                         "ranks, cache made for %d (or no communicator)", size, kv->k.tp);
     DSC_TRY(check_rows(kv, rows));
     dsc__model_blas_single_thread();
     row_bufs b;
     DSC_TRY(rows_scratch(kv, rows->n, &b));
-    kv->cache = dsc_mem_ptr(kv->pool, kv->block); // re-read: the pool may have moved it
+    kv->cache = dsc_mem_ptr(kv->k.pool, kv->k.block); // re-read: the pool may have moved it
     float *x = b.x;
     DSC_TRY(hook(hooks, 0, 0));
     dsc__llama_embed_forward(x, rows->tokens, params[0], rows->n, kv->c.hidden);
