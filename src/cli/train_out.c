@@ -246,7 +246,8 @@ dsc_status train__dump_weights(trainer *t) {
     snprintf(world, sizeof world, "%d", t->world);
     // "format": "pt", as `dsc ckpt export` writes: Hugging Face's loaders refuse any other value.
     const char *meta[] = {"format", "pt", "global_steps", steps, "world_size", world};
-    dsc_status st = write_dump(t, t->o->dump_weights, dsc_engine_full_param, ts, idx, n, 0, meta, 3);
+    dsc_status st = write_dump(t, t->o->dump_weights, dsc_engine_full_param, ts, idx, n, 0, meta,
+                               3);
     free(ts);
     free(idx);
     return st;

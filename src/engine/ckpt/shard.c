@@ -179,7 +179,8 @@ dsc_status dsc__shard_write_pull(const char *path, const void *header, size_t hl
         st = pull(user, buf, off, k);
         if (st == DSC_OK) st = write_hashed(fd, buf, k, h, path);
     }
-    if (st == DSC_OK && fsync(fd) != 0) st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", path, strerror(errno));
+    if (st == DSC_OK && fsync(fd) != 0)
+        st = dsc__fail(DSC_ERR_IO, "fsync %s: %s", path, strerror(errno));
     if (st == DSC_OK) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     if (fd >= 0) close(fd);
     *bytes = hlen + n;

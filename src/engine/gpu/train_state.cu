@@ -391,7 +391,8 @@ extern "C" dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off
     } else if (kind == 0) {
         DSC_TRY(up ? copy(s->master + off, host, n * 4, dir, st)
                    : copy(host, s->master + off, n * 4, dir, st));
-        if (up) DSC_TRY(dsc__cuda_f32_to_16(s->p16 + off, s->master + off, (int64_t)n, s->fp16, st));
+        if (up)
+            DSC_TRY(dsc__cuda_f32_to_16(s->p16 + off, s->master + off, (int64_t)n, s->fp16, st));
     } else if (s->states16) {
         uint16_t *m16 = kind == 1 ? s->m16 : s->v16;
         DSC_CUDA_ARG(m16 != NULL, "GPU state: no moment %d", kind - 1);

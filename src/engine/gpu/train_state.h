@@ -161,11 +161,11 @@ dsc_status dsc__cuda_state_upload_dp(dsc_cuda_state *s, const float *weights, co
 // NULL skips one). Waits.
 dsc_status dsc__cuda_state_download(dsc_cuda_state *s, float *master, float *m, float *v);
 
-// Device mode on one GPU (nstate == n): n fp32 host values of kind (0 master, 1 m, 2 v; -1
-// the frozen weights, at their own offset, in the compute type; -2 the accumulated gradients,
-// read only) at element off, to the device (up; the master's 16-bit copy of them made too, bf16 state rounded
-// to nearest even) or from it (bf16 widened exactly). bf16 values pass through the gradient
-// scratch, which holds no gradients between steps and is zero after. Waits.
+// Device mode on one GPU (nstate == n): n fp32 host values of kind (0 master, 1 m, 2 v; -1 the
+// frozen weights, at their own offset, in the compute type; -2 the accumulated gradients, read
+// only) at element off, to the device (up; the master's 16-bit copy of them made too, bf16 state
+// rounded to nearest even) or from it (bf16 widened exactly). bf16 values pass through the
+// gradient scratch, which holds no gradients between steps and is zero after. Waits.
 dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n, float *host,
                               bool up);
 

@@ -456,7 +456,8 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
     refresh(m);
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     DSC_TRY(dsc_model_layers_backward(hooks, "gpt2", m->c.n_layer, layer_backward,
-                                      m->c.recompute ? dsc__host_recompute : NULL, m, params, grads));
+                                      m->c.recompute ? dsc__host_recompute : NULL, m, params,
+                                      grads));
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->h.tokens, dsc__host_positions(&m->h),
                                m->h.B, m->h.T, m->c.n_embd);
     return call_hook(hooks, HOOK_GRADS_READY, 0);

@@ -170,7 +170,8 @@ static void store_kv(dsc_gpt2_kv *kv, float *K, float *V, const dsc_gpt2_rows *r
 static void attention(dsc_gpt2_kv *kv, const float *K, const float *V, const dsc_gpt2_rows *r,
                       const float *qkv, float *y) {
     int Cl = kv->Cl, hs = kv->c.n_embd / kv->c.n_head, nh = Cl / hs;
-    int nthreads = dsc__model_max_threads() < kv->k.att_slots ? dsc__model_max_threads() : kv->k.att_slots;
+    int nthreads = dsc__model_max_threads() < kv->k.att_slots ? dsc__model_max_threads()
+                                                              : kv->k.att_slots;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
     for (int64_t rh = 0; rh < (int64_t)r->n * nh; rh++) {
         int i = (int)(rh / nh), h = (int)(rh % nh);

@@ -188,7 +188,8 @@ static void attention(dsc_llama_kv *kv, const float *K, const float *V, const ds
                       const float *qkv, int ld, float *y) {
     const dsc_llama_config *c = &kv->c;
     int NH = kv->NH, hd = c->head_dim, group = c->n_head / c->n_kv_head, Q = NH * hd;
-    int nthreads = dsc__model_max_threads() < kv->k.att_slots ? dsc__model_max_threads() : kv->k.att_slots;
+    int nthreads = dsc__model_max_threads() < kv->k.att_slots ? dsc__model_max_threads()
+                                                              : kv->k.att_slots;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
     for (int64_t rh = 0; rh < (int64_t)r->n * NH; rh++) {
         int i = (int)(rh / NH), h = (int)(rh % NH);

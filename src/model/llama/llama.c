@@ -676,7 +676,8 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
     refresh(m);
     DSC_TRY(head_backward(m, params, grads, loss_scale, hooks));
     DSC_TRY(dsc_model_layers_backward(hooks, "llama", m->c.n_layer, layer_backward,
-                                      m->c.recompute ? dsc__host_recompute : NULL, m, params, grads));
+                                      m->c.recompute ? dsc__host_recompute : NULL, m, params,
+                                      grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
     if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
