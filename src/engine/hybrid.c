@@ -6,14 +6,19 @@
 #include "base/status.h"        // DSC_TRY
 #include "engine/engine_impl.h" // struct dsc_engine, dsc__zero_round_compute
 
-const char *dsc__engine_param_name(const dsc_engine *e, int i) { return e->params[i].name; }
-
-int dsc__engine_param_shape(const dsc_engine *e, int i, int64_t shape[DSC_PARAM_MAX_DIMS]) {
-    memcpy(shape, e->params[i].shape, sizeof e->params[i].shape);
-    return e->params[i].ndim;
+// The caller's tensor i: trainable pub[i], or frozen -1 - pub[i] (LoRA's base).
+static const param *tensor(const dsc_engine *e, int i) {
+    return e->pub[i] >= 0 ? &e->params[e->pub[i]] : &e->frozen[-1 - e->pub[i]];
 }
 
-int dsc__engine_param_group(const dsc_engine *e, int i) { return e->params[i].group; }
+const char *dsc__engine_param_name(const dsc_engine *e, int i) { return tensor(e, i)->name; }
+
+int dsc__engine_param_shape(const dsc_engine *e, int i, int64_t shape[DSC_PARAM_MAX_DIMS]) {
+    memcpy(shape, tensor(e, i)->shape, sizeof tensor(e, i)->shape);
+    return tensor(e, i)->ndim;
+}
+
+int dsc__engine_param_group(const dsc_engine *e, int i) { return tensor(e, i)->group; }
 int dsc__engine_num_groups(const dsc_engine *e) { return e->ngroups; }
 int dsc__engine_stage(const dsc_engine *e) { return e->stage; }
 dsc_comm *dsc__engine_comm(dsc_engine *e) { return e->comm; }
@@ -24,6 +29,6 @@ bool dsc__engine_has_compute_copy(const dsc_engine *e) {
 
 dsc_status dsc__engine_compute_copy(dsc_engine *e, int i, float *out) {
     DSC_TRY(dsc_engine_full_param(e, i, out));
-    dsc__zero_round_compute(e, out, (size_t)e->params[i].numel);
+    dsc__zero_round_compute(e, out, (size_t)tensor(e, i)->numel);
     return DSC_OK;
 }

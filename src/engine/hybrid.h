@@ -9,7 +9,8 @@
 #include "dsc/comm.h"   // dsc_comm
 #include "dsc/engine.h" // dsc_engine
 
-// Name (borrowed for the engine's life), ndim and shape of parameter i.
+// Name (borrowed for the engine's life), ndim and shape of parameter i (the caller's index, as
+// dsc_param_data takes it; a frozen tensor too).
 const char *dsc__engine_param_name(const dsc_engine *eng, int i);
 int dsc__engine_param_shape(const dsc_engine *eng, int i, int64_t shape[DSC_PARAM_MAX_DIMS]);
 int dsc__engine_param_group(const dsc_engine *eng, int i);

@@ -246,13 +246,16 @@ typedef struct trainer {
     int nt;
 } trainer;
 
+static bool freeze_wte; // make_trainer_as registers wte frozen (a LoRA run's base is)
+
 static trainer make_trainer_as(const char *json, uint64_t seed, bool no_compute_copy) {
     trainer t = {.nt = dsc_gpt2_num_tensors(&cfg)};
     dsc_param_desc *pd = calloc((size_t)t.nt, sizeof *pd);
     dsc_gpt2_tensor_info *ti = calloc((size_t)t.nt, sizeof *ti);
     for (int i = 0; i < t.nt; i++) {
         dsc_gpt2_tensor_info_get(&cfg, i, &ti[i]);
-        pd[i] = (dsc_param_desc){.name = ti[i].name, .ndim = ti[i].ndim, .group = ti[i].group};
+        pd[i] = (dsc_param_desc){.name = ti[i].name, .ndim = ti[i].ndim, .group = ti[i].group,
+                                 .frozen = freeze_wte && i == 0};
         for (int d = 0; d < ti[i].ndim; d++)
             pd[i].shape[d] = ti[i].shape[d];
     }
@@ -404,6 +407,36 @@ static void test_generate_without_compute_copy(void **state) {
     }
 }
 
+// An engine with a frozen tensor (the caller's indices then differ from the engine's trainable
+// table) generates the same tokens, with and without a host compute copy.
+static void test_generate_with_frozen(void **state) {
+    (void)state;
+    const int32_t prompt[4] = {5, 6, 7, 8};
+    dsc_gen_prompt p = {prompt, 4};
+    dsc_gen_opts o = dsc_gen_opts_default();
+    o.temperature = 0;
+    o.max_new_tokens = 12;
+    o.model = the_model();
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": "
+                       "{\"stage\": 0}}";
+    for (int copy = 0; copy < 2; copy++) {
+        trainer a = make_trainer_as(json, 5, copy);
+        freeze_wte = true;
+        trainer b = make_trainer_as(json, 5, copy);
+        freeze_wte = false;
+        assert_true(dsc_param_frozen(b.eng, 0));
+        dsc_gen_output x, y;
+        assert_int_equal(dsc_generate(a.eng, &p, 1, &o, &x, NULL), DSC_OK);
+        assert_int_equal(dsc_generate(b.eng, &p, 1, &o, &y, NULL), DSC_OK);
+        assert_int_equal(x.len, y.len);
+        assert_memory_equal(x.tokens, y.tokens, (size_t)x.len * sizeof(int32_t));
+        dsc_gen_output_free(&x, 1);
+        dsc_gen_output_free(&y, 1);
+        free_trainer(&a);
+        free_trainer(&b);
+    }
+}
+
 // Train, generate, train: the losses equal those of training without the generation, bit for
 // bit, at ZeRO stages 0 and 3 (nothing of the training state moved through the switch).
 static void test_generate_mid_training(void **state) {
@@ -442,6 +475,7 @@ int main(void) {
         cmocka_unit_test(test_ragged_batch_and_stops), cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_generate_without_compute_copy),
         cmocka_unit_test(test_engine_generate),        cmocka_unit_test(test_generate_mid_training),
+        cmocka_unit_test(test_generate_with_frozen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
