@@ -180,12 +180,6 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
 // seeded), up to the context length. Every rank takes part (ZeRO-3 gathers); rank 0 prints.
 void train__sample_text(trainer *t) {
     if (!t->tok || t->o->sample_tokens <= 0) return;
-    if (dsc_model_lora_of(t->model)) { // the cached decoder computes without the adapters
-        if (t->rank == 0)
-            fprintf(stderr, "note: no text sample in a LoRA run; dsc generate --checkpoint CKPT "
-                    "(or --model hf:BASE --adapter DIR) generates with the adapters merged\n");
-        return;
-    }
     if (dsc_engine_state_on_device(t->eng)) { // a host decoder would copy every weight here
         if (t->rank == 0)
             fprintf(stderr, "note: no text sample: the weights live on the GPU only "

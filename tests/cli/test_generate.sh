@@ -144,6 +144,30 @@ check "train on 2 ranks, ZeRO-3, sample through the gathered partitions" -- two_
 check "  ... and with inference_tp_size 2" -- two_ranks z3tp 2
 check "  ... the same sample" -- cmp -s "$T/z3.sample" "$T/z3tp.sample"
 
+# A LoRA run's closing sample runs the adapters beside the base (the host decoder, unmerged): the
+# text dsc generate --model hf:BASE --adapter of its PEFT export makes with the same sampling.
+lora_sample() {
+  cat > "$T/lbase.json" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}}
+JSON
+  sed 's/3e-3}}/5e-2}}, "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}/' \
+    "$T/lbase.json" > "$T/lora.json"
+  "$DSC" train --config "$T/lbase.json" --data "$T/data" --model llama-d2 --seq-len 32 \
+    --max-steps 2 --eval-every 0 --sample-tokens 0 --out "$T/lb" --save-dir "$T/lb/ck" \
+    --save-at-end > "$T/lb.log" 2>&1 && "$DSC" ckpt export "$T/lb/ck" --hf "$T/base" > /dev/null &&
+  "$DSC" train --config "$T/lora.json" --data "$T/data" --model "hf:$T/base" --seq-len 32 \
+    --max-steps 20 --eval-every 0 --sample-tokens 24 --prompt "the " --seed 3 --out "$T/lr" \
+    --save-dir "$T/lr/ck" --save-at-end > "$T/lr.log" 2>&1 &&
+  "$DSC" ckpt export "$T/lr/ck" --peft "$T/peft" > /dev/null || { tail -3 "$T"/l*.log; return 1; }
+  grep -A2 '^sample (' "$T/lr.log" | sed -n '3p' > "$T/lr.sample"
+  local gen=(--prompt "the " --max-new-tokens 24 --temperature 0.8 --top-k 40 --seed 3)
+  "$DSC" generate --model "hf:$T/base" --adapter "$T/peft" "${gen[@]}" 2> /dev/null | head -1 \
+    > "$T/g.adapter"
+  "$DSC" generate --model "hf:$T/base" "${gen[@]}" 2> /dev/null | head -1 > "$T/g.base"
+  cmp -s "$T/lr.sample" "$T/g.adapter" && ! cmp -s "$T/lr.sample" "$T/g.base"
+}
+check "a LoRA run's closing sample = dsc generate --adapter of its export (not the base alone)" -- lora_sample
+
 # the RLHF-style example: generate, score, train on the best, repeat; the reward rises
 if [ -x "${DSC_BINARY_DIR:-}/examples/rlhf" ]; then
   "$DSC_BINARY_DIR/examples/rlhf" 15 > "$T/rlhf.txt" 2>&1
