@@ -377,17 +377,30 @@ static void test_engine_generate(void **state) {
     free_trainer(&t);
 }
 
-// An engine without a host compute copy (its model trains on a GPU) generates from its master
-// weights rounded as the compute copy would be: the same tokens as an engine with the copy, bf16,
-// at stages 0 and 3 (where it gathers nothing).
-static void test_generate_without_compute_copy(void **state) {
-    (void)state;
+// Greedy generation from a and from b gives the same tokens; both trainers are freed.
+static void same_tokens(trainer *a, trainer *b) {
     const int32_t prompt[4] = {5, 6, 7, 8};
     dsc_gen_prompt p = {prompt, 4};
     dsc_gen_opts o = dsc_gen_opts_default();
     o.temperature = 0;
     o.max_new_tokens = 12;
     o.model = the_model();
+    dsc_gen_output x, y;
+    assert_int_equal(dsc_generate(a->eng, &p, 1, &o, &x, NULL), DSC_OK);
+    assert_int_equal(dsc_generate(b->eng, &p, 1, &o, &y, NULL), DSC_OK);
+    assert_int_equal(x.len, y.len);
+    assert_memory_equal(x.tokens, y.tokens, (size_t)x.len * sizeof(int32_t));
+    dsc_gen_output_free(&x, 1);
+    dsc_gen_output_free(&y, 1);
+    free_trainer(a);
+    free_trainer(b);
+}
+
+// An engine without a host compute copy (its model trains on a GPU) generates from its master
+// weights rounded as the compute copy would be: the same tokens as an engine with the copy, bf16,
+// at stages 0 and 3 (where it gathers nothing).
+static void test_generate_without_compute_copy(void **state) {
+    (void)state;
     const char *fmt = "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
                       "\"zero_optimization\": {\"stage\": %d}}";
     for (int stage = 0; stage <= 3; stage += 3) {
@@ -395,15 +408,7 @@ static void test_generate_without_compute_copy(void **state) {
         snprintf(json, sizeof json, fmt, stage);
         trainer a = make_trainer_as(json, 5, false), b = make_trainer_as(json, 5, true);
         assert_null(dsc_param_data(b.eng, 0));
-        dsc_gen_output x, y;
-        assert_int_equal(dsc_generate(a.eng, &p, 1, &o, &x, NULL), DSC_OK);
-        assert_int_equal(dsc_generate(b.eng, &p, 1, &o, &y, NULL), DSC_OK);
-        assert_int_equal(x.len, y.len);
-        assert_memory_equal(x.tokens, y.tokens, (size_t)x.len * sizeof(int32_t));
-        dsc_gen_output_free(&x, 1);
-        dsc_gen_output_free(&y, 1);
-        free_trainer(&a);
-        free_trainer(&b);
+        same_tokens(&a, &b);
     }
 }
 
@@ -411,12 +416,6 @@ static void test_generate_without_compute_copy(void **state) {
 // table) generates the same tokens, with and without a host compute copy.
 static void test_generate_with_frozen(void **state) {
     (void)state;
-    const int32_t prompt[4] = {5, 6, 7, 8};
-    dsc_gen_prompt p = {prompt, 4};
-    dsc_gen_opts o = dsc_gen_opts_default();
-    o.temperature = 0;
-    o.max_new_tokens = 12;
-    o.model = the_model();
     const char *json = "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": "
                        "{\"stage\": 0}}";
     for (int copy = 0; copy < 2; copy++) {
@@ -425,15 +424,7 @@ static void test_generate_with_frozen(void **state) {
         trainer b = make_trainer_as(json, 5, copy);
         freeze_wte = false;
         assert_true(dsc_param_frozen(b.eng, 0));
-        dsc_gen_output x, y;
-        assert_int_equal(dsc_generate(a.eng, &p, 1, &o, &x, NULL), DSC_OK);
-        assert_int_equal(dsc_generate(b.eng, &p, 1, &o, &y, NULL), DSC_OK);
-        assert_int_equal(x.len, y.len);
-        assert_memory_equal(x.tokens, y.tokens, (size_t)x.len * sizeof(int32_t));
-        dsc_gen_output_free(&x, 1);
-        dsc_gen_output_free(&y, 1);
-        free_trainer(&a);
-        free_trainer(&b);
+        same_tokens(&a, &b);
     }
 }
 
