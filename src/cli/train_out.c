@@ -180,13 +180,21 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
 // seeded), up to the context length. Every rank takes part (ZeRO-3 gathers); rank 0 prints.
 void train__sample_text(trainer *t) {
     if (!t->tok || t->o->sample_tokens <= 0) return;
-    if (dsc_engine_state_on_device(t->eng)) { // a host decoder would copy every weight here
+    // On the GPU the host decoder reads an fp32 copy of every weight, made for it: not with the
+    // state on the device (the point is no host copy), nor beyond the host memory the plan found.
+    double copy = (double)dsc_model_describe(t->model)->num_params * 4;
+    const char *why = !t->gpu ? NULL
+                      : dsc_engine_state_on_device(t->eng) ? "the weights live on the GPU only "
+                                                             "(DSC_DEVICE_STATE=1)"
+                      : t->plan.host_avail >= 0 &&
+                              (double)t->plan.host_bytes + copy > (double)t->plan.host_avail
+                          ? "the host memory left beside the run's plan is smaller"
+                          : NULL;
+    if (why) {
         if (t->rank == 0)
-            fprintf(stderr, "note: no text sample: the weights live on the GPU only "
-                    "(DSC_DEVICE_STATE=1), and the host's decoder would copy all of them (%.1f "
-                    "GiB); dsc generate --checkpoint CKPT --device cuda generates from a "
-                    "checkpoint\n", (double)dsc_model_describe(t->model)->num_params * 4 /
-                    (double)(1u << 30));
+            fprintf(stderr, "note: no text sample: %s, and the host's decoder would copy every "
+                    "weight (%.1f GiB); dsc generate --checkpoint CKPT --device cuda generates "
+                    "from a checkpoint\n", why, copy / (double)(1u << 30));
         return;
     }
     int32_t *ids = NULL;

@@ -63,6 +63,14 @@ sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/param.json" >"$T/
 check "ZeRO-3 + offload_param streamed (no clipping, no host accumulator): plan within 10%" -- \
     run_mode plean "$T/plean.json"
 
+# The closing sample's host decoder copies every weight (fp32): skipped, with a note, where the
+# host memory left beside the plan is smaller (llama-3.2-1B: 15 GiB planned, 4.6 GiB of copy).
+DSC_HOST_MEM_LIMIT=18G "$DSC" train --device cuda --model llama-3.2-1B --seq-len 256 \
+    --max-steps 1 --sample-tokens 8 --eval-every 0 --config "$T/resident.json" \
+    --out "$T/sample" > "$T/sample.log" 2>&1
+check "no closing sample beyond the host memory the plan left, and a note says so" -- grep -q \
+    "no text sample: the host memory left beside the run's plan is smaller" "$T/sample.log"
+
 # llama-3.2-3B on the GPU with a micro batch of 16 x 2048 tokens needs ~150 GiB of device
 # memory: refused at once, naming both numbers and what would fit (a smaller micro batch,
 # ZeRO-Offload).
