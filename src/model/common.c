@@ -6,9 +6,10 @@
 #include <stdlib.h> // aligned_alloc
 #include <string.h> // strcmp, strlen, strncmp
 
-#include "base/status.h" // dsc__fail, dsc__error_prefix
-#include "base/time.h"   // dsc_now
-#include "model/blas.h"  // dsc__model_blas_single_thread
+#include "base/status.h"   // dsc__fail, dsc__error_prefix
+#include "base/time.h"     // dsc_now
+#include "model/blas.h"    // dsc__model_blas_single_thread
+#include "model/kernels.h" // dsc__model_xent_forward
 
 dsc_status dsc__model_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group,
                            const char *family) {
@@ -349,6 +350,15 @@ void dsc__kv_free(dsc__kv *k) {
     free(k->slab);
     free(k->att);
     *k = (dsc__kv){0};
+}
+
+void dsc__host_loss(dsc__host *h, float *losses, float *lse, const float *logits,
+                    const int32_t *targets, int64_t BT, int V, float *loss, int slot) {
+    double t0 = dsc__model_lap_start(h->times);
+    dsc__model_xent_forward(losses, lse, logits, targets, BT, V);
+    float mean = dsc__model_mean_loss(losses, targets, BT, &h->ntargets);
+    if (loss) *loss = mean;
+    dsc__model_lap(h->times, &t0, slot);
 }
 
 void dsc__host_recompute(void *state, float *const *params, int l) {

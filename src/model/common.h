@@ -231,6 +231,16 @@ void dsc__host_recompute(void *state, float *const *params, int l);
 int64_t dsc__model_numel(const struct dsc_model_ops *ops, const void *cfg, int n);
 void dsc__model_init_all(const struct dsc_model_ops *ops, const void *cfg, int n,
                          float *const *params, uint64_t seed);
+// The engine's hook of kind for group g around a pass of h's family (dsc__model_hook).
+static inline dsc_status dsc__host_hook(const dsc__host *h, const dsc_model_hooks *hooks,
+                                        enum dsc__hook_kind kind, int g) {
+    return dsc__model_hook(hooks, kind, g, h->family);
+}
+// A forward's loss: each row's cross-entropy of the logits (BT x V) against targets into losses
+// and lse, their mean over the targets that count (h->ntargets) into *loss (NULL: not asked),
+// the clock's slot `slot` timing it.
+void dsc__host_loss(dsc__host *h, float *losses, float *lse, const float *logits,
+                    const int32_t *targets, int64_t BT, int V, float *loss, int slot);
 // A forward's end: what it leaves for a backward.
 static inline void dsc__host_forward_end(dsc__host *h, bool targets) {
     h->pass = targets ? DSC__PASS_LOSS : DSC__PASS_LOGITS;

@@ -294,13 +294,6 @@ const float *dsc_gpt2_logits(const dsc_gpt2 *m) {
 
 // ---- hooks and checks ----
 
-#define HOOK_GATHER DSC__HOOK_GATHER
-#define HOOK_RELEASE DSC__HOOK_RELEASE
-#define HOOK_GRADS_READY DSC__HOOK_GRADS_READY
-
-static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group) {
-    return dsc__model_hook(h, kind, group, "gpt2");
-}
 
 // ---- forward ----
 
@@ -349,23 +342,19 @@ static dsc_status head_forward(dsc_gpt2 *m, float *const *params, const int32_t 
                                const dsc_gpt2_hooks *hooks, float *loss) {
     int C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer, lnf = lnf_tensor(&m->c);
     int64_t BT = (int64_t)m->h.B * m->h.T;
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, L + 1));
     double t0 = dsc__model_lap_start(m->h.times);
     dsc__gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
                                 params[lnf], params[lnf + 1], BT, C);
     dsc__model_lap(m->h.times, &t0, 1 + 4 * L);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, L + 1));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, 0));
     t0 = dsc__model_lap_start(m->h.times);
     dsc__linear_forward(head(params, C, V), m->logits, V, m->lnf, C, NULL, BT);
     dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    if (!targets) return DSC_OK;
-    t0 = dsc__model_lap_start(m->h.times);
-    dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
-    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->h.ntargets);
-    if (loss) *loss = mean;
-    dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, 0));
+    if (targets)
+        dsc__host_loss(&m->h, m->losses, m->lse, m->logits, targets, BT, V, loss, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -384,12 +373,12 @@ dsc_status dsc_gpt2_forward_pos(dsc_gpt2 *m, float *const *params, const int32_t
     int64_t BT = (int64_t)B * T;
     int32_t *tok_in = m->h.tokens, *tok_tg = m->h.tokens + BT;
 
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, 0));
     double t0 = dsc__model_lap_start(m->h.times);
     dsc__gpt2_encoder_forward(m->res, tok_in, dsc__host_positions(&m->h), params[0],
                               params[1], B, T, m->c.n_embd);
     dsc__model_lap(m->h.times, &t0, 0);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, 0));
     DSC_TRY(dsc_model_layers_forward(hooks, "gpt2", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     dsc__host_forward_end(&m->h, targets != NULL);
@@ -436,18 +425,18 @@ static dsc_status head_backward(dsc_gpt2 *m, float *const *params, float *const 
     float *dlogits = m->logits; // (BT, V), in place
     float g = m->h.ntargets ? loss_scale / (float)m->h.ntargets : 0.0f; // d(mean)/d(loss_i)
     dsc__model_xent_backward(dlogits, m->logits, m->lse, m->h.tokens + BT, g, BT, V);
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, 0));
     // grads[0] NULL: frozen (LoRA)
     dsc__linear_backward(head(params, C, V), m->d1, false, grads[0], NULL, dlogits, V, m->lnf, C,
                          BT);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, L + 1));
     memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
     dsc__gpt2_layernorm_backward(m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->d1,
                                  acts_of(m, L).res_in, params[lnf], m->lnf_mean, m->lnf_rstd, BT,
                                  C);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
-    return call_hook(hooks, HOOK_GRADS_READY, L + 1);
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, L + 1));
+    return dsc__host_hook(&m->h, hooks, DSC__HOOK_GRADS_READY, L + 1);
 }
 
 dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *grads,
@@ -460,5 +449,5 @@ dsc_status dsc_gpt2_backward(dsc_gpt2 *m, float *const *params, float *const *gr
                                       grads));
     dsc__gpt2_encoder_backward(grads[0], grads[1], m->dres, m->h.tokens, dsc__host_positions(&m->h),
                                m->h.B, m->h.T, m->c.n_embd);
-    return call_hook(hooks, HOOK_GRADS_READY, 0);
+    return dsc__host_hook(&m->h, hooks, DSC__HOOK_GRADS_READY, 0);
 }

@@ -456,13 +456,6 @@ const float *dsc_llama_logits(const dsc_llama *m) {
 
 // ---- hooks and checks ----
 
-#define HOOK_GATHER DSC__HOOK_GATHER
-#define HOOK_RELEASE DSC__HOOK_RELEASE
-#define HOOK_GRADS_READY DSC__HOOK_GRADS_READY
-
-static dsc_status call_hook(const dsc_model_hooks *h, enum dsc__hook_kind kind, int group) {
-    return dsc__model_hook(h, kind, group, "llama");
-}
 
 // ---- forward ----
 
@@ -536,25 +529,21 @@ static dsc_status head_forward(dsc_llama *m, float *const *params, const int32_t
                                const dsc_llama_hooks *hooks, float *loss) {
     int C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer;
     int64_t BT = (int64_t)m->h.B * m->h.T;
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, L + 1));
     double t0 = dsc__model_lap_start(m->h.times);
     dsc__llama_rmsnorm_forward(m->fin, m->fin_rstd, acts_of(m, L).res_in,
                                params[norm_tensor(&m->c)], m->c.rms_eps, BT, C);
     dsc__model_lap(m->h.times, &t0, 1 + 4 * L);
     if (m->c.tied) {
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+        DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, L + 1));
+        DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, 0));
     }
     t0 = dsc__model_lap_start(m->h.times);
     lm_head_forward(m, params);
     dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, m->c.tied ? 0 : L + 1));
-    if (!targets) return DSC_OK;
-    t0 = dsc__model_lap_start(m->h.times);
-    dsc__model_xent_forward(m->losses, m->lse, m->logits, targets, BT, V);
-    float mean = dsc__model_mean_loss(m->losses, targets, BT, &m->h.ntargets);
-    if (loss) *loss = mean;
-    dsc__model_lap(m->h.times, &t0, 2 + 4 * L);
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, m->c.tied ? 0 : L + 1));
+    if (targets)
+        dsc__host_loss(&m->h, m->losses, m->lse, m->logits, targets, BT, V, loss, 2 + 4 * L);
     return DSC_OK;
 }
 
@@ -574,11 +563,11 @@ dsc_status dsc_llama_forward_pos(dsc_llama *m, float *const *params, const int32
     int64_t BT = (int64_t)B * T;
     int32_t *tok_in = m->h.tokens, *tok_tg = m->h.tokens + BT;
 
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, 0));
     double t0 = dsc__model_lap_start(m->h.times);
     dsc__llama_embed_forward(m->res, tok_in, params[0], BT, m->c.hidden);
     dsc__model_lap(m->h.times, &t0, 0);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, 0));
     DSC_TRY(dsc_model_layers_forward(hooks, "llama", m->c.n_layer, layer_forward, m, params));
     DSC_TRY(head_forward(m, params, targets ? tok_tg : NULL, hooks, loss));
     dsc__host_forward_end(&m->h, targets != NULL);
@@ -655,19 +644,19 @@ static dsc_status head_backward(dsc_llama *m, float *const *params, float *const
     float *dlogits = m->logits; // (BT, V), in place
     float g = m->h.ntargets ? loss_scale / (float)m->h.ntargets : 0.0f;
     dsc__model_xent_backward(dlogits, m->logits, m->lse, m->h.tokens + BT, g, BT, V);
-    DSC_TRY(call_hook(hooks, HOOK_GATHER, head_group));
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, head_group));
     // grads[head] NULL: frozen (LoRA)
     dsc__linear_backward((dsc__linear){.w = params[head], .in = C, .out = V}, m->d1, false,
                          grads[head], NULL, dlogits, V, m->fin, C, BT);
     if (m->c.tied) {
-        DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-        DSC_TRY(call_hook(hooks, HOOK_GATHER, L + 1));
+        DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, 0));
+        DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, L + 1));
     }
     memset(m->dres, 0, sizeof(float) * (size_t)BT * C);
     dsc__llama_rmsnorm_backward(m->dres, grads[norm], m->norm_scratch, m->d1,
                                 acts_of(m, L).res_in, params[norm], m->fin_rstd, BT, C);
-    DSC_TRY(call_hook(hooks, HOOK_RELEASE, L + 1));
-    return call_hook(hooks, HOOK_GRADS_READY, L + 1);
+    DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, L + 1));
+    return dsc__host_hook(&m->h, hooks, DSC__HOOK_GRADS_READY, L + 1);
 }
 
 dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *grads,
@@ -680,10 +669,10 @@ dsc_status dsc_llama_backward(dsc_llama *m, float *const *params, float *const *
                                       grads));
     // Tied, group 0 was gathered for lm_head and grads[0] is still the one it gave; untied, it
     // is gathered here so that the hook can hand out the gradient buffer.
-    if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_GATHER, 0));
+    if (!m->c.tied) DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_GATHER, 0));
     if (grads[0]) // NULL: frozen (LoRA)
         dsc__llama_embed_backward(grads[0], m->dres, m->h.tokens, (int64_t)m->h.B * m->h.T,
                                   m->c.hidden);
-    if (!m->c.tied) DSC_TRY(call_hook(hooks, HOOK_RELEASE, 0));
-    return call_hook(hooks, HOOK_GRADS_READY, 0);
+    if (!m->c.tied) DSC_TRY(dsc__host_hook(&m->h, hooks, DSC__HOOK_RELEASE, 0));
+    return dsc__host_hook(&m->h, hooks, DSC__HOOK_GRADS_READY, 0);
 }
