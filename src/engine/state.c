@@ -139,6 +139,34 @@ dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master,
     return dsc__state_load_range(e, g, 0, e->groups[g].slice, master, moments);
 }
 
+dsc_status dsc__state_load_pieces(dsc_engine *e, int nkinds, dsc__state_fill_fn fill,
+                                  void *user) {
+    enum { PIECE = 16 << 20, MAX_KINDS = 4 };
+    if (nkinds < 1 + e->nmoments || nkinds > MAX_KINDS)
+        return dsc__fail(DSC_ERR_INTERNAL, "dsc__state_load_pieces: %d kinds for %d moments",
+                         nkinds, e->nmoments);
+    size_t cap = 1;
+    for (int g = 0; g < e->ngroups; g++)
+        if (e->groups[g].slice > cap) cap = e->groups[g].slice;
+    if (cap > PIECE) cap = PIECE;
+    float *buf = malloc(cap * (size_t)nkinds * sizeof(float)), *dst[MAX_KINDS];
+    if (!buf) return dsc__fail(DSC_ERR_OOM, "out of memory loading a checkpoint");
+    for (int k = 0; k < nkinds; k++) dst[k] = buf + (size_t)k * cap;
+    dsc_status st = DSC_OK;
+    for (int g = 0; g < e->ngroups && st == DSC_OK; g++) {
+        size_t slice = e->groups[g].slice;
+        for (size_t b0 = 0; b0 < slice && st == DSC_OK; b0 += cap) {
+            size_t b1 = b0 + cap < slice ? b0 + cap : slice;
+            st = fill(user, g, b0, b1, dst);
+            if (st == DSC_OK)
+                st = dsc__state_load_range(e, g, b0, b1 - b0, dst[0],
+                                           (const float *const *)(dst + 1));
+        }
+    }
+    free(buf);
+    return st;
+}
+
 // Stage 0 holds the full state on every rank: after each rank loaded its own slice, the other
 // slices are all-gathered so that every rank has everything again.
 static dsc_status stage0_gather(dsc_engine *e) {

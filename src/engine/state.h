@@ -81,6 +81,12 @@ dsc_status dsc__state_load_slice(dsc_engine *e, int g, const float *master, cons
 dsc_status dsc__state_load_range(dsc_engine *e, int g, size_t begin, size_t n,
                                  const float *master, const float *const *moments);
 dsc_status dsc__state_load_done(dsc_engine *e);
+// Step 2 for every group, in pieces of at most 16 Mi elements of each kind (a vocabulary's group
+// is gigabytes, and the state may live on a device: no whole copy on the host): fill writes
+// elements [b0, b1) of this rank's slice of group g for nkinds kinds (master, then the moments;
+// nkinds >= 1 + nmoments) into dst[k], which are then loaded. Stops at the first failure.
+typedef dsc_status (*dsc__state_fill_fn)(void *user, int g, size_t b0, size_t b1, float **dst);
+dsc_status dsc__state_load_pieces(dsc_engine *e, int nkinds, dsc__state_fill_fn fill, void *user);
 
 // The engine's communicator (NULL on one rank), for checkpoint barriers and checksum exchange.
 struct dsc_comm *dsc__state_comm(dsc_engine *e);

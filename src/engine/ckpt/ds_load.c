@@ -183,33 +183,20 @@ static dsc_status fill_slice(ds_loader *l, dsc_engine *eng, int g, size_t b0, si
     return DSC_OK;
 }
 
+typedef struct piece_src {
+    ds_loader *l;
+    dsc_engine *eng;
+} piece_src;
+
+static dsc_status fill_piece(void *user, int g, size_t b0, size_t b1, float **dst) {
+    piece_src *p = user;
+    return fill_slice(p->l, p->eng, g, b0, b1, dst);
+}
+
 static dsc_status load_groups(ds_loader *l, dsc_engine *eng) {
-    dsc_state_layout L;
-    dsc__state_layout(eng, &L);
-    enum { PIECE = 16 << 20 }; // elements of each kind at a time (as ckpt/load.c)
-    size_t maxslice = 1;
-    for (int g = 0; g < L.ngroups; g++) {
-        dsc_state_group G;
-        dsc__state_group(eng, g, &G);
-        if (G.slice > maxslice) maxslice = G.slice;
-    }
-    if (maxslice > PIECE) maxslice = PIECE;
-    float *buf = malloc(maxslice * 3 * sizeof(float));
-    dsc_status st = buf ? load_scalars(l, eng)
-                        : dsc__fail(DSC_ERR_OOM, "out of memory loading %s", l->what);
-    float *dst[3] = {buf, buf + maxslice, buf + 2 * maxslice};
-    for (int g = 0; g < L.ngroups && st == DSC_OK; g++) {
-        dsc_state_group G;
-        dsc__state_group(eng, g, &G);
-        for (size_t b0 = 0; b0 < G.slice && st == DSC_OK; b0 += maxslice) {
-            size_t b1 = b0 + maxslice < G.slice ? b0 + maxslice : G.slice;
-            st = fill_slice(l, eng, g, b0, b1, dst);
-            if (st == DSC_OK)
-                st = dsc__state_load_range(eng, g, b0, b1 - b0, dst[0],
-                                           (const float *const *)(dst + 1));
-        }
-    }
-    free(buf);
+    dsc_status st = load_scalars(l, eng);
+    piece_src p = {l, eng};
+    if (st == DSC_OK) st = dsc__state_load_pieces(eng, 3, fill_piece, &p); // master, both moments
     // Every rank reaches the collective, even after a local failure, so that none waits alone.
     dsc_status done = dsc__state_load_done(eng);
     return st != DSC_OK ? st : done;

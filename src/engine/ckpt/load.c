@@ -123,6 +123,19 @@ static dsc_status load_scalars(const dsc_ckpt *ck, dsc_engine *eng) {
     return dsc__state_scalars_set(eng, &s);
 }
 
+typedef struct slice_src {
+    const dsc_ckpt *ck;
+    dsc_engine *eng;
+    const int *map;
+    int nkinds;
+} slice_src;
+
+static dsc_status fill_piece(void *user, int g, size_t b0, size_t b1, float **dst) {
+    const slice_src *s = user;
+    fill_slice(s->ck, s->eng, s->map, g, b0, b1, dst, s->nkinds);
+    return DSC_OK;
+}
+
 static dsc_status load_into(const dsc_ckpt *ck, dsc_engine *eng) {
     DSC_TRY(check_compatible(ck, eng));
     dsc_state_layout L;
@@ -130,41 +143,16 @@ static dsc_status load_into(const dsc_ckpt *ck, dsc_engine *eng) {
     int *map = calloc((size_t)L.nparams, sizeof *map);
     if (!map) return dsc__fail(DSC_ERR_OOM, "out of memory loading a checkpoint");
     dsc_status st = check_params(ck, eng, map);
-    // Each group in pieces of at most PIECE elements of every kind (a vocabulary's group is
-    // gigabytes; the state may be on a device, so no whole copy is needed on the host).
-    enum { PIECE = 16 << 20 };
-    size_t maxslice = 0;
-    for (int g = 0; g < L.ngroups; g++) {
-        dsc_state_group G;
-        dsc__state_group(eng, g, &G);
-        if (G.slice > maxslice) maxslice = G.slice;
-    }
-    if (maxslice > PIECE) maxslice = PIECE;
-    int nk = 1 + L.nmoments;
-    float *buf = malloc((maxslice ? maxslice : 1) * (size_t)nk * sizeof(float));
-    if (!buf && st == DSC_OK) st = dsc__fail(DSC_ERR_OOM, "out of memory loading a checkpoint");
-    float *dst[1 + DSC_CKPT_MAX_MOMENTS];
-    for (int k = 0; k < nk; k++) dst[k] = buf ? buf + (size_t)k * maxslice : NULL;
     // The checks above fail alike on every rank (same files, same model): then no rank enters
     // the collective below. From here on every rank reaches it, even after a local failure, so
     // that none waits alone.
     if (st != DSC_OK) {
-        free(buf);
         free(map);
         return st;
     }
     st = load_scalars(ck, eng);
-    for (int g = 0; g < L.ngroups && st == DSC_OK; g++) {
-        dsc_state_group G;
-        dsc__state_group(eng, g, &G);
-        for (size_t b0 = 0; b0 < G.slice && st == DSC_OK; b0 += maxslice) {
-            size_t b1 = b0 + maxslice < G.slice ? b0 + maxslice : G.slice;
-            fill_slice(ck, eng, map, g, b0, b1, dst, nk);
-            st = dsc__state_load_range(eng, g, b0, b1 - b0, dst[0],
-                                       (const float *const *)(dst + 1));
-        }
-    }
-    free(buf);
+    slice_src src = {ck, eng, map, 1 + L.nmoments};
+    if (st == DSC_OK) st = dsc__state_load_pieces(eng, src.nkinds, fill_piece, &src);
     free(map);
     dsc_status done = dsc__state_load_done(eng);
     return st != DSC_OK ? st : done;
