@@ -25,8 +25,8 @@
 //   the master weights set (dsc_param_master + dsc_params_updated, or dsc_params_init), then
 //   dsc_device_trainer_create(&t, eng, model, B, T) (the trainer attaches itself to the engine);
 //   when dsc_engine_state_on_device(eng) (opts.device_state with DSC_DEVICE_STATE=1) the trainer
-//   holds master and moments: create it first, then dsc_params_init (and any load), then
-//   dsc_device_trainer_load (LoRA's frozen base); store and load have nothing else to move;
+//   holds master and moments (and LoRA's frozen base): create it first, then dsc_params_init
+//   (and any checkpoint load), which write into it; store and load have nothing to move;
 //   per micro-batch: dsc_device_trainer_micro, then dsc_step(eng, &info), which runs the
 //   trainer's step (info->boundary true at the optimizer steps), then
 //   dsc_device_trainer_take_loss;

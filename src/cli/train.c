@@ -1150,8 +1150,7 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     DSC_TRY(ckpt_setup(t));
     const char *gpu_line = NULL;
     if (cuda) {
-        if (early) DSC_TRY(dsc_device_trainer_load(t->gpu)); // the frozen base, now set
-        else DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
+        if (!early) DSC_TRY(dsc_device_trainer_create(&t->gpu, t->eng, t->model, t->B, t->T));
         gpu_line = dsc_device_trainer_describe(t->gpu, &t->peak_flops);
     } else {
         t->peak_flops = measure_cpu_peak();

@@ -183,13 +183,12 @@ void train__sample_text(trainer *t) {
     // On the GPU the host decoder reads an fp32 copy of every weight, made for it: not with the
     // state on the device (the point is no host copy), nor beyond the host memory the plan found.
     double copy = (double)dsc_model_describe(t->model)->num_params * 4;
-    const char *why = !t->gpu ? NULL
-                      : dsc_engine_state_on_device(t->eng) ? "the weights live on the GPU only "
-                                                             "(DSC_DEVICE_STATE=1)"
-                      : t->plan.host_avail >= 0 &&
-                              (double)t->plan.host_bytes + copy > (double)t->plan.host_avail
-                          ? "the host memory left beside the run's plan is smaller"
-                          : NULL;
+    const char *why = NULL;
+    if (t->gpu && dsc_engine_state_on_device(t->eng))
+        why = "the weights live on the GPU only (DSC_DEVICE_STATE=1)";
+    else if (t->gpu && t->plan.host_avail >= 0 &&
+             (double)t->plan.host_bytes + copy > (double)t->plan.host_avail)
+        why = "the host memory left beside the run's plan is smaller";
     if (why) {
         if (t->rank == 0)
             fprintf(stderr, "note: no text sample: %s, and the host's decoder would copy every "

@@ -257,8 +257,8 @@ dsc_status dsc__slab_fail(dsc_status st, const dsc_mem_pool *pool, const char *f
 // ---- a family's host model ----
 
 void dsc__host_init(dsc__host *h, const char *family, const struct dsc_model_ops *ops,
-                          const void *cfg, int ntensors, int vocab, const bool *grads_required,
-                          int B, int T, int n_head) {
+                    const void *cfg, int ntensors, int vocab, const bool *grads_required, int B,
+                    int T, int n_head) {
     *h = (dsc__host){.family = family, .ops = ops, .cfg = cfg, .ntensors = ntensors,
                      .vocab = vocab, .grads_required = grads_required, .maxB = B, .maxT = T};
     // one (T, T) pair per thread, but no more than there are heads

@@ -273,8 +273,6 @@ static dsc_status pick_gpu(train_gpu *g) {
     return DSC_OK;
 }
 
-// One rank: the device holds the engine's flat layout (and, without offload, the optimizer;
-// with it, train_gpu_offload.c moves gradients and weights once the model exists).
 // The engine keeps no master or moments (dsc_engine_state_on_device): it reads and writes them
 // here, n elements at a time.
 static dsc_status state_read(void *user, int kind, size_t off, size_t n, float *dst) {
@@ -284,6 +282,8 @@ static dsc_status state_write(void *user, int kind, size_t off, size_t n, const 
     return dsc__cuda_state_io(((train_gpu *)user)->st, kind, off, n, (float *)src, true);
 }
 
+// One rank: the device holds the engine's flat layout (and, without offload, the optimizer;
+// with it, train_gpu_offload.c moves gradients and weights once the model exists).
 static dsc_status flat_init(train_gpu *g, bool offload) {
     DSC_TRY(dsc__engine_flat_state(g->eng, &g->host));
     dsc_state_layout L;
@@ -552,11 +552,7 @@ dsc_status dsc_device_trainer_recovered(train_gpu *g, int B) {
 }
 
 dsc_status dsc_device_trainer_load(train_gpu *g) {
-    if (dsc_engine_state_on_device(g->eng)) { // the state is here already; the frozen base is not
-        size_t n;
-        const float *frozen = dsc__engine_frozen_store(g->eng, &n);
-        return n ? dsc__cuda_state_frozen(g->st, frozen, n, g->pool) : DSC_OK;
-    }
+    if (dsc_engine_state_on_device(g->eng)) return DSC_OK; // it is here (the frozen base too)
     if (g->dp) return dsc__train_dp_load(g->dp);
     if (g->staged) { // every rank holds a part of the master at stages 1-3: gather it
         DSC_TRY(dsc__engine_gather_master(g->eng, g->hweights));

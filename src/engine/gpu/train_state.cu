@@ -213,6 +213,8 @@ extern "C" dsc_status dsc__cuda_state_create_dp(dsc_cuda_state **out, size_t n, 
     return state_create(out, n, nstate, moments, false, pool);
 }
 
+static dsc_status frozen_io(dsc_cuda_state *s, size_t off, size_t n, float *host, bool up);
+
 extern "C" dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
                                              dsc_mem_pool *pool) {
     DSC_CUDA_ARG(s != NULL, "GPU state: no state for the frozen weights");
@@ -223,22 +225,8 @@ extern "C" dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *hos
     }
     DSC_CUDA_ARG(n == s->nfrozen, "GPU state: %zu frozen weights, the device holds %zu", n,
                  s->nfrozen);
-    if (!host) return DSC_OK; // their values come later (dsc__cuda_state_io, DSC__STATE_FROZEN)
-    // converted on the host in pieces (exact: the values are 16-bit already)
-    const size_t CHUNK = (size_t)1 << 24;
-    uint16_t *buf = (uint16_t *)malloc((n < CHUNK ? n : CHUNK) * 2 + 2);
-    if (!buf) return dsc__fail(DSC_ERR_OOM, "GPU state: out of host memory for the frozen weights");
-    dsc_status st = DSC_OK;
-    for (size_t at = 0; at < n && st == DSC_OK; at += CHUNK) {
-        size_t c = n - at < CHUNK ? n - at : CHUNK;
-        if (s->fp16) dsc_fp32_to_fp16_n(buf, host + at, c);
-        else dsc_fp32_to_bf16_n(buf, host + at, c);
-        cudaError_t e = cudaMemcpy(s->frozen16 + at, buf, c * 2, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess)
-            st = dsc__cuda_fail(e, "GPU state: uploading the frozen weights", __FILE__, __LINE__);
-    }
-    free(buf);
-    return st;
+    // their values now, or later (dsc__cuda_state_io, DSC__STATE_FROZEN)
+    return host ? frozen_io(s, 0, n, (float *)host, true) : DSC_OK;
 }
 
 extern "C" void dsc__cuda_state_destroy(dsc_cuda_state *s) {
@@ -341,7 +329,8 @@ static dsc_status stage(dsc_cuda_state *s, float *host, uint16_t *dev16, bool up
     return dev16 && host ? stage_range(s, host, dev16, s->n, up) : DSC_OK;
 }
 
-// LoRA's frozen weights (kind -1): converted on the host, as dsc__cuda_state_frozen does.
+// LoRA's frozen weights (kind -1), n from off: converted on the host in pieces (exact for values
+// already rounded to the 16-bit type), to the device (up) or back, widened.
 static dsc_status frozen_io(dsc_cuda_state *s, size_t off, size_t n, float *host, bool up) {
     DSC_CUDA_ARG(s->frozen16 && off + n <= s->nfrozen, "GPU state: no frozen range [%zu, +%zu) "
                  "in %zu frozen weights", off, n, s->nfrozen);

@@ -202,16 +202,19 @@ static dsc_status side_after_main(llama_cuda *m) {
     return DSC_OK;
 }
 
-// Forward: layer j's input res[j] is complete on the main stream: copy it out.
-static dsc_status ckpt_out(llama_cuda *m, int j) {
-    if (!m->host_ckpt) return DSC_OK;
+// Layer j's input between residual block j % 3 and its host copy, on the side stream once the
+// main stream has enqueued what it needs done first: out (forward: res[j] is complete) or back
+// in (backward: the main stream is done with that block).
+static dsc_status ckpt_copy(llama_cuda *m, int j, bool out) {
+    if (!m->host_ckpt || j < 0) return DSC_OK;
     int k = j % 3;
+    void *dev = res_block(m, k), *host = res_host(m, j);
     DSC_TRY(side_after_main(m));
-    DSC_CUDA_TRY(cudaMemcpyAsync(res_host(m, j), res_block(m, k),
-                                 (size_t)m->B * m->T * m->c.hidden * 2, cudaMemcpyDeviceToHost,
-                                 m->cst));
-    DSC_CUDA_TRY(cudaEventRecord(m->ev_out[k], m->cst));
-    m->out_pending[k] = true;
+    DSC_CUDA_TRY(cudaMemcpyAsync(out ? host : dev, out ? dev : host,
+                                 (size_t)m->B * m->T * m->c.hidden * 2,
+                                 out ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, m->cst));
+    DSC_CUDA_TRY(cudaEventRecord(out ? m->ev_out[k] : m->ev_in[k], m->cst));
+    (out ? m->out_pending : m->in_pending)[k] = true;
     return DSC_OK;
 }
 
@@ -221,20 +224,6 @@ static dsc_status ckpt_block_free(llama_cuda *m, int k) {
     if (m->out_pending[k]) DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_out[k], 0));
     if (m->in_pending[k]) DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_in[k], 0));
     m->out_pending[k] = m->in_pending[k] = false;
-    return DSC_OK;
-}
-
-// Backward: layer j's input back into block j % 3, once the main stream is done with that block
-// (what it has enqueued so far).
-static dsc_status ckpt_in(llama_cuda *m, int j) {
-    if (!m->host_ckpt || j < 0) return DSC_OK;
-    int k = j % 3;
-    DSC_TRY(side_after_main(m));
-    DSC_CUDA_TRY(cudaMemcpyAsync(res_block(m, k), res_host(m, j),
-                                 (size_t)m->B * m->T * m->c.hidden * 2, cudaMemcpyHostToDevice,
-                                 m->cst));
-    DSC_CUDA_TRY(cudaEventRecord(m->ev_in[k], m->cst));
-    m->in_pending[k] = true;
     return DSC_OK;
 }
 
@@ -582,12 +571,12 @@ static dsc_status enqueue_forward(llama_cuda *m, const uint16_t *const *params) 
     int BT = m->B * m->T, C = m->c.hidden, L = m->c.n_layer;
     DSC_TRY(ckpt_block_free(m, 0));
     DSC_TRY(dsc__cuda_embed_forward_h(m->res, m->tokens, params[0], BT, C, m->fp16, m->st));
-    if (L > 0) DSC_TRY(ckpt_out(m, 0));
+    if (L > 0) DSC_TRY(ckpt_copy(m, 0, true));
     for (int l = 0; l < L; l++) {
         DSC_TRY(before_layer(m, 0, l));
         DSC_TRY(ckpt_block_free(m, (l + 1) % 3)); // (cpu_checkpointing: res[l - 2] was there)
         DSC_TRY(layer_forward(m, params, l));
-        if (l + 1 < L) DSC_TRY(ckpt_out(m, l + 1));
+        if (l + 1 < L) DSC_TRY(ckpt_copy(m, l + 1, true));
     }
     DSC_TRY(before_layer(m, 0, L));
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(m->lnf, m->rstdf, acts_of(m, L).res_in,
@@ -727,7 +716,7 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
         DSC_TRY(ckpt_block_free(m, (l + 1) % 3));
         if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
         DSC_TRY(layer_backward(m, params, grads, l));
-        DSC_TRY(ckpt_in(m, l - 2)); // into block (l + 1) % 3, which layer l no longer reads
+        DSC_TRY(ckpt_copy(m, l - 2, false)); // into block (l + 1) % 3, which layer l no longer reads
         DSC_TRY(group_done(m, l + 1));
     }
     DSC_TRY(before_layer(m, 1, -1));
