@@ -74,3 +74,12 @@ extern "C" dsc_status dsc__cuda_mean_loss_read(float *loss, float *loss_dev, con
     DSC_CUDA_TRY(cudaStreamSynchronize(st));
     return DSC_OK;
 }
+
+extern "C" size_t dsc__cuda_carve(const dsc__cuda_carve_entry *t, size_t n, char *base) {
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (base) *t[i].view = t[i].bytes ? base + off : NULL;
+        off += (t[i].bytes + 255) / 256 * 256;
+    }
+    return off;
+}

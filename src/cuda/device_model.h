@@ -1,12 +1,13 @@
 // cuda/device_model.h - what the families' GPU models (model/gpt2/gpt2_cuda.cu,
 // model/llama/llama_cuda.cu) share around their kernels: the batch's tokens checked, counted and
-// uploaded, the parameter and gradient tables checked, and the mean loss over the targets that
-// count.
+// uploaded, the parameter and gradient tables checked, the activation block laid out, and the
+// mean loss over the targets that count.
 #ifndef DSC_CUDA_DEVICE_MODEL_H
 #define DSC_CUDA_DEVICE_MODEL_H
 
 #include <stdbool.h> // bool
-#include <stdint.h> // int32_t, int64_t
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t, int64_t
 
 #include "dsc/status.h" // dsc_status
 
@@ -32,6 +33,15 @@ dsc_status dsc__cuda_positions_upload(int32_t *dst, const int32_t *pos, int B, i
 dsc_status dsc__cuda_table_check(const void *const *t, int n, const char *who, const char *what,
                                  void (*name)(const void *cfg, int i, char *buf, int cap),
                                  const void *cfg, const bool *required);
+
+// One view of a model's block of device buffers and its bytes.
+typedef struct {
+    void **view;
+    size_t bytes;
+} dsc__cuda_carve_entry;
+// Lays the n views out in table order from base, each on a 256-byte boundary (a view of 0 bytes
+// is NULL); base NULL only counts. Returns the block's bytes.
+size_t dsc__cuda_carve(const dsc__cuda_carve_entry *t, size_t n, char *base);
 
 // *loss_dev = the mean of losses (n) over ntargets (0 when none count), queued on stream; the
 // _read twin also copies it to the host float *loss and waits for the stream.

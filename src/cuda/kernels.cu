@@ -169,6 +169,94 @@ extern "C" dsc_status dsc__cuda_token_sort(int **sorted, void *scratch, const in
     return DSC_OK;
 }
 
+// ---- token embeddings (every family) ----
+
+// The embedding passes move rows as 16-byte vectors: C a positive multiple of 8, rows aligned.
+static dsc_status embed_check(const char *what, int C, int64_t N, const void *a, const void *b) {
+    DSC_CUDA_ARG(C > 0 && C % 8 == 0, "%s: C = %d must be a positive multiple of 8", what, C);
+    DSC_CUDA_ARG(N > 0, "%s: N = %lld rows; it must be positive", what, (long long)N);
+    DSC_CUDA_ARG(dsc__aligned16(a) && dsc__aligned16(b),
+                 "%s: tensors must be 16-byte aligned (whole rows of cudaMalloc'd buffers)", what);
+    return DSC_OK;
+}
+
+// One thread per 8 channels of one position: a copy of the bits, whatever the 16-bit type.
+__global__ void embed_fwd_kernel(uint4 *out, const int32_t *inp, const uint4 *emb, long long N,
+                                 int C8) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * C8) return;
+    out[i] = emb[(size_t)inp[i / C8] * C8 + (int)(i % C8)];
+}
+
+extern "C" dsc_status dsc__cuda_embed_forward_h(uint16_t *out, const int32_t *inp,
+                                                const uint16_t *emb, int64_t N, int C, bool fp16,
+                                                void *stream) {
+    (void)fp16; // rows are copied bit for bit
+    DSC_TRY(embed_check("embedding forward", C, N, out, emb));
+    DSC_CUDA_ARG(out && inp && emb, "embedding forward: NULL tensor");
+    long long n = (long long)N * (C / 8);
+    embed_fwd_kernel<<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
+        (uint4 *)out, inp, (const uint4 *)emb, N, C / 8);
+    DSC_CUDA_LAUNCHED("embed_fwd_kernel");
+    return DSC_OK;
+}
+
+// The first thread of each token's run (positions sorted by token) sums the run's rows (8
+// channels) in position order and adds them to (add) or writes them over (!add) the token's row
+// of demb: one writer per (token, channel group), hence no atomics; rows of tokens absent from
+// the batch have no run and are not touched.
+template <bool F16>
+__global__ void embed_grad_kernel(float *demb, const uint4 *dout, const int *sorted,
+                                  const int32_t *inp, int N, int C8, bool add) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)N * C8) return;
+    int i = (int)(idx / C8), c8 = (int)(idx % C8);
+    int v = inp[sorted[i]];
+    if (i > 0 && inp[sorted[i - 1]] == v) return;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, x[8];
+    for (int j = i; j < N; j++) {
+        int p = sorted[j];
+        if (inp[p] != v) break;
+        dsc_unpack8_16<F16>(dout[(size_t)p * C8 + c8], x);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[k];
+    }
+    float4 *g = (float4 *)(demb + ((size_t)v * C8 + c8) * 8);
+    if (add) {
+        float4 g0 = g[0], g1 = g[1];
+        acc[0] += g0.x, acc[1] += g0.y, acc[2] += g0.z, acc[3] += g0.w;
+        acc[4] += g1.x, acc[5] += g1.y, acc[6] += g1.z, acc[7] += g1.w;
+    }
+    g[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    g[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+}
+
+extern "C" size_t dsc__cuda_embed_backward_scratch(int64_t N, int V) {
+    return dsc__cuda_token_sort_scratch(N, V);
+}
+
+extern "C" dsc_status dsc__cuda_embed_backward_h(float *demb, void *scratch, const uint16_t *dout,
+                                                 const int32_t *inp, int64_t N, int C, int V,
+                                                 bool add, bool fp16, void *stream) {
+    DSC_TRY(embed_check("embedding backward", C, N, demb, dout));
+    DSC_CUDA_ARG(demb && scratch && dout && inp && V > 0 && N < (1ll << 31),
+                 "embedding backward: bad arguments (N %lld, V %d)", (long long)N, V);
+    int *sorted = NULL, C8 = C / 8;
+    DSC_TRY(dsc__cuda_token_sort(&sorted, scratch, inp, N, V, stream));
+    unsigned blocks = dsc__blocks(N * C8, ELEM_THREADS);
+    cudaStream_t st = as_stream(stream);
+    const uint4 *d = (const uint4 *)dout;
+    if (fp16)
+        embed_grad_kernel<true>
+            <<<blocks, ELEM_THREADS, 0, st>>>(demb, d, sorted, inp, (int)N, C8, add);
+    else
+        embed_grad_kernel<false>
+            <<<blocks, ELEM_THREADS, 0, st>>>(demb, d, sorted, inp, (int)N, C8, add);
+    DSC_CUDA_LAUNCHED("embed_grad_kernel");
+    return DSC_OK;
+}
+
 // ---- column sums (bias gradients) ----
 
 // Column c of part (nchunks rows, stride apart) summed over k in order, added to dest[c / width]

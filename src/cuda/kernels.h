@@ -35,6 +35,21 @@ size_t dsc__cuda_token_sort_scratch(int64_t N, int V);
 dsc_status dsc__cuda_token_sort(int **sorted, void *scratch, const int32_t *inp, int64_t N, int V,
                                 void *stream);
 
+// out (N, C) = emb[inp] (16-bit rows copied); inp (N) ids in [0, V) (not checked here).
+dsc_status dsc__cuda_embed_forward_h(uint16_t *out, const int32_t *inp, const uint16_t *emb,
+                                     int64_t N, int C, bool fp16, void *stream);
+
+// The sum of the rows of dout (N, C) that hold token v, in position order (fp32), goes to row v
+// of demb (V, C): add true adds it (+=); add false writes it (=) into the rows of the tokens that
+// occur in inp and leaves every other row of demb untouched (not zeroed: the caller zeroes demb
+// when it needs the rest to be 0). Deterministic without atomics: positions are sorted by token
+// (dsc__cuda_token_sort), then one thread per (token, 8 channels) sums its run. N < 2^31.
+// scratch: dsc__cuda_embed_backward_scratch(N, V) bytes.
+size_t dsc__cuda_embed_backward_scratch(int64_t N, int V);
+dsc_status dsc__cuda_embed_backward_h(float *demb, void *scratch, const uint16_t *dout,
+                                      const int32_t *inp, int64_t N, int C, int V, bool add,
+                                      bool fp16, void *stream);
+
 // Rows of logits (N, ld) hold V live columns (ld >= V, ld % 8 == 0 lets rows move as vectors;
 // the matrix products prefer a padded ld). losses (N) = logsumexp(row) - row[target]; lse (N).
 // A negative target is ignored (a masked token): its loss and lse are 0, its gradient row 0.

@@ -59,7 +59,7 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     std::vector<uint16_t> dout16 = to_16(dout, f16);
     uint16_t *d_dout = dev_upload(dout16);
     float *d_gte = dev_upload(gte), *d_gpe = dev_upload(gpe);
-    size_t sb = dsc__cuda_encoder_backward_scratch(B, T, V);
+    size_t sb = dsc__cuda_embed_backward_scratch((int64_t)B * T, V);
     void *scratch;
     CK(cudaMalloc(&scratch, sb));
     DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, true, f16,

@@ -14,7 +14,8 @@
 #include <stdarg.h> // va_list
 
 extern "C" {
-#include "model/llama/llama_kernels.h" // dsc__cuda_embed_*, _rmsnorm_*, _rope_h, ...
+#include "cuda/kernels.h"              // dsc__cuda_embed_*
+#include "model/llama/llama_kernels.h" // dsc__cuda_rmsnorm_*, _rope_h, ...
 #include "model/llama/kernels.h"       // dsc__llama_* (the CPU reference)
 }
 

@@ -107,16 +107,13 @@ static layer_acts acts_of(const dsc_gpt2_cuda *m, int l) {
 
 // ---- allocation ----
 
-// Carve the slab into views, each on a 256-byte boundary; with base 0 only counts bytes.
+// The activation block's views (dsc__cuda_carve: base NULL only counts bytes).
 static size_t carve(dsc_gpt2_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
     size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, Vp = (size_t)m->Vp;
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, 4 * (int)C);
-    struct {
-        void **view;
-        size_t bytes;
-    } table[] = {
+    dsc__cuda_carve_entry table[] = {
         {(void **)&m->res, (NL + 1) * R * C * 2},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * 3 * C * 2},
@@ -149,15 +146,10 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
          (size_t)dsc__cuda_attention_bias_chunks(m->maxB, m->maxT) * 3 * C * 4},
         {(void **)&m->att_scratch,
          dsc__cuda_attention_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
-        {(void **)&m->enc_scratch, dsc__cuda_encoder_backward_scratch(m->maxB, m->maxT, (int)V)},
+        {(void **)&m->enc_scratch, dsc__cuda_embed_backward_scratch((int64_t)m->maxB * m->maxT, (int)V)},
         {(void **)&m->tokens, 2 * R * 4},
     };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (base) *table[i].view = base + off;
-        off += (table[i].bytes + 255) / 256 * 256;
-    }
-    return off;
+    return dsc__cuda_carve(table, sizeof table / sizeof table[0], base);
 }
 
 extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt2_config *c,

@@ -3,7 +3,7 @@
 #include "model/gpt2/gpt2_kernels.h"
 
 #include "cuda/common.cuh" // DSC_CUDA_TRY, dsc_unpack8, dsc_block_sum, ...
-#include "cuda/kernels.h"  // dsc__cuda_token_sort, dsc__cuda_reduce_columns_split
+#include "cuda/kernels.h"  // dsc__cuda_embed_backward_h, dsc__cuda_reduce_columns_split
 
 // Threads per block of each family; all multiples of 64 so that AMD wavefronts divide them.
 #define ELEM_THREADS 256    // elementwise passes
@@ -159,32 +159,6 @@ extern "C" dsc_status dsc__cuda_encoder_forward(uint16_t *out, const int32_t *in
     return dsc__cuda_encoder_forward_h(out, inp, wte, wpe, B, T, C, false, stream);
 }
 
-// Backward, after the token sort (dsc__cuda_token_sort): the first thread of each token's run
-// sums the run's rows (8 channels) in position order and adds them to dwte: one writer per
-// (token, channel group), hence no atomics.
-template <bool F16>
-__global__ void enc_wte_grad_kernel(float *dwte, const uint4 *dout, const int *sorted,
-                                    const int32_t *inp, int BT, int C8) {
-    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)BT * C8) return;
-    int i = (int)(idx / C8), c8 = (int)(idx % C8);
-    int v = inp[sorted[i]];
-    if (i > 0 && inp[sorted[i - 1]] == v) return;
-    float acc[8] = {0}, x[8];
-    for (int j = i; j < BT; j++) {
-        int p = sorted[j];
-        if (inp[p] != v) break;
-        dsc_unpack8_16<F16>(dout[(size_t)p * C8 + c8], x);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            acc[k] += x[k];
-    }
-    float4 *g = (float4 *)(dwte + ((size_t)v * C8 + c8) * 8);
-    float4 g0 = g[0], g1 = g[1];
-    g[0] = make_float4(g0.x + acc[0], g0.y + acc[1], g0.z + acc[2], g0.w + acc[3]);
-    g[1] = make_float4(g1.x + acc[4], g1.y + acc[5], g1.z + acc[6], g1.w + acc[7]);
-}
-
 // dwpe[t] += (add) or = the sum over b of dout[b, t], b in order; one thread per (t, 8 channels).
 template <bool F16>
 __global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T, int C8,
@@ -210,29 +184,19 @@ __global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T
     g[1] = make_float4(g1.x + acc[4], g1.y + acc[5], g1.z + acc[6], g1.w + acc[7]);
 }
 
-extern "C" size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V) {
-    return dsc__cuda_token_sort_scratch((int64_t)B * T, V);
-}
-
 extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
                                                    const uint16_t *dout, const int32_t *inp, int B,
                                                    int T, int C, int V, bool wpe_add, bool fp16,
                                                    void *stream) {
     DSC_TRY(check_rows("encoder backward", C, dwte, dwpe, dout));
     DSC_CUDA_ARG(B > 0 && T > 0 && V > 0 && inp && scratch, "encoder backward: bad arguments");
+    // dwte: the embedding backward every family shares (cuda/kernels.h), added to.
+    DSC_TRY(dsc__cuda_embed_backward_h(dwte, scratch, dout, inp, (int64_t)B * T, C, V, true, fp16,
+                                       stream));
     cudaStream_t st = as_stream(stream);
-    int BT = B * T, C8 = C / 8, *sorted = NULL;
-    DSC_TRY(dsc__cuda_token_sort(&sorted, scratch, inp, BT, V, stream));
-    unsigned wte_blocks = dsc__blocks((long long)BT * C8, ELEM_THREADS);
+    int C8 = C / 8;
     unsigned wpe_blocks = dsc__blocks((long long)T * C8, ELEM_THREADS);
     const uint4 *d = (const uint4 *)dout;
-    if (fp16)
-        enc_wte_grad_kernel<true>
-            <<<wte_blocks, ELEM_THREADS, 0, st>>>(dwte, d, sorted, inp, BT, C8);
-    else
-        enc_wte_grad_kernel<false>
-            <<<wte_blocks, ELEM_THREADS, 0, st>>>(dwte, d, sorted, inp, BT, C8);
-    DSC_CUDA_LAUNCHED("enc_wte_grad_kernel");
     if (fp16)
         enc_wpe_grad_kernel<true><<<wpe_blocks, ELEM_THREADS, 0, st>>>(dwpe, d, B, T, C8, wpe_add);
     else

@@ -33,12 +33,10 @@ dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp, const 
                                        const uint16_t *wpe, int B, int T, int C, bool fp16,
                                        void *stream);
 
-// dwte (V, C) += rows of dout (B, T, C) scattered by token; dwpe (maxT, C) += the sum over b.
-// Deterministic without atomics on floats: positions are sorted by token (a stable counting
-// sort on the device), then each (token, channel group) is summed by one thread in position
-// order. scratch: dsc__cuda_encoder_backward_scratch(B, T, V) bytes. wpe_add false overwrites
-// dwpe (rows [0, T)) instead of adding (dwte is added to).
-size_t dsc__cuda_encoder_backward_scratch(int B, int T, int V);
+// dwte (V, C) += rows of dout (B, T, C) scattered by token (dsc__cuda_embed_backward_h, add);
+// dwpe (maxT, C) += the sum over b, b in order. Deterministic without atomics on floats.
+// scratch: dsc__cuda_embed_backward_scratch(B * T, V) bytes. wpe_add false overwrites dwpe
+// (rows [0, T)) instead of adding (dwte is added to).
 dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
                                         const uint16_t *dout, const int32_t *inp, int B, int T,
                                         int C, int V, bool wpe_add, bool fp16, void *stream);

@@ -102,6 +102,7 @@ static layer_acts acts_of(const llama_cuda *m, int l) {
 
 // ---- allocation ----
 
+// The activation block's views (dsc__cuda_carve: base NULL only counts bytes).
 static size_t carve(llama_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
     size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
@@ -110,10 +111,7 @@ static size_t carve(llama_cuda *m, char *base) {
     size_t big = 2 * I > QKV ? 2 * I : QKV, hd2 = (size_t)m->c.head_dim / 2;
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, (int)QKV);
     size_t NQK = m->c.qk_norm ? NH + (size_t)m->c.n_kv_head : 0, HS = (size_t)m->c.head_dim;
-    struct {
-        void **view;
-        size_t bytes;
-    } table[] = {
+    dsc__cuda_carve_entry table[] = {
         {(void **)&m->res, (m->c.recompute == 2 ? 3 : NL + 1) * R * C * 2},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * QKV * 2},
@@ -154,12 +152,7 @@ static size_t carve(llama_cuda *m, char *base) {
         {(void **)&m->tokens, 2 * R * 4},
         {(void **)&m->pos_buf, R * 4},
     };
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (base) *table[i].view = table[i].bytes ? base + off : NULL;
-        off += (table[i].bytes + 255) / 256 * 256;
-    }
-    return off;
+    return dsc__cuda_carve(table, sizeof table / sizeof table[0], base);
 }
 
 // cpu_checkpointing's host blocks, side stream and events (create; destroy frees them).

@@ -15,8 +15,9 @@
 #include "cuda/decode_common.h"        // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
 #include "cuda/devbuf.h"               // dsc__cuda_buf_*
 #include "cuda/device_model.h"         // dsc__cuda_table_check
+#include "cuda/kernels.h"              // dsc__cuda_embed_forward_h
 #include "model/llama/llama_cuda.h"    // dsc__llama_cuda_rope_upload
-#include "model/llama/llama_kernels.h" // dsc__cuda_embed_forward_h, _rmsnorm_forward_h, ...
+#include "model/llama/llama_kernels.h" // dsc__cuda_rmsnorm_forward_h, ...
 #include "cuda/matmul.h"               // dsc__cuda_linear_forward
 
 #define ATT_THREADS 128  // row attention: threads per (row, query head)
