@@ -31,7 +31,7 @@ int cmd_train(int argc, char **argv) {
         {"--save-dir", "DIR", "save checkpoints here, as the config's checkpoint section says (SIGUSR1: save and stop); default RUN_DIR/checkpoints when the config asks for saves", &o.save_dir, NULL},
         {"--resume", "[TAG]", "continue from --save-dir's latest checkpoint, or TAG, or DIR/TAG", &o.resume, NULL},
         {"--save-at-end", NULL, "save a checkpoint after the last step (needs --save-dir)", NULL, &o.save_at_end},
-        {"--restart-positions", NULL, "position ids restart at 0 at each document of packed data (dsc data prepare --seq-len; the CPU, and the Llama family's GPU passes)", NULL, &o.restart_positions},
+        {"--restart-positions", NULL, "position ids restart at 0 at each document of packed data (dsc data prepare --seq-len; on the CPU and the GPU)", NULL, &o.restart_positions},
     };
     const cli_verb v = {"train", "dsc train [--config FILE] [--model SPEC] [--data DIR] [flags]",
                         "Train a model (GPT-2 or the Llama family) through the engine. With no "

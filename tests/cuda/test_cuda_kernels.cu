@@ -43,7 +43,7 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     uint16_t *d_wte = dev_upload(wte16), *d_wpe = dev_upload(wpe16),
              *d_out = dev_alloc<uint16_t>((size_t)BT * C);
     int32_t *d_tok = dev_upload(tok);
-    DS(dsc__cuda_encoder_forward_h(d_out, d_tok, d_wte, d_wpe, B, T, C, f16, NULL));
+    DS(dsc__cuda_encoder_forward_h(d_out, d_tok, NULL, d_wte, d_wpe, B, T, C, f16, NULL));
     SYNC();
     std::vector<float> out = from_16(dev_download(d_out, (size_t)BT * C), f16);
     std::vector<double> ref((size_t)BT * C);
@@ -62,8 +62,8 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     size_t sb = dsc__cuda_embed_backward_scratch((int64_t)B * T, V);
     void *scratch;
     CK(cudaMalloc(&scratch, sb));
-    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, true, f16,
-                                    NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, NULL, 0, B, T, C, V,
+                                    true, f16, NULL));
     SYNC();
     std::vector<float> g1 = dev_download(d_gte, gte.size()), p1 = dev_download(d_gpe, gpe.size());
     std::vector<double> rte(gte.begin(), gte.end()), rpe(gpe.begin(), gpe.end());
@@ -80,8 +80,8 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     // deterministic: the same call on the same inputs gives the same bits
     CK(cudaMemcpy(d_gte, gte.data(), gte.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_gpe, gpe.data(), gpe.size() * 4, cudaMemcpyHostToDevice));
-    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, true, f16,
-                                    NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, NULL, 0, B, T, C, V,
+                                    true, f16, NULL));
     SYNC();
     std::vector<float> g2 = dev_download(d_gte, gte.size());
     check_true(nm("encoder backward is bitwise repeatable", f16),
@@ -90,8 +90,8 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     CK(cudaMemcpy(d_gte, gte.data(), gte.size() * 4, cudaMemcpyHostToDevice));
     std::vector<float> nan_pe(gpe.size(), NAN);
     CK(cudaMemcpy(d_gpe, nan_pe.data(), gpe.size() * 4, cudaMemcpyHostToDevice));
-    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, B, T, C, V, false, f16,
-                                    NULL));
+    DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, NULL, 0, B, T, C, V,
+                                    false, f16, NULL));
     SYNC();
     std::vector<float> p3 = dev_download(d_gpe, gpe.size()), g3 = dev_download(d_gte, gte.size());
     std::vector<double> rpe_set(gpe.size());
@@ -101,8 +101,45 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
           TOL_F32);
     check_true(nm("encoder backward dwte with dwpe (=): the same bits", f16),
                memcmp(g1.data(), g3.data(), g1.size() * 4) == 0);
+    // position ids (restarting at random documents' starts, as packed data's): the forward reads
+    // wpe at each id; the backward scatters dwpe by id (added to, or every row of the table
+    // written: rows no id names become 0)
+    std::vector<int32_t> pos(BT);
+    for (int b = 0; b < B; b++)
+        for (int t = 0, p = 0; t < T; t++, p++) {
+            if (t > 0 && rng_next() % 5 == 0) p = 0;
+            pos[(size_t)b * T + t] = p;
+        }
+    int32_t *d_pos = dev_upload(pos);
+    DS(dsc__cuda_encoder_forward_h(d_out, d_tok, d_pos, d_wte, d_wpe, B, T, C, f16, NULL));
+    SYNC();
+    out = from_16(dev_download(d_out, (size_t)BT * C), f16);
+    for (int i = 0; i < BT; i++)
+        for (int c = 0; c < C; c++)
+            ref[(size_t)i * C + c] = (double)wte[(size_t)tok[i] * C + c] + wpe[(size_t)pos[i] * C + c];
+    check(nm("encoder forward with position ids", f16), rel_err(out.data(), ref.data(), ref.size()),
+          tol16(f16));
+    for (int add = 1; add >= 0; add--) {
+        CK(cudaMemcpy(d_gte, gte.data(), gte.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_gpe, gpe.data(), gpe.size() * 4, cudaMemcpyHostToDevice));
+        DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, d_pos, T, B, T, C,
+                                        V, add, f16, NULL));
+        SYNC();
+        std::vector<float> p4 = dev_download(d_gpe, gpe.size()), g4 = dev_download(d_gte, gte.size());
+        std::vector<double> rpos(gpe.size());
+        for (size_t i = 0; i < gpe.size(); i++)
+            rpos[i] = add ? gpe[i] : 0;
+        for (int i = 0; i < BT; i++)
+            for (int c = 0; c < C; c++)
+                rpos[(size_t)pos[i] * C + c] += dout[(size_t)i * C + c];
+        check(nm(add ? "encoder backward dwpe by position id (+=)"
+                     : "encoder backward dwpe by position id (=, other rows 0)", f16),
+              rel_err(p4.data(), rpos.data(), rpos.size()), TOL_F32);
+        check_true(nm("encoder backward dwte with position ids: the same bits", f16),
+                   memcmp(g1.data(), g4.data(), g1.size() * 4) == 0);
+    }
     cudaFree(d_wte), cudaFree(d_wpe), cudaFree(d_out), cudaFree(d_tok), cudaFree(d_dout);
-    cudaFree(d_gte), cudaFree(d_gpe), cudaFree(scratch);
+    cudaFree(d_gte), cudaFree(d_gpe), cudaFree(scratch), cudaFree(d_pos);
 }
 
 // ---- layernorm ----

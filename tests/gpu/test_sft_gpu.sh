@@ -3,9 +3,10 @@
 # CPU model does. Packed prompt/completion data (most targets masked), the same seed and config
 # (bf16) on the CPU and with --device cuda: step 1's loss within 1e-2 and every gradient within
 # relative L2 error 2e-2 of the CPU's, identical targets and target_tokens, and 20 steps whose
-# losses track the CPU's. --restart-positions on the Llama family's GPU passes: step 1's
-# gradients match the CPU's and differ from those of row positions; GPT-2's GPU passes take no
-# position ids and refuse it with the fix. Exit 77 (skipped) when no CUDA device is usable.
+# losses track the CPU's. --restart-positions on the GPU passes of GPT-2 (position embeddings
+# read and scattered by id) and the Llama family (rotary angles by id): step 1's gradients match
+# the CPU's and differ from those of row positions. Exit 77 (skipped) when no CUDA device is
+# usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 : "${DSC:?set DSC to the dsc binary}"
@@ -66,14 +67,16 @@ PYEOF
 expect 0 "" -- "$DSC" train --device cpu "${common[@]}" --max-steps 20 --out "$T/cpu20"
 expect 0 "" -- "$DSC" train --device cuda "${common[@]}" --max-steps 20 --out "$T/gpu20"
 check "20 masked steps: the GPU's losses track the CPU's" -- compare cpu20 gpu20 1e-2 2e-2 5e-2
-expect 1 "--device cpu" -- "$DSC" train --device cuda "${common[@]}" --restart-positions --max-steps 1 --out "$T/pos"
-lcommon=(--config "$T/bf16.json" --data "$T/data" --model llama-d2 --seq-len 64 --seed 11
-         --eval-every 0 --eval-batches 1 --sample-tokens 0 --max-steps 1)
-expect 0 "loss mask" -- "$DSC" train --device cpu "${lcommon[@]}" --restart-positions --dump-grads "$T/lcpu.st" --out "$T/lcpu"
-expect 0 "loss mask" -- "$DSC" train --device cuda "${lcommon[@]}" --restart-positions --dump-grads "$T/lgpu.st" --out "$T/lgpu"
-expect 0 "loss mask" -- "$DSC" train --device cuda "${lcommon[@]}" --dump-grads "$T/lrow.st" --out "$T/lrow"
-check "--restart-positions on the GPU (Llama): gradients match the CPU's and differ from row positions" -- $PY - "$T/lcpu.st" "$T/lgpu.st" "$T/lrow.st" <<'PYEOF'
-import json, struct, sys
+# positions SPEC MOVED: --restart-positions on the CPU and the GPU, and the GPU without it; the
+# tensors whose names contain MOVED (a Python regex) are those that position ids change
+positions() {
+    local m=$1 n=${1//-/_} pc=(--config "$T/bf16.json" --data "$T/data" --model "$1" --seq-len 64
+        --seed 11 --eval-every 0 --eval-batches 1 --sample-tokens 0 --max-steps 1)
+    expect 0 "loss mask" -- "$DSC" train --device cpu "${pc[@]}" --restart-positions --dump-grads "$T/${n}cpu.st" --out "$T/${n}cpu"
+    expect 0 "loss mask" -- "$DSC" train --device cuda "${pc[@]}" --restart-positions --dump-grads "$T/${n}gpu.st" --out "$T/${n}gpu"
+    expect 0 "loss mask" -- "$DSC" train --device cuda "${pc[@]}" --dump-grads "$T/${n}row.st" --out "$T/${n}row"
+    check "--restart-positions on the GPU ($m): gradients match the CPU's and differ from row positions" -- $PY - "$T/${n}cpu.st" "$T/${n}gpu.st" "$T/${n}row.st" "$2" <<'PYEOF'
+import json, re, struct, sys
 import numpy as np
 def load(path):
     raw = open(path, "rb").read()
@@ -88,9 +91,12 @@ def load(path):
 cpu, gpu, row = (load(p) for p in sys.argv[1:4])
 rel = lambda x, y: np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-30)
 worst = max(rel(cpu[k], gpu[k]) for k in cpu if k not in ("inputs", "targets"))
-moved = max(rel(gpu[k], row[k]) for k in gpu if "q_proj" in k or "k_proj" in k)
+moved = max(rel(gpu[k], row[k]) for k in gpu if re.search(sys.argv[4], k))
 print(f"  restart positions, step 1: GPU vs CPU worst gradient rel L2 {worst:.2e}; "
-      f"vs row positions (q/k projections) {moved:.2e}")
+      f"vs row positions ({sys.argv[4]}) {moved:.2e}")
 assert worst <= 2e-2 and moved > 5 * worst, (worst, moved)
 PYEOF
+}
+positions d2 'wpe'
+positions llama-d2 'q_proj|k_proj'
 finish

@@ -32,7 +32,7 @@ enum {
 typedef struct graph_key {
     int B, T, ntargets;
     float loss_scale;
-    bool fp16, fused_gelu, fresh;
+    bool fp16, fused_gelu, fresh, pos;
 } graph_key;
 
 // One captured step: state 0 no step of its key yet, 1 one eager step, 2 captured (exec, or
@@ -71,6 +71,9 @@ struct dsc_gpt2_cuda {
     float *att_bpart;  // (chunks, 3C) attn.c_attn's bias gradient per 64 rows, from the attention
     void *enc_scratch;
     int32_t *tokens; // (2, BT): inputs, targets
+    int32_t *pos_buf;        // (BT) the position ids of the last forward, when it had any
+    const int32_t *pos_host; // set_positions' ids for the next forward (HOST), or NULL
+    const int32_t *posd;     // the last forward's ids on the device (pos_buf), or NULL: 0 .. T-1
     dsc_gpt2_cuda_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
     void *hook_user;
     dsc_gpt2_cuda_layer_hook layer_hook; // before each layer (set_layer_hook); NULL: none
@@ -112,6 +115,7 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
     size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, Vp = (size_t)m->Vp;
+    size_t NP = V > (size_t)m->c.max_seq_len ? V : (size_t)m->c.max_seq_len; // ids the sort takes
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, 4 * (int)C);
     dsc__cuda_carve_entry table[] = {
         {(void **)&m->res, (NL + 1) * R * C * 2},
@@ -146,8 +150,9 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
          (size_t)dsc__cuda_attention_bias_chunks(m->maxB, m->maxT) * 3 * C * 4},
         {(void **)&m->att_scratch,
          dsc__cuda_attention_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
-        {(void **)&m->enc_scratch, dsc__cuda_embed_backward_scratch((int64_t)m->maxB * m->maxT, (int)V)},
+        {(void **)&m->enc_scratch, dsc__cuda_embed_backward_scratch((int64_t)R, (int)NP)},
         {(void **)&m->tokens, 2 * R * 4},
+        {(void **)&m->pos_buf, R * 4},
     };
     return dsc__cuda_carve(table, sizeof table / sizeof table[0], base);
 }
@@ -222,6 +227,10 @@ extern "C" void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on) {
 
 extern "C" void dsc_gpt2_cuda_set_grads_fresh(dsc_gpt2_cuda *m, bool on) {
     if (m) m->fresh = on;
+}
+
+extern "C" void dsc_gpt2_cuda_set_positions(dsc_gpt2_cuda *m, const int32_t *pos) {
+    if (m) m->pos_host = pos;
 }
 
 extern "C" void dsc_gpt2_cuda_set_fp16(dsc_gpt2_cuda *m, bool on) {
@@ -350,6 +359,12 @@ static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params
     DSC_TRY(check_params(m, (const void *const *)params, "params"));
     DSC_TRY(dsc__cuda_tokens_upload(m->tokens, inputs, targets, B, T, m->c.vocab_size,
                                     "gpt2 cuda", &m->ntargets, m->st));
+    m->posd = NULL;
+    if (m->pos_host) {
+        DSC_TRY(dsc__cuda_positions_upload(m->pos_buf, m->pos_host, B, T, m->c.max_seq_len,
+                                           "gpt2 cuda", m->st));
+        m->posd = m->pos_buf;
+    }
     m->B = B, m->T = T, m->have_targets = false;
     return DSC_OK;
 }
@@ -357,7 +372,8 @@ static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params
 // The forward's kernels from the tokens (on the device) to the logits, for m->B x m->T.
 static dsc_status enqueue_forward(dsc_gpt2_cuda *m, const uint16_t *const *params) {
     int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
-    DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, params[0], params[1], B, T, C, m->fp16,
+    DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, m->posd, params[0], params[1], B, T, C,
+                                        m->fp16,
                                         m->st));
     for (int l = 0; l < L; l++) {
         DSC_TRY(before_layer(m, 0, l));
@@ -477,8 +493,10 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
         DSC_TRY(group_done(m, l + 1));
     }
     DSC_TRY(before_layer(m, 1, -1));
-    DSC_TRY(dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens, B,
-                                         T, C, V, !m->fresh, m->fp16, st)); // wte: after lm-head's
+    // wte: after lm-head's
+    DSC_TRY(dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens,
+                                         m->posd, m->c.max_seq_len, B, T, C, V, !m->fresh,
+                                         m->fp16, st));
     return group_done(m, 0);
 }
 
@@ -526,7 +544,7 @@ static graph_key key_now(const dsc_gpt2_cuda *m, float loss_scale) {
     memset(&k, 0, sizeof k); // padding too: keys are compared with memcmp
     k.B = m->B, k.T = m->T, k.loss_scale = loss_scale, k.fp16 = m->fp16;
     k.ntargets = m->ntargets; // the divisor is part of the captured kernels' arguments
-    k.fused_gelu = m->fused_gelu, k.fresh = m->fresh;
+    k.fused_gelu = m->fused_gelu, k.fresh = m->fresh, k.pos = m->posd != NULL;
     return k;
 }
 
@@ -649,6 +667,10 @@ static dsc_status dev_train_step(void *dev, const uint16_t *const *params, float
                                     loss_scale, loss);
 }
 
+static void dev_set_positions(void *dev, const int32_t *pos) {
+    dsc_gpt2_cuda_set_positions((dsc_gpt2_cuda *)dev, pos);
+}
+
 static dsc_status dev_read_loss(void *dev, float *loss) {
     return dsc_gpt2_cuda_read_loss((dsc_gpt2_cuda *)dev, loss);
 }
@@ -675,6 +697,6 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     dev_loss_enqueue, &dsc__gpt2_decode_ops, dev_act_bytes,
     true,  // recomputes: acts_of / carve lay out one shared block, the backward reruns
     false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
-    NULL,  // set_positions: its position embeddings read 0 .. T-1 (--restart-positions: CPU)
+    dev_set_positions,
     NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)
 };

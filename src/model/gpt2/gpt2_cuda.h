@@ -52,6 +52,11 @@ void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on);
 // default.
 void dsc_gpt2_cuda_set_grads_fresh(dsc_gpt2_cuda *m, bool on);
 
+// Position ids of the forwards that follow: pos HOST (B, T), each in [0, max_seq_len), read (and
+// checked) at each forward, so it must stay valid while they run; NULL (the default): each row's
+// positions are 0 .. T-1. The backward scatters wpe's gradient by the same ids.
+void dsc_gpt2_cuda_set_positions(dsc_gpt2_cuda *m, const int32_t *pos);
+
 // on: parameters, activations and activation gradients are IEEE fp16 (fp16 training, with the
 // caller's loss scale on backward); off (the default): bf16. Arithmetic stays fp32 inside the
 // kernels either way. fp16 values overflow to inf (never saturate), so a loss scale that is too

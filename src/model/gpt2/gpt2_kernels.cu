@@ -111,16 +111,16 @@ extern "C" dsc_status dsc__cuda_residual_forward_h(uint16_t *out, const uint16_t
 
 // ---- token and position embeddings ----
 
-// One thread per 8 channels of one position.
+// One thread per 8 channels of one position; the position's id is pos[bt], or bt % T (pos NULL).
 template <bool F16>
-__global__ void encoder_fwd_kernel(uint4 *out, const int32_t *inp, const uint4 *wte,
-                                   const uint4 *wpe, int BT, int T, int C8) {
+__global__ void encoder_fwd_kernel(uint4 *out, const int32_t *inp, const int32_t *pos,
+                                   const uint4 *wte, const uint4 *wpe, int BT, int T, int C8) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)BT * C8) return;
     int bt = (int)(i / C8), c8 = (int)(i % C8);
     float e[8], p[8];
     dsc_unpack8_16<F16>(wte[(size_t)inp[bt] * C8 + c8], e);
-    dsc_unpack8_16<F16>(wpe[(size_t)(bt % T) * C8 + c8], p);
+    dsc_unpack8_16<F16>(wpe[(size_t)(pos ? pos[bt] : bt % T) * C8 + c8], p);
 #pragma unroll
     for (int k = 0; k < 8; k++)
         e[k] += p[k];
@@ -135,28 +135,30 @@ static dsc_status check_rows(const char *what, int C, const void *a, const void 
 }
 
 template <bool F16>
-static dsc_status encoder_forward(uint16_t *out, const int32_t *inp, const uint16_t *wte,
-                                  const uint16_t *wpe, int B, int T, int C, void *stream) {
+static dsc_status encoder_forward(uint16_t *out, const int32_t *inp, const int32_t *pos,
+                                  const uint16_t *wte, const uint16_t *wpe, int B, int T, int C,
+                                  void *stream) {
     DSC_TRY(check_rows("encoder forward", C, out, wte, wpe));
     DSC_CUDA_ARG(B > 0 && T > 0 && inp, "encoder forward: bad batch %d x %d", B, T);
     long long n = (long long)B * T * (C / 8);
     encoder_fwd_kernel<F16><<<dsc__blocks(n, ELEM_THREADS), ELEM_THREADS, 0, as_stream(stream)>>>(
-        (uint4 *)out, inp, (const uint4 *)wte, (const uint4 *)wpe, B * T, T, C / 8);
+        (uint4 *)out, inp, pos, (const uint4 *)wte, (const uint4 *)wpe, B * T, T, C / 8);
     DSC_CUDA_LAUNCHED("encoder_fwd_kernel");
     return DSC_OK;
 }
 
 extern "C" dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp,
-                                                  const uint16_t *wte, const uint16_t *wpe, int B,
-                                                  int T, int C, bool fp16, void *stream) {
-    return fp16 ? encoder_forward<true>(out, inp, wte, wpe, B, T, C, stream)
-                : encoder_forward<false>(out, inp, wte, wpe, B, T, C, stream);
+                                                  const int32_t *pos, const uint16_t *wte,
+                                                  const uint16_t *wpe, int B, int T, int C,
+                                                  bool fp16, void *stream) {
+    return fp16 ? encoder_forward<true>(out, inp, pos, wte, wpe, B, T, C, stream)
+                : encoder_forward<false>(out, inp, pos, wte, wpe, B, T, C, stream);
 }
 
 extern "C" dsc_status dsc__cuda_encoder_forward(uint16_t *out, const int32_t *inp,
                                                 const uint16_t *wte, const uint16_t *wpe, int B,
                                                 int T, int C, void *stream) {
-    return dsc__cuda_encoder_forward_h(out, inp, wte, wpe, B, T, C, false, stream);
+    return dsc__cuda_encoder_forward_h(out, inp, NULL, wte, wpe, B, T, C, false, stream);
 }
 
 // dwpe[t] += (add) or = the sum over b of dout[b, t], b in order; one thread per (t, 8 channels).
@@ -185,8 +187,9 @@ __global__ void enc_wpe_grad_kernel(float *dwpe, const uint4 *dout, int B, int T
 }
 
 extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
-                                                   const uint16_t *dout, const int32_t *inp, int B,
-                                                   int T, int C, int V, bool wpe_add, bool fp16,
+                                                   const uint16_t *dout, const int32_t *inp,
+                                                   const int32_t *pos, int npos, int B, int T,
+                                                   int C, int V, bool wpe_add, bool fp16,
                                                    void *stream) {
     DSC_TRY(check_rows("encoder backward", C, dwte, dwpe, dout));
     DSC_CUDA_ARG(B > 0 && T > 0 && V > 0 && inp && scratch, "encoder backward: bad arguments");
@@ -194,6 +197,14 @@ extern "C" dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, voi
     DSC_TRY(dsc__cuda_embed_backward_h(dwte, scratch, dout, inp, (int64_t)B * T, C, V, true, fp16,
                                        stream));
     cudaStream_t st = as_stream(stream);
+    if (pos) { // dwpe scattered by position id as dwte by token (its rows [0, npos) zeroed first
+               // when not added to: an id present last time may be absent now)
+        DSC_CUDA_ARG(npos > 0, "encoder backward: position ids need the table's rows (npos %d)",
+                     npos);
+        if (!wpe_add) DSC_CUDA_TRY(cudaMemsetAsync(dwpe, 0, (size_t)npos * C * sizeof(float), st));
+        return dsc__cuda_embed_backward_h(dwpe, scratch, dout, pos, (int64_t)B * T, C, npos, true,
+                                          fp16, stream);
+    }
     int C8 = C / 8;
     unsigned wpe_blocks = dsc__blocks((long long)T * C8, ELEM_THREADS);
     const uint4 *d = (const uint4 *)dout;

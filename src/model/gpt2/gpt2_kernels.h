@@ -26,20 +26,25 @@
 extern "C" {
 #endif
 
-// out (B, T, C) = wte[inp] + wpe[t]; inp (B, T) token ids in [0, V) (not checked here).
+// out (B, T, C) = wte[inp] + wpe[position]; inp (B, T) token ids in [0, V), pos (B, T) position
+// ids in [0, max_seq_len) (not checked here), or NULL: t, the position in the row. The _h form
+// takes the 16-bit type (fp16 or bf16); the plain one is bf16 with row positions.
 dsc_status dsc__cuda_encoder_forward(uint16_t *out, const int32_t *inp, const uint16_t *wte,
                                      const uint16_t *wpe, int B, int T, int C, void *stream);
-dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp, const uint16_t *wte,
-                                       const uint16_t *wpe, int B, int T, int C, bool fp16,
-                                       void *stream);
+dsc_status dsc__cuda_encoder_forward_h(uint16_t *out, const int32_t *inp, const int32_t *pos,
+                                       const uint16_t *wte, const uint16_t *wpe, int B, int T,
+                                       int C, bool fp16, void *stream);
 
-// dwte (V, C) += rows of dout (B, T, C) scattered by token (dsc__cuda_embed_backward_h, add);
-// dwpe (maxT, C) += the sum over b, b in order. Deterministic without atomics on floats.
-// scratch: dsc__cuda_embed_backward_scratch(B * T, V) bytes. wpe_add false overwrites dwpe
-// (rows [0, T)) instead of adding (dwte is added to).
+// dwte (V, C) += rows of dout (B, T, C) scattered by token (dsc__cuda_embed_backward_h, add).
+// dwpe: with pos NULL, row t += the sum over b of dout[b, t], b in order (wpe_add false: rows
+// [0, T) are written instead, the rest left as they are); with position ids pos (B, T) in
+// [0, npos), scattered by id the same way as the tokens (wpe_add false: rows [0, npos) zeroed
+// first). Deterministic without atomics on floats. scratch: dsc__cuda_embed_backward_scratch(B * T,
+// max(V, npos)) bytes.
 dsc_status dsc__cuda_encoder_backward_h(float *dwte, float *dwpe, void *scratch,
-                                        const uint16_t *dout, const int32_t *inp, int B, int T,
-                                        int C, int V, bool wpe_add, bool fp16, void *stream);
+                                        const uint16_t *dout, const int32_t *inp,
+                                        const int32_t *pos, int npos, int B, int T, int C, int V,
+                                        bool wpe_add, bool fp16, void *stream);
 
 // out (N, C) = (inp - mean) * rstd * w + b with eps 1e-5; mean, rstd (N) fp32 kept for backward.
 dsc_status dsc__cuda_layernorm_forward(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
