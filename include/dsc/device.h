@@ -24,7 +24,7 @@
 //   dsc_engine_create with opts.no_compute_copy on one rank (the device holds the 16-bit weights),
 //   the master weights set (dsc_param_master + dsc_params_updated, or dsc_params_init), then
 //   dsc_device_trainer_create(&t, eng, model, B, T) (the trainer attaches itself to the engine);
-//   when dsc_engine_state_on_device(eng) (opts.device_state with DSC_DEVICE_STATE=1) the trainer
+//   when dsc_engine_state_on_device(eng) (opts.device_state, unless DSC_DEVICE_STATE=0) the trainer
 //   holds master and moments (and LoRA's frozen base): create it first, then dsc_params_init
 //   (and any checkpoint load), which write into it; store and load have nothing to move;
 //   per micro-batch: dsc_device_trainer_micro, then dsc_step(eng, &info), which runs the

@@ -69,8 +69,8 @@ typedef struct dsc_engine_opts {
     bool device_grads;
     // With device_grads: the device trainer keeps the master weights and the optimizer's moments
     // too, and the engine holds no host copy of them (12 bytes per parameter less with fp32
-    // Adam). Takes effect with DSC_DEVICE_STATE=1 where device_grads keeps no gradients on one
-    // GPU with the optimizer on it (dsc_engine_state_on_device says whether it did). Then the
+    // Adam). Takes effect where device_grads keeps no gradients on one GPU with the optimizer on
+    // it, unless DSC_DEVICE_STATE=0 (dsc_engine_state_on_device says whether it did). Then the
     // trainer is created before the weights are set (it holds them), dsc_params_init is the way
     // to set them (dsc_param_master returns NULL), and everything that reads or writes the state
     // (checkpoints, dsc_engine_full_param) moves it between host and device in bounded pieces.

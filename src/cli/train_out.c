@@ -180,20 +180,16 @@ static void write_metrics(trainer *t, const dsc_step_info *si, double loss, doub
 // seeded), up to the context length. Every rank takes part (ZeRO-3 gathers); rank 0 prints.
 void train__sample_text(trainer *t) {
     if (!t->tok || t->o->sample_tokens <= 0) return;
-    // On the GPU the host decoder reads an fp32 copy of every weight, made for it: not with the
-    // state on the device (the point is no host copy), nor beyond the host memory the plan found.
+    // On the GPU the host decoder reads an fp32 copy of every weight, made for it (with the state
+    // on the device, read from there tensor by tensor): not beyond the host memory the plan found.
     double copy = (double)dsc_model_describe(t->model)->num_params * 4;
-    const char *why = NULL;
-    if (t->gpu && dsc_engine_state_on_device(t->eng))
-        why = "the weights live on the GPU only (DSC_DEVICE_STATE=1)";
-    else if (t->gpu && t->plan.host_avail >= 0 &&
-             (double)t->plan.host_bytes + copy > (double)t->plan.host_avail)
-        why = "the host memory left beside the run's plan is smaller";
-    if (why) {
+    if (t->gpu && t->plan.host_avail >= 0 &&
+        (double)t->plan.host_bytes + copy > (double)t->plan.host_avail) {
         if (t->rank == 0)
-            fprintf(stderr, "note: no text sample: %s, and the host's decoder would copy every "
-                    "weight (%.1f GiB); dsc generate --checkpoint CKPT --device cuda generates "
-                    "from a checkpoint\n", why, copy / (double)(1u << 30));
+            fprintf(stderr, "note: no text sample: the host memory left beside the run's plan is "
+                    "smaller than the host decoder's copy of every weight (%.1f GiB); dsc "
+                    "generate --checkpoint CKPT --device cuda generates from a checkpoint\n",
+                    copy / (double)(1u << 30));
         return;
     }
     int32_t *ids = NULL;
@@ -207,7 +203,8 @@ void train__sample_text(trainer *t) {
     dsc_gen_prompt p = {ids, (int)n};
     dsc_gen_output out = {0};
     // On the GPU the weights live on the device: bring them into the engine, whose host copy the
-    // generator reads (a KV-cached decode of a few tokens; the CPU is quick enough for a sample).
+    // generator reads (a KV-cached decode of a few tokens; the CPU is quick enough for a sample);
+    // with the state on the device the generator makes its copy from there, tensor by tensor.
     dsc_status st = t->gpu ? dsc_device_trainer_store(t->gpu) : DSC_OK;
     if (st == DSC_OK) st = dsc_generate(t->eng, &p, 1, &go, &out, NULL);
     dsc_generate_release(t->eng);

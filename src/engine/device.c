@@ -336,7 +336,7 @@ bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device) {
 
 bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device) {
     return dsc__engine_keeps_no_grads(c, world, device) &&
-           !dsc__engine_grads_streamed(c, world, device) && dsc__env_is(DSC_ENV_DEVICE_STATE, "1");
+           !dsc__engine_grads_streamed(c, world, device) && !dsc__env_is(DSC_ENV_DEVICE_STATE, "0");
 }
 
 void dsc__engine_set_state_source(dsc_engine *e, const dsc__state_source *src) {

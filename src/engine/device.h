@@ -43,7 +43,8 @@ bool dsc__engine_grads_streamed(const dsc_config *c, int world, bool device);
 bool dsc__engine_keeps_no_grads(const dsc_config *c, int world, bool device);
 // With dsc_engine_opts.device_state: the engine keeps no master weights or moments either (the
 // one-GPU case above with the optimizer on the device, not streamed ZeRO-Offload), unless
-// DSC_DEVICE_STATE=1 asks for it. The memory plan asks the same question (for dsc train).
+// DSC_DEVICE_STATE=0 asks for the host copy. The memory plan asks the same question (for dsc
+// train).
 bool dsc__engine_keeps_no_state(const dsc_config *c, int world, bool device);
 
 // Where the state lives when the engine keeps none (dsc__engine_keeps_no_state): kind 0 is the

@@ -343,8 +343,8 @@ dsc_status dsc_params_updated(dsc_engine *e) {
     const char *load = dsc__env(DSC_ENV_FT_LOAD_STATE);
     if (load && *load && e->dev_state)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_FT_LOAD_STATE: the state lives on the device "
-                         "(one GPU, DSC_DEVICE_STATE=1); unset DSC_DEVICE_STATE to keep it on "
-                         "the host");
+                         "(one GPU with the optimizer on it); DSC_DEVICE_STATE=0 keeps it on the "
+                         "host");
     if (load && *load) return dsc__ft_load_state(e, load);
     DSC_TRY(dsc__zero_sync_params(e));
     return dsc__ft_state_changed(e); // the first snapshot, and its replica at the buddy
@@ -562,8 +562,8 @@ static dsc_status save_state_hook(dsc_engine *e) {
     if (!dir || !*dir) return DSC_OK;
     if (e->dev_state)
         return dsc__fail(DSC_ERR_UNSUPPORTED, "DSC_FT_SAVE_STATE: the state lives on the device "
-                         "(one GPU, DSC_DEVICE_STATE=1); unset DSC_DEVICE_STATE to keep it on "
-                         "the host");
+                         "(one GPU with the optimizer on it); DSC_DEVICE_STATE=0 keeps it on the "
+                         "host");
     char path[4096];
     snprintf(path, sizeof path, "%s/step%lld.safetensors", dir, (long long)e->global_steps);
     return dsc__ft_save_state(e, path);

@@ -142,7 +142,7 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
 
 static void add(int64_t *cat, int k, int64_t bytes) { cat[k] += bytes; }
 
-// The state on the device (DSC_DEVICE_STATE=1): the largest of the pieces that pass through the
+// The state on the device (one GPU; DSC_DEVICE_STATE=0 keeps a host copy): the largest of the pieces that pass through the
 // host, one at a time: the initial weights' (engine.c), the shard writer's (ckpt/shard.c), a
 // load's of every kind (ckpt/load.c) and validation's two (ckpt/publish.c).
 static int64_t device_state_pieces(const mode *m, const layout *L) {
@@ -406,7 +406,8 @@ static void alt_offload(const dsc_memplan_input *in, const dsc_config *base, adv
     }
 }
 
-// One GPU with the optimizer on it: no host copy of master and moments (DSC_DEVICE_STATE=1).
+// One GPU with the optimizer on it: no host copy of master and moments (for a run that set
+// DSC_DEVICE_STATE=0).
 static void alt_device_state(const dsc_memplan_input *in, const dsc_config *base, advice *a) {
     mode m = mode_of(in, base);
     if (!m.no_host_grads || m.grads_streamed || m.no_host_state) return;

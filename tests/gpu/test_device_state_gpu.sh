@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# DSC_DEVICE_STATE=1: one GPU with the optimizer on it keeps no host copy of the master weights
-# and moments (nor LoRA's frozen base): the initial weights go to the device in pieces,
-# checkpoints are written from it and loaded into it piece by piece, --dump-weights, --dump-grads
-# and exports read it tensor by tensor. Against the same runs with the host copy (the default,
-# DSC_DEVICE_STATE=0), for GPT-2 and Llama in bf16 (fp32 master), with the bf16 master keys, in
+# DSC_DEVICE_STATE=1 (the default): one GPU with the optimizer on it keeps no host copy of the
+# master weights and moments (nor LoRA's frozen base): the initial weights go to the device in
+# pieces, checkpoints are written from it and loaded into it piece by piece, --dump-weights,
+# --dump-grads, exports and the closing sample read it tensor by tensor. Against the same runs
+# with the host copy (DSC_DEVICE_STATE=0), for GPT-2 and Llama in bf16 (fp32 master), with the bf16 master keys, in
 # fp16 and with LoRA: the metrics, the checkpoints' shards, --dump-weights and --dump-grads are
 # bit for bit the same; a resume from the device's checkpoint continues bit for bit; weights from
 # a file (--init-weights) start the same run. The banner and the memory plan say where the state
@@ -43,8 +43,13 @@ for run in d2:bf16 llama-d2:bf16 llama-d2:m16 llama-d2:fp16 llama-d2:lora; do
 done
 check "the banner says the host keeps no copy" -- grep -q "no host copy: checkpoints read it from the device" "$T/llama-d2_bf16_dev.log"
 check "... and the plan too" -- grep -q "no host copy of master or moments" "$T/llama-d2_bf16_dev.log"
-DSC_DEVICE_STATE=1 MODEL=llama-d2 run_one sample cuda "$T/bf16.json" 1 --sample-tokens 8
-check "no closing sample from the device's weights, and a note says how to generate" -- grep -q "no text sample: the weights live on the GPU only" "$T/sample.log"
+for s in 0 1; do
+    DSC_DEVICE_STATE=$s MODEL=llama-d2 run_one "sample$s" cuda "$T/bf16.json" 2 --sample-tokens 16
+    awk '/^sample \(temperature/ { f = 1 } f { print; if (/^----$/ && ++n == 2) exit }' \
+        "$T/sample$s.log" > "$T/sample$s.txt"
+done
+check "the closing sample is read from the device's weights: the same text as from the host copy" -- \
+    bash -c "grep -q temperature '$T/sample1.txt' && cmp '$T/sample0.txt' '$T/sample1.txt'"
 check "without it the host keeps one" -- grep -q "host mirror of master and moments" "$T/llama-d2_bf16_host.log"
 
 # --dump-grads reads the device's gradients tensor by tensor: the same file

@@ -744,10 +744,11 @@ static void test_state_on_device(void **state) {
     char da[600], dd[600];
     path_of(da, sizeof da, "dev_host");
     path_of(dd, sizeof dd, "dev_dev");
+    setenv("DSC_DEVICE_STATE", "0", 1);
     dsc_engine *off = make_on_device("false");
-    assert_false(dsc_engine_state_on_device(off)); // without DSC_DEVICE_STATE=1 the host keeps them
+    assert_false(dsc_engine_state_on_device(off)); // DSC_DEVICE_STATE=0: the host keeps them
     dsc_engine_destroy(off);
-    setenv("DSC_DEVICE_STATE", "1", 1);
+    unsetenv("DSC_DEVICE_STATE"); // the default: on the device
 
     dsc_engine *d = make_on_device("true");
     assert_true(dsc_engine_state_on_device(d));

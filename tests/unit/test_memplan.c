@@ -55,19 +55,21 @@ static void test_gpu_modes(void **state) {
     dsc_config c;
     dsc_memplan_input in;
     dsc_memplan p;
-    setenv("DSC_DEVICE_STATE", "1", 1);     // optimizer on the GPU: the host keeps nothing of
-    plan(CFG(""), 1, true, -1, &p, &c, &in); // the state but a piece passing through: here the
-    unsetenv("DSC_DEVICE_STATE");            // shard writer's 64 MiB (of 72 MiB of state)
+    // optimizer on the GPU (by default): the host keeps nothing of the state but a piece passing
+    // through, here the shard writer's 64 MiB (of 72 MiB of state)
+    plan(CFG(""), 1, true, -1, &p, &c, &in);
     assert_int_equal(p.params, P);
     assert_int_equal(p.host_bytes - p.host[DSC_PLAN_RUNTIME], 64 << 20);
     assert_non_null(strstr(p.mode, "no host copy of master or moments"));
-    // a host that cannot hold the copy (72 MiB) is told that DSC_DEVICE_STATE=1 fits
+    // with DSC_DEVICE_STATE=0 a host that cannot hold the copy (72 MiB) is told that
+    // DSC_DEVICE_STATE=1 fits
+    setenv("DSC_DEVICE_STATE", "0", 1);
     plan(CFG(""), 1, true, (int64_t)70 << 20, &p, &c, &in);
     assert_false(p.fits);
     assert_int_equal(dsc_memplan_check(&in, &p), DSC_ERR_OOM);
     assert_non_null(strstr(dsc_last_error(), "settings that would fit: DSC_DEVICE_STATE=1"));
-    plan(CFG(""), 1, true, -1, &p, &c, &in); // by default a host copy of master and moments (the
-                                             // gradients stay on the device)
+    plan(CFG(""), 1, true, -1, &p, &c, &in); // DSC_DEVICE_STATE=0: a host copy of master and
+    unsetenv("DSC_DEVICE_STATE");            // moments (the gradients stay on the device)
     assert_int_equal(p.host[DSC_PLAN_MASTER] + p.host[DSC_PLAN_MOMENTS], 12 * P);
     assert_int_equal(p.host[DSC_PLAN_GRADS], 0);
     assert_non_null(strstr(p.mode, "host mirror of master and moments"));

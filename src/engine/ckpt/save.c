@@ -236,7 +236,7 @@ dsc_status dsc_checkpointing_start(dsc_engine *eng, const char *save_dir, const 
     if (!dsc__state_on_host(eng) && s->o.async) {
         s->o.async = false;
         DSC_INFO("ckpt", "checkpoint.async: the training state lives on the device "
-                 "(DSC_DEVICE_STATE=1), so each save is written in line from it, piece by piece "
+                 "(one GPU), so each save is written in line from it, piece by piece "
                  "(a host snapshot would be a whole copy of it)");
     }
     s->last_save_time = dsc_now();
