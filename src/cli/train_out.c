@@ -59,6 +59,20 @@ static dsc_status dump_drain(dump_ctx *c, int from) {
     return st;
 }
 
+// Where a rank could not even list the tensors (out of memory), it still reads every trainable
+// tensor, one at a time, so that the others' gathers complete; returns the OOM for path.
+static dsc_status dump_drain_unlisted(trainer *t, dump_get_fn get, const char *path) {
+    for (int i = 0; i < t->ntensors; i++) {
+        const dsc_model_param *info = dsc_model_param_get(t->model, i);
+        if (info->frozen) continue;
+        float *tmp = malloc(info->numel ? (size_t)info->numel * sizeof(float) : 1);
+        dsc_status st = tmp ? get(t->eng, i, tmp) : DSC_ERR_OOM;
+        free(tmp);
+        if (st != DSC_OK) break; // a rank whose read fails fails its gathers for everyone
+    }
+    return dsc_fail(DSC_ERR_OOM, "out of memory writing %s", path);
+}
+
 static dsc_status write_dump(trainer *t, const char *path, dump_get_fn get, dsc_st_tensor *ts,
                              const int *idx, int n, int extra, const char *const *meta,
                              int nmeta) {
@@ -96,10 +110,12 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     size_t ntok = (size_t)rows * t->T;
     dsc_st_tensor *ts = calloc((size_t)t->ntensors + 2, sizeof *ts);
     int *idx = calloc((size_t)t->ntensors + 1, sizeof *idx);
-    int32_t *in = malloc(ntok * sizeof *in), *tg = malloc(ntok * sizeof *tg);
+    // the batch's tokens: rank 0 writes them
+    int32_t *in = t->rank == 0 ? malloc(ntok * sizeof *in) : NULL;
+    int32_t *tg = t->rank == 0 ? malloc(ntok * sizeof *tg) : NULL;
     dsc_status st = DSC_OK;
-    if (!ts || !idx || !in || !tg) {
-        st = dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_grads);
+    if (!ts || !idx || (t->rank == 0 && (!in || !tg))) {
+        st = dump_drain_unlisted(t, dsc_engine_full_grad, t->o->dump_grads);
         goto done;
     }
     int k = dump_tensors(t, ts, idx);
@@ -236,7 +252,7 @@ dsc_status train__dump_weights(trainer *t) {
     if (!ts || !idx) {
         free(ts);
         free(idx);
-        return dsc_fail(DSC_ERR_OOM, "out of memory writing %s", t->o->dump_weights);
+        return dump_drain_unlisted(t, dsc_engine_full_param, t->o->dump_weights);
     }
     int n = dump_tensors(t, ts, idx); // a LoRA run: its adapters (and modules_to_save)
     char steps[32], world[32];
