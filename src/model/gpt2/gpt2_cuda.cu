@@ -373,8 +373,7 @@ static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params
 static dsc_status enqueue_forward(dsc_gpt2_cuda *m, const uint16_t *const *params) {
     int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, m->posd, params[0], params[1], B, T, C,
-                                        m->fp16,
-                                        m->st));
+                                        m->fp16, m->st));
     for (int l = 0; l < L; l++) {
         DSC_TRY(before_layer(m, 0, l));
         DSC_TRY(layer_forward(m, params, l));
