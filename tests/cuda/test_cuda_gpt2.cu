@@ -4,7 +4,7 @@
 // or fp16, the CPU computes in fp32). Run with and without the fused GELU epilogues, in bf16 and in
 // fp16; fp16 runs its backward under a loss scale of 1024 (gradients compared after dividing it
 // out) and must turn a loss scale of 2^32 into non-finite gradients (the overflow the loss scaler
-// watches for). The GPU pass must be bitwise repeatable, and dsc_gpt2_cuda_train_step (one pass
+// watches for). The GPU pass must be bitwise repeatable, and the train step (one pass
 // over the logits for the loss and its gradient) bitwise equal to forward + backward.
 //
 // With --bench SPEC B T [STEPS] it instead times training steps of a GPT-2 of that spec (e.g.
@@ -13,7 +13,7 @@
 #include "cuda_test.h" // require_device, check, rel_err, dev_*, randn
 
 extern "C" {
-#include "model/gpt2/gpt2_cuda.h" // dsc_gpt2_cuda_*
+#include "model/gpt2/gpt2_cuda.h" // dsc__gpt2_device_ops, dsc__gpt2_cuda_set_fused_gelu
 #include "cuda/kernels.h"         // dsc__cuda_f32_to_16
 #include "engine/gpu/optim.h"     // dsc__cuda_opt_step
 #include "model/gpt2/gpt2.h"      // dsc_gpt2_* (CPU reference)
@@ -27,6 +27,8 @@ extern "C" {
 #define TOL_GRAD_ALL_F16 1e-2
 #define TOL_GRAD_ONE_F16 3e-2
 #define LOSS_SCALE_F16 1024.0f
+
+static const struct dsc_model_device_ops *ops = &dsc__gpt2_device_ops;
 
 // Flat parameter storage: tensor i at offset[i] (each 256-byte aligned), as an engine keeps it.
 struct flat {
@@ -48,13 +50,6 @@ template <typename T> static std::vector<T *> views(T *base, const flat &f) {
     for (size_t o : f.off)
         v.push_back(base + o);
     return v;
-}
-
-// "name" or "name [fp16]" (one buffer: use the result before the next call).
-static const char *nm(const char *name, bool f16) {
-    static char buf[192];
-    snprintf(buf, sizeof buf, "%s%s", name, type_tag(f16));
-    return buf;
 }
 
 // masked: two targets in three are ignored (-1), as a loss mask leaves prompt tokens out.
@@ -93,11 +88,10 @@ static void run_compare(bool fused, bool f16, bool masked) {
     for (size_t o : f.off)
         dpv.push_back(d_p + o);
     std::vector<float *> dgv = views(d_g, f);
-    dsc_gpt2_cuda *gpu = NULL;
-    DS(dsc_gpt2_cuda_create(&gpu, &c, B, T, NULL));
-    dsc_gpt2_cuda_set_fused_gelu(gpu, fused);
-    dsc_gpt2_cuda_set_fp16(gpu, f16);
-    check_true(nm("gpt2 gpu reports its 16-bit type", f16), dsc_gpt2_cuda_fp16(gpu) == f16);
+    void *gpu = NULL;
+    DS(ops->create(&c, B, T, NULL, NULL, &gpu));
+    dsc__gpt2_cuda_set_fused_gelu(gpu, fused);
+    ops->set_fp16(gpu, f16);
     float scale = f16 ? LOSS_SCALE_F16 : 1.0f;
     const char *what = masked ? (fused ? " (fused GELU, masked targets)" : " (masked targets)")
                               : fused ? " (fused GELU)" : "";
@@ -106,8 +100,8 @@ static void run_compare(bool fused, bool f16, bool masked) {
     float loss_gpu = 0;
     for (int rep = 0; rep < 2; rep++) {
         CK(cudaMemset(d_g, 0, f.total * 4));
-        DS(dsc_gpt2_cuda_forward(gpu, dpv.data(), in.data(), tg.data(), B, T, &loss_gpu));
-        DS(dsc_gpt2_cuda_backward(gpu, dpv.data(), dgv.data(), scale));
+        DS(ops->forward(gpu, dpv.data(), in.data(), tg.data(), B, T, &loss_gpu));
+        DS(ops->backward(gpu, dpv.data(), dgv.data(), scale));
         SYNC();
         std::vector<float> g = dev_download(d_g, f.total);
         if (rep == 0) {
@@ -120,7 +114,7 @@ static void run_compare(bool fused, bool f16, bool masked) {
     { // the training step's one-pass cross-entropy: bitwise forward + backward
         float loss_step = 0;
         CK(cudaMemset(d_g, 0, f.total * 4));
-        DS(dsc_gpt2_cuda_train_step(gpu, dpv.data(), dgv.data(), in.data(), tg.data(), B, T, scale,
+        DS(ops->train_step(gpu, dpv.data(), dgv.data(), in.data(), tg.data(), B, T, scale,
                                     &loss_step));
         SYNC();
         std::vector<float> g = dev_download(d_g, f.total);
@@ -132,15 +126,15 @@ static void run_compare(bool fused, bool f16, bool masked) {
       // three steps, so that the CUDA graph of the step is replayed too
         dsc_gpt2_config rc = c;
         rc.recompute = true;
-        dsc_gpt2_cuda *gr = NULL;
-        DS(dsc_gpt2_cuda_create(&gr, &rc, B, T, NULL));
-        dsc_gpt2_cuda_set_fused_gelu(gr, fused);
-        dsc_gpt2_cuda_set_fp16(gr, f16);
+        void *gr = NULL;
+        DS(ops->create(&rc, B, T, NULL, NULL, &gr));
+        dsc__gpt2_cuda_set_fused_gelu(gr, fused);
+        ops->set_fp16(gr, f16);
         bool same = true;
         for (int k = 0; k < 3; k++) {
             float loss_rc = 0;
             CK(cudaMemset(d_g, 0, f.total * 4));
-            DS(dsc_gpt2_cuda_train_step(gr, dpv.data(), dgv.data(), in.data(), tg.data(), B, T,
+            DS(ops->train_step(gr, dpv.data(), dgv.data(), in.data(), tg.data(), B, T,
                                         scale, &loss_rc));
             SYNC();
             same = same && dev_download(d_g, f.total) == g1 && loss_rc == loss_gpu;
@@ -149,27 +143,27 @@ static void run_compare(bool fused, bool f16, bool masked) {
                  "activations, bitwise, 3 steps%s", what, type_tag(f16));
         check_true(name, same);
         snprintf(name, sizeof name, "gpt2 gpu recompute takes less device memory%s", what);
-        check_true(name, dsc__gpt2_device_ops.act_bytes(&rc, B, T) <
-                             dsc__gpt2_device_ops.act_bytes(&c, B, T));
-        dsc_gpt2_cuda_destroy(gr);
+        check_true(name, ops->act_bytes(&rc, B, T) <
+                             ops->act_bytes(&c, B, T));
+        ops->destroy(gr);
     }
     if (masked) { // replayed steps (a CUDA graph from the third) keep the loss; a new mask's
                   // divisor is not the captured one's
         float l[4] = {0, 0, 0, 0}, want = 0;
         for (int k = 0; k < 3; k++)
-            DS(dsc_gpt2_cuda_train_step(gpu, dpv.data(), dgv.data(), in.data(), tg.data(), B, T,
+            DS(ops->train_step(gpu, dpv.data(), dgv.data(), in.data(), tg.data(), B, T,
                                         scale, &l[k]));
         std::vector<int32_t> tg2 = tg;
         for (int i = 0; i < BT; i += 2)
             tg2[i] = -1;
         CK(cudaMemset(d_g, 0, f.total * 4));
-        DS(dsc_gpt2_cuda_train_step(gpu, dpv.data(), dgv.data(), in.data(), tg2.data(), B, T,
+        DS(ops->train_step(gpu, dpv.data(), dgv.data(), in.data(), tg2.data(), B, T,
                                     scale, &l[3]));
         SYNC();
         std::vector<float> ga = dev_download(d_g, f.total);
         CK(cudaMemset(d_g, 0, f.total * 4));
-        DS(dsc_gpt2_cuda_forward(gpu, dpv.data(), in.data(), tg2.data(), B, T, &want));
-        DS(dsc_gpt2_cuda_backward(gpu, dpv.data(), dgv.data(), scale));
+        DS(ops->forward(gpu, dpv.data(), in.data(), tg2.data(), B, T, &want));
+        DS(ops->backward(gpu, dpv.data(), dgv.data(), scale));
         SYNC();
         std::vector<float> gb = dev_download(d_g, f.total);
         snprintf(name, sizeof name, "gpt2 gpu%s repeated and re-masked train steps%s", what,
@@ -182,8 +176,8 @@ static void run_compare(bool fused, bool f16, bool masked) {
     // fp16: a loss scale fp16 cannot hold; the overflow must reach the fp32 gradients
     if (f16) {
         CK(cudaMemset(d_g, 0, f.total * 4));
-        DS(dsc_gpt2_cuda_forward(gpu, dpv.data(), in.data(), tg.data(), B, T, NULL));
-        DS(dsc_gpt2_cuda_backward(gpu, dpv.data(), dgv.data(), 4294967296.0f));
+        DS(ops->forward(gpu, dpv.data(), in.data(), tg.data(), B, T, NULL));
+        DS(ops->backward(gpu, dpv.data(), dgv.data(), 4294967296.0f));
         SYNC();
         std::vector<float> g = dev_download(d_g, f.total);
         size_t bad = 0;
@@ -194,7 +188,7 @@ static void run_compare(bool fused, bool f16, bool masked) {
                  what);
         check_true(name, bad > 0);
     }
-    dsc_gpt2_cuda_destroy(gpu);
+    ops->destroy(gpu);
     printf("gpt2 loss%s: cpu %.6f gpu %.6f\n", type_tag(f16), loss_cpu, loss_gpu);
     snprintf(name, sizeof name, "gpt2 loss vs CPU model%s%s", what, type_tag(f16));
     check(name, fabs(loss_gpu - loss_cpu) / fabs(loss_cpu), f16 ? TOL_LOSS_F16 : TOL_LOSS);
@@ -252,15 +246,15 @@ static int bench(const char *spec, int B, int T, int steps) {
     for (int run = 0; run < 3; run++) { // bf16, bf16 with the GELU epilogues, fp16 with them
         bool fused = run > 0, f16 = run == 2;
         if (f16) DS(dsc__cuda_f32_to_16(d_p16, d_master, (int64_t)n, true, NULL));
-        dsc_gpt2_cuda *m = NULL;
-        DS(dsc_gpt2_cuda_create(&m, &c, B, T, NULL));
-        dsc_gpt2_cuda_set_fused_gelu(m, fused);
-        dsc_gpt2_cuda_set_fp16(m, f16);
+        void *m = NULL;
+        DS(ops->create(&c, B, T, NULL, NULL, &m));
+        dsc__gpt2_cuda_set_fused_gelu(m, fused);
+        ops->set_fp16(m, f16);
         int step = 0;
         float loss = 0;
         auto fwdbwd = [&] {
-            DS(dsc_gpt2_cuda_forward(m, dpv.data(), in.data(), tg.data(), B, T, NULL));
-            DS(dsc_gpt2_cuda_backward(m, dpv.data(), dgv.data(), f16 ? 1024.0f : 1.0f));
+            DS(ops->forward(m, dpv.data(), in.data(), tg.data(), B, T, NULL));
+            DS(ops->backward(m, dpv.data(), dgv.data(), f16 ? 1024.0f : 1.0f));
         };
         auto train = [&] {
             CK(cudaMemsetAsync(d_grad, 0, n * 4, 0));
@@ -271,7 +265,7 @@ static int bench(const char *spec, int B, int T, int steps) {
         };
         double ms_fb = time_ms(fwdbwd, 2, steps);
         double ms_tr = time_ms(train, 2, steps);
-        DS(dsc_gpt2_cuda_forward(m, dpv.data(), in.data(), tg.data(), B, T, &loss));
+        DS(ops->forward(m, dpv.data(), in.data(), tg.data(), B, T, &loss));
         SYNC();
         printf("bench %s B=%d T=%d%s%s: fwd+bwd %.2f ms = %.0f tok/s (%.1f%% MFU of 989 TFLOP/s); "
                "train step (zero + fwd + bwd + AdamW) %.2f ms = %.0f tok/s (%.1f%% MFU); loss %.4f "
@@ -280,7 +274,7 @@ static int bench(const char *spec, int B, int T, int steps) {
                tokens / ms_fb * 1e3, 100.0 * flops / (ms_fb * 1e-3) / 989e12, ms_tr,
                tokens / ms_tr * 1e3, 100.0 * flops / (ms_tr * 1e-3) / 989e12, loss, step);
         check_true("bench loss is finite", isfinite(loss));
-        dsc_gpt2_cuda_destroy(m);
+        ops->destroy(m);
     }
     cudaFree(d_master), cudaFree(d_grad), cudaFree(d_m), cudaFree(d_v), cudaFree(d_p16);
     return finish("bench_gpt2_cuda");

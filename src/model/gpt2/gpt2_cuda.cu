@@ -6,8 +6,9 @@
 #include <string.h> // memcmp, memcpy, memset
 
 extern "C" {
-#include "base/env.h" // dsc__env_is (a C header with its own extern "C")
-#include "base/log.h" // DSC_WARN
+#include "base/env.h"        // dsc__env_is (a C header with its own extern "C")
+#include "base/log.h"        // DSC_WARN
+#include "model/gpt2/gpt2.h" // dsc_gpt2_config, dsc_gpt2_tensor_info_get
 }
 
 #include "cuda/attention.h"          // dsc__cuda_attention_*
@@ -44,13 +45,14 @@ typedef struct train_graph {
     const void **ptrs; // (2, ntensors): the key's parameter and gradient addresses
 } train_graph;
 
-struct dsc_gpt2_cuda {
+typedef struct gpt2_cuda gpt2_cuda; // activations and scratch for up to maxB x maxT tokens
+struct gpt2_cuda {
     dsc_gpt2_config c;
     int maxB, maxT, B, T, Vp;
     int ntargets; // targets of the last forward that count (not negative): the mean's divisor
     bool have_targets, fused_gelu;
     bool fp16; // 16-bit tensors (parameters, activations, their gradients) are fp16, not bf16
-    bool fresh; // the next backward overwrites the gradients (set_grads_fresh) instead of adding
+    bool fresh; // the next backward overwrites the gradients (set_fresh) instead of adding
     cudaStream_t st;
     dsc_cuda_blas *blas;
     dsc_cuda_buf slab; // every buffer below is a view of it
@@ -74,9 +76,9 @@ struct dsc_gpt2_cuda {
     int32_t *pos_buf;        // (BT) the position ids of the last forward, when it had any
     const int32_t *pos_host; // set_positions' ids for the next forward (HOST), or NULL
     const int32_t *posd;     // the last forward's ids on the device (pos_buf), or NULL: 0 .. T-1
-    dsc_gpt2_cuda_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
+    dsc_model_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
     void *hook_user;
-    dsc_gpt2_cuda_layer_hook layer_hook; // before each layer (set_layer_hook); NULL: none
+    dsc_model_layer_hook layer_hook; // before each layer (set_layer_hook); NULL: none
     void *layer_user;
     // The training step's kernels as one CUDA graph (train_step without hooks): the first step of
     // a key (shape, scale, parameter and gradient addresses) runs eagerly, the second captures
@@ -93,7 +95,7 @@ typedef struct layer_acts {
 
 // The residual stream is kept for every layer; the rest lives in the layer's block, one block
 // shared by all layers when they are recomputed in the backward (activation checkpointing).
-static layer_acts acts_of(const dsc_gpt2_cuda *m, int l) {
+static layer_acts acts_of(const gpt2_cuda *m, int l) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
     size_t L = m->c.recompute ? 0 : (size_t)l, l1 = (size_t)l + 1;
     layer_acts a = {
@@ -111,7 +113,7 @@ static layer_acts acts_of(const dsc_gpt2_cuda *m, int l) {
 // ---- allocation ----
 
 // The activation block's views (dsc__cuda_carve: base NULL only counts bytes).
-static size_t carve(dsc_gpt2_cuda *m, char *base) {
+static size_t carve(gpt2_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
     size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, Vp = (size_t)m->Vp;
@@ -157,10 +159,15 @@ static size_t carve(dsc_gpt2_cuda *m, char *base) {
     return dsc__cuda_carve(table, sizeof table / sizeof table[0], base);
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt2_config *c,
-                                              int B, int T, void *stream, dsc_mem_pool *pool) {
-    DSC_CUDA_ARG(out && c, "gpt2 cuda create: out and config must be set");
-    *out = NULL;
+static void destroy(void *dev);
+
+// The activations and scratch for up to B x T tokens as one block of the pool ("gpu.activations";
+// NULL: cudaMalloc), cuBLASLt's workspace too; every pass runs on stream (NULL: the default).
+static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
+                         void **dev) {
+    const dsc_gpt2_config *c = (const dsc_gpt2_config *)cfg;
+    DSC_CUDA_ARG(dev && c, "gpt2 cuda create: out and config must be set");
+    *dev = NULL;
     DSC_CUDA_ARG(c->n_layer > 0 && c->n_head > 0 && c->n_embd == 64 * c->n_head &&
                      c->vocab_size > 0 && c->max_seq_len > 0,
                  "gpt2 cuda create: the GPU model needs head size 64 (n_embd %d, n_head %d)",
@@ -172,7 +179,7 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
                  "gpt2 cuda create: micro-batch %d x %d heads is more than the %d (sequence, "
                  "head) pairs attention takes in one launch; lower train_micro_batch_size_per_gpu",
                  B, c->n_head, DSC_CUDA_ATT_MAX_BH);
-    dsc_gpt2_cuda *m = (dsc_gpt2_cuda *)calloc(1, sizeof *m);
+    gpt2_cuda *m = (gpt2_cuda *)calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 cuda create: out of host memory");
     m->c = *c;
     m->maxB = B;
@@ -197,19 +204,15 @@ extern "C" dsc_status dsc_gpt2_cuda_create_in(dsc_gpt2_cuda **out, const dsc_gpt
     }
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     if (st != DSC_OK) {
-        dsc_gpt2_cuda_destroy(m);
+        destroy(m);
         return st;
     }
-    *out = m;
+    *dev = m;
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_create(dsc_gpt2_cuda **out, const dsc_gpt2_config *c, int B,
-                                           int T, void *stream) {
-    return dsc_gpt2_cuda_create_in(out, c, B, T, stream, NULL);
-}
-
-extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
+static void destroy(void *dev) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
     for (int k = 0; k < 2; k++) {
@@ -221,27 +224,18 @@ extern "C" void dsc_gpt2_cuda_destroy(dsc_gpt2_cuda *m) {
     free(m);
 }
 
-extern "C" void dsc_gpt2_cuda_set_fused_gelu(dsc_gpt2_cuda *m, bool on) {
-    if (m) m->fused_gelu = on;
+extern "C" void dsc__gpt2_cuda_set_fused_gelu(void *dev, bool on) {
+    if (dev) ((gpt2_cuda *)dev)->fused_gelu = on;
 }
 
-extern "C" void dsc_gpt2_cuda_set_grads_fresh(dsc_gpt2_cuda *m, bool on) {
-    if (m) m->fresh = on;
-}
+static void set_fresh(void *dev, bool on) { ((gpt2_cuda *)dev)->fresh = on; }
 
-extern "C" void dsc_gpt2_cuda_set_positions(dsc_gpt2_cuda *m, const int32_t *pos) {
-    if (m) m->pos_host = pos;
-}
+static void set_positions(void *dev, const int32_t *pos) { ((gpt2_cuda *)dev)->pos_host = pos; }
 
-extern "C" void dsc_gpt2_cuda_set_fp16(dsc_gpt2_cuda *m, bool on) {
-    if (m) m->fp16 = on;
-}
+static void set_fp16(void *dev, bool on) { ((gpt2_cuda *)dev)->fp16 = on; }
 
-extern "C" bool dsc_gpt2_cuda_fp16(const dsc_gpt2_cuda *m) {
-    return m && m->fp16;
-}
-
-extern "C" const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld) {
+extern "C" const uint16_t *dsc__gpt2_cuda_logits(const void *dev, int *ld) {
+    const gpt2_cuda *m = (const gpt2_cuda *)dev;
     if (ld) *ld = m ? m->Vp : 0;
     return m ? m->logits : NULL;
 }
@@ -250,7 +244,7 @@ extern "C" const uint16_t *dsc_gpt2_cuda_logits(const dsc_gpt2_cuda *m, int *ld)
 
 // D (rows, OC) = inp (rows, IC; row stride lda) @ w (IC, OC) [+ bias] [+ resid]; epilogue and
 // aux as in matmul.h (GELU_BIAS: aux receives the pre-activation).
-static dsc_status mm_forward(dsc_gpt2_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int lda,
+static dsc_status mm_forward(gpt2_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int lda,
                              const uint16_t *w, const uint16_t *bias, const uint16_t *resid,
                              int rows, int IC, int OC, int epi, uint16_t *aux) {
     return dsc__cuda_mm_forward(m->blas, out, ldo, inp, lda, w, bias, resid, rows, IC, OC, epi, aux,
@@ -259,7 +253,7 @@ static dsc_status mm_forward(dsc_gpt2_cuda *m, uint16_t *out, int ldo, const uin
 
 // dinp (rows, IC; row stride ldo) = dout (rows, OC; row stride ldd) @ w^T, w (IC, OC); with
 // aux (rows, IC) the GELU derivative at aux is applied (DGELU epilogue).
-static dsc_status mm_dinp(dsc_gpt2_cuda *m, uint16_t *dinp, int ldo, const uint16_t *dout, int ldd,
+static dsc_status mm_dinp(gpt2_cuda *m, uint16_t *dinp, int ldo, const uint16_t *dout, int ldd,
                           const uint16_t *w, int rows, int IC, int OC, uint16_t *aux) {
     dsc_cuda_gemm g;
     memset(&g, 0, sizeof g);
@@ -272,7 +266,7 @@ static dsc_status mm_dinp(dsc_gpt2_cuda *m, uint16_t *dinp, int ldo, const uint1
 }
 
 // dw (IC, OC) fp32 += inp^T @ dout, inp (rows, IC; stride lda), dout (rows, OC; stride ldd).
-static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, int lda,
+static dsc_status mm_dweight(gpt2_cuda *m, float *dw, const uint16_t *inp, int lda,
                              const uint16_t *dout, int ldd, int rows, int IC, int OC) {
     // A long unaligned IC (the vocabulary: 50257 rows of the lm-head's gradient) leaves cuBLASLt
     // only older kernels (sm80-era, about 510 TFLOP/s here): the aligned rows first, the last
@@ -289,7 +283,7 @@ static dsc_status mm_dweight(dsc_gpt2_cuda *m, float *dw, const uint16_t *inp, i
 
 static int layer_tensor(int l, int k) { return 2 + l * PER_LAYER + k; }
 
-static dsc_status layer_forward(dsc_gpt2_cuda *m, const uint16_t *const *params, int l) {
+static dsc_status layer_forward(gpt2_cuda *m, const uint16_t *const *params, int l) {
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
     layer_acts a = acts_of(m, l);
     const uint16_t *const *p = params + layer_tensor(l, 0);
@@ -320,36 +314,37 @@ static void tensor_name(const void *cfg, int i, char *buf, int cap) {
     snprintf(buf, (size_t)cap, "%s", info.name);
 }
 
-static dsc_status check_params(const dsc_gpt2_cuda *m, const void *const *t, const char *what) {
+static dsc_status check_params(const gpt2_cuda *m, const void *const *t, const char *what) {
     return dsc__cuda_table_check(t, dsc_gpt2_num_tensors(&m->c), "gpt2 cuda", what, tensor_name,
                                  &m->c, NULL);
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_loss_enqueue(dsc_gpt2_cuda *m, const float **loss_dev) {
+static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     DSC_CUDA_ARG(m && loss_dev, "gpt2 cuda loss: model and out must be set");
     DSC_TRY(dsc__cuda_mean_loss(m->loss_dev, m->losses, (int64_t)m->B * m->T, m->ntargets, m->st));
     *loss_dev = m->loss_dev;
     return DSC_OK;
 }
 
-static dsc_status read_loss(dsc_gpt2_cuda *m, float *loss) {
+static dsc_status loss_read(gpt2_cuda *m, float *loss) {
     return dsc__cuda_mean_loss_read(loss, m->loss_dev, m->losses, (int64_t)m->B * m->T,
                                     m->ntargets, m->st);
 }
 
-static dsc_status before_layer(dsc_gpt2_cuda *m, int pass, int layer) {
+static dsc_status before_layer(gpt2_cuda *m, int pass, int layer) {
     return m->layer_hook ? m->layer_hook(m->layer_user, pass, layer) : DSC_OK;
 }
 
-extern "C" void dsc_gpt2_cuda_set_layer_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_layer_hook fn,
-                                            void *user) {
+static void set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     m->layer_hook = fn;
     m->layer_user = user;
 }
 
 // Everything of a forward up to the logits (tokens checked and copied, targets too when given).
 // Checks the batch's shape, the parameters and the tokens, and queues the tokens' upload.
-static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status prepare_tokens(gpt2_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T) {
     DSC_CUDA_ARG(m && inputs, "gpt2 cuda forward: model and inputs must be set");
     DSC_CUDA_ARG(B >= 1 && T >= 1 && B <= m->maxB && T <= m->maxT,
@@ -370,7 +365,7 @@ static dsc_status prepare_tokens(dsc_gpt2_cuda *m, const uint16_t *const *params
 }
 
 // The forward's kernels from the tokens (on the device) to the logits, for m->B x m->T.
-static dsc_status enqueue_forward(dsc_gpt2_cuda *m, const uint16_t *const *params) {
+static dsc_status enqueue_forward(gpt2_cuda *m, const uint16_t *const *params) {
     int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, m->posd, params[0], params[1], B, T, C,
                                         m->fp16, m->st));
@@ -390,22 +385,22 @@ static dsc_status enqueue_forward(dsc_gpt2_cuda *m, const uint16_t *const *param
     return mm_dinp(m, m->logits, m->Vp, m->lnf, C, m->wte_pad, BT, m->Vp, C, NULL);
 }
 
-static dsc_status forward_logits(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status forward_logits(gpt2_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T) {
     DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
     return enqueue_forward(m, params);
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *const *params,
-                                            const int32_t *inputs, const int32_t *targets, int B,
-                                            int T, float *loss) {
+static dsc_status forward(void *dev, const uint16_t *const *params, const int32_t *inputs,
+                          const int32_t *targets, int B, int T, float *loss) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     DSC_TRY(forward_logits(m, params, inputs, targets, B, T));
     if (!targets) return DSC_OK;
     int BT = B * T, V = m->c.vocab_size;
     DSC_TRY(dsc__cuda_xent_forward_h(m->losses, m->lse, m->logits, m->tokens + BT, BT, V, m->Vp,
                                      m->fp16, m->st));
     m->have_targets = true;
-    return loss ? read_loss(m, loss) : DSC_OK;
+    return loss ? loss_read(m, loss) : DSC_OK;
 }
 
 // ---- backward ----
@@ -415,7 +410,7 @@ extern "C" dsc_status dsc_gpt2_cuda_forward(dsc_gpt2_cuda *m, const uint16_t *co
 // gradients from the layernorm backward that wrote it (its column sums, dsum): attn.c_proj's
 // from ln_2 directly, mlp.c_proj's from the layer above's ln_1 (or ln_f) through bias_carry,
 // added here: a streamed layer's gradient buffer exists only during its own backward.
-static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status layer_backward(gpt2_cuda *m, const uint16_t *const *params,
                                  float *const *grads, int l) {
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
     layer_acts a = acts_of(m, l);
@@ -453,23 +448,24 @@ static dsc_status layer_backward(dsc_gpt2_cuda *m, const uint16_t *const *params
         l > 0 ? m->bias_carry : NULL, !m->fresh, BT, C, m->fp16, st);
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_read_loss(dsc_gpt2_cuda *m, float *loss) {
+static dsc_status read_loss(void *dev, float *loss) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     DSC_CUDA_ARG(m && loss && m->B > 0, "gpt2 cuda read loss: needs a model that ran a forward");
-    return read_loss(m, loss);
+    return loss_read(m, loss);
 }
 
-extern "C" void dsc_gpt2_cuda_set_grad_hook(dsc_gpt2_cuda *m, dsc_gpt2_cuda_grad_hook fn,
-                                           void *user) {
+static void set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     m->hook = fn;
     m->hook_user = user;
 }
 
-static dsc_status group_done(dsc_gpt2_cuda *m, int group) {
+static dsc_status group_done(gpt2_cuda *m, int group) {
     return m->hook ? m->hook(m->hook_user, group) : DSC_OK;
 }
 
 // Backward from the logits' gradients (in m->logits) down to the embeddings.
-static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status backward_from_dlogits(gpt2_cuda *m, const uint16_t *const *params,
                                         float *const *grads) {
     int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     int lnf = layer_tensor(L, 0);
@@ -499,8 +495,9 @@ static dsc_status backward_from_dlogits(dsc_gpt2_cuda *m, const uint16_t *const 
     return group_done(m, 0);
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *const *params,
-                                             float *const *grads, float loss_scale) {
+static dsc_status backward(void *dev, const uint16_t *const *params, float *const *grads,
+                           float loss_scale) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     DSC_CUDA_ARG(m != NULL, "gpt2 cuda backward: model is NULL");
     DSC_CUDA_ARG(m->have_targets,
                  "gpt2 cuda backward: needs a forward with targets first, and each such forward "
@@ -518,7 +515,7 @@ extern "C" dsc_status dsc_gpt2_cuda_backward(dsc_gpt2_cuda *m, const uint16_t *c
 // ---- the training step ----
 
 // After the forward: loss and logits' gradients in one pass, then the backward.
-static dsc_status enqueue_train_rest(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status enqueue_train_rest(gpt2_cuda *m, const uint16_t *const *params,
                                      float *const *grads, float loss_scale) {
     int BT = m->B * m->T, V = m->c.vocab_size;
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
@@ -527,18 +524,18 @@ static dsc_status enqueue_train_rest(dsc_gpt2_cuda *m, const uint16_t *const *pa
     return backward_from_dlogits(m, params, grads);
 }
 
-static dsc_status enqueue_train(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status enqueue_train(gpt2_cuda *m, const uint16_t *const *params,
                                 float *const *grads, float loss_scale) {
     DSC_TRY(enqueue_forward(m, params));
     return enqueue_train_rest(m, params, grads, loss_scale);
 }
 
 // Hooks run host code between kernels (collectives, gathers): those steps stay eager.
-static bool graph_allowed(const dsc_gpt2_cuda *m) {
+static bool graph_allowed(const gpt2_cuda *m) {
     return m->use_graph && !m->hook && !m->layer_hook;
 }
 
-static graph_key key_now(const dsc_gpt2_cuda *m, float loss_scale) {
+static graph_key key_now(const gpt2_cuda *m, float loss_scale) {
     graph_key k;
     memset(&k, 0, sizeof k); // padding too: keys are compared with memcmp
     k.B = m->B, k.T = m->T, k.loss_scale = loss_scale, k.fp16 = m->fp16;
@@ -547,7 +544,7 @@ static graph_key key_now(const dsc_gpt2_cuda *m, float loss_scale) {
     return k;
 }
 
-static bool same_key(const dsc_gpt2_cuda *m, const train_graph *tg, const graph_key *k,
+static bool same_key(const gpt2_cuda *m, const train_graph *tg, const graph_key *k,
                      const uint16_t *const *params, float *const *grads) {
     size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
     return memcmp(&tg->key, k, sizeof *k) == 0 &&
@@ -557,7 +554,7 @@ static bool same_key(const dsc_gpt2_cuda *m, const train_graph *tg, const graph_
 
 // Capture the step into tg->exec. Anything the runtime refuses leaves graphs off for this
 // model: the caller then runs the step eagerly, with the same results.
-static void capture_train(dsc_gpt2_cuda *m, train_graph *tg, const uint16_t *const *params,
+static void capture_train(gpt2_cuda *m, train_graph *tg, const uint16_t *const *params,
                           float *const *grads, float loss_scale) {
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal);
@@ -579,7 +576,7 @@ static void capture_train(dsc_gpt2_cuda *m, train_graph *tg, const uint16_t *con
 }
 
 // The step's kernels through the graph of its key (see use_graph).
-static dsc_status run_train_graph(dsc_gpt2_cuda *m, const uint16_t *const *params,
+static dsc_status run_train_graph(gpt2_cuda *m, const uint16_t *const *params,
                                   float *const *grads, float loss_scale) {
     graph_key k = key_now(m, loss_scale);
     train_graph *tg = &m->graphs[m->fresh];
@@ -605,10 +602,10 @@ static dsc_status run_train_graph(dsc_gpt2_cuda *m, const uint16_t *const *param
     return DSC_OK;
 }
 
-extern "C" dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t *const *params,
-                                               float *const *grads, const int32_t *inputs,
-                                               const int32_t *targets, int B, int T,
-                                               float loss_scale, float *loss) {
+static dsc_status train_step(void *dev, const uint16_t *const *params, float *const *grads,
+                             const int32_t *inputs, const int32_t *targets, int B, int T,
+                             float loss_scale, float *loss) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
     DSC_CUDA_ARG(m && targets, "gpt2 cuda train step: model and targets must be set");
     DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
     // The tokens are checked and uploaded outside the graph; forward_logits enqueues the rest.
@@ -620,69 +617,15 @@ extern "C" dsc_status dsc_gpt2_cuda_train_step(dsc_gpt2_cuda *m, const uint16_t 
         DSC_TRY(run_train_graph(m, params, grads, loss_scale));
     }
     m->have_targets = false; // the logits became their gradients
-    return loss ? read_loss(m, loss) : DSC_OK;
+    return loss ? loss_read(m, loss) : DSC_OK;
 }
 
 // ---- the model interface's device table ----
 
-static dsc_status dev_create(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
-                             void **dev) {
-    dsc_gpt2_cuda *m = NULL;
-    DSC_TRY(dsc_gpt2_cuda_create_in(&m, (const dsc_gpt2_config *)cfg, B, T, stream, pool));
-    *dev = m;
-    return DSC_OK;
-}
-
-static void dev_destroy(void *dev) { dsc_gpt2_cuda_destroy((dsc_gpt2_cuda *)dev); }
-
-static void dev_set_fp16(void *dev, bool on) { dsc_gpt2_cuda_set_fp16((dsc_gpt2_cuda *)dev, on); }
-
-static void dev_set_fresh(void *dev, bool on) {
-    dsc_gpt2_cuda_set_grads_fresh((dsc_gpt2_cuda *)dev, on);
-}
-
-static void dev_set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
-    dsc_gpt2_cuda_set_grad_hook((dsc_gpt2_cuda *)dev, fn, user);
-}
-
-static void dev_set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
-    dsc_gpt2_cuda_set_layer_hook((dsc_gpt2_cuda *)dev, fn, user);
-}
-
-static dsc_status dev_forward(void *dev, const uint16_t *const *params, const int32_t *inputs,
-                              const int32_t *targets, int B, int T, float *loss) {
-    return dsc_gpt2_cuda_forward((dsc_gpt2_cuda *)dev, params, inputs, targets, B, T, loss);
-}
-
-static dsc_status dev_backward(void *dev, const uint16_t *const *params, float *const *grads,
-                               float loss_scale) {
-    return dsc_gpt2_cuda_backward((dsc_gpt2_cuda *)dev, params, grads, loss_scale);
-}
-
-static dsc_status dev_train_step(void *dev, const uint16_t *const *params, float *const *grads,
-                                 const int32_t *inputs, const int32_t *targets, int B, int T,
-                                 float loss_scale, float *loss) {
-    return dsc_gpt2_cuda_train_step((dsc_gpt2_cuda *)dev, params, grads, inputs, targets, B, T,
-                                    loss_scale, loss);
-}
-
-static void dev_set_positions(void *dev, const int32_t *pos) {
-    dsc_gpt2_cuda_set_positions((dsc_gpt2_cuda *)dev, pos);
-}
-
-static dsc_status dev_read_loss(void *dev, float *loss) {
-    return dsc_gpt2_cuda_read_loss((dsc_gpt2_cuda *)dev, loss);
-}
-
-static dsc_status dev_loss_enqueue(void *dev, const float **loss_dev) {
-    return dsc_gpt2_cuda_loss_enqueue((dsc_gpt2_cuda *)dev, loss_dev);
-}
-
-// The bytes dsc_gpt2_cuda_create_in takes from the pool for B x T tokens (the same carve), for
-// a memory plan.
-static size_t dev_act_bytes(const void *cfg, int B, int T) {
+// The bytes create takes from the pool for B x T tokens (the same carve), for a memory plan.
+static size_t act_bytes(const void *cfg, int B, int T) {
     const dsc_gpt2_config *c = (const dsc_gpt2_config *)cfg;
-    dsc_gpt2_cuda m = {};
+    gpt2_cuda m = {};
     m.c = *c;
     m.maxB = B;
     m.maxT = T;
@@ -691,11 +634,11 @@ static size_t dev_act_bytes(const void *cfg, int B, int T) {
 }
 
 extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
-    dev_create,     dev_destroy,   dev_set_fp16,  dev_set_fresh,   dev_set_grad_hook,
-    dev_set_layer_hook, dev_forward, dev_backward, dev_train_step, dev_read_loss,
-    dev_loss_enqueue, &dsc__gpt2_decode_ops, dev_act_bytes,
+    create,       destroy,  set_fp16,   set_fresh,  set_grad_hook,        set_layer_hook,
+    forward,      backward, train_step, read_loss,  loss_enqueue, &dsc__gpt2_decode_ops,
+    act_bytes,
     true,  // recomputes: acts_of / carve lay out one shared block, the backward reruns
     false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
-    dev_set_positions,
+    set_positions,
     NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)
 };

@@ -19,7 +19,7 @@
 #include "cuda/decode_common.h"      // dsc__cuda_decode_argmax, dsc__cuda_decode_*_read, ...
 #include "cuda/devbuf.h"             // dsc__cuda_buf_*
 #include "cuda/device_model.h"       // dsc__cuda_table_check
-#include "model/gpt2/gpt2_cuda.h"    // dsc_gpt2_cuda_* (recompute mode)
+#include "model/gpt2/gpt2_cuda.h"    // dsc__gpt2_device_ops (recompute mode)
 #include "model/gpt2/gpt2_kernels.h" // dsc__cuda_layernorm_forward, dsc__cuda_encoder_forward
 #include "cuda/matmul.h"             // dsc__cuda_mm_forward
 
@@ -75,7 +75,7 @@ struct dsc_gpt2_decode {
     const uint16_t **graph_params; // (nt) the weights it was made with
     long replays;
     // recompute mode
-    dsc_gpt2_cuda *full;
+    void *full; // the training model's device passes (dsc__gpt2_device_ops)
     int32_t *h_seq, *h_in; // (B, max_len) every row's tokens; (B * max_len) packed input
 };
 
@@ -424,7 +424,7 @@ static dsc_status create_buffers(dsc_gpt2_decode *d) {
         d->h_in = (int32_t *)calloc(B * d->max_len, sizeof(int32_t));
         if (!d->h_seq || !d->h_in)
             return dsc__fail(DSC_ERR_OOM, "gpt2 decode: out of host memory for the sequences");
-        return dsc_gpt2_cuda_create_in(&d->full, &d->c, d->B, d->max_len, d->st, d->pool);
+        return dsc__gpt2_device_ops.create(&d->c, d->B, d->max_len, d->st, d->pool, &d->full);
     }
     DSC_TRY(attention_smem_limit(d->max_len));
     return dsc__cuda_buf_alloc(&d->kv, d->pool, dsc_gpt2_decode_kv_bytes(&d->c, d->B, d->max_len),
@@ -469,7 +469,7 @@ extern "C" void dsc_gpt2_decode_destroy(dsc_gpt2_decode *d) {
     if (!d) return;
     if (d->st) (void)cudaStreamSynchronize(d->st);
     if (d->exec) (void)cudaGraphExecDestroy(d->exec);
-    dsc_gpt2_cuda_destroy(d->full);
+    if (d->full) dsc__gpt2_device_ops.destroy(d->full);
     dsc__cuda_blas_destroy(d->blas);
     dsc__cuda_buf_free(&d->pre);
     dsc__cuda_buf_free(&d->slab);
@@ -535,9 +535,9 @@ static dsc_status recompute(dsc_gpt2_decode *d, const uint16_t *const *params, i
     for (int b = 0; b < n; b++)
         memcpy(d->h_in + (size_t)b * T, d->h_seq + (size_t)b * L, sizeof(int32_t) * T);
     DSC_TRY(upload_io(d, n));
-    DSC_TRY(dsc_gpt2_cuda_forward(d->full, params, d->h_in, NULL, n, T, NULL));
+    DSC_TRY(dsc__gpt2_device_ops.forward(d->full, params, d->h_in, NULL, n, T, NULL));
     int ld = 0;
-    const uint16_t *lg = dsc_gpt2_cuda_logits(d->full, &ld);
+    const uint16_t *lg = dsc__gpt2_cuda_logits(d->full, &ld);
     long long total = (long long)n * d->c.vocab_size;
     gather_logits_kernel<<<dsc__blocks(total, ELEM_THREADS), ELEM_THREADS, 0, d->st>>>(
         d->logits, lg, d->io + d->B, n, T, d->c.vocab_size, ld, d->Vp);
