@@ -5,6 +5,8 @@
 #include <fcntl.h>    // open, fcntl, O_*
 #include <stdio.h>    // snprintf
 #include <string.h>   // strerror, strlen, memcpy
+#include <stdint.h>   // uintptr_t
+#include <sys/mman.h> // madvise
 #include <sys/stat.h> // mkdir, stat
 #include <unistd.h>   // write, close
 
@@ -85,4 +87,11 @@ dsc_status dsc_fopen_regular(const char *path, FILE **out) {
         return dsc__fail(DSC_ERR_IO, "cannot open %s: %s", path, strerror(e));
     }
     return DSC_OK;
+}
+
+void dsc__map_drop(const void *p, size_t n) {
+    if (!p || !n) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p / page * page, hi = ((uintptr_t)p + n + page - 1) / page * page;
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); // advice: a failure only keeps the pages
 }

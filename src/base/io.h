@@ -18,4 +18,10 @@
 // DSC_ERR_IO naming path (what the message calls the file) and the reason on failure.
 dsc_status dsc__write_all(int fd, const void *buf, size_t n, const char *path);
 
+// The pages of a read-only private file mapping that hold [p, p + n) leave this process's resident
+// set (madvise MADV_DONTNEED, the range rounded out to whole pages): what was read from a mapped
+// file piece by piece then never stays resident all at once. The mapping stays valid: a later read
+// faults the pages in again from the file. Never for anonymous or written memory.
+void dsc__map_drop(const void *p, size_t n);
+
 #endif

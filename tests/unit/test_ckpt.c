@@ -22,7 +22,9 @@
 #include "dsc/half.h"                // dsc_fp32_to_bf16
 #include "engine/ckpt/fs.h"          // dsc__ckpt_*
 #include "engine/ckpt/hf_weights.h"  // dsc_hf_weights_*
+#include "base/hash.h"               // dsc_hasher_*
 #include "engine/ckpt/manifest.h"    // dsc__manifest_*
+#include "engine/ckpt/reader.h"      // dsc__ckpt_hash_file
 #include "engine/ckpt/safetensors.h" // dsc_st_*
 #include "engine/ckpt/shard.h"       // dsc__shard_*
 #include "engine/device.h"           // dsc__state_source, dsc__engine_set_state_source
@@ -955,6 +957,56 @@ static void test_state_on_device_pieces(void **state) {
     for (int k = 0; k < 3; k++) free(fd.buf[k]);
 }
 
+// kB of a /proc/self/status field ("VmRSS:", "VmHWM:"), or -1.
+static long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, strlen(field))) kb = strtol(line + strlen(field), NULL, 10);
+    if (f) fclose(f);
+    return kb;
+}
+
+// A checkpoint's verification hashes each shard through a mapping 64 MiB at a time and drops
+// each piece's pages: the process's peak resident set grows by about one piece, not the file
+// (192 MiB here; a 3B model's shard is 36 GiB), and the checksum is the one-shot XXH3's.
+static void test_hash_file_bounded(void **state) {
+    (void)state;
+    char path[600];
+    path_of(path, sizeof path, "big.bin");
+    enum { MIB = 1 << 20, NMIB = 192 };
+    uint32_t *block = malloc(MIB);
+    dsc_hasher *want = dsc_hasher_create();
+    FILE *f = fopen(path, "wb");
+    assert_non_null(block), assert_non_null(want), assert_non_null(f);
+    uint32_t x = 12345;
+    for (int b = 0; b < NMIB; b++) {
+        for (size_t k = 0; k < MIB / 4; k++) block[k] = x = x * 1664525u + 1013904223u;
+        assert_int_equal(fwrite(block, 1, MIB, f), MIB);
+        dsc_hasher_update(want, block, MIB);
+    }
+    assert_int_equal(fclose(f), 0);
+    free(block);
+    // the peak resets where the kernel allows it (Linux 4.0 on): then it must stay bounded
+    FILE *c = fopen("/proc/self/clear_refs", "w");
+    bool reset = c && fputs("5", c) >= 0;
+    if (c) reset = fclose(c) == 0 && reset;
+    long rss0 = status_kb("VmRSS:");
+    uint64_t bytes = 0, h = 0;
+    assert_int_equal(dsc__ckpt_hash_file(path, &bytes, &h), DSC_OK);
+    long grew_mib = (status_kb("VmHWM:") - rss0) / 1024;
+    assert_int_equal(bytes, (uint64_t)NMIB * MIB);
+    assert_true(h == dsc_hasher_digest(want));
+    dsc_hasher_destroy(want);
+    if (reset && rss0 > 0) {
+        print_message("hashing a %d MiB file raised the peak resident set by %ld MiB\n", NMIB,
+                      grew_mib);
+        assert_true(grew_mib < 100);
+    }
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifest_roundtrip_and_tamper),
@@ -972,6 +1024,7 @@ int main(void) {
         cmocka_unit_test(test_state_on_device),
         cmocka_unit_test(test_state_on_device_pieces),
         cmocka_unit_test(test_shard_write_pull),
+        cmocka_unit_test(test_hash_file_bounded),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -294,8 +294,11 @@ dsc_status dsc_hf_weights_read(dsc_hf_weights *w, const char *name, int64_t begi
                          (long long)begin, (long long)(begin + count));
     const char *src = (const char *)t->data + (size_t)begin * es;
     bool bf16 = !strcmp(t->dtype, "BF16");
+    // the pages read leave the resident set (dsc__map_drop): weights read piece by piece, as
+    // the state on a device takes them, never stay resident all at once
     if (!strcmp(t->dtype, "F32")) {
         memcpy(dst, src, (size_t)count * 4);
+        dsc__map_drop(src, (size_t)count * 4);
         return DSC_OK;
     }
     if (!bf16 && strcmp(t->dtype, "F16"))
@@ -310,6 +313,7 @@ dsc_status dsc_hf_weights_read(dsc_hf_weights *w, const char *name, int64_t begi
         else dsc_fp16_to_fp32_n(dst + done, buf, n);
         done += (int64_t)n;
     }
+    dsc__map_drop(src, (size_t)count * 2);
     return DSC_OK;
 }
 

@@ -13,7 +13,7 @@
 #include <unistd.h>   // close
 
 #include "base/hash.h"            // dsc_hash64
-#include "base/io.h"              // dsc__open_regular
+#include "base/io.h"              // dsc__open_regular, dsc__map_drop
 #include "base/status.h"          // dsc__fail
 #include "engine/ckpt/deepspeed.h" // dsc__ds_model_file
 #include "engine/ckpt/shard.h"    // dsc__shard_tensor_name, DSC_CKPT_SHARD_FORMAT
@@ -26,11 +26,25 @@ dsc_status dsc__ckpt_hash_file(const char *path, uint64_t *bytes, uint64_t *xxh3
     struct stat sb;
     fstat(fd, &sb);
     *bytes = (uint64_t)sb.st_size;
-    void *map = sb.st_size ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    size_t size = (size_t)sb.st_size;
+    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (map == MAP_FAILED) return dsc__fail(DSC_ERR_IO, "cannot map %s: %s", path, strerror(errno));
-    *xxh3 = dsc_hash64(map, (size_t)sb.st_size);
-    if (map) munmap(map, (size_t)sb.st_size);
+    // 64 MiB at a time, each piece's pages dropped once hashed: a shard of any size costs the
+    // process one piece of resident memory (the streaming XXH3 equals the one-shot one)
+    dsc_hasher *h = dsc_hasher_create();
+    if (!h) {
+        if (map) munmap(map, size);
+        return dsc__fail(DSC_ERR_OOM, "out of memory hashing %s", path);
+    }
+    for (size_t at = 0; at < size; at += (size_t)64 << 20) {
+        size_t n = size - at < ((size_t)64 << 20) ? size - at : (size_t)64 << 20;
+        dsc_hasher_update(h, (const char *)map + at, n);
+        dsc__map_drop((const char *)map + at, n);
+    }
+    *xxh3 = dsc_hasher_digest(h);
+    dsc_hasher_destroy(h);
+    if (map) munmap(map, size);
     return DSC_OK;
 }
 
@@ -245,6 +259,7 @@ void dsc__ckpt_read_flat(const dsc_ckpt *ck, int kind, uint64_t off, size_t n, f
         size_t take = G->slice - in < n ? G->slice - in : n;
         const float *src = ck->slices[(r * (1 + (size_t)m->nmoments) + (size_t)kind) * m->ngroups + g];
         memcpy(dst, src + in, take * sizeof(float));
+        dsc__map_drop(src + in, take * sizeof(float)); // read piece by piece: none stays resident
         dst += take;
         off += take;
         n -= take;
