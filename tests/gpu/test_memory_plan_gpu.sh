@@ -36,12 +36,14 @@ within10() { # within10 WHAT PLAN MEASURED
         exit (d > 0.10 || d < -0.10) }'
 }
 
-run_mode() { # run_mode NAME CONFIG
-    local used0 log="$T/$1.log" host dev rss peak
+run_mode() { # run_mode NAME CONFIG [FLAGS...]
+    local used0 log="$T/$1.log" host dev rss peak name=$1 conf=$2
+    shift 2
     used0=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1)
-    /usr/bin/time -f "maxrss_kb %M" -o "$T/$1.rss" "$DSC" train --device cuda --model "$MODEL" \
-        --seq-len "$SEQ" --max-steps 4 --sample-tokens 0 --eval-every 0 --config "$2" \
-        --out "$T/$1" > "$log" 2>&1 || { tail -5 "$log"; return 1; }
+    /usr/bin/time -f "maxrss_kb %M" -o "$T/$name.rss" "$DSC" train --device cuda --model "$MODEL" \
+        --seq-len "$SEQ" --max-steps 4 --sample-tokens 0 --eval-every 0 --config "$conf" \
+        --out "$T/$name" "$@" > "$log" 2>&1 || { tail -5 "$log"; return 1; }
+    set -- "$name"
     host=$(sed -n 's/.*memory plan per rank.*: host \([0-9.]* [MG]iB\) of.*/\1/p' "$log")
     host=$(bytes_of "$host")
     dev=$(bytes_of "$(sed -n 's/^  device \([0-9.]* [MG]iB\) of.*/\1/p' "$log")")
@@ -57,6 +59,14 @@ export DSC_DEVICE_STATE=0 # the host keeps a copy of master and moments
 check "GPU-resident, DSC_DEVICE_STATE=0: plan within 10% of the peaks" -- run_mode resident "$T/resident.json"
 unset DSC_DEVICE_STATE # the default: no host copy of master or moments, runtime and staging only
 check "GPU-resident (no host copy): plan within 10% of the peaks" -- run_mode nohost "$T/resident.json"
+# ... and so do a save at the end (validated: the shard read back and hashed piece by piece) and
+# a resume from it (the checksums, then the state loaded into the device piece by piece)
+sed 's/"gradient_clipping": 1.0/"gradient_clipping": 1.0, "checkpoint": {"async": false}/' \
+    "$T/resident.json" > "$T/saving.json"
+check "GPU-resident (no host copy), a validated save: plan within 10% of the peaks" -- \
+    run_mode nohost_save "$T/saving.json" --save-dir "$T/ck" --save-at-end
+check "GPU-resident (no host copy), a resume: plan within 10% of the peaks" -- \
+    run_mode nohost_resume "$T/saving.json" --save-dir "$T/ck" --resume global_step4 --max-steps 6
 check "ZeRO-Offload: plan within 10% of the peaks" -- run_mode offload "$T/offload.json"
 check "ZeRO-3 + offload_param: plan within 10% of the peaks" -- run_mode param "$T/param.json"
 sed 's/"gradient_clipping": 1.0/"gradient_clipping": 0.0/' "$T/param.json" >"$T/plean.json"
