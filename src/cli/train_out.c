@@ -47,29 +47,25 @@ static dsc_status dump_fill(void *user, int k, void *dst, size_t nbytes) {
     return st;
 }
 
-// Reads entries [from, n) into a scratch and drops them (ranks other than 0, and rank 0 after a
-// failed write).
-static dsc_status dump_drain(dump_ctx *c, int from) {
+// Reads the dump's entries from the from-th on (the trainable tensors in the model's order, as
+// dump_tensors lists them) into a scratch and drops them: ranks other than 0, rank 0 after a
+// failed write, and a rank that could not allocate the list itself.
+static dsc_status dump_drain(trainer *t, dump_get_fn get, int from) {
     dsc_status st = DSC_OK;
-    for (int k = from; k < c->n && st == DSC_OK; k++) {
-        float *tmp = malloc(c->ts[k].nbytes ? c->ts[k].nbytes : 1);
-        st = tmp ? c->get(c->t->eng, c->idx[k], tmp) : dsc_fail(DSC_ERR_OOM, "out of memory");
+    for (int i = 0, k = 0; i < t->ntensors && st == DSC_OK; i++) {
+        const dsc_model_param *info = dsc_model_param_get(t->model, i);
+        if (info->frozen || k++ < from) continue;
+        float *tmp = malloc(info->numel ? (size_t)info->numel * sizeof(float) : 1);
+        st = tmp ? get(t->eng, i, tmp) : dsc_fail(DSC_ERR_OOM, "out of memory");
         free(tmp);
     }
     return st;
 }
 
-// Where a rank could not even list the tensors (out of memory), it still reads every trainable
-// tensor, one at a time, so that the others' gathers complete; returns the OOM for path.
-static dsc_status dump_drain_unlisted(trainer *t, dump_get_fn get, const char *path) {
-    for (int i = 0; i < t->ntensors; i++) {
-        const dsc_model_param *info = dsc_model_param_get(t->model, i);
-        if (info->frozen) continue;
-        float *tmp = malloc(info->numel ? (size_t)info->numel * sizeof(float) : 1);
-        dsc_status st = tmp ? get(t->eng, i, tmp) : DSC_ERR_OOM;
-        free(tmp);
-        if (st != DSC_OK) break; // a rank whose read fails fails its gathers for everyone
-    }
+// A rank that could not allocate the dump's tables still reads every tensor (the others' gathers
+// complete), then fails naming path.
+static dsc_status dump_oom(trainer *t, dump_get_fn get, const char *path) {
+    dump_drain(t, get, 0);
     return dsc_fail(DSC_ERR_OOM, "out of memory writing %s", path);
 }
 
@@ -77,12 +73,12 @@ static dsc_status write_dump(trainer *t, const char *path, dump_get_fn get, dsc_
                              const int *idx, int n, int extra, const char *const *meta,
                              int nmeta) {
     dump_ctx c = {t, get, idx, ts, n, 0, false};
-    if (t->rank != 0) return dump_drain(&c, 0);
+    if (t->rank != 0) return dump_drain(t, get, 0);
     dsc_status st = dsc_st_write_stream(path, ts, n + extra, meta, nmeta, dump_fill, &c);
     if (st != DSC_OK && !c.get_failed) {
         char why[1024];
         snprintf(why, sizeof why, "%s", dsc_last_error());
-        dump_drain(&c, c.done);
+        dump_drain(t, get, c.done);
         st = dsc_fail(st, "%s", why);
     }
     return st;
@@ -115,7 +111,7 @@ dsc_status train__dump_grads_observer(void *user, dsc_engine *eng) {
     int32_t *tg = t->rank == 0 ? malloc(ntok * sizeof *tg) : NULL;
     dsc_status st = DSC_OK;
     if (!ts || !idx || (t->rank == 0 && (!in || !tg))) {
-        st = dump_drain_unlisted(t, dsc_engine_full_grad, t->o->dump_grads);
+        st = dump_oom(t, dsc_engine_full_grad, t->o->dump_grads);
         goto done;
     }
     int k = dump_tensors(t, ts, idx);
@@ -252,7 +248,7 @@ dsc_status train__dump_weights(trainer *t) {
     if (!ts || !idx) {
         free(ts);
         free(idx);
-        return dump_drain_unlisted(t, dsc_engine_full_param, t->o->dump_weights);
+        return dump_oom(t, dsc_engine_full_param, t->o->dump_weights);
     }
     int n = dump_tensors(t, ts, idx); // a LoRA run: its adapters (and modules_to_save)
     char steps[32], world[32];

@@ -142,9 +142,10 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
 
 static void add(int64_t *cat, int k, int64_t bytes) { cat[k] += bytes; }
 
-// The state on the device (one GPU; DSC_DEVICE_STATE=0 keeps a host copy): the largest of the pieces that pass through the
-// host, one at a time: the initial weights' (engine.c), the shard writer's (ckpt/shard.c), a
-// load's of every kind (ckpt/load.c) and validation's two (ckpt/publish.c).
+// The state on the device (one GPU; DSC_DEVICE_STATE=0 keeps a host copy): the largest of the
+// pieces that pass through the host, one at a time: the initial weights' (engine.c), the shard
+// writer's (ckpt/shard.c), a load's of every kind (ckpt/load.c) and validation's two
+// (ckpt/publish.c); a checksum's 64 MiB (ckpt/reader.c) is never the largest.
 static int64_t device_state_pieces(const mode *m, const layout *L) {
     const int64_t piece = (int64_t)16 << 20, nk = m->adam ? 3 : 2;
     int64_t big = L->total > L->frozen ? L->total : L->frozen;

@@ -116,7 +116,8 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
     out = from_16(dev_download(d_out, (size_t)BT * C), f16);
     for (int i = 0; i < BT; i++)
         for (int c = 0; c < C; c++)
-            ref[(size_t)i * C + c] = (double)wte[(size_t)tok[i] * C + c] + wpe[(size_t)pos[i] * C + c];
+            ref[(size_t)i * C + c] =
+                (double)wte[(size_t)tok[i] * C + c] + wpe[(size_t)pos[i] * C + c];
     check(nm("encoder forward with position ids", f16), rel_err(out.data(), ref.data(), ref.size()),
           tol16(f16));
     for (int add = 1; add >= 0; add--) {
@@ -125,7 +126,8 @@ static void test_encoder(int B, int T, int C, int V, bool skewed, bool f16) {
         DS(dsc__cuda_encoder_backward_h(d_gte, d_gpe, scratch, d_dout, d_tok, d_pos, T, B, T, C,
                                         V, add, f16, NULL));
         SYNC();
-        std::vector<float> p4 = dev_download(d_gpe, gpe.size()), g4 = dev_download(d_gte, gte.size());
+        std::vector<float> p4 = dev_download(d_gpe, gpe.size());
+        std::vector<float> g4 = dev_download(d_gte, gte.size());
         std::vector<double> rpos(gpe.size());
         for (size_t i = 0; i < gpe.size(); i++)
             rpos[i] = add ? gpe[i] : 0;

@@ -3,11 +3,11 @@
 # master weights and moments (nor LoRA's frozen base): the initial weights go to the device in
 # pieces, checkpoints are written from it and loaded into it piece by piece, --dump-weights,
 # --dump-grads, exports and the closing sample read it tensor by tensor. Against the same runs
-# with the host copy (DSC_DEVICE_STATE=0), for GPT-2 and Llama in bf16 (fp32 master), with the bf16 master keys, in
-# fp16 and with LoRA: the metrics, the checkpoints' shards, --dump-weights and --dump-grads are
-# bit for bit the same; a resume from the device's checkpoint continues bit for bit; weights from
-# a file (--init-weights) start the same run. The banner and the memory plan say where the state
-# is. Exit 77 (skipped) when no CUDA device is usable.
+# with the host copy (DSC_DEVICE_STATE=0), for GPT-2 and Llama in bf16 (fp32 master), with the
+# bf16 master keys, in fp16 and with LoRA: the metrics, the checkpoints' shards, --dump-weights
+# and --dump-grads are bit for bit the same; a resume from the device's checkpoint continues bit
+# for bit; weights from a file (--init-weights) start the same run. The banner and the memory
+# plan say where the state is. Exit 77 (skipped) when no CUDA device is usable.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}

@@ -37,8 +37,9 @@ dsc_status dsc__ckpt_hash_file(const char *path, uint64_t *bytes, uint64_t *xxh3
         if (map) munmap(map, size);
         return dsc__fail(DSC_ERR_OOM, "out of memory hashing %s", path);
     }
-    for (size_t at = 0; at < size; at += (size_t)64 << 20) {
-        size_t n = size - at < ((size_t)64 << 20) ? size - at : (size_t)64 << 20;
+    const size_t piece = (size_t)64 << 20;
+    for (size_t at = 0; at < size; at += piece) {
+        size_t n = size - at < piece ? size - at : piece;
         dsc_hasher_update(h, (const char *)map + at, n);
         dsc__map_drop((const char *)map + at, n);
     }

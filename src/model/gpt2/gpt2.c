@@ -292,9 +292,6 @@ const float *dsc_gpt2_logits(const dsc_gpt2 *m) {
     return m->logits;
 }
 
-// ---- hooks and checks ----
-
-
 // ---- forward ----
 
 // Layer tensor k (a Conv1D weight (in, out)) with its bias as the one linear product, with its

@@ -454,9 +454,6 @@ const float *dsc_llama_logits(const dsc_llama *m) {
     return m->logits;
 }
 
-// ---- hooks and checks ----
-
-
 // ---- forward ----
 
 // The layer's weight of kind k (in, out) as the one linear product, with its adapter.

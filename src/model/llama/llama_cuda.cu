@@ -709,7 +709,8 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
         DSC_TRY(ckpt_block_free(m, (l + 1) % 3));
         if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
         DSC_TRY(layer_backward(m, params, grads, l));
-        DSC_TRY(ckpt_copy(m, l - 2, false)); // into block (l + 1) % 3, which layer l no longer reads
+        // into block (l + 1) % 3, which layer l no longer reads
+        DSC_TRY(ckpt_copy(m, l - 2, false));
         DSC_TRY(group_done(m, l + 1));
     }
     DSC_TRY(before_layer(m, 1, -1));
