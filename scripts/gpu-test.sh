@@ -60,7 +60,8 @@ have_cpu_deps() {
 
 # ---- build ----
 TESTS=(test_cuda_kernels test_cuda_llama_kernels test_cuda_attention test_cuda_optim
-    test_cuda_gpt2 test_cuda_llama test_cuda_decode test_cuda_llama_decode test_cuda_nccl)
+    test_cuda_gpt2 test_cuda_llama test_cuda_decode test_cuda_llama_decode test_cuda_nccl
+    test_cuda_fp8)
 # The direct build compiles only the CPU sources the kernel tests compare against; these need
 # the whole library (the generation loop, the model interface, the comm layer and NCCL) and so
 # the CMake build.
@@ -169,7 +170,7 @@ for t in "${TESTS[@]}"; do run "$t" 300 "$BIN/$t"; done
 # against an install of $BUILD) (need the dsc binary: CMake builds only)
 for t in test_train_gpu test_train_gpu_fp16 test_train_gpu_ranks test_train_nccl \
     test_train_llama_gpu test_dump_grads_gpu test_generate_gpu test_generate_llama_gpu \
-    test_own_model_gpu; do
+    test_own_model_gpu test_fp8_gpu; do
     if [ -x "$BUILD/dsc" ]; then
         run "$t" 900 env DSC="$BUILD/dsc" DSC_SOURCE_DIR="$ROOT" bash "$ROOT/tests/gpu/$t.sh"
     else
@@ -193,6 +194,7 @@ if [ "$SANITIZE" = 1 ]; then
         run "memcheck test_cuda_attention" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_attention"
         run "racecheck test_cuda_attention" 150 "$SANITIZER" --tool racecheck --error-exitcode 9 "$BIN/test_cuda_attention"
         run "initcheck test_cuda_attention" 150 "$SANITIZER" --tool initcheck --error-exitcode 9 "$BIN/test_cuda_attention"
+        run "memcheck test_cuda_fp8" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_fp8"
         run "memcheck test_cuda_optim" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_optim"
         run "memcheck test_cuda_gpt2" 150 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_gpt2"
         run "memcheck test_cuda_decode" 300 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BIN/test_cuda_decode"

@@ -216,6 +216,14 @@ typedef struct dsc_config {
         char modules_to_save[1024];   // compact JSON list ("" = none)
     } lora;
 
+    // (dsc) FP8 products on the GPU (docs/fp8.md)
+    struct {
+        bool enabled;
+        char fp8_format[16]; // "hybrid" (E4M3 forward, E5M2 gradients) or "e4m3"
+        char recipe[16];     // "current": each tensor scaled by its own amax just before use
+        int64_t margin;      // scales divided by 2^margin
+    } fp8;
+
     struct {
         bool partition_activations, cpu_checkpointing, contiguous_memory_optimization;
         int64_t number_checkpoints;

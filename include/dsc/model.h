@@ -230,7 +230,17 @@ struct dsc_model_ops {
     void (*set_lora)(void *cfg, const dsc_lora *lora);
     // Linear weights are stored (in, out) (GPT-2's Conv1D) rather than (out, in).
     bool weights_in_out;
+
+    // FP8 products (optional; NULL: the family computes in 16-bit only): the device passes made
+    // from cfg afterwards run their transformer layers' linear products with FP8 operands,
+    // format DSC_MODEL_FP8_HYBRID (E4M3 forward, E5M2 gradients) or DSC_MODEL_FP8_E4M3
+    // (E4M3 throughout), 0 off; each operand scaled per tensor by its format's largest value /
+    // its absolute maximum / 2^margin just before its product (docs/fp8.md). The output head,
+    // norms, attention and LoRA's adapters stay in 16-bit; the host passes ignore it.
+    void (*set_fp8)(void *cfg, int format, int margin);
 };
+
+enum { DSC_MODEL_FP8_OFF = 0, DSC_MODEL_FP8_HYBRID = 1, DSC_MODEL_FP8_E4M3 = 2 };
 
 // ---- a family on a GPU ----
 //
@@ -311,6 +321,9 @@ struct dsc_model_device_ops {
     // Host bytes create takes for B x T tokens (optional; NULL: none): the layer inputs kept on
     // the host under the family's set_recompute_host, for a memory plan.
     size_t (*act_host_bytes)(const void *cfg, int B, int T);
+    // The device passes honour the family's set_fp8 (act_bytes counts the FP8 scratch), and
+    // create refuses a GPU without FP8 tensor cores.
+    bool fp8;
 };
 
 // ---- a family's decoder on a GPU ----
@@ -448,6 +461,13 @@ bool dsc_model_recomputes(const dsc_model *m);
 dsc_status dsc_model_set_recompute_host(dsc_model *m, bool on);
 // Whether the model's device passes can keep the inputs on the host (set_recompute_host).
 bool dsc_model_device_recomputes_host(const dsc_model *m);
+
+// FP8 products on the GPU (dsc's fp8 section): format DSC_MODEL_FP8_* (0 off), margin >= 0 (see
+// dsc_model_ops.set_fp8). Before dsc_model_device_create. DSC_ERR_UNSUPPORTED naming the family
+// when its device passes have no FP8 products (format 0: DSC_OK).
+dsc_status dsc_model_set_fp8(dsc_model *m, int format, int margin);
+// The FP8 format the device passes use (0: none).
+int dsc_model_fp8(const dsc_model *m);
 
 // Training mode (the default, as torch's modules start) or evaluation: LoRA's dropout acts in the
 // forwards of training mode only. A forward and the backward after it use the same masks.

@@ -51,6 +51,7 @@ static dsc_status make_plan(const plan_flags *f, const dsc_config *cfg, int worl
     dsc_model_opts mo = {.vocab_size = (int)V, .max_seq_len = (int)T};
     DSC_TRY(dsc_model_create(&m, f->model, &mo));
     dsc_status st = cli_activation_checkpointing(m, cfg, cuda, NULL);
+    if (st == DSC_OK) st = cli_fp8(m, cfg, cuda);
     if (st == DSC_OK) st = cli_lora(m, cfg, cuda, NULL, 0); // a frozen base costs only its weights
     if (st != DSC_OK) {
         dsc_model_destroy(m);

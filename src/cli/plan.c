@@ -1,11 +1,12 @@
 // cli/plan.c - the memory plan's inputs from a model, a config and this machine (cli/plan.h).
 #include "cli/plan.h"
 
-#include <stdint.h> // int64_t
-#include <stdio.h>  // fopen, fscanf, fprintf, snprintf
-#include <stdlib.h> // calloc, free, strtol
-#include <string.h> // strcmp
-#include <unistd.h> // sysconf
+#include <stdint.h>  // int64_t
+#include <stdio.h>   // fopen, fscanf, fprintf, snprintf
+#include <stdlib.h>  // calloc, free, strtol
+#include <string.h>  // strcmp
+#include <strings.h> // strcasecmp
+#include <unistd.h>  // sysconf
 
 #include "dsc/base.h"   // dsc_env
 #include "dsc/device.h" // dsc_device_mem_info
@@ -110,6 +111,17 @@ dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, boo
         warn(NULL, msg);
     }
     return DSC_OK;
+}
+
+dsc_status cli_fp8(dsc_model *m, const dsc_config *cfg, bool cuda) {
+    if (!cfg->fp8.enabled) return DSC_OK;
+    if (!cuda)
+        return dsc_fail(DSC_ERR_UNSUPPORTED, "fp8.enabled: FP8 products run on a GPU "
+                        "(--device cuda, compute capability 8.9 or later); the CPU passes "
+                        "compute in fp32: remove the fp8 section or set fp8.enabled false");
+    int format = !strcasecmp(cfg->fp8.fp8_format, "e4m3") ? DSC_MODEL_FP8_E4M3
+                                                          : DSC_MODEL_FP8_HYBRID;
+    return dsc_model_set_fp8(m, format, (int)cfg->fp8.margin);
 }
 
 dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out) {

@@ -32,6 +32,11 @@ dsc_status cli_plan_device_ok(const dsc_config *cfg, bool cuda, int world);
 dsc_status cli_activation_checkpointing(dsc_model *m, const dsc_config *cfg, bool cuda,
                                         void (*warn)(void *user, const char *msg));
 
+// The fp8 section: the model's device passes run their layers' products in FP8 (before the plan,
+// which then counts their scratch). DSC_ERR_UNSUPPORTED when the run is on the CPU or the
+// family's device passes have none; nothing without fp8.enabled.
+dsc_status cli_fp8(dsc_model *m, const dsc_config *cfg, bool cuda);
+
 // Compute the plan into *out; with check, DSC_ERR_OOM (the plan's message) when it does not
 // fit, unless DSC_MEM_PLAN=warn (then a warning on stderr and DSC_OK).
 dsc_status cli_memory_plan(const cli_plan_opts *o, bool check, dsc_memplan *out);

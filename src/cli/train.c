@@ -245,6 +245,7 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
         return dsc_fail(DSC_ERR_OOM, "out of memory for the config's text");
     DSC_TRY(cli_plan_device_ok(cfg, cuda, world));
     DSC_TRY(cli_activation_checkpointing(t->model, cfg, cuda, print_warning));
+    DSC_TRY(cli_fp8(t->model, cfg, cuda));
     const char *rank = getenv("RANK"); // the engine is not made yet: each rank its own masks
     st = cli_lora(t->model, cfg, cuda, t->o->init_adapter,
                   (uint64_t)t->o->seed * 1000003u + (rank ? strtoull(rank, NULL, 10) : 0));
@@ -1172,6 +1173,13 @@ static dsc_status trainer_setup(trainer *t, char *run_dir, size_t cap) {
     if (dsc_model_recomputes(t->model))
         printf("activation checkpointing: only each layer's input is kept; the backward "
                "recomputes the %d layers' activations from it\n", mi->n_layer);
+    if (dsc_model_fp8(t->model))
+        printf("fp8: the %d layers' linear products with %s operands, each scaled by its own "
+               "absolute maximum (current scaling, margin %lld); the output head, norms, "
+               "attention and optimizer as without it\n", mi->n_layer,
+               dsc_model_fp8(t->model) == DSC_MODEL_FP8_E4M3 ? "E4M3"
+                                                           : "E4M3 (forward) and E5M2 (gradient)",
+               (long long)cfg->fp8.margin);
     const dsc_lora *lo = dsc_model_lora_of(t->model);
     if (lo) {
         int64_t trainable = 0, adapters = 0;

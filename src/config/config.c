@@ -534,6 +534,15 @@ static dsc_status check_zero_needs(parse_ctx *c) {
         warnf(c, "config %s: bf16.bf16_master_weights_and_grads has no effect without "
               "bf16.enabled true (the bf16 training weights are the master); set bf16.enabled",
               c->source);
+    if (cfg->fp8.enabled && cfg->fp16.enabled)
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: fp8.enabled with fp16.enabled: FP8 products "
+                         "run beside bf16 (their results and the rest of the layer in bf16, no "
+                         "loss scaling); set fp16.enabled false (bf16.enabled true, or neither)",
+                         c->source);
+    if (cfg->fp8.enabled && !strcasecmp(cfg->fp8.recipe, "delayed"))
+        return dsc__fail(DSC_ERR_CONFIG, "config %s: fp8.recipe \"delayed\" (scales from an "
+                         "amax history of earlier steps) is not built; \"current\" scales each "
+                         "tensor by its own absolute maximum just before its product", c->source);
     bool offload_opt = dsc_config_given(cfg, "zero_optimization.offload_optimizer") ||
                        cfg->zero_optimization.cpu_offload;
     if (offload_opt && cfg->zero_optimization.offload_optimizer.ratio < 1.0 && stage != 3)

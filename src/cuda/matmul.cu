@@ -15,6 +15,7 @@
 // What the heuristic's answer depends on: everything but the pointers' values and alpha, beta.
 typedef struct gemm_key {
     int trans_a, trans_b, M, N, K, lda, ldb, ldc, ldd, ldaux, d_fp32, epilogue, align, fp16;
+    int a8, b8, fast_accum;
 } gemm_key;
 
 typedef struct algo_entry {
@@ -34,6 +35,16 @@ struct dsc_cuda_blas {
 // The 16-bit type of the product's operands (and of its 16-bit results).
 static cudaDataType_t type16(const dsc_cuda_gemm *g) {
     return g->fp16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+// The library's type of operand A (our B) or B (our A): 16-bit, or an FP8 format.
+static cudaDataType_t operand_type(const dsc_cuda_gemm *g, int f8) {
+#if DSC_HIP
+    (void)f8;
+    return type16(g);
+#else
+    return f8 == DSC_CUDA_E4M3 ? CUDA_R_8F_E4M3 : f8 == DSC_CUDA_E5M2 ? CUDA_R_8F_E5M2 : type16(g);
+#endif
 }
 
 static const char *out_name(const dsc_cuda_gemm *g) {
@@ -121,7 +132,10 @@ static gemm_key key_of(const dsc_cuda_gemm *g) {
                   g->d_fp32,
                   g->epilogue,
                   common_alignment(g),
-                  g->fp16 != 0};
+                  g->fp16 != 0,
+                  g->a8,
+                  g->b8,
+                  g->fast_accum != 0};
     return k;
 }
 
@@ -145,7 +159,23 @@ static dsc_status check_gemm(const dsc_cuda_gemm *g) {
     DSC_CUDA_ARG(!need_aux || (g->aux && g->ldaux >= g->N && g->ldaux % 8 == 0),
                  "gemm: epilogue %d needs aux with a row stride >= N and a multiple of 8",
                  g->epilogue);
+    if (!g->a8 && !g->b8) return DSC_OK;
+#if DSC_HIP
+    return dsc__fail(DSC_ERR_UNSUPPORTED, "gemm: FP8 products are built for NVIDIA GPUs only");
+#else
+    DSC_CUDA_ARG(g->a8 >= DSC_CUDA_E4M3 && g->a8 <= DSC_CUDA_E5M2 && g->b8 >= DSC_CUDA_E4M3 &&
+                     g->b8 <= DSC_CUDA_E5M2 && !(g->a8 == DSC_CUDA_E5M2 && g->b8 == DSC_CUDA_E5M2),
+                 "gemm: FP8 needs both operands E4M3 or E5M2, not both E5M2 (a8 %d b8 %d)",
+                 g->a8, g->b8);
+    DSC_CUDA_ARG(!g->trans_a && g->trans_b && g->K % 16 == 0 && g->lda % 16 == 0 &&
+                     g->ldb % 16 == 0 && g->a_scale && g->b_scale,
+                 "gemm: FP8 needs A (M, K) and B stored (N, K), K and the row strides multiples "
+                 "of 16, and both scales (M %d N %d K %d, trans %d%d, ld %d %d)",
+                 g->M, g->N, g->K, g->trans_a, g->trans_b, g->lda, g->ldb);
+    DSC_CUDA_ARG(!g->fp16 && (g->epilogue == DSC_CUDA_EPI_NONE || g->epilogue == DSC_CUDA_EPI_BIAS),
+                 "gemm: FP8 products give bf16 or fp32 with no epilogue but a bias");
     return DSC_OK;
+#endif
 }
 
 static cublasLtEpilogue_t epilogue_of(int e) {
@@ -177,6 +207,20 @@ static dsc_status describe(const dsc_cuda_gemm *g, cublasLtMatmulDesc_t *op,
         BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
                                                 sizeof g->bias),
                  "set BIAS_POINTER", g);
+#if !DSC_HIP
+    if (g->a8) { // the library's A is our B
+        int8_t fast = g->fast_accum ? 1 : 0;
+        BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &g->b_scale, sizeof g->b_scale),
+                 "set A_SCALE_POINTER", g);
+        BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &g->a_scale, sizeof g->a_scale),
+                 "set B_SCALE_POINTER", g);
+        BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                sizeof fast),
+                 "set FAST_ACCUM", g);
+    }
+#endif
     if (g->aux) {
         int64_t ld = g->ldaux;
         BLAS_TRY(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
@@ -186,10 +230,10 @@ static dsc_status describe(const dsc_cuda_gemm *g, cublasLtMatmulDesc_t *op,
                                                 sizeof ld),
                  "set EPILOGUE_AUX_LD", g);
     }
-    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[0], type16(g), g->trans_b ? g->K : g->N,
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[0], operand_type(g, g->b8), g->trans_b ? g->K : g->N,
                                         g->trans_b ? g->N : g->K, g->ldb),
              "layout of B", g);
-    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[1], type16(g), g->trans_a ? g->M : g->K,
+    BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[1], operand_type(g, g->a8), g->trans_a ? g->M : g->K,
                                         g->trans_a ? g->K : g->M, g->lda),
              "layout of A", g);
     BLAS_TRY(cublasLtMatrixLayoutCreate(&lay[2], dt, g->N, g->M, g->ldd), "layout of D", g);

@@ -36,12 +36,15 @@ enum {
     DSC_CUDA_EPI_DGELU = 3,     // D = (alpha op(A) op(B)) * GELU'(aux), aux from GELU_BIAS
 };
 
+// FP8 operand types (dsc_cuda_gemm's a8, b8): OCP E4M3 (max 448) and E5M2 (max 57344).
+enum { DSC_CUDA_16BIT = 0, DSC_CUDA_E4M3 = 1, DSC_CUDA_E5M2 = 2 };
+
 typedef struct dsc_cuda_gemm {
     int trans_a, trans_b;
     int M, N, K;
-    const uint16_t *A; // bf16, (M, K) or (K, M) when trans_a; row stride lda
+    const void *A; // bf16 (or a8's type), (M, K) or (K, M) when trans_a; row stride lda
     int lda;
-    const uint16_t *B; // bf16, (K, N) or (N, K) when trans_b; row stride ldb
+    const void *B; // bf16 (or b8's type), (K, N) or (N, K) when trans_b; row stride ldb
     int ldb;
     const void *C; // (M, N) with row stride ldc, D's type; may equal D; NULL when beta == 0
     int ldc;
@@ -57,6 +60,15 @@ typedef struct dsc_cuda_gemm {
     // aux) is bf16. 1: they are IEEE fp16 instead (fp16 results overflow to inf, as the
     // library's conversions do; no saturation).
     int fp16;
+    // FP8 operands (Hopper and Ada tensor cores): a8, b8 DSC_CUDA_E4M3 or DSC_CUDA_E5M2 (not
+    // both E5M2), both set or neither. The product is then a_scale[0] b_scale[0] op(A) op(B)
+    // (device floats, read when the product runs, so a captured graph sees each step's), with
+    // A (M, K) untransposed and B stored (N, K) (trans_b): both rows along K, as the FP8 kernels
+    // require; K, lda and ldb multiples of 16; D bf16 or fp32, epilogue NONE or BIAS, not fp16.
+    // fast_accum: the tensor cores' faster, less precise accumulation (forward products only).
+    int a8, b8;
+    const float *a_scale, *b_scale;
+    int fast_accum;
 } dsc_cuda_gemm;
 
 // Enqueue one product on stream. DSC_ERR_INVALID_ARG for inconsistent shapes, DSC_ERR_CUDA when

@@ -142,6 +142,7 @@ struct dsc_model {
     dsc_model_info info;
     dsc_model_param *params; // (info.num_tensors)
     bool recompute;          // dsc_model_set_recompute
+    int fp8;                 // dsc_model_set_fp8's format
     dsc_lora *lora;          // dsc_model_set_lora, or NULL
     int n_base;              // the family's tensors (info.num_tensors less the adapters)
 };
@@ -736,6 +737,25 @@ dsc_status dsc_model_set_recompute(dsc_model *m, bool on) {
 }
 
 bool dsc_model_recomputes(const dsc_model *m) { return m && m->recompute; }
+
+dsc_status dsc_model_set_fp8(dsc_model *m, int format, int margin) {
+    if (!m) return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_fp8: the model is NULL");
+    if (format < DSC_MODEL_FP8_OFF || format > DSC_MODEL_FP8_E4M3 || margin < 0 || margin > 63)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_model_set_fp8: format %d or margin %d out of "
+                         "range (format 0-2, margin 0-63)", format, margin);
+    if (!m->ops->set_fp8 || !m->ops->device || !m->ops->device->fp8) {
+        if (format == DSC_MODEL_FP8_OFF) return DSC_OK;
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "model %s: the GPU passes of family %s have no FP8 "
+                         "products (the Llama family's have: Llama, Qwen2/2.5/3, Mistral, SmolLM2); "
+                         "remove the fp8 section or set fp8.enabled false", m->spec,
+                         m->ops->family);
+    }
+    m->ops->set_fp8(m->cfg, format, margin);
+    m->fp8 = format;
+    return DSC_OK;
+}
+
+int dsc_model_fp8(const dsc_model *m) { return m ? m->fp8 : 0; }
 
 dsc_status dsc_model_set_recompute_host(dsc_model *m, bool on) {
     if (!m)

@@ -641,4 +641,5 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
     set_positions,
     NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)
+    false, // fp8: GPT-2's device products are 16-bit only
 };

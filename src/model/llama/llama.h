@@ -53,6 +53,8 @@ typedef struct dsc_llama_config {
                    // in the backward (not a shape: the weights and the math are the same);
                    // 2: the device passes keep those inputs in host memory (cpu_checkpointing)
     const struct dsc_lora *lora; // LoRA adapters (dsc_model_set_lora; borrowed), or NULL
+    int fp8, fp8_margin; // the device passes' FP8 products (dsc_model_set_fp8; DSC_FP8_* of
+                         // cuda/linear.h, 0 off) and their scales' margin (not a shape either)
 } dsc_llama_config;
 
 // spec: a published shape - "smollm2-135M", "smollm2-360M", "llama-3.2-1B", "llama-3.2-3B",

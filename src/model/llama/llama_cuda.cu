@@ -21,6 +21,8 @@ extern "C" {
 #include "cuda/kernels.h"              // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
 #include "model/llama/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
 #include "cuda/matmul.h"               // dsc__cuda_gemm
+#include "cuda/linear.h"               // dsc__cuda_lin_* (the layers' products, 16-bit or FP8)
+#include "cuda/fp8.h"                  // dsc__cuda_fp8_supported
 
 #define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
 
@@ -32,6 +34,8 @@ typedef struct llama_cuda {
     bool have_targets, fp16, fresh;
     cudaStream_t st;
     dsc_cuda_blas *blas;
+    dsc__cuda_lin lin;   // the layers' linear products (FP8 with the fp8 section)
+    void *lin_buf;       // lin's FP8 scratch, in the slab
     dsc_cuda_buf slab;
     // 16-bit activations; per-layer arrays hold n_layer blocks of maxB * maxT rows
     uint16_t *res;               // (L + 1, R, C) residual stream into each layer; block L: the norm
@@ -102,6 +106,27 @@ static layer_acts acts_of(const llama_cuda *m, int l) {
 
 // ---- allocation ----
 
+// The widest input or output of a layer's products and their largest weight (FP8 scratch).
+static int64_t lin_max_dim(const llama_cuda *m) {
+    int64_t d = m->c.hidden;
+    if (m->QKV > d) d = m->QKV;
+    if (m->QD > d) d = m->QD;
+    if (2 * (int64_t)m->c.intermediate > d) d = 2 * (int64_t)m->c.intermediate;
+    return d;
+}
+
+static int64_t lin_max_w(const llama_cuda *m) {
+    int64_t C = m->c.hidden, w = (int64_t)m->QKV * C;
+    if ((int64_t)m->QD * C > w) w = (int64_t)m->QD * C;
+    if (2 * (int64_t)m->c.intermediate * C > w) w = 2 * (int64_t)m->c.intermediate * C;
+    return w;
+}
+
+static size_t lin_scratch(const llama_cuda *m) {
+    return dsc__cuda_lin_scratch_bytes(m->c.fp8, (int64_t)m->maxB * m->maxT, lin_max_dim(m),
+                                       lin_max_w(m), dsc_llama_num_tensors(&m->c));
+}
+
 // The activation block's views (dsc__cuda_carve: base NULL only counts bytes).
 static size_t carve(llama_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
@@ -151,6 +176,7 @@ static size_t carve(llama_cuda *m, char *base) {
         {(void **)&m->lora_buf, dsc__lora_dev_bytes(m->c.lora, (int64_t)R)},
         {(void **)&m->tokens, 2 * R * 4},
         {(void **)&m->pos_buf, R * 4},
+        {(void **)&m->lin_buf, lin_scratch(m)},
     };
     return dsc__cuda_carve(table, sizeof table / sizeof table[0], base);
 }
@@ -234,6 +260,7 @@ static void destroy(void *dev) {
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
     host_ckpt_destroy(m);
+    dsc__cuda_lin_release(&m->lin);
     dsc__cuda_blas_destroy(m->blas);
     dsc__cuda_buf_free(&m->slab);
     free(m);
@@ -284,6 +311,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
                  "llama cuda create: micro-batch %d x %d heads is more than the %d (sequence, "
                  "head) pairs attention takes in one launch; lower "
                  "train_micro_batch_size_per_gpu", B, c->n_head, DSC_CUDA_ATT_MAX_BH);
+    if (c->fp8) DSC_TRY(dsc__cuda_fp8_supported());
     llama_cuda *m = (llama_cuda *)calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "llama cuda create: out of host memory");
     m->c = *c;
@@ -309,6 +337,11 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     if (st == DSC_OK && c->recompute == 2) st = host_ckpt_create(m);
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     m->lora.blas = m->blas, m->lora.stream = m->st;
+    m->lin.blas = m->blas, m->lin.stream = m->st, m->lin.fp8 = c->fp8;
+    m->lin.margin = c->fp8_margin;
+    if (st == DSC_OK)
+        st = dsc__cuda_lin_carve(&m->lin, m->lin_buf, (int64_t)B * T, lin_max_dim(m),
+                                 lin_max_w(m), dsc_llama_num_tensors(c));
     if (st != DSC_OK) {
         destroy(m);
         return st;
@@ -319,7 +352,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
 
 static void set_fp16(void *dev, bool on) {
     llama_cuda *m = (llama_cuda *)dev;
-    m->fp16 = m->lora.fp16 = on;
+    m->fp16 = m->lora.fp16 = m->lin.fp16 = on;
 }
 static void set_fresh(void *dev, bool on) { ((llama_cuda *)dev)->fresh = on; }
 static void set_positions(void *dev, const int32_t *pos) { ((llama_cuda *)dev)->pos_host = pos; }
@@ -340,32 +373,47 @@ static void set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
 
 // out (rows, OUT; row stride ldo) = inp (rows, IN; stride ldi) @ w^T [+ bias] [+ resid, which
 // has out's row stride].
-static dsc_status linear(llama_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int ldi,
-                         const uint16_t *w, const uint16_t *bias, const uint16_t *resid, int rows,
-                         int IN, int OUT) {
-    return dsc__cuda_linear_forward(m->blas, out, ldo, inp, ldi, w, bias, resid, rows, IN, OUT,
-                                    m->fp16, m->st);
+// A layer's product (cuda/linear.h: FP8 with the fp8 section).
+// slot: the weight's tensor index (its products' absolute maxima are kept there).
+static dsc_status linear(llama_cuda *m, int slot, uint16_t *out, int ldo, const uint16_t *inp,
+                         int ldi, const uint16_t *w, const uint16_t *bias, const uint16_t *resid,
+                         int rows, int IN, int OUT) {
+    return dsc__cuda_lin_forward(&m->lin, slot, out, ldo, inp, ldi, w, bias, resid, rows, IN,
+                                 OUT);
 }
 
 // dinp (rows, IN; stride ldo) = dout (rows, OUT; stride ldd) @ w (OUT, IN), or += when acc.
-static dsc_status linear_dinp(llama_cuda *m, uint16_t *dinp, int ldo, const uint16_t *dout,
-                              int ldd, const uint16_t *w, int rows, int IN, int OUT, bool acc) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.M = rows, g.N = IN, g.K = OUT;
-    g.A = dout, g.lda = ldd, g.B = w, g.ldb = IN, g.D = dinp, g.ldd = ldo;
-    g.alpha = 1.0f, g.beta = acc ? 1.0f : 0.0f, g.C = acc ? dinp : NULL, g.ldc = ldo;
-    g.fp16 = m->fp16;
-    return dsc__cuda_gemm(m->blas, &g, m->st);
+static dsc_status linear_dinp(llama_cuda *m, int slot, uint16_t *dinp, int ldo,
+                              const uint16_t *dout, int ldd, const uint16_t *w, int rows, int IN,
+                              int OUT, bool acc) {
+    return dsc__cuda_lin_dinp(&m->lin, slot, dinp, ldo, dout, ldd, w, rows, IN, OUT, acc);
 }
 
 // dw (OUT, IN) fp32 += (= when fresh) dout^T @ inp; dout (rows, OUT; stride ldd), inp (rows, IN;
 // stride ldi). A frozen weight (LoRA's base: dw NULL) gets none.
-static dsc_status linear_dw(llama_cuda *m, float *dw, const uint16_t *dout, int ldd,
+static dsc_status linear_dw(llama_cuda *m, int slot, float *dw, const uint16_t *dout, int ldd,
                             const uint16_t *inp, int ldi, int rows, int IN, int OUT) {
     if (!dw) return DSC_OK;
-    return dsc__cuda_mm_dweight(m->blas, dw, dout, ldd, inp, ldi, rows, OUT, IN, m->fresh, m->fp16,
-                                m->st);
+    return dsc__cuda_lin_dw(&m->lin, slot, dw, dout, ldd, inp, ldi, rows, IN, OUT, m->fresh);
+}
+
+// The output head's products, always in 16-bit (as the head of an FP8 recipe stays).
+static dsc_status head_linear(llama_cuda *m, const uint16_t *w) {
+    return dsc__cuda_linear_forward(m->blas, m->logits, m->Vp, m->lnf, m->c.hidden, w, NULL, NULL,
+                                    m->B * m->T, m->c.hidden, m->Vp, m->fp16, m->st);
+}
+
+static dsc_status head_backward(llama_cuda *m, const uint16_t *w, float *dw) {
+    int BT = m->B * m->T, C = m->c.hidden;
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = BT, g.N = C, g.K = m->Vp;
+    g.A = m->logits, g.lda = m->Vp, g.B = w, g.ldb = C, g.D = m->dln, g.ldd = C;
+    g.alpha = 1.0f, g.fp16 = m->fp16;
+    DSC_TRY(dsc__cuda_gemm(m->blas, &g, m->st));
+    if (!dw) return DSC_OK;
+    return dsc__cuda_mm_dweight(m->blas, dw, m->logits, m->Vp, m->lnf, C, BT, m->c.vocab_size, C,
+                                m->fresh, m->fp16, m->st);
 }
 
 // ---- forward ----
@@ -447,14 +495,14 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(a.ln1, a.rstd1, a.res_in, p[lt(m, l, DSC_LLAMA_LN1)], eps,
                                         BT, C, m->fp16, st));
     if (qkv_joined(m, p, l)) { // one product over the three weights, which lie end to end
-        DSC_TRY(linear(m, a.qkv, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_QW)], NULL, NULL, BT, C,
+        DSC_TRY(linear(m, lt(m, l, DSC_LLAMA_QW), a.qkv, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_QW)], NULL, NULL, BT, C,
                        QKV));
     } else {
-        DSC_TRY(linear(m, a.qkv, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_QW)],
+        DSC_TRY(linear(m, lt(m, l, DSC_LLAMA_QW), a.qkv, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_QW)],
                        bias_of(m, p, l, DSC_LLAMA_QB), NULL, BT, C, QD));
-        DSC_TRY(linear(m, a.qkv + QD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_KW)],
+        DSC_TRY(linear(m, lt(m, l, DSC_LLAMA_KW), a.qkv + QD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_KW)],
                        bias_of(m, p, l, DSC_LLAMA_KB), NULL, BT, C, KD));
-        DSC_TRY(linear(m, a.qkv + QD + KD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_VW)],
+        DSC_TRY(linear(m, lt(m, l, DSC_LLAMA_VW), a.qkv + QD + KD, QKV, a.ln1, C, p[lt(m, l, DSC_LLAMA_VW)],
                        bias_of(m, p, l, DSC_LLAMA_VB), NULL, BT, C, KD));
     }
     DSC_TRY(adapt(m, p, l, DSC_LLAMA_QW, a.qkv, QKV, a.ln1, C));
@@ -469,25 +517,25 @@ static dsc_status layer_forward(llama_cuda *m, const uint16_t *const *p, int l) 
         DSC_TRY(dsc__cuda_rope_h(a.qkv, QKV, m->rope_cos, m->rope_sin, m->posd, B, T, NH + NKV, HS,
                                  false, m->fp16, st));
     DSC_TRY(dsc__cuda_gqa_forward(a.atty, a.lse, a.qkv, B, T, NH, NKV, HS, m->fp16, st));
-    DSC_TRY(linear(m, a.res2, C, a.atty, QD, p[lt(m, l, DSC_LLAMA_OW)], NULL, a.res_in, BT, QD,
+    DSC_TRY(linear(m, lt(m, l, DSC_LLAMA_OW), a.res2, C, a.atty, QD, p[lt(m, l, DSC_LLAMA_OW)], NULL, a.res_in, BT, QD,
                    C));
     DSC_TRY(adapt(m, p, l, DSC_LLAMA_OW, a.res2, C, a.atty, QD));
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(a.ln2, a.rstd2, a.res2, p[lt(m, l, DSC_LLAMA_LN2)], eps,
                                         BT, C, m->fp16, st));
     if (gu_joined(m, p, l)) {
-        DSC_TRY(linear(m, a.gu, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_GATE)], NULL, NULL, BT, C,
+        DSC_TRY(linear(m, lt(m, l, DSC_LLAMA_GATE), a.gu, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_GATE)], NULL, NULL, BT, C,
                        2 * I));
     } else {
         DSC_TRY(
-            linear(m, a.gu, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_GATE)], NULL, NULL, BT, C, I));
+            linear(m, lt(m, l, DSC_LLAMA_GATE), a.gu, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_GATE)], NULL, NULL, BT, C, I));
         DSC_TRY(
-            linear(m, a.gu + I, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_UP)], NULL, NULL, BT, C, I));
+            linear(m, lt(m, l, DSC_LLAMA_UP), a.gu + I, 2 * I, a.ln2, C, p[lt(m, l, DSC_LLAMA_UP)], NULL, NULL, BT, C, I));
     }
     DSC_TRY(adapt(m, p, l, DSC_LLAMA_GATE, a.gu, 2 * I, a.ln2, C));
     DSC_TRY(adapt(m, p, l, DSC_LLAMA_UP, a.gu + I, 2 * I, a.ln2, C));
     DSC_TRY(dsc__cuda_swiglu_forward_h(a.hmid, a.gu, BT, I, m->fp16, st));
     DSC_TRY(
-        linear(m, a.res_out, C, a.hmid, I, p[lt(m, l, DSC_LLAMA_DOWN)], NULL, a.res2, BT, I, C));
+        linear(m, lt(m, l, DSC_LLAMA_DOWN), a.res_out, C, a.hmid, I, p[lt(m, l, DSC_LLAMA_DOWN)], NULL, a.res2, BT, I, C));
     return adapt(m, p, l, DSC_LLAMA_DOWN, a.res_out, C, a.hmid, I);
 }
 
@@ -577,7 +625,7 @@ static dsc_status enqueue_forward(llama_cuda *m, const uint16_t *const *params) 
                                         C, m->fp16, m->st));
     const uint16_t *w = NULL;
     DSC_TRY(head_rows(m, params, &w));
-    return linear(m, m->logits, m->Vp, m->lnf, C, w, NULL, NULL, BT, C, m->Vp);
+    return head_linear(m, w);
 }
 
 static dsc_status forward(void *dev, const uint16_t *const *params, const int32_t *inputs,
@@ -606,37 +654,37 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
     cudaStream_t st = m->st;
     bool add = !m->fresh;
     // down_proj and SwiGLU: dh = dres @ W_down; dgu (in dbig) from dh
-    DSC_TRY(linear_dinp(m, m->dh, I, m->dres, C, p[lt(m, l, DSC_LLAMA_DOWN)], BT, I, C, false));
+    DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_DOWN), m->dh, I, m->dres, C, p[lt(m, l, DSC_LLAMA_DOWN)], BT, I, C, false));
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_DOWN, m->dh, I, m->dres, C, a.hmid, I));
-    DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_DOWN)], m->dres, C, a.hmid, I, BT, I, C));
+    DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_DOWN), g[lt(m, l, DSC_LLAMA_DOWN)], m->dres, C, a.hmid, I, BT, I, C));
     DSC_TRY(dsc__cuda_swiglu_backward_h(m->dbig, m->dh, a.gu, BT, I, m->fp16, st));
     // gate_proj, up_proj and post_attention_layernorm
     if (gu_joined(m, p, l)) {
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, 2 * I, p[lt(m, l, DSC_LLAMA_GATE)], BT, C,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_GATE), m->dln, C, m->dbig, 2 * I, p[lt(m, l, DSC_LLAMA_GATE)], BT, C,
                             2 * I, false));
     } else {
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, 2 * I, p[lt(m, l, DSC_LLAMA_GATE)], BT, C, I,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_GATE), m->dln, C, m->dbig, 2 * I, p[lt(m, l, DSC_LLAMA_GATE)], BT, C, I,
                             false));
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + I, 2 * I, p[lt(m, l, DSC_LLAMA_UP)], BT, C,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_UP), m->dln, C, m->dbig + I, 2 * I, p[lt(m, l, DSC_LLAMA_UP)], BT, C,
                             I, true));
     }
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_GATE, m->dln, C, m->dbig, 2 * I, a.ln2, C));
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_UP, m->dln, C, m->dbig + I, 2 * I, a.ln2, C));
     if (gu_grads_joined(m, g, l)) {
-        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C,
+        DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_GATE), g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C,
                           2 * I));
     } else {
-        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C, I));
-        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_UP)], m->dbig + I, 2 * I, a.ln2, C, BT, C, I));
+        DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_GATE), g[lt(m, l, DSC_LLAMA_GATE)], m->dbig, 2 * I, a.ln2, C, BT, C, I));
+        DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_UP), g[lt(m, l, DSC_LLAMA_UP)], m->dbig + I, 2 * I, a.ln2, C, BT, C, I));
     }
     DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, g, lt(m, l, DSC_LLAMA_LN2)),
                                          m->rms_scratch,
                                          m->dln, a.res2, p[lt(m, l, DSC_LLAMA_LN2)], a.rstd2, add,
                                          BT, C, m->fp16, st));
     // o_proj and attention (dqkv in dbig), rotary embeddings undone on dq and dk
-    DSC_TRY(linear_dinp(m, m->datt, QD, m->dres, C, p[lt(m, l, DSC_LLAMA_OW)], BT, QD, C, false));
+    DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_OW), m->datt, QD, m->dres, C, p[lt(m, l, DSC_LLAMA_OW)], BT, QD, C, false));
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_OW, m->datt, QD, m->dres, C, a.atty, QD));
-    DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_OW)], m->dres, C, a.atty, QD, BT, QD, C));
+    DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_OW), g[lt(m, l, DSC_LLAMA_OW)], m->dres, C, a.atty, QD, BT, QD, C));
     DSC_TRY(dsc__cuda_gqa_backward(m->dbig, m->att_scratch, m->datt, a.qkv, a.atty, a.lse, B, T,
                                    NH, NKV, HS, m->fp16, st));
     if (m->c.qk_norm) // Qwen3: the rotation undone and the q/k norms' backward in one pass
@@ -659,26 +707,26 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
     }
     // q, k, v projections and input_layernorm
     if (qkv_joined(m, p, l)) {
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, QKV, p[lt(m, l, DSC_LLAMA_QW)], BT, C, QKV,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_QW), m->dln, C, m->dbig, QKV, p[lt(m, l, DSC_LLAMA_QW)], BT, C, QKV,
                             false));
     } else {
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig, QKV, p[lt(m, l, DSC_LLAMA_QW)], BT, C, QD,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_QW), m->dln, C, m->dbig, QKV, p[lt(m, l, DSC_LLAMA_QW)], BT, C, QD,
                             false));
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + QD, QKV, p[lt(m, l, DSC_LLAMA_KW)], BT, C, KD,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_KW), m->dln, C, m->dbig + QD, QKV, p[lt(m, l, DSC_LLAMA_KW)], BT, C, KD,
                             true));
-        DSC_TRY(linear_dinp(m, m->dln, C, m->dbig + QD + KD, QKV, p[lt(m, l, DSC_LLAMA_VW)], BT,
+        DSC_TRY(linear_dinp(m, lt(m, l, DSC_LLAMA_VW), m->dln, C, m->dbig + QD + KD, QKV, p[lt(m, l, DSC_LLAMA_VW)], BT,
                             C, KD, true));
     }
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_QW, m->dln, C, m->dbig, QKV, a.ln1, C));
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_KW, m->dln, C, m->dbig + QD, QKV, a.ln1, C));
     DSC_TRY(adapt_back(m, p, g, l, DSC_LLAMA_VW, m->dln, C, m->dbig + QD + KD, QKV, a.ln1, C));
     if (qkv_grads_joined(m, g, l)) {
-        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QKV));
+        DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_QW), g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QKV));
     } else {
-        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QD));
-        DSC_TRY(linear_dw(m, g[lt(m, l, DSC_LLAMA_KW)], m->dbig + QD, QKV, a.ln1, C, BT, C, KD));
+        DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_QW), g[lt(m, l, DSC_LLAMA_QW)], m->dbig, QKV, a.ln1, C, BT, C, QD));
+        DSC_TRY(linear_dw(m, lt(m, l, DSC_LLAMA_KW), g[lt(m, l, DSC_LLAMA_KW)], m->dbig + QD, QKV, a.ln1, C, BT, C, KD));
         DSC_TRY(
-            linear_dw(m, g[lt(m, l, DSC_LLAMA_VW)], m->dbig + QD + KD, QKV, a.ln1, C, BT, C, KD));
+            linear_dw(m, lt(m, l, DSC_LLAMA_VW), g[lt(m, l, DSC_LLAMA_VW)], m->dbig + QD + KD, QKV, a.ln1, C, BT, C, KD));
     }
     return dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, g, lt(m, l, DSC_LLAMA_LN1)),
                                         m->rms_scratch,
@@ -693,8 +741,7 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
     int norm = dsc__llama_norm_tensor(&m->c), head = dsc__llama_head_tensor(&m->c);
     cudaStream_t st = m->st;
     const uint16_t *w = m->head_pad ? m->head_pad : params[head]; // as the forward read it
-    DSC_TRY(linear_dinp(m, m->dln, C, m->logits, m->Vp, w, BT, C, m->Vp, false));
-    DSC_TRY(linear_dw(m, grads[head], m->logits, m->Vp, m->lnf, C, BT, C, V));
+    DSC_TRY(head_backward(m, w, grads[head]));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
     DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, grads, norm), m->rms_scratch, m->dln,
                                          acts_of(m, L).res_in, params[norm], m->rstdf, !m->fresh,
@@ -707,7 +754,12 @@ static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *pa
         // came back from the host, and res[l + 1] is rewritten with its own bits)
         DSC_TRY(ckpt_in_wait(m, l));
         DSC_TRY(ckpt_block_free(m, (l + 1) % 3));
-        if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
+        if (m->c.recompute) { // (FP8: the maxima the first forward measured serve again)
+            m->lin.recompute = true;
+            dsc_status st = layer_forward(m, params, l);
+            m->lin.recompute = false;
+            DSC_TRY(st);
+        }
         DSC_TRY(layer_backward(m, params, grads, l));
         // into block (l + 1) % 3, which layer l no longer reads
         DSC_TRY(ckpt_copy(m, l - 2, false));
@@ -786,4 +838,5 @@ extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     true, // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
     set_positions,
     act_host_bytes,
+    true, // fp8: the layers' products through cuda/linear.h, the head in 16-bit
 };

@@ -212,6 +212,10 @@ static void set_recompute_host(void *cfg, bool on) {
     if (c->c.recompute) c->c.recompute = on ? 2 : 1;
 }
 static void set_lora(void *cfg, const dsc_lora *lora) { ((llama_cfg *)cfg)->c.lora = lora; }
+static void set_fp8(void *cfg, int format, int margin) {
+    llama_cfg *c = cfg;
+    c->c.fp8 = format, c->c.fp8_margin = margin;
+}
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
                           const int32_t *pos, const int32_t *targets, int B, int T,
@@ -430,6 +434,7 @@ const struct dsc_model_ops dsc__llama_model_ops = {
     .set_recompute = set_recompute,
     .set_recompute_host = set_recompute_host,
     .set_lora = set_lora,
+    .set_fp8 = set_fp8,
 #ifdef DSC_WITH_CUDA
     .device = &dsc__llama_device_ops,
 #endif
