@@ -13,6 +13,8 @@
 # MFU for every column by one formula, 6 N + 12 L T C FLOPs per token (N: all parameters, a tied
 # embedding once; C: heads x head_dim) against 989 TFLOP/s (dense bf16 of an H100/H200 SXM).
 # dsc's column is "-" with its reason while dsc has no CUDA path for the family.
+# FP8=1: dsc runs again with the fp8 section (docs/fp8.md), printed after the table as its tokens/s
+# and the ratio to dsc's bf16 (the PyTorch columns stay bf16).
 set -u
 DSC=${1:-${DSC:-build/dsc}}
 PY=${PYTHON:-python3}
@@ -26,30 +28,38 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-dsc_run() { # dsc_run MODEL B -> tokens/s on stdout, or "- reason"
-    cat >"$W/cfg.json" <<JSON
+dsc_run() { # dsc_run MODEL B [EXTRA_JSON] -> tokens/s on stdout, or "- reason"
+    local tag=dsc${3:+8}_$1
+    cat >"$W/$tag.json" <<JSON
 {"train_micro_batch_size_per_gpu": $2, "gradient_accumulation_steps": 1, "steps_per_print": 1,
- "gradient_clipping": 1.0, "bf16": {"enabled": true},
+ "gradient_clipping": 1.0, "bf16": {"enabled": true} ${3:-},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}
 JSON
-    if ! "$DSC" train --device cuda --config "$W/cfg.json" --model "$1" --seq-len "$T" \
+    if ! "$DSC" train --device cuda --config "$W/$tag.json" --model "$1" --seq-len "$T" \
         --max-steps $((STEPS + WARMUP)) --eval-every 0 --eval-batches 1 --sample-tokens 0 \
-        --out "$W/dsc_$1" >"$W/dsc_$1.log" 2>&1; then
-        echo "- $(grep -m1 'error' "$W/dsc_$1.log" | cut -c1-160)"
+        --out "$W/$tag" >"$W/$tag.log" 2>&1; then
+        echo "- $(grep -m1 'error' "$W/$tag.log" | cut -c1-160)"
         return
     fi
     $PY -c "import json, statistics, sys
 m = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
-print(statistics.median(x['tokens_per_s'] for x in m))" "$W/dsc_$1/metrics.jsonl" "$WARMUP"
+print(statistics.median(x['tokens_per_s'] for x in m))" "$W/$tag/metrics.jsonl" "$WARMUP"
 }
 
 echo "| model | B | T | dsc tokens/s | MFU | plain eager | MFU | plain compiled | MFU | HF eager | MFU | HF compiled | MFU | dsc / plain compiled | dsc / HF eager |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-notes=()
+notes=() fp8s=()
 for shape in $SHAPES; do
     model=${shape%%:*} b=${shape##*:}
     dsc=$(dsc_run "$model" "$b")
     case $dsc in "- "*) notes+=("$model: ${dsc#- }"); dsc=- ;; esac
+    if [ "${FP8:-0}" = 1 ]; then
+        f8=$(dsc_run "$model" "$b" ', "fp8": {"enabled": true}')
+        case $f8 in
+        "- "*) fp8s+=("$model: fp8: ${f8#- }") ;;
+        *) fp8s+=("$model B $b: dsc fp8 $(awk -v a="$f8" -v b="$dsc" 'BEGIN { printf "%.1fk tokens/s, %.2fx dsc bf16", a / 1e3, (b > 0 ? a / b : 0) }')") ;;
+        esac
+    fi
     $PY "$HERE/torch_llama.py" "$model" "$b" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" \
         --variants "$VARIANTS" >"$W/torch_$model.log" 2>&1
     grep '^SKIP' "$W/torch_$model.log" | sed "s/^/$model: /" >>"$W/skips"
@@ -81,5 +91,6 @@ print(f"| {model} | {b} | {T} | " + " | ".join(cols) + f" | {ratio('plain-compil
 PYEOF
 done
 for n in "${notes[@]}"; do echo "note: $n"; done
+for n in "${fp8s[@]}"; do echo "fp8: $n"; done
 [ -f "$W/skips" ] && sed 's/^/note: /' "$W/skips"
 exit 0
