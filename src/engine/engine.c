@@ -169,9 +169,7 @@ static dsc_status alloc_frozen(dsc_engine *e) {
                              &e->fdata);
 }
 
-static const param *frozen_of(const dsc_engine *e, int i) {
-    return i >= 0 && i < e->npub && e->pub[i] < 0 ? &e->frozen[-1 - e->pub[i]] : NULL;
-}
+static const param *frozen_of(const dsc_engine *e, int i) { return dsc__engine_frozen_of(e, i); }
 
 static dsc_status comm_dtype(dsc_engine *e) {
     const char *t = e->cfg.communication_data_type;

@@ -122,6 +122,15 @@ struct dsc_engine {
     void *device_user;
 };
 
+// The caller's tensor i: trainable params[pub[i]], or frozen frozen[-1 - pub[i]] (LoRA's base).
+static inline const param *dsc__engine_tensor(const dsc_engine *e, int i) {
+    return e->pub[i] >= 0 ? &e->params[e->pub[i]] : &e->frozen[-1 - e->pub[i]];
+}
+// The frozen tensor i is, or NULL (a trainable one, or i out of range).
+static inline const param *dsc__engine_frozen_of(const dsc_engine *e, int i) {
+    return i >= 0 && i < e->npub && e->pub[i] < 0 ? dsc__engine_tensor(e, i) : NULL;
+}
+
 // engine.c: is global step `step` listed in DSC_INJECT_OVERFLOW ("3,7,10-12")? (tests)
 bool dsc__inject_overflow(const char *spec, int64_t step);
 // device.c: the decisions of an applied optimizer step (dsc_step and the device path share them):

@@ -6,10 +6,7 @@
 #include "base/status.h"        // DSC_TRY
 #include "engine/engine_impl.h" // struct dsc_engine, dsc__zero_round_compute
 
-// The caller's tensor i: trainable pub[i], or frozen -1 - pub[i] (LoRA's base).
-static const param *tensor(const dsc_engine *e, int i) {
-    return e->pub[i] >= 0 ? &e->params[e->pub[i]] : &e->frozen[-1 - e->pub[i]];
-}
+static const param *tensor(const dsc_engine *e, int i) { return dsc__engine_tensor(e, i); }
 
 const char *dsc__engine_param_name(const dsc_engine *e, int i) { return tensor(e, i)->name; }
 
