@@ -8,8 +8,12 @@
 #include "cuda/fp8.h"      // dsc__cuda_amax_bf16, dsc__cuda_fp8_quantize
 
 // sc: 0, 1 amax and 1 / scale of a product's A operand; 2, 3 of its B operand; 4, 5 of the
-// output gradient kept in qc
+// output gradient kept in qc. Each in its own 256 bytes: the products read the inverse scales
+// through pointers, and cuBLASLt refuses FP8 products whose scale pointers are not aligned.
 #define SCALES 8
+#define SC_STRIDE 64 // floats
+
+static float *sc(const dsc__cuda_lin *L, int k) { return L->sc + SC_STRIDE * k; }
 
 static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -20,7 +24,7 @@ static int64_t qb_elems(int64_t rows, int64_t max_dim, int64_t max_w) {
 extern "C" size_t dsc__cuda_lin_scratch_bytes(int fp8, int64_t rows, int64_t max_dim,
                                               int64_t max_w, int nslots) {
     if (fp8 == DSC_FP8_OFF) return 0;
-    return round256(SCALES * sizeof(float)) + round256((size_t)nslots * 2 * sizeof(float)) +
+    return round256(SCALES * SC_STRIDE * sizeof(float)) + round256((size_t)nslots * 2 * sizeof(float)) +
            2 * round256((size_t)(rows * max_dim)) + round256((size_t)qb_elems(rows, max_dim, max_w));
 }
 
@@ -39,7 +43,7 @@ extern "C" dsc_status dsc__cuda_lin_carve(dsc__cuda_lin *L, void *base, int64_t 
         return dsc__fail(DSC_ERR_OOM, "fp8: out of host memory for %d product slots", nslots);
     char *p = (char *)base;
     L->sc = (float *)p;
-    p += round256(SCALES * sizeof(float));
+    p += round256(SCALES * SC_STRIDE * sizeof(float));
     L->tab = (float *)p, L->nslots = nslots;
     p += round256((size_t)nslots * 2 * sizeof(float));
     L->qa = (uint8_t *)p, L->qa_cap = rows * max_dim;
@@ -71,7 +75,7 @@ static float *amax_of(const dsc__cuda_lin *L, int slot, int k, int fallback, boo
                       bool forward) {
     if (slot < 0 || slot >= L->nslots) {
         *measure = true;
-        return L->sc + 2 * fallback;
+        return sc(L, 2 * fallback);
     }
     *measure = (forward && !L->recompute) || !L->seen[slot];
     return L->tab + 2 * slot + k;
@@ -105,12 +109,12 @@ extern "C" dsc_status dsc__cuda_lin_forward(dsc__cuda_lin *L, int slot, uint16_t
                                         OUT, L->fp16, L->stream);
     bool mx, mw;
     float *ax = amax_of(L, slot, 0, 0, &mx, true), *aw = amax_of(L, slot, 1, 1, &mw, true);
-    DSC_TRY(quantize(L, ax, mx, L->sc + 1, L->qa, NULL, inp, rows, IN, ldi, DSC_CUDA_E4M3, false));
-    DSC_TRY(quantize(L, aw, mw, L->sc + 3, L->qb, NULL, w, OUT, IN, IN, DSC_CUDA_E4M3, false));
+    DSC_TRY(quantize(L, ax, mx, sc(L, 1), L->qa, NULL, inp, rows, IN, ldi, DSC_CUDA_E4M3, false));
+    DSC_TRY(quantize(L, aw, mw, sc(L, 3), L->qb, NULL, w, OUT, IN, IN, DSC_CUDA_E4M3, false));
     if (slot >= 0 && slot < L->nslots) L->seen[slot] = 1;
     dsc_cuda_gemm g;
     memset(&g, 0, sizeof g);
-    fp8_gemm(&g, rows, OUT, IN, L->qa, DSC_CUDA_E4M3, L->sc + 1, L->qb, DSC_CUDA_E4M3, L->sc + 3);
+    fp8_gemm(&g, rows, OUT, IN, L->qa, DSC_CUDA_E4M3, sc(L, 1), L->qb, DSC_CUDA_E4M3, sc(L, 3));
     g.D = out, g.ldd = ldo, g.alpha = 1.0f, g.fast_accum = 1;
     g.beta = resid ? 1.0f : 0.0f, g.C = resid, g.ldc = ldo;
     g.epilogue = bias ? DSC_CUDA_EPI_BIAS : DSC_CUDA_EPI_NONE, g.bias = bias;
@@ -134,9 +138,9 @@ extern "C" dsc_status dsc__cuda_lin_dinp(dsc__cuda_lin *L, int slot, uint16_t *d
     bool mw;
     float *aw = amax_of(L, slot, 1, 1, &mw, false);
     // dout (rows, OUT) for this product and its transpose (OUT, rows) for the weight gradient
-    DSC_TRY(quantize(L, L->sc + 4, true, L->sc + 5, L->qc, L->qa, dout, rows, OUT, ldd, gf, true));
-    DSC_TRY(quantize(L, aw, mw, L->sc + 3, L->qb, NULL, w, OUT, IN, IN, DSC_CUDA_E4M3, true));
-    fp8_gemm(&g, rows, IN, OUT, L->qa, gf, L->sc + 5, L->qb, DSC_CUDA_E4M3, L->sc + 3);
+    DSC_TRY(quantize(L, sc(L, 4), true, sc(L, 5), L->qc, L->qa, dout, rows, OUT, ldd, gf, true));
+    DSC_TRY(quantize(L, aw, mw, sc(L, 3), L->qb, NULL, w, OUT, IN, IN, DSC_CUDA_E4M3, true));
+    fp8_gemm(&g, rows, IN, OUT, L->qa, gf, sc(L, 5), L->qb, DSC_CUDA_E4M3, sc(L, 3));
     DSC_TRY(dsc__cuda_gemm(L->blas, &g, L->stream));
     L->kept = dout, L->kept_rows = rows, L->kept_cols = OUT, L->kept_ld = ldd;
     return DSC_OK;
@@ -153,15 +157,15 @@ extern "C" dsc_status dsc__cuda_lin_dw(dsc__cuda_lin *L, int slot, float *dw,
                                     L->fp16, L->stream);
     int gf = grad_format(L);
     if (!kept) // (OUT, rows)
-        DSC_TRY(quantize(L, L->sc + 4, true, L->sc + 5, L->qc, NULL, dout, rows, OUT, ldd, gf,
+        DSC_TRY(quantize(L, sc(L, 4), true, sc(L, 5), L->qc, NULL, dout, rows, OUT, ldd, gf,
                          true));
     bool mx;
     float *ax = amax_of(L, slot, 0, 0, &mx, false);
-    DSC_TRY(quantize(L, ax, mx, L->sc + 1, L->qb, NULL, inp, rows, IN, ldi, DSC_CUDA_E4M3,
+    DSC_TRY(quantize(L, ax, mx, sc(L, 1), L->qb, NULL, inp, rows, IN, ldi, DSC_CUDA_E4M3,
                      true)); // (IN, rows)
     dsc_cuda_gemm g;
     memset(&g, 0, sizeof g);
-    fp8_gemm(&g, OUT, IN, rows, L->qc, gf, L->sc + 5, L->qb, DSC_CUDA_E4M3, L->sc + 1);
+    fp8_gemm(&g, OUT, IN, rows, L->qc, gf, sc(L, 5), L->qb, DSC_CUDA_E4M3, sc(L, 1));
     g.D = dw, g.ldd = IN, g.d_fp32 = 1, g.alpha = 1.0f;
     g.beta = fresh ? 0.0f : 1.0f, g.C = dw, g.ldc = IN;
     return dsc__cuda_gemm(L->blas, &g, L->stream);

@@ -168,9 +168,10 @@ static dsc_status check_gemm(const dsc_cuda_gemm *g) {
                  "gemm: FP8 needs both operands E4M3 or E5M2, not both E5M2 (a8 %d b8 %d)",
                  g->a8, g->b8);
     DSC_CUDA_ARG(!g->trans_a && g->trans_b && g->K % 16 == 0 && g->lda % 16 == 0 &&
-                     g->ldb % 16 == 0 && g->a_scale && g->b_scale,
+                     g->ldb % 16 == 0 && g->a_scale && g->b_scale && dsc__aligned16(g->a_scale) &&
+                     dsc__aligned16(g->b_scale),
                  "gemm: FP8 needs A (M, K) and B stored (N, K), K and the row strides multiples "
-                 "of 16, and both scales (M %d N %d K %d, trans %d%d, ld %d %d)",
+                 "of 16, and both scales 16-byte aligned (M %d N %d K %d, trans %d%d, ld %d %d)",
                  g->M, g->N, g->K, g->trans_a, g->trans_b, g->lda, g->ldb);
     DSC_CUDA_ARG(!g->fp16 && (g->epilogue == DSC_CUDA_EPI_NONE || g->epilogue == DSC_CUDA_EPI_BIAS),
                  "gemm: FP8 products give bf16 or fp32 with no epilogue but a bias");

@@ -62,7 +62,8 @@ typedef struct dsc_cuda_gemm {
     int fp16;
     // FP8 operands (Hopper and Ada tensor cores): a8, b8 DSC_CUDA_E4M3 or DSC_CUDA_E5M2 (not
     // both E5M2), both set or neither. The product is then a_scale[0] b_scale[0] op(A) op(B)
-    // (device floats, read when the product runs, so a captured graph sees each step's), with
+    // (device floats, 16-byte aligned, read when the product runs: a captured graph sees each
+    // step's), with
     // A (M, K) untransposed and B stored (N, K) (trans_b): both rows along K, as the FP8 kernels
     // require; K, lda and ldb multiples of 16; D bf16 or fp32, epilogue NONE or BIAS, not fp16.
     // fast_accum: the tensor cores' faster, less precise accumulation (forward products only).
