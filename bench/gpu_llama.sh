@@ -14,7 +14,9 @@
 # embedding once; C: heads x head_dim) against 989 TFLOP/s (dense bf16 of an H100/H200 SXM).
 # dsc's column is "-" with its reason while dsc has no CUDA path for the family.
 # FP8=1: dsc runs again with the fp8 section (docs/fp8.md), printed after the table as its tokens/s
-# and the ratio to dsc's bf16 (the PyTorch columns stay bf16).
+# and the ratio to dsc's bf16 (the PyTorch columns stay bf16), beside the plain PyTorch Llama
+# compiled with torchao's float8 training (variant plain-compiled-float8; FP8_TORCH names another,
+# e.g. plain-compiled-bf16-float8 where fp32 weights do not fit) where torchao is installed.
 set -u
 DSC=${1:-${DSC:-build/dsc}}
 PY=${PYTHON:-python3}
@@ -53,15 +55,23 @@ for shape in $SHAPES; do
     model=${shape%%:*} b=${shape##*:}
     dsc=$(dsc_run "$model" "$b")
     case $dsc in "- "*) notes+=("$model: ${dsc#- }"); dsc=- ;; esac
+    vars=$VARIANTS f8=
     if [ "${FP8:-0}" = 1 ]; then
         f8=$(dsc_run "$model" "$b" ', "fp8": {"enabled": true}')
-        case $f8 in
-        "- "*) fp8s+=("$model: fp8: ${f8#- }") ;;
-        *) fp8s+=("$model B $b: dsc fp8 $(awk -v a="$f8" -v b="$dsc" 'BEGIN { printf "%.1fk tokens/s, %.2fx dsc bf16", a / 1e3, (b > 0 ? a / b : 0) }')") ;;
-        esac
+        vars="$VARIANTS,${FP8_TORCH:-plain-compiled-float8}"
     fi
     $PY "$HERE/torch_llama.py" "$model" "$b" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" \
-        --variants "$VARIANTS" >"$W/torch_$model.log" 2>&1
+        --variants "$vars" >"$W/torch_$model.log" 2>&1
+    if [ -n "$f8" ]; then
+        ao=$(awk -v v="${FP8_TORCH:-plain-compiled-float8}" '$1 == "RESULT" && $2 == v { print $3 }' "$W/torch_$model.log")
+        case $f8 in
+        "- "*) fp8s+=("$model: fp8: ${f8#- }") ;;
+        *) fp8s+=("$model B $b: dsc fp8 $(awk -v a="$f8" -v b="$dsc" -v t="${ao:-0}" -v n="${FP8_TORCH:-plain-compiled-float8}" 'BEGIN {
+            printf "%.1fk tokens/s, %.2fx dsc bf16", a / 1e3, (b > 0 ? a / b : 0)
+            if (t > 0) printf "; torchao %s %.1fk tokens/s, dsc fp8 / torchao %.2fx", n, t / 1e3, a / t
+            else printf "; torchao: did not run (see the notes)" }')") ;;
+        esac
+    fi
     grep '^SKIP' "$W/torch_$model.log" | sed "s/^/$model: /" >>"$W/skips"
     grep -q '^RESULT\|^SKIP' "$W/torch_$model.log" ||
         { echo "note: $model: the PyTorch baseline did not run:"; tail -3 "$W/torch_$model.log"; }

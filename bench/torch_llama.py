@@ -19,6 +19,11 @@ published config.json files); LIST is a comma-separated subset of
   plain-compiled-bf16           (no fp32 master: the PyTorch setup in which an 8B model fits one
                                 GPU; dsc's bf16.bf16_master_weights_and_grads and
                                 bf16_optimizer_states)
+  plain-compiled-float8,        plain-compiled / plain-compiled-bf16 with torchao's float8
+  plain-compiled-bf16-float8    training (convert_to_float8_training, its default config:
+                                tensorwise dynamic scaling, E4M3 forward, E5M2 gradients) on
+                                the layers' linear modules; the output head stays in bf16, as
+                                with dsc's fp8 section (SKIP where torchao is not installed)
 All train with random tokens, fp32 weights and bf16 autocast (the -bf16 variants: bf16 weights),
 fused AdamW (lr 3e-4, betas (0.9, 0.95), weight decay 0.1), gradient clipping 1.0: the step dsc
 trains. Tokens/s is B*T over
@@ -173,12 +178,16 @@ def count_params(model):
 def run(variant, shape, B, T, steps, warmup, qk_norm=False):
     torch.manual_seed(0)
     dev = "cuda"
-    bf16 = variant.endswith("-bf16")
+    bf16 = "-bf16" in variant
     kind = PeftWrap if variant.startswith("hf-peft") else HFWrap if variant.startswith("hf") \
         else PlainLlama
     model = kind(shape, T, qk_norm).to(dev)
     if bf16:
         model = model.to(torch.bfloat16)
+    if variant.endswith("-float8"):
+        from torchao.float8 import convert_to_float8_training
+        convert_to_float8_training(model, module_filter_fn=lambda m, name: name != "head" and
+                                   m.in_features % 16 == 0 and m.out_features % 16 == 0)
     n = count_params(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
