@@ -6,8 +6,6 @@
 #include <string.h> // memcmp, memcpy, memset
 
 extern "C" {
-#include "base/env.h"        // dsc__env_is (a C header with its own extern "C")
-#include "base/log.h"        // DSC_WARN
 #include "model/gpt2/gpt2.h" // dsc_gpt2_config, dsc_gpt2_tensor_info_get
 }
 
@@ -17,6 +15,7 @@ extern "C" {
 #include "cuda/device_model.h"       // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
 #include "model/gpt2/gpt2_decode.h"  // dsc__gpt2_decode_ops
 #include "model/gpt2/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
+#include "model/layers_cuda.h"        // dsc__dev_layers (the layer loop, hooks, graphs)
 #include "cuda/kernels.h"            // dsc__cuda_xent_*_h, _colsum_h, _reduce_columns
 #include "cuda/matmul.h"             // dsc__cuda_gemm
 
@@ -30,21 +29,6 @@ enum {
 };
 // clang-format on
 
-typedef struct graph_key {
-    int B, T, ntargets;
-    float loss_scale;
-    bool fp16, fused_gelu, fresh, pos;
-} graph_key;
-
-// One captured step: state 0 no step of its key yet, 1 one eager step, 2 captured (exec, or
-// NULL where the runtime refused).
-typedef struct train_graph {
-    int state;
-    cudaGraphExec_t exec;
-    graph_key key;
-    const void **ptrs; // (2, ntensors): the key's parameter and gradient addresses
-} train_graph;
-
 typedef struct gpt2_cuda gpt2_cuda; // activations and scratch for up to maxB x maxT tokens
 struct gpt2_cuda {
     dsc_gpt2_config c;
@@ -57,7 +41,7 @@ struct gpt2_cuda {
     dsc_cuda_blas *blas;
     dsc_cuda_buf slab; // every buffer below is a view of it
     // 16-bit activations; per-layer arrays hold n_layer blocks of maxB * maxT rows.
-    uint16_t *res; // (L + 1, BT, C) residual stream into each layer; block L into ln_f
+    uint16_t *res; // the residual stream into each layer, the driver's (dsc__dev_layers)
     uint16_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg; // (L, BT, C / 3C / C / C / C / 4C / 4C)
     uint16_t *lnf;                                        // (BT, C)
     uint16_t *wte_pad; // (Vp, C): the forward's copy of wte, rows [V, Vp) zero (see forward)
@@ -76,16 +60,8 @@ struct gpt2_cuda {
     int32_t *pos_buf;        // (BT) the position ids of the last forward, when it had any
     const int32_t *pos_host; // set_positions' ids for the next forward (HOST), or NULL
     const int32_t *posd;     // the last forward's ids on the device (pos_buf), or NULL: 0 .. T-1
-    dsc_model_grad_hook hook; // gradients of a group complete (set_grad_hook); NULL: none
-    void *hook_user;
-    dsc_model_layer_hook layer_hook; // before each layer (set_layer_hook); NULL: none
-    void *layer_user;
-    // The training step's kernels as one CUDA graph (train_step without hooks): the first step of
-    // a key (shape, scale, parameter and gradient addresses) runs eagerly, the second captures
-    // it, the rest replay it. DSC_GPU_GRAPH=0, or a capture the runtime refuses: never. Two
-    // graphs, by fresh: accumulation's first micro-step overwrites, the others add.
-    bool use_graph;
-    train_graph graphs[2];
+    // the layer loop, the hooks, activation checkpointing and the step's CUDA graph
+    dsc__dev_layers drv;
 };
 
 typedef struct layer_acts {
@@ -93,17 +69,17 @@ typedef struct layer_acts {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
 } layer_acts;
 
-// The residual stream is kept for every layer; the rest lives in the layer's block, one block
-// shared by all layers when they are recomputed in the backward (activation checkpointing).
+// The residual stream is the driver's; the rest lives in the layer's block, one block shared by
+// all layers when they are recomputed in the backward (activation checkpointing).
 static layer_acts acts_of(const gpt2_cuda *m, int l) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
-    size_t L = m->c.recompute ? 0 : (size_t)l, l1 = (size_t)l + 1;
+    size_t L = dsc__dev_layers_block(m->c.recompute, l);
     layer_acts a = {
-        m->res + (size_t)l * R * C, m->ln1 + L * R * C,
+        dsc__dev_layers_input(&m->drv, l), m->ln1 + L * R * C,
         m->qkv + L * R * 3 * C,   m->atty + L * R * C,
         m->res2 + L * R * C,      m->ln2 + L * R * C,
         m->fch + L * R * 4 * C,   m->fchg + L * R * 4 * C,
-        m->res + l1 * R * C,      m->ln1_mean + L * R,
+        dsc__dev_layers_input(&m->drv, l + 1), m->ln1_mean + L * R,
         m->ln1_rstd + L * R,      m->ln2_mean + L * R,
         m->ln2_rstd + L * R,      m->att_lse + L * R * (size_t)m->c.n_head,
     };
@@ -115,12 +91,12 @@ static layer_acts acts_of(const gpt2_cuda *m, int l) {
 // The activation block's views (dsc__cuda_carve: base NULL only counts bytes).
 static size_t carve(gpt2_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.n_embd;
-    size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
+    size_t NL = (size_t)m->c.n_layer, L = dsc__dev_layers_blocks(m->c.recompute, (int)NL);
     size_t NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size, Vp = (size_t)m->Vp;
     size_t NP = V > (size_t)m->c.max_seq_len ? V : (size_t)m->c.max_seq_len; // ids the sort takes
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, 4 * (int)C);
     dsc__cuda_carve_entry table[] = {
-        {(void **)&m->res, (NL + 1) * R * C * 2},
+        {(void **)&m->res, dsc__dev_layers_res_bytes(m->c.recompute, (int)NL, (int64_t)R, (int)C)},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * 3 * C * 2},
         {(void **)&m->atty, L * R * C * 2},
@@ -160,6 +136,7 @@ static size_t carve(gpt2_cuda *m, char *base) {
 }
 
 static void destroy(void *dev);
+static const dsc__dev_layers_ops *layer_ops(void); // the passes the driver calls (below)
 
 // The activations and scratch for up to B x T tokens as one block of the pool ("gpu.activations";
 // NULL: cudaMalloc), cuBLASLt's workspace too; every pass runs on stream (NULL: the default).
@@ -187,14 +164,12 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     m->Vp = (c->vocab_size + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
     m->st = (cudaStream_t)stream;
     m->fused_gelu = true;
-    m->use_graph = !dsc__env_is(DSC_ENV_GPU_GRAPH, "0");
-    for (int k = 0; k < 2; k++) {
-        m->graphs[k].ptrs =
-            (const void **)calloc(2 * (size_t)dsc_gpt2_num_tensors(c), sizeof(void *));
-        if (!m->graphs[k].ptrs) m->use_graph = false;
-    }
     dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
     if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
+    if (st == DSC_OK)
+        st = dsc__dev_layers_init(&m->drv, layer_ops(), m, c->n_layer, dsc_gpt2_num_tensors(c),
+                                  c->recompute ? 1 : 0, (int64_t)B * T, c->n_embd, m->res,
+                                  m->st);
     if (st == DSC_OK) { // the padding rows of wte's copy stay zero for the model's life
         size_t V = (size_t)c->vocab_size, C = (size_t)c->n_embd;
         cudaError_t e = cudaMemsetAsync(m->wte_pad + V * C, 0,
@@ -215,10 +190,7 @@ static void destroy(void *dev) {
     gpt2_cuda *m = (gpt2_cuda *)dev;
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
-    for (int k = 0; k < 2; k++) {
-        if (m->graphs[k].exec) (void)cudaGraphExecDestroy(m->graphs[k].exec);
-        free(m->graphs[k].ptrs);
-    }
+    dsc__dev_layers_destroy(&m->drv);
     dsc__cuda_blas_destroy(m->blas);
     dsc__cuda_buf_free(&m->slab);
     free(m);
@@ -332,14 +304,10 @@ static dsc_status loss_read(gpt2_cuda *m, float *loss) {
                                     m->ntargets, m->st);
 }
 
-static dsc_status before_layer(gpt2_cuda *m, int pass, int layer) {
-    return m->layer_hook ? m->layer_hook(m->layer_user, pass, layer) : DSC_OK;
-}
-
 static void set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
     gpt2_cuda *m = (gpt2_cuda *)dev;
-    m->layer_hook = fn;
-    m->layer_user = user;
+    m->drv.layer_hook = fn;
+    m->drv.layer_user = user;
 }
 
 // Everything of a forward up to the logits (tokens checked and copied, targets too when given).
@@ -361,19 +329,26 @@ static dsc_status prepare_tokens(gpt2_cuda *m, const uint16_t *const *params,
         m->posd = m->pos_buf;
     }
     m->B = B, m->T = T, m->have_targets = false;
+    dsc__dev_layers_set_rows(&m->drv, (int64_t)B * T);
     return DSC_OK;
 }
 
-// The forward's kernels from the tokens (on the device) to the logits, for m->B x m->T.
-static dsc_status enqueue_forward(gpt2_cuda *m, const uint16_t *const *params) {
-    int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
-    DSC_TRY(dsc__cuda_encoder_forward_h(m->res, m->tokens, m->posd, params[0], params[1], B, T, C,
-                                        m->fp16, m->st));
-    for (int l = 0; l < L; l++) {
-        DSC_TRY(before_layer(m, 0, l));
-        DSC_TRY(layer_forward(m, params, l));
-    }
-    DSC_TRY(before_layer(m, 0, L));
+// The driver's passes (dsc__dev_layers_ops): the tokens' and positions' embeddings.
+static dsc_status embed_op(void *dev, const uint16_t *const *params) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
+    return dsc__cuda_encoder_forward_h(dsc__dev_layers_input(&m->drv, 0), m->tokens, m->posd,
+                                       params[0], params[1], m->B, m->T, m->c.n_embd, m->fp16,
+                                       m->st);
+}
+
+static dsc_status layer_forward_op(void *dev, const uint16_t *const *params, int l) {
+    return layer_forward((gpt2_cuda *)dev, params, l);
+}
+
+// ln_f and the logits.
+static dsc_status head_op(void *dev, const uint16_t *const *params) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
+    int BT = m->B * m->T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     int lnf = layer_tensor(L, 0);
     DSC_TRY(dsc__cuda_layernorm_forward_h(m->lnf, m->lnf_mean, m->lnf_rstd, acts_of(m, L).res_in,
                                           params[lnf], params[lnf + 1], BT, C, m->fp16, m->st));
@@ -388,7 +363,7 @@ static dsc_status enqueue_forward(gpt2_cuda *m, const uint16_t *const *params) {
 static dsc_status forward_logits(gpt2_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T) {
     DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
-    return enqueue_forward(m, params);
+    return dsc__dev_layers_forward(&m->drv, params);
 }
 
 static dsc_status forward(void *dev, const uint16_t *const *params, const int32_t *inputs,
@@ -456,18 +431,14 @@ static dsc_status read_loss(void *dev, float *loss) {
 
 static void set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
     gpt2_cuda *m = (gpt2_cuda *)dev;
-    m->hook = fn;
-    m->hook_user = user;
+    m->drv.hook = fn;
+    m->drv.hook_user = user;
 }
 
-static dsc_status group_done(gpt2_cuda *m, int group) {
-    return m->hook ? m->hook(m->hook_user, group) : DSC_OK;
-}
-
-// Backward from the logits' gradients (in m->logits) down to the embeddings.
-static dsc_status backward_from_dlogits(gpt2_cuda *m, const uint16_t *const *params,
-                                        float *const *grads) {
-    int B = m->B, T = m->T, BT = B * T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
+// From the logits' gradients (in m->logits) through the head and ln_f into dres.
+static dsc_status head_back_op(void *dev, const uint16_t *const *params, float *const *grads) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
+    int BT = m->B * m->T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     int lnf = layer_tensor(L, 0);
     cudaStream_t st = m->st;
     DSC_TRY(mm_forward(m, m->dln, C, m->logits, m->Vp, m->wte_pad, NULL, NULL, BT, m->Vp, C,
@@ -478,21 +449,21 @@ static dsc_status backward_from_dlogits(gpt2_cuda *m, const uint16_t *const *par
     DSC_TRY(dsc__cuda_layernorm_backward_h(
         m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->dln, acts_of(m, L).res_in,
         params[lnf], m->lnf_mean, m->lnf_rstd, m->bias_carry, !m->fresh, BT, C, m->fp16, st));
-    DSC_TRY(group_done(m, L + 1));
-    for (int l = L - 1; l >= 0; l--) {
-        DSC_TRY(before_layer(m, 1, l));
-        // activation checkpointing: the layer's forward again, into the shared block, from its
-        // kept input; the same kernels give the same activations
-        if (m->c.recompute) DSC_TRY(layer_forward(m, params, l));
-        DSC_TRY(layer_backward(m, params, grads, l));
-        DSC_TRY(group_done(m, l + 1));
-    }
-    DSC_TRY(before_layer(m, 1, -1));
-    // wte: after lm-head's
-    DSC_TRY(dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens,
-                                         m->posd, m->c.max_seq_len, B, T, C, V, !m->fresh,
-                                         m->fp16, st));
-    return group_done(m, 0);
+    return DSC_OK;
+}
+
+static dsc_status layer_backward_op(void *dev, const uint16_t *const *params, float *const *grads,
+                                    int l) {
+    return layer_backward((gpt2_cuda *)dev, params, grads, l);
+}
+
+// wte (after the head's share) and wpe from dres.
+static dsc_status embed_back_op(void *dev, const uint16_t *const *params, float *const *grads) {
+    (void)params;
+    gpt2_cuda *m = (gpt2_cuda *)dev;
+    return dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens,
+                                        m->posd, m->c.max_seq_len, m->B, m->T, m->c.n_embd,
+                                        m->c.vocab_size, !m->fresh, m->fp16, m->st);
 }
 
 static dsc_status backward(void *dev, const uint16_t *const *params, float *const *grads,
@@ -509,97 +480,26 @@ static dsc_status backward(void *dev, const uint16_t *const *params, float *cons
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f;
     DSC_TRY(dsc__cuda_xent_backward_h(m->logits, m->logits, m->lse, m->tokens + BT, g, BT, V,
                                       m->Vp, m->fp16, m->st));
-    return backward_from_dlogits(m, params, grads);
+    return dsc__dev_layers_backward(&m->drv, params, grads);
 }
 
 // ---- the training step ----
 
-// After the forward: loss and logits' gradients in one pass, then the backward.
-static dsc_status enqueue_train_rest(gpt2_cuda *m, const uint16_t *const *params,
-                                     float *const *grads, float loss_scale) {
-    int BT = m->B * m->T, V = m->c.vocab_size;
+// After the forward: loss and logits' gradients in one pass (the driver's loss).
+static dsc_status loss_op(void *dev, float loss_scale) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
+    int BT = m->B * m->T;
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
-    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, g, BT, V, m->Vp,
-                                   m->fp16, m->st));
-    return backward_from_dlogits(m, params, grads);
+    return dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, g, BT, m->c.vocab_size,
+                                  m->Vp, m->fp16, m->st);
 }
 
-static dsc_status enqueue_train(gpt2_cuda *m, const uint16_t *const *params,
-                                float *const *grads, float loss_scale) {
-    DSC_TRY(enqueue_forward(m, params));
-    return enqueue_train_rest(m, params, grads, loss_scale);
-}
-
-// Hooks run host code between kernels (collectives, gathers): those steps stay eager.
-static bool graph_allowed(const gpt2_cuda *m) {
-    return m->use_graph && !m->hook && !m->layer_hook;
-}
-
-static graph_key key_now(const gpt2_cuda *m, float loss_scale) {
-    graph_key k;
-    memset(&k, 0, sizeof k); // padding too: keys are compared with memcmp
-    k.B = m->B, k.T = m->T, k.loss_scale = loss_scale, k.fp16 = m->fp16;
-    k.ntargets = m->ntargets; // the divisor is part of the captured kernels' arguments
-    k.fused_gelu = m->fused_gelu, k.fresh = m->fresh, k.pos = m->posd != NULL;
-    return k;
-}
-
-static bool same_key(const gpt2_cuda *m, const train_graph *tg, const graph_key *k,
-                     const uint16_t *const *params, float *const *grads) {
-    size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
-    return memcmp(&tg->key, k, sizeof *k) == 0 &&
-           memcmp(tg->ptrs, params, nt * sizeof(void *)) == 0 &&
-           memcmp(tg->ptrs + nt, grads, nt * sizeof(void *)) == 0;
-}
-
-// Capture the step into tg->exec. Anything the runtime refuses leaves graphs off for this
-// model: the caller then runs the step eagerly, with the same results.
-static void capture_train(gpt2_cuda *m, train_graph *tg, const uint16_t *const *params,
-                          float *const *grads, float loss_scale) {
-    cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal);
-    if (e == cudaSuccess) {
-        dsc_status st = enqueue_train(m, params, grads, loss_scale);
-        e = cudaStreamEndCapture(m->st, &graph);
-        if (st != DSC_OK && e == cudaSuccess) e = cudaErrorUnknown;
-    }
-    if (e == cudaSuccess) e = cudaGraphInstantiateWithFlags(&tg->exec, graph, 0);
-    if (graph) (void)cudaGraphDestroy(graph);
-    if (e == cudaSuccess) return;
-    DSC_WARN("gpu", "the training step could not be captured as a CUDA graph (%s); each step "
-             "launches its kernels one by one from now on (same results, a little slower)",
-             cudaGetErrorString(e));
-    (void)cudaGetLastError();
-    dsc_clear_error();
-    tg->exec = NULL;
-    m->use_graph = false;
-}
-
-// The step's kernels through the graph of its key (see use_graph).
-static dsc_status run_train_graph(gpt2_cuda *m, const uint16_t *const *params,
-                                  float *const *grads, float loss_scale) {
-    graph_key k = key_now(m, loss_scale);
-    train_graph *tg = &m->graphs[m->fresh];
-    if (tg->state > 0 && !same_key(m, tg, &k, params, grads)) {
-        if (tg->exec) (void)cudaGraphExecDestroy(tg->exec);
-        tg->exec = NULL;
-        tg->state = 0;
-    }
-    if (tg->state == 0) { // eagerly: the products' algorithm choices are made and cached
-        DSC_TRY(enqueue_train(m, params, grads, loss_scale));
-        size_t nt = (size_t)dsc_gpt2_num_tensors(&m->c);
-        memcpy(tg->ptrs, params, nt * sizeof(void *));
-        memcpy(tg->ptrs + nt, grads, nt * sizeof(void *));
-        tg->key = k, tg->state = 1;
-        return DSC_OK;
-    }
-    if (tg->state == 1) {
-        capture_train(m, tg, params, grads, loss_scale);
-        tg->state = 2;
-        if (!tg->exec) return enqueue_train(m, params, grads, loss_scale);
-    }
-    DSC_CUDA_TRY(cudaGraphLaunch(tg->exec, m->st));
-    return DSC_OK;
+static const dsc__dev_layers_ops *layer_ops(void) {
+    static const dsc__dev_layers_ops ops = {
+        embed_op,      layer_forward_op, head_op,     loss_op, head_back_op, layer_backward_op,
+        embed_back_op, NULL,             NULL,
+    };
+    return &ops;
 }
 
 static dsc_status train_step(void *dev, const uint16_t *const *params, float *const *grads,
@@ -608,14 +508,13 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
     gpt2_cuda *m = (gpt2_cuda *)dev;
     DSC_CUDA_ARG(m && targets, "gpt2 cuda train step: model and targets must be set");
     DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
-    // The tokens are checked and uploaded outside the graph; forward_logits enqueues the rest.
-    if (!graph_allowed(m)) {
-        DSC_TRY(forward_logits(m, params, inputs, targets, B, T));
-        DSC_TRY(enqueue_train_rest(m, params, grads, loss_scale));
-    } else {
-        DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
-        DSC_TRY(run_train_graph(m, params, grads, loss_scale));
-    }
+    // The tokens are checked and uploaded outside the graph; the driver enqueues the rest.
+    DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
+    dsc__dev_graph_key k;
+    memset(&k, 0, sizeof k);
+    k.B = B, k.T = T, k.ntargets = m->ntargets, k.loss_scale = loss_scale, k.fp16 = m->fp16;
+    k.fresh = m->fresh, k.pos = m->posd != NULL, k.extra[0] = m->fused_gelu;
+    DSC_TRY(dsc__dev_layers_step(&m->drv, params, grads, &k));
     m->have_targets = false; // the logits became their gradients
     return loss ? loss_read(m, loss) : DSC_OK;
 }
@@ -637,7 +536,7 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     create,       destroy,  set_fp16,   set_fresh,  set_grad_hook,        set_layer_hook,
     forward,      backward, train_step, read_loss,  loss_enqueue, &dsc__gpt2_decode_ops,
     act_bytes,
-    true,  // recomputes: acts_of / carve lay out one shared block, the backward reruns
+    true,  // recomputes: acts_of / carve lay out one shared block, the driver reruns
     false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
     set_positions,
     NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)

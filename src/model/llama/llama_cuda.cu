@@ -18,6 +18,7 @@ extern "C" {
 #include "cuda/device_model.h"         // dsc__cuda_tokens_upload, dsc__cuda_mean_loss, ...
 #include "model/llama/llama_decode.h"  // dsc__llama_decode_ops
 #include "model/lora_cuda.h"           // dsc__lora_dev_* (LoRA adapters beside the products)
+#include "model/layers_cuda.h"         // dsc__dev_layers (the layer loop, hooks, graphs)
 #include "cuda/kernels.h"              // dsc__cuda_xent_*, dsc__cuda_sum, dsc__cuda_colsum_h, ...
 #include "model/llama/llama_kernels.h" // dsc__cuda_rmsnorm_*, dsc__cuda_rope_h, dsc__cuda_swiglu_*
 #include "cuda/matmul.h"               // dsc__cuda_gemm
@@ -38,7 +39,7 @@ typedef struct llama_cuda {
     void *lin_buf;       // lin's FP8 scratch, in the slab
     dsc_cuda_buf slab;
     // 16-bit activations; per-layer arrays hold n_layer blocks of maxB * maxT rows
-    uint16_t *res;               // (L + 1, R, C) residual stream into each layer; block L: the norm
+    uint16_t *res;               // the residual stream into each layer, the driver's
     uint16_t *ln1, *qkv, *atty;  // (L, R, C / QKV / QD)
     uint16_t *res2, *ln2;        // (L, R, C)
     uint16_t *gu, *hmid;         // (L, R, 2 I): gate | up; (L, R, I): silu(gate) * up
@@ -64,18 +65,9 @@ typedef struct llama_cuda {
     int32_t *posd;   // (R) position ids of the last forward, or NULL: 0 .. T-1 in every row
     int32_t *pos_buf;        // (R) where they are uploaded
     const int32_t *pos_host; // set_positions' ids for the next forward (HOST), or NULL
-    dsc_model_grad_hook hook;
-    void *hook_user;
-    dsc_model_layer_hook layer_hook;
-    void *layer_user;
-    // cpu_checkpointing (c.recompute 2): the layers' inputs res[0 .. L-1] in page-locked host
-    // memory, copied out on a side stream as the forward goes and back one layer ahead of the
-    // backward; the device keeps three residual blocks, res[j] in block j % 3
-    bool host_ckpt;
-    uint16_t *hres;                             // (L, maxB maxT, C) host
-    cudaStream_t cst;                           // the copies' stream
-    cudaEvent_t ev_main, ev_out[3], ev_in[3];   // the main stream got here; a block's copy done
-    bool out_pending[3], in_pending[3];
+    // the layer loop, the hooks, activation checkpointing (cpu_checkpointing: c.recompute 2,
+    // the layers' inputs on the host) and the step's CUDA graph
+    dsc__dev_layers drv;
 } llama_cuda;
 
 typedef struct layer_acts {
@@ -83,20 +75,18 @@ typedef struct layer_acts {
     float *rstd1, *rstd2, *lse, *qk_rstd;
 } layer_acts;
 
-// The residual stream is kept for every layer (with cpu_checkpointing: three blocks, res[j] in
-// block j % 3, the rest on the host); the rest lives in the layer's block, one block shared by
-// all layers when they are recomputed in the backward (activation checkpointing).
+// The residual stream is the driver's (with cpu_checkpointing three blocks, the rest on the
+// host); the rest lives in the layer's block, one block shared by all layers when they are
+// recomputed in the backward (activation checkpointing).
 static layer_acts acts_of(const llama_cuda *m, int l) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
-    size_t L = m->c.recompute ? 0 : (size_t)l;
-    size_t l0 = m->c.recompute == 2 ? (size_t)l % 3 : (size_t)l;
-    size_t l1 = m->c.recompute == 2 ? ((size_t)l + 1) % 3 : (size_t)l + 1;
+    size_t L = dsc__dev_layers_block(m->c.recompute, l);
     size_t I = (size_t)m->c.intermediate;
     size_t NQK = m->c.qk_norm ? (size_t)(m->c.n_head + m->c.n_kv_head) : 0; // heads normed
     layer_acts a = {
-        m->res + l0 * R * C,       m->ln1 + L * R * C,     m->qkv + L * R * (size_t)m->QKV,
+        dsc__dev_layers_input(&m->drv, l), m->ln1 + L * R * C,     m->qkv + L * R * (size_t)m->QKV,
         m->atty + L * R * m->QD,   m->res2 + L * R * C,     m->ln2 + L * R * C,
-        m->gu + L * R * 2 * I,     m->hmid + L * R * I,     m->res + l1 * R * C,
+        m->gu + L * R * 2 * I,     m->hmid + L * R * I,     dsc__dev_layers_input(&m->drv, l + 1),
         m->qk_raw ? m->qk_raw + L * R * NQK * (size_t)m->c.head_dim : NULL,
         m->rstd1 + L * R,          m->rstd2 + L * R,        m->att_lse + L * R * m->c.n_head,
         m->qk_rstd ? m->qk_rstd + L * R * NQK : NULL,
@@ -130,14 +120,14 @@ static size_t lin_scratch(const llama_cuda *m) {
 // The activation block's views (dsc__cuda_carve: base NULL only counts bytes).
 static size_t carve(llama_cuda *m, char *base) {
     size_t R = (size_t)m->maxB * m->maxT, C = (size_t)m->c.hidden;
-    size_t NL = (size_t)m->c.n_layer, L = m->c.recompute ? 1 : NL; // per-layer blocks
+    size_t NL = (size_t)m->c.n_layer, L = dsc__dev_layers_blocks(m->c.recompute, (int)NL);
     size_t I = (size_t)m->c.intermediate, NH = (size_t)m->c.n_head, V = (size_t)m->c.vocab_size;
     size_t Vp = (size_t)m->Vp, QKV = (size_t)m->QKV, QD = (size_t)m->QD;
     size_t big = 2 * I > QKV ? 2 * I : QKV, hd2 = (size_t)m->c.head_dim / 2;
     size_t colsum = dsc__cuda_colsum_scratch((int64_t)R, (int)QKV);
     size_t NQK = m->c.qk_norm ? NH + (size_t)m->c.n_kv_head : 0, HS = (size_t)m->c.head_dim;
     dsc__cuda_carve_entry table[] = {
-        {(void **)&m->res, (m->c.recompute == 2 ? 3 : NL + 1) * R * C * 2},
+        {(void **)&m->res, dsc__dev_layers_res_bytes(m->c.recompute, (int)NL, (int64_t)R, (int)C)},
         {(void **)&m->ln1, L * R * C * 2},
         {(void **)&m->qkv, L * R * QKV * 2},
         {(void **)&m->atty, L * R * QD * 2},
@@ -181,85 +171,11 @@ static size_t carve(llama_cuda *m, char *base) {
     return dsc__cuda_carve(table, sizeof table / sizeof table[0], base);
 }
 
-// cpu_checkpointing's host blocks, side stream and events (create; destroy frees them).
-static dsc_status host_ckpt_create(llama_cuda *m) {
-    m->host_ckpt = true;
-    size_t bytes = (size_t)m->c.n_layer * m->maxB * m->maxT * m->c.hidden * 2;
-    DSC_CUDA_TRY(cudaMallocHost((void **)&m->hres, bytes ? bytes : 2));
-    DSC_CUDA_TRY(cudaStreamCreateWithFlags(&m->cst, cudaStreamNonBlocking));
-    DSC_CUDA_TRY(cudaEventCreateWithFlags(&m->ev_main, cudaEventDisableTiming));
-    for (int k = 0; k < 3; k++) {
-        DSC_CUDA_TRY(cudaEventCreateWithFlags(&m->ev_out[k], cudaEventDisableTiming));
-        DSC_CUDA_TRY(cudaEventCreateWithFlags(&m->ev_in[k], cudaEventDisableTiming));
-    }
-    return DSC_OK;
-}
-
-static void host_ckpt_destroy(llama_cuda *m) {
-    if (m->cst) (void)cudaStreamSynchronize(m->cst);
-    if (m->hres) (void)cudaFreeHost(m->hres);
-    if (m->cst) (void)cudaStreamDestroy(m->cst);
-    if (m->ev_main) (void)cudaEventDestroy(m->ev_main);
-    for (int k = 0; k < 3; k++) {
-        if (m->ev_out[k]) (void)cudaEventDestroy(m->ev_out[k]);
-        if (m->ev_in[k]) (void)cudaEventDestroy(m->ev_in[k]);
-    }
-}
-
-// Residual block k (cpu_checkpointing) and layer j's input on the host.
-static uint16_t *res_block(const llama_cuda *m, int k) {
-    return m->res + (size_t)k * m->maxB * m->maxT * m->c.hidden;
-}
-static uint16_t *res_host(const llama_cuda *m, int j) {
-    return m->hres + (size_t)j * m->maxB * m->maxT * m->c.hidden;
-}
-
-// The side stream starts after what the main stream has enqueued so far.
-static dsc_status side_after_main(llama_cuda *m) {
-    DSC_CUDA_TRY(cudaEventRecord(m->ev_main, m->st));
-    DSC_CUDA_TRY(cudaStreamWaitEvent(m->cst, m->ev_main, 0));
-    return DSC_OK;
-}
-
-// Layer j's input between residual block j % 3 and its host copy, on the side stream once the
-// main stream has enqueued what it needs done first: out (forward: res[j] is complete) or back
-// in (backward: the main stream is done with that block).
-static dsc_status ckpt_copy(llama_cuda *m, int j, bool out) {
-    if (!m->host_ckpt || j < 0) return DSC_OK;
-    int k = j % 3;
-    void *dev = res_block(m, k), *host = res_host(m, j);
-    DSC_TRY(side_after_main(m));
-    DSC_CUDA_TRY(cudaMemcpyAsync(out ? host : dev, out ? dev : host,
-                                 (size_t)m->B * m->T * m->c.hidden * 2,
-                                 out ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, m->cst));
-    DSC_CUDA_TRY(cudaEventRecord(out ? m->ev_out[k] : m->ev_in[k], m->cst));
-    (out ? m->out_pending : m->in_pending)[k] = true;
-    return DSC_OK;
-}
-
-// Residual block k is about to be written on the main stream: its copies must be done.
-static dsc_status ckpt_block_free(llama_cuda *m, int k) {
-    if (!m->host_ckpt) return DSC_OK;
-    if (m->out_pending[k]) DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_out[k], 0));
-    if (m->in_pending[k]) DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_in[k], 0));
-    m->out_pending[k] = m->in_pending[k] = false;
-    return DSC_OK;
-}
-
-// Before layer j's backward: its input is back.
-static dsc_status ckpt_in_wait(llama_cuda *m, int j) {
-    int k = j % 3;
-    if (!m->host_ckpt || !m->in_pending[k]) return DSC_OK;
-    DSC_CUDA_TRY(cudaStreamWaitEvent(m->st, m->ev_in[k], 0));
-    m->in_pending[k] = false;
-    return DSC_OK;
-}
-
 static void destroy(void *dev) {
     llama_cuda *m = (llama_cuda *)dev;
     if (!m) return;
     (void)cudaStreamSynchronize(m->st); // destroy cannot fail; a fault was reported earlier
-    host_ckpt_destroy(m);
+    dsc__dev_layers_destroy(&m->drv);
     dsc__cuda_lin_release(&m->lin);
     dsc__cuda_blas_destroy(m->blas);
     dsc__cuda_buf_free(&m->slab);
@@ -289,6 +205,8 @@ static dsc_status upload_rope(llama_cuda *m) {
     return dsc__llama_cuda_rope_upload(m->rope_cos, m->rope_sin, &m->c, m->maxT,
                                        "llama cuda create");
 }
+
+static const dsc__dev_layers_ops *layer_ops(void); // the passes the driver calls (below)
 
 static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_pool *pool,
                          void **out) {
@@ -334,7 +252,9 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
                                 __LINE__);
     }
     if (st == DSC_OK) st = upload_rope(m);
-    if (st == DSC_OK && c->recompute == 2) st = host_ckpt_create(m);
+    if (st == DSC_OK)
+        st = dsc__dev_layers_init(&m->drv, layer_ops(), m, c->n_layer, dsc_llama_num_tensors(c),
+                                  c->recompute, (int64_t)B * T, c->hidden, m->res, m->st);
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     m->lora.blas = m->blas, m->lora.stream = m->st;
     m->lin.blas = m->blas, m->lin.stream = m->st, m->lin.fp8 = c->fp8;
@@ -359,14 +279,14 @@ static void set_positions(void *dev, const int32_t *pos) { ((llama_cuda *)dev)->
 
 static void set_grad_hook(void *dev, dsc_model_grad_hook fn, void *user) {
     llama_cuda *m = (llama_cuda *)dev;
-    m->hook = fn;
-    m->hook_user = user;
+    m->drv.hook = fn;
+    m->drv.hook_user = user;
 }
 
 static void set_layer_hook(void *dev, dsc_model_layer_hook fn, void *user) {
     llama_cuda *m = (llama_cuda *)dev;
-    m->layer_hook = fn;
-    m->layer_user = user;
+    m->drv.layer_hook = fn;
+    m->drv.layer_user = user;
 }
 
 // ---- products (nn.Linear: w is (out, in)) ----
@@ -568,14 +488,6 @@ static dsc_status read_loss(void *dev, float *loss) {
                                     m->ntargets, m->st);
 }
 
-static dsc_status before_layer(llama_cuda *m, int pass, int layer) {
-    return m->layer_hook ? m->layer_hook(m->layer_user, pass, layer) : DSC_OK;
-}
-
-static dsc_status group_done(llama_cuda *m, int group) {
-    return m->hook ? m->hook(m->hook_user, group) : DSC_OK;
-}
-
 static dsc_status prepare_tokens(llama_cuda *m, const uint16_t *const *params,
                                  const int32_t *inputs, const int32_t *targets, int B, int T) {
     DSC_CUDA_ARG(m && inputs, "llama cuda forward: model and inputs must be set");
@@ -592,6 +504,7 @@ static dsc_status prepare_tokens(llama_cuda *m, const uint16_t *const *params,
         m->posd = m->pos_buf;
     }
     m->B = B, m->T = T, m->have_targets = false;
+    dsc__dev_layers_set_rows(&m->drv, (int64_t)B * T);
     return DSC_OK;
 }
 
@@ -608,18 +521,21 @@ static dsc_status head_rows(llama_cuda *m, const uint16_t *const *params, const 
     return DSC_OK;
 }
 
-static dsc_status enqueue_forward(llama_cuda *m, const uint16_t *const *params) {
+// The driver's passes (dsc__dev_layers_ops): the tokens' embeddings.
+static dsc_status embed_op(void *dev, const uint16_t *const *params) {
+    llama_cuda *m = (llama_cuda *)dev;
+    return dsc__cuda_embed_forward_h(dsc__dev_layers_input(&m->drv, 0), m->tokens, params[0],
+                                     m->B * m->T, m->c.hidden, m->fp16, m->st);
+}
+
+static dsc_status layer_forward_op(void *dev, const uint16_t *const *params, int l) {
+    return layer_forward((llama_cuda *)dev, params, l);
+}
+
+// The final norm and the logits.
+static dsc_status head_op(void *dev, const uint16_t *const *params) {
+    llama_cuda *m = (llama_cuda *)dev;
     int BT = m->B * m->T, C = m->c.hidden, L = m->c.n_layer;
-    DSC_TRY(ckpt_block_free(m, 0));
-    DSC_TRY(dsc__cuda_embed_forward_h(m->res, m->tokens, params[0], BT, C, m->fp16, m->st));
-    if (L > 0) DSC_TRY(ckpt_copy(m, 0, true));
-    for (int l = 0; l < L; l++) {
-        DSC_TRY(before_layer(m, 0, l));
-        DSC_TRY(ckpt_block_free(m, (l + 1) % 3)); // (cpu_checkpointing: res[l - 2] was there)
-        DSC_TRY(layer_forward(m, params, l));
-        if (l + 1 < L) DSC_TRY(ckpt_copy(m, l + 1, true));
-    }
-    DSC_TRY(before_layer(m, 0, L));
     DSC_TRY(dsc__cuda_rmsnorm_forward_h(m->lnf, m->rstdf, acts_of(m, L).res_in,
                                         params[dsc__llama_norm_tensor(&m->c)], m->c.rms_eps, BT,
                                         C, m->fp16, m->st));
@@ -632,7 +548,7 @@ static dsc_status forward(void *dev, const uint16_t *const *params, const int32_
                           const int32_t *targets, int B, int T, float *loss) {
     llama_cuda *m = (llama_cuda *)dev;
     DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
-    DSC_TRY(enqueue_forward(m, params));
+    DSC_TRY(dsc__dev_layers_forward(&m->drv, params));
     if (!targets) return DSC_OK;
     int BT = B * T;
     DSC_TRY(dsc__cuda_xent_forward_h(m->losses, m->lse, m->logits, m->tokens + BT, BT,
@@ -734,47 +650,44 @@ static dsc_status layer_backward(llama_cuda *m, const uint16_t *const *p, float 
                                         add, BT, C, m->fp16, st);
 }
 
-// Backward from the logits' gradients (in m->logits) down to the embeddings.
-static dsc_status backward_from_dlogits(llama_cuda *m, const uint16_t *const *params,
-                                        float *const *grads) {
-    int BT = m->B * m->T, C = m->c.hidden, V = m->c.vocab_size, L = m->c.n_layer;
+// From the logits' gradients (in m->logits) through the head and the final norm into dres.
+static dsc_status head_back_op(void *dev, const uint16_t *const *params, float *const *grads) {
+    llama_cuda *m = (llama_cuda *)dev;
+    int BT = m->B * m->T, C = m->c.hidden, L = m->c.n_layer;
     int norm = dsc__llama_norm_tensor(&m->c), head = dsc__llama_head_tensor(&m->c);
     cudaStream_t st = m->st;
     const uint16_t *w = m->head_pad ? m->head_pad : params[head]; // as the forward read it
     DSC_TRY(head_backward(m, w, grads[head]));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
-    DSC_TRY(dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, grads, norm), m->rms_scratch, m->dln,
-                                         acts_of(m, L).res_in, params[norm], m->rstdf, !m->fresh,
-                                         BT, C, m->fp16, st));
-    DSC_TRY(group_done(m, L + 1));
-    for (int l = L - 1; l >= 0; l--) {
-        DSC_TRY(before_layer(m, 1, l));
-        // activation checkpointing: the layer's forward again, into the shared block, from its
-        // kept input; the same kernels give the same activations (cpu_checkpointing: the input
-        // came back from the host, and res[l + 1] is rewritten with its own bits)
-        DSC_TRY(ckpt_in_wait(m, l));
-        DSC_TRY(ckpt_block_free(m, (l + 1) % 3));
-        if (m->c.recompute) { // (FP8: the maxima the first forward measured serve again)
-            m->lin.recompute = true;
-            dsc_status st = layer_forward(m, params, l);
-            m->lin.recompute = false;
-            DSC_TRY(st);
-        }
-        DSC_TRY(layer_backward(m, params, grads, l));
-        // into block (l + 1) % 3, which layer l no longer reads
-        DSC_TRY(ckpt_copy(m, l - 2, false));
-        DSC_TRY(group_done(m, l + 1));
-    }
-    DSC_TRY(before_layer(m, 1, -1));
-    // embed_tokens: tied, the head's product wrote (or added to) it above; untied and fresh, its
-    // rows no token visits must read zero; frozen (LoRA's base): nothing
-    if (grads[0] && head != 0 && m->fresh)
-        DSC_CUDA_TRY(cudaMemsetAsync(grads[0], 0, sizeof(float) * (size_t)V * C, st));
-    if (grads[0])
-        DSC_TRY(dsc__cuda_embed_backward_h(grads[0], m->emb_scratch, m->dres, m->tokens, BT, C,
-                                           V, true, m->fp16, st));
-    return group_done(m, 0);
+    return dsc__cuda_rmsnorm_backward_h(m->dres, norm_grad(m, grads, norm), m->rms_scratch,
+                                        m->dln, acts_of(m, L).res_in, params[norm], m->rstdf,
+                                        !m->fresh, BT, C, m->fp16, st);
 }
+
+static dsc_status layer_backward_op(void *dev, const uint16_t *const *params, float *const *grads,
+                                    int l) {
+    return layer_backward((llama_cuda *)dev, params, grads, l);
+}
+
+// embed_tokens from dres: tied, the head's product wrote (or added to) it above; untied and
+// fresh, its rows no token visits must read zero; frozen (LoRA's base): nothing.
+static dsc_status embed_back_op(void *dev, const uint16_t *const *params, float *const *grads) {
+    (void)params;
+    llama_cuda *m = (llama_cuda *)dev;
+    int BT = m->B * m->T, C = m->c.hidden, V = m->c.vocab_size;
+    if (grads[0] && dsc__llama_head_tensor(&m->c) != 0 && m->fresh)
+        DSC_CUDA_TRY(cudaMemsetAsync(grads[0], 0, sizeof(float) * (size_t)V * C, m->st));
+    if (!grads[0]) return DSC_OK;
+    return dsc__cuda_embed_backward_h(grads[0], m->emb_scratch, m->dres, m->tokens, BT, C, V,
+                                      true, m->fp16, m->st);
+}
+
+// The recomputed forwards of activation checkpointing: FP8's products reuse the maxima the
+// first forward measured.
+static void recompute_op(void *dev, bool on) { ((llama_cuda *)dev)->lin.recompute = on; }
+
+// LoRA's dropout masks take a pass count from the host: its steps stay eager.
+static bool graph_op(const void *dev) { return !((const llama_cuda *)dev)->c.lora; }
 
 static dsc_status backward(void *dev, const uint16_t *const *params, float *const *grads,
                            float loss_scale) {
@@ -790,11 +703,28 @@ static dsc_status backward(void *dev, const uint16_t *const *params, float *cons
     float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f;
     DSC_TRY(dsc__cuda_xent_backward_h(m->logits, m->logits, m->lse, m->tokens + BT, g, BT,
                                       m->c.vocab_size, m->Vp, m->fp16, m->st));
-    return backward_from_dlogits(m, params, grads);
+    return dsc__dev_layers_backward(&m->drv, params, grads);
 }
 
-// Forward, loss and logits' gradients in one pass over the logits, backward; bitwise forward
-// then backward (the fused cross-entropy makes the same values).
+// The training step's loss and the logits' gradients in one pass over the logits (bitwise a
+// forward's loss then the backward's: the fused cross-entropy makes the same values).
+static dsc_status loss_op(void *dev, float loss_scale) {
+    llama_cuda *m = (llama_cuda *)dev;
+    int BT = m->B * m->T;
+    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
+    return dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, g, BT, m->c.vocab_size,
+                                  m->Vp, m->fp16, m->st);
+}
+
+static const dsc__dev_layers_ops *layer_ops(void) {
+    static const dsc__dev_layers_ops ops = {
+        embed_op,      layer_forward_op, head_op,     loss_op, head_back_op, layer_backward_op,
+        embed_back_op, recompute_op,     graph_op,
+    };
+    return &ops;
+}
+
+// Forward, loss and logits' gradients, backward: through the driver's graph of the step.
 static dsc_status train_step(void *dev, const uint16_t *const *params, float *const *grads,
                              const int32_t *inputs, const int32_t *targets, int B, int T,
                              float loss_scale, float *loss) {
@@ -802,12 +732,12 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
     DSC_CUDA_ARG(m && targets, "llama cuda train step: model and targets must be set");
     DSC_TRY(check_params(m, (const void *const *)grads, "grads"));
     DSC_TRY(prepare_tokens(m, params, inputs, targets, B, T));
-    DSC_TRY(enqueue_forward(m, params));
-    int BT = B * T;
-    float g = m->ntargets ? loss_scale / (float)m->ntargets : 0.0f; // d(mean)/d(loss_i)
-    DSC_TRY(dsc__cuda_xent_fused_h(m->losses, m->logits, m->tokens + BT, g, BT, m->c.vocab_size,
-                                   m->Vp, m->fp16, m->st));
-    DSC_TRY(backward_from_dlogits(m, params, grads));
+    dsc__dev_graph_key k;
+    memset(&k, 0, sizeof k);
+    k.B = B, k.T = T, k.ntargets = m->ntargets, k.loss_scale = loss_scale, k.fp16 = m->fp16;
+    k.fresh = m->fresh, k.pos = m->posd != NULL;
+    DSC_TRY(dsc__dev_layers_step(&m->drv, params, grads, &k));
+    m->have_targets = false; // the logits became their gradients
     return loss ? read_loss(m, loss) : DSC_OK;
 }
 
@@ -834,7 +764,7 @@ extern "C" const struct dsc_model_device_ops dsc__llama_device_ops = {
     create,   destroy,  set_fp16,   set_fresh, set_grad_hook, set_layer_hook,
     forward,  backward, train_step, read_loss, loss_enqueue, &dsc__llama_decode_ops,
     act_bytes,
-    true, // recomputes: acts_of / carve lay out one shared block, backward_from_dlogits reruns
+    true, // recomputes: acts_of / carve lay out one shared block, the driver reruns
     true, // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
     set_positions,
     act_host_bytes,
