@@ -6,9 +6,15 @@
 #
 #   bench/gpu_llama.sh [DSC_BINARY]
 #
-# SHAPES (default "smollm2-360M:8 llama-3.2-1B:4"): MODEL:BATCH pairs of dsc's published
+# SHAPES (default "smollm2-360M:8 llama-3.2-1B:4"): MODEL:BATCH[:MODE] of dsc's published
 # Llama-family shapes (docs/models.md), Qwen3's too (e.g. SHAPES="qwen3-0.6B:8 qwen3-1.7B:4"); T (default 2048); STEPS (default 20) after WARMUP (6);
+# MODE, for shapes whose fp32 master does not fit the GPU: m16 (bf16.bf16_master_weights_and_grads
+# and bf16_optimizer_states, ZeRO stage 1) or m16ac (and activation checkpointing); such a shape's
+# PyTorch variants are VARIANTS16 (default plain-compiled-bf16: bf16 weights and AdamW states, the
+# PyTorch setup that fits). The issue's whole table in one run:
+#   SHAPES="smollm2-360M:8 llama-3.2-1B:4 llama-3.2-3B:2 qwen2.5-0.5B:8 llama-3.1-8B:1:m16ac"
 # VARIANTS: the PyTorch variants to run (default all four); $PYTHON names the interpreter.
+# The last columns: the fastest PyTorch variant that ran (the baseline to beat) and dsc against it.
 # Every side trains with random tokens, bf16 compute and fp32 weights, AdamW, clipping 1.0.
 # MFU for every column by one formula, 6 N + 12 L T C FLOPs per token (N: all parameters, a tied
 # embedding once; C: heads x head_dim) against 989 TFLOP/s (dense bf16 of an H100/H200 SXM).
@@ -30,11 +36,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-dsc_run() { # dsc_run MODEL B [EXTRA_JSON] -> tokens/s on stdout, or "- reason"
-    local tag=dsc${3:+8}_$1
+dsc_run() { # dsc_run MODEL B BF16_KEYS [EXTRA_JSON] -> tokens/s on stdout, or "- reason"
+    local tag=dsc$(printf %s "$3$4" | cksum | cut -c1-6)_$1
     cat >"$W/$tag.json" <<JSON
 {"train_micro_batch_size_per_gpu": $2, "gradient_accumulation_steps": 1, "steps_per_print": 1,
- "gradient_clipping": 1.0, "bf16": {"enabled": true} ${3:-},
+ "gradient_clipping": 1.0, "bf16": {"enabled": true $3} ${4:-},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}
 JSON
     if ! "$DSC" train --device cuda --config "$W/$tag.json" --model "$1" --seq-len "$T" \
@@ -48,17 +54,27 @@ m = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
 print(statistics.median(x['tokens_per_s'] for x in m))" "$W/$tag/metrics.jsonl" "$WARMUP"
 }
 
-echo "| model | B | T | dsc tokens/s | MFU | plain eager | MFU | plain compiled | MFU | HF eager | MFU | HF compiled | MFU | dsc / plain compiled | dsc / HF eager |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | B | T | dsc tokens/s | MFU | plain eager | MFU | plain compiled | MFU | HF eager | MFU | HF compiled | MFU | dsc / plain compiled | dsc / HF eager | fastest PyTorch | dsc / fastest |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 notes=() fp8s=()
 for shape in $SHAPES; do
-    model=${shape%%:*} b=${shape##*:}
-    dsc=$(dsc_run "$model" "$b")
+    IFS=: read -r model b mode <<<"$shape"
+    bk= mj= vars=$VARIANTS
+    case ${mode:-} in
+    "") ;;
+    m16 | m16ac)
+        bk=', "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true'
+        mj=', "zero_optimization": {"stage": 1}'
+        [ "$mode" = m16ac ] && mj="$mj, \"activation_checkpointing\": {}"
+        vars=${VARIANTS16:-plain-compiled-bf16} ;;
+    *) echo "gpu_llama.sh: $shape: MODE is m16 or m16ac" >&2; exit 2 ;;
+    esac
+    dsc=$(dsc_run "$model" "$b" "$bk" "$mj")
     case $dsc in "- "*) notes+=("$model: ${dsc#- }"); dsc=- ;; esac
-    vars=$VARIANTS f8=
+    f8=
     if [ "${FP8:-0}" = 1 ]; then
-        f8=$(dsc_run "$model" "$b" ', "fp8": {"enabled": true}')
-        vars="$VARIANTS,${FP8_TORCH:-plain-compiled-float8}"
+        f8=$(dsc_run "$model" "$b" "$bk" "$mj, \"fp8\": {\"enabled\": true}")
+        vars="$vars,${FP8_TORCH:-plain-compiled-float8}"
     fi
     $PY "$HERE/torch_llama.py" "$model" "$b" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" \
         --variants "$vars" >"$W/torch_$model.log" 2>&1
@@ -97,7 +113,10 @@ cols = [cell(d), mfu(d)]
 for v in ("plain-eager", "plain-compiled", "hf-eager", "hf-compiled"):
     cols += [cell(res.get(v)), mfu(res.get(v))]
 ratio = lambda ref: f"{d / res[ref]:.2f}x" if d and res.get(ref) else "-"
-print(f"| {model} | {b} | {T} | " + " | ".join(cols) + f" | {ratio('plain-compiled')} | {ratio('hf-eager')} |")
+bf16 = {v: t for v, t in res.items() if "float8" not in v} # the baselines in dsc's precision
+best = max(bf16, key=bf16.get) if bf16 else None
+fast = f"{best} {bf16[best] / 1e3:.1f}k" if best else "-"
+print(f"| {model} | {b} | {T} | " + " | ".join(cols) + f" | {ratio('plain-compiled')} | {ratio('hf-eager')} | {fast} | {ratio(best) if best else '-'} |")
 PYEOF
 done
 for n in "${notes[@]}"; do echo "note: $n"; done
