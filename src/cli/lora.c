@@ -163,8 +163,8 @@ dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *
     if (!section && !init_adapter) return DSC_OK;
     if (cuda && !dsc_model_has_device_adapters(m))
         return dsc_fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda: model %s (family %s) has no "
-                        "adapters in its GPU passes yet (the Llama family has); train it on the "
-                        "CPU (--device cpu)", dsc_model_spec(m), dsc_model_describe(m)->family);
+                        "adapters in its GPU passes yet (GPT-2 and the Llama family have); train it "
+                        "on the CPU (--device cpu)", dsc_model_spec(m), dsc_model_describe(m)->family);
     lora_spec s = {0}, a = {0};
     const char *family = dsc_model_describe(m)->family;
     if (section) DSC_TRY(spec_from_config(cfg, family, &s));

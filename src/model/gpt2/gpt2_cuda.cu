@@ -7,6 +7,7 @@
 
 extern "C" {
 #include "model/gpt2/gpt2.h" // dsc_gpt2_config, dsc_gpt2_tensor_info_get
+#include "model/lora.h"      // struct dsc_lora (which base tensors train)
 }
 
 #include "cuda/attention.h"          // dsc__cuda_attention_*
@@ -16,6 +17,7 @@ extern "C" {
 #include "model/gpt2/gpt2_decode.h"  // dsc__gpt2_decode_ops
 #include "model/gpt2/gpt2_kernels.h" // dsc__cuda_layernorm_*, ...
 #include "model/layers_cuda.h"        // dsc__dev_layers (the layer loop, hooks, graphs)
+#include "model/lora_cuda.h"          // dsc__lora_dev_* (LoRA adapters beside the products)
 #include "cuda/kernels.h"            // dsc__cuda_xent_*_h, _colsum_h, _reduce_columns
 #include "cuda/matmul.h"             // dsc__cuda_gemm
 
@@ -56,6 +58,9 @@ struct gpt2_cuda {
     float *bias_carry; // (C) mlp.c_proj's bias gradient of the layer below, from ln_1's backward
     float *att_bpart;  // (chunks, 3C) attn.c_attn's bias gradient per 64 rows, from the attention
     void *enc_scratch;
+    float *discard;  // (2, C) the gradients of a frozen layernorm (LoRA's base), never read
+    void *lora_buf;  // the adapters' activations (model/lora_cuda.h), in the slab
+    dsc__lora_dev lora;
     int32_t *tokens; // (2, BT): inputs, targets
     int32_t *pos_buf;        // (BT) the position ids of the last forward, when it had any
     const int32_t *pos_host; // set_positions' ids for the next forward (HOST), or NULL
@@ -129,6 +134,8 @@ static size_t carve(gpt2_cuda *m, char *base) {
         {(void **)&m->att_scratch,
          dsc__cuda_attention_backward_scratch(m->maxB, m->maxT, (int)NH) * 4},
         {(void **)&m->enc_scratch, dsc__cuda_embed_backward_scratch((int64_t)R, (int)NP)},
+        {(void **)&m->discard, m->c.lora ? 2 * C * 4 : 0},
+        {(void **)&m->lora_buf, dsc__lora_dev_bytes(m->c.lora, (int64_t)R)},
         {(void **)&m->tokens, 2 * R * 4},
         {(void **)&m->pos_buf, R * 4},
     };
@@ -156,6 +163,14 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
                  "gpt2 cuda create: micro-batch %d x %d heads is more than the %d (sequence, "
                  "head) pairs attention takes in one launch; lower train_micro_batch_size_per_gpu",
                  B, c->n_head, DSC_CUDA_ATT_MAX_BH);
+    // LoRA: wte and wpe train together or stay frozen together (the position embedding's own
+    // gradient comes out of the encoder's backward beside the token embedding's)
+    DSC_CUDA_ARG(!c->lora || c->lora->trainable[0] == c->lora->trainable[1],
+                 "--device cuda: lora.modules_to_save trains %s of GPT-2's embeddings but not %s: "
+                 "on the GPU both train or neither (add \"%s\" to modules_to_save), or train on "
+                 "the CPU (--device cpu)", c->lora && c->lora->trainable[0] ? "wte" : "wpe",
+                 c->lora && c->lora->trainable[0] ? "wpe" : "wte",
+                 c->lora && c->lora->trainable[0] ? "wpe" : "wte");
     gpt2_cuda *m = (gpt2_cuda *)calloc(1, sizeof *m);
     if (!m) return dsc__fail(DSC_ERR_OOM, "gpt2 cuda create: out of host memory");
     m->c = *c;
@@ -166,6 +181,8 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     m->fused_gelu = true;
     dsc_status st = dsc__cuda_buf_alloc(&m->slab, pool, carve(m, NULL), "gpu.activations");
     if (st == DSC_OK) carve(m, (char *)m->slab.ptr);
+    if (st == DSC_OK)
+        dsc__lora_dev_carve(&m->lora, c->lora, (int64_t)B * T, (char *)m->lora_buf);
     if (st == DSC_OK)
         st = dsc__dev_layers_init(&m->drv, layer_ops(), m, c->n_layer, dsc_gpt2_num_tensors(c),
                                   c->recompute ? 1 : 0, (int64_t)B * T, c->n_embd, m->res,
@@ -178,6 +195,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
             st = dsc__cuda_fail(e, "gpt2 cuda create: clearing wte padding", __FILE__, __LINE__);
     }
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
+    m->lora.blas = m->blas, m->lora.stream = m->st;
     if (st != DSC_OK) {
         destroy(m);
         return st;
@@ -204,7 +222,10 @@ static void set_fresh(void *dev, bool on) { ((gpt2_cuda *)dev)->fresh = on; }
 
 static void set_positions(void *dev, const int32_t *pos) { ((gpt2_cuda *)dev)->pos_host = pos; }
 
-static void set_fp16(void *dev, bool on) { ((gpt2_cuda *)dev)->fp16 = on; }
+static void set_fp16(void *dev, bool on) {
+    gpt2_cuda *m = (gpt2_cuda *)dev;
+    m->fp16 = m->lora.fp16 = on;
+}
 
 extern "C" const uint16_t *dsc__gpt2_cuda_logits(const void *dev, int *ld) {
     const gpt2_cuda *m = (const gpt2_cuda *)dev;
@@ -255,6 +276,32 @@ static dsc_status mm_dweight(gpt2_cuda *m, float *dw, const uint16_t *inp, int l
 
 static int layer_tensor(int l, int k) { return 2 + l * PER_LAYER + k; }
 
+// Whether the MLP's GELU runs in the products' epilogues: not with LoRA, whose adapters on
+// mlp.c_fc and mlp.c_proj add their terms before the GELU and before its derivative.
+static bool gelu_fused(const gpt2_cuda *m) { return m->fused_gelu && !m->c.lora; }
+
+// Layer l's weight k's adapter (if any) after its product: out (rows, its OC; stride ldo) += the
+// adapter's term of inp (stride ldi).
+static dsc_status adapt(gpt2_cuda *m, const uint16_t *const *params, int l, int k, uint16_t *out,
+                        int ldo, const uint16_t *inp, int ldi) {
+    return dsc__lora_dev_forward(&m->lora, params, layer_tensor(l, k), out, ldo, inp, ldi,
+                                 (int64_t)m->B * m->T);
+}
+
+// Layer l's weight k's adapter in the backward, after the product's input gradient dinp
+// (stride lddi) was written from dout (stride ldd); inp (stride ldi) the product's input.
+static dsc_status adapt_back(gpt2_cuda *m, const uint16_t *const *params, float *const *grads,
+                             int l, int k, uint16_t *dinp, int lddi, const uint16_t *dout,
+                             int ldd, const uint16_t *inp, int ldi) {
+    return dsc__lora_dev_backward(&m->lora, params, grads, layer_tensor(l, k), dinp, lddi, dout,
+                                  ldd, inp, ldi, (int64_t)m->B * m->T, m->fresh);
+}
+
+// A layernorm's weight (j 0) or bias (j 1) gradient, or a discard buffer when frozen (LoRA).
+static float *ln_grad(const gpt2_cuda *m, float *const *g, int i, int j) {
+    return g[i] ? g[i] : m->discard + (size_t)j * m->c.n_embd;
+}
+
 static dsc_status layer_forward(gpt2_cuda *m, const uint16_t *const *params, int l) {
     int B = m->B, T = m->T, C = m->c.n_embd, NH = m->c.n_head, BT = B * T;
     layer_acts a = acts_of(m, l);
@@ -263,21 +310,25 @@ static dsc_status layer_forward(gpt2_cuda *m, const uint16_t *const *params, int
                                           p[K_LN1B], BT, C, m->fp16, m->st));
     DSC_TRY(mm_forward(m, a.qkv, 3 * C, a.ln1, C, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C,
                        DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(adapt(m, params, l, K_ATTW, a.qkv, 3 * C, a.ln1, C));
     DSC_TRY(dsc__cuda_attention_forward_h(a.atty, a.lse, a.qkv, B, T, C, NH, m->fp16, m->st));
     DSC_TRY(mm_forward(m, a.res2, C, a.atty, C, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C,
                        DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(adapt(m, params, l, K_APROJW, a.res2, C, a.atty, C));
     DSC_TRY(dsc__cuda_layernorm_forward_h(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W],
                                           p[K_LN2B], BT, C, m->fp16, m->st));
-    if (m->fused_gelu) {
+    if (gelu_fused(m)) {
         DSC_TRY(mm_forward(m, a.fchg, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
                            DSC_CUDA_EPI_GELU_BIAS, a.fch));
     } else {
         DSC_TRY(mm_forward(m, a.fch, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
                            DSC_CUDA_EPI_NONE, NULL));
+        DSC_TRY(adapt(m, params, l, K_FCW, a.fch, 4 * C, a.ln2, C));
         DSC_TRY(dsc__cuda_gelu_forward_h(a.fchg, a.fch, (int64_t)BT * 4 * C, m->fp16, m->st));
     }
-    return mm_forward(m, a.res_out, C, a.fchg, 4 * C, p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C,
-                      C, DSC_CUDA_EPI_NONE, NULL);
+    DSC_TRY(mm_forward(m, a.res_out, C, a.fchg, 4 * C, p[K_MPROJW], p[K_MPROJB], a.res2, BT,
+                       4 * C, C, DSC_CUDA_EPI_NONE, NULL));
+    return adapt(m, params, l, K_MPROJW, a.res_out, C, a.fchg, 4 * C);
 }
 
 static void tensor_name(const void *cfg, int i, char *buf, int cap) {
@@ -286,9 +337,11 @@ static void tensor_name(const void *cfg, int i, char *buf, int cap) {
     snprintf(buf, (size_t)cap, "%s", info.name);
 }
 
+// A pass's tensor table: every entry set, but for the gradients of LoRA's frozen base.
 static dsc_status check_params(const gpt2_cuda *m, const void *const *t, const char *what) {
+    const bool *required = m->c.lora && !strcmp(what, "grads") ? m->c.lora->trainable : NULL;
     return dsc__cuda_table_check(t, dsc_gpt2_num_tensors(&m->c), "gpt2 cuda", what, tensor_name,
-                                 &m->c, NULL);
+                                 &m->c, required);
 }
 
 static dsc_status loss_enqueue(void *dev, const float **loss_dev) {
@@ -394,33 +447,43 @@ static dsc_status layer_backward(gpt2_cuda *m, const uint16_t *const *params,
     cudaStream_t st = m->st;
     uint16_t *dres = m->dres, *dln = m->dln, *datt = m->datt, *dbig = m->dbig;
     // mlp.c_proj and the GELU
-    DSC_TRY(
-        mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, m->fused_gelu ? a.fch : NULL));
-    DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
-    DSC_TRY(dsc__cuda_add_f32_clear(g[K_MPROJB], m->bias_carry, C, !m->fresh, st));
-    if (!m->fused_gelu)
+    bool fused = gelu_fused(m);
+    DSC_TRY(mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, fused ? a.fch : NULL));
+    DSC_TRY(adapt_back(m, params, grads, l, K_MPROJW, dbig, 4 * C, dres, C, a.fchg, 4 * C));
+    if (g[K_MPROJW]) DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
+    if (g[K_MPROJB]) DSC_TRY(dsc__cuda_add_f32_clear(g[K_MPROJB], m->bias_carry, C, !m->fresh, st));
+    if (!fused)
         DSC_TRY(dsc__cuda_gelu_backward_h(dbig, dbig, a.fch, (int64_t)BT * 4 * C, m->fp16, st));
     // mlp.c_fc and ln_2
     DSC_TRY(mm_dinp(m, dln, C, dbig, 4 * C, p[K_FCW], BT, C, 4 * C, NULL));
-    DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
-    DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, !m->fresh, m->fp16, st));
-    DSC_TRY(dsc__cuda_layernorm_backward_h(dres, g[K_LN2W], g[K_LN2B], m->ln_scratch, dln, a.res2,
-                                           p[K_LN2W], a.ln2_mean, a.ln2_rstd, g[K_APROJB],
-                                           !m->fresh, BT, C, m->fp16, st));
+    DSC_TRY(adapt_back(m, params, grads, l, K_FCW, dln, C, dbig, 4 * C, a.ln2, C));
+    if (g[K_FCW]) DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
+    if (g[K_FCB])
+        DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, !m->fresh, m->fp16,
+                                   st));
+    DSC_TRY(dsc__cuda_layernorm_backward_h(dres, ln_grad(m, g, K_LN2W, 0), ln_grad(m, g, K_LN2B, 1),
+                                           m->ln_scratch, dln, a.res2, p[K_LN2W], a.ln2_mean,
+                                           a.ln2_rstd, g[K_APROJB], !m->fresh, BT, C, m->fp16,
+                                           st));
     // attn.c_proj and attention
     DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
-    DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
+    DSC_TRY(adapt_back(m, params, grads, l, K_APROJW, datt, C, dres, C, a.atty, C));
+    if (g[K_APROJW]) DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
     // the attention's backward also sums dqkv's columns per 64 rows: attn.c_attn's bias gradient
     DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, m->att_bpart, datt, a.qkv, a.atty,
                                            a.lse, B, T, C, NH, m->fp16, st));
-    DSC_TRY(dsc__cuda_reduce_columns(g[K_ATTB], m->att_bpart, dsc__cuda_attention_bias_chunks(B, T),
-                                     3 * C, !m->fresh, st));
+    if (g[K_ATTB])
+        DSC_TRY(dsc__cuda_reduce_columns(g[K_ATTB], m->att_bpart,
+                                         dsc__cuda_attention_bias_chunks(B, T), 3 * C, !m->fresh,
+                                         st));
     // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
     DSC_TRY(mm_dinp(m, dln, C, dbig, 3 * C, p[K_ATTW], BT, C, 3 * C, NULL));
-    DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
+    DSC_TRY(adapt_back(m, params, grads, l, K_ATTW, dln, C, dbig, 3 * C, a.ln1, C));
+    if (g[K_ATTW]) DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
     return dsc__cuda_layernorm_backward_h(
-        dres, g[K_LN1W], g[K_LN1B], m->ln_scratch, dln, a.res_in, p[K_LN1W], a.ln1_mean, a.ln1_rstd,
-        l > 0 ? m->bias_carry : NULL, !m->fresh, BT, C, m->fp16, st);
+        dres, ln_grad(m, g, K_LN1W, 0), ln_grad(m, g, K_LN1B, 1), m->ln_scratch, dln, a.res_in,
+        p[K_LN1W], a.ln1_mean, a.ln1_rstd, l > 0 ? m->bias_carry : NULL, !m->fresh, BT, C,
+        m->fp16, st);
 }
 
 static dsc_status read_loss(void *dev, float *loss) {
@@ -443,11 +506,11 @@ static dsc_status head_back_op(void *dev, const uint16_t *const *params, float *
     cudaStream_t st = m->st;
     DSC_TRY(mm_forward(m, m->dln, C, m->logits, m->Vp, m->wte_pad, NULL, NULL, BT, m->Vp, C,
                        DSC_CUDA_EPI_NONE, NULL)); // columns [V, Vp) of dlogits are zero
-    DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
+    if (grads[0]) DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
     DSC_CUDA_TRY(cudaMemsetAsync(m->bias_carry, 0, sizeof(float) * C, st));
     DSC_TRY(dsc__cuda_layernorm_backward_h(
-        m->dres, grads[lnf], grads[lnf + 1], m->ln_scratch, m->dln, acts_of(m, L).res_in,
+        m->dres, ln_grad(m, grads, lnf, 0), ln_grad(m, grads, lnf + 1, 1), m->ln_scratch, m->dln, acts_of(m, L).res_in,
         params[lnf], m->lnf_mean, m->lnf_rstd, m->bias_carry, !m->fresh, BT, C, m->fp16, st));
     return DSC_OK;
 }
@@ -457,10 +520,12 @@ static dsc_status layer_backward_op(void *dev, const uint16_t *const *params, fl
     return layer_backward((gpt2_cuda *)dev, params, grads, l);
 }
 
-// wte (after the head's share) and wpe from dres.
+// wte (after the head's share) and wpe from dres; neither when frozen (LoRA's base: both or
+// neither, create checks).
 static dsc_status embed_back_op(void *dev, const uint16_t *const *params, float *const *grads) {
     (void)params;
     gpt2_cuda *m = (gpt2_cuda *)dev;
+    if (!grads[0]) return DSC_OK;
     return dsc__cuda_encoder_backward_h(grads[0], grads[1], m->enc_scratch, m->dres, m->tokens,
                                         m->posd, m->c.max_seq_len, m->B, m->T, m->c.n_embd,
                                         m->c.vocab_size, !m->fresh, m->fp16, m->st);
@@ -494,10 +559,13 @@ static dsc_status loss_op(void *dev, float loss_scale) {
                                   m->Vp, m->fp16, m->st);
 }
 
+// LoRA's dropout masks take a pass count from the host: its steps stay eager.
+static bool graph_op(const void *dev) { return !((const gpt2_cuda *)dev)->c.lora; }
+
 static const dsc__dev_layers_ops *layer_ops(void) {
     static const dsc__dev_layers_ops ops = {
         embed_op,      layer_forward_op, head_op,     loss_op, head_back_op, layer_backward_op,
-        embed_back_op, NULL,             NULL,
+        embed_back_op, NULL,             graph_op,
     };
     return &ops;
 }
@@ -513,7 +581,7 @@ static dsc_status train_step(void *dev, const uint16_t *const *params, float *co
     dsc__dev_graph_key k;
     memset(&k, 0, sizeof k);
     k.B = B, k.T = T, k.ntargets = m->ntargets, k.loss_scale = loss_scale, k.fp16 = m->fp16;
-    k.fresh = m->fresh, k.pos = m->posd != NULL, k.extra[0] = m->fused_gelu;
+    k.fresh = m->fresh, k.pos = m->posd != NULL, k.extra[0] = gelu_fused(m);
     DSC_TRY(dsc__dev_layers_step(&m->drv, params, grads, &k));
     m->have_targets = false; // the logits became their gradients
     return loss ? loss_read(m, loss) : DSC_OK;
@@ -537,7 +605,7 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     forward,      backward, train_step, read_loss,  loss_enqueue, &dsc__gpt2_decode_ops,
     act_bytes,
     true,  // recomputes: acts_of / carve lay out one shared block, the driver reruns
-    false, // adapters: LoRA on GPT-2 trains on the CPU (its device products have no adapters)
+    true,  // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
     set_positions,
     NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)
     false, // fp8: GPT-2's device products are 16-bit only
