@@ -58,7 +58,7 @@ extern "C" dsc_status dsc__cuda_lin_carve(dsc__cuda_lin *L, void *base, int64_t 
 // operands whose rows are whole 16-byte vectors, and the quantized copies fit the scratch.
 static bool fp8_ok(const dsc__cuda_lin *L, int rows, int IN, int OUT, const void *x, int ldx,
                    const void *y, int ldy) {
-    return L->fp8 != DSC_FP8_OFF && !L->fp16 && L->qa && rows % 16 == 0 && IN % 16 == 0 &&
+    return L->fp8 != DSC_FP8_OFF && !L->fp16 && !L->in_out && L->qa && rows % 16 == 0 && IN % 16 == 0 &&
            OUT % 16 == 0 && ldx % 8 == 0 && ldy % 8 == 0 && dsc__aligned16(x) &&
            dsc__aligned16(y) && (int64_t)rows * (IN > OUT ? IN : OUT) <= L->qa_cap &&
            (int64_t)OUT * IN <= L->qb_cap && (int64_t)rows * IN <= L->qb_cap;
@@ -99,11 +99,32 @@ static void fp8_gemm(dsc_cuda_gemm *g, int M, int N, int K, const uint8_t *a, in
     g->a8 = a8, g->b8 = b8, g->a_scale = sa, g->b_scale = sb;
 }
 
+extern "C" dsc_status dsc__cuda_lin_forward_gelu(dsc__cuda_lin *L, int slot, uint16_t *out,
+                                                 int ldo, const uint16_t *inp, int ldi,
+                                                 const uint16_t *w, const uint16_t *bias,
+                                                 uint16_t *aux, int rows, int IN, int OUT) {
+    (void)slot;
+    L->kept = NULL;
+    if (L->in_out)
+        return dsc__cuda_mm_forward(L->blas, out, ldo, inp, ldi, w, bias, NULL, rows, IN, OUT,
+                                    DSC_CUDA_EPI_GELU_BIAS, aux, L->fp16, L->stream);
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1, g.M = rows, g.N = OUT, g.K = IN;
+    g.A = inp, g.lda = ldi, g.B = w, g.ldb = IN, g.D = out, g.ldd = ldo, g.ldc = ldo;
+    g.alpha = 1.0f, g.epilogue = DSC_CUDA_EPI_GELU_BIAS, g.bias = bias, g.aux = aux;
+    g.ldaux = OUT, g.fp16 = L->fp16;
+    return dsc__cuda_gemm(L->blas, &g, L->stream);
+}
+
 extern "C" dsc_status dsc__cuda_lin_forward(dsc__cuda_lin *L, int slot, uint16_t *out, int ldo,
                                             const uint16_t *inp, int ldi, const uint16_t *w,
                                             const uint16_t *bias, const uint16_t *resid, int rows,
                                             int IN, int OUT) {
     L->kept = NULL;
+    if (L->in_out)
+        return dsc__cuda_mm_forward(L->blas, out, ldo, inp, ldi, w, bias, resid, rows, IN, OUT,
+                                    DSC_CUDA_EPI_NONE, NULL, L->fp16, L->stream);
     if (!fp8_ok(L, rows, IN, OUT, inp, ldi, w, IN))
         return dsc__cuda_linear_forward(L->blas, out, ldo, inp, ldi, w, bias, resid, rows, IN,
                                         OUT, L->fp16, L->stream);
@@ -121,10 +142,42 @@ extern "C" dsc_status dsc__cuda_lin_forward(dsc__cuda_lin *L, int slot, uint16_t
     return dsc__cuda_gemm(L->blas, &g, L->stream);
 }
 
+// The input gradient of the Conv1D layout (w (IN, OUT)): dinp = dout @ w^T [* GELU'(aux)].
+static dsc_status dinp_in_out(dsc__cuda_lin *L, uint16_t *dinp, int ldo, const uint16_t *dout,
+                              int ldd, const uint16_t *w, int rows, int IN, int OUT, bool acc,
+                              uint16_t *aux) {
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.trans_b = 1, g.M = rows, g.N = IN, g.K = OUT;
+    g.A = dout, g.lda = ldd, g.B = w, g.ldb = OUT, g.D = dinp, g.ldd = ldo;
+    g.alpha = 1.0f;
+    if (acc) g.beta = 1.0f, g.C = dinp, g.ldc = ldo;
+    g.epilogue = aux ? DSC_CUDA_EPI_DGELU : DSC_CUDA_EPI_NONE;
+    g.aux = aux, g.ldaux = IN, g.fp16 = L->fp16;
+    return dsc__cuda_gemm(L->blas, &g, L->stream);
+}
+
+extern "C" dsc_status dsc__cuda_lin_dinp_dgelu(dsc__cuda_lin *L, int slot, uint16_t *dinp,
+                                               int ldo, const uint16_t *dout, int ldd,
+                                               const uint16_t *w, int rows, int IN, int OUT,
+                                               uint16_t *aux) {
+    (void)slot;
+    L->kept = NULL;
+    if (L->in_out) return dinp_in_out(L, dinp, ldo, dout, ldd, w, rows, IN, OUT, false, aux);
+    dsc_cuda_gemm g;
+    memset(&g, 0, sizeof g);
+    g.M = rows, g.N = IN, g.K = OUT;
+    g.A = dout, g.lda = ldd, g.B = w, g.ldb = IN, g.D = dinp, g.ldd = ldo, g.ldc = ldo;
+    g.alpha = 1.0f, g.epilogue = DSC_CUDA_EPI_DGELU, g.aux = aux, g.ldaux = IN;
+    g.fp16 = L->fp16;
+    return dsc__cuda_gemm(L->blas, &g, L->stream);
+}
+
 extern "C" dsc_status dsc__cuda_lin_dinp(dsc__cuda_lin *L, int slot, uint16_t *dinp, int ldo,
                                          const uint16_t *dout, int ldd, const uint16_t *w,
                                          int rows, int IN, int OUT, bool acc) {
     L->kept = NULL;
+    if (L->in_out) return dinp_in_out(L, dinp, ldo, dout, ldd, w, rows, IN, OUT, acc, NULL);
     dsc_cuda_gemm g;
     memset(&g, 0, sizeof g);
     g.alpha = 1.0f, g.beta = acc ? 1.0f : 0.0f, g.C = acc ? dinp : NULL, g.ldc = ldo;
@@ -152,6 +205,15 @@ extern "C" dsc_status dsc__cuda_lin_dw(dsc__cuda_lin *L, int slot, float *dw,
     bool kept = L->kept == dout && L->kept_rows == rows && L->kept_cols == OUT &&
                 L->kept_ld == ldd;
     L->kept = NULL;
+    if (L->in_out) { // dw (IN, OUT) += inp^T @ dout; a long unaligned IN (4096 or more) leaves
+        // cuBLASLt only older kernels: the aligned rows first, the last few in a product of their own
+        int tail = IN >= 4096 ? IN % 64 : 0;
+        DSC_TRY(dsc__cuda_mm_dweight(L->blas, dw, inp, ldi, dout, ldd, rows, IN - tail, OUT, fresh,
+                                     L->fp16, L->stream));
+        if (!tail) return DSC_OK;
+        return dsc__cuda_mm_dweight(L->blas, dw + (size_t)(IN - tail) * OUT, inp + (IN - tail), ldi,
+                                    dout, ldd, rows, tail, OUT, fresh, L->fp16, L->stream);
+    }
     if (!fp8_ok(L, rows, IN, OUT, dout, ldd, inp, ldi))
         return dsc__cuda_mm_dweight(L->blas, dw, dout, ldd, inp, ldi, rows, OUT, IN, fresh,
                                     L->fp16, L->stream);

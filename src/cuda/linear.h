@@ -1,7 +1,9 @@
-// cuda/linear.h - one linear layer on the device, nn.Linear's layout (w (OUT, IN)): its forward
-// product and both gradients, in 16-bit, or with FP8 operands (the `fp8` config section,
-// docs/fp8.md) where the shapes allow it. The families' device passes call these for every
-// linear product of a transformer layer; the output head and LoRA's adapters stay in 16-bit.
+// cuda/linear.h - one linear layer on the device: its forward product and both gradients, in
+// nn.Linear's layout (w (OUT, IN)) or GPT-2's Conv1D layout (w (IN, OUT): in_out), in 16-bit, or
+// with FP8 operands (the `fp8` config section, docs/fp8.md) where the shapes allow it (nn.Linear's
+// layout only). The families' device passes call these for every linear product of a transformer
+// layer; the output head and LoRA's adapters stay in 16-bit. Epilogues: a bias, a residual added,
+// GELU (its pre-activation kept) and, in the input gradient, GELU's derivative (16-bit only).
 //
 // FP8 products quantize each operand just before the product with its own scale (current
 // scaling, cuda/fp8.h) into the scratch this struct owns, and accumulate in fp32:
@@ -31,6 +33,7 @@ typedef struct dsc__cuda_lin {
     dsc_cuda_blas *blas; // borrowed
     void *stream;        // cudaStream_t, borrowed
     int fp16;            // the 16-bit type: IEEE fp16 (no FP8 then), else bf16
+    bool in_out;         // weights stored (IN, OUT) (GPT-2's Conv1D; 16-bit products only)
     int fp8, margin;     // DSC_FP8_*; scales over 2^margin
     // The caller's flag: the forwards that follow recompute a layer (activation checkpointing),
     // so their inputs and weights have the absolute maxima their slots hold already.
@@ -65,16 +68,26 @@ void dsc__cuda_lin_release(dsc__cuda_lin *L);
 // and so does a gradient whose slot no forward has measured in FP8 yet.
 
 // out (rows, OUT; row stride ldo) = inp (rows, IN; stride ldi) @ w^T [+ bias (OUT)] [+ resid,
-// with out's row stride].
+// with out's row stride] (in_out: @ w).
 dsc_status dsc__cuda_lin_forward(dsc__cuda_lin *L, int slot, uint16_t *out, int ldo,
                                  const uint16_t *inp, int ldi, const uint16_t *w,
                                  const uint16_t *bias, const uint16_t *resid, int rows, int IN,
                                  int OUT);
+// The same with GELU in the epilogue: out = GELU(product + bias), its argument into aux (rows,
+// OUT); 16-bit.
+dsc_status dsc__cuda_lin_forward_gelu(dsc__cuda_lin *L, int slot, uint16_t *out, int ldo,
+                                      const uint16_t *inp, int ldi, const uint16_t *w,
+                                      const uint16_t *bias, uint16_t *aux, int rows, int IN,
+                                      int OUT);
 // dinp (rows, IN; stride ldo) = dout (rows, OUT; stride ldd) @ w, or += when acc. Keeps dout's
 // quantized transpose for a dsc__cuda_lin_dw of the same dout that comes next.
 dsc_status dsc__cuda_lin_dinp(dsc__cuda_lin *L, int slot, uint16_t *dinp, int ldo,
                               const uint16_t *dout, int ldd, const uint16_t *w, int rows, int IN,
                               int OUT, bool acc);
+// The same times GELU's derivative at aux (rows, IN: the forward's kept argument); 16-bit.
+dsc_status dsc__cuda_lin_dinp_dgelu(dsc__cuda_lin *L, int slot, uint16_t *dinp, int ldo,
+                                    const uint16_t *dout, int ldd, const uint16_t *w, int rows,
+                                    int IN, int OUT, uint16_t *aux);
 // dw (OUT, IN) fp32 += dout^T @ inp (= when fresh).
 dsc_status dsc__cuda_lin_dw(dsc__cuda_lin *L, int slot, float *dw, const uint16_t *dout, int ldd,
                             const uint16_t *inp, int ldi, int rows, int IN, int OUT, bool fresh);

@@ -20,6 +20,7 @@ extern "C" {
 #include "model/lora_cuda.h"          // dsc__lora_dev_* (LoRA adapters beside the products)
 #include "cuda/kernels.h"            // dsc__cuda_xent_*_h, _colsum_h, _reduce_columns
 #include "cuda/matmul.h"             // dsc__cuda_gemm
+#include "cuda/linear.h"             // dsc__cuda_lin_* (the layers' products, Conv1D layout)
 
 #define LOGITS_ALIGN 64 // logits rows padded to a multiple of this many columns
 
@@ -41,6 +42,7 @@ struct gpt2_cuda {
     bool fresh; // the next backward overwrites the gradients (set_fresh) instead of adding
     cudaStream_t st;
     dsc_cuda_blas *blas;
+    dsc__cuda_lin lin;  // the layers' linear products (w (IN, OUT), 16-bit)
     dsc_cuda_buf slab; // every buffer below is a view of it
     // 16-bit activations; per-layer arrays hold n_layer blocks of maxB * maxT rows.
     uint16_t *res; // the residual stream into each layer, the driver's (dsc__dev_layers)
@@ -196,6 +198,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
     }
     if (st == DSC_OK) st = dsc__cuda_blas_create_in(&m->blas, 0, pool);
     m->lora.blas = m->blas, m->lora.stream = m->st;
+    m->lin.blas = m->blas, m->lin.stream = m->st, m->lin.in_out = true;
     if (st != DSC_OK) {
         destroy(m);
         return st;
@@ -224,7 +227,7 @@ static void set_positions(void *dev, const int32_t *pos) { ((gpt2_cuda *)dev)->p
 
 static void set_fp16(void *dev, bool on) {
     gpt2_cuda *m = (gpt2_cuda *)dev;
-    m->fp16 = m->lora.fp16 = on;
+    m->fp16 = m->lora.fp16 = m->lin.fp16 = on;
 }
 
 extern "C" const uint16_t *dsc__gpt2_cuda_logits(const void *dev, int *ld) {
@@ -234,6 +237,9 @@ extern "C" const uint16_t *dsc__gpt2_cuda_logits(const void *dev, int *ld) {
 }
 
 // ---- products ----
+
+// The layers' products go through the one device linear (m->lin, cuda/linear.h: slot = the
+// weight's tensor index); these are the head's (the logits over wte's padded copy).
 
 // D (rows, OC) = inp (rows, IC; row stride lda) @ w (IC, OC) [+ bias] [+ resid]; epilogue and
 // aux as in matmul.h (GELU_BIAS: aux receives the pre-activation).
@@ -308,26 +314,27 @@ static dsc_status layer_forward(gpt2_cuda *m, const uint16_t *const *params, int
     const uint16_t *const *p = params + layer_tensor(l, 0);
     DSC_TRY(dsc__cuda_layernorm_forward_h(a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, p[K_LN1W],
                                           p[K_LN1B], BT, C, m->fp16, m->st));
-    DSC_TRY(mm_forward(m, a.qkv, 3 * C, a.ln1, C, p[K_ATTW], p[K_ATTB], NULL, BT, C, 3 * C,
-                       DSC_CUDA_EPI_NONE, NULL));
+    dsc__cuda_lin *L = &m->lin;
+    DSC_TRY(dsc__cuda_lin_forward(L, layer_tensor(l, K_ATTW), a.qkv, 3 * C, a.ln1, C, p[K_ATTW],
+                                  p[K_ATTB], NULL, BT, C, 3 * C));
     DSC_TRY(adapt(m, params, l, K_ATTW, a.qkv, 3 * C, a.ln1, C));
     DSC_TRY(dsc__cuda_attention_forward_h(a.atty, a.lse, a.qkv, B, T, C, NH, m->fp16, m->st));
-    DSC_TRY(mm_forward(m, a.res2, C, a.atty, C, p[K_APROJW], p[K_APROJB], a.res_in, BT, C, C,
-                       DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(dsc__cuda_lin_forward(L, layer_tensor(l, K_APROJW), a.res2, C, a.atty, C, p[K_APROJW],
+                                  p[K_APROJB], a.res_in, BT, C, C));
     DSC_TRY(adapt(m, params, l, K_APROJW, a.res2, C, a.atty, C));
     DSC_TRY(dsc__cuda_layernorm_forward_h(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p[K_LN2W],
                                           p[K_LN2B], BT, C, m->fp16, m->st));
     if (gelu_fused(m)) {
-        DSC_TRY(mm_forward(m, a.fchg, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
-                           DSC_CUDA_EPI_GELU_BIAS, a.fch));
+        DSC_TRY(dsc__cuda_lin_forward_gelu(L, layer_tensor(l, K_FCW), a.fchg, 4 * C, a.ln2, C,
+                                           p[K_FCW], p[K_FCB], a.fch, BT, C, 4 * C));
     } else {
-        DSC_TRY(mm_forward(m, a.fch, 4 * C, a.ln2, C, p[K_FCW], p[K_FCB], NULL, BT, C, 4 * C,
-                           DSC_CUDA_EPI_NONE, NULL));
+        DSC_TRY(dsc__cuda_lin_forward(L, layer_tensor(l, K_FCW), a.fch, 4 * C, a.ln2, C, p[K_FCW],
+                                      p[K_FCB], NULL, BT, C, 4 * C));
         DSC_TRY(adapt(m, params, l, K_FCW, a.fch, 4 * C, a.ln2, C));
         DSC_TRY(dsc__cuda_gelu_forward_h(a.fchg, a.fch, (int64_t)BT * 4 * C, m->fp16, m->st));
     }
-    DSC_TRY(mm_forward(m, a.res_out, C, a.fchg, 4 * C, p[K_MPROJW], p[K_MPROJB], a.res2, BT,
-                       4 * C, C, DSC_CUDA_EPI_NONE, NULL));
+    DSC_TRY(dsc__cuda_lin_forward(L, layer_tensor(l, K_MPROJW), a.res_out, C, a.fchg, 4 * C,
+                                  p[K_MPROJW], p[K_MPROJB], a.res2, BT, 4 * C, C));
     return adapt(m, params, l, K_MPROJW, a.res_out, C, a.fchg, 4 * C);
 }
 
@@ -448,16 +455,27 @@ static dsc_status layer_backward(gpt2_cuda *m, const uint16_t *const *params,
     uint16_t *dres = m->dres, *dln = m->dln, *datt = m->datt, *dbig = m->dbig;
     // mlp.c_proj and the GELU
     bool fused = gelu_fused(m);
-    DSC_TRY(mm_dinp(m, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C, C, fused ? a.fch : NULL));
+    dsc__cuda_lin *L = &m->lin;
+    int t = layer_tensor(l, 0); // the layer's tensors: slot t + k
+    if (fused)
+        DSC_TRY(dsc__cuda_lin_dinp_dgelu(L, t + K_MPROJW, dbig, 4 * C, dres, C, p[K_MPROJW], BT,
+                                         4 * C, C, a.fch));
+    else
+        DSC_TRY(dsc__cuda_lin_dinp(L, t + K_MPROJW, dbig, 4 * C, dres, C, p[K_MPROJW], BT, 4 * C,
+                                   C, false));
     DSC_TRY(adapt_back(m, params, grads, l, K_MPROJW, dbig, 4 * C, dres, C, a.fchg, 4 * C));
-    if (g[K_MPROJW]) DSC_TRY(mm_dweight(m, g[K_MPROJW], a.fchg, 4 * C, dres, C, BT, 4 * C, C));
+    if (g[K_MPROJW])
+        DSC_TRY(dsc__cuda_lin_dw(L, t + K_MPROJW, g[K_MPROJW], dres, C, a.fchg, 4 * C, BT, 4 * C, C,
+                                 m->fresh));
     if (g[K_MPROJB]) DSC_TRY(dsc__cuda_add_f32_clear(g[K_MPROJB], m->bias_carry, C, !m->fresh, st));
     if (!fused)
         DSC_TRY(dsc__cuda_gelu_backward_h(dbig, dbig, a.fch, (int64_t)BT * 4 * C, m->fp16, st));
     // mlp.c_fc and ln_2
-    DSC_TRY(mm_dinp(m, dln, C, dbig, 4 * C, p[K_FCW], BT, C, 4 * C, NULL));
+    DSC_TRY(dsc__cuda_lin_dinp(L, t + K_FCW, dln, C, dbig, 4 * C, p[K_FCW], BT, C, 4 * C, false));
     DSC_TRY(adapt_back(m, params, grads, l, K_FCW, dln, C, dbig, 4 * C, a.ln2, C));
-    if (g[K_FCW]) DSC_TRY(mm_dweight(m, g[K_FCW], a.ln2, C, dbig, 4 * C, BT, C, 4 * C));
+    if (g[K_FCW])
+        DSC_TRY(dsc__cuda_lin_dw(L, t + K_FCW, g[K_FCW], dbig, 4 * C, a.ln2, C, BT, C, 4 * C,
+                                 m->fresh));
     if (g[K_FCB])
         DSC_TRY(dsc__cuda_colsum_h(g[K_FCB], m->col_scratch, dbig, BT, 4 * C, !m->fresh, m->fp16,
                                    st));
@@ -466,9 +484,11 @@ static dsc_status layer_backward(gpt2_cuda *m, const uint16_t *const *params,
                                            a.ln2_rstd, g[K_APROJB], !m->fresh, BT, C, m->fp16,
                                            st));
     // attn.c_proj and attention
-    DSC_TRY(mm_dinp(m, datt, C, dres, C, p[K_APROJW], BT, C, C, NULL));
+    DSC_TRY(dsc__cuda_lin_dinp(L, t + K_APROJW, datt, C, dres, C, p[K_APROJW], BT, C, C, false));
     DSC_TRY(adapt_back(m, params, grads, l, K_APROJW, datt, C, dres, C, a.atty, C));
-    if (g[K_APROJW]) DSC_TRY(mm_dweight(m, g[K_APROJW], a.atty, C, dres, C, BT, C, C));
+    if (g[K_APROJW])
+        DSC_TRY(dsc__cuda_lin_dw(L, t + K_APROJW, g[K_APROJW], dres, C, a.atty, C, BT, C, C,
+                                 m->fresh));
     // the attention's backward also sums dqkv's columns per 64 rows: attn.c_attn's bias gradient
     DSC_TRY(dsc__cuda_attention_backward_h(dbig, m->att_scratch, m->att_bpart, datt, a.qkv, a.atty,
                                            a.lse, B, T, C, NH, m->fp16, st));
@@ -477,9 +497,12 @@ static dsc_status layer_backward(gpt2_cuda *m, const uint16_t *const *params,
                                          dsc__cuda_attention_bias_chunks(B, T), 3 * C, !m->fresh,
                                          st));
     // attn.c_attn and ln_1 (dbig holds dqkv (BT, 3C))
-    DSC_TRY(mm_dinp(m, dln, C, dbig, 3 * C, p[K_ATTW], BT, C, 3 * C, NULL));
+    DSC_TRY(dsc__cuda_lin_dinp(L, t + K_ATTW, dln, C, dbig, 3 * C, p[K_ATTW], BT, C, 3 * C,
+                               false));
     DSC_TRY(adapt_back(m, params, grads, l, K_ATTW, dln, C, dbig, 3 * C, a.ln1, C));
-    if (g[K_ATTW]) DSC_TRY(mm_dweight(m, g[K_ATTW], a.ln1, C, dbig, 3 * C, BT, C, 3 * C));
+    if (g[K_ATTW])
+        DSC_TRY(dsc__cuda_lin_dw(L, t + K_ATTW, g[K_ATTW], dbig, 3 * C, a.ln1, C, BT, C, 3 * C,
+                                 m->fresh));
     return dsc__cuda_layernorm_backward_h(
         dres, ln_grad(m, g, K_LN1W, 0), ln_grad(m, g, K_LN1B, 1), m->ln_scratch, dln, a.res_in,
         p[K_LN1W], a.ln1_mean, a.ln1_rstd, l > 0 ? m->bias_carry : NULL, !m->fresh, BT, C,
