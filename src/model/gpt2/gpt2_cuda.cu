@@ -187,7 +187,7 @@ static dsc_status create(const void *cfg, int B, int T, void *stream, dsc_mem_po
         dsc__lora_dev_carve(&m->lora, c->lora, (int64_t)B * T, (char *)m->lora_buf);
     if (st == DSC_OK)
         st = dsc__dev_layers_init(&m->drv, layer_ops(), m, c->n_layer, dsc_gpt2_num_tensors(c),
-                                  c->recompute ? 1 : 0, (int64_t)B * T, c->n_embd, m->res,
+                                  c->recompute, (int64_t)B * T, c->n_embd, m->res,
                                   m->st);
     if (st == DSC_OK) { // the padding rows of wte's copy stay zero for the model's life
         size_t V = (size_t)c->vocab_size, C = (size_t)c->n_embd;
@@ -623,6 +623,12 @@ static size_t act_bytes(const void *cfg, int B, int T) {
     return carve(&m, NULL);
 }
 
+// cpu_checkpointing's page-locked host copy of the layers' inputs (the driver's).
+static size_t act_host_bytes(const void *cfg, int B, int T) {
+    const dsc_gpt2_config *c = (const dsc_gpt2_config *)cfg;
+    return c->recompute == 2 ? (size_t)c->n_layer * B * T * c->n_embd * 2 : 0;
+}
+
 extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     create,       destroy,  set_fp16,   set_fresh,  set_grad_hook,        set_layer_hook,
     forward,      backward, train_step, read_loss,  loss_enqueue, &dsc__gpt2_decode_ops,
@@ -630,6 +636,6 @@ extern "C" const struct dsc_model_device_ops dsc__gpt2_device_ops = {
     true,  // recomputes: acts_of / carve lay out one shared block, the driver reruns
     true,  // adapters: LoRA beside every product (model/lora_cuda.h), frozen gradients skipped
     set_positions,
-    NULL,  // act_host_bytes: cpu_checkpointing keeps the inputs on the GPU (set_recompute_host)
+    act_host_bytes,
     false, // fp8: GPT-2's device products are 16-bit only
 };

@@ -163,6 +163,11 @@ static size_t act_bytes(const void *cfg, int B, int T) {
 }
 
 static void set_recompute(void *cfg, bool on) { ((dsc_gpt2_config *)cfg)->recompute = on; }
+// 2: recompute, the inputs on the host (the device passes' cpu_checkpointing)
+static void set_recompute_host(void *cfg, bool on) {
+    dsc_gpt2_config *c = cfg;
+    if (c->recompute) c->recompute = on ? 2 : 1;
+}
 static void set_lora(void *cfg, const dsc_lora *lora) { ((dsc_gpt2_config *)cfg)->lora = lora; }
 
 static dsc_status forward(void *state, float *const *params, const int32_t *inputs,
@@ -268,6 +273,7 @@ const struct dsc_model_ops dsc__gpt2_model_ops = {
     .hf_config = hf_config,
     .act_bytes = act_bytes,
     .set_recompute = set_recompute,
+    .set_recompute_host = set_recompute_host,
     .set_lora = set_lora,
     .weights_in_out = true, // Conv1D: (in, out)
 };
