@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# LoRA on one GPU (the Llama family and GPT-2): adapters beside every adapted product of the device passes,
-# the frozen base in 16 bits on the device with no gradient, master or moments, the optimizer over
-# the adapters on the GPU. The GPU run follows the CPU's LoRA run within bf16 tolerance (without
-# and with lora_dropout: the same masks; with modules_to_save; with bf16 master weights; fp16;
-# Qwen3's q/k norms frozen), the loss falls, a checkpoint resumes bit for bit and exports for
-# PEFT and merged, the device pool holds no per-parameter state for the base, and the paths
-# that cannot take a frozen base are refused by name. Exit 77 (skipped) without a CUDA device.
+# LoRA on one GPU (the Llama family and GPT-2): adapters beside every adapted product of the
+# device passes, the frozen base in 16 bits on the device with no gradient, master or moments,
+# the optimizer over the adapters on the GPU (or, with ZeRO-Offload, on the host). The GPU run
+# follows the CPU's LoRA run within bf16 tolerance (without and with lora_dropout: the same
+# masks; with modules_to_save; with bf16 master weights; fp16; ZeRO-Offload; nccl; Qwen3's q/k
+# norms frozen), the loss falls, a checkpoint resumes bit for bit and exports for PEFT and
+# merged, the device pool holds no per-parameter state for the base, and the paths that cannot
+# take a frozen base are refused by name. Exit 77 (skipped) without a CUDA device.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=${PYTHON:-python3}
@@ -53,6 +54,26 @@ MODEL=d2 run g2s_cpu cpu "$T/g2s.json" 40
 MODEL=d2 run g2ac cuda "$T/g2ac.json" 40
 MODEL=d2 run g2_grads cuda "$T/g2.json" 1 --dump-grads "$T/g2_grads.safetensors"
 MODEL=d2 run g2_grads_cpu cpu "$T/g2.json" 1 --dump-grads "$T/g2_grads_cpu.safetensors"
+# ZeRO-Offload: the frozen base stays on the GPU, the adapters' gradients go down to the host's
+# optimizer and their new 16-bit values come back up
+OFF='"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}'
+cfg "$T/off.json" ", \"bf16\": {\"enabled\": true}, $OFF, $LORA"
+cfg "$T/saveoff.json" ", \"bf16\": {\"enabled\": true}, $OFF, $SAVE"
+cfg "$T/dropoff.json" ", \"bf16\": {\"enabled\": true}, $OFF, $DROP"
+run off cuda "$T/off.json" 40
+run saveoff cuda "$T/saveoff.json" 40
+run dropoff cuda "$T/dropoff.json" 40
+run offhalf cuda "$T/off.json" 20 --save-dir "$T/offck" --save-at-end
+run offrest cuda "$T/off.json" 40 --save-dir "$T/offck" --resume --save-at-end
+# nccl (DSC_COMM_BACKEND=nccl; one rank on one GPU, any number where there are more): the frozen
+# base whole on every GPU, the collectives over the adapters only; at stage 3 the adapters'
+# 16-bit weights pass through the layer slots
+NCCL=$("$DSC" report | grep -c "^comm backends.*nccl")
+cfg "$T/z3.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}, $LORA"
+if [ "$NCCL" -gt 0 ]; then
+    DSC_COMM_BACKEND=nccl run nccl1 cuda "$T/lora.json" 40
+    DSC_COMM_BACKEND=nccl run nccl3 cuda "$T/z3.json" 40
+fi
 run f16 cuda "$T/f16.json" 40
 run f16_cpu cpu "$T/f16.json" 40
 run ac cuda "$T/ac.json" 10
@@ -108,8 +129,24 @@ b = json.loads(open('$T/mem_lora/metrics.jsonl').readlines()[-1])['gpu_allocated
 n = float(re.search(r'\(([0-9.]+)M parameters', open('$T/mem_full.log').read()).group(1)) * 1e6
 print(f'  llama-d8 device pool: {a / 2**20:.1f} MiB full, {b / 2**20:.1f} MiB LoRA, {n} parameters')
 assert a - b >= 12 * n, (a, b, n)"
-cfg "$T/off.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}, $LORA"
-expect 1 "LoRA on --device cuda with ZeRO-Offload" -- "$DSC" train --device cuda --config "$T/off.json" --model llama-d2 --max-steps 1 --out "$T/bad"
+check "ZeRO-Offload: the GPU follows the CPU, the adapters' optimizer on the host" -- compare lora_cpu off 5e-3 0.03 0.08
+check "ZeRO-Offload with modules_to_save (the embeddings' group trained in full) follows the CPU" -- compare save_cpu saveoff 5e-3 0.03 0.08
+check "ZeRO-Offload with lora_dropout follows the CPU" -- compare drop_cpu dropoff 5e-3 0.03 0.08
+check "the banner says ZeRO-Offload" -- grep -q "ZeRO-Offload" "$T/off.log"
+check "ZeRO-Offload: a checkpoint resumes bit for bit" -- $PY -c "
+import json
+a = [json.loads(x) for x in open('$T/off/metrics.jsonl')]
+b = [json.loads(x) for x in open('$T/offrest/metrics.jsonl')]
+assert b[0]['step'] == 21 and [x['loss'] for x in a[20:]] == [x['loss'] for x in b], (a[20:], b)"
+if [ "$NCCL" -gt 0 ]; then
+    check "nccl with LoRA (one rank): follows the CPU" -- compare lora_cpu nccl1 5e-3 0.03 0.08
+    check "nccl with LoRA at stage 3 (the adapters through the layer slots): follows the CPU" -- compare lora_cpu nccl3 5e-3 0.03 0.08
+    check "the nccl path ran (its banner)" -- grep -q "nccl" "$T/nccl3.log"
+else
+    echo "SKIP: nccl with LoRA (this dsc was built without NCCL)"
+fi
+cfg "$T/offp.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}, $LORA"
+expect 1 "offload_param.device" -- "$DSC" train --device cuda --config "$T/offp.json" --model llama-d2 --max-steps 1 --out "$T/bad"
 check "GPT-2: LoRA with dropout on the GPU follows the CPU within bf16 tolerance" -- compare g2_cpu g2 5e-3 0.03 0.08
 check "GPT-2: the loss falls" -- fell g2
 check "GPT-2: modules_to_save (wte, wpe, ln_f trained in full) follows the CPU" -- compare g2s_cpu g2s 5e-3 0.03 0.08

@@ -220,18 +220,19 @@ static dsc_status make_views(train_gpu *g) {
     if (!g->p16) g->p16 = calloc((size_t)g->ntensors, sizeof *g->p16);
     if (!g->grad) g->grad = calloc((size_t)g->ntensors, sizeof *g->grad);
     if (!g->p16 || !g->grad) return dsc__fail(DSC_ERR_OOM, "out of memory");
-    if (g->param_offload) {
+    for (int i = 0; i < g->ntensors; i++) // frozen (LoRA's base): its 16-bit values, no gradient
+        if (dsc__engine_param_offset(g->eng, i) == SIZE_MAX) {
+            g->p16[i] = g->st->frozen16 + dsc__engine_frozen_offset(g->eng, i);
+            g->grad[i] = NULL;
+        }
+    if (g->param_offload) { // (the slots' tables keep the frozen entries as set above)
         dsc__train_off_views(g->off, g->p16, g->grad);
         return DSC_OK;
     }
     if (g->dp && dsc__train_dp_views(g->dp, g->model, g->p16, g->grad)) return DSC_OK;
     for (int i = 0; i < g->ntensors; i++) {
         size_t off = dsc__engine_param_offset(g->eng, i);
-        if (off == SIZE_MAX) { // frozen (LoRA's base): its 16-bit values, no gradient
-            g->p16[i] = g->st->frozen16 + dsc__engine_frozen_offset(g->eng, i);
-            g->grad[i] = NULL;
-            continue;
-        }
+        if (off == SIZE_MAX) continue; // frozen: above
         g->p16[i] = g->st->p16 + off;
         g->grad[i] = g->gslots_on ? NULL : g->st->grad + off;
     }
@@ -323,23 +324,21 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
     return staged_host(g, n, pinned, why, cap);
 }
 
-// LoRA's frozen base on the device (its 16-bit values, uploaded once: they never change). The
-// paths that stream or partition the weights (ZeRO-Offload, offload_param, nccl) lay out the
-// trained tensors only and are refused for it, naming what runs.
+// LoRA's frozen base on the device (its 16-bit values, uploaded once: they never change), whole
+// on every GPU. With ZeRO-Offload and with nccl it stays there too: the host's optimizer, the
+// bus and the collectives carry the trained tensors (the adapters) only. offload_param streams
+// the layers' trained tensors and would keep the base resident all the same: refused, naming
+// what runs.
 static dsc_status frozen_init(train_gpu *g, bool offload) {
     size_t n;
     const float *host = dsc__engine_frozen_store(g->eng, &n);
     if (!n) return DSC_OK;
-    if (g->dp)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with DSC_COMM_BACKEND=nccl: "
-                         "the nccl path lays out the trained tensors only; unset "
-                         "DSC_COMM_BACKEND (the ranks then stage through the host), or train on "
-                         "the CPU (--device cpu)");
-    if (offload && !g->staged)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with ZeRO-Offload: the "
-                         "frozen base lives on the GPU beside the adapters, whose optimizer "
-                         "state is small; set zero_optimization.offload_optimizer.device (and "
-                         "offload_param.device) to \"none\", or train on the CPU (--device cpu)");
+    if (offload && !g->staged && g->param_offload)
+        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with "
+                         "zero_optimization.offload_param: the layers' streamed weights are the "
+                         "trained tensors only, and the frozen base stays on the GPU; set "
+                         "offload_param.device to \"none\" (offload_optimizer alone keeps the "
+                         "adapters' optimizer on the host), or train on the CPU (--device cpu)");
     return dsc__cuda_state_frozen(g->st, host, n, g->pool);
 }
 

@@ -4,6 +4,7 @@
 #ifdef DSC_WITH_CUDA
 
 #include <math.h>   // isfinite
+#include <stdint.h> // SIZE_MAX
 #include <stdlib.h> // calloc, free, aligned_alloc
 #include <string.h> // memset
 
@@ -71,12 +72,14 @@ static bool ring_group(const train_off *o, int g) {
 
 // ---- create / destroy ----
 
-// The backward's groups are the engine's: tensor i of model group k lies inside engine group k,
-// and at one rank every group's optimizer state is its whole range.
+// The backward's groups are the engine's: trained tensor i of model group k lies inside engine
+// group k (a frozen tensor, LoRA's base, is in no group: it stays on the device), and at one rank
+// every group's optimizer state is its whole range.
 static dsc_status check_groups(train_off *o, const dsc_model *model) {
     for (int i = 0; i < dsc_model_describe(model)->num_tensors; i++) {
         const dsc_model_param *info = dsc_model_param_get(model, i);
         size_t off = dsc__engine_param_offset(o->eng, i);
+        if (off == SIZE_MAX) continue;
         const dsc__engine_span *sp = info->group < o->ngroups ? &o->spans[info->group] : NULL;
         if (!sp || off < sp->off || off + (size_t)info->numel > sp->off + sp->padded)
             return dsc__fail(DSC_ERR_INTERNAL,
