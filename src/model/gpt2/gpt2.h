@@ -23,10 +23,10 @@
 
 typedef struct dsc_gpt2_config {
     int n_layer, n_head, n_embd, vocab_size, max_seq_len;
-    // activation checkpointing: keep each layer's input only, recompute the rest; 2: the device
-    // passes keep those inputs on the host (cpu_checkpointing)
+    // activation checkpointing: keep each layer's input only, recompute the rest in the backward
+    // (not a shape: the weights and the math are the same); 2: the device passes keep those
+    // inputs on the host (cpu_checkpointing)
     int recompute;
-                    // in the backward (not a shape: the weights and the math are the same)
     const struct dsc_lora *lora; // LoRA adapters (dsc_model_set_lora; borrowed), or NULL
 } dsc_gpt2_config;
 
