@@ -209,6 +209,21 @@ lora_gpu_plan() {
     exit !(d / 2^30 > 24 && d / 2^30 < 27 && h < 2^31 && h0 / 2^30 > 29.5 && h0 / 2^30 < 32) }'
 }
 check "LoRA on a GPU: the plan counts the 16-bit base on the device and no state for it" -- lora_gpu_plan
+# LoRA with ZeRO-Offload on a GPU: the base in 16 bits on the device, the adapters' master and
+# moments on the host beside the engine's fp32 frozen store (29.9 GiB)
+cat >"$T/lora8off.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+ "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}}
+JSON
+lora_offload_plan() {
+  local h d n
+  read -r h d n <<<"$(plan_json "$T/lora8off.json" cuda)"
+  awk -v h="$h" -v d="$d" 'BEGIN { printf "LoRA 8B with ZeRO-Offload: device %.1f GiB, host " \
+    "%.1f GiB\n", d / 2^30, h / 2^30; exit !(d / 2^30 > 23 && d / 2^30 < 27 && h / 2^30 > 29.9 &&
+    h / 2^30 < 32) }'
+}
+check "LoRA with ZeRO-Offload on a GPU: the base on the device, the adapters' state on the host" -- lora_offload_plan
 check "GPT-2 LoRA on a GPU (its device passes take adapters): planned" -- "$DSC" config check \
   "$T/lora8.json" --model gpt2-124M --device cuda
 finish
