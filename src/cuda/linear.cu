@@ -105,16 +105,9 @@ extern "C" dsc_status dsc__cuda_lin_forward_gelu(dsc__cuda_lin *L, int slot, uin
                                                  uint16_t *aux, int rows, int IN, int OUT) {
     (void)slot;
     L->kept = NULL;
-    if (L->in_out)
-        return dsc__cuda_mm_forward(L->blas, out, ldo, inp, ldi, w, bias, NULL, rows, IN, OUT,
-                                    DSC_CUDA_EPI_GELU_BIAS, aux, L->fp16, L->stream);
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1, g.M = rows, g.N = OUT, g.K = IN;
-    g.A = inp, g.lda = ldi, g.B = w, g.ldb = IN, g.D = out, g.ldd = ldo, g.ldc = ldo;
-    g.alpha = 1.0f, g.epilogue = DSC_CUDA_EPI_GELU_BIAS, g.bias = bias, g.aux = aux;
-    g.ldaux = OUT, g.fp16 = L->fp16;
-    return dsc__cuda_gemm(L->blas, &g, L->stream);
+    DSC_CUDA_ARG(L->in_out, "linear forward with GELU: only the Conv1D layout (in_out) has it");
+    return dsc__cuda_mm_forward(L->blas, out, ldo, inp, ldi, w, bias, NULL, rows, IN, OUT,
+                                DSC_CUDA_EPI_GELU_BIAS, aux, L->fp16, L->stream);
 }
 
 extern "C" dsc_status dsc__cuda_lin_forward(dsc__cuda_lin *L, int slot, uint16_t *out, int ldo,
@@ -163,14 +156,9 @@ extern "C" dsc_status dsc__cuda_lin_dinp_dgelu(dsc__cuda_lin *L, int slot, uint1
                                                uint16_t *aux) {
     (void)slot;
     L->kept = NULL;
-    if (L->in_out) return dinp_in_out(L, dinp, ldo, dout, ldd, w, rows, IN, OUT, false, aux);
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.M = rows, g.N = IN, g.K = OUT;
-    g.A = dout, g.lda = ldd, g.B = w, g.ldb = IN, g.D = dinp, g.ldd = ldo, g.ldc = ldo;
-    g.alpha = 1.0f, g.epilogue = DSC_CUDA_EPI_DGELU, g.aux = aux, g.ldaux = IN;
-    g.fp16 = L->fp16;
-    return dsc__cuda_gemm(L->blas, &g, L->stream);
+    DSC_CUDA_ARG(L->in_out, "linear input gradient with GELU's derivative: only the Conv1D "
+                 "layout (in_out) has it");
+    return dinp_in_out(L, dinp, ldo, dout, ldd, w, rows, IN, OUT, false, aux);
 }
 
 extern "C" dsc_status dsc__cuda_lin_dinp(dsc__cuda_lin *L, int slot, uint16_t *dinp, int ldo,

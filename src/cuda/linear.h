@@ -3,7 +3,7 @@
 // with FP8 operands (the `fp8` config section, docs/fp8.md) where the shapes allow it (nn.Linear's
 // layout only). The families' device passes call these for every linear product of a transformer
 // layer; the output head and LoRA's adapters stay in 16-bit. Epilogues: a bias, a residual added,
-// GELU (its pre-activation kept) and, in the input gradient, GELU's derivative (16-bit only).
+// GELU (its pre-activation kept) and, in the input gradient, GELU's derivative (16-bit, Conv1D).
 //
 // FP8 products quantize each operand just before the product with its own scale (current
 // scaling, cuda/fp8.h) into the scratch this struct owns, and accumulate in fp32:
@@ -74,7 +74,7 @@ dsc_status dsc__cuda_lin_forward(dsc__cuda_lin *L, int slot, uint16_t *out, int 
                                  const uint16_t *bias, const uint16_t *resid, int rows, int IN,
                                  int OUT);
 // The same with GELU in the epilogue: out = GELU(product + bias), its argument into aux (rows,
-// OUT); 16-bit.
+// OUT); 16-bit, the Conv1D layout only (DSC_ERR_INVALID_ARG otherwise).
 dsc_status dsc__cuda_lin_forward_gelu(dsc__cuda_lin *L, int slot, uint16_t *out, int ldo,
                                       const uint16_t *inp, int ldi, const uint16_t *w,
                                       const uint16_t *bias, uint16_t *aux, int rows, int IN,
@@ -84,7 +84,8 @@ dsc_status dsc__cuda_lin_forward_gelu(dsc__cuda_lin *L, int slot, uint16_t *out,
 dsc_status dsc__cuda_lin_dinp(dsc__cuda_lin *L, int slot, uint16_t *dinp, int ldo,
                               const uint16_t *dout, int ldd, const uint16_t *w, int rows, int IN,
                               int OUT, bool acc);
-// The same times GELU's derivative at aux (rows, IN: the forward's kept argument); 16-bit.
+// The same times GELU's derivative at aux (rows, IN: the forward's kept argument); 16-bit, the
+// Conv1D layout only.
 dsc_status dsc__cuda_lin_dinp_dgelu(dsc__cuda_lin *L, int slot, uint16_t *dinp, int ldo,
                                     const uint16_t *dout, int ldd, const uint16_t *w, int rows,
                                     int IN, int OUT, uint16_t *aux);

@@ -49,6 +49,8 @@ static int adapter(const dsc_lora *lo, int tensor) {
 
 static bool drops(const dsc_lora *lo) { return lo->dropout > 0 && lo->training; }
 
+extern "C" bool dsc__lora_dev_graph_ok(const dsc_lora *lo) { return !lo || lo->dropout == 0.0f; }
+
 // The dropout of adapter k's input on N rows of `in` elements, the elements kept by the host's
 // mask scaled by 1 / (1 - p): ADD false: dst = that of src (others 0); ADD true (the backward
 // through it): dst += that of src. Row strides ldd, lds.

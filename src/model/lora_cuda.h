@@ -35,6 +35,9 @@ typedef struct dsc__lora_dev {
     uint16_t *xd; // (maxN, max_in) the dropped-out input (and its gradient), or NULL
 } dsc__lora_dev;
 
+// Whether a step with these adapters (NULL: none) may be captured as a CUDA graph: not with
+// lora_dropout, whose masks take a pass count from the host that changes every forward.
+bool dsc__lora_dev_graph_ok(const struct dsc_lora *lo);
 // Device bytes of the buffers for passes of up to N tokens (0 without adapters).
 size_t dsc__lora_dev_bytes(const struct dsc_lora *lo, int64_t N);
 // Point d's buffers into base (dsc__lora_dev_bytes of them; base NULL: only the size).

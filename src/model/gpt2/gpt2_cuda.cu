@@ -582,12 +582,8 @@ static dsc_status loss_op(void *dev, float loss_scale) {
                                   m->Vp, m->fp16, m->st);
 }
 
-// LoRA's dropout masks take a pass count from the host: steps with lora_dropout stay eager
-// (without it the adapters' kernels read nothing the host changes between steps).
-static bool graph_op(const void *dev) {
-    const struct dsc_lora *lo = ((const gpt2_cuda *)dev)->c.lora;
-    return !lo || lo->dropout == 0.0f;
-}
+// A step is a graph unless its adapters say no (lora_dropout: model/lora_cuda.h).
+static bool graph_op(const void *dev) { return dsc__lora_dev_graph_ok(((gpt2_cuda *)dev)->c.lora); }
 
 static const dsc__dev_layers_ops *layer_ops(void) {
     static const dsc__dev_layers_ops ops = {

@@ -686,12 +686,8 @@ static dsc_status embed_back_op(void *dev, const uint16_t *const *params, float 
 // first forward measured.
 static void recompute_op(void *dev, bool on) { ((llama_cuda *)dev)->lin.recompute = on; }
 
-// LoRA's dropout masks take a pass count from the host: steps with lora_dropout stay eager
-// (without it the adapters' kernels read nothing the host changes between steps).
-static bool graph_op(const void *dev) {
-    const struct dsc_lora *lo = ((const llama_cuda *)dev)->c.lora;
-    return !lo || lo->dropout == 0.0f;
-}
+// A step is a graph unless its adapters say no (lora_dropout: model/lora_cuda.h).
+static bool graph_op(const void *dev) { return dsc__lora_dev_graph_ok(((llama_cuda *)dev)->c.lora); }
 
 static dsc_status backward(void *dev, const uint16_t *const *params, float *const *grads,
                            float loss_scale) {
