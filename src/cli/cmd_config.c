@@ -58,7 +58,9 @@ static dsc_status make_plan(const plan_flags *f, const dsc_config *cfg, int worl
         return st;
     }
     cli_plan_opts po = {.model = m, .cfg = cfg, .world = world, .seq_len = (int)T,
-                        .device = cuda, .checkpoints = dsc__train_ckpt_key(cfg) != NULL};
+                        .device = cuda, // a LoRA run initialises in place (dsc train)
+                        .init_in_place = dsc_model_lora_of(m) != NULL,
+                        .checkpoints = dsc__train_ckpt_key(cfg) != NULL};
     st = cli_memory_plan(&po, false, plan);
     dsc_model_destroy(m);
     return st;

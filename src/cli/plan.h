@@ -14,7 +14,7 @@ typedef struct cli_plan_opts {
     const dsc_config *cfg; // resolved for world
     int world, seq_len;
     bool device;           // --device cuda
-    bool init_in_place;    // weights from a file
+    bool init_in_place;    // each rank initialises its partition (a file's weights, LoRA)
     bool checkpoints;      // a checkpoint writer will run
     bool measure_runtime;  // count this process's resident bytes now as its runtime
 } cli_plan_opts;

@@ -210,6 +210,13 @@ static const char *weights_path(const trainer *t) {
     return strncmp(p, "hf:", 3) ? p : p + 3;
 }
 
+// Weights from a file, and a LoRA run's (whose frozen base would otherwise be staged whole on every
+// rank, defeating its partition at ZeRO stage 3), go straight into each rank's partition; the
+// initialiser's values of a full fine-tune go through the engine's staging copy.
+static bool init_in_place(const trainer *t) {
+    return weights_path(t) != NULL || dsc_model_lora_of(t->model) != NULL;
+}
+
 // The built-in config's text (into buf) when --config is not given; NULL otherwise.
 static const char *default_config(const train_opts *o, char *buf, size_t cap) {
     if (o->config) return NULL;
@@ -252,7 +259,7 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
     if (st != DSC_OK) return st;
     if (dsc_model_lora_of(t->model)) DSC_TRY(lora_names(t));
     cli_plan_opts po = {.model = t->model, .cfg = cfg, .world = world, .seq_len = t->T,
-                        .device = cuda, .init_in_place = weights_path(t) != NULL,
+                        .device = cuda, .init_in_place = init_in_place(t),
                         .checkpoints = t->o->save_dir || dsc__train_ckpt_key(cfg),
                         .measure_runtime = true};
     st = cli_memory_plan(&po, true, &t->plan);
@@ -267,11 +274,9 @@ static dsc_status plan_memory(trainer *t, bool cuda, int world) {
 // device_model: one rank whose model lives on a GPU, which keeps its own 16-bit weights, so the
 // engine needs no host compute copy of them.
 static dsc_status build_engine(trainer *t, bool device_model) {
-    // Weights from a file go straight into each rank's partition (no full copy of the model);
-    // the initialiser's values go through the engine's staging copy.
     dsc_engine_opts eo = {.warn = print_warning, .no_compute_copy = device_model,
                           .device_grads = device_model, .device_state = device_model,
-                          .init_in_place = weights_path(t) != NULL};
+                          .init_in_place = init_in_place(t)};
     eo.config = &t->cfg; // read by plan_memory
     t->ntensors = dsc_model_describe(t->model)->num_tensors;
     dsc_param_desc *pd = calloc((size_t)t->ntensors, sizeof *pd);
@@ -364,23 +369,19 @@ static dsc_status init_weights(trainer *t) {
         if (st != DSC_OK) return dsc_fail(st, "--init-adapter %s: %s", t->o->init_adapter,
                                           dsc_last_error());
     }
-    if (w.what) {
-        st = dsc_hf_weights_open(&w.file, w.what);
-        if (st == DSC_OK) st = dsc_params_init(t->eng, fill_weights, &w);
-        dsc_hf_weights_close(w.file);
-    } else if (dsc_engine_state_on_device(t->eng)) { // no host master: sent there in pieces
+    if (w.what) st = dsc_hf_weights_open(&w.file, w.what);
+    // in place, or with the state on the device (no host master: sent there in pieces), the
+    // engine asks for each rank's slices (the model's initialiser gives any slice alike)
+    if (st == DSC_OK && (init_in_place(t) || dsc_engine_state_on_device(t->eng))) {
         st = dsc_params_init(t->eng, fill_weights, &w);
-    } else {
+    } else if (st == DSC_OK) { // the engine's staging copy, whole tensors
         for (int i = 0; i < t->ntensors && st == DSC_OK; i++) {
             const dsc_model_param *p = dsc_model_param_get(t->model, i);
-            if (dsc_lora_base_of(dsc_model_lora_of(t->model), i) >= 0)
-                st = fill_adapter(t, w.adapter, i, 0, p->numel, dsc_param_master(t->eng, i));
-            else
-                dsc_model_init_tensor(t->model, i, dsc_param_master(t->eng, i), 0, p->numel,
-                                      (uint64_t)t->o->seed);
+            st = fill_weights(&w, i, 0, p->numel, dsc_param_master(t->eng, i));
         }
         if (st == DSC_OK) st = dsc_params_updated(t->eng);
     }
+    dsc_hf_weights_close(w.file);
     dsc_hf_weights_close(w.adapter);
     DSC_TRY(st);
     for (int i = 0; i < t->ntensors; i++) {

@@ -172,6 +172,9 @@ const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len) {
     return e->nfrozen ? e->fdata : NULL;
 }
 
+bool dsc__engine_frozen_parted(const dsc_engine *e) { return e->frozen_parted; }
+int64_t dsc__engine_tensor_numel(const dsc_engine *e, int i) { return dsc__engine_tensor(e, i)->numel; }
+
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i) {
     return e->pub[i] < 0 ? e->frozen[-1 - e->pub[i]].off : SIZE_MAX;
 }

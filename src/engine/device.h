@@ -87,6 +87,13 @@ size_t dsc__engine_param_offset(const dsc_engine *e, int i);
 // tensor i's offset in it (SIZE_MAX for a trained tensor). With the state on the device the
 // store is NULL and *len its size: the device keeps them (DSC__STATE_FROZEN).
 const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len);
+// Partitioned frozen tensors (ZeRO stage 3 on several ranks, zero/frozen.c: the store above is
+// then NULL): every layer group's frozen range gathered in turn (collective) and handed to put
+// (off, n: a range of the frozen layout), which a device trainer uploads; nothing otherwise.
+bool dsc__engine_frozen_parted(const dsc_engine *e);
+int64_t dsc__engine_tensor_numel(const dsc_engine *e, int i); // trainable or frozen
+typedef dsc_status (*dsc__frozen_put_fn)(void *user, size_t off, size_t n, float *values);
+dsc_status dsc__engine_frozen_gathered(dsc_engine *e, dsc__frozen_put_fn put, void *user);
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i);
 // The fp16 loss scale the next backward carries (1 without fp16).
 double dsc__engine_loss_scale(const dsc_engine *e);

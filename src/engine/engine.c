@@ -147,26 +147,12 @@ static dsc_status copy_params(dsc_engine *e, const dsc_engine_opts *o) {
         }
         p->group = d->group;
         if (d->group + 1 > e->ngroups) e->ngroups = d->group + 1;
-        if (d->frozen) {
-            p->off = e->frozen_total;
-            e->frozen_total += ((size_t)p->numel + DSC_ALIGN_ELEMS - 1) / DSC_ALIGN_ELEMS *
-                               DSC_ALIGN_ELEMS;
-        } else {
-            e->numel += p->numel;
-        }
+        if (!d->frozen) e->numel += p->numel; // (the frozen layout: zero/frozen.c)
     }
     if (!e->nparams)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_create: every one of the %d tensors is "
                          "frozen; nothing would train", o->nparams);
     return DSC_OK;
-}
-
-// The frozen tensors' values: one block, full on every rank (a device trainer uploads its 16-bit
-// copy from here); none when the state lives on the device, which holds them too.
-static dsc_status alloc_frozen(dsc_engine *e) {
-    if (!e->nfrozen || e->dev_state) return DSC_OK;
-    return dsc__engine_alloc(e, e->frozen_total, "engine.frozen_weights", &e->h_frozen,
-                             &e->fdata);
 }
 
 static const param *frozen_of(const dsc_engine *e, int i) { return dsc__engine_frozen_of(e, i); }
@@ -251,7 +237,11 @@ static dsc_status engine_init(dsc_engine *e, const dsc_engine_opts *o) {
     DSC_TRY(dsc__zero_layout(e));
     DSC_TRY(dsc__zero_alloc(e));
     DSC_TRY(alloc_init(e, o->init_in_place));
-    DSC_TRY(alloc_frozen(e));
+    // The frozen tensors' values (zero/frozen.c): whole on every rank (a device trainer uploads
+    // its 16-bit copy from there), partitioned at stage 3 on the host; none when the state lives
+    // on the device, which holds them too.
+    DSC_TRY(dsc__frozen_layout(e));
+    DSC_TRY(dsc__frozen_alloc(e, !o->init_in_place));
     DSC_TRY(create_comm(e));
     DSC_TRY(dsc__ft_create(e));
     e->inject = dsc__env(DSC_ENV_INJECT_OVERFLOW);
@@ -279,12 +269,13 @@ void dsc_engine_destroy(dsc_engine *e) {
     if (e->pool) {
         dsc__zero_free(e);
         dsc__engine_free(e, &e->h_init);
-        dsc__engine_free(e, &e->h_frozen);
+        dsc__frozen_free(e);
         if (e->own_pool) dsc_mem_pool_destroy(e->pool);
     }
     dsc_comm_destroy(e->comm);
     free(e->params);
     free(e->frozen);
+    free(e->fgroups);
     free(e->pub);
     free(e->pub_of);
     free(e);
@@ -301,7 +292,7 @@ int64_t dsc_engine_global_steps(const dsc_engine *e) { return e->global_steps; }
 // The caller's index i names trainable tensor pub[i], or frozen tensor -1 - pub[i].
 float *dsc_param_data(dsc_engine *e, int i) {
     const param *f = frozen_of(e, i);
-    if (f) return e->fdata ? e->fdata + f->off : NULL; // NULL: on the device (dev_state)
+    if (f) return dsc__frozen_data(e, f); // NULL: on the device, or its group not gathered
     return e->pdata[e->pub[i]];
 }
 float *dsc_param_grad(dsc_engine *e, int i) { return frozen_of(e, i) ? NULL : e->pgrad[e->pub[i]]; }
@@ -324,9 +315,7 @@ dsc_status dsc__engine_state_io(dsc_engine *e, int kind, size_t off, size_t n, f
 }
 
 dsc_status dsc_params_updated(dsc_engine *e) {
-    // Frozen tensors never change: rounded once to the 16-bit type the model computes in (fp16,
-    // bf16), as the trainable tensors' compute copy is after every step.
-    if (e->fdata && !e->params_ready) dsc__zero_round_compute(e, e->fdata, e->frozen_total);
+    if (!e->params_ready) DSC_TRY(dsc__frozen_ready(e)); // rounded once, kept, replicated
     if (e->stage > 0 && e->init) { // keep this rank's slices
         for (int g = 0; g < e->ngroups; g++) {
             const group *gr = &e->groups[g];
@@ -416,14 +405,7 @@ dsc_status dsc_params_init(dsc_engine *e, dsc_param_fill_fn fill, void *user) {
             }
         }
     }
-    for (int i = 0; i < e->npub && !e->dev_state; i++) { // frozen tensors: whole on every rank
-        const param *f = frozen_of(e, i);
-        dsc_status st = f ? fill(user, i, 0, f->numel, e->fdata + f->off) : DSC_OK;
-        if (st != DSC_OK) {
-            dsc__error_prefix("initialising %s: ", f->name);
-            return st;
-        }
-    }
+    if (!e->dev_state) DSC_TRY(dsc__frozen_fill(e, fill, user)); // whole, or this rank's slices
     e->init = NULL;
     return dsc_params_updated(e);
 }
@@ -699,12 +681,9 @@ dsc_status dsc_engine_full_param(dsc_engine *e, int i, float *out) {
     if (i < 0 || i >= e->npub || !out)
         return dsc__fail(DSC_ERR_INVALID_ARG, "dsc_engine_full_param: no tensor %d", i);
     const param *f = frozen_of(e, i);
-    if (f && !e->fdata)
+    if (f && e->dev_state)
         return dsc__engine_state_io(e, DSC__STATE_FROZEN, f->off, (size_t)f->numel, out, false);
-    if (f) {
-        memcpy(out, e->fdata + f->off, (size_t)f->numel * sizeof(float));
-        return DSC_OK;
-    }
+    if (f) return dsc__frozen_full(e, f, out);
     i = e->pub[i];
     if (e->dev_state)
         return dsc__engine_state_io(e, 0, e->params[i].off, (size_t)e->params[i].numel, out, false);

@@ -46,22 +46,39 @@ typedef struct group {
     dsc_comm_req *preq, *greq; // gather / reduction in flight
 } group;
 
+// A layer group's frozen tensors when they are partitioned (dsc_engine.frozen_parted): laid out
+// as a group's trainable tensors are, in their own flat layout (off, padded, slice, part_off as
+// above), gathered into buf (handle h) between dsc_gather and dsc_release.
+typedef struct fgroup {
+    size_t off, padded, slice, part_off;
+    bool persistent; // small: stays gathered (stage3_param_persistence_threshold)
+    float *buf;
+    dsc_mem_handle h;
+    dsc_comm_req *req;
+} fgroup;
+
 struct dsc_engine {
     dsc_config cfg;
     int rank, world, stage;
     dsc_comm *comm; // NULL on one rank
     int nparams, ngroups;
     param *params; // the trainable tensors: every buffer below is theirs
-    // Frozen tensors (dsc_param_desc.frozen, LoRA's base): fp32 values only, full on every rank,
-    // in one block of the pool (h_frozen); never in checkpoints or the optimizer.
+    // Frozen tensors (dsc_param_desc.frozen, LoRA's base): fp32 values only (rounded once to the
+    // training type), never in checkpoints or the optimizer (zero/frozen.c). Whole on every rank
+    // in fdata (h_frozen), except at ZeRO stage 3 on several ranks with a host compute copy
+    // (frozen_parted): rank r then keeps slice r of every group's frozen layout in fpart, the
+    // fault-tolerance ring's buddy a replica of it in frep, and fdata is only the initialiser's
+    // staging until dsc_params_updated.
     int npub;      // tensors the caller registered, trainable and frozen
     int *pub;      // (npub) the caller's index -> trainable index, or -1 - frozen index
     int *pub_of;   // (nparams) trainable index -> the caller's index
     int nfrozen;
-    param *frozen; // (nfrozen) off: offset in fdata
-    size_t frozen_total;
-    float *fdata;
-    dsc_mem_handle h_frozen;
+    param *frozen; // (nfrozen) off: offset in the frozen layout (fdata)
+    size_t frozen_total, frozen_part;
+    float *fdata, *fpart, *frep;
+    dsc_mem_handle h_frozen, h_fpart, h_frep;
+    bool frozen_parted;
+    fgroup *fgroups; // (ngroups) with frozen tensors
     group *groups;
     int64_t numel;    // parameter elements (no padding)
     size_t total;     // full layout length incl. padding
@@ -201,6 +218,36 @@ void dsc__zero_abandon_step(dsc_engine *e);
 // dsc__zero_alloc can lay the engine out again (another world size after a failure). Requests in
 // flight must have been waited.
 void dsc__zero_reset(dsc_engine *e);
+// Transient blocks and the all-gather the stages share with zero/frozen.c.
+dsc_status dsc__zero_take(dsc_engine *e, size_t n, dsc_mem_handle *h, float **p);
+void dsc__zero_give(dsc_engine *e, dsc_mem_handle *h, size_t n);
+dsc_status dsc__zero_all_gather(dsc_engine *e, const float *send, float *recv, size_t count,
+                                dsc_comm_req **req);
+
+// zero/frozen.c: the frozen tensors' layout (from the world; every recovery's re-layout too),
+// buffers, gathers and values (see the fields above).
+dsc_status dsc__frozen_layout(dsc_engine *e);
+// staging: the caller initialises whole tensors (dsc_param_master) rather than dsc_params_init.
+dsc_status dsc__frozen_alloc(dsc_engine *e, bool staging);
+void dsc__frozen_free(dsc_engine *e);
+void dsc__frozen_resolve(dsc_engine *e);
+// Where the model reads frozen tensor f now: NULL while its group is not gathered (partitioned)
+// or when the device keeps it.
+float *dsc__frozen_data(const dsc_engine *e, const param *f);
+// dsc_params_init's part: this rank's values of every frozen tensor, through fill.
+dsc_status dsc__frozen_fill(dsc_engine *e, dsc_param_fill_fn fill, void *user);
+// Once, in dsc_params_updated: rounded to the training type; the staging kept as this rank's
+// slices (then freed); the persistent groups gathered; the buddy's replica sent.
+dsc_status dsc__frozen_ready(dsc_engine *e);
+dsc_status dsc__frozen_gather(dsc_engine *e, int g); // with dsc__zero_gather (stage 3)
+dsc_status dsc__frozen_release(dsc_engine *e, int g);
+void dsc__frozen_abandon(dsc_engine *e); // with dsc__zero_abandon_step
+// Frozen tensor f whole into out (collective when partitioned: every rank calls it).
+dsc_status dsc__frozen_full(dsc_engine *e, const param *f, float *out);
+// Fault tolerance, partitioned only: send this rank's slices to the ring's buddy (rank + 1) and
+// keep rank - 1's (collective; after the values are set and after every re-layout).
+dsc_status dsc__frozen_replicate(dsc_engine *e);
+
 // The full fp32 master, every group in the full layout (len e->total), into out; one all-gather
 // per group at stages 1-3.
 dsc_status dsc__zero_gather_master(dsc_engine *e, float *out);

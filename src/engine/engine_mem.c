@@ -93,7 +93,7 @@ void dsc__engine_resolve(dsc_engine *e) {
     e->v = at(e, e->h_v);
     if (e->h_init) e->init = at(e, e->h_init);
     else if (e->init) e->init = dsc__engine_init_alias(e); // the staging is an alias
-    e->fdata = at(e, e->h_frozen);
+    dsc__frozen_resolve(e);
     for (int g = 0; e->groups && g < e->ngroups; g++) {
         group *gr = &e->groups[g];
         gr->pbuf = at(e, gr->hp);

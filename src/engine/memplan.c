@@ -44,6 +44,9 @@ typedef struct layout {
     int64_t maxend;         // the larger of those two end groups
     int64_t params;        // elements, unpadded
     int64_t frozen;        // frozen tensors (LoRA's base), padded: values only, whole per rank
+    // ... partitioned (stage 3 on several ranks, engine/zero/frozen.c): this rank's slices, the
+    // largest group's range, the groups kept gathered
+    int64_t fpart, fmaxgroup, fpersist;
 } layout;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -70,11 +73,20 @@ static void make_layout(const dsc_memplan_input *in, int stage, int world, layou
     for (int i = 0; i < in->nparams; i++)
         if (in->params[i].group + 1 > ngroups) ngroups = in->params[i].group + 1;
     double threshold = in->config->zero_optimization.param_persistence_threshold;
-    for (int i = 0; i < in->nparams; i++)
-        if (in->params[i].frozen) {
-            L->frozen += round_up(desc_numel(&in->params[i]), DSC_ALIGN_ELEMS);
-            L->params += desc_numel(&in->params[i]);
-        }
+    for (int g = 0; g < ngroups; g++) { // the frozen tensors, laid out as zero/frozen.c does
+        int64_t content = 0, numel = 0;
+        for (int i = 0; i < in->nparams; i++)
+            if (in->params[i].frozen && in->params[i].group == g) {
+                content += round_up(desc_numel(&in->params[i]), DSC_ALIGN_ELEMS);
+                numel += desc_numel(&in->params[i]);
+            }
+        int64_t padded = round_up(content, (int64_t)world * DSC_ALIGN_ELEMS);
+        L->frozen += content;
+        L->params += numel;
+        L->fpart += padded / world;
+        if (padded > L->fmaxgroup) L->fmaxgroup = padded;
+        if ((double)numel < threshold) L->fpersist += padded;
+    }
     for (int g = 0; g < ngroups; g++) {
         int64_t content, numel;
         group_sizes(in, g, &content, &numel);
@@ -160,6 +172,9 @@ static int64_t device_state_pieces(const mode *m, const layout *L) {
 }
 
 // The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
+// Frozen tensors partitioned: stage 3 on several ranks (zero/frozen.c).
+static bool frozen_parted(const mode *m) { return m->stage == 3 && m->world > 1; }
+
 static void engine_state(const mode *m, const layout *L, int64_t *h) {
     if (m->no_host_state) { // on the device, LoRA's frozen base too: only pieces pass through
         add(h, DSC_PLAN_STAGING, device_state_pieces(m, L));
@@ -177,7 +192,12 @@ static void engine_state(const mode *m, const layout *L, int64_t *h) {
         add(h, DSC_PLAN_WEIGHTS, full);
     if (m->stage == 3 && !flat && !m->no_compute_copy) add(h, DSC_PLAN_WEIGHTS, part);
     if (m->stage == 3 && (m->fp32 || !m->no_compute_copy)) add(h, DSC_PLAN_WEIGHTS, L->persist * 4);
-    add(h, DSC_PLAN_WEIGHTS, L->frozen * 4); // the engine's frozen store (engine.c)
+    if (!frozen_parted(m)) { // the engine's frozen store (zero/frozen.c)
+        add(h, DSC_PLAN_WEIGHTS, L->frozen * 4);
+    } else { // this rank's slices, the buddy's replica (the ring), the groups kept gathered
+        add(h, DSC_PLAN_WEIGHTS, (L->fpart + L->fpersist) * 4);
+        if (m->replicate) add(h, DSC_PLAN_SNAPSHOTS, L->fpart * 4);
+    }
     if (!m->no_host_grads) // streamed: the device trainer's slots instead (device_offload)
         add(h, DSC_PLAN_GRADS, m->stage < 2 ? full * (m->gas > 1 ? 2 : 1) : part);
     if (m->world > 1 && !m->fp32) // 16-bit reductions' staging (communication_data_type)
@@ -190,10 +210,14 @@ static int64_t engine_transients(const mode *m, const layout *L, bool init_in_pl
     int64_t step = L->maxgroup * 4;
     if (m->stage >= 2) step = (L->total + L->part) * 4; // every group's gradients until the end
     if (m->stage == 3) step += 2 * L->maxgroup * 4;     // the group gathered and the next one
+    if (frozen_parted(m)) step += 2 * L->fmaxgroup * 4; // ... and their frozen tensors
     // (on one rank the initialiser writes the master in place: engine.c dsc__engine_init_alias)
     bool staging = !init_in_place && m->world > 1 && m->stage != 0 && !(m->fp32 && m->stage < 3);
     int64_t init = staging ? L->total * 4 : 0;
+    if (!init_in_place && frozen_parted(m)) init += L->frozen * 4; // the frozen tensors' too
     if (m->device && !m->staged) step = 0; // the device runs the step
+    // The frozen tensors' replica (engine_state) is taken after their staging went, in its space.
+    if (!init_in_place && frozen_parted(m) && m->replicate) init -= L->fpart * 4;
     return step > init ? step : init;
 }
 

@@ -75,6 +75,36 @@ check "two ranks, stage 0, fp32 (fault-tolerance snapshots)" -- run2 r2s0 "$T/s0
 check "two ranks, stage 1, bf16, accumulation 2" -- run2 r2s1 "$T/s1g.json"
 check "two ranks, stage 3, bf16" -- run2 r2s3 "$T/s3b.json"
 check "two ranks, stage 3, fp32, accumulation 2" -- run2 r2s3f "$T/s3f.json"
+# LoRA at ZeRO stage 3 on two ranks: the frozen base is partitioned (each rank keeps its half
+# and its buddy's half for fault tolerance, a layer's base gathered per use); measured against
+# the plan as above. Planned for four ranks, stage 3 keeps a quarter of the base that stage 2 holds
+# whole on every rank, and a quarter more as its buddy's replica.
+sed 's/"zero_optimization"/"lora": {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"}, "zero_optimization"/' \
+  "$T/s3b.json" >"$T/l3.json"
+sed 's/"stage": 3/"stage": 2/' "$T/l3.json" >"$T/l2.json"
+check "two ranks, stage 3, bf16, LoRA (the base partitioned)" -- run2 r2l3 "$T/l3.json"
+lora_parted_plan() {
+  local c
+  for c in l2 l3; do
+    "$DSC" config check "$T/$c.json" --model llama-d8 --vocab-size 256 --seq-len 64 \
+      --world-size 4 --json >"$T/$c.plan.json" || return 1
+  done
+  # the frozen base's parameters: all of them less the trainable ones, from the LoRA line
+  base=$(sed -n 's/.*: \([0-9.]*\)M trainable parameters of \([0-9.]*\)M (the frozen base.*/\2 \1/p' \
+    "$T/r2l3.0.log" | head -1 | awk '{ print $1 - $2 }')
+  /usr/bin/python3 - "$T/l2.plan.json" "$T/l3.plan.json" "$base" <<'PY'
+import json, sys
+a, b = (json.load(open(f))['memory_plan'] for f in sys.argv[1:3])
+base = float(sys.argv[3]) * 1e6 * 4  # fp32 bytes of the frozen base
+w = (a['host']['weights'] - b['host']['weights']) / base
+s = (b['host']['snapshots'] - a['host']['snapshots']) / base
+print(f'LoRA on 4 ranks: stage 3 keeps {w:.3f} of the fp32 base less as weights, {s:.3f} more as '
+      f'the buddy\'s replica; host {a["host_bytes"] / 2**20:.1f} -> {b["host_bytes"] / 2**20:.1f} MiB')
+sys.exit(0 if 0.72 < w < 0.76 and 0.24 < s < 0.27 and b['host_bytes'] < a['host_bytes'] else 1)
+PY
+}
+check "LoRA on four ranks: stage 3 plans a quarter of the frozen base and a quarter as the replica" -- lora_parted_plan
+
 # A checkpoint at the end: the writer's snapshot and the validation's re-read count; an in-line
 # save (checkpoint.async false) writes from the live state and needs no snapshot.
 sed 's/"zero_optimization"/"checkpoint": {"async": false}, "zero_optimization"/' "$T/s2b.json" >"$T/s2sync.json"

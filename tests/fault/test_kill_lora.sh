@@ -2,8 +2,9 @@
 # Fault tolerance of a LoRA run (llama-d2, adapters on every linear layer, the base frozen):
 # SIGKILL one of 4 ranks in the backward of step 5 at ZeRO stages 1 and 3 (policy degrade). The
 # survivors must finish every step and end with the adapters of a reference run that continued on
-# 3 ranks from the restored step's state, as test_kill_llama.sh checks for full training; the
-# frozen base, whole on every rank, is not part of the restored state and stays as it was.
+# 3 ranks from the restored step's state, as test_kill_llama.sh checks for full training. The
+# frozen base is in no snapshot: whole on every rank at stage 1; partitioned at stage 3, where the
+# lost rank's slices come back from its buddy's replica (a wrong slice would change the adapters).
 set -u
 . "$(dirname "$0")/lib.sh"
 export MODEL=llama-d2

@@ -30,14 +30,19 @@
 #define STEPS 8
 #define MAXP 512 // elements of all parameters together
 
-// The model: three layer groups of odd sizes, so that padding and slices do not line up.
+// The model: three layer groups of odd sizes, so that padding and slices do not line up, and two
+// frozen tensors (LoRA's base: partitioned at stage 3, where a lost rank's slices come back from
+// its buddy's replica) whose values the gradients read; with stage3_param_persistence_threshold
+// 60, group 0's and the frozen "fb"'s are kept gathered, the others gathered per use.
 static const dsc_param_desc PARAMS[] = {
     {.name = "a", .ndim = 1, .shape = {40}, .group = 0},
+    {.name = "fb", .ndim = 1, .shape = {50}, .group = 1, .frozen = true},
     {.name = "b", .ndim = 2, .shape = {13, 7}, .group = 1},
     {.name = "c", .ndim = 1, .shape = {100}, .group = 2},
+    {.name = "fc", .ndim = 2, .shape = {61, 1}, .group = 2, .frozen = true},
     {.name = "d", .ndim = 1, .shape = {33}, .group = 2},
 };
-#define NPARAMS 4
+#define NPARAMS 6
 
 typedef struct result { // what rank 0 of a run leaves for the parent
     float w[MAXP];
@@ -53,7 +58,8 @@ static void make_config(int stage) {
     snprintf(g_json, sizeof g_json,
              "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
-             " \"zero_optimization\": {\"stage\": %d},"
+             " \"zero_optimization\": {\"stage\": %d,"
+             " \"stage3_param_persistence_threshold\": 60},"
              " \"fault_tolerance\": {\"comm_timeout_s\": 1.5, \"step_timeout_s\": 3}}",
              stage);
 }
@@ -71,13 +77,21 @@ static dsc_status micro_step(dsc_engine *e, int64_t step, int micro) {
     dsc_status st = dsc_backward_begin(e);
     for (int g = 2; g >= 0 && st == DSC_OK; g--) {
         if ((st = dsc_gather(e, g)) != DSC_OK) break;
+        const float *f = NULL; // the group's frozen tensor
+        int64_t fn = 0;
+        for (int i = 0; i < NPARAMS; i++)
+            if (PARAMS[i].group == g && PARAMS[i].frozen) {
+                f = dsc_param_data(e, i);
+                fn = PARAMS[i].shape[0];
+            }
         for (int i = 0; i < NPARAMS; i++) {
-            if (PARAMS[i].group != g) continue;
+            if (PARAMS[i].group != g || PARAMS[i].frozen) continue;
             float *w = dsc_param_data(e, i), *gr = dsc_param_grad(e, i);
             int64_t n = PARAMS[i].shape[0] * (PARAMS[i].ndim > 1 ? PARAMS[i].shape[1] : 1);
             for (int64_t k = 0; k < n; k++)
                 for (int b = 0; b < B; b++)
-                    gr[k] += (float)(grad_of(first + b, i, k, w[k]) * dsc_backward_scale(e) / B);
+                    gr[k] += (float)((grad_of(first + b, i, k, w[k]) + (f ? f[k % fn] : 0.0f)) *
+                                     dsc_backward_scale(e) / B);
         }
         if ((st = dsc_grads_ready(e, g)) == DSC_OK) st = dsc_release(e, g);
     }

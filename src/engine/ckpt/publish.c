@@ -22,6 +22,7 @@
 #include "dsc/comm.h"           // dsc_comm_all_gather
 #include "engine/ckpt/reader.h" // struct dsc_ckpt
 #include "engine/ckpt/saver.h"  // dsc__saver
+#include "engine/device.h"      // dsc__engine_frozen_parted
 #include "engine/state.h"       // dsc__state_comm
 
 typedef struct shard_report {
@@ -176,8 +177,14 @@ static dsc_status call_validate(dsc__saver *s, const dsc_ckpt *ck, bool *ok, cha
     }
     dsc_status st = gather_live(s, b.flat);
     for (int i = 0, k = 0; i < n && st == DSC_OK; i++) {
-        if (dsc_param_frozen(s->eng, i)) {
+        if (dsc_param_frozen(s->eng, i)) { // partitioned (stage 3): gathered whole here
             b.live[i] = dsc_param_data(s->eng, i);
+            if (b.live[i] && !dsc__engine_frozen_parted(s->eng)) continue;
+            int64_t numel = dsc__engine_tensor_numel(s->eng, i);
+            b.loaded[i] = malloc((size_t)numel * sizeof(float));
+            if (!b.loaded[i]) st = dsc__fail(DSC_ERR_OOM, "out of memory validating a checkpoint");
+            else st = dsc_engine_full_param(s->eng, i, b.loaded[i]);
+            b.live[i] = b.loaded[i];
             continue;
         }
         b.live[i] = b.flat + m->params[k].off;

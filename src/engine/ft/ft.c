@@ -205,6 +205,10 @@ bool dsc__ft_keeps_state(const dsc_engine *e) {
     return e->ft && e->ft->policy != FT_ABORT;
 }
 
+bool dsc__ft_replicates(const dsc_engine *e) {
+    return e->ft && e->ft->ring;
+}
+
 int64_t dsc__ft_events(const dsc_engine *e) { return e->ft ? atomic_load(&e->ft->events) : 0; }
 
 // ---- create / destroy ----

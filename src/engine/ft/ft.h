@@ -33,6 +33,9 @@ dsc_status dsc__ft_state_changed(dsc_engine *e);
 
 // Whether a fault could use the snapshots: several ranks and fault_tolerance.on_failure not abort.
 bool dsc__ft_keeps_state(const dsc_engine *e);
+// Whether the buddy keeps a replica of this rank's partition (fault_tolerance.replicate, stages
+// 1-3): a partitioned frozen base sends it its slices once (zero/frozen.c).
+bool dsc__ft_replicates(const dsc_engine *e);
 
 // Snapshots a device fills (engine/device.h): reserve the slot of the boundary just made (its
 // scalars taken now; NULL without fault tolerance) for the caller's asynchronous copy of the

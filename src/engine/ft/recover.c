@@ -422,13 +422,73 @@ static dsc_status relayout(dsc_engine *e, const ft_plan *p, dsc_comm *nc, const 
     return st;
 }
 
+// The frozen tensors (LoRA's base: zero/frozen.c) are in no snapshot: they never change. Whole
+// on every rank, this rank's copy is the old layout's; partitioned (stage 3), every old rank's
+// slices come from whoever holds them (itself, or the buddy's replica), as old_full_state does for
+// the state. *out: the whole frozen layout of the old world (NULL: no frozen tensors here).
+static dsc_status old_frozen(dsc_engine *e, const ft_plan *p, dsc_comm *nc, float **out) {
+    *out = NULL;
+    if (!e->nfrozen || e->dev_state) return DSC_OK;
+    float *full = malloc((e->frozen_total ? e->frozen_total : 1) * sizeof(float));
+    float *tmp = e->frozen_parted ? malloc((e->frozen_part ? e->frozen_part : 1) * sizeof(float))
+                                  : NULL;
+    if (!full || (e->frozen_parted && !tmp)) {
+        free(full);
+        free(tmp);
+        return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory rebuilding the frozen "
+                         "tensors");
+    }
+    dsc_status st = DSC_OK;
+    if (!e->frozen_parted) memcpy(full, e->fdata, e->frozen_total * sizeof(float));
+    for (int r = 0; e->frozen_parted && r < e->world && st == DSC_OK; r++) {
+        float *buf = tmp;
+        if (p->provider[r] == p->rank) buf = r == e->rank ? e->fpart : e->frep;
+        if (!buf) {
+            st = dsc__fail(DSC_ERR_INTERNAL, "fault tolerance: no replica of rank %d's frozen "
+                           "tensors here", r);
+            break;
+        }
+        st = dsc_comm_broadcast(nc, buf, e->frozen_part, DSC_DT_F32, p->provider[r], NULL);
+        for (int g = 0; st == DSC_OK && g < e->ngroups; g++) {
+            const fgroup *fg = &e->fgroups[g];
+            memcpy(full + fg->off + (size_t)r * fg->slice, buf + fg->part_off,
+                   fg->slice * sizeof(float));
+        }
+    }
+    free(tmp);
+    if (st != DSC_OK) free(full);
+    else *out = full;
+    return st;
+}
+
+// The frozen tensors laid out for the new world (after relayout): whole, or this rank's new
+// slices (gathered where persistent, replicated to the new buddy).
+static dsc_status new_frozen(dsc_engine *e, const float *full, const size_t *old_off) {
+    dsc__frozen_free(e);
+    DSC_TRY(dsc__frozen_layout(e));
+    DSC_TRY(dsc__frozen_alloc(e, true));
+    for (int i = 0; i < e->nfrozen; i++)
+        memcpy(e->fdata + e->frozen[i].off, full + old_off[i],
+               (size_t)e->frozen[i].numel * sizeof(float));
+    return dsc__frozen_ready(e);
+}
+
 static dsc_status degrade(dsc_engine *e, const ft_group *g, const ft_plan *p, dsc_comm *nc) {
     struct dsc__ft *ft = e->ft;
-    float *full = malloc((size_t)ft->nvec * e->total * sizeof(float)); // (nvec, total)
-    if (!full) return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory rebuilding the state");
-    dsc_status st = old_full_state(e, p, nc, full);
+    float *frozen = NULL;
+    size_t *foff = malloc(((size_t)e->nfrozen + 1) * sizeof *foff);
+    if (!foff) return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory");
+    for (int i = 0; i < e->nfrozen; i++) foff[i] = e->frozen[i].off;
+    dsc_status st = old_frozen(e, p, nc, &frozen);
+    float *full = st == DSC_OK ? malloc((size_t)ft->nvec * e->total * sizeof(float)) : NULL;
+    if (st == DSC_OK && !full)
+        st = dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory rebuilding the state");
+    if (st == DSC_OK) st = old_full_state(e, p, nc, full); // (nvec, total)
     if (st == DSC_OK) st = relayout(e, p, nc, full);
     free(full);
+    if (st == DSC_OK && frozen) st = new_frozen(e, frozen, foff);
+    free(frozen);
+    free(foff);
     DSC_TRY(st);
     int *orig = calloc((size_t)p->world, sizeof *orig);
     if (!orig) return dsc__fail(DSC_ERR_OOM, "fault tolerance: out of memory");

@@ -324,11 +324,16 @@ static dsc_status staged_init(train_gpu *g, bool *pinned, char *why, size_t cap)
     return staged_host(g, n, pinned, why, cap);
 }
 
+static dsc_status frozen_put(void *user, size_t off, size_t n, float *values) {
+    return dsc__cuda_state_io(((train_gpu *)user)->st, DSC__STATE_FROZEN, off, n, values, true);
+}
+
 // LoRA's frozen base on the device (its 16-bit values, uploaded once: they never change), whole
 // on every GPU. With ZeRO-Offload and with nccl it stays there too: the host's optimizer, the
-// bus and the collectives carry the trained tensors (the adapters) only. offload_param streams
-// the layers' trained tensors and would keep the base resident all the same: refused, naming
-// what runs.
+// bus and the collectives carry the trained tensors (the adapters) only. At stage 3 on several
+// ranks the host keeps only this rank's slices of it (engine/zero/frozen.c): uploaded a gathered
+// group at a time. offload_param streams the layers' trained tensors and would keep the base
+// resident all the same: refused, naming what runs.
 static dsc_status frozen_init(train_gpu *g, bool offload) {
     size_t n;
     const float *host = dsc__engine_frozen_store(g->eng, &n);
@@ -339,7 +344,8 @@ static dsc_status frozen_init(train_gpu *g, bool offload) {
                          "trained tensors only, and the frozen base stays on the GPU; set "
                          "offload_param.device to \"none\" (offload_optimizer alone keeps the "
                          "adapters' optimizer on the host), or train on the CPU (--device cpu)");
-    return dsc__cuda_state_frozen(g->st, host, n, g->pool);
+    DSC_TRY(dsc__cuda_state_frozen(g->st, host, n, g->pool));
+    return host ? DSC_OK : dsc__engine_frozen_gathered(g->eng, frozen_put, g);
 }
 
 // The banner's words for a one-rank run.

@@ -43,6 +43,11 @@ static void give(dsc_engine *e, dsc_mem_handle *h, size_t n) {
     dsc__engine_free(e, h);
 }
 
+dsc_status dsc__zero_take(dsc_engine *e, size_t n, dsc_mem_handle *h, float **p) {
+    return take(e, n, h, p);
+}
+void dsc__zero_give(dsc_engine *e, dsc_mem_handle *h, size_t n) { give(e, h, n); }
+
 // ---- layout ----
 
 dsc_status dsc__zero_layout(dsc_engine *e) {
@@ -213,6 +218,11 @@ static dsc_status all_gather(dsc_engine *e, const float *send, float *recv, size
     return dsc_comm_all_gather(e->comm, send, recv, count, DSC_DT_F32, req);
 }
 
+dsc_status dsc__zero_all_gather(dsc_engine *e, const float *send, float *recv, size_t count,
+                                dsc_comm_req **req) {
+    return all_gather(e, send, recv, count, req);
+}
+
 // Round x to the training dtype's values (the compute copy of 16-bit training).
 static void round_to(precision prec, float *dst, const float *src, size_t n) {
     if (prec == PREC_FP16) {
@@ -284,6 +294,7 @@ dsc_status dsc__zero_gather(dsc_engine *e, int g) {
         DSC_TRY(wait_req(&gr->preq));
         DSC_TRY(prefetch(e, e->backward ? g - 1 : g + 1));
     }
+    DSC_TRY(dsc__frozen_gather(e, g)); // (partitioned frozen tensors: LoRA's base at stage 3)
     point_params(e, g);
     if (e->backward && e->stage >= 2 && !gr->gbuf) {
         dsc_status st = take(e, gr->padded, &gr->hg, &gr->gbuf);
@@ -298,6 +309,7 @@ dsc_status dsc__zero_gather(dsc_engine *e, int g) {
 
 dsc_status dsc__zero_release(dsc_engine *e, int g) {
     group *gr = &e->groups[g];
+    DSC_TRY(dsc__frozen_release(e, g));
     if (e->stage < 3 || gr->persistent) return DSC_OK;
     DSC_TRY(wait_req(&gr->preq));
     give(e, &gr->hp, gr->padded);
@@ -630,6 +642,7 @@ void dsc__zero_abandon_step(dsc_engine *e) {
         point_params(e, g);
         point_grads(e, g);
     }
+    dsc__frozen_abandon(e);
     if (e->gfull && e->gfull != e->acc) memset(e->gfull, 0, e->total * sizeof(float));
     dsc__zero_zero_acc(e);
     memset(e->gathered, 0, (size_t)e->ngroups);
