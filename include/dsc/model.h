@@ -549,6 +549,96 @@ dsc_status dsc_model_device_train_step(dsc_model_device *d, const uint16_t *cons
 dsc_status dsc_model_device_read_loss(dsc_model_device *d, float *loss);
 dsc_status dsc_model_device_loss_enqueue(dsc_model_device *d, const float **loss_dev);
 
+// ---- the device layer driver, for a family of one's own ----
+//
+// The loop the built-in families' device passes run on (the host passes' twin is
+// dsc_model_layers_forward / _backward). A family gives its passes as callbacks (fam: its device
+// state; each enqueues kernels on the driver's stream); the driver owns what is the same for
+// every decoder:
+// - the order of the layers and the hooks around them (the layer hook before each layer's forward
+//   and backward, the grad hook when a group's gradients are complete: group L + 1 after the
+//   head's backward, layer l's group l + 1 after its backward, group 0 after the embeddings');
+// - the residual stream between the layers, each layer's input (rows x width 16-bit values):
+//   dsc_model_dev_layers_input(d, l), kept for every layer on the device (recompute 0 and 1) or,
+//   with recompute 2, in page-locked host memory (copied out on a side stream as the forward
+//   goes and back one layer ahead of the backward), the device keeping three blocks;
+// - activation checkpointing as a policy: with recompute 1 or 2 a family keeps one block of its
+//   other per-layer activations for all layers (dsc_model_dev_layers_block) and the driver reruns
+//   layer l's forward right before its backward, so the same kernels give the same bits;
+// - the training step as one CUDA graph (dsc_model_dev_layers_step): the first step of a key
+//   (the key's fields, and the params and grads addresses) runs eagerly, the second is captured,
+//   the rest replay it; never with hooks, recompute 2, DSC_GPU_GRAPH=0, or where graph_ok says
+//   no (a pass that takes values from the host that change between steps must say no).
+typedef struct dsc_model_dev_layers_ops {
+    // the tokens' embeddings into layer 0's input (dsc_model_dev_layers_input(d, 0))
+    dsc_status (*embed)(void *fam, const uint16_t *const *params);
+    // layer l: input(l) -> input(l + 1)
+    dsc_status (*layer_forward)(void *fam, const uint16_t *const *params, int l);
+    // the final norm and the logits from input(L)
+    dsc_status (*head)(void *fam, const uint16_t *const *params);
+    // the training step's loss and the logits' gradients (dsc_model_dev_layers_step only)
+    dsc_status (*loss)(void *fam, float loss_scale);
+    // from the logits' gradients to the gradient of input(L), in the family's own buffer
+    dsc_status (*head_backward)(void *fam, const uint16_t *const *params, float *const *grads);
+    // layer l: the gradient of input(l + 1) -> that of input(l)
+    dsc_status (*layer_backward)(void *fam, const uint16_t *const *params, float *const *grads,
+                                 int l);
+    // the embeddings' gradients from that of input(0)
+    dsc_status (*embed_backward)(void *fam, const uint16_t *const *params, float *const *grads);
+    // optional: the forwards that follow are recomputes (on) or not (off)
+    void (*recomputing)(void *fam, bool on);
+    // optional: whether this step may run as a CUDA graph (NULL: yes)
+    bool (*graph_ok)(const void *fam);
+} dsc_model_dev_layers_ops;
+
+enum { DSC_MODEL_DEV_KEY_EXTRA = 16 }; // a family's own graph key bytes, at most
+
+// What a captured step depends on besides the params and grads addresses: the batch, the loss
+// scale, the precision, whether the gradients are written fresh, whether position ids are given,
+// and up to DSC_MODEL_DEV_KEY_EXTRA bytes of the family's own (zero what it does not use).
+typedef struct dsc_model_dev_step_key {
+    int B, T, ntargets;
+    float loss_scale;
+    bool fp16, fresh, pos;
+    unsigned char extra[DSC_MODEL_DEV_KEY_EXTRA];
+} dsc_model_dev_step_key;
+
+typedef struct dsc_model_dev_layers dsc_model_dev_layers;
+
+// Bytes of the residual blocks for L layers of rows x width 16-bit values under recompute
+// (0 off; 1 the layers' inputs on the device; 2 on the host): the family allocates them and
+// passes their address to dsc_model_dev_layers_create.
+size_t dsc_model_dev_layers_res_bytes(int recompute, int L, int64_t rows, int width);
+// How many blocks of its other per-layer activations a family keeps (one for all layers when
+// they are recomputed), and which of them layer l uses.
+size_t dsc_model_dev_layers_blocks(int recompute, int L);
+size_t dsc_model_dev_layers_block(int recompute, int l);
+// A driver for a family (ops, fam) of L layers and ntensors tensors (the length of params and
+// grads), residual blocks of rows_cap x width at res, on stream (a cudaStream_t). recompute 2
+// allocates the host copies, their stream and events. DSC_ERR_UNSUPPORTED in a build without
+// the CUDA kernels; DSC_ERR_INVALID_ARG naming a bad argument; a CUDA error names what failed.
+dsc_status dsc_model_dev_layers_create(dsc_model_dev_layers **out,
+                                       const dsc_model_dev_layers_ops *ops, void *fam, int L,
+                                       int ntensors, int recompute, int64_t rows_cap, int width,
+                                       uint16_t *res, void *stream);
+void dsc_model_dev_layers_destroy(dsc_model_dev_layers *d); // NULL ok; waits for its copies
+// The hooks (see above; NULL: none), as a family's set_grad_hook / set_layer_hook receive them.
+void dsc_model_dev_layers_set_grad_hook(dsc_model_dev_layers *d, dsc_model_grad_hook fn,
+                                        void *user);
+void dsc_model_dev_layers_set_layer_hook(dsc_model_dev_layers *d, dsc_model_layer_hook fn,
+                                         void *user);
+// The rows of the batch that follows (at most rows_cap; what the host copies move).
+void dsc_model_dev_layers_set_rows(dsc_model_dev_layers *d, int64_t rows);
+// Layer l's input (l = L: the head's), on the device.
+uint16_t *dsc_model_dev_layers_input(const dsc_model_dev_layers *d, int l);
+// The forward (embedding, the layers, the head) and the backward from the logits' gradients.
+dsc_status dsc_model_dev_layers_forward(dsc_model_dev_layers *d, const uint16_t *const *params);
+dsc_status dsc_model_dev_layers_backward(dsc_model_dev_layers *d, const uint16_t *const *params,
+                                         float *const *grads);
+// The training step (forward, ops->loss, backward) through the graph of its key (see above).
+dsc_status dsc_model_dev_layers_step(dsc_model_dev_layers *d, const uint16_t *const *params,
+                                     float *const *grads, const dsc_model_dev_step_key *key);
+
 // ---- generation on a GPU ----
 
 typedef struct dsc_model_decode dsc_model_decode; // a model's decoder (cache, buffers) on one GPU

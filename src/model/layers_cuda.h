@@ -23,44 +23,18 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint16_t, int64_t
 
-#include "dsc/model.h"  // dsc_model_grad_hook, dsc_model_layer_hook
+#include "dsc/model.h"  // dsc_model_dev_layers_ops, dsc_model_grad_hook, dsc_model_layer_hook
 #include "dsc/status.h" // dsc_status
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// A family's passes (fam: its device state). Each queues kernels on the driver's stream.
-typedef struct dsc__dev_layers_ops {
-    // the tokens' embeddings into layer 0's input (dsc__dev_layers_input(d, 0))
-    dsc_status (*embed)(void *fam, const uint16_t *const *params);
-    // layer l: input(l) -> input(l + 1)
-    dsc_status (*layer_forward)(void *fam, const uint16_t *const *params, int l);
-    // the final norm and the logits from input(L)
-    dsc_status (*head)(void *fam, const uint16_t *const *params);
-    // the training step's loss and the logits' gradients in one pass (train step only)
-    dsc_status (*loss)(void *fam, float loss_scale);
-    // from the logits' gradients to the gradient of input(L), in the family's own buffer
-    dsc_status (*head_backward)(void *fam, const uint16_t *const *params, float *const *grads);
-    // layer l: the gradient of input(l + 1) -> that of input(l)
-    dsc_status (*layer_backward)(void *fam, const uint16_t *const *params, float *const *grads,
-                                 int l);
-    // the embeddings' gradients from that of input(0)
-    dsc_status (*embed_backward)(void *fam, const uint16_t *const *params, float *const *grads);
-    // optional: the forwards that follow recompute layers (on) or not (off)
-    void (*recomputing)(void *fam, bool on);
-    // optional: whether this step may run as a CUDA graph (NULL: yes)
-    bool (*graph_ok)(const void *fam);
-} dsc__dev_layers_ops;
-
-enum { DSC__DEV_KEY_EXTRA = 16 }; // the family's own graph key bytes, at most
-
-typedef struct dsc__dev_graph_key {
-    int B, T, ntargets;
-    float loss_scale;
-    bool fp16, fresh, pos;
-    unsigned char extra[DSC__DEV_KEY_EXTRA];
-} dsc__dev_graph_key;
+// A family's passes and a step's graph key: the public driver's (dsc/model.h), which is this
+// one (dsc_model_dev_layers_* wrap these functions).
+typedef dsc_model_dev_layers_ops dsc__dev_layers_ops;
+typedef dsc_model_dev_step_key dsc__dev_graph_key;
+enum { DSC__DEV_KEY_EXTRA = DSC_MODEL_DEV_KEY_EXTRA };
 
 // One captured step: state 0 no step of its key yet, 1 one eager step, 2 captured (exec, or
 // NULL where the runtime refused).
@@ -101,10 +75,10 @@ size_t dsc__dev_layers_res_bytes(int recompute, int L, int64_t rows, int width);
 // How many blocks of its other per-layer activations a family carves (one for all layers when
 // they are recomputed), and which of them layer l uses.
 static inline size_t dsc__dev_layers_blocks(int recompute, int L) {
-    return recompute ? 1 : (size_t)L;
+    return dsc_model_dev_layers_blocks(recompute, L);
 }
 static inline size_t dsc__dev_layers_block(int recompute, int l) {
-    return recompute ? 0 : (size_t)l;
+    return dsc_model_dev_layers_block(recompute, l);
 }
 
 // d for a family (ops, fam), L layers, ntensors tensors, the policy recompute, blocks of
