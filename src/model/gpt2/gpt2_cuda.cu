@@ -238,45 +238,9 @@ extern "C" const uint16_t *dsc__gpt2_cuda_logits(const void *dev, int *ld) {
 
 // ---- products ----
 
-// The layers' products go through the one device linear (m->lin, cuda/linear.h: slot = the
-// weight's tensor index); these are the head's (the logits over wte's padded copy).
-
-// D (rows, OC) = inp (rows, IC; row stride lda) @ w (IC, OC) [+ bias] [+ resid]; epilogue and
-// aux as in matmul.h (GELU_BIAS: aux receives the pre-activation).
-static dsc_status mm_forward(gpt2_cuda *m, uint16_t *out, int ldo, const uint16_t *inp, int lda,
-                             const uint16_t *w, const uint16_t *bias, const uint16_t *resid,
-                             int rows, int IC, int OC, int epi, uint16_t *aux) {
-    return dsc__cuda_mm_forward(m->blas, out, ldo, inp, lda, w, bias, resid, rows, IC, OC, epi, aux,
-                                m->fp16, m->st);
-}
-
-// dinp (rows, IC; row stride ldo) = dout (rows, OC; row stride ldd) @ w^T, w (IC, OC); with
-// aux (rows, IC) the GELU derivative at aux is applied (DGELU epilogue).
-static dsc_status mm_dinp(gpt2_cuda *m, uint16_t *dinp, int ldo, const uint16_t *dout, int ldd,
-                          const uint16_t *w, int rows, int IC, int OC, uint16_t *aux) {
-    dsc_cuda_gemm g;
-    memset(&g, 0, sizeof g);
-    g.trans_b = 1, g.M = rows, g.N = IC, g.K = OC;
-    g.A = dout, g.lda = ldd, g.B = w, g.ldb = OC, g.D = dinp, g.ldd = ldo;
-    g.alpha = 1.0f;
-    g.epilogue = aux ? DSC_CUDA_EPI_DGELU : DSC_CUDA_EPI_NONE;
-    g.aux = aux, g.ldaux = IC, g.fp16 = m->fp16;
-    return dsc__cuda_gemm(m->blas, &g, m->st);
-}
-
-// dw (IC, OC) fp32 += inp^T @ dout, inp (rows, IC; stride lda), dout (rows, OC; stride ldd).
-static dsc_status mm_dweight(gpt2_cuda *m, float *dw, const uint16_t *inp, int lda,
-                             const uint16_t *dout, int ldd, int rows, int IC, int OC) {
-    // A long unaligned IC (the vocabulary: 50257 rows of the lm-head's gradient) leaves cuBLASLt
-    // only older kernels (sm80-era, about 510 TFLOP/s here): the aligned rows first, the last
-    // few in a small product of their own.
-    int tail = IC >= 4096 ? IC % 64 : 0;
-    DSC_TRY(dsc__cuda_mm_dweight(m->blas, dw, inp, lda, dout, ldd, rows, IC - tail, OC, m->fresh,
-                                 m->fp16, m->st));
-    if (!tail) return DSC_OK;
-    return dsc__cuda_mm_dweight(m->blas, dw + (size_t)(IC - tail) * OC, inp + (IC - tail), lda,
-                                dout, ldd, rows, tail, OC, m->fresh, m->fp16, m->st);
-}
+// Every product goes through the one device linear (m->lin, cuda/linear.h: the Conv1D layout;
+// slot = the weight's tensor index): the layers' and the head's, whose logits (rows, Vp) are lnf
+// @ wte_pad^T, wte_pad (Vp, C) read as a Conv1D weight of Vp inputs and C outputs (slot -1).
 
 // ---- forward ----
 
@@ -417,7 +381,8 @@ static dsc_status head_op(void *dev, const uint16_t *const *params) {
     // aligned ones. The copy (V x C, tens of microseconds) is what backward uses too.
     DSC_CUDA_TRY(cudaMemcpyAsync(m->wte_pad, params[0], sizeof(uint16_t) * (size_t)V * C,
                                  cudaMemcpyDeviceToDevice, m->st));
-    return mm_dinp(m, m->logits, m->Vp, m->lnf, C, m->wte_pad, BT, m->Vp, C, NULL);
+    return dsc__cuda_lin_dinp(&m->lin, -1, m->logits, m->Vp, m->lnf, C, m->wte_pad, BT, m->Vp, C,
+                              false);
 }
 
 static dsc_status forward_logits(gpt2_cuda *m, const uint16_t *const *params,
@@ -527,9 +492,11 @@ static dsc_status head_back_op(void *dev, const uint16_t *const *params, float *
     int BT = m->B * m->T, C = m->c.n_embd, V = m->c.vocab_size, L = m->c.n_layer;
     int lnf = layer_tensor(L, 0);
     cudaStream_t st = m->st;
-    DSC_TRY(mm_forward(m, m->dln, C, m->logits, m->Vp, m->wte_pad, NULL, NULL, BT, m->Vp, C,
-                       DSC_CUDA_EPI_NONE, NULL)); // columns [V, Vp) of dlogits are zero
-    if (grads[0]) DSC_TRY(mm_dweight(m, grads[0], m->logits, m->Vp, m->lnf, C, BT, V, C));
+    DSC_TRY(dsc__cuda_lin_forward(&m->lin, -1, m->dln, C, m->logits, m->Vp, m->wte_pad, NULL,
+                                  NULL, BT, m->Vp, C)); // columns [V, Vp) of dlogits are zero
+    if (grads[0]) // wte's gradient: its V rows of the (Vp, C) product
+        DSC_TRY(dsc__cuda_lin_dw(&m->lin, -1, grads[0], m->lnf, C, m->logits, m->Vp, BT, V, C,
+                                 m->fresh));
     DSC_CUDA_TRY(cudaMemsetAsync(m->dres, 0, sizeof(uint16_t) * (size_t)BT * C, st));
     DSC_CUDA_TRY(cudaMemsetAsync(m->bias_carry, 0, sizeof(float) * C, st));
     DSC_TRY(dsc__cuda_layernorm_backward_h(
