@@ -29,11 +29,12 @@ extra_checks() {
 
 kill_in_backward "LoRA on llama-d2" 10
 
-# Two ranks to one at stage 3 (fp32, every layer's base gathered per use): the survivor takes the
+# Two ranks to one at stage 3 (bf16, every layer's base gathered per use): the survivor takes the
 # whole base back from its own slices and its buddy's replica, and ends with the weights of a
-# one-rank run continued from the restored step's state, bit for bit.
+# one-rank run continued from the restored step's state, bit for bit (one rank left reduces
+# nothing, so its gradients are not rounded to communication_data_type either).
 config "$T/two.json" 3 "" ', "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}'
-sed -i 's/"train_batch_size": 12/"train_batch_size": 4/; s/"stage": 3/"stage": 3, "stage3_param_persistence_threshold": 0/' "$T/two.json"
+sed -i 's/"train_batch_size": 12/"train_batch_size": 4, "bf16": {"enabled": true}/; s/"stage": 3/"stage": 3, "stage3_param_persistence_threshold": 0/' "$T/two.json"
 run_ranks two 2 "$T/two.json" 8 DSC_FT_INJECT=1:4:backward
 check "LoRA, 2 ranks to 1 at stage 3: the survivor finishes (exit codes ${CODES[*]})" -- \
   test "${CODES[*]}" = "0 137"

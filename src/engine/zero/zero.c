@@ -399,6 +399,12 @@ static double pre_factor(const dsc_engine *e) {
     return e->cfg.prescale_gradients ? e->world : e->cfg.gradient_predivide_factor;
 }
 
+// Whether gradients are reduced across ranks: not on one rank, whether it started alone (no
+// communicator) or is what a recovery left (a communicator of one), so that neither rounds its
+// gradients to communication_data_type and a degraded run continues as one started on the ranks
+// that remain.
+static bool reduces(const dsc_engine *e) { return e->comm && e->world > 1; }
+
 // Start the data-parallel reduction of group g's gradients (asynchronous: it overlaps the rest
 // of backward). DeepSpeed's pre-division: gradients are divided by gradient_predivide_factor
 // (world size with prescale_gradients) before the sum and by world/that after.
@@ -416,7 +422,7 @@ dsc_status dsc__zero_grads_ready(dsc_engine *e, int g) {
             return st;
         }
     }
-    if (!e->comm) {
+    if (!reduces(e)) {
         if (e->stage >= 2) memcpy(gr->rbuf, src, gr->slice * sizeof(float));
         return DSC_OK;
     }
@@ -465,7 +471,7 @@ dsc_status dsc__zero_finish_micro(dsc_engine *e) {
         group *gr = &e->groups[g];
         dsc_status w = wait_req(&gr->greq);
         if (st == DSC_OK) st = w;
-        if (e->comm && e->comm_dt != DSC_DT_F32 && st == DSC_OK) {
+        if (reduces(e) && e->comm_dt != DSC_DT_F32 && st == DSC_OK) {
             if (e->stage < 2) from16(e->comm_dt, e->gfull + gr->off, gr->stage16, gr->padded);
             else if (gr->rbuf) from16(e->comm_dt, gr->rbuf, gr->stage16 + gr->padded, gr->slice);
         }
