@@ -171,10 +171,10 @@ static int64_t device_state_pieces(const mode *m, const layout *L) {
     return most > group * 2 * 4 ? most : group * 2 * 4;
 }
 
-// The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
 // Frozen tensors partitioned: stage 3 on several ranks (zero/frozen.c).
 static bool frozen_parted(const mode *m) { return m->stage == 3 && m->world > 1; }
 
+// The engine's persistent host buffers (engine/zero/zero.c's dsc__zero_alloc).
 static void engine_state(const mode *m, const layout *L, int64_t *h) {
     if (m->no_host_state) { // on the device, LoRA's frozen base too: only pieces pass through
         add(h, DSC_PLAN_STAGING, device_state_pieces(m, L));

@@ -14,7 +14,7 @@ extern "C" {
 static cudaStream_t stream_of(const dsc__dev_layers *d) { return (cudaStream_t)d->st; }
 
 extern "C" size_t dsc__dev_layers_res_bytes(int recompute, int L, int64_t rows, int width) {
-    return (size_t)(recompute == 2 ? 3 : L + 1) * (size_t)rows * (size_t)width * 2;
+    return dsc_model_dev_layers_res_bytes(recompute, L, rows, width); // (layers_dev.c)
 }
 
 extern "C" dsc_status dsc__dev_layers_init(dsc__dev_layers *d, const dsc__dev_layers_ops *ops,

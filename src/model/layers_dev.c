@@ -8,6 +8,11 @@
 
 size_t dsc_model_dev_layers_blocks(int recompute, int L) { return recompute ? 1 : (size_t)L; }
 size_t dsc_model_dev_layers_block(int recompute, int l) { return recompute ? 0 : (size_t)l; }
+// The residual blocks: every layer's input and the head's, or with recompute 2 (the inputs on the
+// host) three (two in flight and the head's).
+size_t dsc_model_dev_layers_res_bytes(int recompute, int L, int64_t rows, int width) {
+    return (size_t)(recompute == 2 ? 3 : L + 1) * (size_t)rows * (size_t)width * 2;
+}
 
 #ifdef DSC_WITH_CUDA
 
@@ -16,10 +21,6 @@ size_t dsc_model_dev_layers_block(int recompute, int l) { return recompute ? 0 :
 struct dsc_model_dev_layers {
     dsc__dev_layers d;
 };
-
-size_t dsc_model_dev_layers_res_bytes(int recompute, int L, int64_t rows, int width) {
-    return dsc__dev_layers_res_bytes(recompute, L, rows, width);
-}
 
 // What a family must give: every pass but the optional two, a stream, blocks of a size.
 static dsc_status check(const dsc_model_dev_layers_ops *ops, int L, int ntensors, int recompute,
@@ -111,10 +112,6 @@ struct dsc_model_dev_layers {
 static dsc_status no_cuda(void) {
     return dsc__fail(DSC_ERR_UNSUPPORTED, "dsc_model_dev_layers: this dsc was built without the "
                      "CUDA kernels; build with -DDSC_CUDA=ON (docs/gpu.md)");
-}
-
-size_t dsc_model_dev_layers_res_bytes(int recompute, int L, int64_t rows, int width) {
-    return (size_t)(recompute == 2 ? 3 : L + 1) * (size_t)rows * (size_t)width * 2;
 }
 
 dsc_status dsc_model_dev_layers_create(dsc_model_dev_layers **out,

@@ -208,38 +208,51 @@ void dsc__frozen_abandon(dsc_engine *e) {
     }
 }
 
-dsc_status dsc__frozen_full(dsc_engine *e, const param *f, float *out) {
-    const float *src = dsc__frozen_data(e, f);
-    const fgroup *fg = e->frozen_parted ? &e->fgroups[f->group] : NULL;
-    // Whole, staged, or kept gathered on every rank alike; a group gathered for a layer is
-    // gathered again, so that every rank takes the same collective whatever it holds.
-    if (src && (!fg || e->fdata || fg->persistent)) {
-        memcpy(out, src, (size_t)f->numel * sizeof(float));
+// Group g's frozen range whole (padded) into *out: the buffer a persistent group keeps, else a
+// transient block all-gathered now (*h: give it back). Every rank takes the same path whatever it
+// holds (a group gathered for a layer on this rank is gathered again), so the collective matches.
+static dsc_status group_whole(dsc_engine *e, int g, dsc_mem_handle *h, float **out) {
+    fgroup *fg = &e->fgroups[g];
+    *h = 0;
+    if (fg->persistent) {
+        *out = fg->buf;
         return DSC_OK;
     }
-    if (!fg)
-        return dsc__fail(DSC_ERR_INVALID_ARG, "frozen tensor %s: its values are on the device",
-                         f->name);
-    float *tmp;
-    dsc_mem_handle h = 0;
-    dsc_status st = dsc__zero_take(e, fg->padded, &h, &tmp);
-    if (st == DSC_OK) st = dsc__zero_all_gather(e, e->fpart + fg->part_off, tmp, fg->slice, NULL);
-    if (st == DSC_OK) memcpy(out, tmp + (f->off - fg->off), (size_t)f->numel * sizeof(float));
-    else dsc__error_prefix("gathering frozen tensor %s: ", f->name);
-    dsc__zero_give(e, &h, fg->padded);
+    DSC_TRY(dsc__zero_take(e, fg->padded, h, out));
+    dsc_status st = dsc__zero_all_gather(e, e->fpart + fg->part_off, *out, fg->slice, NULL);
+    if (st != DSC_OK) dsc__zero_give(e, h, fg->padded);
     return st;
 }
 
+dsc_status dsc__frozen_full(dsc_engine *e, const param *f, float *out) {
+    if (e->fdata) { // whole, or the initialiser's staging
+        memcpy(out, e->fdata + f->off, (size_t)f->numel * sizeof(float));
+        return DSC_OK;
+    }
+    if (!e->frozen_parted)
+        return dsc__fail(DSC_ERR_INVALID_ARG, "frozen tensor %s: its values are on the device",
+                         f->name);
+    const fgroup *fg = &e->fgroups[f->group];
+    float *whole;
+    dsc_mem_handle h;
+    dsc_status st = group_whole(e, f->group, &h, &whole);
+    if (st != DSC_OK) {
+        dsc__error_prefix("gathering frozen tensor %s: ", f->name);
+        return st;
+    }
+    memcpy(out, whole + (f->off - fg->off), (size_t)f->numel * sizeof(float));
+    dsc__zero_give(e, &h, fg->padded);
+    return DSC_OK;
+}
+
 dsc_status dsc__engine_frozen_gathered(dsc_engine *e, dsc__frozen_put_fn put, void *user) {
-    for (int g = 0; e->frozen_parted && g < e->ngroups; g++) {
-        fgroup *fg = &e->fgroups[g];
+    for (int g = 0; e->frozen_parted && !e->fdata && g < e->ngroups; g++) {
+        const fgroup *fg = &e->fgroups[g];
         if (!fg->padded) continue;
-        float *tmp = fg->buf;
-        dsc_mem_handle h = 0;
-        dsc_status st = tmp ? DSC_OK : dsc__zero_take(e, fg->padded, &h, &tmp);
-        if (st == DSC_OK && h)
-            st = dsc__zero_all_gather(e, e->fpart + fg->part_off, tmp, fg->slice, NULL);
-        if (st == DSC_OK) st = put(user, fg->off, fg->padded, tmp);
+        float *whole;
+        dsc_mem_handle h;
+        DSC_TRY(group_whole(e, g, &h, &whole));
+        dsc_status st = put(user, fg->off, fg->padded, whole);
         dsc__zero_give(e, &h, fg->padded);
         DSC_TRY(st);
     }
