@@ -183,6 +183,9 @@ void dsc__engine_resolve(dsc_engine *e);
 
 // zero/zero.c
 dsc_status dsc__zero_layout(dsc_engine *e);   // offsets, groups, partitions
+// Group g's tensors of ps (n) placed one after the other from base, each on whole vectors (their
+// off set); returns the elements they span and *numel their elements.
+size_t dsc__zero_place(param *ps, int n, int g, size_t base, int64_t *numel);
 dsc_status dsc__zero_alloc(dsc_engine *e);    // persistent buffers for the stage
 void dsc__zero_free(dsc_engine *e);
 float *dsc__zero_master_slice(dsc_engine *e, int g); // this rank's fp32 master of group g

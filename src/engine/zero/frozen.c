@@ -38,15 +38,9 @@ dsc_status dsc__frozen_layout(dsc_engine *e) {
     double persist = e->cfg.zero_optimization.param_persistence_threshold;
     for (int g = 0; g < e->ngroups; g++) {
         fgroup *fg = &e->fgroups[g];
-        size_t content = 0;
-        int64_t numel = 0;
+        int64_t numel;
+        size_t content = dsc__zero_place(e->frozen, e->nfrozen, g, cursor, &numel);
         fg->off = cursor;
-        for (int i = 0; i < e->nfrozen; i++) {
-            if (e->frozen[i].group != g) continue;
-            e->frozen[i].off = cursor + content;
-            content += round_up((size_t)e->frozen[i].numel, DSC_ALIGN_ELEMS);
-            numel += e->frozen[i].numel;
-        }
         fg->padded = round_up(content, unit);
         fg->slice = fg->padded / (size_t)world;
         fg->part_off = part;

@@ -50,6 +50,18 @@ void dsc__zero_give(dsc_engine *e, dsc_mem_handle *h, size_t n) { give(e, h, n);
 
 // ---- layout ----
 
+size_t dsc__zero_place(param *ps, int n, int g, size_t base, int64_t *numel) {
+    size_t content = 0;
+    *numel = 0;
+    for (int i = 0; i < n; i++) {
+        if (ps[i].group != g) continue;
+        ps[i].off = base + content;
+        content += round_up((size_t)ps[i].numel, DSC_ALIGN_ELEMS);
+        *numel += ps[i].numel;
+    }
+    return content;
+}
+
 dsc_status dsc__zero_layout(dsc_engine *e) {
     e->groups = calloc((size_t)e->ngroups, sizeof *e->groups);
     if (!e->groups) return dsc__fail(DSC_ERR_OOM, "out of memory for the group table");
@@ -58,14 +70,8 @@ dsc_status dsc__zero_layout(dsc_engine *e) {
     for (int g = 0; g < e->ngroups; g++) {
         group *gr = &e->groups[g];
         gr->off = cursor;
-        size_t content = 0;
-        int64_t numel = 0;
-        for (int i = 0; i < e->nparams; i++) {
-            if (e->params[i].group != g) continue;
-            e->params[i].off = cursor + content;
-            content += round_up((size_t)e->params[i].numel, DSC_ALIGN_ELEMS);
-            numel += e->params[i].numel;
-        }
+        int64_t numel;
+        size_t content = dsc__zero_place(e->params, e->nparams, g, cursor, &numel);
         gr->padded = round_up(content, unit);
         gr->slice = gr->padded / (size_t)e->world;
         gr->part_off = part;
