@@ -518,6 +518,9 @@ int main(void) {
         test_rmsnorm(small ? 33 : 1001, 960, f16); // 3.75 chunks of 8 channels a lane
         test_rmsnorm(small ? 9 : 257, 576, f16);
         test_rmsnorm(small ? 9 : 129, 2048, f16); // the most the registers hold
+        test_rmsnorm(small ? 7 : 67, 2056, f16);  // beyond: two warps a row, 5 chunks a lane
+        test_rmsnorm(small ? 11 : 131, 3072, f16); // llama-3.2-3B's width
+        test_rmsnorm(small ? 5 : 65, 4096, f16);  // the most two warps' registers hold
         test_rmsnorm(small ? 5 : 65, 4104, f16);  // beyond: the shared-memory kernel
         test_rope(3, small ? 21 : 37, 4, 2, 64, true, f16);
         test_rope(2, small ? 17 : 33, 15, 5, 64, true, f16); // SmolLM2-360M's heads

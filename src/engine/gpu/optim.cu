@@ -97,6 +97,42 @@ __global__ void adam_kernel(P p, G g, S m, S v, uint16_t *out16, size_t n,
     }
 }
 
+// One element of fp32 Adam: adam_kernel's operations, in its order.
+__device__ static inline void adam1(float &p, float g, float &m, float &v, const opt_consts &k,
+                                    float s) {
+    float gi = MUL(g, s);
+    if (k.l2 != 0.0f) gi = ADD(MUL(p, k.l2), gi);
+    m = ADD(MUL(m, k.beta1), MUL(gi, k.one_minus_beta1));
+    v = ADD(MUL(v, k.beta2), MUL(MUL(gi, gi), k.one_minus_beta2));
+    float denom = ADD(MUL(__fsqrt_rn(v), k.bias2), k.eps);
+    p = ADD(MUL(p, k.decay), MUL(__fdiv_rn(m, denom), k.step_size));
+}
+
+// fp32 Adam four elements a thread (16-byte loads and stores; the 16-bit copy in 8 bytes): the
+// same bits as adam_kernel, at more of the memory's rate. n4 groups of four; the rest of n goes
+// to adam_kernel.
+__global__ void adam4_kernel(float4 *p, const float4 *g, float4 *m, float4 *v, uint2 *out16,
+                             size_t n4, opt_consts k, const float *dev_scale) {
+    float s = dev_scale ? MUL(k.grad_scale, *dev_scale) : k.grad_scale;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 pi = p[i], gi = g[i], mi = m[i], vi = v[i];
+        adam1(pi.x, gi.x, mi.x, vi.x, k, s);
+        adam1(pi.y, gi.y, mi.y, vi.y, k, s);
+        adam1(pi.z, gi.z, mi.z, vi.z, k, s);
+        adam1(pi.w, gi.w, mi.w, vi.w, k, s);
+        p[i] = pi;
+        m[i] = mi;
+        v[i] = vi;
+        if (k.out16_kind == DSC_OPT_OUT_BF16)
+            out16[i] = make_uint2((uint32_t)dsc_f32_bf16(pi.x) | (uint32_t)dsc_f32_bf16(pi.y) << 16,
+                                  (uint32_t)dsc_f32_bf16(pi.z) | (uint32_t)dsc_f32_bf16(pi.w) << 16);
+        else if (k.out16_kind == DSC_OPT_OUT_FP16)
+            out16[i] = make_uint2((uint32_t)dsc_f32_fp16(pi.x) | (uint32_t)dsc_f32_fp16(pi.y) << 16,
+                                  (uint32_t)dsc_f32_fp16(pi.z) | (uint32_t)dsc_f32_fp16(pi.w) << 16);
+    }
+}
+
 template <class P, class S, class G>
 __global__ void sgd_kernel(P p, G g, S m, uint16_t *out16, size_t n, opt_consts k,
                            const float *dev_scale) {
@@ -227,8 +263,21 @@ extern "C" dsc_status dsc__cuda_opt_step(const dsc_opt_hparams *h, int64_t step,
                  "optimizer step: unknown 16-bit output kind %d", out16_kind);
     opt_consts k;
     unsigned blocks;
-    DSC_TRY(prepare(h, step, m, v, grad_scale, out16 ? out16_kind : DSC_OPT_OUT_NONE, n, &k,
-                    &blocks));
+    int kind16 = out16 ? out16_kind : DSC_OPT_OUT_NONE;
+    bool adam = h->kind == DSC_OPT_ADAM || h->kind == DSC_OPT_ADAMW;
+    if (adam && n >= 4 && dsc__aligned16(p) && dsc__aligned16(g) && dsc__aligned16(m) &&
+        dsc__aligned16(v) && ((uintptr_t)out16 % 8) == 0) {
+        size_t n4 = n / 4, done = n4 * 4;
+        DSC_TRY(prepare(h, step, m, v, grad_scale, kind16, n4, &k, &blocks));
+        adam4_kernel<<<blocks, OPT_THREADS, 0, (cudaStream_t)stream>>>(
+            (float4 *)p, (const float4 *)g, (float4 *)m, (float4 *)v, (uint2 *)out16, n4, k,
+            dev_scale);
+        DSC_CUDA_LAUNCHED("adam4_kernel");
+        if (done == n) return DSC_OK;
+        p += done, g += done, m += done, v += done, n -= done;
+        if (out16) out16 += done;
+    }
+    DSC_TRY(prepare(h, step, m, v, grad_scale, kind16, n, &k, &blocks));
     return launch(h, f32_arr{p}, f32_in{g}, f32_arr{m}, f32_arr{v}, n, k, blocks, dev_scale,
                   out16, (cudaStream_t)stream);
 }

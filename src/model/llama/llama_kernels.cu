@@ -9,8 +9,15 @@
 #define ELEM_THREADS 256 // elementwise passes: RoPE, SwiGLU (eight values a thread)
 #define RMS_THREADS 256  // RMSNorm forward: one warp per row
 #define RMS_REG_MAX 8    // rows of up to 8 chunks of 8 channels a lane live in registers
-#define RMSB_THREADS 128 // RMSNorm backward: one warp per row
-#define RMSB_ROWS 32     // rows per partial sum of the RMSNorm weight gradient
+#define RMSB_THREADS 128 // RMSNorm backward: one warp per row (two for widths over 2048)
+#ifndef RMSB_ROWS
+#define RMSB_ROWS 32 // rows per partial sum of the RMSNorm weight gradient, widths up to 2048
+#endif
+#ifndef RMSP_ROWS
+#define RMSP_ROWS 8 // the same for the two-warp kernel (widths 2056..4096): more blocks, as its
+                    // rows are wider
+#endif
+#define RMSP_NCH 8 // chunks of 8 channels a lane of the two-warp kernel holds: C <= 2 x 8 x 8 x 32
 #define QKN_ROWS 32      // rows per partial sum of the q/k norm weight gradients
 
 static cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
@@ -214,6 +221,82 @@ __global__ void __launch_bounds__(RMSB_THREADS)
         part[(size_t)blockIdx.x * C + c] = sh[c];
 }
 
+// Widths of 2056..4096 channels (more than one warp's registers hold): a pair of warps per row,
+// warp h of the pair holding chunks i = (2 j + h) x warp size + lane (j < NCH) of dy, x and dx in
+// registers and its lanes' partial weight gradients across the pair's rows. The row's dot product
+// is the two warps' sums added through shared memory (one barrier a row; every pair takes the
+// same number of turns so that the barrier is reached by all, double-buffered so that a warp a
+// row ahead cannot overwrite a sum still being read). At the end the warps add their partials
+// into the block's C floats in warp order (deterministic); a chunk has RMSP_ROWS rows.
+template <bool F16, int NCH>
+__global__ void __launch_bounds__(RMSB_THREADS)
+    rms_bwd_pair_kernel(uint16_t *dx, float *part, const uint16_t *dout, const uint16_t *x,
+                        const uint16_t *w, const float *rstd, long long N, int C) {
+    extern __shared__ float4 rms_sh4[]; // C floats, then 2 x nwarps row sums
+    float *sh = (float *)rms_sh4, *red = sh + C;
+    int ws = DSC_WARP_SIZE, lane = threadIdx.x % ws, warp = threadIdx.x / ws;
+    int nwarps = blockDim.x / ws, npairs = nwarps / 2, pair = warp / 2, h = warp % 2;
+    int C8 = C / 8;
+    const uint4 *w4 = (const uint4 *)w;
+    long long r0 = (long long)blockIdx.x * RMSP_ROWS;
+    int nr = (int)min((long long)RMSP_ROWS, N - r0), turns = (nr + npairs - 1) / npairs;
+    float pw[NCH][8];
+#pragma unroll
+    for (int j = 0; j < NCH; j++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            pw[j][k] = 0.0f;
+    for (int t = 0; t < turns; t++) {
+        int r = pair + t * npairs;
+        bool live = r < nr;
+        size_t off = (size_t)(r0 + (live ? r : 0)) * C8;
+        const uint4 *dy = (const uint4 *)dout + off, *xr = (const uint4 *)x + off;
+        uint4 *dxr = (uint4 *)dx + off;
+        uint4 dyq[NCH], xq[NCH], dxq[NCH];
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = (2 * j + h) * ws + lane;
+            bool in = live && i < C8;
+            dyq[j] = in ? dy[i] : make_uint4(0, 0, 0, 0);
+            xq[j] = in ? xr[i] : make_uint4(0, 0, 0, 0);
+            dxq[j] = in ? dxr[i] : make_uint4(0, 0, 0, 0);
+        }
+        float rs = live ? rstd[r0 + r] : 0.0f, s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = (2 * j + h) * ws + lane;
+            if (live && i < C8) rms_bwd_dot8<F16>(s, dyq[j], xq[j], w4[i], rs);
+        }
+        s = dsc_warp_sum(s);
+        float *rb = red + (t % 2) * nwarps;
+        if (lane == 0) rb[warp] = s;
+        __syncthreads();
+        s = (rb[2 * pair] + rb[2 * pair + 1]) / (float)C;
+        if (!live) continue;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int i = (2 * j + h) * ws + lane;
+            if (i < C8) dxr[i] = rms_bwd_dx8<F16>(dyq[j], xq[j], w4[i], dxq[j], rs, s, pw[j]);
+        }
+    }
+    __syncthreads();
+    for (int k = 0; k < nwarps; k++) {
+        if (warp == k) {
+#pragma unroll
+            for (int j = 0; j < NCH; j++) {
+                int i = (2 * j + h) * ws + lane;
+                if (i >= C8) continue;
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    sh[i * 8 + q] = k >= 2 ? sh[i * 8 + q] + pw[j][q] : pw[j][q];
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        part[(size_t)blockIdx.x * C + c] = sh[c];
+}
+
 // The same for any C: the row read twice from memory, each warp's partial weight gradient in its
 // own slice of shared memory (nwarps C floats; a channel is one lane's, so no atomics), the
 // slices summed in warp order at the end.
@@ -252,8 +335,21 @@ __global__ void __launch_bounds__(RMSB_THREADS)
     }
 }
 
+// Which backward kernel a width takes: one warp a row with the row in registers (nch chunks of 8
+// channels a lane up to RMS_REG_MAX), two warps a row (up to 2 RMSP_NCH), or the shared-memory one.
+enum { RMSB_REG, RMSB_PAIR, RMSB_SHARED };
+static int rms_bwd_kind(int nch) {
+    return nch <= RMS_REG_MAX ? RMSB_REG : nch <= 2 * RMSP_NCH ? RMSB_PAIR : RMSB_SHARED;
+}
+
+static int rms_bwd_rows(int C) {
+    int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws;
+    return rms_bwd_kind(nch) == RMSB_PAIR ? RMSP_ROWS : RMSB_ROWS;
+}
+
 extern "C" size_t dsc__cuda_rmsnorm_backward_scratch(int64_t N, int C) {
-    return (size_t)((N + RMSB_ROWS - 1) / RMSB_ROWS) * (size_t)C;
+    int rows = rms_bwd_rows(C);
+    return (size_t)((N + rows - 1) / rows) * (size_t)C;
 }
 
 typedef void (*rms_bwd_fn)(uint16_t *, float *, const uint16_t *, const uint16_t *,
@@ -264,16 +360,23 @@ template <bool F16> static rms_bwd_fn rms_bwd_pick(int nch) {
         rms_bwd_reg_kernel<F16, 1>, rms_bwd_reg_kernel<F16, 2>, rms_bwd_reg_kernel<F16, 3>,
         rms_bwd_reg_kernel<F16, 4>, rms_bwd_reg_kernel<F16, 5>, rms_bwd_reg_kernel<F16, 6>,
         rms_bwd_reg_kernel<F16, 7>, rms_bwd_reg_kernel<F16, 8>};
-    return nch >= 1 && nch <= RMS_REG_MAX ? reg[nch - 1] : rms_bwd_kernel<F16>;
+    static const rms_bwd_fn pair[RMSP_NCH - RMS_REG_MAX / 2] = {
+        rms_bwd_pair_kernel<F16, 5>, rms_bwd_pair_kernel<F16, 6>, rms_bwd_pair_kernel<F16, 7>,
+        rms_bwd_pair_kernel<F16, 8>};
+    switch (rms_bwd_kind(nch)) {
+    case RMSB_REG: return reg[nch - 1];
+    case RMSB_PAIR: return pair[(nch + 1) / 2 - RMS_REG_MAX / 2 - 1];
+    default: return rms_bwd_kernel<F16>;
+    }
 }
 
 // Threads and shared memory of a backward block: the register kernel takes C floats; the other
 // one C floats a warp, as many warps (up to RMSB_THREADS / ws) as the device's opt-in limit holds.
 static dsc_status rms_bwd_shape(int C, int nch, int *threads, size_t *smem) {
     int ws = dsc__host_warp_size(), warps = RMSB_THREADS / ws;
-    if (nch <= RMS_REG_MAX) {
+    if (rms_bwd_kind(nch) != RMSB_SHARED) {
         *threads = RMSB_THREADS;
-        *smem = (size_t)C * sizeof(float);
+        *smem = ((size_t)C + 2 * (size_t)warps) * sizeof(float);
         return DSC_OK;
     }
     int dev = 0, optin = 0;
@@ -300,7 +403,7 @@ extern "C" dsc_status dsc__cuda_rmsnorm_backward_h(uint16_t *dx, float *dw, floa
     DSC_CUDA_ARG(dx && dw && scratch && dout && x && w && rstd, "rmsnorm backward: NULL tensor");
     cudaStream_t st = as_stream(stream);
     int ws = dsc__host_warp_size(), nch = (C / 8 + ws - 1) / ws, threads = 0;
-    int nchunks = (int)((N + RMSB_ROWS - 1) / RMSB_ROWS);
+    int rows = rms_bwd_rows(C), nchunks = (int)((N + rows - 1) / rows);
     size_t smem = 0;
     DSC_TRY(rms_bwd_shape(C, nch, &threads, &smem));
     rms_bwd_fn k = fp16 ? rms_bwd_pick<true>(nch) : rms_bwd_pick<false>(nch);
