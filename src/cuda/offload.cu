@@ -123,10 +123,14 @@ extern "C" dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, u
 }
 
 extern "C" dsc_status dsc__cuda_offload_fetch(dsc_cuda_offload *o, int k, uint16_t *slot,
-                                              const uint16_t *host, size_t n) {
+                                              const uint16_t *host, size_t n, uint16_t *slot2,
+                                              const uint16_t *host2, size_t n2) {
     DSC_TRY(check(o, k, true));
     DSC_CUDA_TRY(cudaStreamWaitEvent(o->up, *at(o->slot_ev, o->nslots, SLOT_FREE, k), 0));
     DSC_CUDA_TRY(cudaMemcpyAsync(slot, host, n * sizeof(uint16_t), cudaMemcpyHostToDevice, o->up));
+    if (n2)
+        DSC_CUDA_TRY(cudaMemcpyAsync(slot2, host2, n2 * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                                     o->up));
     DSC_CUDA_TRY(cudaEventRecord(*at(o->slot_ev, o->nslots, SLOT_READY, k), o->up));
     return DSC_OK;
 }

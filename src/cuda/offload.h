@@ -57,9 +57,10 @@ dsc_status dsc__cuda_offload_weights_wait(dsc_cuda_offload *o, int g);
 dsc_status dsc__cuda_offload_weights_in(dsc_cuda_offload *o, int g, uint16_t *dev,
                                         const uint16_t *host, size_t n);
 // Slot k receives n 16-bit values from host (page-locked, unchanged until the copy is done), on
-// the up stream, once the model's stream passed slot k's release.
+// the up stream, once the model's stream passed slot k's release; and n2 more from host2 into
+// slot2 (n2 0: none; LoRA's frozen base beside the trained weights), ready together.
 dsc_status dsc__cuda_offload_fetch(dsc_cuda_offload *o, int k, uint16_t *slot, const uint16_t *host,
-                                   size_t n);
+                                   size_t n, uint16_t *slot2, const uint16_t *host2, size_t n2);
 // The model's stream waits for slot k's last fetch; dsc__cuda_offload_release: its kernels
 // enqueued so far are the last readers of slot k's contents.
 dsc_status dsc__cuda_offload_use(dsc_cuda_offload *o, int k);

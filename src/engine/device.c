@@ -173,6 +173,12 @@ const float *dsc__engine_frozen_store(const dsc_engine *e, size_t *len) {
 }
 
 bool dsc__engine_frozen_parted(const dsc_engine *e) { return e->frozen_parted; }
+
+void dsc__engine_frozen_span(const dsc_engine *e, int g, size_t *off, size_t *padded) {
+    bool in = e->fgroups && g >= 0 && g < e->ngroups;
+    *off = in ? e->fgroups[g].off : 0;
+    *padded = in ? e->fgroups[g].padded : 0;
+}
 int64_t dsc__engine_tensor_numel(const dsc_engine *e, int i) { return dsc__engine_tensor(e, i)->numel; }
 
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i) {

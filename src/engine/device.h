@@ -95,6 +95,9 @@ int64_t dsc__engine_tensor_numel(const dsc_engine *e, int i); // trainable or fr
 typedef dsc_status (*dsc__frozen_put_fn)(void *user, size_t off, size_t n, float *values);
 dsc_status dsc__engine_frozen_gathered(dsc_engine *e, dsc__frozen_put_fn put, void *user);
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i);
+// Group g's range of the frozen store's layout (zero/frozen.c: the groups in order, each padded):
+// *off and *padded elements (0, 0 when nothing is frozen).
+void dsc__engine_frozen_span(const dsc_engine *e, int g, size_t *off, size_t *padded);
 // The fp16 loss scale the next backward carries (1 without fp16).
 double dsc__engine_loss_scale(const dsc_engine *e);
 // The master weights were written from outside (device -> host): refresh the compute copy.

@@ -47,6 +47,7 @@ typedef struct layout {
     // ... partitioned (stage 3 on several ranks, engine/zero/frozen.c): this rank's slices, the
     // largest group's range, the groups kept gathered
     int64_t fpart, fmaxgroup, fpersist;
+    int64_t fends, fmaxlayer; // ... in the end groups; the largest layer's (streamed: offload_param)
 } layout;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -86,6 +87,11 @@ static void make_layout(const dsc_memplan_input *in, int stage, int world, layou
         L->fpart += padded / world;
         if (padded > L->fmaxgroup) L->fmaxgroup = padded;
         if ((double)numel < threshold) L->fpersist += padded;
+        if (g >= 1 && g <= in->n_layer) {
+            if (padded > L->fmaxlayer) L->fmaxlayer = padded;
+        } else {
+            L->fends += padded;
+        }
     }
     for (int g = 0; g < ngroups; g++) {
         int64_t content, numel;
@@ -276,7 +282,18 @@ static void device_offload(const mode *m, const layout *L, int64_t *d, int64_t *
     if (m->param_offload) {
         add(h, DSC_PLAN_STAGING, round_up(L->total * 2, 64));
         add(h, DSC_PLAN_STAGING, 2 * L->maxlayer * 4);
+        // LoRA's frozen base streams with the layers: their 16-bit copy on the host
+        add(h, DSC_PLAN_STAGING, round_up((L->frozen - L->fends) * 2, 64));
     }
+}
+
+// LoRA's base on the device in 16 bits: whole, or with offload_param on one GPU the end groups'
+// frozen tensors and two slots of the largest layer's (engine/gpu/layer_slots.h).
+static int64_t frozen_device(const mode *m, const layout *L) {
+    if (!m->device) return 0;
+    if (m->world == 1 && m->offload && m->param_offload && L->frozen)
+        return (L->fends + 2 * L->fmaxlayer) * 2;
+    return L->frozen * 2;
 }
 
 // Several ranks: host-staged (gradients to the host every micro-step, the engine's CPU step) or
@@ -337,7 +354,7 @@ static dsc_status plan_with(const dsc_memplan_input *in, const dsc_config *c, ds
     add(p->host, DSC_PLAN_RUNTIME, (int64_t)m.gas * m.B * in->seq_len * 8 +
         (in->host_runtime > 0 ? in->host_runtime : RUNTIME_ESTIMATE));
     if (m.device) add(p->device, DSC_PLAN_RUNTIME, DEVICE_RUNTIME);
-    if (m.device) add(p->device, DSC_PLAN_WEIGHTS, L.frozen * 2); // LoRA's base, 16-bit
+    add(p->device, DSC_PLAN_WEIGHTS, frozen_device(&m, &L)); // LoRA's base, 16-bit
     for (int k = 0; k < DSC_PLAN_NCAT; k++) {
         p->host_bytes += p->host[k];
         p->device_bytes += p->device[k];

@@ -3,8 +3,8 @@
 # device passes, the frozen base in 16 bits on the device with no gradient, master or moments,
 # the optimizer over the adapters on the GPU (or, with ZeRO-Offload, on the host). The GPU run
 # follows the CPU's LoRA run within bf16 tolerance (without and with lora_dropout: the same
-# masks; with modules_to_save; with bf16 master weights; fp16; ZeRO-Offload; nccl; Qwen3's q/k
-# norms frozen), the loss falls, a checkpoint resumes bit for bit and exports for PEFT and
+# masks; with modules_to_save; with bf16 master weights; fp16; ZeRO-Offload, also with
+# offload_param (the base's layers streamed); nccl; Qwen3's q/k norms frozen), the loss falls, a checkpoint resumes bit for bit and exports for PEFT and
 # merged, the device pool holds no per-parameter state for the base, and the paths that cannot
 # take a frozen base are refused by name. Exit 77 (skipped) without a CUDA device.
 set -u
@@ -63,6 +63,9 @@ cfg "$T/dropoff.json" ", \"bf16\": {\"enabled\": true}, $OFF, $DROP"
 run off cuda "$T/off.json" 40
 run saveoff cuda "$T/saveoff.json" 40
 run dropoff cuda "$T/dropoff.json" 40
+# offload_param at stage 3: the layers' adapters and their frozen base stream from the host
+cfg "$T/offp.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}, $LORA"
+run offp cuda "$T/offp.json" 40
 run offhalf cuda "$T/off.json" 20 --save-dir "$T/offck" --save-at-end
 run offrest cuda "$T/off.json" 40 --save-dir "$T/offck" --resume --save-at-end
 # nccl (DSC_COMM_BACKEND=nccl; one rank on one GPU, any number where there are more): the frozen
@@ -81,7 +84,7 @@ run drop1 cuda "$T/drop1.json" 10
 run half cuda "$T/lora.json" 20 --save-dir "$T/ck" --save-at-end
 run rest cuda "$T/lora.json" 40 --save-dir "$T/ck" --resume --save-at-end
 run grads cuda "$T/lora.json" 1 --dump-grads "$T/grads.safetensors"
-for m in full lora; do
+for m in full lora off offp; do
     "$DSC" train --device cuda --config "$T/$m.json" --model llama-d8 --seq-len 64 --max-steps 2 \
         --seed 7 --eval-every 0 --eval-batches 1 --sample-tokens 0 --out "$T/mem_$m" \
         >"$T/mem_$m.log" 2>&1 || { echo "FAIL: run mem_$m"; cat "$T/mem_$m.log"; failed=$((failed+1)); }
@@ -145,8 +148,15 @@ if [ "$NCCL" -gt 0 ]; then
 else
     echo "SKIP: nccl with LoRA (this dsc was built without NCCL)"
 fi
-cfg "$T/offp.json" ", \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}, $LORA"
-expect 1 "offload_param.device" -- "$DSC" train --device cuda --config "$T/offp.json" --model llama-d2 --max-steps 1 --out "$T/bad"
+check "offload_param (the base's layers streamed beside the adapters): follows the CPU" -- compare lora_cpu offp 5e-3 0.03 0.08
+check "offload_param: the same losses as ZeRO-Offload with the base resident" -- diff <(cols "$T/off/metrics.jsonl") <(cols "$T/offp/metrics.jsonl")
+check "offload_param: the device keeps the end groups' base and two layers' of it" -- $PY -c "
+import json, re
+a = json.loads(open('$T/mem_off/metrics.jsonl').readlines()[-1])['gpu_allocated']
+b = json.loads(open('$T/mem_offp/metrics.jsonl').readlines()[-1])['gpu_allocated']
+n = float(re.search(r'\(([0-9.]+)M parameters', open('$T/mem_off.log').read()).group(1)) * 1e6
+print(f'  llama-d8 LoRA device pool: {a / 2**20:.1f} MiB ZeRO-Offload, {b / 2**20:.1f} MiB with offload_param')
+assert a - b >= n, (a, b, n)"
 check "GPT-2: LoRA with dropout on the GPU follows the CPU within bf16 tolerance" -- compare g2_cpu g2 5e-3 0.03 0.08
 check "GPT-2: the loss falls" -- fell g2
 check "GPT-2: modules_to_save (wte, wpe, ln_f trained in full) follows the CPU" -- compare g2s_cpu g2s 5e-3 0.03 0.08

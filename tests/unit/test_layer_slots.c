@@ -34,6 +34,8 @@ typedef struct sim {
     uint16_t *dev16; // device arrays (host memory here)
     float *devgrad;
     uint16_t *src;        // every layer's 16-bit weights in the engine's layout (value: a tag)
+    uint16_t *fsrc;       // the frozen tensors' in the frozen store's layout (streamed runs)
+    uint16_t *fdev;       // the frozen device array (dsc__slots_frozen)
     const uint16_t **p16; // the view tables
     float **grad;
     int ntensors;
@@ -55,6 +57,11 @@ static dsc_status op_fetch(void *u, int k, int layer) {
     dsc__engine_span sp;
     dsc__engine_span_of(m->eng, layer + 1, &sp);
     memcpy(m->s.w[k], m->src + sp.off, sp.padded * sizeof(uint16_t));
+    if (m->s.fdev) { // the layer's frozen range into frozen slot k
+        size_t off, padded;
+        dsc__engine_frozen_span(m->eng, layer + 1, &off, &padded);
+        memcpy(m->s.fw[k], m->fsrc + off, padded * sizeof(uint16_t));
+    }
     m->fetches++;
     return DSC_OK;
 }
@@ -83,12 +90,14 @@ static dsc_status op_reuse(void *u, int j, int before, int g) {
 
 static const dsc__slots_ops ops = {op_fetch, op_use, op_release, op_reuse};
 
-// LoRA's shape of a frozen base: every matrix of the layers frozen (their biases and norms train).
-static bool frozen_in(const dsc_gpt2_config *c, const dsc_gpt2_tensor_info *ti, bool freeze) {
+// LoRA's shape of a frozen base: every matrix of the layers frozen (their biases and norms train);
+// freeze 2: the embeddings too (group 0).
+static bool frozen_in(const dsc_gpt2_config *c, const dsc_gpt2_tensor_info *ti, int freeze) {
+    if (freeze == 2 && ti->group == 0) return true;
     return freeze && ti->ndim == 2 && ti->group >= 1 && ti->group <= c->n_layer;
 }
 
-static sim make_with(const dsc_gpt2_config *c, bool freeze) {
+static sim make_with(const dsc_gpt2_config *c, int freeze) {
     sim m = {.c = c, .ntensors = dsc_gpt2_num_tensors(c), .gused = {-1, -1}};
     dsc_param_desc *pd = calloc((size_t)m.ntensors, sizeof *pd);
     dsc_gpt2_tensor_info *ti = calloc((size_t)m.ntensors, sizeof *ti);
@@ -127,13 +136,35 @@ static sim make_with(const dsc_gpt2_config *c, bool freeze) {
     return m;
 }
 
-static sim make(const dsc_gpt2_config *c) { return make_with(c, false); }
+static sim make(const dsc_gpt2_config *c) { return make_with(c, 0); }
+
+// make_with, and the frozen tensors streamed through the frozen slots (parameter offload).
+static sim make_streamed(const dsc_gpt2_config *c, int freeze) {
+    sim m = make_with(c, freeze);
+    size_t flen = 0;
+    dsc__engine_frozen_store(m.eng, &flen);
+    m.fsrc = calloc(flen, sizeof *m.fsrc);
+    for (int i = 0; i < m.ntensors; i++) {
+        size_t fo = dsc__engine_frozen_offset(m.eng, i);
+        int64_t numel = dsc__engine_tensor_numel(m.eng, i);
+        for (int64_t e = 0; fo != SIZE_MAX && e < numel; e++)
+            m.fsrc[fo + (size_t)e] = tag(i, (size_t)e);
+    }
+    size_t n = dsc__slots_frozen_layout(m.eng, c->n_layer, NULL, NULL);
+    m.fdev = calloc(n, sizeof *m.fdev);
+    if (dsc__slots_frozen(&m.s, m.eng, m.fdev, n) != DSC_OK)
+        fail_msg("frozen slots: %s", dsc_last_error());
+    dsc__slots_tables(&m.s, m.p16, m.grad);
+    return m;
+}
 
 static void release_sim(sim *m) {
     dsc__slots_free(&m->s);
     dsc_model_destroy(m->model);
     dsc_engine_destroy(m->eng);
     free(m->src);
+    free(m->fsrc);
+    free(m->fdev);
     free(m->dev16);
     free(m->devgrad);
     free(m->p16);
@@ -184,7 +215,7 @@ static void compute(sim *m, int pass, int l) {
         dsc_gpt2_tensor_info ti;
         dsc_gpt2_tensor_info_get(m->c, i, &ti);
         if (ti.group != l + 1 || dsc__engine_param_offset(m->eng, i) == SIZE_MAX) continue;
-        k = m->p16[i] >= m->s.w[1] ? 1 : 0;
+        k = m->p16[i] >= m->s.w[1] && m->p16[i] < m->s.w[1] + m->s.slot_len ? 1 : 0;
         assert_true(m->in_use[k]);
         for (int64_t e = 0; e < ti.numel; e++)
             assert_int_equal(m->p16[i][e], tag(i, (size_t)e));
@@ -197,6 +228,15 @@ static void compute(sim *m, int pass, int l) {
         }
     }
     assert_true(k >= 0);
+    for (int i = 0; m->s.fdev && i < m->ntensors; i++) { // streamed frozen tensors: slot k's twin
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(m->c, i, &ti);
+        if (ti.group != l + 1 || dsc__engine_param_offset(m->eng, i) != SIZE_MAX) continue;
+        assert_true(m->p16[i] >= m->s.fw[k] && m->p16[i] < m->s.fw[k] + m->s.fslot_len);
+        for (int64_t e = 0; e < ti.numel; e++)
+            assert_int_equal(m->p16[i][e], tag(i, (size_t)e));
+        assert_null(m->grad[i]);
+    }
 }
 
 // One pass (0 forward, 1 backward) with the hook as the model calls it. The next layer must be
@@ -258,7 +298,7 @@ static void test_one_layer(void **state) {
 // frozen store; the tables give them no gradient and leave their weight views to the caller;
 // the passes point and fetch the trained tensors only.
 static void test_frozen_tensors(void **state) {
-    sim m = make_with(&cfg, true);
+    sim m = make_with(&cfg, 1);
     size_t flen = 0;
     const float *store = dsc__engine_frozen_store(m.eng, &flen);
     assert_non_null(store);
@@ -266,7 +306,7 @@ static void test_frozen_tensors(void **state) {
     for (int i = 0; i < m.ntensors; i++) {
         dsc_gpt2_tensor_info ti;
         dsc_gpt2_tensor_info_get(&cfg, i, &ti);
-        if (frozen_in(&cfg, &ti, true)) {
+        if (frozen_in(&cfg, &ti, 1)) {
             assert_true(dsc__engine_param_offset(m.eng, i) == SIZE_MAX);
             size_t fo = dsc__engine_frozen_offset(m.eng, i);
             assert_true(fo + (size_t)ti.numel <= flen);
@@ -286,8 +326,55 @@ static void test_frozen_tensors(void **state) {
     for (int i = 0; i < m.ntensors; i++) {
         dsc_gpt2_tensor_info ti;
         dsc_gpt2_tensor_info_get(&cfg, i, &ti);
-        if (frozen_in(&cfg, &ti, true)) assert_null(m.grad[i]);
+        if (frozen_in(&cfg, &ti, 1)) assert_null(m.grad[i]);
     }
+    release_sim(&m);
+}
+
+// The frozen tensors streamed too (parameter offload with LoRA): the frozen device array holds
+// the end groups' frozen tensors (here the embeddings) in front of two slots of the largest
+// layer's frozen range; a layer computes with its frozen tensors in the twin of its weight slot,
+// fetched with it; the embeddings point into the array's front; none has a gradient.
+static void test_frozen_streamed(void **state) {
+    sim m = make_streamed(&cfg, 2);
+    size_t off, padded, slot, end_off[2];
+    size_t n = dsc__slots_frozen_layout(m.eng, cfg.n_layer, &slot, end_off);
+    dsc__engine_frozen_span(m.eng, 0, &off, &padded);
+    assert_true(padded > 0);
+    assert_int_equal(end_off[0], 0);
+    assert_int_equal(end_off[1], padded);
+    size_t last_off, last_padded, layer_off, layer_padded;
+    dsc__engine_frozen_span(m.eng, cfg.n_layer + 1, &last_off, &last_padded);
+    dsc__engine_frozen_span(m.eng, 1, &layer_off, &layer_padded);
+    assert_int_equal(slot, layer_padded);
+    assert_int_equal(n, padded + last_padded + 2 * slot);
+    assert_ptr_equal(m.s.fw[0], m.fdev + padded + last_padded);
+    for (int i = 0; i < m.ntensors; i++) {
+        dsc_gpt2_tensor_info ti;
+        dsc_gpt2_tensor_info_get(&cfg, i, &ti);
+        if (ti.group != 0) continue;
+        assert_true(dsc__engine_param_offset(m.eng, i) == SIZE_MAX); // frozen
+        assert_ptr_equal(m.p16[i], m.fdev + dsc__engine_frozen_offset(m.eng, i));
+        assert_null(m.grad[i]);
+    }
+    m.s.user = &m;
+    pass(&m, 0);
+    pass(&m, 1);
+    pass(&m, 0);
+    pass(&m, 1);
+    // resident weights (no weight slots) take no frozen stream; a wrong length is refused
+    sim r = make_with(&cfg, 2);
+    dsc__slots resident;
+    assert_int_equal(dsc__slots_init(&resident, r.eng, r.model, NULL, r.devgrad, r.n, &ops, &r),
+                     DSC_OK);
+    assert_int_equal(dsc__slots_frozen(&resident, r.eng, m.fdev, n), DSC_ERR_INTERNAL);
+    dsc__slots_free(&resident);
+    dsc__slots other;
+    assert_int_equal(dsc__slots_init(&other, r.eng, r.model, r.dev16, r.devgrad, r.n, &ops, &r),
+                     DSC_OK);
+    assert_int_equal(dsc__slots_frozen(&other, r.eng, m.fdev, n - 1), DSC_ERR_INTERNAL);
+    dsc__slots_free(&other);
+    release_sim(&r);
     release_sim(&m);
 }
 
@@ -297,6 +384,7 @@ int main(void) {
         cmocka_unit_test(test_hook_passes),
         cmocka_unit_test(test_one_layer),
         cmocka_unit_test(test_frozen_tensors),
+        cmocka_unit_test(test_frozen_streamed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -212,6 +212,44 @@ static void test_host_limit(void **state) {
     assert_true(dsc_host_mem_available(src, sizeof src) > 0); // MemAvailable at least
 }
 
+// LoRA's shape: every group a frozen 4 Mi-element matrix beside a small trained one. ZeRO-Offload
+// keeps the base whole on the device in 16 bits; with offload_param the device keeps the end
+// groups' base and two layers' of it, and the host adds the layers' base in 16 bits.
+static void test_lora_offload_param(void **state) {
+    (void)state;
+    enum { A = 16 * 2048 };
+    static dsc_param_desc lt[2 * (L + 2)];
+    static char ln[2 * (L + 2)][16];
+    for (int g = 0; g < L + 2; g++) {
+        snprintf(ln[2 * g], sizeof ln[0], "base%d", g);
+        snprintf(ln[2 * g + 1], sizeof ln[0], "a%d", g);
+        lt[2 * g] = (dsc_param_desc){.name = ln[2 * g], .ndim = 2, .shape = {2048, 2048},
+                                     .group = g, .frozen = true};
+        lt[2 * g + 1] = (dsc_param_desc){.name = ln[2 * g + 1], .ndim = 2, .shape = {16, 2048},
+                                         .group = g};
+    }
+    dsc_config c;
+    dsc_memplan p, q;
+    const char *off = CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                          "{\"device\": \"cpu\"}}");
+    const char *offp = CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                           "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}");
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(dsc_config_load_string(&c, k ? offp : off, 1, NULL, NULL), DSC_OK);
+        dsc_memplan_input in = {.config = &c, .params = lt, .nparams = 2 * (L + 2), .n_layer = L,
+                                .world = 1, .seq_len = 64, .device = true, .act = act,
+                                .host_runtime = 1, .host_avail = -1, .device_avail = -1};
+        assert_int_equal(dsc_memplan_compute(&in, k ? &q : &p), DSC_OK);
+    }
+    // the device: the whole base (6 x 4 Mi x 2 bytes), then two end groups' and two layers'
+    int64_t trained_off = p.device[DSC_PLAN_WEIGHTS] - (int64_t)(L + 2) * PER * 2;
+    assert_int_equal(trained_off, (int64_t)(L + 2) * A * 2);
+    assert_int_equal(q.device[DSC_PLAN_WEIGHTS], 4 * (int64_t)A * 2 + 4 * (int64_t)PER * 2);
+    // the host: the engine's fp32 store either way, and the layers' base in 16 bits with offload_param
+    assert_int_equal(p.host[DSC_PLAN_WEIGHTS], q.host[DSC_PLAN_WEIGHTS]);
+    assert_true(q.host[DSC_PLAN_STAGING] - p.host[DSC_PLAN_STAGING] >= (int64_t)L * PER * 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_modes),
@@ -221,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_host_limit),
         cmocka_unit_test(test_device_bf16_master),
+        cmocka_unit_test(test_lora_offload_param),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

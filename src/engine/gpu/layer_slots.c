@@ -61,13 +61,56 @@ dsc_status dsc__slots_init(dsc__slots *s, dsc_engine *eng, const dsc_model *mode
     return DSC_OK;
 }
 
+size_t dsc__slots_frozen_layout(dsc_engine *eng, int n_layer, size_t *slot_len,
+                                size_t end_off[2]) {
+    size_t off, padded, slot = 0, ends = 0;
+    for (int g = 0; g <= n_layer + 1; g++) {
+        dsc__engine_frozen_span(eng, g, &off, &padded);
+        if (g >= 1 && g <= n_layer) {
+            if (padded > slot) slot = padded;
+            continue;
+        }
+        if (end_off) end_off[g == 0 ? 0 : 1] = ends;
+        ends += padded;
+    }
+    if (slot_len) *slot_len = slot;
+    return ends + slot ? ends + 2 * slot : 0;
+}
+
+dsc_status dsc__slots_frozen(dsc__slots *s, dsc_engine *eng, uint16_t *dev, size_t n) {
+    size_t end_off[2], len = dsc__slots_frozen_layout(eng, s->L, &s->fslot_len, end_off);
+    if (!s->w[0] || !dev || len != n)
+        return dsc__fail(DSC_ERR_INTERNAL, "layer slots: a frozen device array of %zu elements "
+                         "for a layout of %zu, %s (a bug: report it)", n, len,
+                         s->w[0] ? "weights streamed" : "weights resident");
+    s->fin = calloc((size_t)s->ntensors, sizeof *s->fin);
+    if (!s->fin) return dsc__fail(DSC_ERR_OOM, "out of memory");
+    s->fdev = dev;
+    s->fw[0] = dev + len - 2 * s->fslot_len;
+    s->fw[1] = dev + len - s->fslot_len;
+    for (int i = 0; i < s->ntensors; i++) {
+        s->fin[i] = SIZE_MAX;
+        if (s->tin[i] != SIZE_MAX) continue; // trained
+        size_t off, padded, at = dsc__engine_frozen_offset(eng, i);
+        int g = s->tgroup[i];
+        if (g < 0 || g > s->L + 1)
+            return dsc__fail(DSC_ERR_INTERNAL, "layer slots: frozen tensor %d in group %d of a "
+                             "model of %d layers", i, g, s->L);
+        dsc__engine_frozen_span(eng, g, &off, &padded);
+        s->fin[i] = at - off + (dsc__slots_layer_group(s, g) ? 0 : end_off[g == 0 ? 0 : 1]);
+    }
+    return DSC_OK;
+}
+
 void dsc__slots_free(dsc__slots *s) {
     free(s->dev_off);
     free(s->tgroup);
     free(s->tin);
+    free(s->fin);
     s->dev_off = NULL;
     s->tgroup = NULL;
     s->tin = NULL;
+    s->fin = NULL;
 }
 
 void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad) {
@@ -76,8 +119,9 @@ void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad) {
     bool weights = s->w[0] != NULL; // else resident: the caller's p16 table stays
     for (int i = 0; i < s->ntensors; i++) {
         int g = s->tgroup[i];
-        if (s->tin[i] == SIZE_MAX) { // frozen: no gradient; its weights stay as the caller set them
-            grad[i] = NULL;
+        if (s->tin[i] == SIZE_MAX) { // frozen: no gradient; its weights stay as the caller set
+            grad[i] = NULL;          // them, unless they stream too
+            if (s->fdev) p16[i] = (dsc__slots_layer_group(s, g) ? s->fw[0] : s->fdev) + s->fin[i];
             continue;
         }
         if (dsc__slots_layer_group(s, g)) { // the layer hook repoints them before every use
@@ -119,7 +163,11 @@ static dsc_status fetch(dsc__slots *s, int layer, int keep) {
 // slot k and, in backward, at gradient buffer g.
 static void point(dsc__slots *s, int layer, int k, float *g) {
     for (int i = 0; i < s->ntensors; i++) {
-        if (s->tgroup[i] != layer + 1 || s->tin[i] == SIZE_MAX) continue;
+        if (s->tgroup[i] != layer + 1) continue;
+        if (s->tin[i] == SIZE_MAX) { // frozen: streamed (dsc__slots_frozen), or left as it is
+            if (s->fdev) s->p16[i] = s->fw[k] + s->fin[i];
+            continue;
+        }
         if (s->w[0]) s->p16[i] = s->w[k] + s->tin[i];
         if (g) s->grad[i] = g + s->tin[i];
     }

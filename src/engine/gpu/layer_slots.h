@@ -52,6 +52,13 @@ typedef struct dsc__slots {
     size_t *tin;          // (ntensors) its offset inside its group
     const uint16_t **p16; // the trainer's view tables (dsc__slots_views), repointed per layer
     float **grad;
+    // LoRA's frozen base streamed too (dsc__slots_frozen, parameter offload): a layer's frozen
+    // tensors pass through two frozen slots, fetched with its weights into slot k's twin; the
+    // end groups' frozen tensors stay in front of the slots in the frozen device array.
+    uint16_t *fdev;  // the frozen device array (dsc__slots_frozen_layout), NULL: not streamed
+    uint16_t *fw[2]; // its two slots
+    size_t fslot_len;
+    size_t *fin; // (ntensors) a frozen tensor's offset in its layer's slot, or in fdev
 } dsc__slots;
 
 // The device layout above for the engine's groups: its length in elements; dev_off (n_layer + 2
@@ -71,6 +78,18 @@ void dsc__slots_free(dsc__slots *s); // a zeroed or initialised s
 void dsc__slots_tables(dsc__slots *s, const uint16_t **p16, float **grad);
 // The same, and the layer hook installed on the model's device passes.
 void dsc__slots_views(dsc__slots *s, dsc_model_device *dev, const uint16_t **p16, float **grad);
+
+// The frozen device array of a run whose frozen tensors stream with the layers: group 0's frozen
+// range, group n_layer + 1's, then two slots of the largest layer's. Its length in elements (0
+// when nothing is frozen); *slot_len a slot's, end_off[0..1] where the two end groups' ranges
+// start in it.
+size_t dsc__slots_frozen_layout(dsc_engine *eng, int n_layer, size_t *slot_len,
+                                size_t end_off[2]);
+// Stream the frozen tensors too, through the array dev of that layout's length n (checked); s
+// streams weights (dsc__slots_init with p16). The owner's fetch then fills frozen slot fw[k] with
+// the layer's frozen range beside weight slot k; the tables and the hook point the frozen
+// tensors into dev.
+dsc_status dsc__slots_frozen(dsc__slots *s, dsc_engine *eng, uint16_t *dev, size_t n);
 
 // The model's layer hook (a dsc_model_layer_hook with user s).
 dsc_status dsc__slots_hook(void *s, int pass, int layer);

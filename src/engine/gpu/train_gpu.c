@@ -332,18 +332,29 @@ static dsc_status frozen_put(void *user, size_t off, size_t n, float *values) {
 // on every GPU. With ZeRO-Offload and with nccl it stays there too: the host's optimizer, the
 // bus and the collectives carry the trained tensors (the adapters) only. At stage 3 on several
 // ranks the host keeps only this rank's slices of it (engine/zero/frozen.c): uploaded a gathered
-// group at a time. offload_param streams the layers' trained tensors and would keep the base
-// resident all the same: refused, naming what runs.
+// group at a time. With offload_param on one GPU the layers' frozen tensors stream through two
+// slots of their own beside the layers' weights (train_gpu_offload.c, layer_slots.h): the
+// device keeps the end groups' frozen tensors (embeddings, head) and the two slots.
 static dsc_status frozen_init(train_gpu *g, bool offload) {
     size_t n;
     const float *host = dsc__engine_frozen_store(g->eng, &n);
     if (!n) return DSC_OK;
-    if (offload && !g->staged && g->param_offload)
-        return dsc__fail(DSC_ERR_UNSUPPORTED, "LoRA on --device cuda with "
-                         "zero_optimization.offload_param: the layers' streamed weights are the "
-                         "trained tensors only, and the frozen base stays on the GPU; set "
-                         "offload_param.device to \"none\" (offload_optimizer alone keeps the "
-                         "adapters' optimizer on the host), or train on the CPU (--device cpu)");
+    if (offload && !g->staged && g->param_offload) {
+        size_t end_off[2], off, padded;
+        int L = dsc_model_describe(g->mdl)->n_layer;
+        size_t dn = dsc__slots_frozen_layout(g->eng, L, NULL, end_off);
+        if (!host)
+            return dsc__fail(DSC_ERR_INTERNAL, "parameter offload: no host store of the frozen "
+                             "tensors (a bug: report it)");
+        DSC_TRY(dsc__cuda_state_frozen(g->st, NULL, dn, g->pool));
+        for (int k = 0; k < 2; k++) { // the end groups' frozen ranges, once
+            dsc__engine_frozen_span(g->eng, k ? L + 1 : 0, &off, &padded);
+            if (padded)
+                DSC_TRY(dsc__cuda_state_io(g->st, DSC__STATE_FROZEN, end_off[k], padded,
+                                           (float *)host + off, true));
+        }
+        return DSC_OK;
+    }
     DSC_TRY(dsc__cuda_state_frozen(g->st, host, n, g->pool));
     return host ? DSC_OK : dsc__engine_frozen_gathered(g->eng, frozen_put, g);
 }

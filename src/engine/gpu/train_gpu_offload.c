@@ -61,6 +61,12 @@ struct train_off {
     // micro-steps through tmp, added into the accumulator on the host).
     bool params;
     dsc__slots sl;
+    // LoRA's frozen base with offload_param: the layers' frozen ranges (from the first layer's to
+    // the last's in the frozen store's layout, fbase on) in 16 bits, page-locked, fetched beside
+    // each layer's weights (dsc__slots_frozen); the end groups' frozen tensors stay on the device
+    uint16_t *hf16;
+    size_t fbase;
+    bool hf16_pinned;
     float *tmp[2]; // page-locked host: a later micro-step's gradients of a layer
     bool tmp_pinned[2];
     int tmp_group[2]; // the group landing in tmp[k], not yet added (-1: none)
@@ -112,10 +118,39 @@ size_t dsc__train_off_device_len(dsc_engine *eng, const dsc_model *model) {
 
 static const dsc__slots_ops slot_ops; // below
 
+static size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// The layers' frozen ranges to the host in 16 bits (the store holds them rounded to the compute
+// type already: exact), and the slots told to stream them.
+static dsc_status frozen_stream_init(train_off *o, bool *pinned, char *why, size_t cap) {
+    size_t n, lo, hi, pad;
+    const float *store = dsc__engine_frozen_store(o->eng, &n);
+    if (!n) return DSC_OK;
+    if (!store)
+        return dsc__fail(DSC_ERR_INTERNAL, "parameter offload: no host store of the frozen "
+                         "tensors to stream (a bug: report it)");
+    dsc__engine_frozen_span(o->eng, 1, &lo, &pad);
+    dsc__engine_frozen_span(o->eng, o->sl.L, &hi, &pad);
+    hi += pad;
+    o->fbase = lo;
+    if (hi > lo) {
+        size_t bytes = round64((hi - lo) * sizeof(uint16_t));
+        o->hf16 = aligned_alloc(64, bytes);
+        if (!o->hf16)
+            return dsc__fail(DSC_ERR_OOM, "parameter offload: out of memory for the host copy "
+                             "of %zu frozen 16-bit weights", hi - lo);
+        if (o->fp16) dsc_fp32_to_fp16_n(o->hf16, store + lo, hi - lo);
+        else dsc_fp32_to_bf16_n(o->hf16, store + lo, hi - lo);
+        pin(o->hf16, bytes, &o->hf16_pinned, pinned, why, cap);
+    }
+    return dsc__slots_frozen(&o->sl, o->eng, o->st->frozen16, o->st->nfrozen);
+}
+
 static dsc_status param_init(train_off *o, const dsc_model *model, bool *pinned, char *why,
                              size_t cap) {
     DSC_TRY(dsc__slots_init(&o->sl, o->eng, model, o->st->p16, o->st->grad, o->st->n, &slot_ops,
                             o));
+    DSC_TRY(frozen_stream_init(o, pinned, why, cap));
     for (int k = 0; k < 2; k++) {
         o->tmp[k] = aligned_alloc(64, (o->sl.slot_len * sizeof(float) + 63) / 64 * 64);
         if (!o->tmp[k]) return dsc__fail(DSC_ERR_OOM, "parameter offload: out of memory");
@@ -123,8 +158,6 @@ static dsc_status param_init(train_off *o, const dsc_model *model, bool *pinned,
     }
     return DSC_OK;
 }
-
-static size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 static bool ring_group(const train_off *o, int g);
 
@@ -212,6 +245,7 @@ void dsc__train_off_destroy(train_off *o) {
     dsc__cuda_offload_destroy(o->bus); // its copies end before the buffers are unpinned
     if (o->acc_pinned) dsc__cuda_host_unpin(o->host.acc);
     if (o->h16_pinned) dsc__cuda_host_unpin(o->h16);
+    if (o->hf16_pinned) dsc__cuda_host_unpin(o->hf16);
     for (int k = 0; k < 2; k++) {
         if (o->tmp_pinned[k]) dsc__cuda_host_unpin(o->tmp[k]);
         if (o->gslot_pinned[k]) dsc__cuda_host_unpin(o->gslot[k]);
@@ -224,6 +258,7 @@ void dsc__train_off_destroy(train_off *o) {
     free(o->res);
     free(o->dump);
     free(o->h16);
+    free(o->hf16);
     free(o->spans);
     free(o->part);
     free(o);
@@ -234,7 +269,10 @@ void dsc__train_off_destroy(train_off *o) {
 static dsc_status slot_fetch(void *user, int k, int layer) {
     train_off *o = user;
     const dsc__engine_span *sp = &o->spans[layer + 1];
-    return dsc__cuda_offload_fetch(o->bus, k, o->sl.w[k], o->h16 + sp->off, sp->padded);
+    size_t foff = 0, fn = 0;
+    if (o->sl.fdev) dsc__engine_frozen_span(o->eng, layer + 1, &foff, &fn);
+    return dsc__cuda_offload_fetch(o->bus, k, o->sl.w[k], o->h16 + sp->off, sp->padded,
+                                   o->sl.fw[k], fn ? o->hf16 + (foff - o->fbase) : NULL, fn);
 }
 
 static dsc_status slot_use(void *user, int k) {
