@@ -254,6 +254,20 @@ lora_offload_plan() {
     h / 2^30 < 32) }'
 }
 check "LoRA with ZeRO-Offload on a GPU: the base on the device, the adapters' state on the host" -- lora_offload_plan
+# ... and with offload_param: the layers' base streams from a 16-bit host copy (about 14 GiB more
+# host memory), the device keeps the end groups' base and two layers' of it (from 15 GiB to under 3)
+sed 's/"stage": 2, "offload_optimizer": {"device": "cpu"}/"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}/' \
+  "$T/lora8off.json" >"$T/lora8offp.json"
+lora_offload_param_plan() {
+  local h0 d0 h1 d1 n
+  read -r h0 d0 n <<<"$(plan_json "$T/lora8off.json" cuda)"
+  read -r h1 d1 n <<<"$(plan_json "$T/lora8offp.json" cuda)"
+  awk -v h0="$h0" -v d0="$d0" -v h1="$h1" -v d1="$d1" 'BEGIN { printf "LoRA 8B with " \
+    "offload_param: device %.1f -> %.1f GiB, host %.1f -> %.1f GiB\n", d0 / 2^30, d1 / 2^30,
+    h0 / 2^30, h1 / 2^30; exit !((d0 - d1) / 2^30 > 11.5 && (d0 - d1) / 2^30 < 13.5 &&
+    (h1 - h0) / 2^30 > 13 && (h1 - h0) / 2^30 < 15) }'
+}
+check "LoRA with offload_param on a GPU: the layers' base planned on the host, not the device" -- lora_offload_param_plan
 check "GPT-2 LoRA on a GPU (its device passes take adapters): planned" -- "$DSC" config check \
   "$T/lora8.json" --model gpt2-124M --device cuda
 finish
