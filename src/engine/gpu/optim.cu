@@ -79,25 +79,7 @@ struct bf16_sr_arr {
     }
 };
 
-template <class P, class S, class G>
-__global__ void adam_kernel(P p, G g, S m, S v, uint16_t *out16, size_t n,
-                            opt_consts k, const float *dev_scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float pi = p.ld(i), gi = scaled_grad(g, i, k, dev_scale);
-        if (k.l2 != 0.0f) gi = ADD(MUL(pi, k.l2), gi);
-        float mi = ADD(MUL(m.ld(i), k.beta1), MUL(gi, k.one_minus_beta1));
-        float vi = ADD(MUL(v.ld(i), k.beta2), MUL(MUL(gi, gi), k.one_minus_beta2));
-        float denom = ADD(MUL(__fsqrt_rn(vi), k.bias2), k.eps);
-        pi = ADD(MUL(pi, k.decay), MUL(__fdiv_rn(mi, denom), k.step_size));
-        p.st(i, pi);
-        m.st(i, mi);
-        v.st(i, vi);
-        store16(out16, k.out16_kind, i, pi);
-    }
-}
-
-// One element of fp32 Adam: adam_kernel's operations, in its order.
+// One element of Adam in fp32 (g unscaled; s: the gradient's scale), shared by both kernels.
 __device__ static inline void adam1(float &p, float g, float &m, float &v, const opt_consts &k,
                                     float s) {
     float gi = MUL(g, s);
@@ -108,9 +90,24 @@ __device__ static inline void adam1(float &p, float g, float &m, float &v, const
     p = ADD(MUL(p, k.decay), MUL(__fdiv_rn(m, denom), k.step_size));
 }
 
+template <class P, class S, class G>
+__global__ void adam_kernel(P p, G g, S m, S v, uint16_t *out16, size_t n,
+                            opt_consts k, const float *dev_scale) {
+    float s = dev_scale ? MUL(k.grad_scale, *dev_scale) : k.grad_scale;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float pi = p.ld(i), mi = m.ld(i), vi = v.ld(i);
+        adam1(pi, g.ld(i), mi, vi, k, s);
+        p.st(i, pi);
+        m.st(i, mi);
+        v.st(i, vi);
+        store16(out16, k.out16_kind, i, pi);
+    }
+}
+
 // fp32 Adam four elements a thread (16-byte loads and stores; the 16-bit copy in 8 bytes): the
-// same bits as adam_kernel, at more of the memory's rate. n4 groups of four; the rest of n goes
-// to adam_kernel.
+// same operations as adam_kernel (adam1), at more of the memory's rate. n4 groups of four; the
+// rest of n goes to adam_kernel.
 __global__ void adam4_kernel(float4 *p, const float4 *g, float4 *m, float4 *v, uint2 *out16,
                              size_t n4, opt_consts k, const float *dev_scale) {
     float s = dev_scale ? MUL(k.grad_scale, *dev_scale) : k.grad_scale;

@@ -156,6 +156,15 @@ __device__ static inline uint4 rms_bwd_dx8(uint4 dyq, uint4 xq, uint4 wq, uint4 
     return dsc_pack8_16<F16>(d);
 }
 
+// A lane's partial weight gradients (NCH chunks of 8 channels), in registers, zeroed.
+template <int NCH> __device__ static inline void rms_zero_partials(float (&pw)[NCH][8]) {
+#pragma unroll
+    for (int j = 0; j < NCH; j++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            pw[j][k] = 0.0f;
+}
+
 // One block per chunk of RMSB_ROWS rows, a warp per row, the row (dy, x, dx) in registers (at
 // most NCH chunks of 8 channels a lane) and each lane's partial weight gradient of its channels
 // in registers across the warp's rows. At the end the warps add their partials into shared
@@ -173,11 +182,7 @@ __global__ void __launch_bounds__(RMSB_THREADS)
     long long r0 = (long long)blockIdx.x * RMSB_ROWS;
     int nr = (int)min((long long)RMSB_ROWS, N - r0);
     float pw[NCH][8];
-#pragma unroll
-    for (int j = 0; j < NCH; j++)
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            pw[j][k] = 0.0f;
+    rms_zero_partials<NCH>(pw);
     for (int r = warp; r < nr; r += nwarps) {
         size_t off = (size_t)(r0 + r) * C8;
         const uint4 *dy = (const uint4 *)dout + off, *xr = (const uint4 *)x + off;
@@ -241,11 +246,7 @@ __global__ void __launch_bounds__(RMSB_THREADS)
     long long r0 = (long long)blockIdx.x * RMSP_ROWS;
     int nr = (int)min((long long)RMSP_ROWS, N - r0), turns = (nr + npairs - 1) / npairs;
     float pw[NCH][8];
-#pragma unroll
-    for (int j = 0; j < NCH; j++)
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            pw[j][k] = 0.0f;
+    rms_zero_partials<NCH>(pw);
     for (int t = 0; t < turns; t++) {
         int r = pair + t * npairs;
         bool live = r < nr;
