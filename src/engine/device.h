@@ -95,6 +95,16 @@ int64_t dsc__engine_tensor_numel(const dsc_engine *e, int i); // trainable or fr
 typedef dsc_status (*dsc__frozen_put_fn)(void *user, size_t off, size_t n, float *values);
 dsc_status dsc__engine_frozen_gathered(dsc_engine *e, dsc__frozen_put_fn put, void *user);
 size_t dsc__engine_frozen_offset(const dsc_engine *e, int i);
+// Group g's frozen range whole (padded, from its offset in the frozen layout) to put: from the
+// whole store, or at stage 3 on several ranks all-gathered (a collective: every rank asks for the
+// same groups in the same order). Fails where the host holds no form of it (the device does).
+dsc_status dsc__engine_frozen_group(dsc_engine *e, int g, dsc__frozen_put_fn put, void *user);
+// This rank's slice of group g's frozen range on the host, in the compute type: *len elements,
+// which the world's slices, rank by rank, lay out as the padded range (stage 3 on several ranks:
+// this rank's partition; one rank: the whole range). NULL (and *len 0) where the host holds no
+// such slice: the store is whole on several ranks (ranks that would all-gather it would get
+// world copies), or the device keeps the base.
+const float *dsc__engine_frozen_own(const dsc_engine *e, int g, size_t *len);
 // Group g's range of the frozen store's layout (zero/frozen.c: the groups in order, each padded):
 // *off and *padded elements (0, 0 when nothing is frozen).
 void dsc__engine_frozen_span(const dsc_engine *e, int g, size_t *off, size_t *padded);

@@ -123,6 +123,7 @@ typedef struct mode {
     bool no_compute_copy; // one rank whose model computes on a GPU keeps no host compute copy
     bool no_host_state;   // ... and no master or moments (dsc__engine_keeps_no_state)
     bool ckpt_async, ckpt_validate; // checkpoint.async (a snapshot buffer), checkpoint.validate
+    const char *comm_dt; // communication_data_type ("" : the training type's, as DeepSpeed)
 } mode;
 
 static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
@@ -149,6 +150,7 @@ static mode mode_of(const dsc_memplan_input *in, const dsc_config *c) {
     m.no_compute_copy = in->device && in->world == 1;
     m.ckpt_async = c->checkpoint.async;
     m.ckpt_validate = c->checkpoint.validate;
+    m.comm_dt = c->communication_data_type;
     m.grads_streamed = dsc__engine_grads_streamed(c, in->world, in->device);
     m.no_host_grads = dsc__engine_keeps_no_grads(c, in->world, in->device);
     m.no_host_state = dsc__engine_keeps_no_state(c, in->world, in->device) ||
@@ -287,12 +289,19 @@ static void device_offload(const mode *m, const layout *L, int64_t *d, int64_t *
     }
 }
 
-// LoRA's base on the device in 16 bits: whole, or with offload_param on one GPU the end groups'
-// frozen tensors and two slots of the largest layer's (engine/gpu/layer_slots.h).
+// Stage 3 over nccl with the 16-bit weights partitioned (DSC_GPU_STAGE3_PARTITION, on by default).
+static bool gpu_partitioned(const mode *m) {
+    return m->nccl && m->stage == 3 && !dsc__env_is(DSC_ENV_GPU_STAGE3_PARTITION, "0");
+}
+
+// LoRA's base on the device in 16 bits: whole; with offload_param on one GPU the end groups'
+// frozen tensors and two slots of the largest layer's (engine/gpu/layer_slots.h); partitioned at
+// stage 3 over nccl, those and this rank's slice of every layer's (engine/gpu/train_gpu_dp.c).
 static int64_t frozen_device(const mode *m, const layout *L) {
-    if (!m->device) return 0;
-    if (m->world == 1 && m->offload && m->param_offload && L->frozen)
-        return (L->fends + 2 * L->fmaxlayer) * 2;
+    if (!m->device || !L->frozen) return 0;
+    if (m->world == 1 && m->offload && m->param_offload) return (L->fends + 2 * L->fmaxlayer) * 2;
+    if (gpu_partitioned(m))
+        return (L->fends + 2 * L->fmaxlayer + L->fpart - L->fends / m->world) * 2;
     return L->frozen * 2;
 }
 
@@ -305,11 +314,18 @@ static void device_ranks(const mode *m, const layout *L, int64_t *d, int64_t *h)
         add(h, DSC_PLAN_STAGING, L->total * 8);
         return;
     }
+    // (train_gpu_dp.c) the device arrays: every group, or partitioned at stage 3 the end groups
+    // and two layer slots, beside this rank's slices of the 16-bit weights; the reduced gradient
+    // partition at stages 1-3; the 16-bit staging of a reduction in bf16 or fp16
     int64_t nstate = m->stage == 0 ? L->total : L->part;
+    int64_t n = gpu_partitioned(m) ? L->ends + 2 * L->maxlayer : L->total;
+    const char *cdt = m->comm_dt;
+    bool comm16 = !strcmp(cdt, "fp16") || !strcmp(cdt, "bf16") || (!cdt[0] && !m->fp32);
     add(d, DSC_PLAN_MASTER, nstate * 4);
     add(d, DSC_PLAN_MOMENTS, nstate * 4 * (m->adam ? 2 : 1));
-    add(d, DSC_PLAN_GRADS, L->total * 4);
-    add(d, DSC_PLAN_WEIGHTS, L->total * 2);
+    add(d, DSC_PLAN_GRADS, n * 4 + (m->stage > 0 ? L->part * 4 : 0));
+    add(d, DSC_PLAN_WEIGHTS, n * 2 + (gpu_partitioned(m) ? L->part * 2 : 0));
+    if (comm16) add(d, DSC_PLAN_STAGING, n * 2 + (m->stage > 0 ? L->part * 2 : 0));
     add(h, DSC_PLAN_STAGING, (L->total + L->part) * 4);
 }
 

@@ -10,7 +10,8 @@
 # two ranks forced onto one GPU fall back to host-staged with a note. World W = min(GPUs, 4) (on
 # one GPU W = 4, the ranks under NCCL host ids of their own): stages 0-3 at world W train,
 # stages 1 and 2 are bitwise equal, stage 3 agrees closely and allocates less device memory, stage 0 and the host-staged path agree within bf16 tolerance, the
-# loss falls. Exit 77 (skipped) when no CUDA device is usable or this build has no nccl backend.
+# loss falls; LoRA at stage 3 keeps a slice of the frozen base per GPU (less device memory than
+# the base whole, the same losses within the reductions' rounding). Exit 77 (skipped) when no CUDA device is usable or this build has no nccl backend.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 : "${DSC:?set DSC to the dsc binary}"
@@ -197,6 +198,31 @@ a = json.loads(open('$T/w2d6/metrics.jsonl').readlines()[-1])['gpu_allocated']
 b = json.loads(open('$T/w3d6/metrics.jsonl').readlines()[-1])['gpu_allocated']
 print(f'  device pool allocated per rank: stage 2 {a / 2**20:.1f} MiB, stage 3 {b / 2**20:.1f} MiB')
 sys.exit(0 if b < a else 1)"
+# LoRA: at stage 3 each GPU keeps its slice of every layer's frozen base and gathers it beside the
+# layer's adapters (two frozen slots); with DSC_GPU_STAGE3_PARTITION=0 the base is whole on every
+# GPU. The gathered base is the same bits, so the two differ only as stage 3 and stage 2 do.
+LORA='"lora": {"r": 8, "lora_alpha": 16, "target_modules": ["c_attn", "c_proj", "c_fc"]}'
+config "$T/l3.json" 3 ", $LORA"
+check "world $W, nccl, LoRA d6 at stage 3: the base partitioned, and whole, train" -- eval \
+    'nrun l3 $W "$T/l3.json" --model d6 --max-steps 10 &&
+     whole nrun l3w $W "$T/l3.json" --model d6 --max-steps 10'
+check "  ... the banner names the partitioned path" -- grep -q "16-bit weights, gradients and optimizer state partitioned" "$T/l3.0.log"
+check "  ... the same losses within the reductions' rounding" -- near l3w l3 1e-6 1e-3 5e-3
+check "  ... the loss falls" -- $PY -c "
+import json, sys
+l = [json.loads(x)['loss'] for x in open('$T/l3/metrics.jsonl')]
+sys.exit(0 if l[-1] < l[0] else 1)"
+# d6's layer base: 12 C^2 weights and 13 C biases and norms, C 384, in 16 bits. Partitioned, a GPU
+# holds two slots and 6 / W layers of it instead of 6.
+check "  ... the partitioned base saves at least 6 - 2 - 6/$W - 1/2 layers of it on each GPU" -- $PY -c "
+import json, sys
+a = json.loads(open('$T/l3w/metrics.jsonl').readlines()[-1])['gpu_allocated']
+b = json.loads(open('$T/l3/metrics.jsonl').readlines()[-1])['gpu_allocated']
+layer = 2 * (12 * 384 ** 2 + 13 * 384)
+want = (6 - 2 - 6 / $W - 0.5) * layer
+print(f'  device pool allocated per rank: base whole {a / 2**20:.2f} MiB, partitioned {b / 2**20:.2f} MiB '
+      f'(saved {(a - b) / 2**20:.2f} MiB, at least {want / 2**20:.2f} expected)')
+sys.exit(0 if a - b >= want else 1)"
 check "world $W, nccl: stage 0 (all-reduce) agrees with stage 2 (reduce-scatter)" -- near w2 w0 1e-3 5e-3 1e-2
 check "world $W host-staged (no nccl), stage 2, trains" -- run hs $W "$T/z2.json" --max-steps 20
 check "world $W, nccl agrees with host-staged" -- near hs w2 1e-3 5e-3 1e-2

@@ -250,6 +250,45 @@ static void test_lora_offload_param(void **state) {
     assert_true(q.host[DSC_PLAN_STAGING] - p.host[DSC_PLAN_STAGING] >= (int64_t)L * PER * 2);
 }
 
+// nccl over 4 GPUs with LoRA at stage 3: each GPU keeps its slice of every layer's base and two
+// slots of it beside the end groups' (train_gpu_dp.c), the trainable weights likewise; with
+// DSC_GPU_STAGE3_PARTITION=0 both whole.
+static void test_lora_nccl_stage3(void **state) {
+    (void)state;
+    enum { A = 16 * 2048, W = 4 };
+    static dsc_param_desc lt[2 * (L + 2)];
+    static char ln[2 * (L + 2)][16];
+    for (int g = 0; g < L + 2; g++) {
+        snprintf(ln[2 * g], sizeof ln[0], "base%d", g);
+        snprintf(ln[2 * g + 1], sizeof ln[0], "a%d", g);
+        lt[2 * g] = (dsc_param_desc){.name = ln[2 * g], .ndim = 2, .shape = {2048, 2048},
+                                     .group = g, .frozen = true};
+        lt[2 * g + 1] = (dsc_param_desc){.name = ln[2 * g + 1], .ndim = 2, .shape = {16, 2048},
+                                         .group = g};
+    }
+    dsc_config c;
+    dsc_memplan p[2];
+    assert_int_equal(dsc_config_load_string(&c, CFG(", \"zero_optimization\": {\"stage\": 3}"),
+                                            W, NULL, NULL), DSC_OK);
+    dsc_memplan_input in = {.config = &c, .params = lt, .nparams = 2 * (L + 2), .n_layer = L,
+                            .world = W, .seq_len = 64, .device = true, .nccl = true, .act = act,
+                            .host_runtime = 1, .host_avail = -1, .device_avail = -1};
+    for (int k = 0; k < 2; k++) {
+        if (k) setenv("DSC_GPU_STAGE3_PARTITION", "0", 1);
+        assert_int_equal(dsc_memplan_compute(&in, &p[k]), DSC_OK);
+        unsetenv("DSC_GPU_STAGE3_PARTITION");
+    }
+    // partitioned: end groups + two slots + the slices, of the base and of the trained tensors
+    int64_t base = (2 * (int64_t)PER + 2 * PER + (int64_t)L * PER / W) * 2;
+    int64_t trained = (2 * (int64_t)A + 2 * A + (int64_t)(L + 2) * A / W) * 2;
+    assert_int_equal(p[0].device[DSC_PLAN_WEIGHTS], base + trained);
+    assert_int_equal(p[1].device[DSC_PLAN_WEIGHTS], (int64_t)(L + 2) * (PER + A) * 2);
+    // the gradients: the device's arrays (end groups and two slots, or all) and the partition
+    assert_int_equal(p[0].device[DSC_PLAN_GRADS], (4 * (int64_t)A + (L + 2) * A / W) * 4);
+    assert_int_equal(p[1].device[DSC_PLAN_GRADS], ((int64_t)(L + 2) * A + (L + 2) * A / W) * 4);
+    assert_true(p[0].device_bytes < p[1].device_bytes);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_modes),
@@ -260,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_host_limit),
         cmocka_unit_test(test_device_bf16_master),
         cmocka_unit_test(test_lora_offload_param),
+        cmocka_unit_test(test_lora_nccl_stage3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

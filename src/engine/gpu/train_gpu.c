@@ -331,14 +331,19 @@ static dsc_status frozen_put(void *user, size_t off, size_t n, float *values) {
 // LoRA's frozen base on the device (its 16-bit values, uploaded once: they never change), whole
 // on every GPU. With ZeRO-Offload and with nccl it stays there too: the host's optimizer, the
 // bus and the collectives carry the trained tensors (the adapters) only. At stage 3 on several
-// ranks the host keeps only this rank's slices of it (engine/zero/frozen.c): uploaded a gathered
-// group at a time. With offload_param on one GPU the layers' frozen tensors stream through two
+// ranks the host keeps only this rank's slices of it (engine/zero/frozen.c), and so does each GPU
+// at stage 3 over nccl: its slice of every layer's base, all-gathered beside the layer's weights
+// (dsc__train_dp_frozen); with the weights whole on every GPU (DSC_GPU_STAGE3_PARTITION=0) the
+// base is uploaded whole, a gathered group at a time. With offload_param on one GPU the layers' frozen tensors stream through two
 // slots of their own beside the layers' weights (train_gpu_offload.c, layer_slots.h): the
 // device keeps the end groups' frozen tensors (embeddings, head) and the two slots.
 static dsc_status frozen_init(train_gpu *g, bool offload) {
     size_t n;
     const float *host = dsc__engine_frozen_store(g->eng, &n);
     if (!n) return DSC_OK;
+    bool parted = false; // stage 3 over nccl: each GPU keeps its slices, gathered per layer
+    if (g->dp) DSC_TRY(dsc__train_dp_frozen(g->dp, &parted));
+    if (parted) return DSC_OK;
     if (offload && !g->staged && g->param_offload) {
         size_t end_off[2], off, padded;
         int L = dsc_model_describe(g->mdl)->n_layer;

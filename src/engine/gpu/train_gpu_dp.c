@@ -61,6 +61,10 @@ struct train_dp {
     bool shard;
     dsc__slots sl;
     uint16_t *own16;   // (state_len) this rank's slices of the 16-bit weights (layer groups)
+    // LoRA's frozen base (dsc__train_dp_frozen): the state's frozen array holds the end groups'
+    // and two slots (fdn elements, dsc__slots_frozen), then this rank's slice of each layer's
+    // frozen range at fdn + fown[g] (fslice[g] elements); fown NULL: the base is whole.
+    size_t fdn, *fown, *fslice;
     float *hdev;       // host: the device layout's fp32 weights, for a load
     void *wfree[2];    // cudaEvent_t, compute stream: weight slot k's readers are enqueued
     void *wready[2];   // communicator's stream: weight slot k's gather is done
@@ -181,7 +185,7 @@ static dsc_status shard_init(train_dp *dp, dsc_mem_pool *pool, const dsc_model *
                             &slot_ops, dp));
     DSC_TRY(buf(dp, pool, BUF_OWN16, L->state_len * 2, "gpu.weight_partition",
                 (void **)&dp->own16));
-    dp->mcap = 4 * dsc_model_describe(model)->n_layer + 8; // a pass issues at most 3 per layer
+    dp->mcap = 5 * dsc_model_describe(model)->n_layer + 8; // a pass issues at most 4 per layer
     dp->mreqs = calloc((size_t)dp->mcap, sizeof *dp->mreqs);
     dp->hdev = calloc(dp->st->n, sizeof *dp->hdev);
     if (!dp->mreqs || !dp->hdev) return dsc__fail(DSC_ERR_OOM, "out of memory");
@@ -272,6 +276,10 @@ static void release(train_dp *dp) {
     }
     dsc__slots_free(&dp->sl);
     memset(&dp->sl, 0, sizeof dp->sl);
+    free(dp->fown);
+    free(dp->fslice);
+    dp->fown = dp->fslice = NULL;
+    dp->fdn = 0;
     free(dp->mreqs);
     free(dp->hdev);
     for (int k = 0; k < NBUFS; k++) dsc__cuda_buf_free(&dp->bufs[k]);
@@ -464,6 +472,8 @@ dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_model *model) {
     if (st == DSC_OK) st = dsc_comm_barrier(dsc__engine_comm(dp->eng), NULL);
     dsc_store_destroy(store);
     if (st == DSC_OK) st = snap_init(dp);
+    bool frozen; // LoRA's base: the slices of the new world
+    if (st == DSC_OK) st = dsc__train_dp_frozen(dp, &frozen);
     if (st != DSC_OK) {
         dsc__error_prefix("--device cuda with DSC_COMM_BACKEND=nccl: after the recovery: ");
         return st;
@@ -822,6 +832,11 @@ static dsc_status slot_fetch(void *user, int k, int layer) {
     DSC_TRY(dsc__nccl_after_event(dp->nccl, dp->wfree[k]));
     DSC_TRY(dsc_comm_all_gather(dp->nccl, dp->own16 + sp.state_off, dp->sl.w[k], sp.slice,
                                 DSC_DT_BF16, r));
+    if (dp->fown && dp->fslice[layer + 1]) { // its frozen base into frozen slot k (16 bits: the
+        DSC_TRY(next_req(dp, &r));           // type only sizes the elements)
+        DSC_TRY(dsc_comm_all_gather(dp->nccl, dp->st->frozen16 + dp->fdn + dp->fown[layer + 1],
+                                    dp->sl.fw[k], dp->fslice[layer + 1], DSC_DT_BF16, r));
+    }
     return dsc__nccl_record_event(dp->nccl, dp->wready[k]);
 }
 
@@ -926,6 +941,69 @@ static dsc_status shard_finish(train_dp *dp) {
         if (layer && dsc__engine_fp16(dp->eng))
             DSC_TRY(dsc__cuda_round_fp16(r, (int64_t)sp.slice, s));
     }
+    return DSC_OK;
+}
+
+// ---- stage 3: LoRA's frozen base partitioned ----
+
+typedef struct { // an end group's whole frozen range -> the state's frozen array at `at`
+    dsc_cuda_state *st;
+    size_t at;
+} fput;
+
+static dsc_status frozen_end_put(void *user, size_t off, size_t n, float *values) {
+    fput *f = user;
+    (void)off;
+    return dsc__cuda_state_io(f->st, DSC__STATE_FROZEN, f->at, n, values, true);
+}
+
+dsc_status dsc__train_dp_frozen(train_dp *dp, bool *done) {
+    *done = false;
+    int L = dp->sl.L, world = dp->L.world;
+    size_t end_off[2], off, padded, own = 0, n = 0;
+    if (!dp->shard) return DSC_OK;
+    const float *store = dsc__engine_frozen_store(dp->eng, &n);
+    if (!n || (!store && !dsc__engine_frozen_parted(dp->eng))) return DSC_OK;
+    size_t *fown = calloc((size_t)L + 2, sizeof *fown), *fslice = calloc((size_t)L + 2, sizeof *fslice);
+    if (!fown || !fslice) {
+        free(fown);
+        free(fslice);
+        return dsc__fail(DSC_ERR_OOM, "out of memory");
+    }
+    bool sliced = true; // every layer's slice, world times over, is its padded range
+    for (int g = 1; g <= L; g++) {
+        dsc__engine_frozen_span(dp->eng, g, &off, &padded);
+        size_t len;
+        const float *mine = dsc__engine_frozen_own(dp->eng, g, &len);
+        if (padded && (!mine || len * (size_t)world != padded)) sliced = false;
+        fown[g] = own;
+        fslice[g] = padded ? len : 0;
+        own += fslice[g];
+    }
+    if (!sliced) { // (the host's base whole on several ranks: a layout this path never makes)
+        free(fown);
+        free(fslice);
+        return DSC_OK;
+    }
+    free(dp->fown);
+    free(dp->fslice);
+    dp->fown = fown;
+    dp->fslice = fslice;
+    dp->fdn = dsc__slots_frozen_layout(dp->eng, L, NULL, end_off);
+    DSC_TRY(dsc__cuda_state_frozen(dp->st, NULL, dp->fdn + own, dp->st->bufs[1].pool));
+    for (int k = 0; k < 2; k++) { // the end groups whole (gathered where partitioned)
+        fput f = {dp->st, end_off[k]};
+        DSC_TRY(dsc__engine_frozen_group(dp->eng, k ? L + 1 : 0, frozen_end_put, &f));
+    }
+    for (int g = 1; g <= L; g++) { // this rank's slices
+        size_t len;
+        const float *mine = dsc__engine_frozen_own(dp->eng, g, &len);
+        if (len)
+            DSC_TRY(dsc__cuda_state_io(dp->st, DSC__STATE_FROZEN, dp->fdn + fown[g], len,
+                                       (float *)mine, true));
+    }
+    DSC_TRY(dsc__slots_frozen(&dp->sl, dp->eng, dp->st->frozen16, dp->fdn));
+    *done = true;
     return DSC_OK;
 }
 

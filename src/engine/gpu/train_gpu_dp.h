@@ -80,6 +80,16 @@ void dsc__train_dp_fault(train_dp *dp);
 // (dsc__train_dp_load).
 dsc_status dsc__train_dp_recovered(train_dp *dp, const dsc_model *model);
 
+// LoRA's frozen base at stage 3 (the weights partitioned, as they are by default): this rank's
+// slice of each layer's frozen range on its GPU in 16 bits, all-gathered beside the layer's
+// weights into two frozen slots one layer ahead of use; the end groups' frozen tensors
+// (embeddings, head) whole. Into the state's frozen array: [end groups | two slots | this rank's
+// slices]. *done false (nothing made) at stages 0-2, without frozen tensors, and where the host
+// holds no slices to start from: the caller keeps the base whole on the GPU. Collective where the
+// host's base is partitioned (the end groups are gathered); again after a recovery (the slices
+// change with the world).
+dsc_status dsc__train_dp_frozen(train_dp *dp, bool *done);
+
 // The engine's host state -> the device (collective: the full weights are gathered).
 dsc_status dsc__train_dp_load(train_dp *dp);
 // The device state -> the engine's host buffers (collective at ZeRO 1-3).

@@ -218,13 +218,16 @@ static dsc_status frozen_io(dsc_cuda_state *s, size_t off, size_t n, float *host
 extern "C" dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
                                              dsc_mem_pool *pool) {
     DSC_CUDA_ARG(s != NULL, "GPU state: no state for the frozen weights");
+    if (s->frozen16 && n != s->nfrozen) { // another layout (a recovery changed the world)
+        DSC_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)s->stream));
+        dsc__cuda_buf_free(&s->frozen_buf);
+        s->frozen16 = NULL;
+    }
     if (!s->frozen16) {
         DSC_TRY(dsc__cuda_buf_alloc(&s->frozen_buf, pool, n * 2, "gpu.frozen_weights"));
         s->frozen16 = (uint16_t *)s->frozen_buf.ptr;
         s->nfrozen = n;
     }
-    DSC_CUDA_ARG(n == s->nfrozen, "GPU state: %zu frozen weights, the device holds %zu", n,
-                 s->nfrozen);
     // their values now, or later (dsc__cuda_state_io, DSC__STATE_FROZEN)
     return host ? frozen_io(s, 0, n, (float *)host, true) : DSC_OK;
 }

@@ -172,8 +172,8 @@ dsc_status dsc__cuda_state_io(dsc_cuda_state *s, int kind, size_t off, size_t n,
 dsc_status dsc__cuda_state_zero_grads(dsc_cuda_state *s);
 // The frozen tensors' values (host, n fp32 elements already rounded to the compute type: the
 // engine's frozen store) into s->frozen16 in the state's 16-bit type (set_fp16 first), taken from
-// pool (tag "gpu.frozen_weights") on the first call. host NULL: only the buffer (the values come
-// through dsc__cuda_state_io).
+// pool (tag "gpu.frozen_weights") on the first call, and again for another n (the old buffer
+// goes). host NULL: only the buffer (the values come through dsc__cuda_state_io).
 dsc_status dsc__cuda_state_frozen(dsc_cuda_state *s, const float *host, size_t n,
                                   dsc_mem_pool *pool);
 

@@ -239,18 +239,40 @@ dsc_status dsc__frozen_full(dsc_engine *e, const param *f, float *out) {
     return DSC_OK;
 }
 
+dsc_status dsc__engine_frozen_group(dsc_engine *e, int g, dsc__frozen_put_fn put, void *user) {
+    if (!e->fgroups || g < 0 || g >= e->ngroups)
+        return dsc__fail(DSC_ERR_INTERNAL, "frozen tensors: no group %d (a bug: report it)", g);
+    const fgroup *fg = &e->fgroups[g];
+    if (!fg->padded) return DSC_OK;
+    if (e->fdata) return put(user, fg->off, fg->padded, e->fdata + fg->off);
+    if (!e->frozen_parted)
+        return dsc__fail(DSC_ERR_INTERNAL, "frozen tensors of group %d: the host holds none "
+                         "(the device keeps them; a bug: report it)", g);
+    float *whole;
+    dsc_mem_handle h;
+    DSC_TRY(group_whole(e, g, &h, &whole));
+    dsc_status st = put(user, fg->off, fg->padded, whole);
+    dsc__zero_give(e, &h, fg->padded);
+    return st;
+}
+
 dsc_status dsc__engine_frozen_gathered(dsc_engine *e, dsc__frozen_put_fn put, void *user) {
-    for (int g = 0; e->frozen_parted && !e->fdata && g < e->ngroups; g++) {
-        const fgroup *fg = &e->fgroups[g];
-        if (!fg->padded) continue;
-        float *whole;
-        dsc_mem_handle h;
-        DSC_TRY(group_whole(e, g, &h, &whole));
-        dsc_status st = put(user, fg->off, fg->padded, whole);
-        dsc__zero_give(e, &h, fg->padded);
-        DSC_TRY(st);
-    }
+    for (int g = 0; e->frozen_parted && !e->fdata && g < e->ngroups; g++)
+        DSC_TRY(dsc__engine_frozen_group(e, g, put, user));
     return DSC_OK;
+}
+
+const float *dsc__engine_frozen_own(const dsc_engine *e, int g, size_t *len) {
+    *len = 0;
+    if (!e->fgroups || g < 0 || g >= e->ngroups) return NULL;
+    const fgroup *fg = &e->fgroups[g];
+    if (e->frozen_parted && e->fpart) {
+        *len = fg->slice;
+        return e->fpart + fg->part_off;
+    }
+    if (e->world != 1 || !e->fdata) return NULL;
+    *len = fg->padded;
+    return e->fdata + fg->off;
 }
 
 dsc_status dsc__frozen_replicate(dsc_engine *e) {
