@@ -212,12 +212,9 @@ static void test_host_limit(void **state) {
     assert_true(dsc_host_mem_available(src, sizeof src) > 0); // MemAvailable at least
 }
 
-// LoRA's shape: every group a frozen 4 Mi-element matrix beside a small trained one. ZeRO-Offload
-// keeps the base whole on the device in 16 bits; with offload_param the device keeps the end
-// groups' base and two layers' of it, and the host adds the layers' base in 16 bits.
-static void test_lora_offload_param(void **state) {
-    (void)state;
-    enum { A = 16 * 2048 };
+// LoRA's shape: every group a frozen 4 Mi-element matrix ("base<g>") beside a trained one of
+// 16 x 2048 elements ("a<g>").
+static const dsc_param_desc *lora_table(void) {
     static dsc_param_desc lt[2 * (L + 2)];
     static char ln[2 * (L + 2)][16];
     for (int g = 0; g < L + 2; g++) {
@@ -228,6 +225,16 @@ static void test_lora_offload_param(void **state) {
         lt[2 * g + 1] = (dsc_param_desc){.name = ln[2 * g + 1], .ndim = 2, .shape = {16, 2048},
                                          .group = g};
     }
+    return lt;
+}
+
+// LoRA with ZeRO-Offload keeps the base whole on the device in 16 bits; with offload_param the
+// device keeps the end groups' base and two layers' of it, and the host adds the layers' base in
+// 16 bits.
+static void test_lora_offload_param(void **state) {
+    (void)state;
+    enum { A = 16 * 2048 };
+    const dsc_param_desc *lt = lora_table();
     dsc_config c;
     dsc_memplan p, q;
     const char *off = CFG(", \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
@@ -256,16 +263,7 @@ static void test_lora_offload_param(void **state) {
 static void test_lora_nccl_stage3(void **state) {
     (void)state;
     enum { A = 16 * 2048, W = 4 };
-    static dsc_param_desc lt[2 * (L + 2)];
-    static char ln[2 * (L + 2)][16];
-    for (int g = 0; g < L + 2; g++) {
-        snprintf(ln[2 * g], sizeof ln[0], "base%d", g);
-        snprintf(ln[2 * g + 1], sizeof ln[0], "a%d", g);
-        lt[2 * g] = (dsc_param_desc){.name = ln[2 * g], .ndim = 2, .shape = {2048, 2048},
-                                     .group = g, .frozen = true};
-        lt[2 * g + 1] = (dsc_param_desc){.name = ln[2 * g + 1], .ndim = 2, .shape = {16, 2048},
-                                         .group = g};
-    }
+    const dsc_param_desc *lt = lora_table();
     dsc_config c;
     dsc_memplan p[2];
     assert_int_equal(dsc_config_load_string(&c, CFG(", \"zero_optimization\": {\"stage\": 3}"),

@@ -998,8 +998,8 @@ dsc_status dsc__train_dp_frozen(train_dp *dp, bool *done) {
     for (int g = 1; g <= L; g++) { // this rank's slices
         size_t len;
         const float *mine = dsc__engine_frozen_own(dp->eng, g, &len);
-        if (len)
-            DSC_TRY(dsc__cuda_state_io(dp->st, DSC__STATE_FROZEN, dp->fdn + fown[g], len,
+        if (fslice[g])
+            DSC_TRY(dsc__cuda_state_io(dp->st, DSC__STATE_FROZEN, dp->fdn + fown[g], fslice[g],
                                        (float *)mine, true));
     }
     DSC_TRY(dsc__slots_frozen(&dp->sl, dp->eng, dp->st->frozen16, dp->fdn));
