@@ -4,7 +4,10 @@
 // those of a reference that ran the same steps fault-free on four ranks, saved the state of the
 // boundary the survivors restored (DSC_FT_SAVE_STATE), and continued from it on three ranks
 // (DSC_FT_LOAD_STATE). A rank that sleeps past the deadline is a transient fault: all four
-// continue, bitwise equal to the fault-free run. ZeRO stages 1, 2 and 3.
+// continue, bitwise equal to the fault-free run. ZeRO stages 1, 2 and 3. At the end every rank
+// checks what a device trainer is given of the frozen tensors (frozen_check): at stage 3 its own
+// slices, which rank by rank lay out each group's range, and each group gathered whole; in the
+// runs that lost a rank, for the new world.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +29,7 @@
 #include "loopback.h" // free_port, nap
 #include "base/time.h"  // dsc_now
 #include "dsc/engine.h" // dsc_engine_*
+#include "engine/device.h" // dsc__engine_frozen_own, dsc__engine_frozen_group, _span, _offset
 
 #define STEPS 8
 #define MAXP 512 // elements of all parameters together
@@ -109,6 +113,72 @@ static dsc_status one_step(dsc_engine *e, int64_t step) {
     return st;
 }
 
+// The initial value of element k of the parameters laid end to end (frozen ones included).
+static float init_value(int64_t k) { return 0.01f * (float)(k % 17) - 0.08f; }
+
+// Group g's frozen range as the put callback receives it: whole, once.
+typedef struct frozen_got {
+    float v[MAXP];
+    size_t off, n;
+    int calls;
+} frozen_got;
+
+static dsc_status frozen_take(void *user, size_t off, size_t n, float *values) {
+    frozen_got *got = user;
+    if (n > MAXP) return dsc_fail(DSC_ERR_INTERNAL, "frozen range of %zu elements", n);
+    memcpy(got->v, values, n * sizeof(float));
+    got->off = off, got->n = n, got->calls++;
+    return DSC_OK;
+}
+
+// What a device trainer is given of the frozen tensors (never changed by training): each group's
+// range whole (its tensors' initial values at their offsets, zero padding) and, at stage 3 on
+// several ranks, this rank's slice, which is the rank-th of the world's equal slices of that
+// range; elsewhere no slice (one rank: the whole range). 0, or 3 naming the first difference.
+static int frozen_check(dsc_engine *e, int stage) {
+    int rank = dsc_engine_rank(e), world = dsc_engine_world_size(e);
+    for (int g = 0; g < 3; g++) {
+        size_t off, padded, len;
+        dsc__engine_frozen_span(e, g, &off, &padded);
+        frozen_got got = {0};
+        if (dsc__engine_frozen_group(e, g, frozen_take, &got) != DSC_OK) {
+            fprintf(stderr, "rank %d: frozen group %d: %s\n", rank, g, dsc_last_error());
+            return 3;
+        }
+        if (padded && (got.calls != 1 || got.off != off || got.n != padded)) {
+            fprintf(stderr, "rank %d: frozen group %d: %d calls, [%zu, +%zu) for [%zu, +%zu)\n",
+                    rank, g, got.calls, got.off, got.n, off, padded);
+            return 3;
+        }
+        float want[MAXP] = {0};
+        int64_t at = 0;
+        for (int i = 0; i < NPARAMS; i++) {
+            int64_t n = PARAMS[i].shape[0] * (PARAMS[i].ndim > 1 ? PARAMS[i].shape[1] : 1);
+            if (PARAMS[i].frozen && PARAMS[i].group == g)
+                for (int64_t k = 0; k < n; k++)
+                    want[dsc__engine_frozen_offset(e, i) - off + (size_t)k] = init_value(at + k);
+            at += n;
+        }
+        if (memcmp(got.v, want, padded * sizeof(float)) != 0) {
+            fprintf(stderr, "rank %d: frozen group %d gathered is not its tensors' values\n", rank,
+                    g);
+            return 3;
+        }
+        const float *mine = dsc__engine_frozen_own(e, g, &len);
+        bool sliced = stage == 3 && world > 1;
+        size_t slice = sliced ? padded / (size_t)world : padded;
+        bool ok = sliced || world == 1 ? len == slice && (!len || mine) : !mine && len == 0;
+        if (ok && len && world * slice == padded)
+            ok = memcmp(mine, want + (size_t)rank * (sliced ? slice : 0), len * sizeof(float)) == 0;
+        if (!ok || (sliced && (size_t)world * slice != padded)) {
+            fprintf(stderr, "rank %d of %d: frozen group %d: own slice of %zu elements of %zu "
+                    "wrong\n", rank, world, g, len, padded);
+            return 3;
+        }
+    }
+    return 0;
+}
+
 // One rank of a run: train STEPS steps, recovering from faults; rank 0 of the end reports.
 static int rank_main(int rank, int world, int port, const char *env, result *res) {
     char p[16];
@@ -127,7 +197,7 @@ static int rank_main(int rank, int world, int port, const char *env, result *res
     for (int i = 0; i < NPARAMS; i++) {
         float *m = dsc_param_master(e, i);
         int64_t n = PARAMS[i].shape[0] * (PARAMS[i].ndim > 1 ? PARAMS[i].shape[1] : 1);
-        for (int64_t k = 0; k < n; k++) m[k] = 0.01f * (float)((off + k) % 17) - 0.08f;
+        for (int64_t k = 0; k < n; k++) m[k] = init_value(off + k);
         off += n;
     }
     dsc_status st = dsc_params_updated(e);
@@ -146,6 +216,11 @@ static int rank_main(int rank, int world, int port, const char *env, result *res
         fprintf(stderr, "rank %d: %s\n", rank, dsc_last_error());
         dsc_engine_destroy(e);
         return 1;
+    }
+    int fc = frozen_check(e, (int)dsc_engine_config(e)->zero_optimization.stage);
+    if (fc) {
+        dsc_engine_destroy(e);
+        return fc;
     }
     off = 0;
     for (int i = 0; i < NPARAMS && st == DSC_OK; i++) {
