@@ -11,7 +11,10 @@
 # MODE, for shapes whose fp32 master does not fit the GPU: m16 (bf16.bf16_master_weights_and_grads
 # and bf16_optimizer_states, ZeRO stage 1) or m16ac (and activation checkpointing); such a shape's
 # PyTorch variants are VARIANTS16 (default plain-compiled-bf16: bf16 weights and AdamW states, the
-# PyTorch setup that fits). The issue's whole table in one run:
+# PyTorch setup that fits); or lora (the lora section: r 16, lora_alpha 32, every linear module,
+# beside transformers + PEFT with the same adapters: VARIANTSL, default hf-peft-eager; MFU then
+# counts 4 FLOPs per token per parameter, the frozen base's forward and input gradient, e.g.
+# SHAPES="llama-3.1-8B:1:lora"). The issue's whole table in one run:
 #   SHAPES="smollm2-360M:8 llama-3.2-1B:4 llama-3.2-3B:2 qwen2.5-0.5B:8 llama-3.1-8B:1:m16ac"
 # VARIANTS: the PyTorch variants to run (default all four); $PYTHON names the interpreter.
 # The last columns: the fastest PyTorch variant that ran (the baseline to beat) and dsc against it.
@@ -67,7 +70,10 @@ for shape in $SHAPES; do
         mj=', "zero_optimization": {"stage": 1}'
         [ "$mode" = m16ac ] && mj="$mj, \"activation_checkpointing\": {}"
         vars=${VARIANTS16:-plain-compiled-bf16} ;;
-    *) echo "gpu_llama.sh: $shape: MODE is m16 or m16ac" >&2; exit 2 ;;
+    lora)
+        mj=', "lora": {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}'
+        vars=${VARIANTSL:-hf-peft-eager} ;;
+    *) echo "gpu_llama.sh: $shape: MODE is m16, m16ac or lora" >&2; exit 2 ;;
     esac
     dsc=$(dsc_run "$model" "$b" "$bk" "$mj")
     case $dsc in "- "*) notes+=("$model: ${dsc#- }"); dsc=- ;; esac
@@ -91,9 +97,10 @@ for shape in $SHAPES; do
     grep '^SKIP' "$W/torch_$model.log" | sed "s/^/$model: /" >>"$W/skips"
     grep -q '^RESULT\|^SKIP' "$W/torch_$model.log" ||
         { echo "note: $model: the PyTorch baseline did not run:"; tail -3 "$W/torch_$model.log"; }
-    $PY - "$model" "$b" "$T" "$dsc" "$W/torch_$model.log" "$HERE/torch_llama.py" <<'PYEOF'
+    $PY - "$model" "$b" "$T" "$dsc" "$W/torch_$model.log" "$HERE/torch_llama.py" "${mode:-}" <<'PYEOF'
 import importlib.util, sys
 model, b, T, dsc, log, script = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+per_param = 4 if sys.argv[7] == "lora" else 6 # LoRA: the base's forward and input gradient
 spec = importlib.util.spec_from_file_location("tl", script)
 tl = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tl)
@@ -105,7 +112,7 @@ for line in open(log):
         res[p[1]] = float(p[2])
         n = int(p[4])
 def mfu(tok_s):
-    return f"{100 * tok_s * (6 * n + 12 * L * T * nh * hd) / 989e12:.1f}%" if n and tok_s else "-"
+    return f"{100 * tok_s * (per_param * n + 12 * L * T * nh * hd) / 989e12:.1f}%" if n and tok_s else "-"
 def cell(v):
     return f"{v / 1e3:.1f}k" if v else "-"
 d = float(dsc) if dsc != "-" else None
@@ -116,7 +123,7 @@ ratio = lambda ref: f"{d / res[ref]:.2f}x" if d and res.get(ref) else "-"
 bf16 = {v: t for v, t in res.items() if "float8" not in v} # the baselines in dsc's precision
 best = max(bf16, key=bf16.get) if bf16 else None
 fast = f"{best} {bf16[best] / 1e3:.1f}k" if best else "-"
-print(f"| {model} | {b} | {T} | " + " | ".join(cols) + f" | {ratio('plain-compiled')} | {ratio('hf-eager')} | {fast} | {ratio(best) if best else '-'} |")
+print(f"| {model}{' LoRA' if per_param == 4 else ''} | {b} | {T} | " + " | ".join(cols) + f" | {ratio('plain-compiled')} | {ratio('hf-eager')} | {fast} | {ratio(best) if best else '-'} |")
 PYEOF
 done
 for n in "${notes[@]}"; do echo "note: $n"; done

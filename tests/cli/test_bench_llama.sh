@@ -4,7 +4,8 @@
 # PyTorch results, the table gets one row per shape with the fastest PyTorch variant and dsc
 # against it; a shape's memory mode (m16ac) gives dsc the bf16 master keys, ZeRO stage 1 and
 # activation checkpointing, and the PyTorch side its bf16-state variant; FP8=1 runs dsc again with
-# the fp8 section and prints it beside torchao's; a wrong mode is refused. Nothing here is timed.
+# the fp8 section and prints it beside torchao's; MODE lora gives dsc the lora section beside
+# transformers + PEFT; a wrong mode is refused. Nothing here is timed.
 set -u
 . "$DSC_SOURCE_DIR/tests/cli/lib.sh"
 PY=/usr/bin/python3 # the table reads the shapes from bench/torch_llama.py, which imports torch
@@ -38,6 +39,8 @@ cat >"$T/bin/py" <<EOF
 #!/usr/bin/env bash
 case \$1 in
 *torch_llama.py)
+    case "\$*" in *"--variants hf-peft-eager"*) # LoRA: transformers + PEFT only
+        echo "RESULT hf-peft-eager 10000.0 204.8 8072204288"; exit 0 ;; esac
     echo "RESULT plain-compiled 18000.0 100.0 3212749824"
     echo "RESULT plain-compiled-bf16 25000.0 80.0 3212749824"
     echo "RESULT plain-compiled-float8 24000.0 80.0 3212749824"
@@ -67,6 +70,21 @@ assert len(m16) == 2 and all(c["bf16"]["bf16_master_weights_and_grads"] and
                              "activation_checkpointing" in c for c in m16), m16
 assert sum("fp8" in c for c in cs) == 2 and sum("fp8" in c for c in m16) == 1, cs
 PYEOF
-expect 2 "MODE is m16 or m16ac" -- env PYTHON="$T/bin/py" SHAPES="llama-3.1-8B:1:fast" \
+rm -f "$T"/configs.*
+out=$(PYTHON=$T/bin/py SHAPES="llama-3.1-8B:1:lora" STEPS=4 WARMUP=2 \
+    bash "$DSC_SOURCE_DIR/bench/gpu_llama.sh" "$T/bin/dsc" 2>&1)
+echo "$out" | sed 's/^/  /'
+check "lora: dsc's LoRA row against transformers + PEFT, MFU at 4 FLOPs a parameter (6 would be 104%)" -- \
+    grep -q "^| llama-3.1-8B LoRA | 1 | 2048 | 20.0k | 71.8% | .* | hf-peft-eager 10.0k | 2.00x |$" <<<"$out"
+check "lora: the lora section reaches dsc (r 16, every linear module), nothing else added" -- \
+    $PY - "$T" <<'PYEOF'
+import glob, json, sys
+cs = [json.load(open(p)) for p in sorted(glob.glob(sys.argv[1] + "/configs.*"))]
+assert len(cs) == 1, len(cs)
+c = cs[0]
+assert c["lora"] == {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}, c
+assert "zero_optimization" not in c and "bf16_master_weights_and_grads" not in c["bf16"], c
+PYEOF
+expect 2 "MODE is m16, m16ac or lora" -- env PYTHON="$T/bin/py" SHAPES="llama-3.1-8B:1:fast" \
     bash "$DSC_SOURCE_DIR/bench/gpu_llama.sh" "$T/bin/dsc"
 finish
