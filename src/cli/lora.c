@@ -147,6 +147,18 @@ static dsc_status spec_from_adapter(const char *dir, lora_spec *s) {
     return st;
 }
 
+// names as a list for a message: [a, b] ("all-linear" when all; [] when none).
+static void names_text(const lora_names *n, bool all, char *buf, size_t cap) {
+    if (all) {
+        snprintf(buf, cap, "\"all-linear\"");
+        return;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n->n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", n->v[i]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
 static bool same_names(const lora_names *a, const lora_names *b) {
     if (a->n != b->n) return false;
     for (int i = 0; i < a->n; i++) {
@@ -180,12 +192,21 @@ dsc_status cli_lora(dsc_model *m, const dsc_config *cfg, bool cuda, const char *
         } else if (s.o.r != a.o.r || fabs(s.o.alpha - a.o.alpha) > 0 ||
                    s.o.rslora != a.o.rslora || s.all != a.all ||
                    (!s.all && !same_names(&s.targets, &a.targets)) || !same_names(&s.save, &a.save)) {
+            char ta[512], ts[512], sa[512], ss[512], diff[1200] = "";
+            names_text(&a.targets, a.all, ta, sizeof ta);
+            names_text(&s.targets, s.all, ts, sizeof ts);
+            names_text(&a.save, false, sa, sizeof sa);
+            names_text(&s.save, false, ss, sizeof ss);
+            if (s.all != a.all || (!s.all && !same_names(&s.targets, &a.targets)))
+                snprintf(diff, sizeof diff, "; target_modules %s against the config's %s", ta, ts);
+            if (!same_names(&s.save, &a.save))
+                snprintf(diff + strlen(diff), sizeof diff - strlen(diff),
+                         "; modules_to_save %s against the config's %s", sa, ss);
             return dsc_fail(DSC_ERR_CONFIG, "--init-adapter %s: its adapter_config.json (r %d, "
-                            "lora_alpha %g, use_rslora %d) and target_modules / modules_to_save "
-                            "differ from the config's lora section (r %d, lora_alpha %g, "
-                            "use_rslora %d); make them agree, or drop the lora section to take "
-                            "the adapter's", init_adapter, a.o.r, a.o.alpha, a.o.rslora, s.o.r,
-                            s.o.alpha, s.o.rslora);
+                            "lora_alpha %g, use_rslora %d) differs from the config's lora section "
+                            "(r %d, lora_alpha %g, use_rslora %d)%s; make them agree, or drop the "
+                            "lora section to take the adapter's", init_adapter, a.o.r, a.o.alpha,
+                            a.o.rslora, s.o.r, s.o.alpha, s.o.rslora, diff);
         }
     }
     s.o.targets = s.all ? NULL : s.targets.p;

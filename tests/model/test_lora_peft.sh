@@ -234,4 +234,10 @@ expect_fail_msg "a PEFT option dsc lacks" 'lora\.use_dora' "$DSC" train --model 
 sed 's/"r": 4,/"r": 8,/' llama.json >bad4.json
 expect_fail_msg "adapter of another rank" 'init-adapter.*r 4.*r 8' "$DSC" train --model hf:llama \
     --config bad4.json "${common[@]}" --max-steps 1 --out bad4.r --init-adapter llama.ad
+sed 's/"target_modules": "all-linear", "modules_to_save": \["lm_head"\]/"target_modules": ["q_proj"]/' \
+    llama.json >bad5.json
+expect_fail_msg "adapter of other modules: both lists named" \
+    'target_modules \[.*o_proj.*\] against the config.s \[q_proj\]; modules_to_save \[lm_head\] against the config.s \[\]' \
+    "$DSC" train --model hf:llama --config bad5.json "${common[@]}" --max-steps 1 --out bad5.r \
+    --init-adapter llama.ad
 finish
