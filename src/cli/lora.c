@@ -72,6 +72,10 @@ static dsc_status spec_from_config(const dsc_config *cfg, const char *family, lo
     dsc_status st = read_names(j, "lora.target_modules", &s->targets, &s->all);
     json_decref(j);
     DSC_TRY(st);
+    if (c->target_modules[0] && !s->all && !s->targets.n) // (as PEFT refuses it)
+        return dsc_fail(DSC_ERR_CONFIG, "lora.target_modules is an empty list: no module would "
+                        "get an adapter; name the modules (e.g. [\"q_proj\", \"v_proj\"]), give "
+                        "\"all-linear\", or leave the key out for the architecture's default");
     if (!c->target_modules[0]) { // PEFT's default for the architecture
         bool gpt2 = !strcmp(family, "gpt2");
         snprintf(s->targets.v[0], NAME_CAP, "%s", gpt2 ? "c_attn" : "q_proj");

@@ -225,6 +225,9 @@ expect_fail_msg() { # name, message regex, command...
 }
 expect_fail_msg "unknown target module" 'q_prj.*q_proj' "$DSC" train --model hf:llama \
     --config bad1.json "${common[@]}" --max-steps 1 --out bad1.r
+sed 's/"all-linear"/[]/' llama.json >bad6.json
+expect_fail_msg "an empty target_modules (PEFT refuses it too)" 'lora\.target_modules is an empty list' \
+    "$DSC" train --model hf:llama --config bad6.json "${common[@]}" --max-steps 1 --out bad6.r
 sed 's/"r": 4,/"r": 4, "bias": "all",/' llama.json >bad2.json
 expect_fail_msg "lora.bias all" 'lora\.bias' "$DSC" train --model hf:llama --config bad2.json \
     "${common[@]}" --max-steps 1 --out bad2.r
