@@ -284,9 +284,11 @@ dsc_status cli_export_merged(const char *dir, const char *tag, const char *out_d
     if (st != DSC_OK) {
         char why[2048];
         snprintf(why, sizeof why, "%s", dsc_last_error());
-        lora_close(&l);
-        return dsc_fail(st, "the merged export of a LoRA checkpoint reads its base model: %s",
-                        why);
+        st = base_path ? cli_base_open_failed(st, "the merged export of a LoRA checkpoint",
+                                              base_path, why)
+                       : dsc_fail(st, "%s", why);
+        lora_close(&l); // (base_path lies in its adapter_config.json)
+        return st;
     }
     st = check_merged_base(&l, m.base, base_path, dir, tag);
     if (st != DSC_OK) {

@@ -194,7 +194,7 @@ static dsc_status load_lora_checkpoint(weights *w, dsc_ckpt *ck, const char *ada
     if (st != DSC_OK) {
         char why[2048];
         snprintf(why, sizeof why, "%s", dsc_last_error());
-        return dsc_fail(st, "a LoRA checkpoint reads its base model: %s", why);
+        return cli_base_open_failed(st, "a LoRA checkpoint", spec + 3, why);
     }
     char sums[4200], what[4300];
     if (dsc_ckpt_attachment_path(ck, "base_checksums.json", sums, sizeof sums)) {

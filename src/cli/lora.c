@@ -7,6 +7,7 @@
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // calloc, malloc, free
 #include <string.h>  // strcmp, strncmp
+#include <sys/stat.h> // stat (cli_base_open_failed)
 
 #include "dsc/half.h"   // dsc_fp32_to_bf16, dsc_fp32_to_fp16 and back
 #include "dsc/status.h" // dsc_fail
@@ -421,4 +422,17 @@ dsc_status cli_base_check(const char *saved_path, const char *now, const char *c
     json_decref(a);
     json_decref(b);
     return st;
+}
+
+dsc_status cli_base_open_failed(dsc_status st, const char *what, const char *base,
+                                const char *why) {
+    struct stat sb;
+    if (stat(base, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dsc_fail(st, "%s reads its base model: %s", what, why);
+    return dsc_fail(st, "%s reads its base model, which adapter_config.json's "
+                    "base_model_name_or_path names \"%s\": %s. It is no folder here: a run "
+                    "on a built-in model (random initial weights) stores no base; train on a "
+                    "Hugging Face folder (--model hf:DIR), or, where that base's folder is "
+                    "elsewhere, export the adapters (dsc ckpt export CKPT --peft DIR) and use "
+                    "them with it (--model hf:BASE --adapter DIR)", what, base, why);
 }

@@ -35,6 +35,11 @@ dsc_status cli_base_checksums(const dsc_model *m, float *const *values, dsc_engi
 // naming the first tensor that differs and what to give.
 dsc_status cli_base_check(const char *saved_path, const char *now, const char *ckpt);
 
+// The failure to open a LoRA checkpoint's base model (adapter_config.json's
+// base_model_name_or_path `base`), with `why` (the opener's error), as the error of `what`
+// ("a LoRA checkpoint", ...): where base is no folder here, what to do instead.
+dsc_status cli_base_open_failed(dsc_status st, const char *what, const char *base,
+                                const char *why);
 // Gives the fp32 values of the base tensor `name` (dsc's name) for cli_base_verify: *values NULL
 // when the base has no such tensor; *owned: the caller frees *values.
 typedef dsc_status (*cli_base_reader)(void *user, const char *name, float **values,

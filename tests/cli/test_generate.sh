@@ -168,6 +168,17 @@ JSON
 }
 check "a LoRA run's closing sample = dsc generate --adapter of its export (not the base alone)" -- lora_sample
 
+# A LoRA run on a built-in model stores no base: generation and the merged export say so and what
+# to do instead (the adapters' export works)
+"$DSC" train --config "$T/lora.json" --data "$T/data" --model llama-d2 --seq-len 32 --max-steps 2 \
+  --eval-every 0 --sample-tokens 0 --out "$T/lspec" --save-dir "$T/lspec/ck" --save-at-end \
+  > "$T/lspec.log" 2>&1
+expect 1 'names "llama-d2": cannot open llama-d2' -- "$DSC" generate --checkpoint "$T/lspec/ck" \
+  --prompt "the " --max-new-tokens 2
+expect 1 "a run on a built-in model (random initial weights) stores no base" -- "$DSC" ckpt export \
+  "$T/lspec/ck" --hf "$T/lspec.merged"
+expect 0 "wrote" -- "$DSC" ckpt export "$T/lspec/ck" --peft "$T/lspec.peft"
+
 # the RLHF-style example: generate, score, train on the best, repeat; the reward rises
 if [ -x "${DSC_BINARY_DIR:-}/examples/rlhf" ]; then
   "$DSC_BINARY_DIR/examples/rlhf" 15 > "$T/rlhf.txt" 2>&1
