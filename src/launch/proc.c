@@ -60,6 +60,10 @@ struct dsc__group {
     // dsc__group_tolerate: failures leave the others running
     bool tolerate;
     char policy[160];
+    // the first failure an error exit: when, and the others then running (a kill found next
+    // may have caused it; see note_exit)
+    double failed_at;
+    int failed_others;
     int finished, lost, last_code; // children that exited 0; lost ones; the last loss's code
     char lost_text[256];           // "rank 2 (was killed by signal 9), ..."
     double stop_at;                // > 0: begin the stop then (after an exit 75)
@@ -413,6 +417,8 @@ static void note_failure(dsc__group *g, int i, int code, int sig, const char *wh
         snprintf(others, sizeof others, "; gave the other %d %s%s up to %.0f s to exit", running,
                  g->noun, running == 1 ? "" : "s", RESTART_WAIT_S);
     describe_end(code, sig, how, sizeof how);
+    g->failed_at = !sig && !reported && !wait ? dsc_now() : 0;
+    g->failed_others = running;
     if (reported)
         snprintf(r->reason, sizeof r->reason, "%s %s (reported by %s)%s", what, how, g->c[i].what,
                  others);
@@ -449,12 +455,37 @@ static void note_lost(dsc__group *g, int i, const char *how, int others) {
             g->policy);
 }
 
+// A rank killed by a signal (one we did not send: ours are each child's stop signal, then SIGKILL
+// once the grace is over) makes its peers fail within milliseconds, and a peer's error exit can
+// be reaped first while the killed process is still being torn down. Found within KILL_CAUSE_S of
+// that error exit, the kill is named as the failure (and gives the launcher's exit code).
+#define KILL_CAUSE_S 2.0
+static bool kill_caused(const dsc__group *g, int i, int sig) {
+    const dsc__group_result *r = g->r;
+    int ours = g->c[i].stop_signal ? g->c[i].stop_signal : SIGTERM;
+    return r && r->failed >= 0 && r->failed != i && !r->signal && g->failed_at > 0 && sig &&
+           sig != ours && !g->killed && dsc_now() - g->failed_at < KILL_CAUSE_S;
+}
+
 static void note_exit(dsc__group *g, int i, int status) {
     child *c = &g->c[i];
     c->running = false;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     if (c->lost_noted) return; // killed while stopped: reported then
+    if (kill_caused(g, i, sig)) { // the cause of the failure noted first: named instead
+        dsc__group_result *r = g->r;
+        char how[64], others[96];
+        describe_end(code, sig, how, sizeof how);
+        others_phrase(g, g->failed_others, others, sizeof others); // (the first one among them)
+        r->failed = i;
+        r->failed_code = 128 + sig;
+        snprintf(r->failed_what, sizeof r->failed_what, "%s", c->what);
+        snprintf(r->reason, sizeof r->reason, "%s (pid %d) %s%s", c->what, (int)c->pid, how,
+                 others);
+        g->failed_at = 0;
+        return;
+    }
     if (!code && !sig) {
         g->finished++;
         return;

@@ -73,6 +73,17 @@ want="dsc launch: rank 2 (pid $victim) was killed by signal 9; stopped the other
 check "killed rank: the reason names the rank, its pid and the signal" -- grep -qxF "$want" "$T/err"
 check "killed rank: no orphans" -- gone_within 2
 
+# ---- a rank killed while its peer's error exit is reaped first (the peer failing on it, the
+# killed process still being torn down): the kill is named, and gives the exit code ----
+fresh
+launch --num_procs 2 sh -c 'echo $$ > "$1/pid$RANK"; trap "" TERM
+  [ $RANK = 0 ] && { sleep 0.2; exit 1; }; sleep 0.6; kill -9 $$' "$MARK" "$T/run"
+rc=$?
+check "a kill found after its peer's error exit: launcher exits 137 (got $rc)" -- test $rc -eq 137
+want="dsc launch: rank 1 (pid $(cat "$T/run/pid1")) was killed by signal 9; stopped the other rank"
+check "  ... the reason names the killed rank" -- grep -qxF "$want" "$T/err"
+check "  ... no orphans" -- gone_within 1
+
 # ---- a rank exits 3 while the others ignore SIGTERM: SIGKILL follows, all within 5 s ----
 t0=$(ms)
 launch --num_procs 3 sh -c 'trap "" TERM; [ $RANK = 1 ] && { sleep 0.3; exit 3; }; '"$LOOP" "$MARK"
