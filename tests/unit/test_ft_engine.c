@@ -165,12 +165,15 @@ static int frozen_check(dsc_engine *e, int stage) {
             return 3;
         }
         const float *mine = dsc__engine_frozen_own(e, g, &len);
+        // expected: at stage 3 on several ranks the rank-th of `world` equal slices, on one rank
+        // the whole range, else none (the store is whole on every rank)
         bool sliced = stage == 3 && world > 1;
-        size_t slice = sliced ? padded / (size_t)world : padded;
-        bool ok = sliced || world == 1 ? len == slice && (!len || mine) : !mine && len == 0;
-        if (ok && len && world * slice == padded)
-            ok = memcmp(mine, want + (size_t)rank * (sliced ? slice : 0), len * sizeof(float)) == 0;
-        if (!ok || (sliced && (size_t)world * slice != padded)) {
+        size_t want_len = sliced ? padded / (size_t)world : world == 1 ? padded : 0;
+        const float *want_at = want + (sliced ? (size_t)rank * want_len : 0);
+        bool ok = (!sliced || want_len * (size_t)world == padded) && len == want_len &&
+                  (want_len ? mine && !memcmp(mine, want_at, len * sizeof(float))
+                            : sliced || !mine);
+        if (!ok) {
             fprintf(stderr, "rank %d of %d: frozen group %d: own slice of %zu elements of %zu "
                     "wrong\n", rank, world, g, len, padded);
             return 3;
