@@ -398,17 +398,31 @@ static void others_phrase(const dsc__group *g, int others, char *out, size_t cap
     else snprintf(out, cap, "; stopped the other %d %ss", others, g->noun);
 }
 
-// The first failure of the group: remember it, say why, stop the rest. `sig`: the signal that
-// killed it (0: it exited with `code`). `reported`: a failure that pdsh or srun reported about a
-// node or task behind it, rather than child i's own exit.
+// Child i as the group's failure: its exit code and the one-line reason (`others`: what became
+// of the rest). `sig`: the signal that killed it (0: it exited with `code`). `reported`: a
+// failure that pdsh or srun reported about a node or task behind it, rather than its own exit.
+static void name_failure(dsc__group *g, int i, int code, int sig, const char *what,
+                         bool reported, const char *others) {
+    dsc__group_result *r = g->r;
+    char how[64];
+    describe_end(code, sig, how, sizeof how);
+    r->failed = i;
+    r->failed_code = sig ? 128 + sig : code;
+    snprintf(r->failed_what, sizeof r->failed_what, "%s", what);
+    if (reported)
+        snprintf(r->reason, sizeof r->reason, "%s %s (reported by %s)%s", what, how, g->c[i].what,
+                 others);
+    else
+        snprintf(r->reason, sizeof r->reason, "%s (pid %d) %s%s", what, (int)g->c[i].pid, how,
+                 others);
+}
+
+// The first failure of the group: remember it, say why, stop the rest.
 static void note_failure(dsc__group *g, int i, int code, int sig, const char *what,
                          bool reported) {
     dsc__group_result *r = g->r;
     if (!r || r->failed >= 0 || r->signal) return;
-    r->failed = i;
-    r->failed_code = sig ? 128 + sig : code;
-    snprintf(r->failed_what, sizeof r->failed_what, "%s", what);
-    char others[96], how[64];
+    char others[96];
     int running = count_running(g) - (g->c[i].running ? 1 : 0);
     // The others save an emergency checkpoint together and exit 75 too: give them the time.
     bool wait = g->tolerate && code == DSC__EXIT_RESTART && running > 0;
@@ -416,15 +430,9 @@ static void note_failure(dsc__group *g, int i, int code, int sig, const char *wh
     if (wait)
         snprintf(others, sizeof others, "; gave the other %d %s%s up to %.0f s to exit", running,
                  g->noun, running == 1 ? "" : "s", RESTART_WAIT_S);
-    describe_end(code, sig, how, sizeof how);
+    name_failure(g, i, code, sig, what, reported, others);
     g->failed_at = !sig && !reported && !wait ? dsc_now() : 0;
     g->failed_others = running;
-    if (reported)
-        snprintf(r->reason, sizeof r->reason, "%s %s (reported by %s)%s", what, how, g->c[i].what,
-                 others);
-    else
-        snprintf(r->reason, sizeof r->reason, "%s (pid %d) %s%s", what, (int)g->c[i].pid, how,
-                 others);
     if (wait) g->stop_at = dsc_now() + RESTART_WAIT_S;
     else begin_stop(g, SIGTERM);
 }
@@ -474,15 +482,9 @@ static void note_exit(dsc__group *g, int i, int status) {
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     if (c->lost_noted) return; // killed while stopped: reported then
     if (kill_caused(g, i, sig)) { // the cause of the failure noted first: named instead
-        dsc__group_result *r = g->r;
-        char how[64], others[96];
-        describe_end(code, sig, how, sizeof how);
+        char others[96];
         others_phrase(g, g->failed_others, others, sizeof others); // (the first one among them)
-        r->failed = i;
-        r->failed_code = 128 + sig;
-        snprintf(r->failed_what, sizeof r->failed_what, "%s", c->what);
-        snprintf(r->reason, sizeof r->reason, "%s (pid %d) %s%s", c->what, (int)c->pid, how,
-                 others);
+        name_failure(g, i, code, sig, c->what, false, others);
         g->failed_at = 0;
         return;
     }
